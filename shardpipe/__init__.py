@@ -1,0 +1,20 @@
+"""shardpipe: write and rechunk Dask arrays into sharded Zarr v3 arrays, lock-free."""
+
+from shardpipe.errors import (
+    ArrayExistsError,
+    InvalidArgumentError,
+    ShardpipeError,
+    StoreNotWritableError,
+    VerificationError,
+)
+from shardpipe.writer import to_sharded_zarr
+
+__all__ = [
+    "ArrayExistsError",
+    "InvalidArgumentError",
+    "ShardpipeError",
+    "StoreNotWritableError",
+    "VerificationError",
+    "to_sharded_zarr",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,109 @@
+"""Turn a :class:`~shardpipe.core.plan.WritePlan` into a Dask graph.
+
+Built with ``dask.delayed`` on the array's own blocks, so it runs on any
+Dask scheduler. Task names read well on the dashboard::
+
+    encode-piece   a block encodes the inner chunks it holds of a part
+    write-shard    a shard that fits one task: encode (or gather) and publish
+    begin-shard    start a shard written in parts (staging / multipart upload)
+    write-part     encode (or gather) one part of a large shard and write it
+    stamp-shard    write a large shard's index and publish it atomically
+    write-done     add up the reports
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.delayed import Delayed
+
+from shardpipe.core.grid import Coords
+from shardpipe.core.plan import PartPlan, WritePlan
+from shardpipe.tasks import (
+    WriteTarget,
+    begin_shard,
+    encode_piece,
+    stamp_shard,
+    summarize,
+    write_part,
+    write_shard,
+)
+
+PUBLISHING_TASKS = ("write-shard", "stamp-shard")
+"""Names of the tasks after which a shard is complete at its key."""
+
+
+@dataclass(frozen=True)
+class WriteGraph:
+    """The delayed result of a write and the keys of its publishing tasks.
+
+    Parameters
+    ----------
+    result : Delayed
+        Computes to a :class:`~shardpipe.tasks.WriteReport` for the whole array.
+    publishing : list of Delayed
+        One per shard: done once that shard is at its key.
+    """
+
+    result: Delayed
+    publishing: list[Delayed]
+
+
+def build_write_graph(
+    arr: da.Array, plan: WritePlan, target: WriteTarget, key_of: Callable[[Coords], str], token: str
+) -> WriteGraph:
+    """Build the Dask graph that writes ``arr`` according to ``plan``.
+
+    Parameters
+    ----------
+    arr : dask.array.Array
+        The source; its block grid is ``plan.blocks``.
+    plan : WritePlan
+        The plan.
+    target : WriteTarget
+        Where and how to write; shipped once to each worker.
+    key_of : callable
+        Maps shard grid coordinates to the shard's storage key.
+    token : str
+        Unique id of this write, used in task names.
+    """
+    blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
+    target_d = dask.delayed(target, name=f"write-target-{token}")
+    counter = iter(range(1 << 62))
+
+    def call(func: Callable[..., Any], name: str, *args: Any) -> Delayed:
+        return dask.delayed(func, pure=True)(*args, dask_key_name=(f"{name}-{token}", next(counter)))
+
+    def inputs(coords: Coords, part: PartPlan) -> list[Any]:
+        """Block and block box for a direct part, else the encoded pieces."""
+        if part.is_direct:
+            b = part.blocks[0]
+            return [blocks[b], plan.blocks.block_box(b)]
+        pieces = [
+            call(encode_piece, "encode-piece", blocks[b], plan.blocks.block_box(b), target_d, coords, part)
+            for b in part.blocks
+        ]
+        return [None, None, *pieces]
+
+    publishing = []
+    for shard in plan.shards:
+        key = key_of(shard.coords)
+        if shard.is_single_part:
+            part = shard.parts[0]
+            publishing.append(
+                call(write_shard, "write-shard", target_d, shard.coords, key, part, *inputs(shard.coords, part))
+            )
+            continue
+        handle = call(begin_shard, "begin-shard", target_d, key)
+        reports = [
+            call(write_part, "write-part", target_d, handle, shard.coords, part, *inputs(shard.coords, part))
+            for part in shard.parts
+        ]
+        publishing.append(call(stamp_shard, "stamp-shard", target_d, handle, *reports))
+    result = dask.delayed(summarize, pure=True)(*publishing, dask_key_name=f"write-done-{token}")
+    return WriteGraph(result, publishing)

@@ -1,0 +1,77 @@
+"""Run a write's publishing tasks and show progress over shards and bytes.
+
+On a ``distributed`` client the shards are submitted as futures and the bar
+advances as each completes; on Dask's local schedulers a scheduler callback
+does the same. The bar is ``tqdm.auto``: a console bar in a terminal, a
+widget in a notebook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import dask
+from dask.callbacks import Callback
+from dask.delayed import Delayed
+
+from shardpipe.graph import PUBLISHING_TASKS
+from shardpipe.tasks import WriteReport
+
+
+def _distributed_client() -> Any | None:
+    if dask.config.get("scheduler", None) not in (None, "dask.distributed", "distributed"):
+        return None
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def _bar(total: int, show: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="shard", desc="shardpipe", disable=not show, dynamic_ncols=True)
+
+
+def _advance(bar: Any, report: WriteReport, done: list[int]) -> None:
+    done[0] += report.nbytes
+    bar.update(report.shards)
+    bar.set_postfix_str(f"{done[0] / 1e6:,.0f} MB written", refresh=False)
+
+
+class _LocalProgress(Callback):  # type: ignore[misc]
+    def __init__(self, bar: Any) -> None:
+        super().__init__()
+        self.bar = bar
+        self.done = [0]
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        name = key[0] if isinstance(key, tuple) else str(key)
+        if isinstance(result, WriteReport) and name.startswith(PUBLISHING_TASKS):
+            _advance(self.bar, result, self.done)
+
+
+def run_publishing(tasks: Sequence[Delayed], *, show: bool) -> list[WriteReport]:
+    """Compute every publishing task and return their reports, in order."""
+    client = _distributed_client()
+    with _bar(len(tasks), show) as bar:
+        if client is not None:
+            from distributed import as_completed
+
+            futures = client.compute(list(tasks))
+            position = {f.key: i for i, f in enumerate(futures)}
+            reports: list[WriteReport | None] = [None] * len(futures)
+            done = [0]
+            try:
+                for future, report in as_completed(futures, with_results=True):
+                    reports[position[future.key]] = report
+                    _advance(bar, report, done)
+            except BaseException:
+                client.cancel(futures)
+                raise
+            return [r for r in reports if r is not None]
+        with _LocalProgress(bar):
+            return list(dask.compute(*tasks))

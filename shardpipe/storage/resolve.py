@@ -1,0 +1,110 @@
+"""Turn what the caller passed as ``store`` into a zarr store and a shard backend.
+
+Accepted: a local path (``str`` or ``os.PathLike``), an fsspec URL such as
+``"s3://bucket/volume.zarr"`` (with ``storage_options``), a zarr ``Store``,
+or a zarr ``Group`` (the array goes at ``path`` inside the group).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+from zarr.storage import FsspecStore, LocalStore
+
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.zarr_store import ZarrShardStore
+
+
+@dataclass(frozen=True)
+class ResolvedStore:
+    """A write location as zarr sees it and as shardpipe writes it.
+
+    Parameters
+    ----------
+    zarr_store : zarr.abc.store.Store
+        Used for metadata and for reading back.
+    shards : ShardStore
+        Used by tasks to publish shards.
+    path : str
+        The array's path inside the store (``""`` for the root).
+    """
+
+    zarr_store: Store
+    shards: ShardStore
+    path: str
+
+    def key(self, relative: str) -> str:
+        """Return the store key of ``relative`` inside the array."""
+        return f"{self.path}/{relative}" if self.path else relative
+
+
+def _join(*parts: str | None) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def _s3_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
+    import s3fs
+
+    from shardpipe.storage.s3 import S3ShardStore
+
+    options = {k: v for k, v in storage_options.items() if k != "asynchronous"}
+    return S3ShardStore(s3fs.S3FileSystem(**options), root)
+
+
+def _backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore:
+    if isinstance(store, LocalStore):
+        return LocalShardStore(store.root, **local_options)
+    if isinstance(store, FsspecStore):
+        protocol = store.fs.protocol
+        protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+        if "s3" in protocols or "s3a" in protocols:
+            return _s3_backend(dict(store.fs.storage_options), store.path)
+        if "file" in protocols or "local" in protocols:
+            return LocalShardStore(store.path, **local_options)
+    return ZarrShardStore(store)
+
+
+def resolve_store(
+    store: Any, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> ResolvedStore:
+    """Resolve ``store`` (and ``path`` inside it) into a :class:`ResolvedStore`.
+
+    ``storage_options`` go to fsspec for URLs; for local paths the one option
+    is ``fsync`` (default True: every shard is made durable before it is
+    published).
+
+    Raises
+    ------
+    TypeError
+        If ``store`` is none of the accepted kinds.
+    """
+    options = dict(storage_options or {})
+    local_options = {"fsync": bool(options.pop("fsync", True))}
+    if isinstance(store, zarr.Group):
+        inner = store.store
+        return ResolvedStore(inner, _backend_for(inner, local_options), _join(store.path, path))
+    if isinstance(store, Store):
+        return ResolvedStore(store, _backend_for(store, local_options), _join(path))
+    if isinstance(store, str | os.PathLike):
+        text = os.fspath(store)
+        if "://" in text and not text.startswith("file://"):
+            fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)
+            return ResolvedStore(fs_store, _backend_for(fs_store, local_options), _join(path))
+        if options:
+            raise TypeError(
+                f"storage_options {sorted(options)} do not apply to the local path {text!r}; "
+                "the only option for local paths is 'fsync'"
+            )
+        local = os.path.abspath(text.removeprefix("file://"))
+        return ResolvedStore(
+            LocalStore(local, read_only=False), LocalShardStore(local, **local_options), _join(path)
+        )
+    raise TypeError(
+        f"store must be a local path, an fsspec URL, a zarr Store or a zarr Group, "
+        f"got {type(store).__name__}"
+    )

@@ -1,0 +1,269 @@
+"""S3 backend: one PUT per whole shard, one multipart upload per shard written in parts.
+
+* ``put`` is a single ``PutObject``: the object appears at its key in one
+  step, readers see the old object or the new one.
+* A shard written in parts is one S3 multipart upload. Part number 1 is
+  reserved for the head, the tasks' parts ``0, 1, ...`` become part numbers
+  ``2, 3, ...`` and the tail (the index when it goes at the end) takes the
+  last part number, 10,000. ``CompleteMultipartUpload`` publishes the shard
+  atomically; until then nothing is visible at the key. Re-uploading a part
+  number replaces the earlier upload, so retried tasks are idempotent.
+* S3 refuses parts under 5 MiB except the last one. When the index goes at
+  the start, ``head_size`` therefore reserves at least 5 MiB: the index is
+  followed by unused padding up to the first chunk, which the sharding
+  specification allows (chunk offsets in the index point past it).
+
+Every botocore call goes through ``S3FileSystem.call_s3`` and so through
+s3fs's retries; a fault that survives them is raised as ``StorageError``
+naming the key (the original exception is its ``__cause__``), except that
+an absent object is ``None`` for ``get``/``size`` and ``FileNotFoundError``
+for ``get_range``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Buffer, Iterator, Sequence
+from typing import Any
+
+import s3fs
+
+from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore, StorageError
+
+_HEAD_PART = 1
+_FIRST_PART = 2
+_TAIL_PART = 10_000
+
+
+def _join(buffers: Sequence[Buffer]) -> bytes:
+    return b"".join(memoryview(b).cast("B") for b in buffers)
+
+
+class S3ShardStore(ShardStore):
+    """Shards as objects under ``bucket/prefix`` on S3 (or an S3-compatible server).
+
+    Parameters
+    ----------
+    fs : s3fs.S3FileSystem
+        The file system; its credentials, endpoint and retry settings are used.
+    root : str
+        ``"bucket"`` or ``"bucket/prefix"`` (an ``s3://`` scheme is accepted);
+        keys are relative to it.
+
+    Attributes
+    ----------
+    clock_skew : float
+        Seconds ``cleanup`` reaches back before ``since``, for clocks that
+        disagree between the client and the server.
+
+    Notes
+    -----
+    ``max_parts`` counts the tasks' parts: the head and the tail take the two
+    remaining part numbers of S3's 10,000.
+    """
+
+    min_part_size = 5 * 2**20
+    max_parts = _TAIL_PART - 2
+    clock_skew = 5.0
+    _page_size = 1000
+
+    def __init__(self, fs: s3fs.S3FileSystem, root: str) -> None:
+        root = root.removeprefix("s3://").strip("/")
+        bucket, _, prefix = root.partition("/")
+        if not bucket:
+            raise ValueError(f"S3 root {root!r} names no bucket")
+        self.fs = fs
+        self.bucket = bucket
+        self.prefix = f"{prefix}/" if prefix else ""
+
+    def __repr__(self) -> str:
+        return f"S3ShardStore({self.bucket + '/' + self.prefix.rstrip('/')!r})"
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key
+
+    def _call(self, method: str, key: str, **kwargs: Any) -> dict[str, Any]:
+        """Run one botocore call (with s3fs's retries) on ``key``; wrap faults in StorageError."""
+        try:
+            result: dict[str, Any] = self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
+        except Exception as err:
+            raise StorageError(
+                f"S3 {method} of s3://{self.bucket}/{self._key(key)} failed: {err!r}"
+            ) from err
+        return result
+
+    # -- whole objects -------------------------------------------------------
+    def put(self, key: str, buffers: Sequence[Buffer]) -> None:
+        """Publish the concatenation of ``buffers`` at ``key`` with one ``PutObject``."""
+        self._call("put_object", key, Key=self._key(key), Body=_join(buffers))
+        self.fs.invalidate_cache(f"{self.bucket}/{self._key(key)}")
+
+    def _cat(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        path = f"{self.bucket}/{self._key(key)}"
+        try:
+            data: bytes = self.fs.cat_file(path, start=start, end=end)
+        except FileNotFoundError:
+            raise
+        except Exception as err:
+            raise StorageError(f"S3 GET of s3://{path} failed: {err!r}") from err
+        return data
+
+    def get(self, key: str) -> bytes | None:
+        """Return the bytes at ``key``, or ``None`` when absent."""
+        try:
+            return self._cat(key)
+        except FileNotFoundError:
+            return None
+
+    def get_range(self, key: str, start: int, stop: int) -> bytes:
+        """Return ``[start, stop)`` of the object at ``key`` with one ranged GET."""
+        if not 0 <= start <= stop:
+            raise ValueError(f"invalid byte range [{start}, {stop}) of {key!r}")
+        # an empty Range header would be ignored by S3 and return the whole object
+        return b"" if start == stop else self._cat(key, start, stop)
+
+    def size(self, key: str) -> int | None:
+        """Return the size of the object at ``key``, or ``None`` when absent."""
+        try:
+            head = self._call("head_object", key, Key=self._key(key))
+        except StorageError as err:
+            if isinstance(err.__cause__, FileNotFoundError):
+                return None
+            raise
+        return int(head["ContentLength"])
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` if present."""
+        self._call("delete_object", key, Key=self._key(key))
+        self.fs.invalidate_cache(f"{self.bucket}/{self._key(key)}")
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """Iterate over the keys that start with ``prefix`` (a plain string prefix)."""
+        kwargs: dict[str, Any] = {"Prefix": self._key(prefix), "MaxKeys": self._page_size}
+        while True:
+            page = self._call("list_objects_v2", prefix, **kwargs)
+            for obj in page.get("Contents", []):
+                yield obj["Key"][len(self.prefix) :]
+            if not page.get("IsTruncated"):
+                return
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    # -- parts ---------------------------------------------------------------
+    def head_size(self, index_nbytes: int) -> int:
+        """Bytes reserved before the first part: the index padded to at least 5 MiB.
+
+        S3 refuses a part under 5 MiB unless it is the last, so the head (part
+        1) is padded; the padding is unused space between the index and the
+        first chunk, which the sharding specification allows.
+        """
+        return max(index_nbytes, self.min_part_size)
+
+    def begin_parts(self, key: str, staging: str) -> PartsHandle:
+        """Create the multipart upload of ``key``; ``staging`` is not needed on S3."""
+        upload = self._call("create_multipart_upload", key, Key=self._key(key))
+        return PartsHandle(key, str(upload["UploadId"]))
+
+    def _upload(self, handle: PartsHandle, part_number: int, body: bytes) -> str:
+        result = self._call(
+            "upload_part",
+            handle.key,
+            Key=self._key(handle.key),
+            UploadId=handle.staging,
+            PartNumber=part_number,
+            Body=body,
+        )
+        return str(result["ETag"])
+
+    def write_part(self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]) -> PartReceipt:
+        """Upload part ``number`` as S3 part number ``number + 2`` (replacing an earlier try).
+
+        Every part but the shard's last must be at least ``min_part_size`` bytes.
+        """
+        if not 0 <= number < self.max_parts:
+            raise ValueError(f"part number {number} of {handle.key!r} not in [0, {self.max_parts})")
+        body = _join(buffers)
+        etag = self._upload(handle, number + _FIRST_PART, body)
+        return PartReceipt(number, len(body), etag)
+
+    def finish_parts(
+        self, handle: PartsHandle, receipts: Sequence[PartReceipt], head: bytes, tail: bytes
+    ) -> None:
+        """Upload head (part 1) and tail (part 10,000), then complete the upload.
+
+        ``head`` must be ``head_size(...)`` bytes long (index plus padding) or
+        empty. With no receipts and an empty head and tail the upload is aborted.
+        """
+        by_number: dict[int, PartReceipt] = {}
+        for receipt in receipts:
+            if receipt.etag is None:
+                raise ValueError(f"receipt of part {receipt.number} of {handle.key!r} has no ETag")
+            if by_number.setdefault(receipt.number, receipt) != receipt:
+                raise ValueError(f"conflicting receipts for part {receipt.number} of {handle.key!r}")
+        parts = [
+            {"PartNumber": n + _FIRST_PART, "ETag": r.etag} for n, r in sorted(by_number.items())
+        ]
+        if head:
+            parts.insert(0, {"PartNumber": _HEAD_PART, "ETag": self._upload(handle, _HEAD_PART, head)})
+        if tail:
+            parts.append({"PartNumber": _TAIL_PART, "ETag": self._upload(handle, _TAIL_PART, tail)})
+        if not parts:
+            self.abort_parts(handle)
+            return
+        self._call(
+            "complete_multipart_upload",
+            handle.key,
+            Key=self._key(handle.key),
+            UploadId=handle.staging,
+            MultipartUpload={"Parts": parts},
+        )
+        self.fs.invalidate_cache(f"{self.bucket}/{self._key(handle.key)}")
+
+    def abort_parts(self, handle: PartsHandle) -> None:
+        """Abort the multipart upload of ``handle`` (nothing to do if it is already gone)."""
+        self._abort(handle.key, self._key(handle.key), handle.staging)
+
+    def _abort(self, key: str, full_key: str, upload_id: str) -> bool:
+        """Abort one upload; False when the server no longer knows it."""
+        try:
+            self._call("abort_multipart_upload", key, Key=full_key, UploadId=upload_id)
+        except StorageError as err:
+            if isinstance(err.__cause__, FileNotFoundError):  # NoSuchUpload
+                return False
+            raise
+        return True
+
+    def cleanup(self, staging: str, shard_prefix: str, *, since: float | None = None) -> int:
+        """Abort the unfinished multipart uploads under ``shard_prefix``.
+
+        Parameters
+        ----------
+        staging : str
+            Unused on S3 (the parts live in the uploads themselves).
+        shard_prefix : str
+            Key prefix of the array's shards; uploads of keys starting with it
+            are candidates.
+        since : float, optional
+            POSIX time the write started: only uploads initiated at or after
+            ``since - clock_skew`` are aborted. All candidates when None.
+
+        Returns
+        -------
+        int
+            How many uploads were aborted.
+        """
+        cutoff = None if since is None else since - self.clock_skew
+        kwargs: dict[str, Any] = {"Prefix": self._key(shard_prefix), "MaxUploads": self._page_size}
+        found: list[tuple[str, str]] = []
+        while True:
+            page = self._call("list_multipart_uploads", shard_prefix, **kwargs)
+            for upload in page.get("Uploads", []):
+                if cutoff is None or upload["Initiated"].timestamp() >= cutoff:
+                    found.append((upload["Key"], upload["UploadId"]))
+            if not page.get("IsTruncated"):
+                break
+            kwargs["KeyMarker"] = page["NextKeyMarker"]
+            kwargs["UploadIdMarker"] = page["NextUploadIdMarker"]
+        aborted = 0
+        for full_key, upload_id in found:
+            aborted += self._abort(full_key[len(self.prefix) :], full_key, upload_id)
+        return aborted
+
