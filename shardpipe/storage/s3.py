@@ -11,7 +11,9 @@
 * S3 refuses parts under 5 MiB except the last one. When the index goes at
   the start, ``head_size`` therefore reserves at least 5 MiB: the index is
   followed by unused padding up to the first chunk, which the sharding
-  specification allows (chunk offsets in the index point past it).
+  specification allows (chunk offsets in the index point past it). When the
+  index goes at the end, the tail is the last part, so every task's part,
+  the shard's last one included, needs 5 MiB.
 
 Every botocore call goes through ``S3FileSystem.call_s3`` and so through
 s3fs's retries; a fault that survives them is raised as ``StorageError``
@@ -173,7 +175,9 @@ class S3ShardStore(ShardStore):
         )
         return str(result["ETag"])
 
-    def write_part(self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]) -> PartReceipt:
+    def write_part(
+        self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
+    ) -> PartReceipt:
         """Upload part ``number`` as S3 part number ``number + 2`` (replacing an earlier try).
 
         Every part but the shard's last must be at least ``min_part_size`` bytes.
@@ -189,25 +193,33 @@ class S3ShardStore(ShardStore):
     ) -> None:
         """Upload head (part 1) and tail (part 10,000), then complete the upload.
 
-        ``head`` must be ``head_size(...)`` bytes long (index plus padding) or
-        empty. With no receipts and an empty head and tail the upload is aborted.
+        ``head`` is empty or ``head_size(...)`` bytes (index plus padding). Every
+        part but the last, the tail included, must have ``min_part_size`` bytes:
+        with the index at the end, all the tasks' parts need 5 MiB. With no
+        receipts and an empty head and tail the upload is aborted. On failure
+        the upload stays open for ``abort_parts`` or ``cleanup``.
         """
         by_number: dict[int, PartReceipt] = {}
         for receipt in receipts:
-            if receipt.etag is None:
-                raise ValueError(f"receipt of part {receipt.number} of {handle.key!r} has no ETag")
-            if by_number.setdefault(receipt.number, receipt) != receipt:
-                raise ValueError(f"conflicting receipts for part {receipt.number} of {handle.key!r}")
-        parts = [
-            {"PartNumber": n + _FIRST_PART, "ETag": r.etag} for n, r in sorted(by_number.items())
-        ]
-        if head:
-            parts.insert(0, {"PartNumber": _HEAD_PART, "ETag": self._upload(handle, _HEAD_PART, head)})
-        if tail:
-            parts.append({"PartNumber": _TAIL_PART, "ETag": self._upload(handle, _TAIL_PART, tail)})
-        if not parts:
+            if receipt.etag is None or by_number.setdefault(receipt.number, receipt) != receipt:
+                raise ValueError(f"missing ETag or conflicting receipts in {receipts!r}")
+        ordered = [by_number[n] for n in sorted(by_number)]
+        sizes = [len(head)] * bool(head) + [r.size for r in ordered] + [len(tail)] * bool(tail)
+        if not sizes:
             self.abort_parts(handle)
             return
+        if any(size < self.min_part_size for size in sizes[:-1]):
+            raise ValueError(
+                f"S3 needs {self.min_part_size} bytes in every part but the last of "
+                f"{handle.key!r}; the parts have {sizes} bytes (head and tail included)"
+            )
+        parts = [{"PartNumber": r.number + _FIRST_PART, "ETag": r.etag} for r in ordered]
+        if head:
+            parts.insert(
+                0, {"PartNumber": _HEAD_PART, "ETag": self._upload(handle, _HEAD_PART, head)}
+            )
+        if tail:
+            parts.append({"PartNumber": _TAIL_PART, "ETag": self._upload(handle, _TAIL_PART, tail)})
         self._call(
             "complete_multipart_upload",
             handle.key,
@@ -266,4 +278,3 @@ class S3ShardStore(ShardStore):
         for full_key, upload_id in found:
             aborted += self._abort(full_key[len(self.prefix) :], full_key, upload_id)
         return aborted
-

@@ -1,0 +1,203 @@
+"""``verify``: check every shard of a sharded Zarr v3 array.
+
+For each shard object: the index has the right size and its CRC32C
+matches; every stored inner chunk lies inside the object and outside the
+index; no two chunks overlap; an entry is either fully empty or fully set;
+and every stored chunk decodes to an inner chunk of the right shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import BytesCodec, Crc32cCodec
+from zarr.core.metadata.v3 import ArrayV3Metadata
+
+from shardpipe.core.grid import ShardLayout
+from shardpipe.core.shard_format import EMPTY, ShardFormatError, ShardIndex, shard_index_range
+from shardpipe.encoding import ChunkCodec, sharding_codec_of
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.resolve import resolve_store
+
+WHOLE_READ_LIMIT = 256 << 20
+"""Shards up to this size are read in one request; larger ones by ranges."""
+
+
+@dataclass
+class ShardCheck:
+    """The outcome of checking one shard object."""
+
+    key: str
+    present: bool = False
+    nbytes: int = 0
+    chunks_stored: int = 0
+    unused_bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of :func:`verify`.
+
+    Attributes
+    ----------
+    shards : list of ShardCheck
+        One entry per shard of the grid.
+    """
+
+    shards: list[ShardCheck]
+
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        """Every ``(key, problem)`` found."""
+        return [(s.key, p) for s in self.shards for p in s.problems]
+
+    @property
+    def ok(self) -> bool:
+        """Whether no problem was found."""
+        return not self.problems
+
+    def __str__(self) -> str:
+        present = [s for s in self.shards if s.present]
+        lines = [
+            f"shards: {len(self.shards)} in grid, {len(present)} present, "
+            f"{len(self.shards) - len(present)} absent (read as fill value)",
+            f"inner chunks stored: {sum(s.chunks_stored for s in present)}",
+            f"bytes: {sum(s.nbytes for s in present)} "
+            f"({sum(s.unused_bytes for s in present)} unused)",
+        ]
+        bad = [s for s in self.shards if s.problems]
+        lines.append(f"problems: {len(self.problems)} in {len(bad)} shard(s)")
+        for key, problem in self.problems[:50]:
+            lines.append(f"  {key}: {problem}")
+        if len(self.problems) > 50:
+            lines.append(f"  ... and {len(self.problems) - 50} more")
+        lines.append("OK" if self.ok else "FAILED")
+        return "\n".join(lines)
+
+
+def _value(setting: Any) -> str:
+    """The string value of a zarr setting that is an enum in some versions."""
+    return str(getattr(setting, "value", setting))
+
+
+def _index_codecs(metadata: ArrayV3Metadata) -> tuple[bool, str]:
+    """Return ``(has_crc32c, endian)`` of the index codecs, or raise."""
+    codecs = sharding_codec_of(metadata).index_codecs
+    if not codecs or not isinstance(codecs[0], BytesCodec):
+        raise ShardFormatError(f"unsupported index codecs {codecs}")
+    rest = codecs[1:]
+    if len(rest) > 1 or (rest and not isinstance(rest[0], Crc32cCodec)):
+        raise ShardFormatError(f"unsupported index codecs {codecs}")
+    return bool(rest), "big" if _value(codecs[0].endian) == "big" else "little"
+
+
+def _check_entries(check: ShardCheck, index: ShardIndex, index_range: tuple[int, int]) -> None:
+    offsets, lengths = index.entries[:, 0], index.entries[:, 1]
+    half = (offsets == EMPTY) != (lengths == EMPTY)
+    for slot in np.flatnonzero(half):
+        check.problems.append(f"slot {slot}: only one of offset/nbytes is the empty marker")
+    stored = np.flatnonzero(index.stored() & ~half)
+    check.chunks_stored = len(stored)
+    starts, stops = offsets[stored], offsets[stored] + lengths[stored]
+    for slot, start, stop in zip(stored, starts, stops, strict=True):
+        if stop > check.nbytes or stop < start:
+            check.problems.append(
+                f"slot {slot}: range [{start}, {stop}) lies outside the {check.nbytes}-byte shard"
+            )
+        elif start < index_range[1] and stop > index_range[0]:
+            check.problems.append(f"slot {slot}: range [{start}, {stop}) overlaps the index")
+    order = np.argsort(starts, kind="stable")
+    for a, b in zip(order[:-1], order[1:], strict=True):
+        if stops[a] > starts[b]:
+            check.problems.append(f"slots {stored[a]} and {stored[b]} overlap")
+    used = int(lengths[stored].sum()) + (index_range[1] - index_range[0])
+    check.unused_bytes = max(0, check.nbytes - used)
+
+
+def check_shard(
+    store: ShardStore, key: str, layout: ShardLayout, codec: ChunkCodec, metadata: ArrayV3Metadata
+) -> ShardCheck:
+    """Check the shard object at ``key``."""
+    check = ShardCheck(key)
+    size = store.size(key)
+    if size is None:
+        return check
+    check.present, check.nbytes = True, size
+    sharding = sharding_codec_of(metadata)
+    n_slots = layout.n_chunks_per_shard
+    try:
+        checksum, endian = _index_codecs(metadata)
+        location = "start" if _value(sharding.index_location) == "start" else "end"
+        index_range = shard_index_range(size, n_slots, location, checksum=checksum)
+        whole = store.get(key) if size <= WHOLE_READ_LIMIT else None
+
+        def read(start: int, stop: int) -> bytes:
+            return whole[start:stop] if whole is not None else store.get_range(key, start, stop)
+
+        index = ShardIndex.decode(read(*index_range), n_slots, checksum=checksum, endian=endian)
+    except ShardFormatError as err:
+        check.problems.append(str(err))
+        return check
+    _check_entries(check, index, index_range)
+    if check.problems:
+        return check
+    for slot in np.flatnonzero(index.stored()):
+        start, nbytes = (int(v) for v in index.entries[slot])
+        try:
+            chunk = codec.decode(read(start, start + nbytes))
+        except Exception as err:  # any codec failure is a finding, not a crash
+            check.problems.append(f"slot {slot}: inner chunk does not decode ({err})")
+            continue
+        if chunk.shape != layout.chunk_shape:
+            check.problems.append(f"slot {slot}: decodes to shape {chunk.shape}")
+    return check
+
+
+def _shard_checks(target: Any, metadata: ArrayV3Metadata, workers: int) -> Iterator[ShardCheck]:
+    sharding = sharding_codec_of(metadata)
+    shard_shape = tuple(metadata.chunk_grid.chunk_shape)  # type: ignore[attr-defined]
+    layout = ShardLayout(tuple(metadata.shape), shard_shape, tuple(sharding.chunk_shape))
+    codec = ChunkCodec.from_metadata(metadata)
+    keys = [target.key(metadata.encode_chunk_key(c)) for c in layout.shard_coords()]
+    with ThreadPoolExecutor(workers) as pool:
+        yield from pool.map(lambda k: check_shard(target.shards, k, layout, codec, metadata), keys)
+
+
+def verify(
+    store: Any,
+    path: str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    workers: int = 8,
+) -> VerifyReport:
+    """Check every shard of the sharded array at ``path`` in ``store``.
+
+    Parameters
+    ----------
+    store : str, os.PathLike, zarr Store or zarr Group
+        Where the array is, as for :func:`~shardpipe.to_sharded_zarr`.
+    path : str, optional
+        Path of the array inside ``store``.
+    storage_options : dict, optional
+        fsspec options for URLs.
+    workers : int
+        Shards checked concurrently.
+
+    Returns
+    -------
+    VerifyReport
+        ``report.ok`` is False when any shard has a problem; ``str(report)``
+        is a short human-readable summary.
+    """
+    target = resolve_store(store, path, storage_options)
+    array = zarr.open_array(target.zarr_store, path=target.path or None, mode="r")
+    metadata = array.metadata
+    if not isinstance(metadata, ArrayV3Metadata):
+        raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
+    return VerifyReport(list(_shard_checks(target, metadata, workers)))
