@@ -8,7 +8,7 @@ Dask scheduler. Task names read well on the dashboard::
     begin-shard    start a shard written in parts (staging / multipart upload)
     write-part     encode (or gather) one part of a large shard and write it
     stamp-shard    write a large shard's index and publish it atomically
-    write-done     add up the reports
+    write-done     remove the staging area, add up the reports
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from shardpipe.tasks import (
     WriteTarget,
     begin_shard,
     encode_piece,
+    finish_write,
     stamp_shard,
-    summarize,
     write_part,
     write_shard,
 )
@@ -105,5 +105,7 @@ def build_write_graph(
             for part in shard.parts
         ]
         publishing.append(call(stamp_shard, "stamp-shard", target_d, handle, *reports))
-    result = dask.delayed(summarize, pure=True)(*publishing, dask_key_name=f"write-done-{token}")
+    result = dask.delayed(finish_write, pure=True)(
+        target_d, *publishing, dask_key_name=f"write-done-{token}"
+    )
     return WriteGraph(result, publishing)

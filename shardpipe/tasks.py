@@ -225,6 +225,12 @@ def stamp_shard(
     return WriteReport(shards=1, nbytes=nbytes, chunks_stored=sum(len(m.slots) for m in manifests))
 
 
+def finish_write(target: WriteTarget, *reports: WriteReport) -> WriteReport:
+    """Remove the write's staging area and add up the reports."""
+    target.store.discard_staging(target.staging)
+    return summarize(*reports)
+
+
 def summarize(*reports: WriteReport) -> WriteReport:
     """Add up the reports of all publishing tasks."""
     return WriteReport(

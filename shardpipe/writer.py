@@ -183,6 +183,7 @@ def to_sharded_zarr(
     except BaseException:
         cleanup_write(target, write_target.staging, since=started)
         raise
+    target.shards.discard_staging(write_target.staging)
     return zarr.open_array(target.zarr_store, path=target.path or None, mode="r+")
 
 

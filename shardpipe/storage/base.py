@@ -135,6 +135,9 @@ class ShardStore(ABC):
         """Discard whatever was written for ``handle``."""
         raise PartsNotSupportedError(type(self).__name__)
 
+    def discard_staging(self, staging: str) -> None:
+        """Remove the (by now empty) staging area of a write that succeeded."""
+
     def cleanup(self, staging: str, shard_prefix: str, *, since: float | None = None) -> int:
         """Remove every leftover of the write whose staging prefix is ``staging``.
 

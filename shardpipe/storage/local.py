@@ -197,17 +197,18 @@ class LocalShardStore(ShardStore):
         """Remove the staging folder of ``handle``."""
         shutil.rmtree(self._path(handle.staging), ignore_errors=True)
 
+    def discard_staging(self, staging: str) -> None:
+        """Remove the staging folder of a finished write, and its parent if empty."""
+        folder = self._path(staging)
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # still in use by another write, or gone
+            os.rmdir(os.path.dirname(folder))
+
     def cleanup(self, staging: str, shard_prefix: str, *, since: float | None = None) -> int:
         """Remove the staging folder and temporary files a failed write left."""
-        removed = 0
         folder = self._path(staging)
-        if os.path.isdir(folder):
-            removed += sum(len(files) for _, _, files in os.walk(folder))
-            shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            parent = os.path.dirname(folder)
-            if not os.listdir(parent):
-                os.rmdir(parent)
+        removed = sum(len(files) for _, _, files in os.walk(folder))
+        self.discard_staging(staging)
         for key in self.list(shard_prefix):
             if key.endswith(_TMP_SUFFIX):
                 self.delete(key)

@@ -15,11 +15,10 @@
   index goes at the end, the tail is the last part, so every task's part,
   the shard's last one included, needs 5 MiB.
 
-Every botocore call goes through ``S3FileSystem.call_s3`` and so through
-s3fs's retries; a fault that survives them is raised as ``StorageError``
-naming the key (the original exception is its ``__cause__``), except that
-an absent object is ``None`` for ``get``/``size`` and ``FileNotFoundError``
-for ``get_range``.
+Botocore calls go through ``S3FileSystem.call_s3`` (s3fs's retries); a fault
+that survives them is a ``StorageError`` naming the key, with the original
+exception as ``__cause__``. An absent object is ``None`` for ``get``/``size``
+and ``FileNotFoundError`` for ``get_range``.
 """
 
 from __future__ import annotations
@@ -63,6 +62,7 @@ class S3ShardStore(ShardStore):
     remaining part numbers of S3's 10,000.
     """
 
+    supports_parts = True
     min_part_size = 5 * 2**20
     max_parts = _TAIL_PART - 2
     clock_skew = 5.0
@@ -78,13 +78,12 @@ class S3ShardStore(ShardStore):
         self.prefix = f"{prefix}/" if prefix else ""
 
     def __repr__(self) -> str:
-        return f"S3ShardStore({self.bucket + '/' + self.prefix.rstrip('/')!r})"
+        return f"S3ShardStore({f'{self.bucket}/{self.prefix}'.rstrip('/')!r})"
 
     def _key(self, key: str) -> str:
         return self.prefix + key
 
     def _call(self, method: str, key: str, **kwargs: Any) -> dict[str, Any]:
-        """Run one botocore call (with s3fs's retries) on ``key``; wrap faults in StorageError."""
         try:
             result: dict[str, Any] = self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
         except Exception as err:
@@ -103,8 +102,8 @@ class S3ShardStore(ShardStore):
         path = f"{self.bucket}/{self._key(key)}"
         try:
             data: bytes = self.fs.cat_file(path, start=start, end=end)
-        except FileNotFoundError:
-            raise
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"no S3 object s3://{path}: {err}") from err
         except Exception as err:
             raise StorageError(f"S3 GET of s3://{path} failed: {err!r}") from err
         return data
@@ -165,15 +164,8 @@ class S3ShardStore(ShardStore):
         return PartsHandle(key, str(upload["UploadId"]))
 
     def _upload(self, handle: PartsHandle, part_number: int, body: bytes) -> str:
-        result = self._call(
-            "upload_part",
-            handle.key,
-            Key=self._key(handle.key),
-            UploadId=handle.staging,
-            PartNumber=part_number,
-            Body=body,
-        )
-        return str(result["ETag"])
+        kwargs = {"Key": self._key(handle.key), "UploadId": handle.staging, "Body": body}
+        return str(self._call("upload_part", handle.key, PartNumber=part_number, **kwargs)["ETag"])
 
     def write_part(
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
@@ -202,30 +194,29 @@ class S3ShardStore(ShardStore):
         by_number: dict[int, PartReceipt] = {}
         for receipt in receipts:
             if receipt.etag is None or by_number.setdefault(receipt.number, receipt) != receipt:
-                raise ValueError(f"missing ETag or conflicting receipts in {receipts!r}")
+                raise ValueError(f"receipt {receipt!r} of {handle.key!r}: no ETag or a conflict")
         ordered = [by_number[n] for n in sorted(by_number)]
         sizes = [len(head)] * bool(head) + [r.size for r in ordered] + [len(tail)] * bool(tail)
         if not sizes:
             self.abort_parts(handle)
             return
-        if any(size < self.min_part_size for size in sizes[:-1]):
+        small = [i for i, size in enumerate(sizes[:-1]) if size < self.min_part_size]
+        if small:
             raise ValueError(
                 f"S3 needs {self.min_part_size} bytes in every part but the last of "
-                f"{handle.key!r}; the parts have {sizes} bytes (head and tail included)"
+                f"{handle.key!r}; part {small[0]} of {len(sizes)} (head and tail included) "
+                f"has {sizes[small[0]]}"
             )
-        parts = [{"PartNumber": r.number + _FIRST_PART, "ETag": r.etag} for r in ordered]
-        if head:
-            parts.insert(
-                0, {"PartNumber": _HEAD_PART, "ETag": self._upload(handle, _HEAD_PART, head)}
-            )
-        if tail:
-            parts.append({"PartNumber": _TAIL_PART, "ETag": self._upload(handle, _TAIL_PART, tail)})
+        parts: list[dict[str, Any]] = [
+            {"PartNumber": r.number + _FIRST_PART, "ETag": r.etag} for r in ordered
+        ]
+        for number, body in [(_HEAD_PART, head), (_TAIL_PART, tail)]:
+            if body:
+                parts.append({"PartNumber": number, "ETag": self._upload(handle, number, body)})
+        parts.sort(key=lambda part: part["PartNumber"])
+        kwargs = {"Key": self._key(handle.key), "UploadId": handle.staging}
         self._call(
-            "complete_multipart_upload",
-            handle.key,
-            Key=self._key(handle.key),
-            UploadId=handle.staging,
-            MultipartUpload={"Parts": parts},
+            "complete_multipart_upload", handle.key, MultipartUpload={"Parts": parts}, **kwargs
         )
         self.fs.invalidate_cache(f"{self.bucket}/{self._key(handle.key)}")
 
@@ -234,7 +225,6 @@ class S3ShardStore(ShardStore):
         self._abort(handle.key, self._key(handle.key), handle.staging)
 
     def _abort(self, key: str, full_key: str, upload_id: str) -> bool:
-        """Abort one upload; False when the server no longer knows it."""
         try:
             self._call("abort_multipart_upload", key, Key=full_key, UploadId=upload_id)
         except StorageError as err:

@@ -1,0 +1,44 @@
+"""Shared fixtures: hypothesis profiles, a Dask LocalCluster, the local S3 server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["tests.s3server"]
+
+settings.register_profile(
+    "ci",
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(
+    "thorough",
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def cluster_client() -> Iterator[object]:
+    """A ``distributed.Client`` on a LocalCluster of two worker processes."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            memory_limit="4GiB",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
