@@ -7,6 +7,7 @@ from shardpipe.errors import (
     StoreNotWritableError,
     VerificationError,
 )
+from shardpipe.verify import VerifyReport, verify
 from shardpipe.writer import to_sharded_zarr
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "ShardpipeError",
     "StoreNotWritableError",
     "VerificationError",
+    "VerifyReport",
     "to_sharded_zarr",
+    "verify",
 ]
 __version__ = "0.1.0"

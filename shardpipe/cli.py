@@ -53,7 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             report = verify(args.store, args.path, storage_options=options)
         except (OSError, ValueError, KeyError) as err:
             where = args.store + (f" (path {args.path!r})" if args.path else "")
-            print(f"shardpipe verify: cannot open a sharded array at {where}: {err}", file=sys.stderr)
+            print(
+                f"shardpipe verify: cannot open a sharded array at {where}: {err}", file=sys.stderr
+            )
             return 2
         print(report)
         return 0 if report.ok else 1

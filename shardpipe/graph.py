@@ -17,10 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
-from dask.delayed import Delayed
+from dask.delayed import Delayed, delayed
 
 from shardpipe.core.grid import Coords
 from shardpipe.core.plan import PartPlan, WritePlan
@@ -73,11 +72,14 @@ def build_write_graph(
         Unique id of this write, used in task names.
     """
     blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
-    target_d = dask.delayed(target, name=f"write-target-{token}")
+    target_d = delayed(target, name=f"write-target-{token}")
     counter = iter(range(1 << 62))
 
     def call(func: Callable[..., Any], name: str, *args: Any) -> Delayed:
-        return dask.delayed(func, pure=True)(*args, dask_key_name=(f"{name}-{token}", next(counter)))
+        task: Delayed = delayed(func, pure=True)(
+            *args, dask_key_name=(f"{name}-{token}", next(counter))
+        )
+        return task
 
     def inputs(coords: Coords, part: PartPlan) -> list[Any]:
         """Block and block box for a direct part, else the encoded pieces."""
@@ -85,7 +87,15 @@ def build_write_graph(
             b = part.blocks[0]
             return [blocks[b], plan.blocks.block_box(b)]
         pieces = [
-            call(encode_piece, "encode-piece", blocks[b], plan.blocks.block_box(b), target_d, coords, part)
+            call(
+                encode_piece,
+                "encode-piece",
+                blocks[b],
+                plan.blocks.block_box(b),
+                target_d,
+                coords,
+                part,
+            )
             for b in part.blocks
         ]
         return [None, None, *pieces]
@@ -96,16 +106,32 @@ def build_write_graph(
         if shard.is_single_part:
             part = shard.parts[0]
             publishing.append(
-                call(write_shard, "write-shard", target_d, shard.coords, key, part, *inputs(shard.coords, part))
+                call(
+                    write_shard,
+                    "write-shard",
+                    target_d,
+                    shard.coords,
+                    key,
+                    part,
+                    *inputs(shard.coords, part),
+                )
             )
             continue
         handle = call(begin_shard, "begin-shard", target_d, key)
         reports = [
-            call(write_part, "write-part", target_d, handle, shard.coords, part, *inputs(shard.coords, part))
+            call(
+                write_part,
+                "write-part",
+                target_d,
+                handle,
+                shard.coords,
+                part,
+                *inputs(shard.coords, part),
+            )
             for part in shard.parts
         ]
         publishing.append(call(stamp_shard, "stamp-shard", target_d, handle, *reports))
-    result = dask.delayed(finish_write, pure=True)(
+    result = delayed(finish_write, pure=True)(
         target_d, *publishing, dask_key_name=f"write-done-{token}"
     )
     return WriteGraph(result, publishing)

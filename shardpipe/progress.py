@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import dask
+from dask.base import compute
 from dask.callbacks import Callback
 from dask.delayed import Delayed
 
@@ -42,9 +43,9 @@ def _advance(bar: Any, report: WriteReport, done: list[int]) -> None:
     bar.set_postfix_str(f"{done[0] / 1e6:,.0f} MB written", refresh=False)
 
 
-class _LocalProgress(Callback):  # type: ignore[misc]
+class _LocalProgress(Callback):
     def __init__(self, bar: Any) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.bar = bar
         self.done = [0]
 
@@ -74,4 +75,4 @@ def run_publishing(tasks: Sequence[Delayed], *, show: bool) -> list[WriteReport]
                 raise
             return [r for r in reports if r is not None]
         with _LocalProgress(bar):
-            return list(dask.compute(*tasks))
+            return list(compute(*tasks))

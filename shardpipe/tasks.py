@@ -105,7 +105,9 @@ def encode_piece(
     return piece
 
 
-def _gather(target: WriteTarget, shard: Coords, part: PartPlan, pieces: tuple[Piece, ...]) -> list[tuple[int, Buffer]]:
+def _gather(
+    target: WriteTarget, shard: Coords, part: PartPlan, pieces: tuple[Piece, ...]
+) -> list[tuple[int, Buffer]]:
     """Assemble the chunks of ``part`` from pieces and encode those not yet encoded."""
     layout = target.layout
     encoded: dict[int, Buffer | None] = {}
@@ -148,7 +150,9 @@ def _encode_part(
         assert block_box is not None
         origin = tuple(start for start, _ in block_box)
         return _in_order(
-            target.layout, part, dict(_encode_from(target, shard, part.chunks.chunks(), block, origin))
+            target.layout,
+            part,
+            dict(_encode_from(target, shard, part.chunks.chunks(), block, origin)),
         )
     return _gather(target, shard, part, pieces)
 

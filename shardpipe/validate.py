@@ -32,7 +32,8 @@ def as_dask_array(arr: Any, shards: Shape | None) -> da.Array:
     if isinstance(arr, da.Array):
         return arr
     if isinstance(arr, np.ndarray):
-        return da.from_array(arr, chunks=shards if shards is not None else "auto")
+        wrapped: da.Array = da.from_array(arr, chunks=shards if shards is not None else "auto")
+        return wrapped
     raise InvalidArgumentError(
         "arr",
         f"expected a dask.array.Array or numpy.ndarray, got {type(arr).__name__}",
@@ -59,13 +60,15 @@ def _shape_param(name: str, value: Any, ndim: int) -> Shape | None:
         shape = tuple(int(v) for v in value)
     except (TypeError, ValueError):
         raise InvalidArgumentError(
-            name, f"expected a tuple of {ndim} integers, got {value!r}", f"Pass {name}=(n0, n1, ...)"
+            name,
+            f"expected a tuple of {ndim} integers, got {value!r}",
+            f"Pass {name}=(n0, n1, ...)",
         ) from None
     if len(shape) != ndim:
         raise InvalidArgumentError(
             name,
             f"{shape} has {len(shape)} dimensions but the array has {ndim}",
-            f"Give one size per array dimension",
+            "Give one size per array dimension",
         )
     if any(n <= 0 for n in shape):
         raise InvalidArgumentError(
@@ -122,7 +125,9 @@ def check_fill_value(fill_value: Any, dtype: np.dtype[Any]) -> None:
     except (TypeError, ValueError, OverflowError) as err:
         problem = f"{fill_value!r} cannot be stored as {dtype} ({err})"
     if problem:
-        raise InvalidArgumentError("fill_value", f"{problem} for dtype {dtype}", "Pick a value of the array's dtype")
+        raise InvalidArgumentError(
+            "fill_value", f"{problem} for dtype {dtype}", "Pick a value of the array's dtype"
+        )
 
 
 def check_index_location(index_location: Any) -> IndexLocation:
@@ -140,7 +145,9 @@ def check_max_mem(max_mem: Any) -> int:
     try:
         return parse_bytes(max_mem)
     except ValueError as err:
-        raise InvalidArgumentError("max_mem", str(err), "Pass bytes or a string like '2GB'") from None
+        raise InvalidArgumentError(
+            "max_mem", str(err), "Pass bytes or a string like '2GB'"
+        ) from None
 
 
 def build_metadata(**create_kwargs: Any) -> ArrayV3Metadata:

@@ -8,6 +8,7 @@ and every stored chunk decodes to an inner chunk of the right shape.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,7 +20,13 @@ from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.grid import ShardLayout
-from shardpipe.core.shard_format import EMPTY, ShardFormatError, ShardIndex, shard_index_range
+from shardpipe.core.shard_format import (
+    EMPTY,
+    IndexLocation,
+    ShardFormatError,
+    ShardIndex,
+    shard_index_range,
+)
 from shardpipe.encoding import ChunkCodec, sharding_codec_of
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import resolve_store
@@ -113,7 +120,7 @@ def _check_entries(check: ShardCheck, index: ShardIndex, index_range: tuple[int,
         elif start < index_range[1] and stop > index_range[0]:
             check.problems.append(f"slot {slot}: range [{start}, {stop}) overlaps the index")
     order = np.argsort(starts, kind="stable")
-    for a, b in zip(order[:-1], order[1:], strict=True):
+    for a, b in itertools.pairwise(order):
         if stops[a] > starts[b]:
             check.problems.append(f"slots {stored[a]} and {stored[b]} overlap")
     used = int(lengths[stored].sum()) + (index_range[1] - index_range[0])
@@ -133,7 +140,7 @@ def check_shard(
     n_slots = layout.n_chunks_per_shard
     try:
         checksum, endian = _index_codecs(metadata)
-        location = "start" if _value(sharding.index_location) == "start" else "end"
+        location: IndexLocation = "start" if _value(sharding.index_location) == "start" else "end"
         index_range = shard_index_range(size, n_slots, location, checksum=checksum)
         whole = store.get(key) if size <= WHOLE_READ_LIMIT else None
 
@@ -161,7 +168,10 @@ def check_shard(
 
 def _shard_checks(target: Any, metadata: ArrayV3Metadata, workers: int) -> Iterator[ShardCheck]:
     sharding = sharding_codec_of(metadata)
-    shard_shape = tuple(metadata.chunk_grid.chunk_shape)  # type: ignore[attr-defined]
+    grid_shape = getattr(metadata.chunk_grid, "chunk_shape", None)
+    if grid_shape is None:
+        raise ShardFormatError("verify needs a regular chunk grid")
+    shard_shape = tuple(int(n) for n in grid_shape)
     layout = ShardLayout(tuple(metadata.shape), shard_shape, tuple(sharding.chunk_shape))
     codec = ChunkCodec.from_metadata(metadata)
     keys = [target.key(metadata.encode_chunk_key(c)) for c in layout.shard_coords()]
@@ -196,7 +206,7 @@ def verify(
         is a short human-readable summary.
     """
     target = resolve_store(store, path, storage_options)
-    array = zarr.open_array(target.zarr_store, path=target.path or None, mode="r")
+    array = zarr.open_array(target.zarr_store, path=target.path, mode="r")
     metadata = array.metadata
     if not isinstance(metadata, ArrayV3Metadata):
         raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")

@@ -54,7 +54,7 @@ def to_sharded_zarr(
     max_mem: int | str = DEFAULT_MAX_MEM,
     progress: bool = False,
     compute: bool = True,
-) -> zarr.Array | Delayed:
+) -> zarr.Array[Any] | Delayed:
     """Write a Dask array to a Zarr v3 array sharded with ``sharding_indexed``.
 
     Every shard object has exactly one writing task; no locks are taken.
@@ -135,7 +135,9 @@ def to_sharded_zarr(
     """
     array = as_dask_array(arr, None)
     if array.ndim == 0:
-        raise InvalidArgumentError("arr", "a 0-dimensional array cannot be sharded", "Reshape it to (1,)")
+        raise InvalidArgumentError(
+            "arr", "a 0-dimensional array cannot be sharded", "Reshape it to (1,)"
+        )
     check_dtype(array.dtype)
     shard_shape, chunk_shape = resolve_shapes(array.shape, array.dtype.itemsize, shards, chunks)
     if not isinstance(arr, type(array)):
@@ -161,7 +163,9 @@ def to_sharded_zarr(
     plan = _plan(layout, BlockGrid(array.chunks), array.dtype.itemsize, budget, target)
     check_target(target, overwrite)
 
-    zarr.create_array(target.zarr_store, name=target.path or None, overwrite=overwrite, **create_kwargs)
+    zarr.create_array(
+        target.zarr_store, name=target.path or None, overwrite=overwrite, **create_kwargs
+    )
     token = uuid.uuid4().hex
     write_target = WriteTarget(
         store=target.shards,
@@ -184,7 +188,7 @@ def to_sharded_zarr(
         cleanup_write(target, write_target.staging, since=started)
         raise
     target.shards.discard_staging(write_target.staging)
-    return zarr.open_array(target.zarr_store, path=target.path or None, mode="r+")
+    return zarr.open_array(target.zarr_store, path=target.path, mode="r+")
 
 
 def _plan(

@@ -71,7 +71,7 @@ def test_object_dtype_is_refused(tmp_path: Path) -> None:
 def test_zero_dimensional_and_non_arrays_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="0-dimensional"):
         shardpipe.to_sharded_zarr(da.from_array(np.float32(1)), str(tmp_path / "x"))
-    with pytest.raises(InvalidArgumentError, match="dask.array.Array or numpy.ndarray"):
+    with pytest.raises(InvalidArgumentError, match=r"dask\.array\.Array or numpy\.ndarray"):
         shardpipe.to_sharded_zarr([1, 2, 3], str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import tempfile
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def _partition(draw: st.DrawFn, n: int) -> tuple[int, ...]:
     """A random split of ``n`` into positive block sizes."""
     cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=3))) if n > 1 else []
     edges = [0, *cuts, n]
-    return tuple(b - a for a, b in zip(edges[:-1], edges[1:], strict=True))
+    return tuple(b - a for a, b in itertools.pairwise(edges))
 
 
 def _values(draw: st.DrawFn, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:

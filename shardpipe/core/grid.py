@@ -228,7 +228,7 @@ class BlockGrid:
         for (start, stop), b in zip(box, self.bounds, strict=True):
             first = bisect_right(b, start) - 1
             last = bisect_right(b, stop - 1) - 1
-            ranges.append(range(first, last + 1))
+            ranges.append([i for i in range(first, last + 1) if b[i] < b[i + 1]])  # skip empty
         return itertools.product(*ranges)
 
     @property

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from shardpipe.errors import ShardpipeError
 from shardpipe.core.grid import (
     BlockGrid,
     Box,
@@ -41,6 +40,7 @@ from shardpipe.core.grid import (
     chunks_in_array,
     intersect,
 )
+from shardpipe.errors import ShardpipeError
 
 
 class PlanError(ShardpipeError, ValueError):
@@ -194,25 +194,17 @@ def _block_alignment(layout: ShardLayout, blocks: BlockGrid) -> Shape | None:
     return tuple(out)
 
 
-def _largest_fitting(limit: int, align: int | None) -> int:
-    """Largest count <= ``limit`` that tiles well with blocks of ``align`` chunks."""
-    if align is None or align <= 0:
-        return limit
-    if limit >= align:
-        return limit - limit % align
-    return max(d for d in range(1, limit + 1) if align % d == 0)
-
-
 def choose_part_chunks(
     layout: ShardLayout, itemsize: int, budget: int, align: Shape | None = None
 ) -> Shape:
     """Choose the shape, in inner chunks, of the parts a shard is split into.
 
-    Parts are slabs: the shard is cut along the first dimension first, then
-    the next, until a part's raw size fits ``budget``. Where Dask blocks are
-    regular multiples of the inner chunks (``align``, in chunks), part edges
-    fall on block edges whenever the budget allows, so that each part is fed
-    by a single block.
+    Where Dask blocks are regular multiples of the inner chunks (``align``,
+    the block shape in chunks) and one block fits ``budget``, parts are whole
+    blocks, grown block by block (last dimension first) while they fit, so
+    that each part is fed by a single block. Otherwise parts are slabs: the
+    shard is cut along the first dimension first, then the next, until a
+    part's raw size fits ``budget``.
 
     Raises
     ------
@@ -226,23 +218,32 @@ def choose_part_chunks(
             f"one inner chunk {layout.chunk_shape} is {chunk_bytes} bytes, more than the "
             f"per-part budget of {budget} bytes (max_mem / 3); raise max_mem or use smaller chunks"
         )
-    shape = list(layout.chunks_per_shard)
-    for d in range(layout.ndim):
+    per_shard = layout.chunks_per_shard
+    if math.prod(per_shard) <= max_chunks:
+        return per_shard
+    if align is not None:
+        shape = [min(a, n) for a, n in zip(align, per_shard, strict=True)]
         if math.prod(shape) <= max_chunks:
+            for d in reversed(range(layout.ndim)):
+                limit = min(per_shard[d], max_chunks // (math.prod(shape) // shape[d]))
+                if limit >= per_shard[d]:
+                    shape[d] = per_shard[d]
+                elif limit >= shape[d]:
+                    shape[d] = limit - limit % shape[d]
+            return tuple(shape)
+    slab = list(per_shard)
+    for d in range(layout.ndim):
+        if math.prod(slab) <= max_chunks:
             break
-        rest = math.prod(shape[d + 1 :])
-        limit = max(1, max_chunks // rest)
-        shape[d] = min(shape[d], _largest_fitting(limit, align[d] if align else None))
-    return tuple(shape)
+        slab[d] = max(1, min(slab[d], max_chunks // math.prod(slab[d + 1 :])))
+    return tuple(slab)
 
 
 def _tile(box: ChunkBox, step: Shape) -> Iterator[ChunkBox]:
     """Cut ``box`` into boxes of at most ``step`` chunks, in C order."""
     starts = [range(a, b, s) for a, b, s in zip(box.start, box.stop, step, strict=True)]
     for origin in itertools.product(*starts):
-        stop = tuple(
-            min(o + s, b) for o, s, b in zip(origin, step, box.stop, strict=True)
-        )
+        stop = tuple(min(o + s, b) for o, s, b in zip(origin, step, box.stop, strict=True))
         yield ChunkBox(start=tuple(origin), stop=stop)
 
 

@@ -75,7 +75,8 @@ class ShardIndex:
 
     def stored(self) -> np.ndarray:
         """Return a boolean mask of the slots that hold data."""
-        return ~((self.entries[:, 0] == EMPTY) & (self.entries[:, 1] == EMPTY))
+        mask: np.ndarray = ~((self.entries[:, 0] == EMPTY) & (self.entries[:, 1] == EMPTY))
+        return mask
 
     def encode(self) -> bytes:
         """Encode with the index codecs ``bytes`` (little endian) + ``crc32c``."""
@@ -118,7 +119,9 @@ def shard_index_range(
     """Return ``(start, stop)`` of the index inside a shard of ``shard_nbytes`` bytes."""
     size = index_nbytes(n_slots, checksum=checksum)
     if shard_nbytes < size:
-        raise ShardFormatError(f"shard of {shard_nbytes} bytes is too short for a {size}-byte index")
+        raise ShardFormatError(
+            f"shard of {shard_nbytes} bytes is too short for a {size}-byte index"
+        )
     return (0, size) if location == "start" else (shard_nbytes - size, shard_nbytes)
 
 

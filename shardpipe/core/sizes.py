@@ -52,7 +52,7 @@ def parse_bytes(value: int | str) -> int:
             raise ValueError(
                 f"cannot read {value!r} as a byte size; use an integer or a string like '2GB'"
             )
-        n = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        n = round(float(match.group(1)) * _UNITS[match.group(2).lower()])
     if n <= 0:
         raise ValueError(f"a byte size must be positive, got {value!r}")
     return n
@@ -90,11 +90,25 @@ def default_shard_shape(
     return tuple(c * k for c, k in zip(chunk_shape, counts, strict=True))
 
 
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small)]
+
+
 def default_chunk_shape_within(
     shard_shape: Shape, itemsize: int, target: int = DEFAULT_CHUNK_NBYTES
 ) -> Shape:
-    """Return an inner chunk shape of about ``target`` bytes that divides ``shard_shape``."""
+    """Return an inner chunk shape of about ``target`` bytes that divides ``shard_shape``.
+
+    Along each dimension, of the divisors of the shard size up to twice the
+    wanted side, the one nearest to it by ratio is taken: a prime shard side
+    near the wanted size is kept whole rather than cut into one-element
+    chunks.
+    """
     wanted = default_chunk_shape(shard_shape, itemsize, target)
-    return tuple(
-        max(d for d in range(1, w + 1) if s % d == 0) for s, w in zip(shard_shape, wanted, strict=True)
-    )
+    return tuple(_nearest_divisor(s, w) for s, w in zip(shard_shape, wanted, strict=True))
+
+
+def _nearest_divisor(n: int, wanted: int) -> int:
+    candidates = [d for d in _divisors(n) if d <= 2 * wanted]
+    return min(candidates, key=lambda d: abs(math.log(d / wanted)))

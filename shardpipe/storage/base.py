@@ -121,7 +121,9 @@ class ShardStore(ABC):
             "shard fits one task, or write to a local path or S3"
         )
 
-    def write_part(self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]) -> PartReceipt:
+    def write_part(
+        self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
+    ) -> PartReceipt:
         """Write part ``number`` (from 0) of the shard; safe to repeat."""
         raise PartsNotSupportedError(type(self).__name__)
 
@@ -137,6 +139,7 @@ class ShardStore(ABC):
 
     def discard_staging(self, staging: str) -> None:
         """Remove the (by now empty) staging area of a write that succeeded."""
+        return None
 
     def cleanup(self, staging: str, shard_prefix: str, *, since: float | None = None) -> int:
         """Remove every leftover of the write whose staging prefix is ``staging``.

@@ -165,7 +165,9 @@ class LocalShardStore(ShardStore):
         os.makedirs(self._path(folder), exist_ok=True)
         return PartsHandle(key, folder)
 
-    def write_part(self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]) -> PartReceipt:
+    def write_part(
+        self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
+    ) -> PartReceipt:
         """Write part ``number`` to its own staging file (replacing an earlier try)."""
         path = self._part_path(handle, number)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
