@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -181,11 +180,10 @@ def to_sharded_zarr(
     graph = build_write_graph(array, plan, write_target, key_of, token)
     if not compute:
         return graph.result
-    started = time.time()
     try:
         run_publishing(graph.publishing, show=progress)
     except BaseException:
-        cleanup_write(target, write_target.staging, since=started)
+        cleanup_write(target, write_target.staging)
         raise
     target.shards.discard_staging(write_target.staging)
     return zarr.open_array(target.zarr_store, path=target.path, mode="r+")
@@ -208,6 +206,6 @@ def _plan(
     return plan
 
 
-def cleanup_write(target: ResolvedStore, staging: str, *, since: float | None = None) -> int:
+def cleanup_write(target: ResolvedStore, staging: str) -> int:
     """Remove staging data and unfinished uploads left by a failed write."""
-    return target.shards.cleanup(staging, target.key("c"), since=since)
+    return target.shards.cleanup(staging, target.key("c"))

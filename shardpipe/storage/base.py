@@ -36,12 +36,15 @@ class PartsHandle:
     ----------
     key : str
         The shard's key.
+    upload : str
+        Backend-specific id of the parts (a staging folder on a file system,
+        a multipart upload id on an object store).
     staging : str
-        Backend-specific place of the parts (a staging key prefix on a file
-        system, a multipart upload id on an object store).
+        The write's staging prefix.
     """
 
     key: str
+    upload: str
     staging: str
 
 
@@ -141,7 +144,7 @@ class ShardStore(ABC):
         """Remove the (by now empty) staging area of a write that succeeded."""
         return None
 
-    def cleanup(self, staging: str, shard_prefix: str, *, since: float | None = None) -> int:
+    def cleanup(self, staging: str, shard_prefix: str) -> int:
         """Remove every leftover of the write whose staging prefix is ``staging``.
 
         Parameters
@@ -150,9 +153,6 @@ class ShardStore(ABC):
             The staging prefix the write used.
         shard_prefix : str
             Key prefix of the array's shards (``"<array path>/c"``).
-        since : float, optional
-            POSIX time the write started (object stores use it to tell
-            their unfinished uploads from others').
 
         Returns
         -------

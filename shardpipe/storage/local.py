@@ -157,13 +157,13 @@ class LocalShardStore(ShardStore):
 
     # -- parts ---------------------------------------------------------------
     def _part_path(self, handle: PartsHandle, number: int) -> str:
-        return os.path.join(self._path(handle.staging), f"part-{number:05d}")
+        return os.path.join(self._path(handle.upload), f"part-{number:05d}")
 
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Create the staging folder of the shard at ``key``."""
         folder = f"{staging}/{key.replace('/', '.')}"
         os.makedirs(self._path(folder), exist_ok=True)
-        return PartsHandle(key, folder)
+        return PartsHandle(key, folder, staging)
 
     def write_part(
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
@@ -197,7 +197,7 @@ class LocalShardStore(ShardStore):
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Remove the staging folder of ``handle``."""
-        shutil.rmtree(self._path(handle.staging), ignore_errors=True)
+        shutil.rmtree(self._path(handle.upload), ignore_errors=True)
 
     def discard_staging(self, staging: str) -> None:
         """Remove the staging folder of a finished write, and its parent if empty."""
@@ -206,7 +206,7 @@ class LocalShardStore(ShardStore):
         with contextlib.suppress(OSError):  # still in use by another write, or gone
             os.rmdir(os.path.dirname(folder))
 
-    def cleanup(self, staging: str, shard_prefix: str, *, since: float | None = None) -> int:
+    def cleanup(self, staging: str, shard_prefix: str) -> int:
         """Remove the staging folder and temporary files a failed write left."""
         folder = self._path(staging)
         removed = sum(len(files) for _, _, files in os.walk(folder))

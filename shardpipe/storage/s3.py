@@ -15,6 +15,11 @@
   index goes at the end, the tail is the last part, so every task's part,
   the shard's last one included, needs 5 MiB.
 
+Each upload started is recorded in a small marker object under the write's
+staging prefix (its UploadId and shard key); finishing or aborting removes
+it, and ``cleanup`` aborts exactly the uploads its markers name, so a failed
+write leaves no open upload and never touches another writer's.
+
 Botocore calls go through ``S3FileSystem.call_s3`` (s3fs's retries); a fault
 that survives them is a ``StorageError`` naming the key, with the original
 exception as ``__cause__``. An absent object is ``None`` for ``get``/``size``
@@ -23,6 +28,7 @@ and ``FileNotFoundError`` for ``get_range``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Buffer, Iterator, Sequence
 from typing import Any
 
@@ -33,6 +39,7 @@ from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore, Storage
 _HEAD_PART = 1
 _FIRST_PART = 2
 _TAIL_PART = 10_000
+_MARKER_SUFFIX = ".upload"
 
 
 def _join(buffers: Sequence[Buffer]) -> bytes:
@@ -50,12 +57,6 @@ class S3ShardStore(ShardStore):
         ``"bucket"`` or ``"bucket/prefix"`` (an ``s3://`` scheme is accepted);
         keys are relative to it.
 
-    Attributes
-    ----------
-    clock_skew : float
-        Seconds ``cleanup`` reaches back before ``since``, for clocks that
-        disagree between the client and the server.
-
     Notes
     -----
     ``max_parts`` counts the tasks' parts: the head and the tail take the two
@@ -65,7 +66,6 @@ class S3ShardStore(ShardStore):
     supports_parts = True
     min_part_size = 5 * 2**20
     max_parts = _TAIL_PART - 2
-    clock_skew = 5.0
     _page_size = 1000
 
     def __init__(self, fs: s3fs.S3FileSystem, root: str) -> None:
@@ -158,13 +158,18 @@ class S3ShardStore(ShardStore):
         """
         return max(index_nbytes, self.min_part_size)
 
+    def _marker(self, staging: str, key: str) -> str:
+        """Key of the object recording the upload of ``key`` (its id, then the key)."""
+        return f"{staging}/{hashlib.sha1(key.encode()).hexdigest()}{_MARKER_SUFFIX}"
+
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """Create the multipart upload of ``key``; ``staging`` is not needed on S3."""
-        upload = self._call("create_multipart_upload", key, Key=self._key(key))
-        return PartsHandle(key, str(upload["UploadId"]))
+        """Create the multipart upload of ``key`` and record it under ``staging``."""
+        upload_id = str(self._call("create_multipart_upload", key, Key=self._key(key))["UploadId"])
+        self.put(self._marker(staging, key), [f"{upload_id}\n{key}".encode()])
+        return PartsHandle(key, upload_id, staging)
 
     def _upload(self, handle: PartsHandle, part_number: int, body: bytes) -> str:
-        kwargs = {"Key": self._key(handle.key), "UploadId": handle.staging, "Body": body}
+        kwargs = {"Key": self._key(handle.key), "UploadId": handle.upload, "Body": body}
         return str(self._call("upload_part", handle.key, PartNumber=part_number, **kwargs)["ETag"])
 
     def write_part(
@@ -214,15 +219,17 @@ class S3ShardStore(ShardStore):
             if body:
                 parts.append({"PartNumber": number, "ETag": self._upload(handle, number, body)})
         parts.sort(key=lambda part: part["PartNumber"])
-        kwargs = {"Key": self._key(handle.key), "UploadId": handle.staging}
+        kwargs = {"Key": self._key(handle.key), "UploadId": handle.upload}
         self._call(
             "complete_multipart_upload", handle.key, MultipartUpload={"Parts": parts}, **kwargs
         )
         self.fs.invalidate_cache(f"{self.bucket}/{self._key(handle.key)}")
+        self.delete(self._marker(handle.staging, handle.key))
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Abort the multipart upload of ``handle`` (nothing to do if it is already gone)."""
-        self._abort(handle.key, self._key(handle.key), handle.staging)
+        self._abort(handle.key, self._key(handle.key), handle.upload)
+        self.delete(self._marker(handle.staging, handle.key))
 
     def _abort(self, key: str, full_key: str, upload_id: str) -> bool:
         try:
@@ -233,38 +240,23 @@ class S3ShardStore(ShardStore):
             raise
         return True
 
-    def cleanup(self, staging: str, shard_prefix: str, *, since: float | None = None) -> int:
-        """Abort the unfinished multipart uploads under ``shard_prefix``.
+    def cleanup(self, staging: str, shard_prefix: str) -> int:
+        """Abort the multipart uploads the write with staging prefix ``staging`` left open.
 
-        Parameters
-        ----------
-        staging : str
-            Unused on S3 (the parts live in the uploads themselves).
-        shard_prefix : str
-            Key prefix of the array's shards; uploads of keys starting with it
-            are candidates.
-        since : float, optional
-            POSIX time the write started: only uploads initiated at or after
-            ``since - clock_skew`` are aborted. All candidates when None.
+        ``begin_parts`` records every upload it starts in a marker object under
+        ``staging``; this aborts exactly those uploads (never another writer's)
+        and removes the markers.
 
         Returns
         -------
         int
-            How many uploads were aborted.
+            How many leftovers were removed: uploads aborted plus markers.
         """
-        cutoff = None if since is None else since - self.clock_skew
-        kwargs: dict[str, Any] = {"Prefix": self._key(shard_prefix), "MaxUploads": self._page_size}
-        found: list[tuple[str, str]] = []
-        while True:
-            page = self._call("list_multipart_uploads", shard_prefix, **kwargs)
-            for upload in page.get("Uploads", []):
-                if cutoff is None or upload["Initiated"].timestamp() >= cutoff:
-                    found.append((upload["Key"], upload["UploadId"]))
-            if not page.get("IsTruncated"):
-                break
-            kwargs["KeyMarker"] = page["NextKeyMarker"]
-            kwargs["UploadIdMarker"] = page["NextUploadIdMarker"]
-        aborted = 0
-        for full_key, upload_id in found:
-            aborted += self._abort(full_key[len(self.prefix) :], full_key, upload_id)
-        return aborted
+        removed = 0
+        for marker in list(self.list(f"{staging}/")):
+            upload_id, _, key = (self.get(marker) or b"").decode().partition("\n")
+            if upload_id and key:
+                removed += self._abort(key, self._key(key), upload_id)
+            self.delete(marker)
+            removed += 1
+        return removed

@@ -11,11 +11,9 @@ import os
 import pickle
 import random
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +90,8 @@ def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
 
     def s3_leftovers() -> list[str]:
         uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
-        return sorted(u["Key"] for u in uploads)
+        markers = client.list_objects_v2(Bucket=bucket, Prefix=f"root/{STAGING}/")
+        return sorted([u["Key"] for u in uploads] + [o["Key"] for o in markers.get("Contents", [])])
 
     return Backend(name, store, s3_leftovers)
 
@@ -230,7 +229,7 @@ def test_abort_parts_leaves_nothing(parts_backend: Backend) -> None:
     assert store.get("arr/c/2/0") is None
     assert parts_backend.leftovers() == []
     if isinstance(store, LocalShardStore):  # no staging folder (on S3: no open upload)
-        assert not os.path.exists(os.path.join(store.root, *handle.staging.split("/")))
+        assert not os.path.exists(os.path.join(store.root, *handle.upload.split("/")))
     store.abort_parts(handle)  # twice is fine
 
 
@@ -255,14 +254,12 @@ def test_cleanup_after_crashed_write(parts_backend: Backend) -> None:
             store.write_part(handle, number, [_data(size, seed=number)])
     before = parts_backend.leftovers()
     assert before
-    # moto reports every upload as initiated in 2010, so ``since`` cannot be used here
-    # (see test_s3_cleanup_pages_and_honours_since for the time filter)
-    assert store.cleanup(STAGING, SHARDS, since=None) == len(before)
+    assert store.cleanup(STAGING, SHARDS) == len(before)
     assert parts_backend.leftovers() == []
     assert store.get("arr/c/0/1") is None
     assert store.get("arr/c/1/1") is None
     assert store.get("arr/c/0/0") == b"finished shard"
-    assert store.cleanup(STAGING, SHARDS, since=None) == 0
+    assert store.cleanup(STAGING, SHARDS) == 0
 
 
 # -- pickling ------------------------------------------------------------------
@@ -296,7 +293,7 @@ def test_zarr_store_refuses_parts() -> None:
         PartsNotSupportedError, match="cannot write a shard in parts; raise max_mem"
     ):
         store.begin_parts("arr/c/0", STAGING)
-    handle = PartsHandle("arr/c/0", STAGING)
+    handle = PartsHandle("arr/c/0", "upload-id", STAGING)
     with pytest.raises(PartsNotSupportedError, match="ZarrShardStore"):
         store.write_part(handle, 0, [b"x"])
     with pytest.raises(PartsNotSupportedError, match="ZarrShardStore"):
@@ -360,11 +357,10 @@ def test_s3_root_prefix_faults_and_cleanup_scope(s3_bucket: tuple[str, dict[str,
     assert client.get_object(Bucket=bucket, Key="root/arr/c/3")["Body"].read() == b"arr/c/3"
 
     mine = store.begin_parts("arr/c/9", STAGING)
-    other = store.begin_parts("other/c/9", STAGING)
-    assert store.cleanup(STAGING, SHARDS, since=time.time() + 3600) == 0  # all too old
-    assert store.cleanup(STAGING, SHARDS) == 1
+    other = store.begin_parts("arr/c/8", "arr/.shardpipe-staging/another-write")
+    assert store.cleanup(STAGING, SHARDS) == 2  # our upload and its marker, not the other's
     uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
-    assert [u["UploadId"] for u in uploads] == [other.staging]
+    assert [u["UploadId"] for u in uploads] == [other.upload]
     store.abort_parts(other)
 
     # a part for the aborted upload: NoSuchUpload on AWS, an Internal Server Error on
@@ -376,47 +372,3 @@ def test_s3_root_prefix_faults_and_cleanup_scope(s3_bucket: tuple[str, dict[str,
     missing = S3ShardStore(s3fs.S3FileSystem(**storage_options), "no-such-bucket-here")
     with pytest.raises(StorageError, match="no-such-bucket-here/arr/c/0"):
         missing.put("arr/c/0", [b"x"])
-
-
-class _FakeS3:
-    """Two pages of ``list_multipart_uploads``; records every call."""
-
-    def __init__(self, now: float) -> None:
-        def upload(key: str, age: float) -> dict[str, Any]:
-            return {
-                "Key": key,
-                "UploadId": key[-1],
-                "Initiated": datetime.fromtimestamp(now - age, UTC),
-            }
-
-        self.pages = [
-            {
-                "Uploads": [upload("root/arr/c/1", 3600), upload("root/arr/c/2", 0)],
-                "IsTruncated": True,
-                "NextKeyMarker": "root/arr/c/2",
-                "NextUploadIdMarker": "2",
-            },
-            {"Uploads": [upload("root/arr/c/3", 2)], "IsTruncated": False},
-        ]
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-
-    def call_s3(self, method: str, **kwargs: Any) -> dict[str, Any]:
-        self.calls.append((method, kwargs))
-        if method == "list_multipart_uploads":
-            return self.pages[sum(m == method for m, _ in self.calls) - 1]
-        assert method == "abort_multipart_upload"
-        return {}
-
-
-def test_s3_cleanup_pages_and_honours_since() -> None:
-    """moto neither pages uploads nor reports real start times: check both on a stub."""
-    now = time.time()
-    fake = _FakeS3(now)
-    store = S3ShardStore(fake, "bucket/root")
-    assert store.cleanup(STAGING, SHARDS, since=now) == 2  # 2 s old is within the clock skew
-    lists = [kw for m, kw in fake.calls if m == "list_multipart_uploads"]
-    assert [kw.get("KeyMarker") for kw in lists] == [None, "root/arr/c/2"]
-    assert [kw.get("UploadIdMarker") for kw in lists] == [None, "2"]
-    assert all(kw["Prefix"] == "root/arr/c" and kw["Bucket"] == "bucket" for kw in lists)
-    aborted = [(kw["Key"], kw["UploadId"]) for m, kw in fake.calls if m == "abort_multipart_upload"]
-    assert aborted == [("root/arr/c/2", "2"), ("root/arr/c/3", "3")]

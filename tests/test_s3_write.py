@@ -1,0 +1,131 @@
+"""Writes to S3 (a moto server on 127.0.0.1, through s3fs), single PUTs and multipart shards."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import boto3
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import ZstdCodec
+
+import shardpipe
+from tests.readers import assert_same, read_tensorstore
+
+pytestmark = pytest.mark.s3
+
+
+def _volume() -> np.ndarray:
+    rng = np.random.default_rng(11)
+    values = rng.integers(0, 250, (48, 64, 64), dtype="uint8")
+    values[:8] = 0  # an empty region: those chunks are not stored
+    return values
+
+
+def _read_zarr(url: str, storage_options: dict[str, Any]) -> np.ndarray:
+    return np.asarray(zarr.open_array(url, mode="r", storage_options=storage_options)[...])
+
+
+def _read_tensorstore(bucket: str, path: str, storage_options: dict[str, Any]) -> np.ndarray:
+    endpoint = storage_options["client_kwargs"]["endpoint_url"]
+    kvstore = {
+        "driver": "s3",
+        "bucket": bucket,
+        "path": f"{path}/",
+        "endpoint": endpoint,
+        "aws_region": "us-east-1",
+        "aws_credentials": {"type": "environment"},
+    }
+    return read_tensorstore("", kvstore)
+
+
+def _leftovers(bucket: str, storage_options: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Open multipart uploads and staging objects in ``bucket``."""
+    kw = storage_options["client_kwargs"]
+    client = boto3.client("s3", endpoint_url=kw["endpoint_url"], region_name=kw["region_name"])
+    uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    objects = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+    staging = [o["Key"] for o in objects if ".shardpipe-staging" in o["Key"]]
+    return [u["Key"] for u in uploads], staging
+
+
+@pytest.mark.parametrize("index_location", ["end", "start"])
+@pytest.mark.parametrize(
+    ("dask_chunks", "max_mem"),
+    [
+        ((24, 32, 64), "64MB"),  # aligned single-PUT shards
+        ((10, 30, 17), "64MB"),  # misaligned single-PUT shards
+        ((8, 64, 64), 100_000),  # each shard (196 KiB) written as parts of one upload
+        ((7, 20, 64), 100_000),  # parts gathered from misaligned blocks
+    ],
+)
+def test_s3_round_trip(
+    s3_bucket: tuple[str, dict[str, Any]], index_location: str, dask_chunks: Any, max_mem: Any
+) -> None:
+    bucket, storage_options = s3_bucket
+    data = _volume()
+    url = f"s3://{bucket}/volume.zarr"
+    shardpipe.to_sharded_zarr(
+        da.from_array(data, chunks=dask_chunks),
+        url,
+        shards=(48, 64, 32),
+        chunks=(8, 16, 16),
+        compressors=ZstdCodec(level=1),
+        index_location=index_location,
+        max_mem=max_mem,
+        storage_options=storage_options,
+    )
+    assert_same(_read_zarr(url, storage_options), data)
+    assert_same(_read_tensorstore(bucket, "volume.zarr", storage_options), data)
+    report = shardpipe.verify(url, storage_options=storage_options)
+    assert report.ok, str(report)
+    assert _leftovers(bucket, storage_options) == ([], [])
+
+
+def test_s3_parts_on_a_cluster(cluster_client: Any, s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    bucket, storage_options = s3_bucket
+    data = _volume()
+    url = f"s3://{bucket}/volume.zarr"
+    assert dask.base.get_scheduler() == cluster_client.get
+    shardpipe.to_sharded_zarr(
+        da.from_array(data, chunks=(9, 64, 64)),
+        url,
+        shards=(48, 64, 64),
+        chunks=(8, 16, 16),
+        index_location="start",
+        max_mem=100_000,
+        storage_options=storage_options,
+    )
+    assert_same(_read_zarr(url, storage_options), data)
+    assert_same(_read_tensorstore(bucket, "volume.zarr", storage_options), data)
+    assert _leftovers(bucket, storage_options) == ([], [])
+
+
+def _failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+    if block_info is not None and block_info[None]["chunk-location"] == (4, 0, 0):
+        time.sleep(0.5)  # let the other parts of the shard upload first
+        raise RuntimeError("simulated worker failure")
+    return block
+
+
+def test_s3_failure_midway_leaves_nothing_partial(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    bucket, storage_options = s3_bucket
+    data = _volume()
+    source = da.from_array(data, chunks=(8, 64, 64)).map_blocks(_failing, dtype=data.dtype)
+    url = f"s3://{bucket}/volume.zarr"
+    with dask.config.set(scheduler="threads"), pytest.raises(RuntimeError, match="simulated"):
+        shardpipe.to_sharded_zarr(
+            source,
+            url,
+            shards=(48, 64, 64),
+            chunks=(8, 16, 16),
+            max_mem=100_000,
+            storage_options=storage_options,
+        )
+    assert _leftovers(bucket, storage_options) == ([], [])
+    array = zarr.open_array(url, mode="r", storage_options=storage_options)
+    assert array.nchunks_initialized == 0  # no object under the shard's key
