@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import dask.array as da
 import numpy as np
 from dask.delayed import Delayed, delayed
 
-from shardpipe.core.grid import Coords
+from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan, WritePlan
 from shardpipe.tasks import (
     WriteTarget,
@@ -75,61 +76,73 @@ def build_write_graph(
     target_d = delayed(target, name=f"write-target-{token}")
     counter = iter(range(1 << 62))
 
-    def call(func: Callable[..., Any], name: str, *args: Any) -> Delayed:
-        task: Delayed = delayed(func, pure=True)(
-            *args, dask_key_name=(f"{name}-{token}", next(counter))
+    def call(func: Callable[..., Any], name: str, *deps: Any, **static: Any) -> Delayed:
+        """One task: ``deps`` are graph dependencies, ``static`` plain values.
+
+        Static values are bound with ``functools.partial`` so that dask does
+        not walk through them (plans and boxes) for every task.
+        """
+        key = (f"{name}-{token}", next(counter))
+        bound = partial(func, **static)
+        task: Delayed = delayed(bound, name=f"{name}-fn-{token}-{key[1]}", pure=True)(
+            *deps, dask_key_name=key
         )
         return task
 
-    def inputs(coords: Coords, part: PartPlan) -> list[Any]:
-        """Block and block box for a direct part, else the encoded pieces."""
+    def sources(coords: Coords, part: PartPlan) -> tuple[list[Any], Box | None]:
+        """The block of a direct part (with its box), else the encoded pieces."""
         if part.is_direct:
             b = part.blocks[0]
-            return [blocks[b], plan.blocks.block_box(b)]
+            return [blocks[b]], plan.blocks.block_box(b)
         pieces = [
             call(
                 encode_piece,
                 "encode-piece",
-                blocks[b],
-                plan.blocks.block_box(b),
                 target_d,
-                coords,
-                part,
+                blocks[b],
+                block_box=plan.blocks.block_box(b),
+                shard=coords,
+                part=part,
             )
             for b in part.blocks
         ]
-        return [None, None, *pieces]
+        return [None, *pieces], None
 
     publishing = []
     for shard in plan.shards:
         key = key_of(shard.coords)
         if shard.is_single_part:
             part = shard.parts[0]
+            deps, box = sources(shard.coords, part)
             publishing.append(
                 call(
                     write_shard,
                     "write-shard",
                     target_d,
-                    shard.coords,
-                    key,
-                    part,
-                    *inputs(shard.coords, part),
+                    *deps,
+                    shard=shard.coords,
+                    key=key,
+                    part=part,
+                    block_box=box,
                 )
             )
             continue
-        handle = call(begin_shard, "begin-shard", target_d, key)
-        reports = [
-            call(
-                write_part,
-                "write-part",
-                target_d,
-                handle,
-                shard.coords,
-                part,
-                *inputs(shard.coords, part),
+        handle = call(begin_shard, "begin-shard", target_d, key=key)
+        reports = []
+        for part in shard.parts:
+            deps, box = sources(shard.coords, part)
+            reports.append(
+                call(
+                    write_part,
+                    "write-part",
+                    target_d,
+                    handle,
+                    *deps,
+                    shard=shard.coords,
+                    part=part,
+                    block_box=box,
+                )
             )
-            for part in shard.parts
-        ]
         publishing.append(call(stamp_shard, "stamp-shard", target_d, handle, *reports))
     result = delayed(finish_write, pure=True)(
         target_d, *publishing, dask_key_name=f"write-done-{token}"

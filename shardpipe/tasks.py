@@ -90,7 +90,7 @@ def _encode_from(
 
 
 def encode_piece(
-    block: np.ndarray, block_box: Box, target: WriteTarget, shard: Coords, part: PartPlan
+    target: WriteTarget, block: np.ndarray, *, block_box: Box, shard: Coords, part: PartPlan
 ) -> Piece:
     """Encode what ``block`` holds of ``part``: whole chunks encoded, the rest raw.
 
@@ -100,7 +100,7 @@ def encode_piece(
     cut = cut_block(target.layout, shard, part, block_box)
     origin = tuple(start for start, _ in block_box)
     piece = Piece(dict(_encode_from(target, shard, iter(cut.whole), block, origin)))
-    for _, box in cut.partial:
+    for box in cut.raw_boxes:
         piece.raw.append((box, np.ascontiguousarray(block[box_to_slices(box, origin)])))
     return piece
 
@@ -159,12 +159,12 @@ def _encode_part(
 
 def write_shard(
     target: WriteTarget,
+    block: np.ndarray | None,
+    *pieces: Piece,
     shard: Coords,
     key: str,
     part: PartPlan,
-    block: np.ndarray | None,
     block_box: Box | None,
-    *pieces: Piece,
 ) -> WriteReport:
     """Encode a whole shard (a single part) and publish it in one atomic write.
 
@@ -181,7 +181,7 @@ def write_shard(
     return WriteReport(shards=1, nbytes=nbytes, chunks_stored=len(encoded))
 
 
-def begin_shard(target: WriteTarget, key: str) -> PartsHandle:
+def begin_shard(target: WriteTarget, *, key: str) -> PartsHandle:
     """Start writing the shard at ``key`` in parts."""
     return target.store.begin_parts(key, target.staging)
 
@@ -189,11 +189,11 @@ def begin_shard(target: WriteTarget, key: str) -> PartsHandle:
 def write_part(
     target: WriteTarget,
     handle: PartsHandle,
+    block: np.ndarray | None,
+    *pieces: Piece,
     shard: Coords,
     part: PartPlan,
-    block: np.ndarray | None,
     block_box: Box | None,
-    *pieces: Piece,
 ) -> tuple[PartManifest, PartReceipt | None]:
     """Encode one part of a shard and write it; report where its chunks lie.
 

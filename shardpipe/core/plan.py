@@ -35,7 +35,6 @@ from shardpipe.core.grid import (
     Coords,
     Shape,
     ShardLayout,
-    box_contains,
     box_size,
     chunks_in_array,
     intersect,
@@ -312,28 +311,61 @@ class PieceCut:
     whole : tuple of Coords
         Local coordinates of inner chunks whose in-array elements all lie in
         the block: they are encoded where the block lives.
-    partial : tuple of tuple(Coords, Box)
-        Inner chunks that straddle the block's edge, each with the box (in
-        array coordinates) of the elements this block holds.
+    region : Box or None
+        The elements of the part the block holds (array coordinates); None
+        when the block does not touch the part.
+    touching : tuple of tuple of (int, int, int)
+        Per dimension, ``(chunk index, start, stop)`` of every inner chunk of
+        the part the block touches, with the overlap's extent.
     """
 
     whole: tuple[Coords, ...]
-    partial: tuple[tuple[Coords, Box], ...]
+    region: Box | None
+    touching: tuple[tuple[tuple[int, int, int], ...], ...]
+
+    @property
+    def partial(self) -> tuple[tuple[Coords, Box], ...]:
+        """Inner chunks straddling the block's edge, with the box the block holds of each."""
+        whole = set(self.whole)
+        out = []
+        for combo in itertools.product(*self.touching):
+            local = tuple(j for j, _, _ in combo)
+            if local not in whole:
+                out.append((local, tuple((lo, hi) for _, lo, hi in combo)))
+        return tuple(out)
+
+    @property
+    def raw_boxes(self) -> tuple[Box, ...]:
+        """Boxes to send raw: the whole region when no chunk is whole, else each straddler."""
+        if self.region is None:
+            return ()
+        if not self.whole:
+            return (self.region,)
+        return tuple(box for _, box in self.partial)
 
 
 def cut_block(layout: ShardLayout, shard: Coords, part: PartPlan, block_box: Box) -> PieceCut:
-    """Sort the inner chunks of ``part`` by how the block at ``block_box`` holds them."""
-    whole: list[Coords] = []
-    partial: list[tuple[Coords, Box]] = []
-    for local in part.chunks.chunks():
-        chunk = layout.clip(layout.chunk_box(shard, local))
-        if chunk is None:
-            continue
-        overlap = intersect(chunk, block_box)
-        if overlap is None:
-            continue
-        if box_contains(block_box, chunk):
-            whole.append(local)
-        else:
-            partial.append((local, overlap))
-    return PieceCut(tuple(whole), tuple(partial))
+    """Sort the inner chunks of ``part`` by how the block at ``block_box`` holds them.
+
+    Works per dimension (boxes are products of intervals), so its cost grows
+    with the number of chunks along each edge, not with their product, unless
+    the block holds some chunks whole.
+    """
+    touching = []
+    whole_per_dim = []
+    for d, ((b0, b1), n, i, s, c) in enumerate(
+        zip(block_box, layout.shape, shard, layout.shard_shape, layout.chunk_shape, strict=True)
+    ):
+        hits = []
+        whole = []
+        for j in range(part.chunks.start[d], part.chunks.stop[d]):
+            lo = i * s + j * c
+            hi = min(lo + c, n)
+            if lo < b1 and hi > b0:
+                hits.append((j, max(lo, b0), min(hi, b1)))
+                if b0 <= lo and hi <= b1:
+                    whole.append(j)
+        touching.append(tuple(hits))
+        whole_per_dim.append(whole)
+    region = intersect(block_box, part.region)
+    return PieceCut(tuple(itertools.product(*whole_per_dim)), region, tuple(touching))
