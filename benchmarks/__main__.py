@@ -1,5 +1,9 @@
 """Run the shardpipe benchmark suite: ``python -m benchmarks [--small] [--json out.json]``.
 
+``python -m benchmarks large-shard ...`` and ``python -m benchmarks s3 ...`` run
+the stand-alone benchmarks :mod:`benchmarks.large_shard` and :mod:`benchmarks.s3`
+(so ``./dev.sh bench large-shard --small`` works too).
+
 Every case (writer x codec x block case) runs in a fresh subprocess
 (``benchmarks.run_one``) that generates the same deterministic volume, so peak
 memory is per case; this process only schedules the cases, checks that all of
@@ -9,6 +13,7 @@ them saw identical data, and prints the report.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -20,6 +25,8 @@ from benchmarks.suite import build_cases, probe_shardpipe, run_case, run_meta, s
 from benchmarks.writers import WRITERS
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+SUBCOMMANDS = {"large-shard": "benchmarks.large_shard", "s3": "benchmarks.s3"}
+"""Stand-alone benchmarks reachable as the first argument."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -86,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     int
         0 on success; 1 if a case failed, mis-verified, or saw different data.
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        module = importlib.import_module(SUBCOMMANDS[argv[0]])
+        return int(module.main(argv[1:]))
     args = parse_args(argv)
     shape = tuple(args.shape) if args.shape else SMALL_SHAPE if args.small else FULL_SHAPE
     layout = Layout(shape)

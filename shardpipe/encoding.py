@@ -114,14 +114,12 @@ class ChunkCodec:
     def is_fill(self, chunk: np.ndarray) -> bool:
         """Whether every element of ``chunk`` equals the fill value."""
         fill = self.fill_value
-        flat = chunk.reshape(-1) if chunk.flags.c_contiguous else None
+        if chunk.size == 0:
+            return True
+        first = chunk[(0,) * chunk.ndim]  # most chunks differ right away: skip the full pass
         if chunk.dtype.kind in "fc" and np.isnan(fill):
-            if flat is not None and not np.isnan(flat[0]):
-                return False
-            return bool(np.isnan(chunk).all())
-        if flat is not None and flat[0] != fill:
-            return False
-        return bool((chunk == fill).all())
+            return bool(np.isnan(first)) and bool(np.isnan(chunk).all())
+        return bool(first == fill) and bool((chunk == fill).all())
 
     def pad(self, piece: np.ndarray) -> np.ndarray:
         """Return ``piece`` padded with the fill value to the full inner chunk shape."""

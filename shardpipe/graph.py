@@ -55,7 +55,13 @@ class WriteGraph:
 
 
 def build_write_graph(
-    arr: da.Array, plan: WritePlan, target: WriteTarget, key_of: Callable[[Coords], str], token: str
+    arr: da.Array,
+    plan: WritePlan,
+    target: WriteTarget,
+    key_of: Callable[[Coords], str],
+    token: str,
+    *,
+    in_process: bool = False,
 ) -> WriteGraph:
     """Build the Dask graph that writes ``arr`` according to ``plan``.
 
@@ -71,6 +77,11 @@ def build_write_graph(
         Maps shard grid coordinates to the shard's storage key.
     token : str
         Unique id of this write, used in task names.
+    in_process : bool
+        The graph will run on a scheduler inside this process (threads or
+        synchronous), where nothing travels between workers: each part's
+        task then cuts the blocks feeding it itself, with no ``encode-piece``
+        tasks in between.
     """
     blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
     target_d = delayed(target, name=f"write-target-{token}")
@@ -89,11 +100,11 @@ def build_write_graph(
         )
         return task
 
-    def sources(coords: Coords, part: PartPlan) -> tuple[list[Any], Box | None]:
-        """The block of a direct part (with its box), else the encoded pieces."""
-        if part.is_direct:
-            b = part.blocks[0]
-            return [blocks[b]], plan.blocks.block_box(b)
+    def sources(coords: Coords, part: PartPlan) -> tuple[list[Any], tuple[Box, ...] | None]:
+        """The blocks feeding a part (with their boxes), or the pieces they make."""
+        if part.is_direct or in_process:
+            boxes = tuple(plan.blocks.block_box(b) for b in part.blocks)
+            return [blocks[b] for b in part.blocks], boxes
         pieces = [
             call(
                 encode_piece,
@@ -106,7 +117,7 @@ def build_write_graph(
             )
             for b in part.blocks
         ]
-        return [None, *pieces], None
+        return pieces, None
 
     publishing = []
     for shard in plan.shards:
@@ -123,7 +134,7 @@ def build_write_graph(
                     shard=shard.coords,
                     key=key,
                     part=part,
-                    block_box=box,
+                    block_boxes=box,
                 )
             )
             continue
@@ -140,7 +151,7 @@ def build_write_graph(
                     *deps,
                     shard=shard.coords,
                     part=part,
-                    block_box=box,
+                    block_boxes=box,
                 )
             )
         publishing.append(call(stamp_shard, "stamp-shard", target_d, handle, *reports))

@@ -20,7 +20,8 @@ from shardpipe.graph import PUBLISHING_TASKS
 from shardpipe.tasks import WriteReport
 
 
-def _distributed_client() -> Any | None:
+def distributed_client() -> Any | None:
+    """The ``distributed`` client computations would run on now, if any."""
     if dask.config.get("scheduler", None) not in (None, "dask.distributed", "distributed"):
         return None
     try:
@@ -57,7 +58,7 @@ class _LocalProgress(Callback):
 
 def run_publishing(tasks: Sequence[Delayed], *, show: bool) -> list[WriteReport]:
     """Compute every publishing task and return their reports, in order."""
-    client = _distributed_client()
+    client = distributed_client()
     with _bar(len(tasks), show) as bar:
         if client is not None:
             from distributed import as_completed

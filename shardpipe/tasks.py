@@ -7,8 +7,10 @@ every shard key has exactly one task that publishes it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Buffer, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -100,8 +102,9 @@ def encode_piece(
     cut = cut_block(target.layout, shard, part, block_box)
     origin = tuple(start for start, _ in block_box)
     piece = Piece(dict(_encode_from(target, shard, iter(cut.whole), block, origin)))
-    for box in cut.raw_boxes:
-        piece.raw.append((box, np.ascontiguousarray(block[box_to_slices(box, origin)])))
+    # views: a local scheduler passes them on as they are, and pickling them
+    # for another worker sends only the viewed elements
+    piece.raw.extend((box, block[box_to_slices(box, origin)]) for box in cut.raw_boxes)
     return piece
 
 
@@ -117,7 +120,10 @@ def _gather(
         full = part.chunks.element_box(layout, shard)
         origin = tuple(start for start, _ in full)
         shape = tuple(stop - start for start, stop in full)
-        canvas = np.full(shape, target.codec.fill_value, dtype=target.codec.dtype)
+        canvas = np.empty(shape, dtype=target.codec.dtype)
+        covered = sum(values.size for piece in pieces for _, values in piece.raw)
+        if covered + len(encoded) * math.prod(layout.chunk_shape) < canvas.size:
+            canvas.fill(target.codec.fill_value)  # some elements come from no piece
         for piece in pieces:
             for box, values in piece.raw:
                 canvas[box_to_slices(box, origin)] = values
@@ -142,37 +148,42 @@ def _encode_part(
     target: WriteTarget,
     shard: Coords,
     part: PartPlan,
-    block: np.ndarray | None,
-    block_box: Box | None,
-    pieces: tuple[Piece, ...],
+    sources: tuple[Any, ...],
+    block_boxes: tuple[Box, ...] | None,
 ) -> list[tuple[int, Buffer]]:
-    if block is not None:
-        assert block_box is not None
-        origin = tuple(start for start, _ in block_box)
-        return _in_order(
-            target.layout,
-            part,
-            dict(_encode_from(target, shard, part.chunks.chunks(), block, origin)),
-        )
+    """Encode the stored chunks of ``part`` from its sources, in slot order.
+
+    ``sources`` are the Dask blocks feeding the part (with ``block_boxes``)
+    or the pieces they already made (``block_boxes`` None).
+    """
+    if block_boxes is None:
+        return _gather(target, shard, part, sources)
+    if part.is_direct:
+        origin = tuple(start for start, _ in block_boxes[0])
+        chunks = _encode_from(target, shard, part.chunks.chunks(), sources[0], origin)
+        return _in_order(target.layout, part, dict(chunks))
+    pieces = tuple(
+        encode_piece(target, block, block_box=box, shard=shard, part=part)
+        for block, box in zip(sources, block_boxes, strict=True)
+    )
     return _gather(target, shard, part, pieces)
 
 
 def write_shard(
     target: WriteTarget,
-    block: np.ndarray | None,
-    *pieces: Piece,
+    *sources: Any,
     shard: Coords,
     key: str,
     part: PartPlan,
-    block_box: Box | None,
+    block_boxes: tuple[Box, ...] | None,
 ) -> WriteReport:
     """Encode a whole shard (a single part) and publish it in one atomic write.
 
-    Either ``block`` (with its ``block_box``) holds the whole shard, or
-    ``pieces`` from several blocks do. A shard whose every chunk equals the
-    fill value is not written.
+    ``sources`` are the blocks holding the shard (with ``block_boxes``) or
+    the pieces they made. A shard whose every chunk equals the fill value is
+    not written.
     """
-    encoded = _encode_part(target, shard, part, block, block_box, pieces)
+    encoded = _encode_part(target, shard, part, sources, block_boxes)
     if not encoded:
         return WriteReport(shards=1, nbytes=0, chunks_stored=0)
     buffers = assemble_shard(encoded, target.layout.n_chunks_per_shard, target.index_location)
@@ -189,18 +200,17 @@ def begin_shard(target: WriteTarget, *, key: str) -> PartsHandle:
 def write_part(
     target: WriteTarget,
     handle: PartsHandle,
-    block: np.ndarray | None,
-    *pieces: Piece,
+    *sources: Any,
     shard: Coords,
     part: PartPlan,
-    block_box: Box | None,
+    block_boxes: tuple[Box, ...] | None,
 ) -> tuple[PartManifest, PartReceipt | None]:
     """Encode one part of a shard and write it; report where its chunks lie.
 
     A part with no stored chunk writes nothing. A part smaller than the
     store's minimum part size is padded with unused bytes.
     """
-    encoded = _encode_part(target, shard, part, block, block_box, pieces)
+    encoded = _encode_part(target, shard, part, sources, block_boxes)
     buffers, manifest = lay_out_part(encoded, min_size=target.store.min_part_size)
     if manifest.size == 0:
         return manifest, None

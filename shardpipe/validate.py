@@ -27,28 +27,37 @@ from shardpipe.errors import ArrayExistsError, InvalidArgumentError, StoreNotWri
 from shardpipe.storage.resolve import ResolvedStore
 
 
-def as_dask_array(arr: Any, shards: Shape | None) -> da.Array:
-    """Accept a Dask array as is; wrap a NumPy array in blocks of one shard."""
-    if isinstance(arr, da.Array):
-        return arr
-    if isinstance(arr, np.ndarray):
-        wrapped: da.Array = da.from_array(arr, chunks=shards if shards is not None else "auto")
-        return wrapped
-    raise InvalidArgumentError(
-        "arr",
-        f"expected a dask.array.Array or numpy.ndarray, got {type(arr).__name__}",
-        "Wrap the data with dask.array.from_array(...) first",
-    )
-
-
-def check_dtype(dtype: np.dtype[Any]) -> None:
-    """Refuse dtypes that sharded Zarr v3 cannot hold as fixed-size elements."""
+def check_array(arr: Any) -> None:
+    """Accept a Dask or NumPy array of at least one dimension and a fixed-size dtype."""
+    if not isinstance(arr, da.Array | np.ndarray):
+        raise InvalidArgumentError(
+            "arr",
+            f"expected a dask.array.Array or numpy.ndarray, got {type(arr).__name__}",
+            "Wrap the data with dask.array.from_array(...) first",
+        )
+    if arr.ndim == 0:
+        raise InvalidArgumentError(
+            "arr", "a 0-dimensional array cannot be sharded", "Reshape it to (1,)"
+        )
+    dtype = arr.dtype
     if dtype.kind in "OV" or dtype.hasobject:
         raise InvalidArgumentError(
             "arr",
             f"dtype {dtype} is not supported",
             "Convert the array to a fixed-size numeric, bool or string dtype (e.g. astype('U16'))",
         )
+
+
+def as_dask_array(arr: da.Array | np.ndarray, shard_shape: Shape) -> da.Array:
+    """Return a Dask array as is; wrap a NumPy array in blocks of one shard.
+
+    The NumPy array is not hashed for a name (``name=False``): hashing costs a
+    full pass over the data and the graph is computed once.
+    """
+    if isinstance(arr, da.Array):
+        return arr
+    wrapped: da.Array = da.from_array(arr, chunks=shard_shape, name=False)
+    return wrapped
 
 
 def _shape_param(name: str, value: Any, ndim: int) -> Shape | None:

@@ -13,13 +13,13 @@ from shardpipe.core.plan import PlanError, WritePlan, plan_write
 from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.graph import build_write_graph
-from shardpipe.progress import run_publishing
+from shardpipe.progress import distributed_client, run_publishing
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.tasks import WriteTarget
 from shardpipe.validate import (
     as_dask_array,
     build_metadata,
-    check_dtype,
+    check_array,
     check_fill_value,
     check_index_location,
     check_max_mem,
@@ -132,15 +132,9 @@ def to_sharded_zarr(
     multipart upload). If the write fails, shards already published stay,
     and staging files and unfinished multipart uploads are removed.
     """
-    array = as_dask_array(arr, None)
-    if array.ndim == 0:
-        raise InvalidArgumentError(
-            "arr", "a 0-dimensional array cannot be sharded", "Reshape it to (1,)"
-        )
-    check_dtype(array.dtype)
-    shard_shape, chunk_shape = resolve_shapes(array.shape, array.dtype.itemsize, shards, chunks)
-    if not isinstance(arr, type(array)):
-        array = as_dask_array(arr, shard_shape)
+    check_array(arr)
+    shard_shape, chunk_shape = resolve_shapes(arr.shape, arr.dtype.itemsize, shards, chunks)
+    array = as_dask_array(arr, shard_shape)
     location = check_index_location(index_location)
     check_fill_value(fill_value, array.dtype)
     budget = check_max_mem(max_mem)
@@ -177,7 +171,9 @@ def to_sharded_zarr(
     def key_of(coords: tuple[int, ...]) -> str:
         return target.key(metadata.encode_chunk_key(coords))
 
-    graph = build_write_graph(array, plan, write_target, key_of, token)
+    # on a local scheduler nothing travels between workers: no piece tasks needed
+    in_process = compute and distributed_client() is None
+    graph = build_write_graph(array, plan, write_target, key_of, token, in_process=in_process)
     if not compute:
         return graph.result
     try:

@@ -142,7 +142,9 @@ def cases(draw: st.DrawFn, ndims: tuple[int, int] = (1, 5)) -> Case:
 
 def check_round_trip(case: Case, **kwargs: Any) -> None:
     with tempfile.TemporaryDirectory() as path:
-        case.write(path, **kwargs)
+        written = case.write(path, **kwargs)
+        if kwargs.get("compute") is False:
+            written.compute()
         assert_same(read_zarr(path), case.data)
         assert_same(read_tensorstore(path), case.data)
         report = verify(path)
@@ -154,14 +156,24 @@ def test_round_trip_zarr_and_tensorstore(case: Case) -> None:
     check_round_trip(case)
 
 
-@given(case=cases(ndims=(1, 3)), max_mem=st.integers(2_000, 40_000))
-def test_round_trip_in_parts(case: Case, max_mem: int) -> None:
-    """A tiny max_mem: shards are written in many parts, then stamped."""
+@given(case=cases(), in_parts=st.booleans())
+def test_round_trip_through_piece_tasks(case: Case, in_parts: bool) -> None:
+    """compute=False builds the graph for any scheduler: blocks encode pieces in their own tasks."""
+    check_round_trip(case, compute=False, max_mem=_budget(case) if in_parts else "1GiB")
+
+
+def _budget(case: Case, floor: int = 2_000) -> int:
+    """A max_mem that forces parts, yet fits the largest block and three inner chunks."""
     itemsize = case.data.dtype.itemsize
     blocks = da.from_array(case.data, chunks=case.dask_chunks).chunks
     block_nbytes = math.prod(max(sizes) for sizes in blocks) * itemsize
-    chunk_nbytes = math.prod(case.chunks) * itemsize
-    check_round_trip(case, max_mem=max(max_mem, block_nbytes, 3 * chunk_nbytes))
+    return max(floor, block_nbytes, 3 * math.prod(case.chunks) * itemsize)
+
+
+@given(case=cases(ndims=(1, 3)), max_mem=st.integers(2_000, 40_000))
+def test_round_trip_in_parts(case: Case, max_mem: int) -> None:
+    """A tiny max_mem: shards are written in many parts, then stamped."""
+    check_round_trip(case, max_mem=_budget(case, floor=max_mem))
 
 
 @pytest.mark.parametrize("write_empty_chunks", [False, True])
