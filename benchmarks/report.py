@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +45,10 @@ def find(results: Sequence[Result], writer: str, codec: str, blocks: str | None)
     return None
 
 
+SHARDPIPE_WRITERS = ("shardpipe", "shardpipe-nofsync")
+"""Writers whose throughput is divided by the anchors'."""
+
+
 def ratio_rows(results: Sequence[Result]) -> list[Result]:
     """Compute shardpipe throughput divided by each anchor's, per codec and block case.
 
@@ -58,22 +63,24 @@ def ratio_rows(results: Sequence[Result]) -> list[Result]:
     Returns
     -------
     list of dict
-        One row per (codec, blocks) with keys ``codec``, ``blocks`` and one
+        One row per measured (shardpipe writer, codec, blocks) with keys ``writer``,
+        ``codec``, ``blocks`` and one
         ratio (float or None) per anchor writer name.
     """
     rows: list[Result] = []
-    for codec in CODECS:
-        for blocks in BLOCK_CASES:
-            sp = find(results, "shardpipe", codec, blocks)
-            row: Result = {"codec": codec, "blocks": blocks}
-            for _, anchor, per_blocks in RATIO_ANCHORS:
-                anchor_codec = "none" if anchor == "raw" else codec
-                if anchor == "raw" and codec != "none":
-                    ref = None
-                else:
-                    ref = find(results, anchor, anchor_codec, blocks if per_blocks else None)
-                row[anchor] = sp["mb_per_s"] / ref["mb_per_s"] if sp and ref else None
-            rows.append(row)
+    for writer, codec, blocks in itertools.product(SHARDPIPE_WRITERS, CODECS, BLOCK_CASES):
+        sp = find(results, writer, codec, blocks)
+        if sp is None:
+            continue
+        row: Result = {"writer": writer, "codec": codec, "blocks": blocks}
+        for _, anchor, per_blocks in RATIO_ANCHORS:
+            anchor_codec = "none" if anchor == "raw" else codec
+            if anchor == "raw" and codec != "none":
+                ref = None
+            else:
+                ref = find(results, anchor, anchor_codec, blocks if per_blocks else None)
+            row[anchor] = sp["mb_per_s"] / ref["mb_per_s"] if sp and ref else None
+        rows.append(row)
     return rows
 
 
@@ -162,12 +169,17 @@ def ratio_table(results: Sequence[Result]) -> str:
     str
         The table (``-`` where shardpipe or the anchor has no result).
     """
-    header = ("codec", "blocks", *(title for title, _, _ in RATIO_ANCHORS))
+    header = ("writer", "codec", "blocks", *(title for title, _, _ in RATIO_ANCHORS))
     rows = [
-        (row["codec"], row["blocks"], *(_fmt(row[a], ".2f") for _, a, _ in RATIO_ANCHORS))
+        (
+            row["writer"],
+            row["codec"],
+            row["blocks"],
+            *(_fmt(row[a], ".2f") for _, a, _ in RATIO_ANCHORS),
+        )
         for row in ratio_rows(results)
     ]
-    return _table(header, rows, left=(0, 1))
+    return _table(header, rows, left=(0, 1, 2))
 
 
 def notes_text(results: Sequence[Result]) -> str:

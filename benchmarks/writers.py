@@ -286,6 +286,8 @@ class ShardpipeWriter(DaskToZarr):
         self.notes = [f"{x.npartitions} input blocks"]
         return x
 
+    fsync = True
+
     def write(self, source: Any, path: Path, layout: Layout, codec: str) -> None:
         """Call ``to_sharded_zarr`` with the benchmark layout and codec."""
         self._to_sharded_zarr(
@@ -295,7 +297,16 @@ class ShardpipeWriter(DaskToZarr):
             chunks=layout.chunks,
             compressors=zarr_compressors(codec),
             overwrite=True,
+            storage_options={"fsync": self.fsync},
         )
+
+
+class ShardpipeNoFsyncWriter(ShardpipeWriter):
+    """shardpipe without ``fsync``: atomic but not durable, like every other writer here."""
+
+    name = "shardpipe-nofsync"
+    label = "shardpipe (no fsync)"
+    fsync = False
 
 
 WRITERS: dict[str, type[Writer]] = {
@@ -308,6 +319,7 @@ WRITERS: dict[str, type[Writer]] = {
         TensorStoreWriter,
         CubedWriter,
         ShardpipeWriter,
+        ShardpipeNoFsyncWriter,
     )
 }
 """All writers by command-line name, in report order."""
