@@ -8,7 +8,7 @@ from shardpipe.errors import (
     VerificationError,
 )
 from shardpipe.verify import VerifyReport, verify
-from shardpipe.writer import to_sharded_zarr
+from shardpipe.writer import cleanup, to_sharded_zarr
 
 __all__ = [
     "ArrayExistsError",
@@ -17,6 +17,7 @@ __all__ = [
     "StoreNotWritableError",
     "VerificationError",
     "VerifyReport",
+    "cleanup",
     "to_sharded_zarr",
     "verify",
 ]

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from shardpipe.verify import verify
+from shardpipe.writer import cleanup
 
 
 def _options(pairs: Sequence[str]) -> dict[str, object]:
@@ -32,23 +33,29 @@ def _parser() -> argparse.ArgumentParser:
         description="Check index CRC32C, ranges, overlaps and that every inner chunk decodes. "
         "Exits 1 when a problem is found.",
     )
-    check.add_argument("store", help="local path or fsspec URL of the store")
-    check.add_argument("--path", default=None, help="path of the array inside the store")
-    check.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="fsspec option (VALUE parsed as JSON when it can be); repeatable",
+    clean = commands.add_parser(
+        "cleanup",
+        help="remove staging files and abort uploads left by failed writes",
+        description="Never run it while a write to the array is under way.",
     )
+    for command in (check, clean):
+        command.add_argument("store", help="local path or fsspec URL of the store")
+        command.add_argument("--path", default=None, help="path of the array inside the store")
+        command.add_argument(
+            "--storage-option",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="fsspec option (VALUE parsed as JSON when it can be); repeatable",
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
+    options = _options(args.storage_option) or None
     if args.command == "verify":
-        options = _options(args.storage_option) or None
         try:
             report = verify(args.store, args.path, storage_options=options)
         except (OSError, ValueError, KeyError) as err:
@@ -59,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(report)
         return 0 if report.ok else 1
+    if args.command == "cleanup":
+        removed = cleanup(args.store, args.path, storage_options=options)
+        print(f"removed {removed} leftover(s)")
+        return 0
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

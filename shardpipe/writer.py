@@ -130,7 +130,8 @@ def to_sharded_zarr(
     absent (reads as the fill value) or complete. Each shard appears
     atomically (temporary file + rename, or a single PUT / a completed
     multipart upload). If the write fails, shards already published stay,
-    and staging files and unfinished multipart uploads are removed.
+    and staging files and unfinished multipart uploads are removed (with
+    ``compute=False``, call :func:`shardpipe.cleanup` after a failure).
     """
     check_array(arr)
     shard_shape, chunk_shape = resolve_shapes(arr.shape, arr.dtype.itemsize, shards, chunks)
@@ -205,3 +206,23 @@ def _plan(
 def cleanup_write(target: ResolvedStore, staging: str) -> int:
     """Remove staging data and unfinished uploads left by a failed write."""
     return target.shards.cleanup(staging, target.key("c"))
+
+
+def cleanup(
+    store: Any, path: str | None = None, *, storage_options: dict[str, Any] | None = None
+) -> int:
+    """Remove what failed or interrupted writes left beside the array at ``path``.
+
+    Staging files and every multipart upload recorded in the array's staging
+    area are removed or aborted; published shards are untouched. Use it after
+    a ``compute=False`` write whose computation failed (``compute=True``
+    writes clean up by themselves), and never while a write to this array is
+    running.
+
+    Returns
+    -------
+    int
+        How many leftovers were removed.
+    """
+    target = resolve_store(store, path, storage_options)
+    return cleanup_write(target, target.key(STAGING_DIR))

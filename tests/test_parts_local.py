@@ -56,3 +56,23 @@ def test_failure_midway_leaves_no_partial_shard_and_no_staging(tmp_path: Path) -
     leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "zarr.json"]
     assert leftovers == []
     assert not (tmp_path / ".shardpipe-staging").exists()
+
+
+def test_cleanup_after_a_failed_delayed_write(tmp_path: Path) -> None:
+    data = _volume()
+    source = da.from_array(data, chunks=(16, 64, 64)).map_blocks(_failing, dtype=data.dtype)
+    delayed = shardpipe.to_sharded_zarr(
+        source,
+        str(tmp_path),
+        shards=(64, 64, 64),
+        chunks=(8, 8, 8),
+        max_mem=72 << 10,
+        compute=False,
+    )
+    with dask.config.set(scheduler="threads"), pytest.raises(RuntimeError, match="simulated"):
+        delayed.compute()
+    staging = tmp_path / ".shardpipe-staging"
+    assert any(p.is_file() for p in staging.rglob("*"))  # parts were left behind
+    assert shardpipe.cleanup(str(tmp_path)) > 0
+    assert not staging.exists()
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["zarr.json"]

@@ -1,0 +1,59 @@
+"""The command line: verify and cleanup."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import shardpipe
+from shardpipe.cli import main
+
+
+def _write(path: Path) -> None:
+    data = da.from_array(np.arange(4000, dtype="int32").reshape(40, 100), chunks=(15, 40))
+    shardpipe.to_sharded_zarr(data, str(path), shards=(20, 50), chunks=(10, 25))
+
+
+def test_verify_ok_and_damaged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path)
+    assert main(["verify", str(tmp_path)]) == 0
+    assert "OK" in capsys.readouterr().out
+    shard = tmp_path / "c" / "1" / "1"
+    damaged = bytearray(shard.read_bytes())
+    damaged[-2] ^= 0x01  # inside the index CRC32C
+    shard.write_bytes(bytes(damaged))
+    assert main(["verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "c/1/1" in out and "CRC32C mismatch" in out and "FAILED" in out
+
+
+def test_verify_nothing_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", str(tmp_path / "missing")]) == 2
+    assert "cannot open a sharded array" in capsys.readouterr().err
+
+
+def test_console_script_runs(tmp_path: Path) -> None:
+    _write(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "shardpipe.cli", "verify", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    staging = tmp_path / ".shardpipe-staging" / "old" / "x"
+    staging.mkdir(parents=True)
+    (staging / "part-00000").write_bytes(b"left over")
+    done = subprocess.run(
+        [sys.executable, "-m", "shardpipe.cli", "cleanup", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and "removed 1" in done.stdout, done.stderr
+    assert not (tmp_path / ".shardpipe-staging").exists()
