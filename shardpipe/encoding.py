@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from zarr.abc.codec import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, Codec
+from zarr.abc.codec import Codec
 from zarr.codecs.sharding import ShardingCodec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import default_buffer_prototype
@@ -159,14 +159,3 @@ class ChunkCodec:
             return getattr(codec, f"_{direction}_sync")(value, spec)
         coroutine = getattr(codec, f"_{direction}_single")(value, spec)
         return asyncio.run(coroutine)
-
-
-def codec_kind(codec: Codec) -> str:
-    """Return ``"array->array"``, ``"array->bytes"`` or ``"bytes->bytes"``."""
-    if isinstance(codec, ArrayArrayCodec):
-        return "array->array"
-    if isinstance(codec, ArrayBytesCodec):
-        return "array->bytes"
-    if isinstance(codec, BytesBytesCodec):
-        return "bytes->bytes"
-    return type(codec).__name__
