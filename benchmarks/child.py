@@ -1,6 +1,7 @@
 """Run one benchmark case in a fresh Python subprocess and collect its JSON record.
 
-Used by :mod:`benchmarks.large_shard` and :mod:`benchmarks.s3`: the case
+Used by the suite (:mod:`benchmarks.run_one`), :mod:`benchmarks.large_shard`
+and :mod:`benchmarks.s3`: the case
 module is run as ``python -m MODULE --result FILE OPTIONS...`` from the
 repository root, so its peak RSS is its own, and the JSON it writes to
 ``FILE`` is returned. :func:`time_reps` is the timing loop those case
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cpu import CpuMeter
-from benchmarks.suite import REPO_ROOT
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def option_list(options: dict[str, Any]) -> list[str]:

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
+from benchmarks.child import REPO_ROOT, run_child
 from benchmarks.data import Layout
 from benchmarks.writers import WRITERS
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("numpy", "zarr", "dask", "distributed", "numcodecs", "tensorstore", "zarrs", "cubed")
 
 
@@ -128,33 +125,10 @@ def run_case(case: Case, args: argparse.Namespace, shape: tuple[int, ...]) -> di
         "--reps": args.reps,
         "--out-dir": args.out_dir,
     }
-    with tempfile.TemporaryDirectory(prefix="shardpipe-bench-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "benchmarks.run_one",
-            "--shape",
-            *map(str, shape),
-            "--result",
-            str(result_path),
-        ]
-        cmd += [str(item) for pair in options.items() for item in pair]
-        try:
-            proc = subprocess.run(
-                cmd,
-                cwd=REPO_ROOT,
-                capture_output=True,
-                text=True,
-                timeout=args.timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return stub_result(case, "error", f"timed out after {args.timeout:.0f} s")
-        if result_path.exists():
-            return dict(json.loads(result_path.read_text()))
-    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-    return stub_result(case, "error", f"exit {proc.returncode} without a result: {tail}")
+    record = run_child("benchmarks.run_one", {"--shape": shape, **options}, args.timeout)
+    if "writer" not in record:  # the subprocess died: say which case it was
+        return stub_result(case, "error", record["message"])
+    return record
 
 
 def _git(*args: str) -> str:
