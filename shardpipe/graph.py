@@ -13,6 +13,7 @@ Dask scheduler. Task names read well on the dashboard::
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -85,7 +86,7 @@ def build_write_graph(
     """
     blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
     target_d = delayed(target, name=f"write-target-{token}")
-    counter = iter(range(1 << 62))
+    counter = itertools.count()
 
     def call(func: Callable[..., Any], name: str, *deps: Any, **static: Any) -> Delayed:
         """One task: ``deps`` are graph dependencies, ``static`` plain values.

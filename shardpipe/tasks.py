@@ -227,26 +227,19 @@ def stamp_shard(
         target.store.abort_parts(handle)
         return WriteReport(shards=1, nbytes=0, chunks_stored=0)
     n_slots = target.layout.n_chunks_per_shard
-    head = 0
-    if target.index_location == "start":
-        head = target.store.head_size(index_nbytes(n_slots))
-    index = stamp_index(n_slots, manifests, first_offset=head).encode()
-    if target.index_location == "start":
-        target.store.finish_parts(handle, receipts, index + bytes(head - len(index)), b"")
-    else:
-        target.store.finish_parts(handle, receipts, b"", index)
-    nbytes = head + sum(m.size for m in manifests) + (len(index) if head == 0 else 0)
+    at_start = target.index_location == "start"
+    # the index goes first or last; first, the store may want it padded (S3: 5 MiB)
+    head_nbytes = target.store.head_size(index_nbytes(n_slots)) if at_start else 0
+    index = stamp_index(n_slots, manifests, first_offset=head_nbytes).encode()
+    head, tail = (index.ljust(head_nbytes, b"\0"), b"") if at_start else (b"", index)
+    target.store.finish_parts(handle, receipts, head, tail)
+    nbytes = len(head) + sum(m.size for m in manifests) + len(tail)
     return WriteReport(shards=1, nbytes=nbytes, chunks_stored=sum(len(m.slots) for m in manifests))
 
 
 def finish_write(target: WriteTarget, *reports: WriteReport) -> WriteReport:
-    """Remove the write's staging area and add up the reports."""
+    """Remove the write's staging area and add up the reports of all publishing tasks."""
     target.store.discard_staging(target.staging)
-    return summarize(*reports)
-
-
-def summarize(*reports: WriteReport) -> WriteReport:
-    """Add up the reports of all publishing tasks."""
     return WriteReport(
         shards=sum(r.shards for r in reports),
         nbytes=sum(r.nbytes for r in reports),

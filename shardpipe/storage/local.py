@@ -17,7 +17,7 @@ import errno
 import os
 import shutil
 import uuid
-from collections.abc import Buffer, Iterator, Sequence
+from collections.abc import Buffer, Callable, Iterator, Sequence
 from pathlib import Path
 
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
@@ -97,7 +97,7 @@ class LocalShardStore(ShardStore):
         return os.path.join(self.root, *key.split("/"))
 
     # -- whole objects -------------------------------------------------------
-    def _publish(self, key: str, write: object) -> None:
+    def _publish(self, key: str, write: Callable[[int], object]) -> None:
         """Write a temporary file with ``write(fd)``, then rename it onto ``key``."""
         final = self._path(key)
         folder = os.path.dirname(final)
@@ -106,7 +106,7 @@ class LocalShardStore(ShardStore):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                write(fd)  # type: ignore[operator]
+                write(fd)
                 if self.fsync:
                     os.fsync(fd)
             finally:
