@@ -1,4 +1,10 @@
-"""shardpipe's exceptions, all under :class:`ShardpipeError`."""
+"""shardpipe's exceptions, all under :class:`ShardpipeError`.
+
+Every error shardpipe raises on purpose is defined here, so that a caller can
+catch ``ShardpipeError`` alone. Where a built-in exception type also fits
+(``ValueError`` for bad values, ``OSError`` for storage faults) the class
+derives from it too, so code written against the built-in keeps working.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,26 @@ class ShardpipeError(Exception):
 
 
 class InvalidArgumentError(ShardpipeError, ValueError):
-    """An argument is wrong; the message names it and says how to fix it."""
+    """An argument is wrong; the message names it, its value and the fix.
+
+    Parameters
+    ----------
+    parameter : str
+        Name of the offending parameter (``"shards"``, ``"store"``, ...).
+    problem : str
+        What is wrong, with the value.
+    fix : str
+        How to fix it.
+    """
 
     def __init__(self, parameter: str, problem: str, fix: str) -> None:
         self.parameter = parameter
+        self.problem = problem
+        self.fix = fix
         super().__init__(f"{parameter}: {problem}. {fix}")
+
+    def __reduce__(self) -> tuple[type[InvalidArgumentError], tuple[str, str, str]]:
+        return type(self), (self.parameter, self.problem, self.fix)
 
 
 class ArrayExistsError(ShardpipeError, FileExistsError):
@@ -21,6 +42,68 @@ class ArrayExistsError(ShardpipeError, FileExistsError):
 
 class StoreNotWritableError(ShardpipeError, PermissionError):
     """The target store cannot be written to."""
+
+
+class SourceOverlapsTargetError(InvalidArgumentError):
+    """The array to write is read from the place it would be written to."""
+
+
+class PlanError(ShardpipeError, ValueError):
+    """A write cannot be planned within the given limits."""
+
+
+class MemoryBudgetError(InvalidArgumentError, PlanError):
+    """A task of the plan would need more memory than ``max_mem``.
+
+    Parameters
+    ----------
+    task : str
+        The task that does not fit (its kind, and which shard and part).
+    projected : int
+        Bytes the memory model projects for it.
+    budget : int
+        The budget, ``max_mem``, in bytes.
+    fix : str
+        How to make it fit.
+    """
+
+    def __init__(self, task: str, projected: int, budget: int, fix: str) -> None:
+        self.task = task
+        self.projected = projected
+        self.budget = budget
+        super().__init__(
+            "max_mem",
+            f"a {task} task would hold about {projected:,} bytes, "
+            f"{projected - budget:,} more than max_mem={budget:,}",
+            fix[:1].upper() + fix[1:],
+        )
+
+    def __reduce__(self) -> tuple[type[MemoryBudgetError], tuple[str, int, int, str]]:  # type: ignore[override]
+        return type(self), (self.task, self.projected, self.budget, self.fix)
+
+
+class ShardFormatError(ShardpipeError, ValueError):
+    """A shard's bytes do not follow its format."""
+
+
+class StorageError(ShardpipeError, OSError):
+    """A storage operation failed after the backend's retries."""
+
+
+class PartsNotSupportedError(ShardpipeError, NotImplementedError):
+    """The backend cannot write a shard in parts."""
+
+
+class AbilityNotSupportedError(ShardpipeError, NotImplementedError):
+    """The backend lacks an ability (range writes, appends, range copies...)."""
+
+
+class ConditionFailedError(StorageError):
+    """A conditional write found the object not in the state it was conditioned on.
+
+    Raised by a create-only write when the key already exists, and by a
+    replace-if-unchanged write when the object changed since it was read.
+    """
 
 
 class VerificationError(ShardpipeError):

@@ -136,13 +136,6 @@ class ShardLayout:
             for i, j, s, c in zip(shard, local, self.shard_shape, self.chunk_shape, strict=True)
         )
 
-    def chunk_slot(self, local: Coords) -> int:
-        """Return the C-order position of inner chunk ``local`` in the shard index."""
-        slot = 0
-        for j, n in zip(local, self.chunks_per_shard, strict=True):
-            slot = slot * n + j
-        return slot
-
 
 @dataclass(frozen=True)
 class ChunkBox:
@@ -161,6 +154,10 @@ class ChunkBox:
     def n_chunks(self) -> int:
         """Number of inner chunks in the box."""
         return math.prod(b - a for a, b in zip(self.start, self.stop, strict=True))
+
+    def contains(self, local: Coords) -> bool:
+        """Whether inner chunk ``local`` lies in the box."""
+        return all(a <= j < b for j, a, b in zip(local, self.start, self.stop, strict=True))
 
     def chunks(self) -> Iterator[Coords]:
         """Iterate over the local coordinates of the inner chunks in C order."""

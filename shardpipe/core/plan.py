@@ -1,31 +1,36 @@
-"""Write plans: which Dask blocks feed which shard, and in how many parts.
+"""Write plans: which Dask blocks feed which shard, in how many parts, at what memory.
 
 A plan is an inspectable value computed before anything runs. It maps a
-Dask block grid onto a shard layout:
+source's Dask blocks, placed in a region of the target array
+(:class:`~shardpipe.core.region.Placement`), onto the array's shards:
 
-* every shard is written by **parts**: boxes of inner chunks whose raw size
-  fits the memory budget. A shard that fits is one part and is published in
-  one go by the task that writes that part. A larger shard has several
-  parts, written independently, and a final *stamp* step that writes the
-  index and publishes the shard;
+* every shard the region touches is written by **parts**: boxes of inner
+  chunks whose memory fits the budget. A shard that fits is one part and is
+  published in one go by the task that writes that part. A larger shard has
+  several parts, written independently, and a final *stamp* step that writes
+  the index and publishes the shard;
 * a part either lies inside one Dask block (*direct*: the task holding that
   block slices, encodes and writes it) or gathers *pieces* from several
   blocks: each block encodes the inner chunks it holds whole and sends raw
-  only the bits of chunks that straddle block edges.
+  only the bits of chunks that straddle block edges. On schedulers in this
+  process, where nothing travels, a part's own task may cut its blocks itself
+  (*gathered in the task*) where holding all of them fits the budget;
+* each inner chunk the region touches is fully covered (encoded afresh) or
+  partly covered (its old content is needed: see
+  :class:`~shardpipe.core.region.ShardCoverage`).
 
-Projected memory (per task, in bytes)::
-
-    direct part      block + encoded part
-    piece            block + piece of the part it feeds
-    gathered part    pieces + assembled part + encoded part  (<= 3 x part)
+Part sizes come from the memory model (:mod:`shardpipe.core.memory`): the
+largest part for which every task kind fits ``max_mem``; a plan that cannot
+fit is refused before anything runs.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from shardpipe.core.grid import (
@@ -35,15 +40,22 @@ from shardpipe.core.grid import (
     Coords,
     Shape,
     ShardLayout,
-    box_size,
-    chunks_in_array,
     intersect,
 )
-from shardpipe.errors import ShardpipeError
+from shardpipe.core.memory import MemoryModel, TaskMemory, check_budget
+from shardpipe.core.region import Placement, ShardCoverage
+from shardpipe.errors import MemoryBudgetError, PlanError
 
-
-class PlanError(ShardpipeError, ValueError):
-    """A write cannot be planned within the given limits."""
+__all__ = [
+    "PartPlan",
+    "PieceCut",
+    "PlanError",
+    "ShardPlan",
+    "WritePlan",
+    "choose_part_chunks",
+    "cut_block",
+    "plan_write",
+]
 
 
 @dataclass(frozen=True)
@@ -57,15 +69,19 @@ class PartPlan:
     chunks : ChunkBox
         The inner chunks of the part (local to the shard).
     region : Box
-        Elements of the array the part covers, clipped to the array.
+        Elements of the array the source gives the part (array coordinates).
     blocks : tuple of Coords
         The Dask blocks that hold those elements.
+    gather_in_task : bool
+        On a scheduler in this process, the part's task may cut all its
+        blocks itself (holding them all fits the budget).
     """
 
     number: int
     chunks: ChunkBox
     region: Box
     blocks: tuple[Coords, ...]
+    gather_in_task: bool = True
 
     @property
     def is_direct(self) -> bool:
@@ -81,11 +97,14 @@ class ShardPlan:
     ----------
     coords : Coords
         Grid coordinates of the shard.
+    coverage : ShardCoverage
+        Which of its inner chunks the region covers, fully or partly.
     parts : tuple of PartPlan
         Its parts, in the order their bytes appear in the shard.
     """
 
     coords: Coords
+    coverage: ShardCoverage
     parts: tuple[PartPlan, ...]
 
     @property
@@ -100,83 +119,220 @@ class WritePlan:
 
     Parameters
     ----------
-    layout : ShardLayout
-        Shard and inner-chunk grids of the target array.
-    blocks : BlockGrid
-        Dask block grid of the source array.
+    placement : Placement
+        The source's blocks placed in a region of the target array.
     itemsize : int
         Bytes per element.
     max_mem : int
         Memory budget per task in bytes.
+    model : MemoryModel
+        The memory model the plan was sized with.
     part_chunks : Shape
         Shape of a (non-edge) part, in inner chunks.
-    shards : tuple of ShardPlan
-        One entry per shard, in C order of the shard grid.
+    stamp_nbytes : int
+        Bytes a stamp task holds (the index, with any padding).
+    max_parts : int or None
+        Most parts the store allows per shard.
     """
 
-    layout: ShardLayout
-    blocks: BlockGrid
+    placement: Placement
     itemsize: int
     max_mem: int
+    model: MemoryModel
     part_chunks: Shape
-    shards: tuple[ShardPlan, ...] = field(repr=False)
+    stamp_nbytes: int = 0
+    max_parts: int | None = None
+
+    @property
+    def layout(self) -> ShardLayout:
+        """Shard and inner-chunk grids of the target array."""
+        return self.placement.layout
+
+    @property
+    def blocks(self) -> BlockGrid:
+        """The source's Dask block grid."""
+        return self.placement.blocks
+
+    @property
+    def chunk_nbytes(self) -> int:
+        """Raw bytes of one inner chunk."""
+        return math.prod(self.layout.chunk_shape) * self.itemsize
 
     @property
     def part_nbytes(self) -> int:
         """Raw bytes of one full part."""
-        chunk = math.prod(self.layout.chunk_shape)
-        return math.prod(self.part_chunks) * chunk * self.itemsize
+        return math.prod(self.part_chunks) * self.chunk_nbytes
 
     @property
     def block_nbytes(self) -> int:
         """Raw bytes of the largest Dask block."""
         return self.blocks.max_block_elements * self.itemsize
 
+    def shard(self, coords: Coords) -> ShardPlan:
+        """Plan the shard at ``coords`` (one the region touches)."""
+        coverage = self.placement.coverage(coords)
+        parts = []
+        for number, chunk_box in enumerate(_tile(coverage.touched, self.part_chunks)):
+            full = self.layout.clip(chunk_box.element_box(self.layout, coords))
+            region = None if full is None else intersect(full, self.placement.region)
+            assert region is not None  # touched chunks hold elements of the region
+            feeding = tuple(self.placement.blocks_touching(region))
+            parts.append(PartPlan(number, chunk_box, region, feeding))
+        padded = len(parts) > 1
+        return ShardPlan(
+            coords,
+            coverage,
+            tuple(
+                replace(
+                    p,
+                    gather_in_task=self.model.gathered_in_task(
+                        self._blocks_nbytes(p.blocks), self._raw(p.chunks), padded=padded
+                    )
+                    <= self.max_mem,
+                )
+                for p in parts
+            ),
+        )
+
+    def iter_shards(self) -> Iterator[ShardPlan]:
+        """Plan every shard the region touches, in C order, one at a time."""
+        return (self.shard(c) for c in self.placement.shards())
+
     @cached_property
-    def num_tasks(self) -> int:
-        """Number of tasks the plan adds to the graph (pieces, parts and stamps)."""
-        n = 0
+    def shards(self) -> tuple[ShardPlan, ...]:
+        """Every shard's plan, in C order (computed once, on first use)."""
+        return tuple(self.iter_shards())
+
+    def _raw(self, chunks: ChunkBox) -> int:
+        return chunks.n_chunks * self.chunk_nbytes
+
+    def _blocks_nbytes(self, blocks: tuple[Coords, ...]) -> int:
+        return (
+            sum(math.prod(b - a for a, b in self.blocks.block_box(block)) for block in blocks)
+            * self.itemsize
+        )
+
+    # -- summary -------------------------------------------------------------
+    @cached_property
+    def task_counts(self) -> dict[str, int]:
+        """Tasks per kind in a graph for any scheduler (pieces for gathered parts)."""
+        return dict(self._count_tasks(in_process=False))
+
+    @cached_property
+    def task_counts_in_process(self) -> dict[str, int]:
+        """Tasks per kind in a graph for a scheduler in this process."""
+        return dict(self._count_tasks(in_process=True))
+
+    def _count_tasks(self, *, in_process: bool) -> Counter[str]:
+        counts: Counter[str] = Counter()
         for shard in self.shards:
+            single = shard.is_single_part
+            counts["write-shard" if single else "write-part"] += len(shard.parts)
+            if not single:
+                counts["begin-shard"] += 1
+                counts["stamp-shard"] += 1
             for part in shard.parts:
-                n += 1 if part.is_direct else 1 + len(part.blocks)
-            if not shard.is_single_part:
-                n += 2  # begin + stamp
-        return n
+                if not part.is_direct and not (in_process and part.gather_in_task):
+                    counts["encode-piece"] += len(part.blocks)
+        return counts
+
+    @property
+    def num_tasks(self) -> int:
+        """Number of tasks the plan adds to a graph for any scheduler."""
+        return sum(self.task_counts.values())
+
+    @property
+    def n_shards(self) -> int:
+        """Number of shards the write touches."""
+        return self.placement.n_shards
+
+    @property
+    def n_multipart_shards(self) -> int:
+        """Number of shards written in several parts and stamped."""
+        return sum(not s.is_single_part for s in self.shards)
+
+    @property
+    def n_parts(self) -> int:
+        """Number of parts over all shards."""
+        return sum(len(s.parts) for s in self.shards)
 
     @property
     def max_parts_per_shard(self) -> int:
         """Largest number of parts in one shard."""
         return max((len(s.parts) for s in self.shards), default=0)
 
-    @cached_property
-    def max_projected_mem(self) -> int:
-        """Largest memory any task is expected to hold, in bytes."""
-        worst = 0
+    @property
+    def nbytes_in(self) -> int:
+        """Raw bytes the source gives the write."""
+        return math.prod(b - a for a, b in self.placement.region) * self.itemsize
+
+    @property
+    def nbytes_out_max(self) -> int:
+        """Most encoded bytes the write can store (every touched chunk stored, indexes)."""
+        chunks = sum(s.coverage.touched.n_chunks for s in self.shards)
+        return self.model.encoded(chunks * self.chunk_nbytes) + self.n_shards * self.stamp_nbytes
+
+    @property
+    def n_chunks_full(self) -> int:
+        """Inner chunks encoded afresh from the source."""
+        return sum(s.coverage.n_full for s in self.shards)
+
+    @property
+    def n_chunks_partial(self) -> int:
+        """Inner chunks whose old content must be read and merged."""
+        return sum(s.coverage.n_partial for s in self.shards)
+
+    def projected_peaks(self, *, in_process: bool = False) -> dict[str, TaskMemory]:
+        """Projected peak bytes per task kind, with the task that reaches each."""
+        peaks: dict[str, TaskMemory] = {}
+
+        def note(kind: str, nbytes: int, where: str) -> None:
+            if kind not in peaks or nbytes > peaks[kind].nbytes:
+                peaks[kind] = TaskMemory(kind, nbytes, where)
+
+        model = self.model
         for shard in self.shards:
+            padded = not shard.is_single_part
+            kind = "write-part" if padded else "write-shard"
+            if padded:
+                note("stamp-shard", model.stamp(self.stamp_nbytes, 0), f"shard {shard.coords}")
             for part in shard.parts:
-                raw = box_size(part.region) * self.itemsize
+                where = f"shard {shard.coords}, part {part.number}"
+                raw = self._raw(part.chunks)
+                blocks = [self._blocks_nbytes((b,)) for b in part.blocks]
                 if part.is_direct:
-                    worst = max(worst, self.block_nbytes + raw)
+                    note(kind, model.direct(blocks[0], raw, padded=padded), where)
+                elif in_process and part.gather_in_task:
+                    note(kind, model.gathered_in_task(sum(blocks), raw, padded=padded), where)
                 else:
-                    worst = max(worst, self.block_nbytes + raw, 3 * self.part_nbytes)
-        return worst
+                    note(kind, model.gathered(raw, padded=padded), where)
+                    note("encode-piece", model.piece(max(blocks), raw), where)
+        return peaks
+
+    @property
+    def max_projected_mem(self) -> int:
+        """Largest memory any task is expected to hold, in bytes, on any scheduler."""
+        peaks = [*self.projected_peaks().values(), *self.projected_peaks(in_process=True).values()]
+        return max((m.nbytes for m in peaks), default=0)
 
     def __repr__(self) -> str:
-        n_multi = sum(not s.is_single_part for s in self.shards)
         return (
-            f"WritePlan(shape={self.layout.shape}, shards={self.layout.shard_shape}, "
-            f"chunks={self.layout.chunk_shape}, n_shards={len(self.shards)}, "
-            f"multipart_shards={n_multi}, part_chunks={self.part_chunks}, "
-            f"num_tasks={self.num_tasks}, max_projected_mem={_fmt_bytes(self.max_projected_mem)}, "
-            f"max_mem={_fmt_bytes(self.max_mem)})"
+            f"WritePlan(shape={self.layout.shape}, region={self.placement.region}, "
+            f"shards={self.layout.shard_shape}, chunks={self.layout.chunk_shape}, "
+            f"n_shards={self.n_shards}, multipart_shards={self.n_multipart_shards}, "
+            f"part_chunks={self.part_chunks}, num_tasks={self.num_tasks}, "
+            f"max_projected_mem={format_bytes(self.max_projected_mem)}, "
+            f"max_mem={format_bytes(self.max_mem)})"
         )
 
 
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+def format_bytes(n: int) -> str:
+    """Format a byte count with binary units (``"1.5 GiB"``)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
     raise AssertionError  # pragma: no cover
 
 
@@ -215,7 +371,7 @@ def choose_part_chunks(
     if max_chunks < 1:
         raise PlanError(
             f"one inner chunk {layout.chunk_shape} is {chunk_bytes} bytes, more than the "
-            f"per-part budget of {budget} bytes (max_mem / 3); raise max_mem or use smaller chunks"
+            f"per-part budget of {budget} bytes; raise max_mem or use smaller chunks"
         )
     per_shard = layout.chunks_per_shard
     if math.prod(per_shard) <= max_chunks:
@@ -247,59 +403,106 @@ def _tile(box: ChunkBox, step: Shape) -> Iterator[ChunkBox]:
 
 
 def plan_write(
-    layout: ShardLayout,
-    blocks: BlockGrid,
+    placement: Placement,
     itemsize: int,
     max_mem: int,
     *,
+    model: MemoryModel | None = None,
     max_parts: int | None = None,
+    stamp_nbytes: int = 0,
 ) -> WritePlan:
-    """Plan the write of an array with Dask blocks ``blocks`` into ``layout``.
+    """Plan the write of the blocks of ``placement`` into its region of the array.
 
     Parameters
     ----------
-    layout : ShardLayout
-        Target shard and inner-chunk grids.
-    blocks : BlockGrid
-        Source Dask block grid; its shape must equal ``layout.shape``.
+    placement : Placement
+        The source's blocks placed in the target array
+        (``Placement.whole(layout, blocks)`` for a new array).
     itemsize : int
         Bytes per element.
     max_mem : int
         Memory budget per task in bytes.
+    model : MemoryModel, optional
+        How much each task holds; by default raw-sized encodings and no
+        buffer joins.
     max_parts : int, optional
-        Most parts one shard may have (10,000 on S3).
+        Most parts one shard may have (9,998 on S3).
+    stamp_nbytes : int
+        Bytes a stamp task holds (the index, padded as the store needs).
 
     Raises
     ------
+    MemoryBudgetError
+        If some task cannot fit ``max_mem``; the message names the task kind,
+        the excess and the fix.
     PlanError
-        If the budget cannot be met or a shard would need too many parts.
+        If a shard would need more parts than the store allows.
     """
-    if blocks.shape != layout.shape:
-        raise PlanError(f"block grid shape {blocks.shape} differs from array shape {layout.shape}")
-    block_nbytes = blocks.max_block_elements * itemsize
-    if block_nbytes > max_mem:
-        raise PlanError(
-            f"the largest Dask block holds {block_nbytes} bytes, more than max_mem={max_mem}; "
-            "rechunk the Dask array into smaller blocks or raise max_mem"
-        )
-    part_chunks = choose_part_chunks(
-        layout, itemsize, max(max_mem // 3, 1), _block_alignment(layout, blocks)
-    )
-    shards = []
-    for coords in layout.shard_coords():
-        parts = []
-        for number, chunk_box in enumerate(_tile(chunks_in_array(layout, coords), part_chunks)):
-            region = layout.clip(chunk_box.element_box(layout, coords))
-            assert region is not None  # chunks_in_array only yields chunks inside the array
-            feeding = tuple(blocks.blocks_touching(region))
-            parts.append(PartPlan(number, chunk_box, region, feeding))
-        if max_parts is not None and len(parts) > max_parts:
-            raise PlanError(
-                f"shard {coords} needs {len(parts)} parts under max_mem={max_mem}, more than the "
-                f"store allows ({max_parts}); raise max_mem or use smaller shards"
+    layout = placement.layout
+    chunk_nbytes = math.prod(layout.chunk_shape) * itemsize
+    if model is None:
+        model = MemoryModel(chunk_nbytes)
+    block_nbytes = placement.blocks.max_block_elements * itemsize
+    budget = model.largest_part(max_mem, block_nbytes, gathered=False)
+    if budget < chunk_nbytes:
+        if block_nbytes >= chunk_nbytes:
+            raise MemoryBudgetError(
+                "write-shard",
+                model.direct(block_nbytes, chunk_nbytes),
+                max_mem,
+                f"the largest Dask block holds {block_nbytes:,} bytes; rechunk the source "
+                "into smaller blocks or raise max_mem",
             )
-        shards.append(ShardPlan(coords, tuple(parts)))
-    return WritePlan(layout, blocks, itemsize, max_mem, part_chunks, tuple(shards))
+        raise MemoryBudgetError(
+            "write-part",
+            model.direct(block_nbytes, chunk_nbytes),
+            max_mem,
+            f"one inner chunk {layout.chunk_shape} is {chunk_nbytes:,} bytes; raise max_mem "
+            "or use smaller chunks",
+        )
+    if stamp_nbytes > max_mem:
+        raise MemoryBudgetError(
+            "stamp-shard",
+            stamp_nbytes,
+            max_mem,
+            "the shard index (with the padding the store needs) must fit; raise max_mem",
+        )
+    alignment = _block_alignment(layout, placement.blocks)
+
+    def sized(raw_budget: int) -> WritePlan:
+        part_chunks = choose_part_chunks(layout, itemsize, raw_budget, alignment)
+        return WritePlan(placement, itemsize, max_mem, model, part_chunks, stamp_nbytes, max_parts)
+
+    # parts that lie in one block each need no room for pieces: try that first
+    plan = sized(budget)
+    if not all(p.is_direct for s in plan.shards for p in s.parts):
+        budget = model.largest_part(max_mem, block_nbytes, gathered=True)
+        if budget < chunk_nbytes:
+            raise MemoryBudgetError(
+                "write-part",
+                model.gathered(chunk_nbytes),
+                max_mem,
+                f"a part gathered from several Dask blocks holds its pieces, the assembled "
+                f"inner chunks and their encoding; one inner chunk {layout.chunk_shape} is "
+                f"{chunk_nbytes:,} bytes: raise max_mem, use smaller chunks, or align the "
+                "Dask blocks with the inner chunks",
+            )
+        plan = sized(budget)
+    if max_parts is not None and plan.max_parts_per_shard > max_parts:
+        worst = max(plan.shards, key=lambda s: len(s.parts))
+        raise PlanError(
+            f"shard {worst.coords} needs {len(worst.parts)} parts under max_mem={max_mem}, "
+            f"more than the store allows ({max_parts}); raise max_mem or use smaller shards"
+        )
+    fix = "raise max_mem, or use smaller Dask blocks or inner chunks"
+    if model.min_part_nbytes and plan.n_multipart_shards:
+        fix += (
+            f" (the store pads every part of a shard written in parts to "
+            f"{model.min_part_nbytes:,} bytes)"
+        )
+    check_budget(plan.projected_peaks(), max_mem, fix)
+    check_budget(plan.projected_peaks(in_process=True), max_mem, fix)
+    return plan
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from shardpipe.core.grid import (
     chunks_in_array,
     intersect,
 )
+from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -164,9 +165,11 @@ def test_chunks_in_array_of_all_shards_cover_the_array_once(layout: ShardLayout)
 
 @given(layouts(max_ndim=4))
 @SETTINGS
-def test_chunk_slot_is_c_order_position(layout: ShardLayout) -> None:
+def test_zarr_slot_is_c_order_position(layout: ShardLayout) -> None:
+    # slot order belongs to the shard format (zarr: C order of the shard's chunk grid)
+    shard_format = ZarrShardingFormat(layout.chunks_per_shard)
     locals_ = list(itertools.product(*(range(n) for n in layout.chunks_per_shard)))
-    slots = [layout.chunk_slot(local) for local in locals_]
+    slots = [shard_format.slot(local) for local in locals_]
     for local, slot in zip(locals_, slots, strict=True):
         assert slot == np.ravel_multi_index(local, layout.chunks_per_shard, order="C")
     assert slots == list(range(layout.n_chunks_per_shard))

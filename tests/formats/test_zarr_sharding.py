@@ -1,4 +1,4 @@
-"""Tests of the ``sharding_indexed`` byte format in ``shardpipe.core.shard_format``."""
+"""Tests of the ``sharding_indexed`` byte format in ``shardpipe.formats.zarr_sharding``."""
 
 from __future__ import annotations
 
@@ -14,16 +14,26 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from shardpipe.core.grid import ShardLayout, chunks_in_array
-from shardpipe.core.shard_format import (
+from shardpipe.formats.base import (
     EMPTY,
-    ShardFormatError,
+    ShardFormat,
     ShardIndex,
     assemble_shard,
-    index_nbytes,
     lay_out_part,
-    shard_index_range,
     stamp_index,
 )
+from shardpipe.formats.zarr_sharding import (
+    ShardFormatError,
+    ZarrShardingFormat,
+    decode_index,
+    encode_index,
+    index_nbytes,
+)
+
+
+def shard_index_range(nbytes: int, n_slots: int, location: str) -> tuple[int, int]:
+    return ZarrShardingFormat((n_slots,), location).index_range(nbytes)  # type: ignore[arg-type]
+
 
 SETTINGS = settings(max_examples=75, deadline=None)
 NONE = 2**64 - 1  # offset and nbytes of an empty slot
@@ -69,7 +79,7 @@ def test_golden_crc_constants(body: bytes, crc: int) -> None:
 
 @pytest.mark.parametrize("location", ["end", "start"])
 def test_assemble_shard_golden_bytes(location: str) -> None:
-    shard = b"".join(bytes(b) for b in assemble_shard(ENCODED, 4, location))
+    shard = b"".join(bytes(b) for b in assemble_shard(ZarrShardingFormat((4,), location), ENCODED))
     assert len(shard) == 8 + 68
     assert shard == GOLDEN[location]
 
@@ -77,7 +87,7 @@ def test_assemble_shard_golden_bytes(location: str) -> None:
 @pytest.mark.parametrize("location", ["end", "start"])
 def test_golden_index_decodes(location: str) -> None:
     start, stop = shard_index_range(len(GOLDEN[location]), 4, location)
-    index = ShardIndex.decode(GOLDEN[location][start:stop], 4)
+    index = decode_index(GOLDEN[location][start:stop], 4)
     offset = 68 if location == "start" else 0
     assert index.entries.dtype == np.uint64
     assert index.entries.tolist() == [[offset + 4, 4], [NONE, NONE], [NONE, NONE], [offset, 4]]
@@ -113,6 +123,7 @@ def test_zarr_reads_assembled_edge_shards(location: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
     layout = ShardLayout((7, 5), (4, 4), (2, 2))
     padded = np.zeros((8, 8), dtype=np.uint8)
+    shard_format = ZarrShardingFormat(layout.chunks_per_shard, location)  # type: ignore[arg-type]
     shards = {}
     for shard in layout.shard_coords():
         encoded = []
@@ -122,9 +133,9 @@ def test_zarr_reads_assembled_edge_shards(location: str, seed: int) -> None:
             values = rng.integers(1, 256, size=(2, 2), dtype=np.uint8)
             (r0, r1), (c0, c1) = layout.chunk_box(shard, tuple(local))
             padded[r0:r1, c0:c1] = values
-            encoded.append((layout.chunk_slot(tuple(local)), values.tobytes()))
-        parts = assemble_shard(encoded, layout.n_chunks_per_shard, location)
-        shards["c/" + "/".join(map(str, shard))] = b"".join(bytes(p) for p in parts)
+            encoded.append((shard_format.slot(tuple(local)), values.tobytes()))
+        parts = assemble_shard(shard_format, encoded)
+        shards[shard_format.key(shard)] = b"".join(bytes(p) for p in parts)
     array = write_zarr_shards(shards, (7, 5), (4, 4), (2, 2), location)
     np.testing.assert_array_equal(array[...], padded[:7, :5])
 
@@ -140,32 +151,32 @@ def indexes(draw: st.DrawFn) -> ShardIndex:
 @given(indexes())
 @SETTINGS
 def test_index_encode_decode_round_trip(index: ShardIndex) -> None:
-    data = index.encode()
+    data = encode_index(index)
     assert len(data) == index_nbytes(index.n_slots) == 16 * index.n_slots + 4
     assert data[-4:] == struct.pack("<I", reference_crc32c(data[:-4]))
     assert data[:-4] == struct.pack(f"<{2 * index.n_slots}Q", *index.entries.ravel().tolist())
-    back = ShardIndex.decode(data, index.n_slots)
+    back = decode_index(data, index.n_slots)
     np.testing.assert_array_equal(back.entries, index.entries)
-    no_crc = ShardIndex.decode(data[:-4], index.n_slots, checksum=False)
+    no_crc = decode_index(data[:-4], index.n_slots, checksum=False)
     np.testing.assert_array_equal(no_crc.entries, index.entries)
 
 
 @given(indexes(), st.data())
 @SETTINGS
 def test_index_decode_detects_corruption(index: ShardIndex, data: st.DataObject) -> None:
-    encoded = bytearray(index.encode())
+    encoded = bytearray(encode_index(index))
     position = data.draw(st.integers(0, len(encoded) - 1))
     encoded[position] ^= 1 << data.draw(st.integers(0, 7))
     with pytest.raises(ShardFormatError, match="CRC32C"):
-        ShardIndex.decode(bytes(encoded), index.n_slots)
+        decode_index(bytes(encoded), index.n_slots)
 
 
 @pytest.mark.parametrize("delta", [-5, -1, 1, 16])
 def test_index_decode_rejects_wrong_length(delta: int) -> None:
-    data = ShardIndex.empty(3).encode()
+    data = encode_index(ShardIndex.empty(3))
     wrong = data + bytes(delta) if delta > 0 else data[:delta]
     with pytest.raises(ShardFormatError, match="bytes"):
-        ShardIndex.decode(wrong, 3)
+        decode_index(wrong, 3)
 
 
 def test_empty_index_is_all_ones() -> None:
@@ -173,7 +184,7 @@ def test_empty_index_is_all_ones() -> None:
     assert EMPTY == NONE
     assert index.entries.tolist() == [[NONE, NONE]] * 3
     assert not index.stored().any()
-    assert index.encode()[:48] == b"\xff" * 48
+    assert encode_index(index)[:48] == b"\xff" * 48
     index.set(1, 0, 0)
     assert index.stored().tolist() == [False, True, False]
 
@@ -226,9 +237,9 @@ def test_stamp_index_locates_every_chunk(case, location: str) -> None:
     head = index_nbytes(n_slots) if location == "start" else 0
     index = stamp_index(n_slots, manifests, first_offset=head)
     body = b"".join(blobs)
-    shard = index.encode() + body if location == "start" else body + index.encode()
+    shard = encode_index(index) + body if location == "start" else body + encode_index(index)
     start, stop = shard_index_range(len(shard), n_slots, location)
-    decoded = ShardIndex.decode(shard[start:stop], n_slots)
+    decoded = decode_index(shard[start:stop], n_slots)
     np.testing.assert_array_equal(decoded.entries, index.entries)
     for slot in range(n_slots):
         offset, nbytes = (int(v) for v in decoded.entries[slot])
@@ -237,3 +248,31 @@ def test_stamp_index_locates_every_chunk(case, location: str) -> None:
             assert offset >= stop if location == "start" else offset + nbytes <= start
         else:
             assert (offset, nbytes) == (NONE, NONE)
+
+
+def test_zarr_format_follows_the_protocol_and_names_keys() -> None:
+    default = ZarrShardingFormat((2, 3), "start")
+    assert isinstance(default, ShardFormat)
+    assert default.key((1, 2)) == "c/1/2"
+    assert ZarrShardingFormat((2,), key_separator=".").key((4,)) == "c.4"
+    assert ZarrShardingFormat((2, 2), key_prefix=None, key_separator=".").key((0, 7)) == "0.7"
+    # the head is the index padded to the store's smallest part; at the end there is none
+    assert default.head_nbytes() == index_nbytes(6) == 100
+    assert default.head_nbytes(5 << 20) == 5 << 20
+    assert ZarrShardingFormat((2, 3), "end").head_nbytes(5 << 20) == 0
+    assert ZarrShardingFormat((2, 3), "end").has_tail and not default.has_tail
+
+
+def test_zarr_format_index_from_metadata_matches_zarr() -> None:
+    from shardpipe.metadata import format_of
+
+    array = zarr.create_array(
+        zarr.storage.MemoryStore(),
+        shape=(10, 10),
+        chunks=(2, 5),
+        shards={"shape": (4, 10), "index_location": "start"},
+        dtype="uint8",
+    )
+    shard_format = format_of(array.metadata)
+    assert shard_format == ZarrShardingFormat((2, 2), "start", checksum=True)
+    assert shard_format.key((2, 0)) == array.metadata.encode_chunk_key((2, 0))

@@ -1,0 +1,155 @@
+"""The memory model: bytes each kind of task holds at its peak, checked against ``max_mem``.
+
+Every figure is an upper bound of the data a task holds at once, in bytes.
+Interpreter and allocator overhead is not modelled (a few MiB per worker).
+
+Terms::
+
+    block      the largest Dask block feeding the task (raw)
+    raw(p)     raw bytes of the inner chunks of part p (full chunk shapes)
+    enc(x)     encoded bytes of raw bytes x: x * expansion + overhead per chunk
+    working    one inner chunk being encoded: its padded copy, its contiguous
+               copy and each codec stage's output (3 x chunk x expansion)
+    join       one extra copy of the encoded object when the backend joins
+               buffers before sending them (S3, zarr stores); 0 on a file
+               system, which writes the buffers as they are
+    padded     a part of a shard written in parts is at least the store's
+               smallest part (5 MiB on S3): enc(raw) counts as that at least
+
+Per task kind::
+
+    write-shard / write-part, direct    block + enc(raw(p)) + join + working
+    encode-piece                        block + enc(raw(p)) + working
+    write-shard / write-part, gathered  pieces (<= enc(raw(p))) + canvas raw(p)
+                                         + enc(raw(p)) + join + working
+    ... gathered in the task            every feeding block + canvas raw(p)
+        (local schedulers)               + enc(raw(p)) + join + working
+    stamp-shard                         head + tail (the index, padded)
+
+A part gathered in its own task (no piece tasks; only on schedulers in this
+process, where blocks do not travel) holds all its blocks at once; a plan
+uses that path for a part only where it fits the budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from shardpipe.errors import MemoryBudgetError
+
+TASK_KINDS = ("write-shard", "encode-piece", "write-part", "stamp-shard")
+"""Task kinds whose memory the model projects."""
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Projected peak bytes of each task kind of a write.
+
+    Parameters
+    ----------
+    chunk_nbytes : int
+        Raw bytes of one inner chunk.
+    expansion : float
+        Most encoded bytes per raw byte the inner codecs can produce (above
+        1 for codecs that widen the data or add headers).
+    chunk_overhead : int
+        Most bytes the codecs add to one inner chunk besides ``expansion``.
+    join_copies : bool
+        Whether the backend copies an object's buffers into one before
+        sending it.
+    min_part_nbytes : int
+        The store's smallest part: parts of shards written in parts are
+        padded to it.
+    """
+
+    chunk_nbytes: int
+    expansion: float = 1.0
+    chunk_overhead: int = 0
+    join_copies: bool = False
+    min_part_nbytes: int = 0
+
+    def encoded(self, raw: int, *, padded: bool = False) -> int:
+        """Most encoded bytes of ``raw`` raw bytes of whole inner chunks (a padded part's size)."""
+        n_chunks = math.ceil(raw / self.chunk_nbytes) if self.chunk_nbytes else 0
+        nbytes = math.ceil(raw * self.expansion) + n_chunks * self.chunk_overhead
+        return max(nbytes, self.min_part_nbytes) if padded else nbytes
+
+    @property
+    def working(self) -> int:
+        """Bytes held while one inner chunk is encoded."""
+        return math.ceil(3 * self.chunk_nbytes * self.expansion) + self.chunk_overhead
+
+    def _out(self, raw: int, padded: bool) -> int:
+        """The encoded part as written, and the backend's copy of it."""
+        written = self.encoded(raw, padded=padded)
+        return written * (2 if self.join_copies else 1)
+
+    def direct(self, block: int, part_raw: int, *, padded: bool = False) -> int:
+        """A part cut, encoded and written by the task holding its one block."""
+        return block + self._out(part_raw, padded) + self.working
+
+    def piece(self, block: int, part_raw: int) -> int:
+        """A block encoding what it holds of a part, where it lives."""
+        return block + self.encoded(part_raw) + self.working
+
+    def gathered(self, part_raw: int, *, padded: bool = False) -> int:
+        """A part assembled from the pieces its blocks sent, then encoded and written."""
+        return self.encoded(part_raw) + part_raw + self._out(part_raw, padded) + self.working
+
+    def gathered_in_task(self, blocks: int, part_raw: int, *, padded: bool = False) -> int:
+        """A part whose task cuts all its blocks itself (schedulers in this process)."""
+        return blocks + part_raw + self._out(part_raw, padded) + self.working
+
+    @staticmethod
+    def stamp(head: int, tail: int) -> int:
+        """The task writing a shard's index and publishing the shard."""
+        return head + tail
+
+    def largest_part(self, budget: int, block: int, *, gathered: bool = True) -> int:
+        """Most raw bytes a part may hold so that its tasks fit ``budget``.
+
+        Direct parts must fit; with ``gathered``, parts assembled from pieces
+        too. Returns 0 when not even an empty part fits.
+        """
+        fixed = self.working
+        # the cost is linear in raw up to the per-chunk overhead: solve for raw,
+        # then step down until the exact figure fits
+        limits = [(budget - block - fixed) / (self.expansion * (2 if self.join_copies else 1))]
+        if gathered:
+            limits.append((budget - fixed) / (1 + self.expansion * (3 if self.join_copies else 2)))
+        raw = max(0, int(min(limits)))
+
+        def cost(raw: int) -> int:
+            return max(self.direct(block, raw), self.gathered(raw) if gathered else 0)
+
+        while raw > 0 and cost(raw) > budget:
+            raw -= max(1, raw // 64)
+        return raw
+
+
+@dataclass(frozen=True)
+class TaskMemory:
+    """The projected peak of one task kind and the task that reaches it.
+
+    Parameters
+    ----------
+    kind : str
+        Task kind, one of :data:`TASK_KINDS`.
+    nbytes : int
+        Projected peak bytes.
+    where : str
+        Which task reaches it (a shard and part), for messages.
+    """
+
+    kind: str
+    nbytes: int
+    where: str
+
+
+def check_budget(peaks: dict[str, TaskMemory], budget: int, fix: str) -> None:
+    """Raise :class:`~shardpipe.errors.MemoryBudgetError` for the worst task over ``budget``."""
+    over = [m for m in peaks.values() if m.nbytes > budget]
+    if over:
+        worst = max(over, key=lambda m: m.nbytes)
+        raise MemoryBudgetError(f"{worst.kind} ({worst.where})", worst.nbytes, budget, fix)

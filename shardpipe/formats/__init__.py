@@ -1,0 +1,1 @@
+"""Shard formats: siblings behind one protocol (:mod:`shardpipe.formats.base`)."""

@@ -1,0 +1,244 @@
+"""The shard-format protocol and what every format shares.
+
+A *shard format* says how the encoded inner chunks of one shard, plus an
+index of where each lies, become the bytes of one storage object, and under
+which key that object lives. Writers and readers work only through
+:class:`ShardFormat`, so formats are siblings: zarr's ``sharding_indexed``
+(:mod:`shardpipe.formats.zarr_sharding`), and in time the Neuroglancer
+precomputed shard and the sharding storage-transformer draft.
+
+The shape every format shares::
+
+    | head | chunk data, in parts, possibly with unused gaps | tail |
+
+* the **head** has a size known before any chunk is written
+  (:meth:`ShardFormat.head_nbytes`): the index when it goes first (zarr,
+  ``index_location="start"``), a fixed-size shard index (Neuroglancer), or
+  nothing;
+* chunk data is written part by part by any number of tasks; each reports
+  where its chunks lie in a :class:`PartManifest`;
+* the **tail** is made last (:meth:`ShardFormat.encode_index`), from the
+  offsets of all chunks: the index when it goes last, minishard indexes
+  (Neuroglancer), or nothing.
+
+Chunks are addressed by *slot*: the position of an inner chunk in the
+shard's index (:meth:`ShardFormat.slot`); a format that keys chunks by id
+maps slots to ids itself. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Buffer, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from shardpipe.core.grid import Coords
+
+EMPTY = np.uint64(2**64 - 1)
+"""Offset and nbytes of an index slot that holds no data."""
+
+RangeReader = Callable[[int, int], bytes]
+"""Reads bytes ``[start, stop)`` of one shard object."""
+
+
+@dataclass
+class ShardIndex:
+    """Offsets and lengths of the inner chunks of one shard, by slot.
+
+    Parameters
+    ----------
+    entries : numpy.ndarray
+        ``uint64`` array of shape ``(n_slots, 2)``: column 0 the offset,
+        column 1 the nbytes; both :data:`EMPTY` for a slot without data.
+    """
+
+    entries: np.ndarray
+
+    @classmethod
+    def empty(cls, n_slots: int) -> ShardIndex:
+        """Return an index whose slots are all empty."""
+        return cls(np.full((n_slots, 2), EMPTY, dtype=np.uint64))
+
+    @property
+    def n_slots(self) -> int:
+        """Number of inner chunk slots."""
+        return int(self.entries.shape[0])
+
+    def set(self, slot: int, offset: int, nbytes: int) -> None:
+        """Record that slot ``slot`` is stored at ``[offset, offset + nbytes)``."""
+        self.entries[slot, 0] = offset
+        self.entries[slot, 1] = nbytes
+
+    def stored(self) -> np.ndarray:
+        """Return a boolean mask of the slots that hold data."""
+        mask: np.ndarray = ~((self.entries[:, 0] == EMPTY) & (self.entries[:, 1] == EMPTY))
+        return mask
+
+
+@dataclass
+class PartManifest:
+    """Where the inner chunks of one part of a shard lie within that part.
+
+    Parameters
+    ----------
+    slots : list of int
+        Index slots of the stored chunks, in the order they were laid out.
+    offsets : list of int
+        Byte offset of each chunk from the start of the part.
+    nbytes : list of int
+        Encoded length of each chunk.
+    size : int
+        Length of the part in bytes, including any trailing padding.
+    """
+
+    slots: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)
+    size: int = 0
+
+    @property
+    def data_nbytes(self) -> int:
+        """Bytes of chunk data, without padding."""
+        return sum(self.nbytes)
+
+
+@runtime_checkable
+class ShardFormat(Protocol):
+    """How one array's shards are laid out and named.
+
+    Every format is a frozen value (picklable, shipped to workers).
+    """
+
+    @property
+    def n_slots(self) -> int:
+        """Number of inner chunk slots of a shard."""
+        ...
+
+    def slot(self, local: Coords) -> int:
+        """Index slot of the inner chunk at local grid coordinates ``local``."""
+        ...
+
+    def key(self, shard: Coords) -> str:
+        """Key of the shard object at grid coordinates ``shard``, relative to the array."""
+        ...
+
+    @property
+    def has_tail(self) -> bool:
+        """Whether anything follows the chunk data (the last part is then not last)."""
+        ...
+
+    def head_nbytes(self, min_part_size: int = 0) -> int:
+        """Bytes before the first chunk when a shard is written in parts.
+
+        ``min_part_size`` is the store's smallest part (the head is then
+        padded to it, when it is not empty).
+        """
+        ...
+
+    def encode_index(self, index: ShardIndex, head_nbytes: int) -> tuple[bytes, bytes]:
+        """Return ``(head, tail)`` of a shard whose chunks lie as ``index`` says.
+
+        ``head`` has exactly ``head_nbytes`` bytes (the offsets in ``index``
+        already count them).
+        """
+        ...
+
+    def index_nbytes(self) -> int:
+        """Encoded size of the index (without padding)."""
+        ...
+
+    def read_index(
+        self, read: RangeReader, shard_nbytes: int
+    ) -> tuple[ShardIndex, tuple[int, int]]:
+        """Read and decode the index of a shard of ``shard_nbytes`` bytes.
+
+        Returns the index and the byte range the index occupies.
+
+        Raises
+        ------
+        shardpipe.errors.ShardFormatError
+            If the bytes are not a valid index.
+        """
+        ...
+
+
+def lay_out_part(
+    encoded: Iterable[tuple[int, Buffer]], *, min_size: int = 0
+) -> tuple[list[Buffer], PartManifest]:
+    """Lay encoded chunks back to back and describe where each one landed.
+
+    Parameters
+    ----------
+    encoded : iterable of (slot, bytes-like)
+        Index slot and encoded bytes of every chunk to store.
+    min_size : int
+        Pad the part with zero bytes up to this size (object stores require
+        every multipart part but the last to be at least 5 MiB). An empty
+        part is never padded.
+
+    Returns
+    -------
+    buffers : list of bytes-like
+        The buffers to write, in order; their concatenation is the part.
+    manifest : PartManifest
+        Offsets and lengths relative to the start of the part.
+    """
+    buffers: list[Buffer] = []
+    manifest = PartManifest()
+    offset = 0
+    for slot, data in encoded:
+        n = memoryview(data).nbytes
+        manifest.slots.append(slot)
+        manifest.offsets.append(offset)
+        manifest.nbytes.append(n)
+        buffers.append(data)
+        offset += n
+    if 0 < offset < min_size:
+        buffers.append(bytes(min_size - offset))
+        offset = min_size
+    manifest.size = offset
+    return buffers, manifest
+
+
+def stamp_index(n_slots: int, parts: Sequence[PartManifest], *, first_offset: int) -> ShardIndex:
+    """Build the index of a shard made of ``parts`` laid out in order.
+
+    Parameters
+    ----------
+    n_slots : int
+        Number of inner chunk slots in the shard.
+    parts : sequence of PartManifest
+        The parts in the order their bytes appear in the shard.
+    first_offset : int
+        Byte offset of the first part: the size of the head.
+    """
+    index = ShardIndex.empty(n_slots)
+    base = first_offset
+    for part in parts:
+        if part.slots:
+            slots = np.asarray(part.slots, dtype=np.intp)
+            index.entries[slots, 0] = np.asarray(part.offsets, dtype=np.uint64) + np.uint64(base)
+            index.entries[slots, 1] = np.asarray(part.nbytes, dtype=np.uint64)
+        base += part.size
+    return index
+
+
+def assemble_shard(
+    shard_format: ShardFormat, encoded: Iterable[tuple[int, Buffer]]
+) -> list[Buffer]:
+    """Return the buffers whose concatenation is a complete shard of ``shard_format``.
+
+    Parameters
+    ----------
+    shard_format : ShardFormat
+        The format.
+    encoded : iterable of (slot, bytes-like)
+        Index slot and encoded bytes of every stored inner chunk.
+    """
+    chunks, manifest = lay_out_part(encoded)
+    head_nbytes = shard_format.head_nbytes()
+    index = stamp_index(shard_format.n_slots, [manifest], first_offset=head_nbytes)
+    head, tail = shard_format.encode_index(index, head_nbytes)
+    return [b for b in (head, *chunks, tail) if memoryview(b).nbytes]
