@@ -1,4 +1,8 @@
-"""The ``shardpipe`` command line."""
+"""The ``shardpipe`` command line: plan a write, verify an array, clean up after failures.
+
+Exit status: 0 on success, 1 when ``verify`` finds a problem, 2 when the
+command cannot run (bad arguments, nothing readable at the path).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,9 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from shardpipe.verify import verify
-from shardpipe.writer import cleanup
+from shardpipe.errors import ShardpipeError
 
 
 def _options(pairs: Sequence[str]) -> dict[str, object]:
@@ -24,42 +28,139 @@ def _options(pairs: Sequence[str]) -> dict[str, object]:
     return out
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers such as 64,64,64, got {text!r}"
+        ) from None
+    return values
+
+
+def parse_compressor(text: str) -> Any:
+    """Parse ``zstd[:level]``, ``gzip[:level]``, ``blosc[:cname[:level]]`` or ``none``."""
+    from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
+
+    name, *args = text.lower().split(":")
+    try:
+        if name == "none" and not args:
+            return None
+        if name == "zstd" and len(args) <= 1:
+            return ZstdCodec(level=int(args[0]) if args else 3)
+        if name == "gzip" and len(args) <= 1:
+            return GzipCodec(level=int(args[0]) if args else 5)
+        if name == "blosc" and len(args) <= 2:
+            cname: Any = args[0] if args else "zstd"
+            return BloscCodec(cname=cname, clevel=int(args[1]) if len(args) > 1 else 5)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--compressor {text!r}: {err}") from None
+    raise argparse.ArgumentTypeError(
+        f"--compressor {text!r}: use zstd[:level], gzip[:level], blosc[:cname[:clevel]] or none"
+    )
+
+
+def _add_store_arguments(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument("store", help=f"local path or fsspec URL of the {what}")
+    command.add_argument("--path", default=None, help="path of the array inside the store")
+    command.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fsspec option (VALUE parsed as JSON when it can be); repeatable",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
+    from shardpipe import __version__
+
     parser = argparse.ArgumentParser(prog="shardpipe", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"shardpipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    plan = commands.add_parser(
+        "plan",
+        help="show how a write would run (shards, parts, tasks, memory) without writing",
+        description="Plan the write of a source array (an existing zarr array, or a made-up "
+        "shape, dtype and Dask blocks) into a sharded array at STORE; print the plan. "
+        "Nothing is written.",
+    )
+    _add_store_arguments(plan, "target store")
+    source = plan.add_mutually_exclusive_group(required=True)
+    source.add_argument("--source", help="local path or fsspec URL of a zarr array to read")
+    source.add_argument("--shape", type=_ints, help="shape of a made-up source, e.g. 512,1024,1024")
+    plan.add_argument("--dtype", default="uint16", help="dtype of a made-up source (uint16)")
+    plan.add_argument(
+        "--blocks", type=_ints, help="Dask block shape (default: the source's chunks or shards)"
+    )
+    plan.add_argument("--shards", type=_ints, help="shard shape, e.g. 256,256,256")
+    plan.add_argument("--chunks", type=_ints, help="inner chunk shape, e.g. 64,64,64")
+    plan.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
+    plan.add_argument(
+        "--compressor", type=parse_compressor, default="zstd", help="zstd[:level] ..."
+    )
+    plan.add_argument("--index-location", default="end", choices=["end", "start"])
+    plan.add_argument("--overwrite", action="store_true", help="plan as if replacing STORE")
     check = commands.add_parser(
         "verify",
         help="check every shard of a sharded Zarr v3 array",
         description="Check index CRC32C, ranges, overlaps and that every inner chunk decodes. "
         "Exits 1 when a problem is found.",
     )
+    _add_store_arguments(check, "store")
     clean = commands.add_parser(
         "cleanup",
         help="remove staging files and abort uploads left by failed writes",
         description="Never run it while a write to the array is under way.",
     )
-    for command in (check, clean):
-        command.add_argument("store", help="local path or fsspec URL of the store")
-        command.add_argument("--path", default=None, help="path of the array inside the store")
-        command.add_argument(
-            "--storage-option",
-            action="append",
-            default=[],
-            metavar="NAME=VALUE",
-            help="fsspec option (VALUE parsed as JSON when it can be); repeatable",
-        )
+    _add_store_arguments(clean, "store")
     return parser
+
+
+def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
+    import dask.array as da
+
+    from shardpipe.job import prepare_write
+
+    if args.source is not None:
+        source = da.from_zarr(args.source, storage_options=options)
+        if args.blocks is not None:
+            source = source.rechunk(args.blocks)
+    else:
+        source = da.empty(args.shape, dtype=args.dtype, chunks=args.blocks or "auto")
+    job = prepare_write(
+        source,
+        args.store,
+        path=args.path,
+        shards=args.shards,
+        chunks=args.chunks,
+        compressors=args.compressor,
+        index_location=args.index_location,
+        overwrite=args.overwrite,
+        storage_options=options if args.source is None else None,
+        max_mem=args.max_mem,
+    )
+    print(job)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
     options = _options(args.storage_option) or None
+    where = args.store + (f" (path {args.path!r})" if args.path else "")
+    if args.command == "plan":
+        try:
+            return _plan(args, options)
+        except (ShardpipeError, OSError, ValueError) as err:
+            print(f"shardpipe plan: {err}", file=sys.stderr)
+            return 2
     if args.command == "verify":
+        from shardpipe.verify import verify
+
         try:
             report = verify(args.store, args.path, storage_options=options)
         except (OSError, ValueError, KeyError) as err:
-            where = args.store + (f" (path {args.path!r})" if args.path else "")
             print(
                 f"shardpipe verify: cannot open a sharded array at {where}: {err}", file=sys.stderr
             )
@@ -67,7 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(report)
         return 0 if report.ok else 1
     if args.command == "cleanup":
-        removed = cleanup(args.store, args.path, storage_options=options)
+        from shardpipe.writer import cleanup
+
+        try:
+            removed = cleanup(args.store, args.path, storage_options=options)
+        except (ShardpipeError, OSError) as err:
+            print(f"shardpipe cleanup: {err}", file=sys.stderr)
+            return 2
         print(f"removed {removed} leftover(s)")
         return 0
     return 2  # pragma: no cover - argparse rejects unknown commands

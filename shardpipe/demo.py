@@ -1,6 +1,15 @@
-"""Demo: write a ~1 GiB synthetic volume on a LocalCluster, verify it, print throughput.
+"""Demo: write a ~1 GiB synthetic volume on a LocalCluster and on threads, verify, print MB/s.
 
 Run with ``python -m shardpipe.demo [--out DIR] [--keep] [--small]``.
+
+The same misaligned Dask blocks are written twice: on a ``LocalCluster`` of
+two single-threaded worker processes (as a batch job on a cluster would) and
+on Dask's threaded scheduler in this process (as in a notebook, and as in
+the README's performance table). On a 2-core machine the cluster is the
+slower of the two: bits of inner chunks that straddle block edges are
+pickled and sent between the worker processes, and every task goes through
+the distributed scheduler, while the threaded scheduler passes blocks by
+reference. Both figures are printed.
 """
 
 from __future__ import annotations
@@ -8,16 +17,17 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
+from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import zarr
 from distributed import Client, LocalCluster, wait
 from zarr.codecs import ZstdCodec
 
+from shardpipe.job import prepare_write
 from shardpipe.verify import verify
-from shardpipe.writer import to_sharded_zarr
 
 
 def synthetic_volume(shape: tuple[int, int, int], chunks: tuple[int, int, int]) -> da.Array:
@@ -54,6 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or tempfile.mkdtemp(prefix="shardpipe-demo-")
     nbytes = int(np.prod(shape)) * 2
     print(f"shardpipe demo: {shape} uint16 = {nbytes / 2**30:.2f} GiB -> {out}")
+    options: dict[str, Any] = dict(
+        shards=(128, 256, 256), chunks=(64, 64, 64), compressors=ZstdCodec(level=1)
+    )
+    blocks = (100, 100, 1024)  # misaligned with the shards on purpose
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="8GiB") as cluster,
         Client(cluster) as client,
@@ -61,34 +75,43 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"cluster: {len(cluster.workers)} worker processes, dashboard {client.dashboard_link}"
         )
-        volume = synthetic_volume(shape, chunks=(100, 100, 1024)).persist()  # misaligned on purpose
+        volume = synthetic_volume(shape, chunks=blocks).persist()
         wait(volume)
-        start = time.perf_counter()
-        to_sharded_zarr(
-            volume,
-            out,
-            shards=(128, 256, 256),
-            chunks=(64, 64, 64),
-            compressors=ZstdCodec(level=1),
-            overwrite=True,
-            progress=True,
-        )
-        seconds = time.perf_counter() - start
-        print(
-            f"wrote {nbytes / 1e6:,.0f} MB in {seconds:.1f} s: {nbytes / 1e6 / seconds:,.0f} MB/s"
-        )
+        job = prepare_write(volume, f"{out}/cluster.zarr", overwrite=True, **options)
+        print(job)
+        cluster_report = job.execute(progress=True)
+        expected = {z: volume[z].compute() for z in (0, shape[0] // 2, shape[0] - 1)}
 
-        report = verify(out)
-        print(report)
-        array = zarr.open_array(out, mode="r")
-        for z in (0, shape[0] // 2, shape[0] - 1):
-            expected = volume[z].compute()
-            if not np.array_equal(array[z], expected):
-                raise SystemExit(f"read-back mismatch in plane z={z}")
-        print("read back three planes with zarr-python: identical")
+    local = da.from_array(synthetic_volume(shape, chunks=blocks).compute(), chunks=blocks)
+    with dask.config.set(scheduler="threads"):
+        local_report = prepare_write(
+            local, f"{out}/threads.zarr", overwrite=True, **options
+        ).execute(progress=True)
+
+    ok = True
+    for name, report in [("cluster", cluster_report), ("threads", local_report)]:
+        check = verify(f"{out}/{name}.zarr")
+        array = zarr.open_array(f"{out}/{name}.zarr", mode="r")
+        same = all(np.array_equal(array[z], plane) for z, plane in expected.items())
+        ok = ok and check.ok and same
+        print(
+            f"{name}: {report}; verify {'OK' if check.ok else 'FAILED'}; "
+            f"three planes read back with zarr-python {'identical' if same else 'DIFFER'}"
+        )
+    mbps = {
+        n: nbytes / 1e6 / r.seconds
+        for n, r in [("cluster", cluster_report), ("threads", local_report)]
+    }
+    print(
+        f"\nLocalCluster (2 processes x 1 thread): {mbps['cluster']:,.0f} MB/s; "
+        f"threaded scheduler: {mbps['threads']:,.0f} MB/s (raw array bytes per second).\n"
+        "The README's table is measured on threads. On few cores the cluster is slower: "
+        "straddling bits of misaligned blocks travel between processes and every task "
+        "passes through the distributed scheduler."
+    )
     if not args.keep and not args.out:
         shutil.rmtree(out, ignore_errors=True)
-    if not report.ok:
+    if not ok:
         raise SystemExit(1)
 
 

@@ -15,37 +15,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from zarr.abc.codec import Codec
-from zarr.codecs.sharding import ShardingCodec
+from zarr.abc.codec import BytesBytesCodec, Codec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.grid import Shape
+from shardpipe.metadata import sharding_codec_of
 
 
 def _supports_sync(codec: Codec) -> bool:
     if not (hasattr(codec, "_encode_sync") and hasattr(codec, "_decode_sync")):
         return False
     return bool(getattr(codec, "_sync_capable", True))
-
-
-def sharding_codec_of(metadata: ArrayV3Metadata) -> ShardingCodec:
-    """Return the ``sharding_indexed`` codec of ``metadata``.
-
-    Raises
-    ------
-    ValueError
-        If the array is not sharded with a single ``sharding_indexed`` codec.
-    """
-    codecs = metadata.codecs
-    sharding = [c for c in codecs if isinstance(c, ShardingCodec)]
-    if len(codecs) != 1 or len(sharding) != 1:
-        raise ValueError(
-            "shardpipe handles arrays whose codec chain is a single sharding_indexed codec, "
-            f"got {[type(c).__name__ for c in codecs]}"
-        )
-    return sharding[0]
 
 
 @dataclass
@@ -110,6 +92,26 @@ class ChunkCodec:
                 spec = codec.resolve_metadata(spec)
             self._steps = steps
         return self._steps
+
+    @property
+    def expansion(self) -> tuple[float, int]:
+        """Most encoded bytes per raw byte, and most extra bytes per chunk.
+
+        Array-to-array codecs may widen the dtype (the largest itemsize along
+        the chain counts); each bytes-to-bytes codec (a compressor, a
+        checksum) is allowed 1/128 more bytes plus 1 KiB, which bounds zstd,
+        gzip, blosc and crc32c on incompressible data.
+        """
+        itemsize = self.dtype.itemsize
+        widest = itemsize
+        stages = 0
+        for codec, spec in self._chain():
+            if isinstance(codec, BytesBytesCodec):
+                stages += 1
+            else:
+                widest = max(widest, spec.dtype.to_native_dtype().itemsize)
+        factor = widest / itemsize * (1 + 1 / 128) ** stages
+        return factor, 1024 * stages
 
     def is_fill(self, chunk: np.ndarray) -> bool:
         """Whether every element of ``chunk`` equals the fill value."""

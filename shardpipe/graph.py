@@ -5,6 +5,7 @@ Dask scheduler. Task names read well on the dashboard::
 
     encode-piece   a block encodes the inner chunks it holds of a part
     write-shard    a shard that fits one task: encode (or gather) and publish
+    create-array   write the array's metadata (graphs from ``to_delayed`` only)
     begin-shard    start a shard written in parts (staging / multipart upload)
     write-part     encode (or gather) one part of a large shard and write it
     stamp-shard    write a large shard's index and publish it atomically
@@ -58,7 +59,7 @@ class WriteGraph:
 def build_write_graph(
     arr: da.Array,
     plan: WritePlan,
-    target: WriteTarget,
+    target: WriteTarget | Delayed,
     key_of: Callable[[Coords], str],
     token: str,
     *,
@@ -72,20 +73,24 @@ def build_write_graph(
         The source; its block grid is ``plan.blocks``.
     plan : WritePlan
         The plan.
-    target : WriteTarget
-        Where and how to write; shipped once to each worker.
+    target : WriteTarget or Delayed
+        Where and how to write; shipped once to each worker. A ``Delayed``
+        that computes to the target (after writing the metadata, say) makes
+        every task wait for it.
     key_of : callable
         Maps shard grid coordinates to the shard's storage key.
     token : str
         Unique id of this write, used in task names.
     in_process : bool
         The graph will run on a scheduler inside this process (threads or
-        synchronous), where nothing travels between workers: each part's
-        task then cuts the blocks feeding it itself, with no ``encode-piece``
-        tasks in between.
+        synchronous), where nothing travels between workers: a part's task
+        then cuts the blocks feeding it itself, with no ``encode-piece``
+        tasks in between, wherever the plan says holding them fits the budget.
     """
     blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
-    target_d = delayed(target, name=f"write-target-{token}")
+    target_d = (
+        target if isinstance(target, Delayed) else delayed(target, name=f"write-target-{token}")
+    )
     counter = itertools.count()
 
     def call(func: Callable[..., Any], name: str, *deps: Any, **static: Any) -> Delayed:
@@ -103,8 +108,8 @@ def build_write_graph(
 
     def sources(coords: Coords, part: PartPlan) -> tuple[list[Any], tuple[Box, ...] | None]:
         """The blocks feeding a part (with their boxes), or the pieces they make."""
-        if part.is_direct or in_process:
-            boxes = tuple(plan.blocks.block_box(b) for b in part.blocks)
+        if part.is_direct or (in_process and part.gather_in_task):
+            boxes = tuple(plan.placement.block_box(b) for b in part.blocks)
             return [blocks[b] for b in part.blocks], boxes
         pieces = [
             call(
@@ -112,7 +117,7 @@ def build_write_graph(
                 "encode-piece",
                 target_d,
                 blocks[b],
-                block_box=plan.blocks.block_box(b),
+                block_box=plan.placement.block_box(b),
                 shard=coords,
                 part=part,
             )
@@ -143,6 +148,7 @@ def build_write_graph(
         reports = []
         for part in shard.parts:
             deps, box = sources(shard.coords, part)
+            is_last = part.number == len(shard.parts) - 1
             reports.append(
                 call(
                     write_part,
@@ -153,6 +159,7 @@ def build_write_graph(
                     shard=shard.coords,
                     part=part,
                     block_boxes=box,
+                    is_last=is_last,
                 )
             )
         publishing.append(call(stamp_shard, "stamp-shard", target_d, handle, *reports))

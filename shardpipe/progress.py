@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import dask
+import dask.base
 from dask.base import compute
 from dask.callbacks import Callback
 from dask.delayed import Delayed
@@ -30,6 +31,22 @@ def distributed_client() -> Any | None:
         return get_client()
     except (ImportError, ValueError):
         return None
+
+
+def runs_in_process(collection: Any) -> bool:
+    """Whether ``collection`` would be computed now by a scheduler in this process.
+
+    True for Dask's threaded and synchronous schedulers, where blocks do not
+    travel between processes; False for ``distributed`` and for the
+    multiprocessing scheduler (``scheduler="processes"``).
+    """
+    import dask.local
+    import dask.threaded
+
+    if distributed_client() is not None:
+        return False
+    scheduler = dask.base.get_scheduler(collections=[collection])
+    return scheduler in (dask.threaded.get, dask.local.get_sync)
 
 
 def _bar(total: int, show: bool) -> Any:

@@ -14,17 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from shardpipe.core.grid import Box, Coords, ShardLayout, box_to_slices
+from shardpipe.core.grid import Box, Coords, ShardLayout, box_size, box_to_slices
 from shardpipe.core.plan import PartPlan, cut_block
-from shardpipe.core.shard_format import (
-    IndexLocation,
+from shardpipe.encoding import ChunkCodec
+from shardpipe.formats.base import (
     PartManifest,
+    ShardFormat,
     assemble_shard,
-    index_nbytes,
     lay_out_part,
     stamp_index,
 )
-from shardpipe.encoding import ChunkCodec
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
 
 
@@ -40,8 +39,8 @@ class WriteTarget:
         Shard and inner-chunk grids.
     codec : ChunkCodec
         Inner-chunk codec chain and fill value.
-    index_location : {"start", "end"}
-        Where each shard's index goes.
+    shard_format : ShardFormat
+        How shards are laid out (slot order, index, head and tail).
     staging : str
         Key prefix for scratch data of this write.
     """
@@ -49,8 +48,13 @@ class WriteTarget:
     store: ShardStore
     layout: ShardLayout
     codec: ChunkCodec
-    index_location: IndexLocation
+    shard_format: ShardFormat
     staging: str
+
+    @property
+    def head_nbytes(self) -> int:
+        """Bytes before the first part of a shard written in parts."""
+        return self.shard_format.head_nbytes(self.store.min_part_size)
 
 
 @dataclass
@@ -73,11 +77,53 @@ class Piece:
 
 @dataclass(frozen=True)
 class WriteReport:
-    """What a publishing task reports: one shard (or part) and its bytes."""
+    """What a write (or one of its publishing tasks) did.
 
-    shards: int
-    nbytes: int
-    chunks_stored: int
+    Attributes
+    ----------
+    shards : int
+        Shards handled: written, or left out because every inner chunk the
+        write gave them equals the fill value.
+    shards_empty : int
+        Of those, shards left out as empty (nothing written).
+    nbytes : int
+        Bytes of the published shard objects (index and padding included).
+    chunks_stored : int
+        Inner chunks stored.
+    seconds : float
+        Wall time of the whole write (0 in the reports of single tasks).
+    """
+
+    shards: int = 0
+    shards_empty: int = 0
+    nbytes: int = 0
+    chunks_stored: int = 0
+    seconds: float = 0.0
+
+    @property
+    def shards_written(self) -> int:
+        """Shards published at their keys."""
+        return self.shards - self.shards_empty
+
+    def __add__(self, other: WriteReport) -> WriteReport:
+        return WriteReport(
+            shards=self.shards + other.shards,
+            shards_empty=self.shards_empty + other.shards_empty,
+            nbytes=self.nbytes + other.nbytes,
+            chunks_stored=self.chunks_stored + other.chunks_stored,
+            seconds=max(self.seconds, other.seconds),
+        )
+
+    def __str__(self) -> str:
+        rate = f", {self.nbytes / 1e6 / self.seconds:,.0f} MB/s stored" if self.seconds else ""
+        return (
+            f"{self.shards_written} shard(s) written, {self.shards_empty} left out as empty, "
+            f"{self.chunks_stored} inner chunks, {self.nbytes:,} bytes"
+            + (f" in {self.seconds:.2f} s{rate}" if self.seconds else "")
+        )
+
+
+EMPTY_SHARD = WriteReport(shards=1, shards_empty=1)
 
 
 def _encode_from(
@@ -88,23 +134,36 @@ def _encode_from(
     for local in locals_:
         box = layout.clip(layout.chunk_box(shard, local))
         assert box is not None
-        yield layout.chunk_slot(local), target.codec.encode(data[box_to_slices(box, origin)])
+        slot = target.shard_format.slot(local)
+        yield slot, target.codec.encode(data[box_to_slices(box, origin)])
 
 
 def encode_piece(
-    target: WriteTarget, block: np.ndarray, *, block_box: Box, shard: Coords, part: PartPlan
+    target: WriteTarget,
+    block: np.ndarray,
+    *,
+    block_box: Box,
+    shard: Coords,
+    part: PartPlan,
+    views: bool = False,
 ) -> Piece:
     """Encode what ``block`` holds of ``part``: whole chunks encoded, the rest raw.
 
     Runs where the block lives, so that only encoded bytes (and the bits of
-    chunks straddling block edges) travel to the part's task.
+    chunks straddling block edges) travel to the part's task. The raw bits
+    are copies (a view would keep the whole block alive in the part's task),
+    unless ``views``: the part's own task cutting blocks it holds anyway.
     """
     cut = cut_block(target.layout, shard, part, block_box)
     origin = tuple(start for start, _ in block_box)
     piece = Piece(dict(_encode_from(target, shard, iter(cut.whole), block, origin)))
-    # views: a local scheduler passes them on as they are, and pickling them
-    # for another worker sends only the viewed elements
-    piece.raw.extend((box, block[box_to_slices(box, origin)]) for box in cut.raw_boxes)
+    whole_block = box_size(block_box)
+    for box in cut.raw_boxes:
+        bits = block[box_to_slices(box, origin)]
+        # a view of a bit of the block would keep the whole block alive in
+        # the part's task; the memory model counts only the bits
+        keep = views or box_size(box) == whole_block
+        piece.raw.append((box, bits if keep else bits.copy()))
     return piece
 
 
@@ -127,20 +186,22 @@ def _gather(
         for piece in pieces:
             for box, values in piece.raw:
                 canvas[box_to_slices(box, origin)] = values
-        todo = (local for local in part.chunks.chunks() if layout.chunk_slot(local) not in encoded)
+        slot = target.shard_format.slot
+        todo = (local for local in part.chunks.chunks() if slot(local) not in encoded)
         encoded.update(_encode_from(target, shard, todo, canvas, origin))
-    return _in_order(layout, part, encoded)
+    return _in_order(target.shard_format, part, encoded)
 
 
 def _in_order(
-    layout: ShardLayout, part: PartPlan, encoded: dict[int, Buffer | None]
+    shard_format: ShardFormat, part: PartPlan, encoded: dict[int, Buffer | None]
 ) -> list[tuple[int, Buffer]]:
-    """The stored chunks of ``part`` in C order of their slots."""
+    """The stored chunks of ``part`` in C order of their local grid coordinates."""
     out = []
     for local in part.chunks.chunks():
-        data = encoded.get(layout.chunk_slot(local))
+        slot = shard_format.slot(local)
+        data = encoded.get(slot)
         if data is not None:
-            out.append((layout.chunk_slot(local), data))
+            out.append((slot, data))
     return out
 
 
@@ -161,9 +222,9 @@ def _encode_part(
     if part.is_direct:
         origin = tuple(start for start, _ in block_boxes[0])
         chunks = _encode_from(target, shard, part.chunks.chunks(), sources[0], origin)
-        return _in_order(target.layout, part, dict(chunks))
+        return _in_order(target.shard_format, part, dict(chunks))
     pieces = tuple(
-        encode_piece(target, block, block_box=box, shard=shard, part=part)
+        encode_piece(target, block, block_box=box, shard=shard, part=part, views=True)
         for block, box in zip(sources, block_boxes, strict=True)
     )
     return _gather(target, shard, part, pieces)
@@ -185,8 +246,8 @@ def write_shard(
     """
     encoded = _encode_part(target, shard, part, sources, block_boxes)
     if not encoded:
-        return WriteReport(shards=1, nbytes=0, chunks_stored=0)
-    buffers = assemble_shard(encoded, target.layout.n_chunks_per_shard, target.index_location)
+        return EMPTY_SHARD
+    buffers = assemble_shard(target.shard_format, encoded)
     target.store.put(key, buffers)
     nbytes = sum(memoryview(b).nbytes for b in buffers)
     return WriteReport(shards=1, nbytes=nbytes, chunks_stored=len(encoded))
@@ -204,14 +265,19 @@ def write_part(
     shard: Coords,
     part: PartPlan,
     block_boxes: tuple[Box, ...] | None,
+    is_last: bool = False,
 ) -> tuple[PartManifest, PartReceipt | None]:
     """Encode one part of a shard and write it; report where its chunks lie.
 
     A part with no stored chunk writes nothing. A part smaller than the
-    store's minimum part size is padded with unused bytes.
+    store's minimum part size is padded with unused bytes, unless it is the
+    shard's last bytes (its last part, in a format with nothing after the
+    chunks).
     """
     encoded = _encode_part(target, shard, part, sources, block_boxes)
-    buffers, manifest = lay_out_part(encoded, min_size=target.store.min_part_size)
+    last_bytes = is_last and not target.shard_format.has_tail
+    min_size = 0 if last_bytes else target.store.min_part_size
+    buffers, manifest = lay_out_part(encoded, min_size=min_size)
     if manifest.size == 0:
         return manifest, None
     return manifest, target.store.write_part(handle, part.number, buffers)
@@ -225,13 +291,11 @@ def stamp_shard(
     manifests = [m for m, _ in reports]
     if not receipts:
         target.store.abort_parts(handle)
-        return WriteReport(shards=1, nbytes=0, chunks_stored=0)
-    n_slots = target.layout.n_chunks_per_shard
-    at_start = target.index_location == "start"
-    # the index goes first or last; first, the store may want it padded (S3: 5 MiB)
-    head_nbytes = target.store.head_size(index_nbytes(n_slots)) if at_start else 0
-    index = stamp_index(n_slots, manifests, first_offset=head_nbytes).encode()
-    head, tail = (index.ljust(head_nbytes, b"\0"), b"") if at_start else (b"", index)
+        return EMPTY_SHARD
+    shard_format = target.shard_format
+    head_nbytes = target.head_nbytes
+    index = stamp_index(shard_format.n_slots, manifests, first_offset=head_nbytes)
+    head, tail = shard_format.encode_index(index, head_nbytes)
     target.store.finish_parts(handle, receipts, head, tail)
     nbytes = len(head) + sum(m.size for m in manifests) + len(tail)
     return WriteReport(shards=1, nbytes=nbytes, chunks_stored=sum(len(m.slots) for m in manifests))
@@ -240,8 +304,4 @@ def stamp_shard(
 def finish_write(target: WriteTarget, *reports: WriteReport) -> WriteReport:
     """Remove the write's staging area and add up the reports of all publishing tasks."""
     target.store.discard_staging(target.staging)
-    return WriteReport(
-        shards=sum(r.shards for r in reports),
-        nbytes=sum(r.nbytes for r in reports),
-        chunks_stored=sum(r.chunks_stored for r in reports),
-    )
+    return sum(reports, WriteReport())

@@ -6,7 +6,10 @@ parameter, what is wrong with it, and how to fix it.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import dask.array as da
@@ -16,28 +19,57 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import LocalStore, MemoryStore
 
 from shardpipe.core.grid import Shape
-from shardpipe.core.shard_format import INDEX_LOCATIONS, IndexLocation
 from shardpipe.core.sizes import (
     default_chunk_shape,
     default_chunk_shape_within,
     default_shard_shape,
     parse_bytes,
 )
-from shardpipe.errors import ArrayExistsError, InvalidArgumentError, StoreNotWritableError
+from shardpipe.errors import (
+    ArrayExistsError,
+    InvalidArgumentError,
+    SourceOverlapsTargetError,
+    StoreNotWritableError,
+)
+from shardpipe.formats.zarr_sharding import INDEX_LOCATIONS, IndexLocation
+from shardpipe.locations import source_locations, store_location
 from shardpipe.storage.resolve import ResolvedStore
 
 
-def check_array(arr: Any) -> None:
-    """Accept a Dask or NumPy array of at least one dimension and a fixed-size dtype."""
-    if not isinstance(arr, da.Array | np.ndarray):
+def check_bool(name: str, value: Any) -> bool:
+    """Accept only ``True`` or ``False`` (a string such as ``"False"`` is refused)."""
+    if not isinstance(value, bool | np.bool_):
         raise InvalidArgumentError(
-            "arr",
-            f"expected a dask.array.Array or numpy.ndarray, got {type(arr).__name__}",
-            "Wrap the data with dask.array.from_array(...) first",
+            name,
+            f"expected True or False, got {value!r} ({type(value).__name__})",
+            f"Pass {name}=True or {name}=False",
+        )
+    return bool(value)
+
+
+def check_array(arr: Any) -> None:
+    """Accept a Dask or NumPy array: one dimension or more, known chunks, a fixed-size dtype."""
+    if not isinstance(arr, da.Array | np.ndarray):
+        kind = type(arr).__name__
+        fix = "Wrap the data with dask.array.from_array(...) first"
+        if kind in ("DataArray", "Dataset", "Variable"):
+            fix = (
+                f"Pass the xarray {kind}'s Dask or NumPy array (e.g. data_array.data) together "
+                "with dimension_names=data_array.dims"
+            )
+        raise InvalidArgumentError(
+            "arr", f"expected a dask.array.Array or numpy.ndarray, got {kind}", fix
         )
     if arr.ndim == 0:
         raise InvalidArgumentError(
             "arr", "a 0-dimensional array cannot be sharded", "Reshape it to (1,)"
+        )
+    if isinstance(arr, da.Array) and any(math.isnan(n) for c in arr.chunks for n in c):
+        raise InvalidArgumentError(
+            "arr",
+            f"the Dask array has unknown chunk sizes (shape {arr.shape}), as after boolean "
+            "indexing",
+            "Call arr.compute_chunk_sizes() first, or arr = arr.rechunk(...) to known sizes",
         )
     dtype = arr.dtype
     if dtype.kind in "OV" or dtype.hasobject:
@@ -60,19 +92,30 @@ def as_dask_array(arr: da.Array | np.ndarray, shard_shape: Shape) -> da.Array:
     return wrapped
 
 
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
 def _shape_param(name: str, value: Any, ndim: int) -> Shape | None:
     if value is None:
         return None
-    if isinstance(value, int | np.integer):
-        value = (int(value),) * ndim
-    try:
-        shape = tuple(int(v) for v in value)
-    except (TypeError, ValueError):
+    if _is_integer(value):
+        value = (value,) * ndim
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
         raise InvalidArgumentError(
             name,
             f"expected a tuple of {ndim} integers, got {value!r}",
-            f"Pass {name}=(n0, n1, ...)",
-        ) from None
+            f"Pass {name}=(n0, n1, ...) with one positive integer per dimension",
+        )
+    items = list(value)
+    wrong = [v for v in items if not _is_integer(v)]
+    if wrong:
+        raise InvalidArgumentError(
+            name,
+            f"{tuple(items)!r} holds {wrong[0]!r} ({type(wrong[0]).__name__}), not an integer",
+            f"Pass {name}=(n0, n1, ...) with whole numbers; sizes are never rounded",
+        )
+    shape = tuple(int(v) for v in items)
     if len(shape) != ndim:
         raise InvalidArgumentError(
             name,
@@ -159,6 +202,45 @@ def check_max_mem(max_mem: Any) -> int:
         ) from None
 
 
+def check_dimension_names(dimension_names: Any, ndim: int) -> None:
+    """Accept None or one name (a string or None) per dimension."""
+    if dimension_names is None:
+        return
+    if isinstance(dimension_names, str | bytes) or not hasattr(dimension_names, "__iter__"):
+        raise InvalidArgumentError(
+            "dimension_names",
+            f"expected a sequence of {ndim} names, got {dimension_names!r}",
+            'Pass one string per dimension, e.g. ("z", "y", "x")',
+        )
+    names = list(dimension_names)
+    if len(names) != ndim or not all(n is None or isinstance(n, str) for n in names):
+        raise InvalidArgumentError(
+            "dimension_names",
+            f"{names!r} is not {ndim} names (strings or None) for an array of {ndim} dimensions",
+            "Give one name per dimension",
+        )
+
+
+def check_attributes(attributes: Any) -> None:
+    """Accept None or a JSON-serialisable mapping with string keys."""
+    if attributes is None:
+        return
+    if not isinstance(attributes, Mapping):
+        raise InvalidArgumentError(
+            "attributes",
+            f"expected a dict, got {type(attributes).__name__}",
+            "Pass a dict of JSON-serialisable values",
+        )
+    try:
+        json.dumps(dict(attributes), allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise InvalidArgumentError(
+            "attributes",
+            f"cannot be stored as JSON ({err})",
+            "Convert values to str, int, float, bool, None, lists or dicts (e.g. arr.tolist())",
+        ) from None
+
+
 def build_metadata(**create_kwargs: Any) -> ArrayV3Metadata:
     """Let zarr validate the array definition, in memory, and return its metadata."""
     try:
@@ -166,12 +248,28 @@ def build_metadata(**create_kwargs: Any) -> ArrayV3Metadata:
     except (TypeError, ValueError) as err:
         raise InvalidArgumentError(
             "compressors/filters/serializer",
-            f"zarr rejects the array definition ({err})",
+            f"zarr rejects the codecs ({err})",
             "Pass codec objects or dicts as accepted by zarr.create_array",
         ) from err
     metadata = array.metadata
     assert isinstance(metadata, ArrayV3Metadata)
     return metadata
+
+
+def check_source_is_not_target(arr: da.Array, target: ResolvedStore) -> None:
+    """Refuse a write whose target is, contains or lies inside an array it reads."""
+    where = store_location(target.zarr_store, target.path)
+    if where is None:
+        return
+    for source in source_locations(arr):
+        if source.overlaps(where):
+            raise SourceOverlapsTargetError(
+                "store",
+                f"the target {where} overlaps the zarr array {source} that the Dask array "
+                "reads; writing would destroy the data before it is read",
+                "Write to another path (then delete the old array and move the new one "
+                "into place), or use shardpipe's rechunking into a new path",
+            )
 
 
 def check_target(target: ResolvedStore, overwrite: bool) -> None:

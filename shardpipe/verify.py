@@ -16,18 +16,13 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.grid import ShardLayout
-from shardpipe.core.shard_format import (
-    EMPTY,
-    IndexLocation,
-    ShardFormatError,
-    ShardIndex,
-    shard_index_range,
-)
-from shardpipe.encoding import ChunkCodec, sharding_codec_of
+from shardpipe.encoding import ChunkCodec
+from shardpipe.errors import ShardFormatError
+from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
+from shardpipe.metadata import format_of, layout_of
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import resolve_store
 
@@ -88,22 +83,6 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def _value(setting: Any) -> str:
-    """The string value of a zarr setting that is an enum in some versions."""
-    return str(getattr(setting, "value", setting))
-
-
-def _index_codecs(metadata: ArrayV3Metadata) -> tuple[bool, str]:
-    """Return ``(has_crc32c, endian)`` of the index codecs, or raise."""
-    codecs = sharding_codec_of(metadata).index_codecs
-    if not codecs or not isinstance(codecs[0], BytesCodec):
-        raise ShardFormatError(f"unsupported index codecs {codecs}")
-    rest = codecs[1:]
-    if len(rest) > 1 or (rest and not isinstance(rest[0], Crc32cCodec)):
-        raise ShardFormatError(f"unsupported index codecs {codecs}")
-    return bool(rest), "big" if _value(codecs[0].endian) == "big" else "little"
-
-
 def _check_entries(check: ShardCheck, index: ShardIndex, index_range: tuple[int, int]) -> None:
     offsets, lengths = index.entries[:, 0], index.entries[:, 1]
     half = (offsets == EMPTY) != (lengths == EMPTY)
@@ -128,7 +107,7 @@ def _check_entries(check: ShardCheck, index: ShardIndex, index_range: tuple[int,
 
 
 def check_shard(
-    store: ShardStore, key: str, layout: ShardLayout, codec: ChunkCodec, metadata: ArrayV3Metadata
+    store: ShardStore, key: str, layout: ShardLayout, codec: ChunkCodec, shard_format: ShardFormat
 ) -> ShardCheck:
     """Check the shard object at ``key``."""
     check = ShardCheck(key)
@@ -136,18 +115,13 @@ def check_shard(
     if size is None:
         return check
     check.present, check.nbytes = True, size
-    sharding = sharding_codec_of(metadata)
-    n_slots = layout.n_chunks_per_shard
+    whole = store.get(key) if size <= WHOLE_READ_LIMIT else None
+
+    def read(start: int, stop: int) -> bytes:
+        return whole[start:stop] if whole is not None else store.get_range(key, start, stop)
+
     try:
-        checksum, endian = _index_codecs(metadata)
-        location: IndexLocation = "start" if _value(sharding.index_location) == "start" else "end"
-        index_range = shard_index_range(size, n_slots, location, checksum=checksum)
-        whole = store.get(key) if size <= WHOLE_READ_LIMIT else None
-
-        def read(start: int, stop: int) -> bytes:
-            return whole[start:stop] if whole is not None else store.get_range(key, start, stop)
-
-        index = ShardIndex.decode(read(*index_range), n_slots, checksum=checksum, endian=endian)
+        index, index_range = shard_format.read_index(read, size)
     except ShardFormatError as err:
         check.problems.append(str(err))
         return check
@@ -167,16 +141,14 @@ def check_shard(
 
 
 def _shard_checks(target: Any, metadata: ArrayV3Metadata, workers: int) -> Iterator[ShardCheck]:
-    sharding = sharding_codec_of(metadata)
-    grid_shape = getattr(metadata.chunk_grid, "chunk_shape", None)
-    if grid_shape is None:
-        raise ShardFormatError("verify needs a regular chunk grid")
-    shard_shape = tuple(int(n) for n in grid_shape)
-    layout = ShardLayout(tuple(metadata.shape), shard_shape, tuple(sharding.chunk_shape))
+    layout = layout_of(metadata)
+    shard_format = format_of(metadata)
     codec = ChunkCodec.from_metadata(metadata)
-    keys = [target.key(metadata.encode_chunk_key(c)) for c in layout.shard_coords()]
+    keys = [target.key(shard_format.key(c)) for c in layout.shard_coords()]
     with ThreadPoolExecutor(workers) as pool:
-        yield from pool.map(lambda k: check_shard(target.shards, k, layout, codec, metadata), keys)
+        yield from pool.map(
+            lambda k: check_shard(target.shards, k, layout, codec, shard_format), keys
+        )
 
 
 def verify(

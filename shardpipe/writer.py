@@ -1,36 +1,18 @@
-"""``to_sharded_zarr``: write a Dask array as a sharded Zarr v3 array."""
+"""``to_sharded_zarr`` and ``cleanup``: the one-call front-ends over :mod:`shardpipe.job`."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.core.grid import BlockGrid, ShardLayout
-from shardpipe.core.plan import PlanError, WritePlan, plan_write
-from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.graph import build_write_graph
-from shardpipe.progress import distributed_client, run_publishing
-from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.tasks import WriteTarget
-from shardpipe.validate import (
-    as_dask_array,
-    build_metadata,
-    check_array,
-    check_fill_value,
-    check_index_location,
-    check_max_mem,
-    check_target,
-    resolve_shapes,
-)
+from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR, prepare_write
+from shardpipe.storage.resolve import resolve_store
+from shardpipe.validate import check_bool
 
-DEFAULT_MAX_MEM = "1GiB"
-"""Default memory budget per task (see ``to_sharded_zarr``'s ``max_mem``)."""
-
-STAGING_DIR = ".shardpipe-staging"
+__all__ = ["DEFAULT_MAX_MEM", "cleanup", "to_sharded_zarr"]
 
 
 def to_sharded_zarr(
@@ -62,6 +44,10 @@ def to_sharded_zarr(
     live and send only encoded bytes (plus the bits of inner chunks that
     straddle block edges) to the one task that assembles each shard.
 
+    This is ``prepare_write(...).execute(progress=progress)`` (or
+    ``.to_delayed()``): use :func:`~shardpipe.prepare_write` to see the plan
+    first or to get the :class:`~shardpipe.WriteReport`.
+
     Parameters
     ----------
     arr : dask.array.Array or numpy.ndarray
@@ -86,7 +72,7 @@ def to_sharded_zarr(
     dimension_names : sequence of str, optional
         Names of the dimensions, stored in the metadata.
     attributes : dict, optional
-        User attributes stored in the metadata.
+        User attributes stored in the metadata (JSON-serialisable).
     overwrite : bool
         Replace an existing array or group at ``path``. Without it, an
         existing node is an error and nothing is touched.
@@ -99,25 +85,31 @@ def to_sharded_zarr(
         not written at all).
     max_mem : int or str
         Memory budget per task, e.g. ``"2GB"`` (default ``"1GiB"``). Shards
-        whose data does not fit a third of it are written in parts by
-        several tasks and stamped by a final one.
+        that do not fit are written in parts by several tasks and stamped by
+        a final one; a plan in which some task cannot fit is refused.
     progress : bool
-        Show a progress bar over shards and bytes.
+        Show a progress bar over shards and bytes (with ``compute=True``).
     compute : bool
         Write now and return the array; with False, return a
-        ``dask.delayed.Delayed`` that writes the shards when computed
-        (the metadata is written immediately either way).
+        ``dask.delayed.Delayed`` that writes the metadata and then the shards
+        when computed.
 
     Returns
     -------
     zarr.Array or dask.delayed.Delayed
         The written array, opened for reading and writing; or the delayed
-        write, which computes to a :class:`~shardpipe.tasks.WriteReport`.
+        write, which computes to a :class:`~shardpipe.WriteReport`.
 
     Raises
     ------
     shardpipe.errors.InvalidArgumentError
         On bad arguments, before anything is written.
+    shardpipe.errors.MemoryBudgetError
+        If a task of the plan cannot fit ``max_mem`` (also an
+        ``InvalidArgumentError`` for ``max_mem``).
+    shardpipe.errors.SourceOverlapsTargetError
+        If the target is (or contains, or lies inside) a zarr array the
+        Dask array reads.
     shardpipe.errors.ArrayExistsError
         If a node exists at ``path`` and ``overwrite`` is False.
     shardpipe.errors.StoreNotWritableError
@@ -133,79 +125,37 @@ def to_sharded_zarr(
     and staging files and unfinished multipart uploads are removed (with
     ``compute=False``, call :func:`shardpipe.cleanup` after a failure).
     """
-    check_array(arr)
-    shard_shape, chunk_shape = resolve_shapes(arr.shape, arr.dtype.itemsize, shards, chunks)
-    array = as_dask_array(arr, shard_shape)
-    location = check_index_location(index_location)
-    check_fill_value(fill_value, array.dtype)
-    budget = check_max_mem(max_mem)
-    create_kwargs: dict[str, Any] = dict(
-        shape=array.shape,
-        dtype=array.dtype,
-        chunks=chunk_shape,
-        shards={"shape": shard_shape, "index_location": location},
+    compute = check_bool("compute", compute)
+    progress = check_bool("progress", progress)
+    if progress and not compute:
+        raise InvalidArgumentError(
+            "progress",
+            "a progress bar cannot follow a write returned with compute=False",
+            "Use shardpipe.prepare_write(...).execute(progress=True), or watch the delayed "
+            "write with dask.diagnostics.ProgressBar() or distributed.progress()",
+        )
+    job = prepare_write(
+        arr,
+        store,
+        path=path,
+        shards=shards,
+        chunks=chunks,
         compressors=compressors,
         filters=filters,
         serializer=serializer,
         fill_value=fill_value,
+        index_location=index_location,
         dimension_names=dimension_names,
         attributes=attributes,
+        overwrite=overwrite,
+        storage_options=storage_options,
+        write_empty_chunks=write_empty_chunks,
+        max_mem=max_mem,
     )
-    metadata = build_metadata(**create_kwargs)
-    target = resolve_store(store, path, storage_options)
-    layout = ShardLayout(tuple(array.shape), shard_shape, chunk_shape)
-    plan = _plan(layout, BlockGrid(array.chunks), array.dtype.itemsize, budget, target)
-    check_target(target, overwrite)
-
-    zarr.create_array(
-        target.zarr_store, name=target.path or None, overwrite=overwrite, **create_kwargs
-    )
-    token = uuid.uuid4().hex
-    write_target = WriteTarget(
-        store=target.shards,
-        layout=layout,
-        codec=ChunkCodec.from_metadata(metadata, write_empty_chunks=write_empty_chunks),
-        index_location=location,
-        staging=target.key(f"{STAGING_DIR}/{token}"),
-    )
-
-    def key_of(coords: tuple[int, ...]) -> str:
-        return target.key(metadata.encode_chunk_key(coords))
-
-    # on a local scheduler nothing travels between workers: no piece tasks needed
-    in_process = compute and distributed_client() is None
-    graph = build_write_graph(array, plan, write_target, key_of, token, in_process=in_process)
     if not compute:
-        return graph.result
-    try:
-        run_publishing(graph.publishing, show=progress)
-    except BaseException:
-        cleanup_write(target, write_target.staging)
-        raise
-    target.shards.discard_staging(write_target.staging)
-    return zarr.open_array(target.zarr_store, path=target.path, mode="r+")
-
-
-def _plan(
-    layout: ShardLayout, blocks: BlockGrid, itemsize: int, budget: int, target: ResolvedStore
-) -> WritePlan:
-    try:
-        plan = plan_write(layout, blocks, itemsize, budget, max_parts=target.shards.max_parts)
-    except PlanError as err:
-        raise InvalidArgumentError("max_mem", str(err), "See the message for the fix") from err
-    if plan.max_parts_per_shard > 1 and not target.shards.supports_parts:
-        raise InvalidArgumentError(
-            "max_mem",
-            f"shards of {plan.layout.shard_shape} do not fit max_mem={budget} and "
-            f"{type(target.shards).__name__} cannot write a shard in parts",
-            "Raise max_mem, use smaller shards, or write to a local path or S3",
-        )
-    return plan
-
-
-def cleanup_write(target: ResolvedStore, staging: str) -> int:
-    """Remove staging data and unfinished uploads left by a failed write."""
-    return target.shards.cleanup(staging, target.key("c"))
+        return job.to_delayed()
+    job.execute(progress=progress)
+    return job.open()
 
 
 def cleanup(
@@ -225,4 +175,4 @@ def cleanup(
         How many leftovers were removed.
     """
     target = resolve_store(store, path, storage_options)
-    return cleanup_write(target, target.key(STAGING_DIR))
+    return target.shards.cleanup(target.key(STAGING_DIR), target.key("c"))

@@ -1,14 +1,23 @@
 """The interface between shardpipe's writers and a storage backend.
 
-A backend publishes shard objects under keys (``"<array path>/c/0/1/2"``)
-relative to its root. Two ways exist:
+A backend stores objects under keys (``"<array path>/c/0/1/2"``) relative to
+its root. It knows nothing of shard formats: it moves bytes. Shards are
+published in one of two ways:
 
-* ``put``: the whole shard at once, atomically (temporary file + rename on a
-  file system, one PUT on an object store);
-* parts: ``begin_parts`` once per shard, ``write_part`` from any number of
-  tasks in parallel, then ``finish_parts`` from a single task, which writes
-  a head and a tail (the index) around the parts and makes the shard appear
-  at its key in one atomic step; ``abort_parts`` or ``cleanup`` undo it.
+* ``put``: the whole object at once, atomically (temporary file + rename on
+  a file system, one PUT on an object store);
+* parts: ``begin_parts`` once per object, ``write_part`` (or ``copy_part``,
+  which takes a byte range of an existing object without passing it through
+  the caller) from any number of tasks in parallel, then ``finish_parts``
+  from a single task, which writes a head and a tail around the parts and
+  makes the object appear at its key in one atomic step; ``abort_parts`` or
+  ``cleanup`` undo it.
+
+Updates of existing objects need more, and each backend declares what it can
+do in :class:`StoreAbilities`: conditional publishes (create-only, and
+replace-if-unchanged against an :data:`ObjectVersion` read earlier), writes
+at an offset, appends, and range copies. A method whose ability is missing
+raises :class:`~shardpipe.errors.AbilityNotSupportedError`.
 
 Backends are picklable: they travel to Dask workers inside tasks.
 """
@@ -19,23 +28,67 @@ from abc import ABC, abstractmethod
 from collections.abc import Buffer, Iterator, Sequence
 from dataclasses import dataclass
 
+from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
 
-class StorageError(OSError):
-    """A storage operation failed after the backend's retries."""
+ObjectVersion = str
+"""An opaque token that changes whenever the object at a key changes.
+
+The ETag on S3; ``"<inode>:<size>:<mtime_ns>"`` on a file system; a SHA-256
+of the bytes for other zarr stores. Only compared for equality.
+"""
 
 
-class PartsNotSupportedError(NotImplementedError):
-    """The backend cannot write a shard in parts."""
+@dataclass(frozen=True)
+class StoreAbilities:
+    """What a backend can do beyond whole-object ``put``/``get``.
+
+    Attributes
+    ----------
+    parts : bool
+        ``begin_parts`` / ``write_part`` / ``finish_parts`` / ``abort_parts``.
+    copy_range : bool
+        ``copy_part``: a byte range of an existing object becomes a part
+        without passing through the caller (S3 ``UploadPartCopy``,
+        ``copy_file_range`` on a file system).
+    create_only : bool
+        ``put(..., if_absent=True)`` is enforced by the storage itself (no
+        window in which two writers can both succeed).
+    replace_if_unchanged : bool
+        ``put(..., if_version=v)`` is enforced by the storage itself. Where it
+        is False the check is made just before publishing, which narrows a
+        race but cannot close it.
+    write_at : bool
+        ``write_at``: overwrite bytes at an offset of an existing object.
+    append : bool
+        ``append``: add bytes at the end of an existing object.
+    joins_buffers : bool
+        ``put`` and ``write_part`` copy the buffers they are given into one
+        object before sending it (the memory model counts that copy).
+    min_part_size : int
+        Smallest size of a part other than the last one (5 MiB on S3).
+    max_parts : int or None
+        Most parts one object may have, besides the head and the tail.
+    """
+
+    parts: bool = False
+    copy_range: bool = False
+    create_only: bool = False
+    replace_if_unchanged: bool = False
+    write_at: bool = False
+    append: bool = False
+    joins_buffers: bool = False
+    min_part_size: int = 0
+    max_parts: int | None = None
 
 
 @dataclass(frozen=True)
 class PartsHandle:
-    """Identifies one shard being written in parts.
+    """Identifies one object being written in parts.
 
     Parameters
     ----------
     key : str
-        The shard's key.
+        The object's key.
     upload : str
         Backend-specific id of the parts (a staging folder on a file system,
         a multipart upload id on an object store).
@@ -50,14 +103,14 @@ class PartsHandle:
 
 @dataclass(frozen=True)
 class PartReceipt:
-    """What ``write_part`` hands on to ``finish_parts``.
+    """What ``write_part`` or ``copy_part`` hands on to ``finish_parts``.
 
     Parameters
     ----------
     number : int
-        Position of the part in the shard, from 0.
+        Position of the part in the object, from 0.
     size : int
-        Bytes written.
+        Bytes in the part.
     etag : str or None
         Object-store entity tag of the uploaded part.
     """
@@ -72,22 +125,55 @@ class ShardStore(ABC):
 
     Attributes
     ----------
-    min_part_size : int
-        Smallest size of a part other than the last one (5 MiB on S3).
-    max_parts : int or None
-        Most parts one shard may have, head and tail included.
-    supports_parts : bool
-        Whether the ``*_parts`` methods are implemented.
+    abilities : StoreAbilities
+        What this backend can do beyond whole-object writes and reads.
     """
 
-    min_part_size: int = 0
-    max_parts: int | None = None
-    supports_parts: bool = False
+    abilities: StoreAbilities = StoreAbilities()
+
+    @property
+    def min_part_size(self) -> int:
+        """Smallest size of a part other than the last one."""
+        return self.abilities.min_part_size
+
+    @property
+    def max_parts(self) -> int | None:
+        """Most parts one object may have (besides head and tail), or None."""
+        return self.abilities.max_parts
+
+    @property
+    def supports_parts(self) -> bool:
+        """Whether the ``*_parts`` methods are implemented."""
+        return self.abilities.parts
 
     # -- whole objects -------------------------------------------------------
     @abstractmethod
-    def put(self, key: str, buffers: Sequence[Buffer]) -> None:
-        """Publish the concatenation of ``buffers`` at ``key`` atomically."""
+    def put(
+        self,
+        key: str,
+        buffers: Sequence[Buffer],
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
+        """Publish the concatenation of ``buffers`` at ``key`` atomically.
+
+        Parameters
+        ----------
+        key : str
+            Where.
+        buffers : sequence of bytes-like
+            The object's bytes, in order.
+        if_absent : bool
+            Only if nothing is at ``key``.
+        if_version : ObjectVersion, optional
+            Only if the object at ``key`` still has this version.
+
+        Raises
+        ------
+        shardpipe.errors.ConditionFailedError
+            If a condition does not hold; nothing was changed.
+        """
 
     @abstractmethod
     def get(self, key: str) -> bytes | None:
@@ -105,6 +191,10 @@ class ShardStore(ABC):
         """Return the size of the object at ``key``, or ``None`` when absent."""
 
     @abstractmethod
+    def version(self, key: str) -> ObjectVersion | None:
+        """Return the current version of the object at ``key``, or ``None`` when absent."""
+
+    @abstractmethod
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
 
@@ -112,11 +202,20 @@ class ShardStore(ABC):
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix``."""
 
-    # -- parts ---------------------------------------------------------------
-    def head_size(self, index_nbytes: int) -> int:
-        """Bytes reserved before the first part when the index goes first."""
-        return index_nbytes
+    # -- in-place updates ----------------------------------------------------
+    def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:
+        """Overwrite the object at ``key`` from byte ``offset`` (not atomic).
 
+        The object must exist and ``offset`` must not lie past its end; it may
+        grow. Durable when this returns (if the backend is durable).
+        """
+        raise AbilityNotSupportedError(f"{type(self).__name__} cannot write at an offset")
+
+    def append(self, key: str, buffers: Sequence[Buffer]) -> int:
+        """Append to the existing object at ``key``; return its new size (not atomic)."""
+        raise AbilityNotSupportedError(f"{type(self).__name__} cannot append to an object")
+
+    # -- parts ---------------------------------------------------------------
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Start writing ``key`` in parts; ``staging`` is a key prefix for scratch data."""
         raise PartsNotSupportedError(
@@ -127,13 +226,34 @@ class ShardStore(ABC):
     def write_part(
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
     ) -> PartReceipt:
-        """Write part ``number`` (from 0) of the shard; safe to repeat."""
+        """Write part ``number`` (from 0) of the object; safe to repeat."""
         raise PartsNotSupportedError(type(self).__name__)
 
+    def copy_part(
+        self, handle: PartsHandle, number: int, source: str, start: int, stop: int
+    ) -> PartReceipt:
+        """Make bytes ``[start, stop)`` of the object at ``source`` part ``number``.
+
+        The bytes do not pass through the caller. ``source`` may be the key
+        being written (an append composes the new object from the old one).
+        """
+        raise AbilityNotSupportedError(f"{type(self).__name__} cannot copy byte ranges")
+
     def finish_parts(
-        self, handle: PartsHandle, receipts: Sequence[PartReceipt], head: bytes, tail: bytes
+        self,
+        handle: PartsHandle,
+        receipts: Sequence[PartReceipt],
+        head: bytes,
+        tail: bytes,
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
     ) -> None:
-        """Publish ``head + parts in order + tail`` at the shard's key atomically."""
+        """Publish ``head + parts in order + tail`` at the object's key atomically.
+
+        The conditions are those of :meth:`put`. With no receipts and an empty
+        head and tail nothing is published and the parts are discarded.
+        """
         raise PartsNotSupportedError(type(self).__name__)
 
     def abort_parts(self, handle: PartsHandle) -> None:

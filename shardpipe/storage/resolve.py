@@ -15,6 +15,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.storage import FsspecStore, LocalStore
 
+from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.zarr_store import ZarrShardStore
@@ -80,11 +81,25 @@ def resolve_store(
 
     Raises
     ------
-    TypeError
-        If ``store`` is none of the accepted kinds.
+    shardpipe.errors.InvalidArgumentError
+        If ``store`` is none of the accepted kinds, or ``storage_options``
+        are not a dict of options that apply to it.
     """
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise InvalidArgumentError(
+            "storage_options",
+            f"expected a dict, got {type(storage_options).__name__}",
+            'Pass a dict such as {"anon": False} or {"fsync": False}',
+        )
     options = dict(storage_options or {})
-    local_options = {"fsync": bool(options.pop("fsync", True))}
+    fsync = options.pop("fsync", True)
+    if not isinstance(fsync, bool):
+        raise InvalidArgumentError(
+            "storage_options",
+            f"'fsync' must be True or False, got {fsync!r}",
+            'Pass {"fsync": False} to skip fsync, or leave it out',
+        )
+    local_options = {"fsync": fsync}
     if isinstance(store, zarr.Group):
         inner = store.store
         return ResolvedStore(inner, _backend_for(inner, local_options), _join(store.path, path))
@@ -93,18 +108,28 @@ def resolve_store(
     if isinstance(store, str | os.PathLike):
         text = os.fspath(store)
         if "://" in text and not text.startswith("file://"):
-            fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)
+            try:
+                fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)
+            except (TypeError, ValueError, ImportError) as err:
+                raise InvalidArgumentError(
+                    "store",
+                    f"cannot open {text!r} with fsspec ({err})",
+                    "Check the URL's scheme and the storage_options for its file system",
+                ) from err
             return ResolvedStore(fs_store, _backend_for(fs_store, local_options), _join(path))
         if options:
-            raise TypeError(
-                f"storage_options {sorted(options)} do not apply to the local path {text!r}; "
-                "the only option for local paths is 'fsync'"
+            raise InvalidArgumentError(
+                "storage_options",
+                f"{sorted(options)} do not apply to the local path {text!r}",
+                "The only option for local paths is 'fsync'",
             )
         local = os.path.abspath(text.removeprefix("file://"))
         return ResolvedStore(
             LocalStore(local, read_only=False), LocalShardStore(local, **local_options), _join(path)
         )
-    raise TypeError(
-        f"store must be a local path, an fsspec URL, a zarr Store or a zarr Group, "
-        f"got {type(store).__name__}"
+    raise InvalidArgumentError(
+        "store",
+        f"expected a local path, an fsspec URL, a zarr Store or a zarr Group, got "
+        f"{type(store).__name__}",
+        "Pass e.g. '/data/volume.zarr' or 's3://bucket/volume.zarr'",
     )
