@@ -47,6 +47,26 @@ def data() -> da.Array:
         ({**GOOD, "max_mem": "lots"}, "max_mem", "byte size"),
         ({**GOOD, "max_mem": 100}, "max_mem", "max_mem"),
         ({**GOOD, "compressors": "not-a-codec"}, "compressors", "zarr"),
+        # shapes take whole numbers only: nothing is rounded or coerced
+        ({"shards": (20.5, 20), "chunks": (10, 10)}, "shards", "not an integer"),
+        ({"shards": (np.float64(20.0), 20), "chunks": (10, 10)}, "shards", "not an integer"),
+        ({"shards": (20, 20), "chunks": (True, 10)}, "chunks", "not an integer"),
+        ({"shards": ("20", 20), "chunks": (10, 10)}, "shards", "not an integer"),
+        ({"shards": (20, 20), "chunks": 10.0}, "chunks", "tuple of 2 integers"),
+        # booleans take booleans only
+        ({**GOOD, "overwrite": "False"}, "overwrite", "True or False"),
+        ({**GOOD, "write_empty_chunks": 1}, "write_empty_chunks", "True or False"),
+        ({**GOOD, "compute": "yes"}, "compute", "True or False"),
+        ({**GOOD, "progress": None}, "progress", "True or False"),
+        ({**GOOD, "storage_options": {"fsync": "no"}}, "storage_options", "'fsync'"),
+        ({**GOOD, "storage_options": ["fsync"]}, "storage_options", "dict"),
+        ({**GOOD, "storage_options": {"anon": True}}, "storage_options", "local path"),
+        # each error names its own parameter
+        ({**GOOD, "dimension_names": ["y"]}, "dimension_names", "2 names"),
+        ({**GOOD, "dimension_names": "yx"}, "dimension_names", "sequence"),
+        ({**GOOD, "attributes": {"when": object()}}, "attributes", "JSON"),
+        ({**GOOD, "attributes": ["a"]}, "attributes", "dict"),
+        ({**GOOD, "progress": True, "compute": False}, "progress", "prepare_write"),
     ],
 )
 def test_bad_argument_is_named_and_nothing_is_written(
@@ -116,5 +136,61 @@ def test_read_only_store_is_refused(tmp_path: Path, data: da.Array) -> None:
 
 
 def test_unknown_store_kind_is_refused(data: da.Array) -> None:
-    with pytest.raises(TypeError, match="store must be"):
+    # an InvalidArgumentError (a ValueError) naming "store", no longer a bare TypeError
+    with pytest.raises(InvalidArgumentError, match="store: expected a local path") as info:
         shardpipe.to_sharded_zarr(data, 42, **GOOD)
+    assert info.value.parameter == "store"
+    with pytest.raises(InvalidArgumentError, match="store: cannot open"):
+        shardpipe.to_sharded_zarr(data, "nosuchprotocol://x/y", **GOOD)
+
+
+def test_unknown_chunk_sizes_name_arr_and_the_fix(tmp_path: Path, data: da.Array) -> None:
+    flat = data.ravel()
+    masked = flat[flat > 5]  # boolean indexing: chunk sizes become unknown
+    with pytest.raises(InvalidArgumentError, match=r"compute_chunk_sizes\(\)") as info:
+        shardpipe.to_sharded_zarr(masked, str(tmp_path / "x"))
+    assert info.value.parameter == "arr"
+    assert not (tmp_path / "x").exists()
+
+
+def test_xarray_input_suggests_its_data(tmp_path: Path) -> None:
+    import xarray as xr
+
+    values = xr.DataArray(np.zeros((4, 4)), dims=("y", "x"))
+    with pytest.raises(InvalidArgumentError, match=r"data_array\.data") as info:
+        shardpipe.to_sharded_zarr(values, str(tmp_path / "x"))
+    assert "dimension_names=data_array.dims" in str(info.value)
+
+
+@pytest.mark.parametrize("where", ["same", "inside", "parent"])
+def test_writing_onto_its_own_source_is_refused(tmp_path: Path, data: da.Array, where: str) -> None:
+    source = tmp_path / "vol.zarr"
+    shardpipe.to_sharded_zarr(data, str(source), **GOOD)
+    before = _tree_digest(tmp_path)
+    target = {"same": source, "inside": source / "sub", "parent": tmp_path}[where]
+    reread = da.from_zarr(str(source)) + 1  # the zarr array is deep in the graph
+    with pytest.raises(shardpipe.SourceOverlapsTargetError, match="destroy") as info:
+        shardpipe.to_sharded_zarr(reread, str(target), overwrite=True, **GOOD)
+    assert info.value.parameter == "store"
+    assert _tree_digest(tmp_path) == before
+    np.testing.assert_array_equal(zarr.open_array(str(source))[...], data.compute())
+
+
+def test_sibling_of_the_source_is_fine(tmp_path: Path, data: da.Array) -> None:
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "vol.zarr"), **GOOD)
+    source = da.from_zarr(str(tmp_path / "vol.zarr"))
+    shardpipe.to_sharded_zarr(source, str(tmp_path / "vol.zarr2"), **GOOD)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "vol.zarr2"))[...], data.compute())
+
+
+def test_memory_budget_error_names_task_excess_and_fix(tmp_path: Path) -> None:
+    blocks = da.zeros((64, 64), chunks=(64, 64), dtype="float64")  # one 32 KiB block
+    with pytest.raises(shardpipe.MemoryBudgetError) as info:
+        shardpipe.to_sharded_zarr(
+            blocks, str(tmp_path / "x"), shards=(64, 64), chunks=(8, 8), max_mem=30_000
+        )
+    message = str(info.value)
+    assert info.value.parameter == "max_mem"
+    assert "write-shard" in message and "more than max_mem=30,000" in message
+    assert "rechunk the source" in message
+    assert not (tmp_path / "x").exists()

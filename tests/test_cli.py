@@ -57,3 +57,35 @@ def test_console_script_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0 and "removed 1" in done.stdout, done.stderr
     assert not (tmp_path / ".shardpipe-staging").exists()
+
+
+def test_version_and_module_entry_point() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "shardpipe", "--version"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stdout.startswith("shardpipe "), done.stderr
+
+
+def test_plan_prints_the_summary_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "out.zarr"
+    argv = ["plan", str(target), "--shape", "256,512,512", "--dtype", "uint16"]
+    argv += ["--blocks", "100,100,100", "--shards", "128,256,256", "--chunks", "64,64,64"]
+    assert main([*argv, "--max-mem", "64MB", "--compressor", "zstd:1"]) == 0
+    out = capsys.readouterr().out
+    assert "ShardedWrite" in out and "shards (128, 256, 256)" in out and "zstd" in out
+    assert "8 (0 in parts" in out and "peak memory per task" in out
+    assert not target.exists()
+
+
+def test_plan_from_an_existing_array_and_bad_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path / "src")
+    argv = ["plan", str(tmp_path / "dst"), "--source", str(tmp_path / "src"), "--chunks", "10,10"]
+    assert main(argv) == 0
+    assert "shape (40, 100)" in capsys.readouterr().out
+    assert main([*argv, "--max-mem", "1KB"]) == 2
+    assert "max_mem" in capsys.readouterr().err
+    assert not (tmp_path / "dst").exists()

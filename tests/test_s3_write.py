@@ -19,10 +19,27 @@ from tests.readers import assert_same, read_tensorstore
 pytestmark = pytest.mark.s3
 
 
+MULTIPART_MAX_MEM = "20MB"
+"""A budget under which the 64 MiB shards of ``_large_volume`` are written in parts.
+
+On S3 a part task holds its part padded to 5 MiB and the backend's copy of it
+(the enforced memory model counts both), besides its blocks or pieces, so
+multipart writes need a budget of about 13-18 MB at least; the shards are 3.4
+times this one.
+"""
+
+
 def _volume() -> np.ndarray:
     rng = np.random.default_rng(11)
     values = rng.integers(0, 250, (48, 64, 64), dtype="uint8")
     values[:8] = 0  # an empty region: those chunks are not stored
+    return values
+
+
+def _large_volume() -> np.ndarray:
+    rng = np.random.default_rng(12)
+    values = rng.integers(0, 250, (64, 1024, 1024), dtype="uint8")
+    values[:8] = 0
     return values
 
 
@@ -59,21 +76,22 @@ def _leftovers(bucket: str, storage_options: dict[str, Any]) -> tuple[list[str],
     [
         ((24, 32, 64), "64MB"),  # aligned single-PUT shards
         ((10, 30, 17), "64MB"),  # misaligned single-PUT shards
-        ((8, 64, 64), 48_000),  # each 192 KiB shard (4x max_mem): parts of one upload
-        ((7, 20, 64), 48_000),  # parts gathered from misaligned blocks
+        ((8, 512, 512), MULTIPART_MAX_MEM),  # 64 MiB shards: parts of one upload each
+        ((7, 300, 512), MULTIPART_MAX_MEM),  # parts gathered from misaligned blocks
     ],
 )
 def test_s3_round_trip(
     s3_bucket: tuple[str, dict[str, Any]], index_location: str, dask_chunks: Any, max_mem: Any
 ) -> None:
     bucket, storage_options = s3_bucket
-    data = _volume()
+    multipart = max_mem == MULTIPART_MAX_MEM
+    data = _large_volume() if multipart else _volume()
     url = f"s3://{bucket}/volume.zarr"
     shardpipe.to_sharded_zarr(
         da.from_array(data, chunks=dask_chunks),
         url,
-        shards=(48, 64, 64),
-        chunks=(8, 16, 16),
+        shards=data.shape,
+        chunks=(8, 128, 128) if multipart else (8, 16, 16),
         compressors=ZstdCodec(level=1),
         index_location=index_location,
         max_mem=max_mem,
@@ -84,22 +102,25 @@ def test_s3_round_trip(
     report = shardpipe.verify(url, storage_options=storage_options)
     assert report.ok, str(report)
     in_parts = sum(s.unused_bytes for s in report.shards) > 0  # parts padded to S3's 5 MiB
-    assert in_parts == (max_mem == 48_000)
+    assert in_parts == multipart
     assert _leftovers(bucket, storage_options) == ([], [])
 
 
 def test_s3_parts_on_a_cluster(cluster_client: Any, s3_bucket: tuple[str, dict[str, Any]]) -> None:
     bucket, storage_options = s3_bucket
-    data = _volume()
+    # generated on the workers: a 64 MiB NumPy array would travel in the graph
+    source = da.random.default_rng(5).integers(0, 250, (64, 1024, 1024), chunks=(9, 512, 512))
+    source = source.astype("uint8")
+    data = source.compute(scheduler="threads")
     url = f"s3://{bucket}/volume.zarr"
     assert dask.base.get_scheduler() == cluster_client.get
     shardpipe.to_sharded_zarr(
-        da.from_array(data, chunks=(9, 64, 64)),
+        source,
         url,
-        shards=(48, 64, 64),
-        chunks=(8, 16, 16),
+        shards=data.shape,
+        chunks=(8, 128, 128),
         index_location="start",
-        max_mem=48_000,
+        max_mem=MULTIPART_MAX_MEM,
         storage_options=storage_options,
     )
     assert_same(_read_zarr(url, storage_options), data)
@@ -108,7 +129,7 @@ def test_s3_parts_on_a_cluster(cluster_client: Any, s3_bucket: tuple[str, dict[s
 
 
 def _failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
-    if block_info is not None and block_info[None]["chunk-location"] == (4, 0, 0):
+    if block_info is not None and block_info[None]["chunk-location"] == (4, 1, 1):
         time.sleep(0.5)  # let the other parts of the shard upload first
         raise RuntimeError("simulated worker failure")
     return block
@@ -116,16 +137,16 @@ def _failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
 
 def test_s3_failure_midway_leaves_nothing_partial(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     bucket, storage_options = s3_bucket
-    data = _volume()
-    source = da.from_array(data, chunks=(8, 64, 64)).map_blocks(_failing, dtype=data.dtype)
+    data = _large_volume()
+    source = da.from_array(data, chunks=(8, 512, 512)).map_blocks(_failing, dtype=data.dtype)
     url = f"s3://{bucket}/volume.zarr"
     with dask.config.set(scheduler="threads"), pytest.raises(RuntimeError, match="simulated"):
         shardpipe.to_sharded_zarr(
             source,
             url,
-            shards=(48, 64, 64),
-            chunks=(8, 16, 16),
-            max_mem=48_000,
+            shards=data.shape,
+            chunks=(8, 128, 128),
+            max_mem=MULTIPART_MAX_MEM,
             storage_options=storage_options,
         )
     assert _leftovers(bucket, storage_options) == ([], [])
