@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["tests.s3server"]
+pytest_plugins = ["shardpipe.testing.s3"]
 
 settings.register_profile(
     "ci",

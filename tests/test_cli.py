@@ -61,7 +61,10 @@ def test_console_script_runs(tmp_path: Path) -> None:
 
 def test_version_and_module_entry_point() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "shardpipe", "--version"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "shardpipe", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0 and done.stdout.startswith("shardpipe "), done.stderr
 

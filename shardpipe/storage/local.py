@@ -8,6 +8,14 @@
 * Parts are separate files in a staging folder; ``finish_parts`` joins them
   into a temporary file with ``os.copy_file_range`` (the kernel copies, the
   bytes never pass through Python), then publishes it like ``put``.
+  ``copy_part`` fills a part from a byte range of an existing file the same way.
+* Conditional publishes: create-only links the temporary file to the key
+  (``os.link`` fails if the key exists: no window for a second writer);
+  replace-if-unchanged compares the key's version (inode, size, mtime) just
+  before the rename. A file system has no compare-and-swap, so a writer that
+  replaces the file between that check and the rename is not detected.
+* ``write_at`` and ``append`` change a file in place (``pwritev``, ``O_APPEND``)
+  and fsync it: not atomic, the caller keeps what it needs to undo them.
 """
 
 from __future__ import annotations
@@ -20,7 +28,14 @@ import uuid
 from collections.abc import Buffer, Callable, Iterator, Sequence
 from pathlib import Path
 
-from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.errors import ConditionFailedError
+from shardpipe.storage.base import (
+    ObjectVersion,
+    PartReceipt,
+    PartsHandle,
+    ShardStore,
+    StoreAbilities,
+)
 
 _TMP_SUFFIX = ".shardpipe-tmp"
 _IOV_MAX = 512
@@ -56,20 +71,29 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _copy_into(dst_fd: int, src_path: str) -> None:
-    """Append the whole file ``src_path`` to ``dst_fd``, inside the kernel where possible."""
+def _copy_into(dst_fd: int, src_path: str, start: int = 0, stop: int | None = None) -> None:
+    """Append bytes ``[start, stop)`` of ``src_path`` to ``dst_fd`` (in the kernel if it can)."""
     with open(src_path, "rb") as src:
-        remaining = os.fstat(src.fileno()).st_size
+        size = os.fstat(src.fileno()).st_size
+        stop = size if stop is None else stop
+        if not 0 <= start <= stop <= size:
+            raise ValueError(f"byte range [{start}, {stop}) lies outside {src_path} ({size} bytes)")
+        offset, remaining = start, stop - start
         while remaining:
             try:
-                n = os.copy_file_range(src.fileno(), dst_fd, remaining)
+                n = os.copy_file_range(src.fileno(), dst_fd, remaining, offset_src=offset)
             except OSError as err:
                 if err.errno not in _NO_COPY_RANGE:
                     raise
-                n = os.write(dst_fd, os.read(src.fileno(), min(remaining, 16 << 20)))
+                n = os.write(dst_fd, os.pread(src.fileno(), min(remaining, 16 << 20), offset))
             if n == 0:
                 raise OSError(f"copying {src_path} made no progress")
+            offset += n
             remaining -= n
+
+
+def _version_of(st: os.stat_result) -> ObjectVersion:
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
 class LocalShardStore(ShardStore):
@@ -84,7 +108,9 @@ class LocalShardStore(ShardStore):
         directory). Default True.
     """
 
-    supports_parts = True
+    abilities = StoreAbilities(
+        parts=True, copy_range=True, create_only=True, write_at=True, append=True
+    )
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.fspath(root))
@@ -97,8 +123,20 @@ class LocalShardStore(ShardStore):
         return os.path.join(self.root, *key.split("/"))
 
     # -- whole objects -------------------------------------------------------
-    def _publish(self, key: str, write: Callable[[int], object]) -> None:
-        """Write a temporary file with ``write(fd)``, then rename it onto ``key``."""
+    def _publish(
+        self,
+        key: str,
+        write: Callable[[int], object],
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
+        """Write a temporary file with ``write(fd)``, then move it onto ``key``.
+
+        With ``if_absent`` the file is linked to ``key`` (which fails if the key
+        exists); with ``if_version`` the key's version is checked first.
+        """
+        if if_absent and if_version is not None:
+            raise ValueError("if_absent and if_version exclude each other")
         final = self._path(key)
         folder = os.path.dirname(final)
         os.makedirs(folder, exist_ok=True)
@@ -111,7 +149,21 @@ class LocalShardStore(ShardStore):
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, final)
+            if if_absent:
+                try:
+                    os.link(tmp, final)
+                except FileExistsError:
+                    raise ConditionFailedError(
+                        f"{final} exists; the write was to create it only"
+                    ) from None
+                os.unlink(tmp)
+            else:
+                if if_version is not None and self.version(key) != if_version:
+                    raise ConditionFailedError(
+                        f"{final} changed since version {if_version} "
+                        f"(now {self.version(key)}); nothing was written"
+                    )
+                os.replace(tmp, final)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -119,9 +171,16 @@ class LocalShardStore(ShardStore):
         if self.fsync:
             _fsync_dir(folder)
 
-    def put(self, key: str, buffers: Sequence[Buffer]) -> None:
+    def put(
+        self,
+        key: str,
+        buffers: Sequence[Buffer],
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
         """Publish the concatenation of ``buffers`` at ``key`` atomically."""
-        self._publish(key, lambda fd: _write_all(fd, buffers))
+        self._publish(key, lambda fd: _write_all(fd, buffers), if_absent, if_version)
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""
@@ -141,6 +200,43 @@ class LocalShardStore(ShardStore):
             return os.stat(self._path(key)).st_size
         except FileNotFoundError:
             return None
+
+    def version(self, key: str) -> ObjectVersion | None:
+        """Return ``"<inode>:<size>:<mtime_ns>"`` of the file at ``key``, or None when absent."""
+        try:
+            return _version_of(os.stat(self._path(key)))
+        except FileNotFoundError:
+            return None
+
+    def _change(self, key: str, flags: int, change: Callable[[int], int]) -> int:
+        """Open the existing file at ``key``, ``change(fd)``, fsync; return its new size."""
+        fd = os.open(self._path(key), os.O_WRONLY | flags)
+        try:
+            change(fd)
+            if self.fsync:
+                os.fsync(fd)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:
+        """Overwrite the file at ``key`` from byte ``offset`` (``pwritev``; not atomic)."""
+
+        def change(fd: int) -> int:
+            size = os.fstat(fd).st_size
+            if not 0 <= offset <= size:
+                raise ValueError(f"offset {offset} lies outside {key!r} ({size} bytes)")
+            data = memoryview(b"".join(memoryview(b).cast("B") for b in buffers))
+            written = 0
+            while written < data.nbytes:  # pwrite may write less than asked
+                written += os.pwrite(fd, data[written:], offset + written)
+            return written
+
+        self._change(key, 0, change)
+
+    def append(self, key: str, buffers: Sequence[Buffer]) -> int:
+        """Append to the file at ``key`` (``O_APPEND``; not atomic); return its new size."""
+        return self._change(key, os.O_APPEND, lambda fd: _write_all(fd, buffers))
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
@@ -177,8 +273,27 @@ class LocalShardStore(ShardStore):
             os.close(fd)
         return PartReceipt(number, size)
 
+    def copy_part(
+        self, handle: PartsHandle, number: int, source: str, start: int, stop: int
+    ) -> PartReceipt:
+        """Fill part ``number`` with bytes ``[start, stop)`` of ``source`` (in the kernel)."""
+        path = self._part_path(handle, number)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _copy_into(fd, self._path(source), start, stop)
+        finally:
+            os.close(fd)
+        return PartReceipt(number, stop - start)
+
     def finish_parts(
-        self, handle: PartsHandle, receipts: Sequence[PartReceipt], head: bytes, tail: bytes
+        self,
+        handle: PartsHandle,
+        receipts: Sequence[PartReceipt],
+        head: bytes,
+        tail: bytes,
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
     ) -> None:
         """Join head, parts and tail into the shard file and remove the staging folder."""
 
@@ -192,7 +307,8 @@ class LocalShardStore(ShardStore):
                 _copy_into(fd, path)
             _write_all(fd, [tail])
 
-        self._publish(handle.key, join)
+        if receipts or head or tail:
+            self._publish(handle.key, join, if_absent, if_version)
         self.abort_parts(handle)
 
     def abort_parts(self, handle: PartsHandle) -> None:

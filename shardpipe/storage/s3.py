@@ -8,12 +8,16 @@
   last part number, 10,000. ``CompleteMultipartUpload`` publishes the shard
   atomically; until then nothing is visible at the key. Re-uploading a part
   number replaces the earlier upload, so retried tasks are idempotent.
-* S3 refuses parts under 5 MiB except the last one. When the index goes at
-  the start, ``head_size`` therefore reserves at least 5 MiB: the index is
-  followed by unused padding up to the first chunk, which the sharding
-  specification allows (chunk offsets in the index point past it). When the
-  index goes at the end, the tail is the last part, so every task's part,
-  the shard's last one included, needs 5 MiB.
+* S3 refuses parts under 5 MiB except the last one (``min_part_size``): the
+  callers pad parts and the head (the shard format decides how).
+* ``copy_part`` is ``UploadPartCopy`` of a byte range, also of the object
+  being replaced: an object can be composed from its old bytes server side.
+* Conditional writes: ``If-None-Match: *`` (create-only) and ``If-Match``
+  with the ETag read earlier (replace-if-unchanged) on ``PutObject`` and
+  ``CompleteMultipartUpload``; a failed condition (HTTP 412) is a
+  ``ConditionFailedError``. Some S3-compatible servers (moto among them)
+  ignore ``If-Match`` on ``CompleteMultipartUpload``: the ETag is also
+  checked just before completing.
 
 Each upload started is recorded in a small marker object under the write's
 staging prefix (its UploadId and shard key); finishing or aborting removes
@@ -34,16 +38,46 @@ from typing import Any
 
 import s3fs
 
-from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore, StorageError
+from shardpipe.errors import ConditionFailedError, StorageError
+from shardpipe.storage.base import (
+    ObjectVersion,
+    PartReceipt,
+    PartsHandle,
+    ShardStore,
+    StoreAbilities,
+)
 
 _HEAD_PART = 1
 _FIRST_PART = 2
 _TAIL_PART = 10_000
 _MARKER_SUFFIX = ".upload"
+_MAX_TASK_PARTS = _TAIL_PART - 2
 
 
 def _join(buffers: Sequence[Buffer]) -> bytes:
     return b"".join(memoryview(b).cast("B") for b in buffers)
+
+
+def _precondition_failed(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) is S3's 412 PreconditionFailed."""
+    seen: BaseException | None = err
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code") in (
+            "PreconditionFailed",
+            "412",
+        ):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _conditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, str]:
+    if if_absent and if_version is not None:
+        raise ValueError("if_absent and if_version exclude each other")
+    if if_absent:
+        return {"IfNoneMatch": "*"}
+    return {} if if_version is None else {"IfMatch": if_version}
 
 
 class S3ShardStore(ShardStore):
@@ -63,9 +97,15 @@ class S3ShardStore(ShardStore):
     remaining part numbers of S3's 10,000.
     """
 
-    supports_parts = True
-    min_part_size = 5 * 2**20
-    max_parts = _TAIL_PART - 2
+    abilities = StoreAbilities(
+        parts=True,
+        copy_range=True,
+        create_only=True,
+        replace_if_unchanged=True,
+        joins_buffers=True,
+        min_part_size=5 * 2**20,
+        max_parts=_MAX_TASK_PARTS,
+    )
     _page_size = 1000
 
     def __init__(self, fs: s3fs.S3FileSystem, root: str) -> None:
@@ -87,15 +127,31 @@ class S3ShardStore(ShardStore):
         try:
             result: dict[str, Any] = self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
         except Exception as err:
+            # S3 answers If-Match on an absent key with 404: the condition failed too
+            absent = "IfMatch" in kwargs and isinstance(err, FileNotFoundError)
+            if absent or _precondition_failed(err):
+                raise ConditionFailedError(
+                    f"S3 {method} of s3://{self.bucket}/{self._key(key)}: the object is not "
+                    f"in the state the write was conditioned on "
+                    f"({ {k: v for k, v in kwargs.items() if k.startswith('If')} })"
+                ) from err
             raise StorageError(
                 f"S3 {method} of s3://{self.bucket}/{self._key(key)} failed: {err!r}"
             ) from err
         return result
 
     # -- whole objects -------------------------------------------------------
-    def put(self, key: str, buffers: Sequence[Buffer]) -> None:
+    def put(
+        self,
+        key: str,
+        buffers: Sequence[Buffer],
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
         """Publish the concatenation of ``buffers`` at ``key`` with one ``PutObject``."""
-        self._call("put_object", key, Key=self._key(key), Body=_join(buffers))
+        conditions = _conditions(if_absent, if_version)
+        self._call("put_object", key, Key=self._key(key), Body=_join(buffers), **conditions)
         self.fs.invalidate_cache(f"{self.bucket}/{self._key(key)}")
 
     def _cat(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
@@ -122,15 +178,23 @@ class S3ShardStore(ShardStore):
         # an empty Range header would be ignored by S3 and return the whole object
         return b"" if start == stop else self._cat(key, start, stop)
 
-    def size(self, key: str) -> int | None:
-        """Return the size of the object at ``key``, or ``None`` when absent."""
+    def _head(self, key: str) -> dict[str, Any] | None:
         try:
-            head = self._call("head_object", key, Key=self._key(key))
+            return self._call("head_object", key, Key=self._key(key))
         except StorageError as err:
             if isinstance(err.__cause__, FileNotFoundError):
                 return None
             raise
-        return int(head["ContentLength"])
+
+    def size(self, key: str) -> int | None:
+        """Return the size of the object at ``key``, or ``None`` when absent."""
+        head = self._head(key)
+        return None if head is None else int(head["ContentLength"])
+
+    def version(self, key: str) -> ObjectVersion | None:
+        """Return the ETag of the object at ``key``, or ``None`` when absent."""
+        head = self._head(key)
+        return None if head is None else str(head["ETag"])
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
@@ -149,15 +213,6 @@ class S3ShardStore(ShardStore):
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
     # -- parts ---------------------------------------------------------------
-    def head_size(self, index_nbytes: int) -> int:
-        """Bytes reserved before the first part: the index padded to at least 5 MiB.
-
-        S3 refuses a part under 5 MiB unless it is the last, so the head (part
-        1) is padded; the padding is unused space between the index and the
-        first chunk, which the sharding specification allows.
-        """
-        return max(index_nbytes, self.min_part_size)
-
     def _marker(self, staging: str, key: str) -> str:
         """Key of the object recording the upload of ``key`` (its id, then the key)."""
         return f"{staging}/{hashlib.sha1(key.encode()).hexdigest()}{_MARKER_SUFFIX}"
@@ -179,23 +234,53 @@ class S3ShardStore(ShardStore):
 
         Every part but the shard's last must be at least ``min_part_size`` bytes.
         """
-        if not 0 <= number < self.max_parts:
-            raise ValueError(f"part number {number} of {handle.key!r} not in [0, {self.max_parts})")
+        if not 0 <= number < _MAX_TASK_PARTS:
+            raise ValueError(
+                f"part number {number} of {handle.key!r} not in [0, {_MAX_TASK_PARTS})"
+            )
         body = _join(buffers)
         etag = self._upload(handle, number + _FIRST_PART, body)
         return PartReceipt(number, len(body), etag)
 
+    def copy_part(
+        self, handle: PartsHandle, number: int, source: str, start: int, stop: int
+    ) -> PartReceipt:
+        """Make bytes ``[start, stop)`` of ``source`` part ``number`` with ``UploadPartCopy``."""
+        if not 0 <= number < _MAX_TASK_PARTS:
+            raise ValueError(
+                f"part number {number} of {handle.key!r} not in [0, {_MAX_TASK_PARTS})"
+            )
+        if not 0 <= start < stop:
+            raise ValueError(f"invalid byte range [{start}, {stop}) of {source!r}")
+        result = self._call(
+            "upload_part_copy",
+            handle.key,
+            Key=self._key(handle.key),
+            UploadId=handle.upload,
+            PartNumber=number + _FIRST_PART,
+            CopySource={"Bucket": self.bucket, "Key": self._key(source)},
+            CopySourceRange=f"bytes={start}-{stop - 1}",
+        )
+        return PartReceipt(number, stop - start, str(result["CopyPartResult"]["ETag"]))
+
     def finish_parts(
-        self, handle: PartsHandle, receipts: Sequence[PartReceipt], head: bytes, tail: bytes
+        self,
+        handle: PartsHandle,
+        receipts: Sequence[PartReceipt],
+        head: bytes,
+        tail: bytes,
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
     ) -> None:
         """Upload head (part 1) and tail (part 10,000), then complete the upload.
 
-        ``head`` is empty or ``head_size(...)`` bytes (index plus padding). Every
-        part but the last, the tail included, must have ``min_part_size`` bytes:
-        with the index at the end, all the tasks' parts need 5 MiB. With no
-        receipts and an empty head and tail the upload is aborted. On failure
-        the upload stays open for ``abort_parts`` or ``cleanup``.
+        Every part but the last, the head and the tail included, must have
+        ``min_part_size`` bytes. With no receipts and an empty head and tail
+        the upload is aborted. On failure (a failed condition included) the
+        upload stays open for ``abort_parts`` or ``cleanup``.
         """
+        conditions = _conditions(if_absent, if_version)
         by_number: dict[int, PartReceipt] = {}
         for receipt in receipts:
             if receipt.etag is None or by_number.setdefault(receipt.number, receipt) != receipt:
@@ -219,7 +304,11 @@ class S3ShardStore(ShardStore):
             if body:
                 parts.append({"PartNumber": number, "ETag": self._upload(handle, number, body)})
         parts.sort(key=lambda part: part["PartNumber"])
-        kwargs = {"Key": self._key(handle.key), "UploadId": handle.upload}
+        kwargs = {"Key": self._key(handle.key), "UploadId": handle.upload, **conditions}
+        if if_version is not None and self.version(handle.key) != if_version:
+            raise ConditionFailedError(
+                f"s3://{self.bucket}/{self._key(handle.key)} changed since version {if_version}"
+            )
         self._call(
             "complete_multipart_upload", handle.key, MultipartUpload={"Parts": parts}, **kwargs
         )

@@ -1,9 +1,14 @@
-"""Pytest fixtures for a local moto S3 server (load with ``pytest_plugins``).
+"""A local S3 server for tests: pytest fixtures on moto's standalone server.
 
+Load with ``pytest_plugins = ["shardpipe.testing.s3"]`` in a ``conftest.py``.
 ``s3_server`` (session) starts ``moto.server.ThreadedMotoServer`` on a free
 port of 127.0.0.1 with fake credentials in the environment and yields its
 endpoint URL. ``s3_bucket`` (function) creates a fresh bucket and yields
-``(bucket_name, storage_options)`` for ``s3fs.S3FileSystem(**storage_options)``.
+``(bucket_name, storage_options)`` for ``s3fs.S3FileSystem(**storage_options)``
+(and so for ``shardpipe.to_sharded_zarr("s3://bucket/...", storage_options=...)``).
+Outside pytest, :func:`moto_server` does the same as a context manager.
+
+Needs the ``test`` extra (moto[server], boto3).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import boto3
@@ -38,9 +44,24 @@ def _client(endpoint_url: str) -> Any:
     )
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
-    """Run a moto S3 server for the session; yield its endpoint URL."""
+STORAGE_OPTIONS_BASE: dict[str, Any] = {
+    **_CREDENTIALS,
+    "skip_instance_cache": True,
+    "use_listings_cache": False,
+}
+
+
+def storage_options_for(endpoint_url: str) -> dict[str, Any]:
+    """s3fs options that reach the server at ``endpoint_url`` with the fake credentials."""
+    return {
+        **STORAGE_OPTIONS_BASE,
+        "client_kwargs": {"endpoint_url": endpoint_url, "region_name": REGION},
+    }
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """Run a moto S3 server on 127.0.0.1 with fake credentials; yield its endpoint URL."""
     with pytest.MonkeyPatch.context() as mp:
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             mp.setenv(name, "testing")
@@ -59,6 +80,20 @@ def s3_server() -> Iterator[str]:
             server.stop()
 
 
+def make_bucket(endpoint_url: str, name: str | None = None) -> str:
+    """Create a bucket on the server (s3fs's ``mkdir`` is refused by moto); return its name."""
+    bucket = name or f"test-{uuid.uuid4().hex[:16]}"
+    _client(endpoint_url).create_bucket(Bucket=bucket)
+    return bucket
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """Run a moto S3 server for the session; yield its endpoint URL."""
+    with moto_server() as endpoint_url:
+        yield endpoint_url
+
+
 @pytest.fixture
 def s3_bucket(s3_server: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Create a fresh bucket; yield ``(bucket_name, storage_options)``.
@@ -68,15 +103,8 @@ def s3_bucket(s3_server: str) -> Iterator[tuple[str, dict[str, Any]]]:
     objects and its unfinished multipart uploads are removed afterwards.
     """
     client = _client(s3_server)
-    bucket = f"test-{uuid.uuid4().hex[:16]}"
-    client.create_bucket(Bucket=bucket)
-    storage_options: dict[str, Any] = {
-        **_CREDENTIALS,
-        "client_kwargs": {"endpoint_url": s3_server, "region_name": REGION},
-        "skip_instance_cache": True,
-        "use_listings_cache": False,
-    }
-    yield bucket, storage_options
+    bucket = make_bucket(s3_server)
+    yield bucket, storage_options_for(s3_server)
     for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
         client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
