@@ -17,11 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dask.utils import parse_bytes
+
 from benchmarks.child import run_child
 from benchmarks.data import Layout
 from benchmarks.report import BUSY_WARN, _fmt, _table
 from benchmarks.suite import REPO_ROOT, run_meta
-from shardpipe.core.sizes import parse_bytes
 
 MIB = 1 << 20
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "out"

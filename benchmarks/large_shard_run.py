@@ -67,7 +67,7 @@ def warm_up_write(out_dir: Path) -> None:
 
     path = out_dir / "large-shard-warm-up"
     x = synthetic_array((64, 128, 128), "uint8", (64, 64, 128))
-    shardpipe.to_sharded_zarr(x, str(path), chunks=(64, 64, 64), max_mem="1MB", overwrite=True)
+    shardpipe.to_sharded_zarr(x, str(path), chunks=(64, 64, 64), max_mem="2MB", overwrite=True)
     shutil.rmtree(path)
 
 
@@ -111,14 +111,23 @@ def make_write(args: argparse.Namespace, x: Any, path: Path) -> Any:
 
 def plan_note(args: argparse.Namespace, x: Any) -> str:
     """Describe how shardpipe plans the write (parts per shard, projected memory)."""
-    from shardpipe.core.grid import BlockGrid, ShardLayout
-    from shardpipe.core.plan import plan_write
-    from shardpipe.core.sizes import parse_bytes
-    from shardpipe.writer import DEFAULT_MAX_MEM
+    import tempfile
 
-    layout = ShardLayout(tuple(args.shape), tuple(args.shards), tuple(args.chunks))
-    budget = parse_bytes(args.max_mem or DEFAULT_MAX_MEM)
-    return repr(plan_write(layout, BlockGrid(x.chunks), x.dtype.itemsize, budget))
+    from zarr.codecs import ZstdCodec
+
+    import shardpipe
+
+    extra = {"max_mem": args.max_mem} if args.max_mem else {}
+    with tempfile.TemporaryDirectory() as scratch:  # nothing is written there
+        job = shardpipe.prepare_write(
+            x,
+            f"{scratch}/plan.zarr",
+            shards=tuple(args.shards),
+            chunks=tuple(args.chunks),
+            compressors=ZstdCodec(level=1),
+            **extra,
+        )
+    return repr(job.plan)
 
 
 def check_output(args: argparse.Namespace, path: Path) -> list[str]:

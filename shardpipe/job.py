@@ -16,6 +16,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import dask.array as da
@@ -25,8 +26,9 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
 from shardpipe.core.memory import MemoryModel
-from shardpipe.core.plan import WritePlan, format_bytes, plan_write
+from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
+from shardpipe.core.sizes import format_bytes
 from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
@@ -252,14 +254,7 @@ class ShardedWrite:
                     f"run shardpipe.cleanup on the array later"
                 )
             raise
-        report = finish_write(write_target, *reports)
-        report = WriteReport(
-            shards=report.shards,
-            shards_empty=report.shards_empty,
-            nbytes=report.nbytes,
-            chunks_stored=report.chunks_stored,
-            seconds=time.perf_counter() - start,
-        )
+        report = replace(finish_write(write_target, *reports), seconds=time.perf_counter() - start)
         log.info("shardpipe: %s", report)
         return report
 

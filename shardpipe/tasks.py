@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from shardpipe.core.cut import cut_block
 from shardpipe.core.grid import Box, Coords, ShardLayout, box_size, box_to_slices
-from shardpipe.core.plan import PartPlan, cut_block
+from shardpipe.core.plan import PartPlan
 from shardpipe.encoding import ChunkCodec
 from shardpipe.formats.base import (
     PartManifest,

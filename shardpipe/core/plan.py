@@ -26,7 +26,6 @@ fit is refused before anything runs.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -43,19 +42,12 @@ from shardpipe.core.grid import (
     intersect,
 )
 from shardpipe.core.memory import MemoryModel, TaskMemory, check_budget
+from shardpipe.core.parts import block_alignment, choose_part_chunks, tile
 from shardpipe.core.region import Placement, ShardCoverage
+from shardpipe.core.sizes import format_bytes
 from shardpipe.errors import MemoryBudgetError, PlanError
 
-__all__ = [
-    "PartPlan",
-    "PieceCut",
-    "PlanError",
-    "ShardPlan",
-    "WritePlan",
-    "choose_part_chunks",
-    "cut_block",
-    "plan_write",
-]
+__all__ = ["PartPlan", "PlanError", "ShardPlan", "WritePlan", "plan_write"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +64,8 @@ class PartPlan:
         Elements of the array the source gives the part (array coordinates).
     blocks : tuple of Coords
         The Dask blocks that hold those elements.
+    blocks_nbytes : tuple of int
+        Raw bytes of each of those blocks.
     gather_in_task : bool
         On a scheduler in this process, the part's task may cut all its
         blocks itself (holding them all fits the budget).
@@ -81,6 +75,7 @@ class PartPlan:
     chunks: ChunkBox
     region: Box
     blocks: tuple[Coords, ...]
+    blocks_nbytes: tuple[int, ...] = ()
     gather_in_task: bool = True
 
     @property
@@ -172,27 +167,20 @@ class WritePlan:
         """Plan the shard at ``coords`` (one the region touches)."""
         coverage = self.placement.coverage(coords)
         parts = []
-        for number, chunk_box in enumerate(_tile(coverage.touched, self.part_chunks)):
+        for number, chunk_box in enumerate(tile(coverage.touched, self.part_chunks)):
             full = self.layout.clip(chunk_box.element_box(self.layout, coords))
             region = None if full is None else intersect(full, self.placement.region)
             assert region is not None  # touched chunks hold elements of the region
             feeding = tuple(self.placement.blocks_touching(region))
-            parts.append(PartPlan(number, chunk_box, region, feeding))
+            sizes = tuple(self._block_nbytes(b) for b in feeding)
+            parts.append(PartPlan(number, chunk_box, region, feeding, sizes))
         padded = len(parts) > 1
-        return ShardPlan(
-            coords,
-            coverage,
-            tuple(
-                replace(
-                    p,
-                    gather_in_task=self.model.gathered_in_task(
-                        self._blocks_nbytes(p.blocks), self._raw(p.chunks), padded=padded
-                    )
-                    <= self.max_mem,
-                )
-                for p in parts
-            ),
-        )
+        for i, p in enumerate(parts):
+            held = self.model.gathered_in_task(
+                sum(p.blocks_nbytes), self._raw(p.chunks), padded=padded
+            )
+            parts[i] = replace(p, gather_in_task=held <= self.max_mem)
+        return ShardPlan(coords, coverage, tuple(parts))
 
     def iter_shards(self) -> Iterator[ShardPlan]:
         """Plan every shard the region touches, in C order, one at a time."""
@@ -206,11 +194,9 @@ class WritePlan:
     def _raw(self, chunks: ChunkBox) -> int:
         return chunks.n_chunks * self.chunk_nbytes
 
-    def _blocks_nbytes(self, blocks: tuple[Coords, ...]) -> int:
-        return (
-            sum(math.prod(b - a for a, b in self.blocks.block_box(block)) for block in blocks)
-            * self.itemsize
-        )
+    def _block_nbytes(self, block: Coords) -> int:
+        sizes = self.blocks.chunks
+        return math.prod(sizes[d][i] for d, i in enumerate(block)) * self.itemsize
 
     # -- summary -------------------------------------------------------------
     @cached_property
@@ -299,7 +285,7 @@ class WritePlan:
             for part in shard.parts:
                 where = f"shard {shard.coords}, part {part.number}"
                 raw = self._raw(part.chunks)
-                blocks = [self._blocks_nbytes((b,)) for b in part.blocks]
+                blocks = part.blocks_nbytes
                 if part.is_direct:
                     note(kind, model.direct(blocks[0], raw, padded=padded), where)
                 elif in_process and part.gather_in_task:
@@ -324,82 +310,6 @@ class WritePlan:
             f"max_projected_mem={format_bytes(self.max_projected_mem)}, "
             f"max_mem={format_bytes(self.max_mem)})"
         )
-
-
-def format_bytes(n: int) -> str:
-    """Format a byte count with binary units (``"1.5 GiB"``)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError  # pragma: no cover
-
-
-def _block_alignment(layout: ShardLayout, blocks: BlockGrid) -> Shape | None:
-    """Block shape in inner chunks, when blocks are regular multiples of chunks."""
-    if not blocks.is_regular:
-        return None
-    out = []
-    for c, b in zip(layout.chunk_shape, blocks.chunks, strict=True):
-        size = b[0]
-        if size % c:
-            return None
-        out.append(size // c)
-    return tuple(out)
-
-
-def choose_part_chunks(
-    layout: ShardLayout, itemsize: int, budget: int, align: Shape | None = None
-) -> Shape:
-    """Choose the shape, in inner chunks, of the parts a shard is split into.
-
-    Where Dask blocks are regular multiples of the inner chunks (``align``,
-    the block shape in chunks) and one block fits ``budget``, parts are whole
-    blocks, grown block by block (last dimension first) while they fit, so
-    that each part is fed by a single block. Otherwise parts are slabs: the
-    shard is cut along the first dimension first, then the next, until a
-    part's raw size fits ``budget``.
-
-    Raises
-    ------
-    PlanError
-        If even one inner chunk does not fit the budget.
-    """
-    chunk_bytes = math.prod(layout.chunk_shape) * itemsize
-    max_chunks = budget // chunk_bytes
-    if max_chunks < 1:
-        raise PlanError(
-            f"one inner chunk {layout.chunk_shape} is {chunk_bytes} bytes, more than the "
-            f"per-part budget of {budget} bytes; raise max_mem or use smaller chunks"
-        )
-    per_shard = layout.chunks_per_shard
-    if math.prod(per_shard) <= max_chunks:
-        return per_shard
-    if align is not None:
-        shape = [min(a, n) for a, n in zip(align, per_shard, strict=True)]
-        if math.prod(shape) <= max_chunks:
-            for d in reversed(range(layout.ndim)):
-                limit = min(per_shard[d], max_chunks // (math.prod(shape) // shape[d]))
-                if limit >= per_shard[d]:
-                    shape[d] = per_shard[d]
-                elif limit >= shape[d]:
-                    shape[d] = limit - limit % shape[d]
-            return tuple(shape)
-    slab = list(per_shard)
-    for d in range(layout.ndim):
-        if math.prod(slab) <= max_chunks:
-            break
-        slab[d] = max(1, min(slab[d], max_chunks // math.prod(slab[d + 1 :])))
-    return tuple(slab)
-
-
-def _tile(box: ChunkBox, step: Shape) -> Iterator[ChunkBox]:
-    """Cut ``box`` into boxes of at most ``step`` chunks, in C order."""
-    starts = [range(a, b, s) for a, b, s in zip(box.start, box.stop, step, strict=True)]
-    for origin in itertools.product(*starts):
-        stop = tuple(min(o + s, b) for o, s, b in zip(origin, step, box.stop, strict=True))
-        yield ChunkBox(start=tuple(origin), stop=stop)
 
 
 def plan_write(
@@ -467,7 +377,7 @@ def plan_write(
             max_mem,
             "the shard index (with the padding the store needs) must fit; raise max_mem",
         )
-    alignment = _block_alignment(layout, placement.blocks)
+    alignment = block_alignment(layout, placement.blocks)
 
     def sized(raw_budget: int) -> WritePlan:
         part_chunks = choose_part_chunks(layout, itemsize, raw_budget, alignment)
@@ -503,72 +413,3 @@ def plan_write(
     check_budget(plan.projected_peaks(), max_mem, fix)
     check_budget(plan.projected_peaks(in_process=True), max_mem, fix)
     return plan
-
-
-@dataclass(frozen=True)
-class PieceCut:
-    """What one Dask block contributes to one part.
-
-    Parameters
-    ----------
-    whole : tuple of Coords
-        Local coordinates of inner chunks whose in-array elements all lie in
-        the block: they are encoded where the block lives.
-    region : Box or None
-        The elements of the part the block holds (array coordinates); None
-        when the block does not touch the part.
-    touching : tuple of tuple of (int, int, int)
-        Per dimension, ``(chunk index, start, stop)`` of every inner chunk of
-        the part the block touches, with the overlap's extent.
-    """
-
-    whole: tuple[Coords, ...]
-    region: Box | None
-    touching: tuple[tuple[tuple[int, int, int], ...], ...]
-
-    @property
-    def partial(self) -> tuple[tuple[Coords, Box], ...]:
-        """Inner chunks straddling the block's edge, with the box the block holds of each."""
-        whole = set(self.whole)
-        out = []
-        for combo in itertools.product(*self.touching):
-            local = tuple(j for j, _, _ in combo)
-            if local not in whole:
-                out.append((local, tuple((lo, hi) for _, lo, hi in combo)))
-        return tuple(out)
-
-    @property
-    def raw_boxes(self) -> tuple[Box, ...]:
-        """Boxes to send raw: the whole region when no chunk is whole, else each straddler."""
-        if self.region is None:
-            return ()
-        if not self.whole:
-            return (self.region,)
-        return tuple(box for _, box in self.partial)
-
-
-def cut_block(layout: ShardLayout, shard: Coords, part: PartPlan, block_box: Box) -> PieceCut:
-    """Sort the inner chunks of ``part`` by how the block at ``block_box`` holds them.
-
-    Works per dimension (boxes are products of intervals), so its cost grows
-    with the number of chunks along each edge, not with their product, unless
-    the block holds some chunks whole.
-    """
-    touching = []
-    whole_per_dim = []
-    for d, ((b0, b1), n, i, s, c) in enumerate(
-        zip(block_box, layout.shape, shard, layout.shard_shape, layout.chunk_shape, strict=True)
-    ):
-        hits = []
-        whole = []
-        for j in range(part.chunks.start[d], part.chunks.stop[d]):
-            lo = i * s + j * c
-            hi = min(lo + c, n)
-            if lo < b1 and hi > b0:
-                hits.append((j, max(lo, b0), min(hi, b1)))
-                if b0 <= lo and hi <= b1:
-                    whole.append(j)
-        touching.append(tuple(hits))
-        whole_per_dim.append(whole)
-    region = intersect(block_box, part.region)
-    return PieceCut(tuple(itertools.product(*whole_per_dim)), region, tuple(touching))

@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardpipe.core.cut import cut_block
 from shardpipe.core.grid import BlockGrid, ShardLayout
 from shardpipe.core.memory import MemoryModel
-from shardpipe.core.plan import PlanError, WritePlan, choose_part_chunks, cut_block, plan_write
+from shardpipe.core.parts import choose_part_chunks
+from shardpipe.core.plan import PlanError, WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.errors import MemoryBudgetError
 from shardpipe.testing.strategies import block_chunks
