@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # shardpipe developer entry point: sets up .venv (Python >= 3.12) and runs a task.
-#   ./dev.sh demo    set up, then write ~1 GiB on a LocalCluster, verify it, print throughput
-#   ./dev.sh test    set up, then ruff + mypy + the whole pytest suite
-#   ./dev.sh bench   set up, then run the benchmark suite (see benchmarks/README.md)
+#   ./dev.sh demo    set up (runtime dependencies only), then write ~1 GiB on a LocalCluster,
+#                    verify it, print throughput
+#   ./dev.sh test    set up (+ test extra), then ruff + mypy + the whole pytest suite
+#   ./dev.sh bench   set up (+ test and bench extras), then run the benchmark suite
+#                    (see benchmarks/README.md)
+#   ./dev.sh lock    regenerate requirements/constraints.txt from pyproject.toml
+#                    (keeps current pins where it can; `./dev.sh lock --upgrade` moves them all)
+#
+# Every install is pinned by requirements/constraints.txt, so nothing is resolved afresh
+# (no pip backtracking over boto3/botocore/aiobotocore). uv, itself installed into .venv
+# with pip, does the installing; a re-run on an existing .venv is a quick no-op. Without uv
+# (SHARDPIPE_INSTALLER=pip, or uv cannot be installed, or it fails) pip installs the same pins.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+CONSTRAINTS=requirements/constraints.txt
 
 find_python() {
     local cand
@@ -21,18 +32,44 @@ find_python() {
     return 1
 }
 
-setup() {
-    local extras="$1"
+make_venv() {
     if [ ! -x .venv/bin/python ]; then
         "$(find_python)" -m venv .venv
-        .venv/bin/python -m pip install --quiet --upgrade pip
     fi
-    .venv/bin/python -m pip install --quiet -e ".[$extras]"
+}
+
+# uv in .venv at the version pinned in the constraints file; fails if it cannot be had.
+ensure_uv() {
+    [ "${SHARDPIPE_INSTALLER:-uv}" != pip ] || return 1
+    local want=""
+    [ -f "$CONSTRAINTS" ] && want="$(sed -n 's/^uv==\([^ ;]*\).*/\1/p' "$CONSTRAINTS")"
+    if [ -n "$want" ] && [ -x .venv/bin/uv ] && [ "$(.venv/bin/uv --version | cut -d' ' -f2)" = "$want" ]; then
+        return 0
+    fi
+    if ! .venv/bin/python -m pip install --quiet "uv${want:+==$want}"; then
+        echo "dev.sh: could not install uv into .venv; using pip" >&2
+        return 1
+    fi
+}
+
+# Install shardpipe (editable) with the given extras ("" for none) into .venv, pinned.
+setup() {
+    local spec="."
+    [ -z "${1:-}" ] || spec=".[$1]"
+    make_venv
+    if ensure_uv; then
+        if .venv/bin/uv pip install --quiet --python .venv/bin/python \
+            -c "$CONSTRAINTS" --build-constraints "$CONSTRAINTS" -e "$spec"; then
+            return 0
+        fi
+        echo "dev.sh: uv pip install failed; retrying with pip" >&2
+    fi
+    .venv/bin/python -m pip install --quiet -c "$CONSTRAINTS" -e "$spec"
 }
 
 task="${1:-}"; shift || true
 case "$task" in
-    demo)  setup test;  exec .venv/bin/python -m shardpipe.demo "$@" ;;
+    demo)  setup "";  exec .venv/bin/python -m shardpipe.demo "$@" ;;
     test)
         setup test
         .venv/bin/ruff check shardpipe tests benchmarks
@@ -40,5 +77,11 @@ case "$task" in
         .venv/bin/mypy
         exec .venv/bin/python -m pytest "$@" ;;
     bench) setup "test,bench"; exec .venv/bin/python -m benchmarks "$@" ;;
-    *) echo "usage: ./dev.sh {demo|test|bench} [args...]" >&2; exit 2 ;;
+    lock)
+        make_venv
+        ensure_uv || { echo "dev.sh lock: needs uv" >&2; exit 1; }
+        exec .venv/bin/uv pip compile pyproject.toml requirements/tools.in --all-extras \
+            --universal --python-version 3.12 --custom-compile-command "./dev.sh lock" \
+            -o "$CONSTRAINTS" "$@" ;;
+    *) echo "usage: ./dev.sh {demo|test|bench|lock} [args...]" >&2; exit 2 ;;
 esac
