@@ -58,7 +58,9 @@ setup() {
     [ -z "${1:-}" ] || spec=".[$1]"
     make_venv
     if ensure_uv; then
-        if .venv/bin/uv pip install --quiet --python .venv/bin/python \
+        # --compile-bytecode: as pip does; without it, under PYTHONDONTWRITEBYTECODE=1 every
+        # import (each test, each cluster worker) compiles dask, pandas, zarr... again
+        if .venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python \
             -c "$CONSTRAINTS" --build-constraints "$CONSTRAINTS" -e "$spec"; then
             return 0
         fi
