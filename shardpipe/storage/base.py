@@ -33,8 +33,10 @@ from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
 ObjectVersion = str
 """An opaque token that changes whenever the object at a key changes.
 
-The ETag on S3; ``"<inode>:<size>:<mtime_ns>"`` on a file system; a SHA-256
-of the bytes for other zarr stores. Only compared for equality.
+The ETag on S3; ``"<inode>:<size>:<mtime_ns>"`` on a file system (the backend
+stamps the modification time itself, moving forward on every write, since the
+kernel's clock may tick coarsely and inode numbers are reused); a SHA-256 of
+the bytes for other zarr stores. Only compared for equality.
 """
 
 
@@ -167,7 +169,8 @@ class ShardStore(ABC):
         if_absent : bool
             Only if nothing is at ``key``.
         if_version : ObjectVersion, optional
-            Only if the object at ``key`` still has this version.
+            Only if the object at ``key`` still has this version (at most one
+            of ``if_absent`` and ``if_version``; both is a ``ValueError``).
 
         Raises
         ------
@@ -236,6 +239,7 @@ class ShardStore(ABC):
 
         The bytes do not pass through the caller. ``source`` may be the key
         being written (an append composes the new object from the old one).
+        A missing ``source`` raises ``FileNotFoundError``.
         """
         raise AbilityNotSupportedError(f"{type(self).__name__} cannot copy byte ranges")
 
@@ -252,7 +256,9 @@ class ShardStore(ABC):
         """Publish ``head + parts in order + tail`` at the object's key atomically.
 
         The conditions are those of :meth:`put`. With no receipts and an empty
-        head and tail nothing is published and the parts are discarded.
+        head and tail nothing is published and the parts are discarded. After
+        a failure (a failed condition included) call :meth:`abort_parts`: some
+        stores (S3 after a 409) do not take a second completion of the upload.
         """
         raise PartsNotSupportedError(type(self).__name__)
 

@@ -16,6 +16,13 @@
   replaces the file between that check and the rename is not detected.
 * ``write_at`` and ``append`` change a file in place (``pwritev``, ``O_APPEND``)
   and fsync it: not atomic, the caller keeps what it needs to undo them.
+
+Versions are ``"<inode>:<size>:<mtime_ns>"``. Every write here stamps the
+file's modification time itself from the nanosecond clock (an in-place write
+always moves it forward): the kernel's own stamps may come from a clock that ticks
+only every few milliseconds, and file systems reuse the inode numbers of
+replaced files at once, so two writes of the same size within one tick could
+otherwise leave the same version (an old version would look current again).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import contextlib
 import errno
 import os
 import shutil
+import threading
+import time
 import uuid
 from collections.abc import Buffer, Callable, Iterator, Sequence
 from pathlib import Path
@@ -42,24 +51,42 @@ _IOV_MAX = 512
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
 
 
+def _views(buffers: Sequence[Buffer]) -> list[memoryview]:
+    """Flat byte views of the non-empty buffers."""
+    return [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
+
+
+def _advance(views: list[memoryview], written: int) -> None:
+    """Drop the ``written`` leading bytes from ``views`` (a buffer may be cut in two)."""
+    while written and views:
+        n = views[0].nbytes
+        if written >= n:
+            written -= n
+            views.pop(0)
+        else:
+            views[0] = views[0][written:]
+            written = 0
+
+
 def _write_all(fd: int, buffers: Sequence[Buffer]) -> int:
     """Write every buffer to ``fd`` with as few system calls as possible."""
-    views = [memoryview(b).cast("B") for b in buffers]
-    views = [v for v in views if v.nbytes]
+    views = _views(buffers)
     total = 0
     while views:
-        batch = views[:_IOV_MAX]
-        written = os.writev(fd, batch)
+        written = os.writev(fd, views[:_IOV_MAX])
         total += written
-        # drop what was written, keep the rest of a partly written buffer
-        while written and views:
-            n = views[0].nbytes
-            if written >= n:
-                written -= n
-                views.pop(0)
-            else:
-                views[0] = views[0][written:]
-                written = 0
+        _advance(views, written)
+    return total
+
+
+def _pwrite_all(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
+    """Write every buffer to ``fd`` from byte ``offset`` on (``pwritev``)."""
+    views = _views(buffers)
+    total = 0
+    while views:
+        written = os.pwritev(fd, views[:_IOV_MAX], offset + total)
+        total += written
+        _advance(views, written)
     return total
 
 
@@ -94,6 +121,23 @@ def _copy_into(dst_fd: int, src_path: str, start: int = 0, stop: int | None = No
 
 def _version_of(st: os.stat_result) -> ObjectVersion:
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+_stamp_lock = threading.Lock()
+_last_stamp = 0
+
+
+def _stamp(fd: int, after_ns: int = 0) -> None:
+    """Set the modification time of ``fd`` to now (nanoseconds), later than ``after_ns``.
+
+    Within this process the stamps also strictly increase, so no two writes
+    here leave the same time.
+    """
+    global _last_stamp
+    with _stamp_lock:
+        now = max(time.time_ns(), after_ns + 1, _last_stamp + 1)
+        _last_stamp = now
+    os.utime(fd, ns=(now, now))
 
 
 class LocalShardStore(ShardStore):
@@ -145,23 +189,29 @@ class LocalShardStore(ShardStore):
         try:
             try:
                 write(fd)
+                _stamp(fd)
                 if self.fsync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
             if if_absent:
                 try:
-                    os.link(tmp, final)
+                    os.link(tmp, final)  # atomic: fails if anything is at the key
                 except FileExistsError:
                     raise ConditionFailedError(
-                        f"{final} exists; the write was to create it only"
+                        f"{key!r} ({final}): expected no object (create-only write), found "
+                        f"version {self.version(key)}; nothing was written"
                     ) from None
                 os.unlink(tmp)
             else:
-                if if_version is not None and self.version(key) != if_version:
+                # no compare-and-swap on a file system: a replacement between this
+                # check and the rename goes unnoticed (replace_if_unchanged=False)
+                found = None if if_version is None else self.version(key)
+                if found != if_version:
                     raise ConditionFailedError(
-                        f"{final} changed since version {if_version} "
-                        f"(now {self.version(key)}); nothing was written"
+                        f"{key!r} ({final}): expected version {if_version}, found "
+                        f"{'no object' if found is None else f'version {found}'}; "
+                        "nothing was written"
                     )
                 os.replace(tmp, final)
         except BaseException:
@@ -208,11 +258,17 @@ class LocalShardStore(ShardStore):
         except FileNotFoundError:
             return None
 
-    def _change(self, key: str, flags: int, change: Callable[[int], int]) -> int:
-        """Open the existing file at ``key``, ``change(fd)``, fsync; return its new size."""
+    def _change(self, key: str, flags: int, change: Callable[[int, int], object]) -> int:
+        """Open the existing file at ``key``, ``change(fd, size)``, fsync; return its new size.
+
+        The file gets a new modification time (and so a new version) even if
+        its size stays the same.
+        """
         fd = os.open(self._path(key), os.O_WRONLY | flags)
         try:
-            change(fd)
+            before = os.fstat(fd)
+            change(fd, before.st_size)
+            _stamp(fd, after_ns=before.st_mtime_ns)
             if self.fsync:
                 os.fsync(fd)
             return os.fstat(fd).st_size
@@ -220,23 +276,32 @@ class LocalShardStore(ShardStore):
             os.close(fd)
 
     def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:
-        """Overwrite the file at ``key`` from byte ``offset`` (``pwritev``; not atomic)."""
+        """Overwrite the file at ``key`` from byte ``offset`` (``pwritev``; not atomic).
 
-        def change(fd: int) -> int:
-            size = os.fstat(fd).st_size
+        Raises
+        ------
+        FileNotFoundError
+            If nothing is at ``key``.
+        ValueError
+            If ``offset`` is negative or lies past the end of the file.
+        """
+
+        def change(fd: int, size: int) -> None:
             if not 0 <= offset <= size:
                 raise ValueError(f"offset {offset} lies outside {key!r} ({size} bytes)")
-            data = memoryview(b"".join(memoryview(b).cast("B") for b in buffers))
-            written = 0
-            while written < data.nbytes:  # pwrite may write less than asked
-                written += os.pwrite(fd, data[written:], offset + written)
-            return written
+            _pwrite_all(fd, buffers, offset)
 
         self._change(key, 0, change)
 
     def append(self, key: str, buffers: Sequence[Buffer]) -> int:
-        """Append to the file at ``key`` (``O_APPEND``; not atomic); return its new size."""
-        return self._change(key, os.O_APPEND, lambda fd: _write_all(fd, buffers))
+        """Append to the file at ``key`` (``O_APPEND``; not atomic); return its new size.
+
+        Raises
+        ------
+        FileNotFoundError
+            If nothing is at ``key``.
+        """
+        return self._change(key, os.O_APPEND, lambda fd, _: _write_all(fd, buffers))
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
@@ -244,12 +309,25 @@ class LocalShardStore(ShardStore):
             os.unlink(self._path(key))
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Iterate over the keys under the folder ``prefix``."""
-        base = self._path(prefix)
-        for folder, _, files in os.walk(base):
-            rel = os.path.relpath(folder, self.root).replace(os.sep, "/")
-            for name in files:
-                yield name if rel == "." else f"{rel}/{name}"
+        """Iterate over the keys that start with ``prefix`` (a plain string prefix).
+
+        ``"arr/c/1"`` lists ``arr/c/1``, ``arr/c/10`` and everything under the
+        folders ``arr/c/1/`` and ``arr/c/10/``, as on an object store.
+        """
+        folder, _, start = prefix.rpartition("/")
+        try:
+            with os.scandir(self._path(folder) if folder else self.root) as it:
+                entries = sorted((e for e in it if e.name.startswith(start)), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                yield f"{folder}/{entry.name}" if folder else entry.name
+                continue
+            for sub, _, files in os.walk(entry.path):
+                rel = os.path.relpath(sub, self.root).replace(os.sep, "/")
+                for name in sorted(files):
+                    yield f"{rel}/{name}"
 
     # -- parts ---------------------------------------------------------------
     def _part_path(self, handle: PartsHandle, number: int) -> str:
@@ -323,11 +401,17 @@ class LocalShardStore(ShardStore):
             os.rmdir(os.path.dirname(folder))
 
     def cleanup(self, staging: str, shard_prefix: str) -> int:
-        """Remove the staging folder and temporary files a failed write left."""
+        """Remove the staging folder and temporary files a failed write left.
+
+        Temporary files lie beside the shards they were to become, so they are
+        looked for in the whole folder that holds ``shard_prefix`` (the
+        array's folder): shard keys may be ``c/0/1``, ``c.0.1`` or ``0.1``.
+        """
         folder = self._path(staging)
         removed = sum(len(files) for _, _, files in os.walk(folder))
         self.discard_staging(staging)
-        for key in self.list(shard_prefix):
+        array_folder = shard_prefix.rstrip("/").rpartition("/")[0]
+        for key in self.list(f"{array_folder}/" if array_folder else ""):
             if key.endswith(_TMP_SUFFIX):
                 self.delete(key)
                 removed += 1

@@ -14,10 +14,13 @@
   being replaced: an object can be composed from its old bytes server side.
 * Conditional writes: ``If-None-Match: *`` (create-only) and ``If-Match``
   with the ETag read earlier (replace-if-unchanged) on ``PutObject`` and
-  ``CompleteMultipartUpload``; a failed condition (HTTP 412) is a
+  ``CompleteMultipartUpload``; a failed condition (HTTP 412, or 409
+  ``ConditionalRequestConflict`` when a concurrent write wins the race) is a
   ``ConditionFailedError``. Some S3-compatible servers (moto among them)
   ignore ``If-Match`` on ``CompleteMultipartUpload``: the ETag is also
-  checked just before completing.
+  checked just before completing. After a failed conditional completion the
+  upload is left for ``abort_parts`` or ``cleanup`` (after a 409 AWS wants a
+  new upload).
 
 Each upload started is recorded in a small marker object under the write's
 staging prefix (its UploadId and shard key); finishing or aborting removes
@@ -58,18 +61,21 @@ def _join(buffers: Sequence[Buffer]) -> bytes:
     return b"".join(memoryview(b).cast("B") for b in buffers)
 
 
-def _precondition_failed(err: BaseException) -> bool:
-    """Whether ``err`` (or what caused it) is S3's 412 PreconditionFailed."""
+def _error_code(err: BaseException) -> str | None:
+    """S3's error code in ``err`` or in what caused it (s3fs translates botocore errors)."""
     seen: BaseException | None = err
     while seen is not None:
         response = getattr(seen, "response", None)
-        if isinstance(response, dict) and response.get("Error", {}).get("Code") in (
-            "PreconditionFailed",
-            "412",
-        ):
-            return True
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            if code is not None:
+                return str(code)
         seen = seen.__cause__
-    return False
+    return None
+
+
+# 412, and 409 when a concurrent conditional write to the key won (AWS)
+_CONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
 
 
 def _conditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, str]:
@@ -128,17 +134,33 @@ class S3ShardStore(ShardStore):
             result: dict[str, Any] = self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
         except Exception as err:
             # S3 answers If-Match on an absent key with 404: the condition failed too
-            absent = "IfMatch" in kwargs and isinstance(err, FileNotFoundError)
-            if absent or _precondition_failed(err):
-                raise ConditionFailedError(
-                    f"S3 {method} of s3://{self.bucket}/{self._key(key)}: the object is not "
-                    f"in the state the write was conditioned on "
-                    f"({ {k: v for k, v in kwargs.items() if k.startswith('If')} })"
-                ) from err
+            # (NoSuchUpload, for a completion, is not that)
+            absent = "IfMatch" in kwargs and _error_code(err) in ("NoSuchKey", "404")
+            if absent or _error_code(err) in _CONDITION_CODES:
+                raise self._condition_failed(method, key, kwargs) from err
             raise StorageError(
                 f"S3 {method} of s3://{self.bucket}/{self._key(key)} failed: {err!r}"
             ) from err
         return result
+
+    def _condition_failed(
+        self, method: str, key: str, conditions: dict[str, Any]
+    ) -> ConditionFailedError:
+        """The error for a refused conditional ``method`` of ``key``, with what is there now."""
+        if "IfNoneMatch" in conditions:
+            expected = "no object (create-only write)"
+        else:
+            expected = f"version {conditions.get('IfMatch')}"
+        try:
+            found = self.version(key)
+        except StorageError:
+            described = "an object whose version could not be read"
+        else:
+            described = "no object" if found is None else f"version {found}"
+        return ConditionFailedError(
+            f"S3 {method} of s3://{self.bucket}/{self._key(key)}: expected {expected}, "
+            f"found {described}; nothing was written"
+        )
 
     # -- whole objects -------------------------------------------------------
     def put(
@@ -252,15 +274,26 @@ class S3ShardStore(ShardStore):
             )
         if not 0 <= start < stop:
             raise ValueError(f"invalid byte range [{start}, {stop}) of {source!r}")
-        result = self._call(
-            "upload_part_copy",
-            handle.key,
-            Key=self._key(handle.key),
-            UploadId=handle.upload,
-            PartNumber=number + _FIRST_PART,
-            CopySource={"Bucket": self.bucket, "Key": self._key(source)},
-            CopySourceRange=f"bytes={start}-{stop - 1}",
-        )
+        try:
+            result = self._call(
+                "upload_part_copy",
+                handle.key,
+                Key=self._key(handle.key),
+                UploadId=handle.upload,
+                PartNumber=number + _FIRST_PART,
+                CopySource={"Bucket": self.bucket, "Key": self._key(source)},
+                CopySourceRange=f"bytes={start}-{stop - 1}",
+            )
+        except StorageError as err:
+            # AWS says NoSuchKey; moto answers a bare 404 (which could also mean
+            # that the upload is gone)
+            code = _error_code(err)
+            if code in ("NoSuchKey", "404"):
+                maybe = "" if code == "NoSuchKey" else f" (or no upload {handle.upload})"
+                raise FileNotFoundError(
+                    f"no S3 object s3://{self.bucket}/{self._key(source)} to copy from{maybe}"
+                ) from err
+            raise
         return PartReceipt(number, stop - start, str(result["CopyPartResult"]["ETag"]))
 
     def finish_parts(
@@ -305,10 +338,10 @@ class S3ShardStore(ShardStore):
                 parts.append({"PartNumber": number, "ETag": self._upload(handle, number, body)})
         parts.sort(key=lambda part: part["PartNumber"])
         kwargs = {"Key": self._key(handle.key), "UploadId": handle.upload, **conditions}
+        # servers that ignore If-Match on completion (moto) still get this check;
+        # AWS enforces the header itself, closing the window after it
         if if_version is not None and self.version(handle.key) != if_version:
-            raise ConditionFailedError(
-                f"s3://{self.bucket}/{self._key(handle.key)} changed since version {if_version}"
-            )
+            raise self._condition_failed("complete_multipart_upload", handle.key, conditions)
         self._call(
             "complete_multipart_upload", handle.key, MultipartUpload={"Parts": parts}, **kwargs
         )

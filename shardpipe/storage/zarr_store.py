@@ -2,22 +2,47 @@
 
 Whole shards go through ``Store.set``, which zarr's own stores implement
 atomically per key. Parts are not supported: every shard must fit one task.
-Conditional publishes are checked just before ``Store.set`` (zarr's store
-interface has no compare-and-swap), and the buffers are joined into one
-object first (the memory model counts that copy).
+The buffers are joined into one object first (the memory model counts that
+copy).
+
+Conditional publishes:
+
+* create-only goes through ``Store.set_if_not_exists``, atomic in zarr's
+  memory, local, zip and obstore stores. It does not say whether it wrote,
+  so the object is read back: if it holds other bytes, another writer was
+  first (a racing writer of the very same bytes is not told apart: both
+  succeed, and the object is what each of them wanted). A store that keeps
+  zarr's default ``set_if_not_exists`` (an existence check, then ``set``;
+  ``FsspecStore`` among them) is declared without ``create_only``;
+* replace-if-unchanged compares the SHA-256 of the bytes just before
+  ``Store.set``: zarr's store interface has no compare-and-swap, so a write
+  between the check and the set goes unnoticed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Buffer, Iterator, Sequence
 
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
+from zarr.storage import WrapperStore
 
 from shardpipe.errors import ConditionFailedError
 from shardpipe.storage.base import ObjectVersion, ShardStore, StoreAbilities
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _atomic_create(store: Store) -> bool:
+    """Whether ``store`` (or the store it wraps) implements ``set_if_not_exists`` itself."""
+    while isinstance(store, WrapperStore):
+        store = store._store
+    return type(store).set_if_not_exists is not Store.set_if_not_exists
 
 
 class ZarrShardStore(ShardStore):
@@ -29,10 +54,12 @@ class ZarrShardStore(ShardStore):
         The store; keys are relative to its root.
     """
 
-    abilities = StoreAbilities(joins_buffers=True)
+    abilities = StoreAbilities(create_only=True, joins_buffers=True)
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        if not _atomic_create(store):
+            self.abilities = dataclasses.replace(type(self).abilities, create_only=False)
 
     def __repr__(self) -> str:
         return f"ZarrShardStore({self.store!r})"
@@ -45,18 +72,34 @@ class ZarrShardStore(ShardStore):
         if_absent: bool = False,
         if_version: ObjectVersion | None = None,
     ) -> None:
-        """Publish the concatenation of ``buffers`` at ``key`` with ``Store.set``."""
+        """Publish the concatenation of ``buffers`` at ``key`` with ``Store.set``.
+
+        With ``if_absent`` through ``Store.set_if_not_exists``; with
+        ``if_version`` after comparing the SHA-256 of the bytes at ``key``.
+        """
         if if_absent and if_version is not None:
             raise ValueError("if_absent and if_version exclude each other")
-        if if_absent or if_version is not None:
-            current = self.version(key)
-            if (if_absent and current is not None) or (not if_absent and current != if_version):
-                raise ConditionFailedError(
-                    f"{key!r} in {self.store} is at version {current}, the write expected "
-                    f"{'none' if if_absent else if_version}; nothing was written"
-                )
         data = b"".join(memoryview(b).cast("B") for b in buffers)
-        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+        value = default_buffer_prototype().buffer.from_bytes(data)
+        if if_absent:
+            if (found := self.version(key)) is None:
+                sync(self.store.set_if_not_exists(key, value))
+                now = self.get(key)
+                if now == data:
+                    return
+                found = None if now is None else _sha256(now)
+            raise self._condition_failed(key, "no object (create-only write)", found)
+        if if_version is not None and (found := self.version(key)) != if_version:
+            raise self._condition_failed(key, f"version {if_version}", found)
+        sync(self.store.set(key, value))
+
+    def _condition_failed(
+        self, key: str, expected: str, found: ObjectVersion | None
+    ) -> ConditionFailedError:
+        described = "no object" if found is None else f"version {found}"
+        return ConditionFailedError(
+            f"{key!r} in {self.store}: expected {expected}, found {described}; nothing was written"
+        )
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""
@@ -66,7 +109,7 @@ class ZarrShardStore(ShardStore):
     def version(self, key: str) -> ObjectVersion | None:
         """Return a SHA-256 of the bytes at ``key``, or ``None`` when absent."""
         data = self.get(key)
-        return None if data is None else hashlib.sha256(data).hexdigest()
+        return None if data is None else _sha256(data)
 
     def size(self, key: str) -> int | None:
         """Return the size of the object at ``key``, or ``None`` when absent."""
@@ -79,9 +122,14 @@ class ZarrShardStore(ShardStore):
         sync(self.store.delete(key))
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Iterate over the keys that start with ``prefix``."""
+        """Iterate over the keys that start with ``prefix`` (a plain string prefix).
+
+        Some zarr stores (``LocalStore``) take ``list_prefix``'s prefix as a
+        folder, so the folder holding ``prefix`` is listed and filtered.
+        """
+        folder = prefix.rpartition("/")[0]
 
         async def collect() -> list[str]:
-            return [k async for k in self.store.list_prefix(prefix)]
+            return [k async for k in self.store.list_prefix(folder) if k.startswith(prefix)]
 
         yield from sync(collect())

@@ -10,3 +10,14 @@
 These modules need the ``test`` extra (pytest, hypothesis, moto[server],
 boto3); importing ``shardpipe`` itself never imports them.
 """
+
+try:  # pytest explains failed asserts of the suite only if it rewrites the module
+    import pytest
+except ImportError:  # pragma: no cover - the test extra is not installed
+    pass
+else:
+    pytest.register_assert_rewrite(
+        "shardpipe.testing.backends",
+        "shardpipe.testing.update_contract",
+        "shardpipe.testing.store_kit",
+    )

@@ -1,8 +1,9 @@
 """The contract every shardpipe storage backend keeps, as an inheritable pytest suite.
 
 Subclass :class:`ShardStoreTests` in a test module and implement
-:meth:`~ShardStoreTests.make_store` (and, for backends that write parts,
-:meth:`~ShardStoreTests.leftovers`); pytest collects every test method::
+:meth:`~ShardStoreTests.make_store` and :meth:`~ShardStoreTests.leftovers`
+(what unfinished or refused writes left behind: staging files, temporary
+files, open uploads); pytest collects every test method::
 
     from shardpipe.testing.backends import ShardStoreTests
 
@@ -15,78 +16,45 @@ Subclass :class:`ShardStoreTests` in a test module and implement
 
 Tests of an ability the backend declares absent (``store.abilities``) check
 that the method refuses with ``AbilityNotSupportedError`` (or
-``PartsNotSupportedError``), then skip with that reason. Needs the ``test``
-extra (pytest).
+``PartsNotSupportedError``), then skip with that reason. Conditional writes
+are tested on every backend (a backend without ``create_only`` or
+``replace_if_unchanged`` still checks just before publishing); racing
+conditional writers must have exactly one winner where the ability is
+declared. A test server that checks conditions without a lock (moto) sets
+:attr:`ShardStoreTests.atomic_conditions` to False: the races then only
+check that every loser was told and the object is a winner's.
+
+Needs the ``test`` extra (pytest).
 """
 
 from __future__ import annotations
 
 import pickle
-import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from shardpipe.errors import (
-    AbilityNotSupportedError,
-    ConditionFailedError,
-    PartsNotSupportedError,
-)
-from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.base import ShardStore, StoreAbilities
+from shardpipe.testing.store_kit import SHARDS, STAGING, MiB, _data, _split
+from shardpipe.testing.update_contract import UpdateContractTests
 
-MiB = 2**20
-STAGING = "arr/.shardpipe-staging/run1"
-SHARDS = "arr/c"
+__all__ = ["SHARDS", "STAGING", "ShardStoreTests"]
 
 
-def _data(n: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(n)
+class ShardStoreTests(UpdateContractTests):
+    """The contract tests; subclass and implement ``make_store`` and ``leftovers``."""
 
-
-def _split(data: bytes) -> list[Any]:
-    """Hand bytes over as several buffers of different types."""
-    half = len(data) // 2
-    return [memoryview(data)[:half], bytearray(data[half:])]
-
-
-class ShardStoreTests:
-    """The contract tests; subclass and implement ``make_store``."""
-
-    def make_store(self, tmp_path: Path, request: pytest.FixtureRequest) -> ShardStore:
-        """Return a fresh, empty store (a hook for subclasses)."""
-        raise NotImplementedError
-
-    def leftovers(self, store: ShardStore) -> list[str]:
-        """Staging files, temporary files or open uploads of unfinished writes, sorted."""
-        raise NotImplementedError
-
-    @pytest.fixture
-    def store(self, tmp_path: Path, request: pytest.FixtureRequest) -> ShardStore:
-        """A fresh store for each test."""
-        return self.make_store(tmp_path, request)
-
-    @staticmethod
-    def part_size(store: ShardStore) -> int:
-        """Size of a part that is allowed anywhere in an object."""
-        return max(store.min_part_size, 64 * 1024)
-
-    @staticmethod
-    def require_parts(store: ShardStore) -> None:
-        """Skip unless the store writes parts, after checking that it refuses them."""
-        if not store.abilities.parts:
-            with pytest.raises(PartsNotSupportedError):
-                store.begin_parts("arr/c/0", STAGING)
-            handle = PartsHandle("arr/c/0", "upload-id", STAGING)
-            with pytest.raises(PartsNotSupportedError):
-                store.write_part(handle, 0, [b"x"])
-            with pytest.raises(PartsNotSupportedError):
-                store.finish_parts(handle, [PartReceipt(0, 1)], b"", b"")
-            with pytest.raises(PartsNotSupportedError):
-                store.abort_parts(handle)
-            pytest.skip(f"{type(store).__name__} declares no parts (and refuses them)")
+    # -- declarations ------------------------------------------------------------
+    def test_abilities_are_declared(self, store: ShardStore) -> None:
+        abilities = store.abilities
+        assert isinstance(abilities, StoreAbilities)
+        assert store.supports_parts == abilities.parts
+        assert store.min_part_size == abilities.min_part_size >= 0
+        assert store.max_parts == abilities.max_parts
+        assert abilities.max_parts is None or abilities.max_parts >= 1
+        if abilities.copy_range:
+            assert abilities.parts, "copy_part makes parts: copy_range needs parts"
 
     # -- whole objects -------------------------------------------------------
     def test_put_get_size_delete(self, store: ShardStore) -> None:
@@ -119,6 +87,16 @@ class ShardStoreTests:
         assert sorted(store.list("arr")) == keys[:4]
         assert sorted(store.list("")) == keys
         assert list(store.list("missing")) == []
+        assert sorted(store.list("arr/c/")) == keys[:3]
+
+    def test_list_is_a_string_prefix(self, store: ShardStore) -> None:
+        keys = ["arr/c/1", "arr/c/10", "arr/c/12/0", "arr/c/2/1"]
+        for key in keys:
+            store.put(key, [b"x"])
+        assert sorted(store.list("arr/c/1")) == keys[:3]
+        assert sorted(store.list("arr/c/12")) == ["arr/c/12/0"]
+        assert sorted(store.list("arr/c/10")) == ["arr/c/10"]
+        assert list(store.list("arr/c/3")) == []
 
     def test_put_replaces_atomically(self, store: ShardStore) -> None:
         """Readers racing a writer see the old object or the new one, never a mix."""
@@ -144,75 +122,6 @@ class ShardStoreTests:
             readers = [pool.submit(read) for _ in range(2)]
             pool.submit(write).result()
             assert all(r.result() > 0 for r in readers)
-
-    # -- versions and conditional publishes ------------------------------------
-    def test_version_changes_with_every_put(self, store: ShardStore) -> None:
-        assert store.version("arr/c/v") is None
-        seen = set()
-        for i in range(3):
-            store.put("arr/c/v", [f"content {i}".encode()])
-            version = store.version("arr/c/v")
-            assert version is not None and version not in seen
-            assert store.version("arr/c/v") == version  # stable while unchanged
-            seen.add(version)
-        store.delete("arr/c/v")
-        assert store.version("arr/c/v") is None
-
-    def test_create_only_put(self, store: ShardStore) -> None:
-        store.put("arr/c/x", [b"first"], if_absent=True)
-        assert store.get("arr/c/x") == b"first"
-        with pytest.raises(ConditionFailedError, match="arr/c/x"):
-            store.put("arr/c/x", [b"second"], if_absent=True)
-        assert store.get("arr/c/x") == b"first"
-        assert self._no_temporaries(store)
-
-    def test_replace_if_unchanged_put(self, store: ShardStore) -> None:
-        store.put("arr/c/y", [b"one"])
-        read = store.version("arr/c/y")
-        assert read is not None
-        store.put("arr/c/y", [b"two"], if_version=read)
-        assert store.get("arr/c/y") == b"two"
-        with pytest.raises(ConditionFailedError):  # stale: the object changed since
-            store.put("arr/c/y", [b"three"], if_version=read)
-        assert store.get("arr/c/y") == b"two"
-        with pytest.raises(ConditionFailedError):
-            store.put("arr/c/absent", [b"x"], if_version=read)
-        assert store.get("arr/c/absent") is None
-        assert self._no_temporaries(store)
-
-    def _no_temporaries(self, store: ShardStore) -> bool:
-        return not [k for k in store.list("arr") if "tmp" in k.rsplit("/", 1)[-1]]
-
-    # -- in-place updates ------------------------------------------------------
-    def test_write_at(self, store: ShardStore) -> None:
-        if not store.abilities.write_at:
-            store.put("arr/c/w", [b"abc"])
-            with pytest.raises(AbilityNotSupportedError):
-                store.write_at("arr/c/w", 0, [b"x"])
-            pytest.skip(f"{type(store).__name__} declares no write_at (and refuses it)")
-        store.put("arr/c/w", [b"0123456789"])
-        store.write_at("arr/c/w", 3, [b"ab", memoryview(b"c")])
-        assert store.get("arr/c/w") == b"012abc6789"
-        store.write_at("arr/c/w", 8, [b"XYZ"])  # may grow the object
-        assert store.get("arr/c/w") == b"012abc67XYZ"
-        with pytest.raises(ValueError, match="offset"):
-            store.write_at("arr/c/w", 12, [b"!"])
-        with pytest.raises(FileNotFoundError):
-            store.write_at("arr/c/absent", 0, [b"!"])
-
-    def test_append(self, store: ShardStore) -> None:
-        if not store.abilities.append:
-            store.put("arr/c/a", [b"abc"])
-            with pytest.raises(AbilityNotSupportedError):
-                store.append("arr/c/a", [b"x"])
-            pytest.skip(f"{type(store).__name__} declares no append (and refuses it)")
-        store.put("arr/c/a", [b"head"])
-        before = store.version("arr/c/a")
-        assert store.append("arr/c/a", [b"-one", bytearray(b"-two")]) == 12
-        assert store.get("arr/c/a") == b"head-one-two"
-        assert store.version("arr/c/a") != before
-        with pytest.raises(FileNotFoundError):
-            store.append("arr/c/absent", [b"!"])
 
     # -- parts -----------------------------------------------------------------
     @pytest.mark.parametrize("index_location", ["start", "end"])
@@ -251,47 +160,6 @@ class ShardStoreTests:
         assert first.size == retried.size == size
         store.finish_parts(handle, [last, retried], b"", b"")
         assert store.get("arr/c/1/0") == _data(size, seed=2) + b"last part"
-
-    def test_conditional_finish_parts(self, store: ShardStore) -> None:
-        self.require_parts(store)
-        store.put("arr/c/2/2", [b"published by someone else"])
-        stale = store.version("arr/c/2/2")
-        handle = store.begin_parts("arr/c/2/2", STAGING)
-        receipt = store.write_part(handle, 0, [b"mine"])
-        with pytest.raises(ConditionFailedError):
-            store.finish_parts(handle, [receipt], b"", b"", if_absent=True)
-        assert store.get("arr/c/2/2") == b"published by someone else"
-        store.put("arr/c/2/2", [b"changed again"])
-        with pytest.raises(ConditionFailedError):
-            store.finish_parts(handle, [receipt], b"", b"", if_version=stale)
-        assert store.get("arr/c/2/2") == b"changed again"
-        current = store.version("arr/c/2/2")
-        store.finish_parts(handle, [receipt], b"", b"", if_version=current)
-        assert store.get("arr/c/2/2") == b"mine"
-        assert self.leftovers(store) == []
-
-    def test_copy_part_composes_from_the_old_object(self, store: ShardStore) -> None:
-        self.require_parts(store)
-        if not store.abilities.copy_range:
-            handle = store.begin_parts("arr/c/3/3", STAGING)
-            with pytest.raises(AbilityNotSupportedError):
-                store.copy_part(handle, 0, "arr/c/3/3", 0, 1)
-            store.abort_parts(handle)
-            pytest.skip(f"{type(store).__name__} declares no copy_range (and refuses it)")
-        size = self.part_size(store)
-        old = _data(size + 500, seed=5)
-        store.put("arr/c/3/3", [old])
-        before = store.version("arr/c/3/3")
-        # an append-only update: keep the old bytes (server side), add new ones after
-        handle = store.begin_parts("arr/c/3/3", STAGING)
-        kept = store.copy_part(handle, 0, "arr/c/3/3", 0, size)
-        assert (kept.number, kept.size) == (0, size)
-        new = _data(size, seed=6)  # not the last part (the index follows): full size
-        added = store.write_part(handle, 1, [new])
-        assert store.get("arr/c/3/3") == old  # nothing changes before the publish
-        store.finish_parts(handle, [kept, added], b"", b"index", if_version=before)
-        assert store.get("arr/c/3/3") == old[:size] + new + b"index"
-        assert self.leftovers(store) == []
 
     def test_abort_parts_leaves_nothing(self, store: ShardStore) -> None:
         self.require_parts(store)

@@ -1,13 +1,15 @@
 """The storage contract (``shardpipe.testing.backends``) run against every backend.
 
 Backends: ``LocalShardStore`` (with and without fsync), ``ZarrShardStore`` on
-a ``MemoryStore`` (no parts, no in-place updates) and ``S3ShardStore`` on the
-moto server. On S3 every part but the last is at least 5 MiB, because the
-server insists. Below the suites, tests of what only one backend does.
+a ``MemoryStore`` and on a ``LocalStore`` (no parts, no in-place updates) and
+``S3ShardStore`` on the moto server. On S3 every part but the last is at
+least 5 MiB, because the server insists. Below the suites, tests of what only
+one backend does.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +67,22 @@ class TestZarrMemoryStore(ShardStoreTests):
         return []  # writes no parts, so nothing to leave behind
 
 
+class TestZarrLocalStore(ShardStoreTests):
+    def make_store(self, tmp_path: Path, request: pytest.FixtureRequest) -> ShardStore:
+        return ZarrShardStore(zarr.storage.LocalStore(tmp_path / "root"))
+
+    def leftovers(self, store: ShardStore) -> list[str]:
+        assert isinstance(store, ZarrShardStore)
+        assert isinstance(store.store, zarr.storage.LocalStore)
+        return sorted(p.name for p in Path(store.store.root).rglob("*.partial"))
+
+
 @pytest.mark.s3
 class TestS3(ShardStoreTests):
+    # moto checks If-None-Match / If-Match, then writes, without a lock: in a run of
+    # 1,000 races of four If-Match PUTs, two had two winners
+    atomic_conditions = False
+
     def make_store(self, tmp_path: Path, request: pytest.FixtureRequest) -> ShardStore:
         bucket, storage_options = request.getfixturevalue("s3_bucket")
         self.client = _boto(storage_options)
@@ -128,6 +144,16 @@ def test_s3_small_part_before_the_last_is_refused(
         store.finish_parts(handle, receipts[:1], b"", b"index")  # the tail is the last part
     store.abort_parts(handle)
 
+    # copied parts are held to the same rule
+    store.put("source", [b"y" * (5 * MiB + 10)])
+    handle = store.begin_parts("arr/c/1", STAGING)
+    small = store.copy_part(handle, 0, "source", 0, 10)
+    large = store.copy_part(handle, 1, "source", 10, 5 * MiB + 10)
+    with pytest.raises(ValueError, match=r"part 0 of 2 .* has 10"):
+        store.finish_parts(handle, [small, large], b"", b"")
+    store.finish_parts(handle, [large, store.copy_part(handle, 2, "source", 0, 10)], b"", b"")
+    assert store.get("arr/c/1") == b"y" * (5 * MiB + 10)
+
 
 @pytest.mark.s3
 def test_s3_root_prefix_faults_and_cleanup_scope(s3_bucket: tuple[str, dict[str, Any]]) -> None:
@@ -168,8 +194,126 @@ def test_s3_conditions_are_enforced_by_the_server(s3_bucket: tuple[str, dict[str
     store.put("k", [b"v1"])
     etag = store.version("k")
     _boto(storage_options).put_object(Bucket=bucket, Key="k", Body=b"v2 by another client")
-    with pytest.raises(ConditionFailedError, match=r"If"):
+    with pytest.raises(ConditionFailedError, match=r"expected version .* found version") as e1:
         store.put("k", [b"v3"], if_version=etag)
-    with pytest.raises(ConditionFailedError):
+    with pytest.raises(ConditionFailedError, match="expected no object") as e2:
         store.put("k", [b"v3"], if_absent=True)
     assert store.get("k") == b"v2 by another client"
+    assert _server_code(e1.value) == _server_code(e2.value) == "PreconditionFailed"
+
+
+def _server_code(err: BaseException) -> str | None:
+    """The S3 error code the server answered with, found down the exception chain."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, ClientError):
+            return str(seen.response["Error"]["Code"])
+        seen = seen.__cause__
+    return None
+
+
+@pytest.mark.s3
+def test_s3_completion_sends_the_conditions(
+    s3_bucket: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If-None-Match and If-Match reach CompleteMultipartUpload (AWS enforces both).
+
+    moto enforces only If-None-Match there, so a stale If-Match is also caught
+    by the version check before completing (the suite's conditional tests).
+    """
+    bucket, storage_options = s3_bucket
+    fs = s3fs.S3FileSystem(**storage_options)
+    store = S3ShardStore(fs, bucket)
+    sent: list[tuple[str, dict[str, Any]]] = []
+    call_s3 = fs.call_s3
+
+    def recording(method: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append((method, kwargs))
+        return call_s3(method, *args, **kwargs)
+
+    monkeypatch.setattr(fs, "call_s3", recording)
+
+    def publish(key: str, **condition: Any) -> dict[str, Any]:
+        handle = store.begin_parts(key, STAGING)
+        receipt = store.write_part(handle, 0, [b"part"])
+        store.finish_parts(handle, [receipt], b"", b"", **condition)
+        return [kw for method, kw in sent if method == "complete_multipart_upload"][-1]
+
+    assert publish("k", if_absent=True)["IfNoneMatch"] == "*"
+    etag = store.version("k")
+    assert publish("k", if_version=etag)["IfMatch"] == etag
+    assert "IfMatch" not in publish("k") and "IfNoneMatch" not in publish("k")
+
+    # a key created by another client after begin_parts: refused by the server itself
+    handle = store.begin_parts("new", STAGING)
+    receipt = store.write_part(handle, 0, [b"mine"])
+    _boto(storage_options).put_object(Bucket=bucket, Key="new", Body=b"theirs")
+    with pytest.raises(ConditionFailedError, match="expected no object"):
+        store.finish_parts(handle, [receipt], b"", b"", if_absent=True)
+    assert store.get("new") == b"theirs"
+    store.abort_parts(handle)
+
+
+# -- local file systems --------------------------------------------------------
+def test_local_versions_stamp_their_own_times(tmp_path: Path) -> None:
+    """Every write sets a new nanosecond mtime, so versions differ even within a clock tick.
+
+    File systems reuse the inode numbers of replaced files, and kernel
+    timestamps may tick only every few milliseconds.
+    """
+    store = LocalShardStore(tmp_path, fsync=False)
+    versions = []
+    for i in range(20):
+        store.put("k", [b"%02d" % i])  # same size every time
+        versions.append(store.version("k"))
+    for i in range(20):
+        store.write_at("k", 0, [b"%02d" % i])
+        versions.append(store.version("k"))
+    assert len(set(versions)) == len(versions)
+    mtimes = [int(v.rsplit(":", 1)[1]) for v in versions if v is not None]
+    assert mtimes == sorted(mtimes)
+
+
+def test_local_cleanup_finds_temporaries_beside_any_key_encoding(tmp_path: Path) -> None:
+    store = LocalShardStore(tmp_path, fsync=False)
+    store.put("arr/zarr.json", [b"{}"])
+    store.put("arr/c.0.1", [b"shard"])  # "." separator: shards beside zarr.json
+    leftovers = [
+        "arr/c/0/.1.abc.shardpipe-tmp",
+        "arr/.c.0.0.abc.shardpipe-tmp",
+        "arr/.0.0.abc.shardpipe-tmp",  # v2 key encoding
+    ]
+    for key in leftovers:
+        os.makedirs(tmp_path / os.path.dirname(key), exist_ok=True)
+        (tmp_path / key).write_bytes(b"torn")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / ".x.abc.shardpipe-tmp").write_bytes(b"another array's")
+    assert store.cleanup(STAGING, SHARDS) == 3
+    assert sorted(store.list("")) == ["arr/c.0.1", "arr/zarr.json", "other/.x.abc.shardpipe-tmp"]
+
+
+def test_local_create_only_publish_is_a_link(tmp_path: Path) -> None:
+    """The temporary file is linked to the key, then removed: no temporaries, one link."""
+    store = LocalShardStore(tmp_path)
+    store.put("arr/c/0", [b"first"], if_absent=True)
+    assert os.stat(tmp_path / "arr/c/0").st_nlink == 1
+    assert os.listdir(tmp_path / "arr/c") == ["0"]
+    with pytest.raises(ConditionFailedError, match=r"expected no object .* found version"):
+        store.put("arr/c/0", [b"second"], if_absent=True)
+    assert os.listdir(tmp_path / "arr/c") == ["0"]
+
+
+def test_zarr_store_without_atomic_create_declares_it() -> None:
+    class CheckThenSet(zarr.storage.MemoryStore):
+        set_if_not_exists = zarr.abc.store.Store.set_if_not_exists
+
+    assert ZarrShardStore(zarr.storage.MemoryStore()).abilities.create_only
+    plain = ZarrShardStore(CheckThenSet())
+    assert not plain.abilities.create_only
+    assert ZarrShardStore.abilities.create_only  # the class keeps its declaration
+    wrapped = ZarrShardStore(zarr.storage.LoggingStore(CheckThenSet()))
+    assert not wrapped.abilities.create_only
+    plain.put("k", [b"one"], if_absent=True)  # still checked, just not atomically
+    with pytest.raises(ConditionFailedError):
+        plain.put("k", [b"two"], if_absent=True)
+    assert plain.get("k") == b"one"
