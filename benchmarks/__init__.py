@@ -1,5 +1,5 @@
-"""Benchmark harness comparing shardpipe with other sharded Zarr v3 writers.
+"""Benchmarks of shardpipe against other sharded Zarr v3 writers, on S3, and beyond max_mem.
 
-Run it with ``python -m benchmarks`` from the repository root; see
-``benchmarks/README.md`` for what each writer and anchor measures.
+Run them with ``python -m benchmarks [large-shard | s3]`` from the repository
+root; ``benchmarks/README.md`` says what each case measures and how.
 """

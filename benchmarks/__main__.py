@@ -1,133 +1,194 @@
-"""Run the shardpipe benchmark suite: ``python -m benchmarks [--small] [--json out.json]``.
+"""Run a benchmark: ``python -m benchmarks [large-shard | s3] [options]``.
 
-``python -m benchmarks large-shard ...`` and ``python -m benchmarks s3 ...`` run
-the stand-alone benchmarks :mod:`benchmarks.large_shard` and :mod:`benchmarks.s3`
-(so ``./dev.sh bench large-shard --small`` works too).
-
-Every case (writer x codec x block case) runs in a fresh subprocess
-(``benchmarks.run_one``) that generates the same deterministic volume, so peak
-memory is per case; this process only schedules the cases, checks that all of
-them saw identical data, and prints the report.
+Without a benchmark name, the suite: every writer x codec (x Dask block case)
+writing the same 1 GiB volume. ``large-shard``: one shard four times larger
+than ``max_mem`` against fitting shards. ``s3``: shardpipe against dask
+``to_zarr`` on a local moto S3 server. Every case runs in a fresh
+``python -m benchmarks.child`` process; this one lists the cases
+(:mod:`benchmarks.cases`), runs them one after the other, checks that they saw
+the same data and prints the report (:mod:`benchmarks.report`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import contextlib
 import json
+import logging
+import os
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from benchmarks import report
-from benchmarks.data import BLOCK_CASES, CODECS, FULL_SHAPE, SMALL_SHAPE, Layout
-from benchmarks.suite import build_cases, probe_shardpipe, run_case, run_meta, stub_result
-from benchmarks.writers import WRITERS
+from benchmarks import cases, child, report
 
+BENCHES = ("suite", "large-shard", "s3")
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
-SUBCOMMANDS = {"large-shard": "benchmarks.large_shard", "s3": "benchmarks.s3"}
-"""Stand-alone benchmarks reachable as the first argument."""
+SUITE_CHOICES = {
+    "writers": cases.SUITE_WRITERS,
+    "codecs": cases.CODECS,
+    "blocks": cases.BLOCK_CASES,
+}
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse the suite's command line.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        Arguments; ``sys.argv[1:]`` by default.
-
-    Returns
-    -------
-    argparse.Namespace
-        Parsed arguments.
-    """
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--small", action="store_true", help=f"volume {SMALL_SHAPE} (smoke test)")
-    size.add_argument(
-        "--shape",
-        type=int,
-        nargs=3,
-        metavar=("Z", "Y", "X"),
-        help=f"custom volume shape (default {FULL_SHAPE})",
-    )
-    parser.add_argument("--reps", type=int, default=2, help="repetitions per case, best is kept")
-    parser.add_argument(
-        "--writers",
-        default=",".join(WRITERS),
-        help="comma-separated subset of: " + ", ".join(WRITERS),
-    )
-    parser.add_argument("--codecs", default=",".join(CODECS), help="subset of: zstd1, none")
-    parser.add_argument(
-        "--blocks",
-        default=",".join(BLOCK_CASES),
-        help="Dask block cases: aligned, misaligned, slabs",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="noise seed of the volume")
-    parser.add_argument(
-        "--out-dir", type=Path, default=DEFAULT_OUT, help="where outputs are written (and deleted)"
-    )
-    parser.add_argument("--json", type=Path, help="also write all results to this JSON file")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per case")
-    args = parser.parse_args(argv)
-    for option, allowed in (("writers", WRITERS), ("codecs", CODECS), ("blocks", BLOCK_CASES)):
-        chosen = [v for v in getattr(args, option).split(",") if v]
-        unknown = sorted(set(chosen) - set(allowed))
-        if unknown:
-            parser.error(f"--{option}: unknown {unknown}; choose from {list(allowed)}")
-        setattr(args, option, chosen)
+def parse_args(bench: str, argv: list[str]) -> argparse.Namespace:
+    """Parse the options of one benchmark (see ``--help``)."""
+    full, small = cases.SIZES[bench]
+    prog = "python -m benchmarks" + ("" if bench == "suite" else f" {bench}")
+    p = argparse.ArgumentParser(prog=prog, description=__doc__)
+    p.add_argument("--small", action="store_true", help=f"volume {small} (smoke test)")
+    p.add_argument("--shape", type=int, nargs=3, metavar=("Z", "Y", "X"), help=f"default {full}")
+    p.add_argument("--reps", type=int, default=2, help="repetitions per case, fastest kept (2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the volume's noise")
+    p.add_argument("--json", type=Path, help="also write every record to this JSON file")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds allowed per case (3600)")
+    if bench != "s3":
+        p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help="where outputs go")
+    for option, choices in SUITE_CHOICES.items() if bench == "suite" else ():
+        p.add_argument(f"--{option}", default=",".join(choices), help="subset of %(default)s")
+    if bench == "large-shard":
+        p.add_argument("--blocks", type=int, nargs=3, metavar=("Z", "Y", "X"), help="Dask blocks")
+        p.add_argument("--max-mem", help="max_mem of the one-shard write (default 256MB)")
+        p.add_argument(
+            "--cluster",
+            type=int,
+            nargs="?",
+            const=2,
+            default=0,
+            metavar="N",
+            help="run on a LocalCluster of N single-threaded worker processes (default 2)",
+        )
+        p.add_argument(
+            "--with-dask", action="store_true", help="also time dask to_zarr into the one shard"
+        )
+    args = p.parse_args(argv)
+    args.shape = tuple(args.shape or (small if args.small else full))
+    for option, choices in SUITE_CHOICES.items() if bench == "suite" else ():
+        setattr(args, option, [v for v in getattr(args, option).split(",") if v])
+        if unknown := sorted(set(getattr(args, option)) - set(choices)):
+            p.error(f"--{option}: unknown {unknown}; choose from {list(choices)}")
+    if bench == "large-shard":
+        preset = cases.LARGE_SHARD[args.small]
+        args.blocks = tuple(args.blocks or preset["blocks"])
+        args.max_mem = args.max_mem or preset["max_mem"]
+    if bench != "s3":
+        args.out_dir = args.out_dir.resolve()
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the suite, print the report and return the exit status.
+@contextlib.contextmanager
+def moto_server() -> Iterator[tuple[Any, str]]:
+    """Run a moto S3 server on 127.0.0.1 in this process; yield a boto3 client and its URL.
 
-    Parameters
-    ----------
-    argv : list of str, optional
-        Command-line arguments.
-
-    Returns
-    -------
-    int
-        0 on success; 1 if a case failed, mis-verified, or saw different data.
+    Fake credentials and the region go into ``os.environ`` first (the
+    children inherit them; profile and endpoint variables are removed), and
+    the bucket :data:`benchmarks.cases.BUCKET` is created.
     """
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in SUBCOMMANDS:
-        module = importlib.import_module(SUBCOMMANDS[argv[0]])
-        return int(module.main(argv[1:]))
-    args = parse_args(argv)
-    shape = tuple(args.shape) if args.shape else SMALL_SHAPE if args.small else FULL_SHAPE
-    layout = Layout(shape)
-    args.out_dir = args.out_dir.resolve()
-    cases = build_cases(args.writers, args.codecs, args.blocks)
-    shardpipe_problem = probe_shardpipe() if "shardpipe" in args.writers else None
-    results = []
-    for i, case in enumerate(cases, 1):
-        print(f"[{i}/{len(cases)}] {case.describe()} ...", end=" ", file=sys.stderr, flush=True)
-        start = time.perf_counter()
-        if case.writer == "shardpipe" and shardpipe_problem:
-            result = stub_result(case, "unavailable", shardpipe_problem)
-        else:
-            result = run_case(case, args, shape)
-        results.append(result)
-        summary = f"{result['mb_per_s']:.1f} MB/s" if result["status"] == "ok" else ""
-        elapsed = time.perf_counter() - start
-        print(f"{result['status']} {summary} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+    import boto3
+    from moto.server import ThreadedMotoServer
 
-    meta = run_meta(args, layout)
-    print(report.render(results, meta))
-    failures = [r for r in results if r["status"] in ("error", "mismatch")]
-    prints = {r["fingerprint"] for r in results if r["status"] == "ok"}
-    if len(prints) > 1:
-        failures.append({"status": "error", "message": f"cases saw different data: {prints}"})
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        os.environ.pop(name, None)
+    os.environ |= {
+        "AWS_ACCESS_KEY_ID": cases.S3_CREDENTIALS["key"],
+        "AWS_SECRET_ACCESS_KEY": cases.S3_CREDENTIALS["secret"],
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_SECURITY_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": cases.S3_REGION,
+        "AWS_REGION": cases.S3_REGION,
+    }
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        client = boto3.client("s3", endpoint_url=endpoint, region_name=cases.S3_REGION)
+        client.create_bucket(Bucket=cases.BUCKET)
+        yield client, endpoint
+    finally:
+        server.stop()
+
+
+def empty_bucket(client: Any) -> int:
+    """Abort every unfinished upload and delete every object; return how many uploads were left.
+
+    moto keeps every object in memory, so the bucket is emptied after each case.
+    """
+    uploads = client.list_multipart_uploads(Bucket=cases.BUCKET).get("Uploads", [])
+    for up in uploads:
+        client.abort_multipart_upload(Bucket=cases.BUCKET, Key=up["Key"], UploadId=up["UploadId"])
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=cases.BUCKET):
+        keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket=cases.BUCKET, Delete={"Objects": keys})
+    return len(uploads)
+
+
+def run_all(bench: str, args: argparse.Namespace) -> tuple[list[cases.Case], list[dict[str, Any]]]:
+    """Build the benchmark's cases and run each in a fresh child; return cases and records."""
+    common = {"reps": args.reps, "seed": args.seed}
+    with moto_server() if bench == "s3" else contextlib.nullcontext((None, "")) as (client, url):
+        if bench == "s3":
+            todo = cases.s3_cases(args.shape, endpoint=url, **common)
+        elif bench == "large-shard":
+            options = (args.blocks, args.max_mem, args.cluster, args.with_dask)
+            todo = cases.large_shard_cases(args.shape, *options, out_dir=args.out_dir, **common)
+        else:
+            options = (args.writers, args.codecs, args.blocks)
+            todo = cases.suite_cases(args.shape, *options, out_dir=args.out_dir, **common)
+        records = []
+        for i, case in enumerate(todo, 1):
+            progress = f"[{i}/{len(todo)}] {report.name(vars(case))} ..."
+            print(progress, end=" ", file=sys.stderr, flush=True)
+            start = time.perf_counter()
+            record = child.run(case, args.timeout)
+            if client and (left := empty_bucket(client)):
+                record["notes"] = [*record.get("notes", []), f"{left} unfinished uploads"]
+            records.append(record)
+            rate = f"{record['mb_per_s']:.1f} MB/s " if report.ok(record) else ""
+            elapsed = time.perf_counter() - start
+            print(f"{record['status']} {rate}({elapsed:.1f} s)", file=sys.stderr, flush=True)
+    return todo, records
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a benchmark, print its report; return 1 on a failed case or different data.
+
+    In the suite, ``unavailable`` and ``unsupported`` cases are not failures;
+    in ``large-shard`` the full-size memory bound must also hold.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    bench = argv.pop(0) if argv and argv[0] in BENCHES[1:] else "suite"
+    args = parse_args(bench, argv)
+    todo, records = run_all(bench, args)
+    if not todo:
+        print("no case matches the selection", file=sys.stderr)
+        return 2
+    meta = report.run_meta(bench, vars(args), todo[0])
+    print(report.REPORTS[bench](records, meta))
     if args.json:
-        payload = {"meta": meta, "results": results, "ratios": report.ratio_rows(results)}
-        args.json.write_text(json.dumps(payload, indent=1))
-    for failure in failures:
-        print(f"FAILED: {failure.get('writer', '')} {failure['message']}", file=sys.stderr)
-    return 1 if failures else 0
+        payload = {"meta": meta, "results": records}
+        if bench == "suite":
+            payload["ratios"] = report.ratio_rows(records)
+        args.json.write_text(json.dumps(payload, indent=1, default=str))
+    excused = ("ok", "unavailable", "unsupported") if bench == "suite" else ("ok",)
+    failed = [f"{r['label']}: {r['message']}" for r in records if r["status"] not in excused]
+    prints = {r["fingerprint"] for r in records if report.ok(r) and r.get("fingerprint")}
+    if len(prints) > 1:
+        failed.append(f"cases saw different data: {sorted(prints)}")
+    if bench == "large-shard" and not args.small:
+        failed += [
+            f"{r['label']}: over 2 x max_mem" for r in records if report.bound_check(r) == "FAIL"
+        ]
+    for failure in failed:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,286 +1,336 @@
-"""Tables of benchmark results: throughput, memory, and ratios to the anchors."""
+"""The reports of the three benchmarks, from the child records, and the run's description.
+
+* suite: one row per case (MB/s, best s, cpu s, busy%, x encode-only, peak
+  and +peak MiB, output MiB), then shardpipe's MB/s divided by each anchor's;
+* large-shard: one row per case (worker columns on a LocalCluster), then the
+  throughput ratio, the generation share and the PASS/FAIL memory verdicts;
+* s3: one row per case (with the S3 server's CPU), then shardpipe / dask.
+
+Each starts with a title (and a warning if other processes took more than
+10 % of the cores during a write) and ends with the cases' notes and problems.
+"""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import os
+import platform
+import subprocess
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import Any
 
-from benchmarks.data import BLOCK_CASES, CODECS
+from dask.utils import parse_bytes
 
-Result = dict[str, Any]
+from benchmarks import volumes
+from benchmarks.cases import BLOCK_CASES, CHUNKS, CODECS, SHARDS, Case
+from benchmarks.child import MIB, REPO_ROOT
 
-BUSY_WARN = 0.10
-"""Share of the cores used by other processes above which the report warns."""
+Record = dict[str, Any]
+Column = tuple[str, Callable[[Record], str]]
 
-RATIO_ANCHORS: tuple[tuple[str, str, bool], ...] = (
-    # (column title, anchor writer, anchor is measured per block case)
+BUSY_WARN = 0.10  # share of the cores other processes may use before the report warns
+RATIO_ANCHORS = (  # (column title, anchor writer, anchor measured per block case)
     ("/encode-only", "encode", False),
     ("/zarrs", "zarrs", True),
     ("/dask to_zarr", "dask", True),
-    ("/raw-write", "raw", False),
+    ("/raw-write", "raw", False),  # measured under codec none only
 )
+SHARDPIPE_WRITERS = ("shardpipe", "shardpipe-nofsync")  # divided by the anchors
+PACKAGES = ("numpy", "zarr", "dask", "distributed", "numcodecs", "tensorstore", "zarrs", "cubed")
+SUITE_LEGEND = """\
+MB/s = 1e6 bytes of raw array data per second of the timed write (best rep); x enc = MB/s / \
+encode-only MB/s (same codec);
+cpu s = CPU seconds of the writer's process in that rep (all threads); busy% = share of all cores \
+other processes used meanwhile;
+peak MiB = peak RSS of the case's process; +peak MiB = peak minus RSS after data generation (the \
+volume itself is in the baseline).
+
+Ratios: shardpipe MB/s divided by the anchor's MB/s, same codec (and same blocks for zarrs/dask); \
+raw-write only for codec none. >1: shardpipe faster."""
+LARGE_SHARD_LEGEND = """
+MB/s = 1e6 raw bytes per second of the best rep, data generation included; cpu s = CPU of the \
+case's process in that rep; busy% = share of all cores other processes used;
+peak MiB = peak RSS of the case's process over all reps; +peak = minus its RSS before them \
+(libraries, graph, warm-up);
+wrk = largest over the workers: CPU s per rep (mean), peak RSS (VmHWM), peak minus RSS before the \
+reps; psutil = largest RSS sampled.
+"""
+S3_LEGEND = """
+MB/s = 1e6 raw bytes per second of the best rep; cpu s = CPU of the writer's process in that rep;
+server cpu s = CPU of the moto server in that rep; busy% = share of all cores that other processes
+(not the server) used then; stored MiB = bytes in the bucket after the write.
+
+shardpipe MB/s / dask to_zarr MB/s (>1: shardpipe faster):"""
 
 
-def find(results: Sequence[Result], writer: str, codec: str, blocks: str | None) -> Result | None:
-    """Return the successful result of one case, if any.
-
-    Parameters
-    ----------
-    results : sequence of dict
-        Result records from ``run_one``.
-    writer, codec : str
-        Writer and codec setting names.
-    blocks : str or None
-        Block case name, or None for writers measured once on NumPy data.
-
-    Returns
-    -------
-    dict or None
-        The record with ``status == "ok"``, else None.
-    """
-    for r in results:
-        if (r["writer"], r["codec"], r["blocks"], r["status"]) == (writer, codec, blocks, "ok"):
-            return r
-    return None
+def ok(r: Record) -> bool:
+    """Whether the case was measured and verified."""
+    return r.get("status") == "ok"
 
 
-SHARDPIPE_WRITERS = ("shardpipe", "shardpipe-nofsync")
-"""Writers whose throughput is divided by the anchors'."""
-
-
-def ratio_rows(results: Sequence[Result]) -> list[Result]:
-    """Compute shardpipe throughput divided by each anchor's, per codec and block case.
-
-    The raw-write anchor is codec independent (measured once, uncompressed) and
-    is only compared with uncompressed shardpipe runs.
-
-    Parameters
-    ----------
-    results : sequence of dict
-        Result records.
-
-    Returns
-    -------
-    list of dict
-        One row per measured (shardpipe writer, codec, blocks) with keys ``writer``,
-        ``codec``, ``blocks`` and one
-        ratio (float or None) per anchor writer name.
-    """
-    rows: list[Result] = []
-    for writer, codec, blocks in itertools.product(SHARDPIPE_WRITERS, CODECS, BLOCK_CASES):
-        sp = find(results, writer, codec, blocks)
-        if sp is None:
-            continue
-        row: Result = {"writer": writer, "codec": codec, "blocks": blocks}
-        for _, anchor, per_blocks in RATIO_ANCHORS:
-            anchor_codec = "none" if anchor == "raw" else codec
-            if anchor == "raw" and codec != "none":
-                ref = None
-            else:
-                ref = find(results, anchor, anchor_codec, blocks if per_blocks else None)
-            row[anchor] = sp["mb_per_s"] / ref["mb_per_s"] if sp and ref else None
-        rows.append(row)
-    return rows
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    """Format a number, or ``-`` for missing values."""
+def fmt(value: float | None, spec: str) -> str:
+    """Format a number, or ``-`` for a missing one."""
     return "-" if value is None else format(value, spec)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int]) -> str:
-    """Render a plain-text table; columns listed in ``left`` are left-aligned."""
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+def num(key: str, spec: str, scale: float = 1.0) -> Callable[[Record], str]:
+    """A cell of a numeric field of ok records (``-`` otherwise)."""
+    return lambda r: fmt(r[key] * scale if ok(r) and r.get(key) is not None else None, spec)
+
+
+def table(results: Sequence[Record], columns: Sequence[Column], left: Sequence[int]) -> str:
+    """Render a plain-text table; the columns at the indices ``left`` are left-aligned."""
+    header = [title for title, _ in columns]
+    rows = [[cell(r) for _, cell in columns] for r in results]
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
+    lefts = {i % len(columns) for i in left}
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
-            str(c).ljust(w) if i in left else str(c).rjust(w)
+            c.ljust(w) if i in lefts else c.rjust(w)
             for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         ).rstrip()
 
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
-def throughput_table(results: Sequence[Result]) -> str:
-    """Render the per-case table: MB/s, fraction of encode-only, memory, output size.
+def name(r: Record) -> str:
+    """A case's name in progress lines and warnings."""
+    suite = r["bench"] == "suite"
+    return f"{r['label']} [{r['codec']}, {r['blocks'] or 'numpy'}]" if suite else r["label"]
 
-    Parameters
-    ----------
-    results : sequence of dict
-        Result records.
 
-    Returns
-    -------
-    str
-        The table.
+def title(results: Sequence[Record], meta: Record, what: str) -> str:
+    """The report's first line, and a warning if other processes used the cores.
+
+    Cases on a LocalCluster are left out of the warning: their workers are
+    other processes.
     """
-    header = (
-        "codec",
-        "writer",
-        "blocks",
-        "MB/s",
-        "best s",
-        "cpu s",
-        "busy%",
-        "x enc",
-        "peak MiB",
-        "+peak MiB",
-        "out MiB",
-        "status",
+    line = (
+        f"volume {tuple(meta['shape'])} {meta['dtype']} = {meta['nbytes'] / 1e6:.1f} MB raw"
+        f"{what}, {meta['cpu_count']} cores, {meta['mem_total_gib']:.0f} GiB RAM, "
+        f"best of {meta['reps']}"
     )
-    rows = []
-    for r in results:
-        ok = r["status"] == "ok"
-        enc = find(results, "encode", r["codec"], None)
-        frac = r["mb_per_s"] / enc["mb_per_s"] if ok and enc else None
-        out = r.get("output_bytes")
-        others = r.get("best_others_cpu_share")
-        rows.append(
-            (
-                r["codec"],
-                r["label"],
-                r["blocks"] or "numpy",
-                _fmt(r.get("mb_per_s") if ok else None, ".1f"),
-                _fmt(r.get("best_s") if ok else None, ".3f"),
-                _fmt(r.get("best_cpu_s") if ok else None, ".3f"),
-                _fmt(100 * others if ok and others is not None else None, ".0f"),
-                _fmt(frac, ".2f"),
-                _fmt(r.get("peak_rss_mib") if ok else None, ".0f"),
-                _fmt(r.get("peak_delta_mib") if ok else None, ".0f"),
-                _fmt(out / 2**20 if ok and out else None, ".1f"),
-                r["status"],
-            )
-        )
-    return _table(header, rows, left=(0, 1, 2, len(header) - 1))
-
-
-def ratio_table(results: Sequence[Result]) -> str:
-    """Render shardpipe's throughput ratios against the anchors.
-
-    Parameters
-    ----------
-    results : sequence of dict
-        Result records.
-
-    Returns
-    -------
-    str
-        The table (``-`` where shardpipe or the anchor has no result).
-    """
-    header = ("writer", "codec", "blocks", *(title for title, _, _ in RATIO_ANCHORS))
-    rows = [
-        (
-            row["writer"],
-            row["codec"],
-            row["blocks"],
-            *(_fmt(row[a], ".2f") for _, a, _ in RATIO_ANCHORS),
-        )
-        for row in ratio_rows(results)
-    ]
-    return _table(header, rows, left=(0, 1, 2))
-
-
-def notes_text(results: Sequence[Result]) -> str:
-    """List the cases' notes (merged across codecs) and any non-ok status message.
-
-    Parameters
-    ----------
-    results : sequence of dict
-        Result records.
-
-    Returns
-    -------
-    str
-        One line per distinct note or message.
-    """
-    codecs_by_note: dict[tuple[str, str], list[str]] = {}
-    cases_by_problem: dict[tuple[str, str, str], list[str]] = {}
-    for r in results:
-        blocks = r["blocks"] or "numpy"
-        for note in r.get("notes", []):
-            note_key = (f"{r['label']} [{blocks}]", note)
-            codecs_by_note.setdefault(note_key, []).append(r["codec"])
-        if r["status"] != "ok":
-            key = (r["label"], r["status"].upper(), str(r.get("message")))
-            cases_by_problem.setdefault(key, []).append(f"{r['codec']}/{blocks}")
-    lines = [
-        f"  {case} ({', '.join(codecs)}): {note}" for (case, note), codecs in codecs_by_note.items()
-    ]
-    lines += [
-        f"  {label} {status} ({', '.join(cases)}): {message}"
-        for (label, status, message), cases in cases_by_problem.items()
-    ]
-    return "\n".join(lines)
-
-
-def contention_warning(results: Sequence[Result]) -> str:
-    """Return a warning if other processes used the CPUs during some timed write.
-
-    Parameters
-    ----------
-    results : sequence of dict
-        Result records.
-
-    Returns
-    -------
-    str
-        Empty, or a line starting with a newline naming the worst case.
-    """
     shares = [
-        (r["best_others_cpu_share"], f"{r['label']} [{r['codec']}, {r['blocks'] or 'numpy'}]")
+        (r["best_others_cpu_share"], name(r))
         for r in results
-        if r["status"] == "ok" and r.get("best_others_cpu_share") is not None
+        if ok(r) and not r["workers"] and r.get("best_others_cpu_share") is not None
     ]
     if not shares or max(shares)[0] <= BUSY_WARN:
-        return ""
+        return line
     share, case = max(shares)
     return (
-        f"\nWARNING: other processes used up to {100 * share:.0f}% of the cores during a "
+        f"{line}\nWARNING: other processes used up to {100 * share:.0f}% of the cores during a "
         f"timed write ({case}); wall-clock MB/s are unreliable, compare cpu s instead."
     )
 
 
-def render(results: Sequence[Result], meta: Result) -> str:
-    """Render the whole report.
+def notes(results: Sequence[Record]) -> str:
+    """The cases' notes (merged across codecs in the suite) and every problem."""
+    suite = any(r["bench"] == "suite" for r in results)
+    by_note: dict[tuple[str, str], list[str]] = {}
+    by_problem: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        where = f"{r['label']} [{r['blocks'] or 'numpy'}]" if suite else r["label"]
+        for note in r.get("notes", []):
+            by_note.setdefault((where, note), []).append(r["codec"])
+        if not ok(r):
+            key = (f"{r['label']} {r['status'].upper()}", str(r.get("message")))
+            by_problem.setdefault(key, []).append(f"{r['codec']}/{r['blocks'] or 'numpy'}")
+    lines = [
+        f"  {case}{' (' + ', '.join(tags) + ')' if suite else ''}: {text}"
+        for group in (by_note, by_problem)
+        for (case, text), tags in group.items()
+    ]
+    return "Notes:\n" + ("\n".join(lines) or "  (none)")
 
-    Parameters
-    ----------
-    results : sequence of dict
-        Result records.
-    meta : dict
-        Run description (shape, machine, versions; see ``__main__``).
 
-    Returns
-    -------
-    str
-        Title, throughput table, ratio table and notes.
-    """
-    title = (
-        f"volume {tuple(meta['shape'])} uint16 = {meta['nbytes'] / 1e6:.1f} MB raw, "
-        f"shards {tuple(meta['shards'])}, inner chunks {tuple(meta['chunks'])}, "
-        f"{meta['cpu_count']} cores, {meta['mem_total_gib']:.0f} GiB RAM, best of {meta['reps']}"
+def run_meta(bench: str, options: dict[str, Any], case: Case) -> Record:
+    """Describe the run: benchmark, options, data (of ``case``), machine, versions, commit."""
+
+    def git(*args: str) -> str:
+        cmd = ["git", "-C", str(REPO_ROOT), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "bench": bench,
+        **options,
+        "nbytes": volumes.nbytes(case),
+        "dtype": volumes.DTYPES[case.volume].name,
+        "shards": list(SHARDS),
+        "chunks": list(CHUNKS),
+        "cpu_count": os.cpu_count(),
+        "mem_total_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": versions,
+        "git_commit": git("rev-parse", "--short", "HEAD") or None,
+        "shardpipe_uncommitted_changes": bool(git("status", "--porcelain", "--", "shardpipe")),
+    }
+
+
+def find(results: Sequence[Record], writer: str, codec: str, blocks: str | None) -> Record | None:
+    """The ok record of one suite case, if any."""
+    key = (writer, codec, blocks)
+    return next(
+        (r for r in results if ok(r) and (r["writer"], r["codec"], r["blocks"]) == key), None
     )
-    legend = (
-        "MB/s = 1e6 bytes of raw array data per second of the timed write (best rep); "
-        "x enc = MB/s / encode-only MB/s (same codec);\n"
-        "cpu s = CPU seconds of the writer's process in that rep (all threads); "
-        "busy% = share of all cores other processes used meanwhile;\n"
-        "peak MiB = peak RSS of the case's process; +peak MiB = peak minus RSS "
-        "after data generation (the volume itself is in the baseline)."
-    )
-    ratio_legend = (
-        "shardpipe MB/s divided by the anchor's MB/s, same codec (and same "
-        "blocks for zarrs/dask); raw-write only for codec none. >1: shardpipe faster."
-    )
+
+
+def ratio_rows(results: Sequence[Record]) -> list[Record]:
+    """shardpipe's MB/s divided by each anchor's, per shardpipe writer, codec and block case."""
+    rows = []
+    for writer, codec, blocks in itertools.product(SHARDPIPE_WRITERS, CODECS, BLOCK_CASES):
+        if sp := find(results, writer, codec, blocks):
+            row: Record = {"writer": writer, "codec": codec, "blocks": blocks}
+            for _, anchor, per_blocks in RATIO_ANCHORS:
+                ref = find(results, anchor, codec, blocks if per_blocks else None)
+                row[anchor] = sp["mb_per_s"] / ref["mb_per_s"] if ref else None
+            rows.append(row)
+    return rows
+
+
+def suite(results: Sequence[Record], meta: Record) -> str:
+    """The suite's report: title, one row per case, legend, ratios, notes."""
+
+    def x_encode(r: Record) -> str:
+        enc = find(results, "encode", r["codec"], None)
+        return fmt(r["mb_per_s"] / enc["mb_per_s"] if ok(r) and enc else None, ".2f")
+
+    columns: list[Column] = [
+        ("codec", lambda r: r["codec"]),
+        ("writer", lambda r: r["label"]),
+        ("blocks", lambda r: r["blocks"] or "numpy"),
+        ("MB/s", num("mb_per_s", ".1f")),
+        ("best s", num("best_s", ".3f")),
+        ("cpu s", num("best_cpu_s", ".3f")),
+        ("busy%", num("best_others_cpu_share", ".0f", 100)),
+        ("x enc", x_encode),
+        ("peak MiB", num("peak_rss_mib", ".0f")),
+        ("+peak MiB", num("peak_delta_mib", ".0f")),
+        ("out MiB", num("output_bytes", ".1f", 1 / MIB)),
+        ("status", lambda r: r["status"]),
+    ]
+    ratios: list[Column] = [
+        (key, lambda row, k=key: row[k]) for key in ("writer", "codec", "blocks")
+    ]
+    ratios += [
+        (title, lambda row, a=anchor: fmt(row[a], ".2f")) for title, anchor, _ in RATIO_ANCHORS
+    ]
     return "\n\n".join(
         [
-            title + contention_warning(results),
-            throughput_table(results),
-            legend,
-            "Ratios: " + ratio_legend,
-            ratio_table(results),
-            "Notes:\n" + (notes_text(results) or "  (none)"),
+            title(results, meta, f", shards {SHARDS}, inner chunks {CHUNKS}"),
+            table(results, columns, left=(0, 1, 2, -1)),
+            SUITE_LEGEND,
+            table(ratio_rows(results), ratios, left=(0, 1, 2)),
+            notes(results),
         ]
     )
+
+
+def bound_check(r: Record) -> str | None:
+    """PASS/FAIL of a shardpipe write's peak RSS (largest worker's) against 2 x its max_mem."""
+    if not ok(r) or r["writer"] != "shardpipe" or not r["max_mem"]:
+        return None
+    peak = r.get("worker_peak_rss_mib") or r["peak_rss_mib"]
+    return "PASS" if peak * MIB < 2 * parse_bytes(r["max_mem"]) else "FAIL"
+
+
+def large_shard(results: Sequence[Record], meta: Record) -> str:
+    """The large-shard report: title, one row per case, legend, verdicts, notes."""
+    cluster = meta["cluster"]
+    columns: list[Column] = [
+        ("case", lambda r: r["label"]),
+        ("shards", lambda r: "x".join(map(str, r["shards"]))),
+        ("max_mem", lambda r: r["max_mem"] or "default"),
+        ("MB/s", num("mb_per_s", ".1f")),
+        ("best s", num("best_s", ".2f")),
+        ("cpu s", num("best_cpu_s", ".2f")),
+    ]
+    if cluster:
+        columns += [
+            ("wrk cpu s", lambda r: num("worker_cpu_s", ".2f", 1 / r["reps"])(r)),
+            ("wrk peak MiB", num("worker_peak_rss_mib", ".0f")),
+            ("wrk +peak", num("worker_peak_delta_mib", ".0f")),
+            ("psutil MiB", num("worker_sampled_peak_mib", ".0f")),
+        ]
+    else:
+        columns.append(("busy%", num("best_others_cpu_share", ".0f", 100)))
+    columns += [
+        ("peak MiB", num("peak_rss_mib", ".0f")),
+        ("+peak MiB", num("peak_delta_mib", ".0f")),
+        ("out MiB", num("output_bytes", ".1f", 1 / MIB)),
+        ("<2x max_mem", lambda r: bound_check(r) or "-"),
+        ("status", lambda r: r["status"]),
+    ]
+    sched = f"LocalCluster {cluster} workers x 1 thread" if cluster else "threaded scheduler"
+    what = f" (synthetic, generated in the graph), inner chunks {CHUNKS}, Dask blocks "
+    what += f"{tuple(meta['blocks'])}, zstd level 1, {sched}"
+    lines = [title(results, meta, what) + "\n", table(results, columns, left=(0, 1, 2, -1))]
+    lines.append(LARGE_SHARD_LEGEND)
+    gen, one, fit = ([r if ok(r) else None for r in results] + [None] * 3)[:3]  # cases' order
+    if one and fit:
+        lines.append(
+            f"throughput one shard / fitting shards: {one['mb_per_s'] / fit['mb_per_s']:.2f}"
+        )
+    if gen and one:
+        share = gen["best_s"] / one["best_s"]
+        lines.append(
+            f"data generation alone: {gen['mb_per_s']:.0f} MB/s ({share:.0%} of the one-shard "
+            "write's time)"
+        )
+    if one:
+        bound = 2 * parse_bytes(meta["max_mem"]) / MIB
+        who = f"max over {cluster} workers" if cluster else "whole process, threaded"
+        peak = one.get("worker_peak_rss_mib") or one["peak_rss_mib"]
+        delta = one["worker_peak_delta_mib" if cluster else "peak_delta_mib"]
+        lines.append(
+            f"memory bound, one shard of {one['nbytes'] / MIB:.0f} MiB under max_mem="
+            f"{meta['max_mem']}: peak RSS ({who}) {peak:.0f} MiB vs 2 x max_mem = {bound:.0f} "
+            f"MiB: {'PASS' if peak < bound else 'FAIL'}  (+peak {delta:.0f} MiB: "
+            f"{'PASS' if delta < bound else 'FAIL'})"
+        )
+        if meta["small"]:
+            lines.append(
+                "  (--small: interpreter and libraries alone exceed this bound; judge +peak)"
+            )
+    return "\n".join([*lines, "", notes(results)])
+
+
+def s3(results: Sequence[Record], meta: Record) -> str:
+    """The s3 report: title, one row per case, legend, shardpipe / dask, notes."""
+    columns: list[Column] = [
+        ("blocks", lambda r: r["blocks"]),
+        ("writer", lambda r: r["writer"]),
+        ("Dask blocks", lambda r: "x".join(map(str, r["block_shape"]))),
+        ("max_mem", lambda r: r["max_mem"] or ("default" if r["writer"] == "shardpipe" else "-")),
+        ("MB/s", num("mb_per_s", ".1f")),
+        ("best s", num("best_s", ".2f")),
+        ("cpu s", num("best_cpu_s", ".2f")),
+        ("server cpu s", num("server_cpu_s", ".2f")),
+        ("busy%", num("best_others_cpu_share", ".0f", 100)),
+        ("peak MiB", num("peak_rss_mib", ".0f")),
+        ("+peak MiB", num("peak_delta_mib", ".0f")),
+        ("stored MiB", num("output_bytes", ".1f", 1 / MIB)),
+        ("status", lambda r: r["status"]),
+    ]
+    what = f", shards {SHARDS}, inner chunks {CHUNKS}, zstd level 1, moto S3 server in the "
+    what += "parent process, threaded scheduler"
+    lines = [title(results, meta, what) + "\n", table(results, columns, left=(0, 1, 2, 3, -1))]
+    lines.append(S3_LEGEND)
+    rates = {(r["blocks"], r["writer"]): r["mb_per_s"] for r in results if ok(r)}
+    for blocks in dict.fromkeys(r["blocks"] for r in results):
+        sp, dk = rates.get((blocks, "shardpipe")), rates.get((blocks, "dask"))
+        lines.append(f"  {blocks:<11} {fmt(sp / dk if sp and dk else None, '.2f')}")
+    return "\n".join([*lines, "", notes(results)])
+
+
+REPORTS = {"suite": suite, "large-shard": large_shard, "s3": s3}
+"""The report of each benchmark: ``(records, meta) -> text``."""

@@ -1,325 +1,373 @@
-"""The sharded Zarr v3 writers under test, and the registry of all writers.
+"""The writers under test and the two limits, as closures over a case, and their checks.
 
-Each writer produces the same array: shape of the volume, ``uint16``, shards
-(128, 256, 256) of (64, 64, 64) inner chunks, inner codecs bytes(little) plus
-zstd level 1 or nothing, index codecs bytes + crc32c at the end, fill value 0.
+Each factory takes a :class:`~benchmarks.cases.Case` (its target, a local
+directory or an ``s3://`` URL with storage options; its layout, codec and
+``max_mem``) and the case's data (the NumPy volume, or a Dask array for the
+writers that take blocks), does the untimed preparation, and returns the timed
+write (a callable without arguments) and notes. Every Zarr output has the
+volume's shape and dtype, ``case.shards`` of ``case.chunks``, inner codecs
+bytes (little endian) then zstd level 1 or nothing, index bytes + crc32c at
+the end, fill value 0.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from benchmarks.base import (
-    Writer,
-    WriterUnavailable,
-    WriterUnsupported,
-    n_threads,
-    zarr_compressors,
-)
-from benchmarks.data import Layout
-from benchmarks.limits import EncodeOnly, RawWrite
-from benchmarks.verify import verify_zarr
+from benchmarks.cases import Case
+from benchmarks.volumes import DTYPES, Region, Volume, grid, synthetic_array
 
-ZARRS_CONFIG: dict[str, Any] = {
+Write = Callable[[], object]
+MIB = 1 << 20
+THREADS = os.cpu_count() or 1
+"""Worker threads of the limits, TensorStore's source and cubed: all cores."""
+ZARRS_CONFIG = {
     "codec_pipeline.path": "zarrs.ZarrsCodecPipeline",
     # Raise instead of silently falling back to zarr-python's own pipeline.
     "codec_pipeline.strict": True,
 }
 
 
-def create_zarr_target(path: Path, layout: Layout, codec: str) -> Any:
-    """Create the empty sharded target array with zarr-python.
+class WriterUnsupported(RuntimeError):
+    """The library cannot perform the requested write at all."""
 
-    Parameters
-    ----------
-    path : pathlib.Path
-        Local directory of the new array (replaced if it exists).
-    layout : Layout
-        Target layout.
-    codec : {"zstd1", "none"}
-        Codec setting.
 
-    Returns
-    -------
-    zarr.Array
-        The new array, using the codec pipeline configured at call time.
-    """
+def compressors(codec: str) -> Any:
+    """``ZstdCodec(level=1)`` for ``zstd1``, None (no compression) for ``none``."""
+    from zarr.codecs import ZstdCodec
+
+    return {"zstd1": ZstdCodec(level=1), "none": None}[codec]
+
+
+def create_array(case: Case, dtype: Any) -> Any:
+    """Create the empty sharded target with zarr-python (replacing what is there)."""
     import zarr
 
     return zarr.create_array(
-        store=str(path),
-        shape=layout.shape,
-        dtype=layout.dtype,
-        chunks=layout.chunks,
-        shards=layout.shards,
-        compressors=zarr_compressors(codec),
+        case.target,
+        storage_options=case.storage_options,
+        shape=case.shape,
+        dtype=dtype,
+        chunks=case.chunks,
+        shards=case.shards,
+        compressors=compressors(case.codec),
         overwrite=True,
     )
 
 
-class ZarrOutput(Writer):
-    """Base for writers whose output is checked with :func:`verify_zarr`."""
+def inner_chunks(region: Region, chunks: tuple[int, ...]) -> Iterator[Region]:
+    """Yield the inner chunks of a shard region, in absolute indices."""
+    for local in grid(tuple(r.stop - r.start for r in region), chunks):
+        yield tuple(
+            slice(r.start + s.start, r.start + s.stop) for r, s in zip(region, local, strict=True)
+        )
 
-    def verify(self, path: Path, volume: np.ndarray, layout: Layout, codec: str) -> int:
-        """Read the array back with zarr-python and compare it with the volume."""
-        return verify_zarr(path, volume, layout, codec)
+
+def chunk_bytes(chunk: np.ndarray) -> np.ndarray:
+    """Apply the ``bytes`` codec (little endian, C order): a contiguous copy."""
+    return np.ascontiguousarray(chunk, dtype=chunk.dtype.newbyteorder("<"))
 
 
-class DaskToZarr(ZarrOutput):
+def numcodecs_zstd(codec: str) -> Any:
+    """The numcodecs codec zarr's ``ZstdCodec`` uses, or None for ``none``."""
+    from numcodecs import Zstd  # type: ignore[import-untyped]
+
+    return Zstd(level=1, checksum=False) if codec == "zstd1" else None
+
+
+def encode_only(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
+    """Encode every inner chunk, one task per shard on a thread per core; keep only sizes."""
+    zstd = numcodecs_zstd(case.codec)
+
+    def size(chunk: np.ndarray) -> int:
+        raw = chunk_bytes(chunk)
+        return len(zstd.encode(raw)) if zstd else raw.nbytes
+
+    def encode_shard(region: Region) -> int:
+        return sum(size(volume[chunk]) for chunk in inner_chunks(region, case.chunks))
+
+    def write() -> int:
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            return sum(pool.map(encode_shard, grid(case.shape, case.shards)))
+
+    return write, [f"{THREADS} threads, per-shard tasks, no I/O"]
+
+
+def raw_pieces(case: Case, volume: np.ndarray) -> list[memoryview]:
+    """Cut the volume's bytes into one contiguous piece per shard (no copy)."""
+    flat = memoryview(np.ascontiguousarray(volume)).cast("B")
+    step = -(-flat.nbytes // case.n_shards)
+    return [flat[start : start + step] for start in range(0, flat.nbytes, step)]
+
+
+def raw_write(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
+    """Write the raw volume bytes to one file per shard with plain Python writes, no encoding."""
+    pieces = raw_pieces(case, volume)
+    path = Path(case.target)
+
+    def put(index: int) -> None:
+        with open(path / str(index), "wb") as out:
+            out.write(pieces[index])
+
+    def write() -> None:
+        path.mkdir(parents=True)
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            list(pool.map(put, range(len(pieces))))
+
+    return write, [f"{len(pieces)} files x {pieces[0].nbytes / MIB:.0f} MiB, no fsync"]
+
+
+def dask_to_zarr(
+    case: Case, x: Any, config: dict[str, Any] | None = None
+) -> tuple[Write, list[str]]:
     """``zarr.create_array`` (sharded) then ``dask.array.to_zarr(x, array)``.
 
-    Runs on Dask's default threaded scheduler. ``to_zarr`` into an existing
-    sharded array rechunks the Dask array to "auto" blocks that are multiples
-    of the shard shape before storing, so every task writes whole shards.
+    Into an existing sharded array ``to_zarr`` rechunks to "auto" blocks that
+    are multiples of the shard shape, so every task writes whole shards.
+    With ``config`` (zarr's configuration) the array must use the zarrs pipeline.
     """
+    import dask.array as da
+    import zarr
 
-    name = "dask"
-    label = "dask to_zarr"
-    uses_blocks = True
-    zarr_config: ClassVar[dict[str, Any]] = {}
+    def write() -> None:
+        with zarr.config.set(config or {}):
+            target = create_array(case, x.dtype)
+            pipeline = type(target.async_array.codec_pipeline).__name__ if config else None
+            if config and pipeline != "ZarrsCodecPipeline":
+                raise RuntimeError(f"zarrs pipeline not active (got {pipeline})")
+            da.to_zarr(x, target)
 
-    def load(self) -> None:
-        """Import dask.array and zarr."""
-        try:
-            import dask.array  # noqa: F401
-            import zarr  # noqa: F401
-        except ImportError as exc:
-            raise WriterUnavailable(f"dask/zarr not importable: {exc}") from exc
-
-    def prepare(self, volume: np.ndarray, layout: Layout, blocks: tuple[int, ...] | None) -> Any:
-        """Wrap the volume with ``dask.array.from_array`` in the given blocks."""
-        import dask.array as da
-
-        x = da.from_array(volume, chunks=blocks)
-        write_blocks = da.core.normalize_chunks(
-            "auto", shape=layout.shape, dtype=volume.dtype, previous_chunks=layout.shards
-        )
-        self.notes = [
-            f"{x.npartitions} input blocks; to_zarr rechunks to {tuple(c[0] for c in write_blocks)}"
-        ]
-        return x
-
-    def write(self, source: Any, path: Path, layout: Layout, codec: str) -> None:
-        """Create the array and store the Dask array into it."""
-        import dask.array as da
-        import zarr
-
-        with zarr.config.set(self.zarr_config):
-            target = create_zarr_target(path, layout, codec)
-            self.check_pipeline(target)
-            da.to_zarr(source, target)
-
-    def check_pipeline(self, target: Any) -> None:
-        """Hook to assert which codec pipeline the target array uses."""
+    auto = da.core.normalize_chunks(
+        "auto", shape=case.shape, dtype=x.dtype, previous_chunks=case.shards
+    )
+    rechunk = tuple(c[0] for c in auto)
+    return write, [f"{x.npartitions} input blocks; to_zarr rechunks to {rechunk}"]
 
 
-class ZarrsToZarr(DaskToZarr):
-    """As :class:`DaskToZarr` with zarr-python's codec pipeline set to zarrs."""
+def tensorstore_write(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
+    """TensorStore ``zarr3``: one write per shard region, all issued before any is awaited.
 
-    name = "zarrs"
-    label = "dask to_zarr + zarrs"
-    zarr_config: ClassVar[dict[str, Any]] = ZARRS_CONFIG
-
-    def load(self) -> None:
-        """Import dask.array, zarr and zarrs."""
-        super().load()
-        try:
-            import zarrs  # noqa: F401
-        except ImportError as exc:
-            raise WriterUnavailable(f"zarrs not importable: {exc}") from exc
-
-    def check_pipeline(self, target: Any) -> None:
-        """Fail if the array did not pick up the zarrs codec pipeline."""
-        pipeline = type(target.async_array.codec_pipeline).__name__
-        if pipeline != "ZarrsCodecPipeline":
-            raise RuntimeError(f"zarrs pipeline not active (got {pipeline})")
-
-
-def tensorstore_metadata(layout: Layout, codec: str) -> dict[str, Any]:
-    """Return zarr3-driver metadata identical to what zarr-python writes.
-
-    Parameters
-    ----------
-    layout : Layout
-        Target layout.
-    codec : {"zstd1", "none"}
-        Codec setting.
-
-    Returns
-    -------
-    dict
-        Zarr v3 array metadata (JSON-compatible).
+    No transaction (each write covers a whole shard); ``file_io_sync`` off
+    because no other writer fsyncs.
     """
-    inner: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
-    if codec == "zstd1":
-        inner.append({"name": "zstd", "configuration": {"level": 1, "checksum": False}})
-    return {
-        "shape": list(layout.shape),
-        "data_type": "uint16",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(layout.shards)}},
+    import tensorstore as ts
+
+    little = {"name": "bytes", "configuration": {"endian": "little"}}
+    zstd = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
+    sharding = {
+        "chunk_shape": list(case.chunks),
+        "codecs": [little, zstd] if case.codec == "zstd1" else [little],
+        "index_codecs": [little, {"name": "crc32c"}],
+        "index_location": "end",
+    }
+    metadata = {
+        "shape": list(case.shape),
+        "data_type": volume.dtype.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(case.shards)}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": 0,
-        "codecs": [
-            {
-                "name": "sharding_indexed",
-                "configuration": {
-                    "chunk_shape": list(layout.chunks),
-                    "codecs": inner,
-                    "index_codecs": [
-                        {"name": "bytes", "configuration": {"endian": "little"}},
-                        {"name": "crc32c"},
-                    ],
-                    "index_location": "end",
-                },
-            }
-        ],
+        "codecs": [{"name": "sharding_indexed", "configuration": sharding}],
     }
+    spec = {
+        "driver": "zarr3",
+        "kvstore": {"driver": "file", "path": case.target},
+        "metadata": metadata,
+        "context": {"file_io_sync": False},
+    }
+    regions = list(grid(case.shape, case.shards))
 
-
-class TensorStoreWriter(ZarrOutput):
-    """TensorStore ``zarr3`` driver: one concurrent write per shard region.
-
-    All per-shard writes are issued before waiting on any, without a
-    transaction (each covers a whole shard, so no read-modify-write).
-    ``file_io_sync`` is off because no other writer fsyncs.
-    """
-
-    name = "tensorstore"
-    label = "tensorstore"
-
-    def load(self) -> None:
-        """Import tensorstore."""
-        try:
-            import tensorstore  # noqa: F401
-        except ImportError as exc:
-            raise WriterUnavailable(f"tensorstore not importable: {exc}") from exc
-
-    def write(self, source: Any, path: Path, layout: Layout, codec: str) -> None:
-        """Create the array and write the NumPy volume shard by shard."""
-        import tensorstore as ts
-
-        spec = {
-            "driver": "zarr3",
-            "kvstore": {"driver": "file", "path": str(path)},
-            "metadata": tensorstore_metadata(layout, codec),
-            "context": {"file_io_sync": False},
-        }
+    def write() -> None:
         array = ts.open(spec, create=True, delete_existing=True).result()
-        futures = [array[region].write(source[region]) for region in layout.shard_slices()]
+        futures = [array[region].write(volume[region]) for region in regions]
         for future in futures:
             future.result()
-        self.notes = [f"{len(futures)} concurrent per-shard writes, file_io_sync off"]
+
+    return write, [f"{len(regions)} concurrent per-shard writes, file_io_sync off"]
 
 
-class CubedWriter(ZarrOutput):
-    """cubed: ``cubed.store`` of ``cubed.from_array`` into a sharded zarr-python array.
+def cubed_store(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
+    """``cubed.store`` of ``cubed.from_array(volume, chunks=shards)`` into a zarr-python array.
 
-    Uses cubed's ``threads`` executor with one worker per core and source
-    chunks equal to the shard shape (measured once, not per Dask block case).
+    cubed's ``threads`` executor with one worker per core; its work directory
+    is ``TARGET.scratch``.
     """
+    import cubed
 
-    name = "cubed"
-    label = "cubed store"
+    spec = cubed.Spec(
+        work_dir=f"{case.target}.scratch/cubed-work",
+        allowed_mem="2GB",
+        reserved_mem="100MB",
+        executor_name="threads",
+        executor_options={"max_workers": THREADS},
+    )
+    source = cubed.from_array(volume, chunks=case.shards, spec=spec)
+    notes = [f"threads executor x{THREADS}, source chunks = shards"]
 
-    def load(self) -> None:
-        """Import cubed and zarr."""
-        try:
-            import cubed  # noqa: F401
-            import zarr  # noqa: F401
-        except ImportError as exc:
-            raise WriterUnavailable(f"cubed not importable: {exc}") from exc
-
-    def prepare(self, volume: np.ndarray, layout: Layout, blocks: tuple[int, ...] | None) -> Any:
-        """Wrap the volume with ``cubed.from_array`` in shard-shaped chunks."""
-        import cubed
-
-        spec = cubed.Spec(
-            work_dir=str(self.scratch / "cubed-work"),
-            allowed_mem="2GB",
-            reserved_mem="100MB",
-            executor_name="threads",
-            executor_options={"max_workers": n_threads()},
-        )
-        return cubed.from_array(volume, chunks=layout.shards, spec=spec)
-
-    def write(self, source: Any, path: Path, layout: Layout, codec: str) -> None:
-        """Create the sharded array with zarr-python and ``cubed.store`` into it."""
-        import cubed
-
-        target = create_zarr_target(path, layout, codec)
+    def write() -> None:
+        target = create_array(case, volume.dtype)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
                 cubed.store(source, target)
             except Exception as exc:
                 raise WriterUnsupported(f"cubed.store into a sharded array: {exc!r}") from exc
-        self.notes = [f"threads executor x{n_threads()}, source chunks = shards"]
-        aligned = tuple(source.chunksize) == tuple(layout.shards)
         for w in caught:
-            spurious = aligned and "mismatch between the shard and chunk size" in str(w.message)
+            spurious = "mismatch between the shard and chunk size" in str(w.message)
             suffix = " (spurious: source chunks already equal the shards)" if spurious else ""
-            self.notes.append(f"warning: {w.message}{suffix}")
+            if f"warning: {w.message}{suffix}" not in notes:
+                notes.append(f"warning: {w.message}{suffix}")
+
+    return write, notes
 
 
-class ShardpipeWriter(DaskToZarr):
-    """``shardpipe.to_sharded_zarr`` on the Dask array (default scheduler)."""
-
-    name = "shardpipe"
-    label = "shardpipe"
-
-    def load(self) -> None:
-        """Import shardpipe; report it as unavailable if that fails."""
-        super().load()
-        try:
-            from shardpipe import to_sharded_zarr
-        except Exception as exc:
-            raise WriterUnavailable(f"shardpipe not importable yet: {exc!r}") from exc
-        self._to_sharded_zarr = to_sharded_zarr
-
-    def prepare(self, volume: np.ndarray, layout: Layout, blocks: tuple[int, ...] | None) -> Any:
-        """Wrap the volume with ``dask.array.from_array`` in the given blocks."""
-        x = super().prepare(volume, layout, blocks)
-        self.notes = [f"{x.npartitions} input blocks"]
-        return x
-
-    fsync = True
-
-    def write(self, source: Any, path: Path, layout: Layout, codec: str) -> None:
-        """Call ``to_sharded_zarr`` with the benchmark layout and codec."""
-        self._to_sharded_zarr(
-            source,
-            str(path),
-            shards=layout.shards,
-            chunks=layout.chunks,
-            compressors=zarr_compressors(codec),
-            overwrite=True,
-            storage_options={"fsync": self.fsync},
-        )
+def shardpipe_args(case: Case) -> dict[str, Any]:
+    """Keyword arguments of ``to_sharded_zarr``/``prepare_write`` for the case."""
+    return {
+        "shards": case.shards,
+        "chunks": case.chunks,
+        "compressors": compressors(case.codec),
+        "overwrite": True,
+        "storage_options": case.storage_options,
+        **({"max_mem": case.max_mem} if case.max_mem else {}),
+    }
 
 
-class ShardpipeNoFsyncWriter(ShardpipeWriter):
-    """shardpipe without ``fsync``: atomic but not durable, like every other writer here."""
+def shardpipe_write(case: Case, x: Any, fsync: bool = True) -> tuple[Write, list[str]]:
+    """``shardpipe.to_sharded_zarr`` on the Dask array; ``fsync=False`` is atomic, not durable."""
+    import shardpipe
 
-    name = "shardpipe-nofsync"
-    label = "shardpipe (no fsync)"
-    fsync = False
+    kwargs = shardpipe_args(case)
+    if not fsync:
+        kwargs["storage_options"] = {**(case.storage_options or {}), "fsync": False}
+    write = lambda: shardpipe.to_sharded_zarr(x, case.target, **kwargs)  # noqa: E731
+    return write, [f"{x.npartitions} input blocks"]
 
 
-WRITERS: dict[str, type[Writer]] = {
-    cls.name: cls
-    for cls in (
-        EncodeOnly,
-        RawWrite,
-        DaskToZarr,
-        ZarrsToZarr,
-        TensorStoreWriter,
-        CubedWriter,
-        ShardpipeWriter,
-        ShardpipeNoFsyncWriter,
+def plan_note(case: Case, x: Any) -> str:
+    """Describe shardpipe's plan of the write (``prepare_write`` writes nothing)."""
+    import shardpipe
+
+    plan = shardpipe.prepare_write(x, case.target, **shardpipe_args(case)).plan
+    tasks = ", ".join(f"{kind} {n}" for kind, n in sorted(plan.task_counts.items()))
+    return (
+        f"plan: {plan.n_shards} shards, {plan.n_multipart_shards} in parts ({plan.n_parts} "
+        f"parts of up to {plan.part_chunks} inner chunks); {plan.num_tasks} tasks ({tasks}); "
+        f"projected peak per task {plan.max_projected_mem / MIB:.1f} MiB"
     )
+
+
+def _nbytes(block: np.ndarray) -> np.ndarray:
+    """``map_blocks`` callback of ``generate``: keep only the block's size."""
+    return np.full((1,) * block.ndim, block.nbytes, dtype=np.int64)
+
+
+def generate(case: Case, x: Any) -> tuple[Write, list[str]]:
+    """Compute every block of the Dask array and drop it (the generation cost alone)."""
+    sizes = x.map_blocks(_nbytes, chunks=tuple((1,) * len(c) for c in x.chunks), dtype="i8")
+    return lambda: int(sizes.sum().compute()), []
+
+
+def warm_up(case: Case) -> None:
+    """Write a tiny two-part shard with shardpipe (imports, thread pools, codec contexts)."""
+    import shardpipe
+
+    path = f"{case.target}.warm-up"
+    x = synthetic_array((64, 128, 128), "uint8", (64, 64, 128))
+    shardpipe.to_sharded_zarr(x, path, chunks=(64, 64, 64), max_mem="2MB", overwrite=True)
+    shutil.rmtree(path)
+
+
+def check_zarr(case: Case, vol: Volume, written: object) -> tuple[int, list[str]]:
+    """Read a Zarr output back with zarr-python's default pipeline and compare it.
+
+    Checks format, shape, dtype, shards, inner chunks, compressor, one object
+    per shard, the values of ``vol.regions``, and (with
+    ``case.shardpipe_checks``) ``shardpipe.verify``. Returns the bytes stored
+    and the problems found.
+    """
+    import fsspec
+    import zarr
+
+    arr = zarr.open_array(case.target, mode="r", storage_options=case.storage_options)
+    got = (arr.metadata.zarr_format, arr.shape, arr.dtype, arr.shards, arr.chunks)
+    want = (3, case.shape, DTYPES[case.volume], case.shards, case.chunks)
+    problems = [] if got == want else [f"layout {got}, expected {want}"]
+    codecs = [(type(c).__name__, getattr(c, "level", None)) for c in arr.compressors]
+    if codecs != ([("ZstdCodec", 1)] if case.codec == "zstd1" else []):
+        problems.append(f"compressors {arr.compressors}")
+    fs, path = fsspec.url_to_fs(case.target, **(case.storage_options or {}))
+    n_objects = len(fs.find(f"{path}/c"))
+    if n_objects != case.n_shards:
+        problems.append(f"{n_objects} shard objects, expected {case.n_shards}")
+    for region in vol.regions:
+        got_values, want_values = arr[region], vol.values(region)
+        if not np.array_equal(got_values, want_values):
+            where = ", ".join(f"{s.start}:{s.stop}" for s in region)
+            n_bad = int(np.count_nonzero(got_values != want_values))
+            problems.append(f"[{where}]: {n_bad} values differ")
+    if case.shardpipe_checks:
+        import shardpipe
+
+        report = shardpipe.verify(case.target, storage_options=case.storage_options)
+        problems += [f"verify {key}: {problem}" for key, problem in report.problems[:5]]
+    return int(fs.du(path)), problems
+
+
+def check_encoded(case: Case, vol: Volume, written: object) -> tuple[int, list[str]]:
+    """Round-trip every chunk and compare the encoded total with the timed run's."""
+    zstd = numcodecs_zstd(case.codec)
+    total, problems = 0, []
+    for region in grid(case.shape, case.shards):
+        for chunk in inner_chunks(region, case.chunks):
+            raw = chunk_bytes(vol.data[chunk])
+            encoded = zstd.encode(raw) if zstd else raw
+            total += len(encoded) if zstd else raw.nbytes
+            decoded = np.frombuffer(zstd.decode(encoded), raw.dtype) if zstd else raw
+            if not np.array_equal(decoded.reshape(raw.shape), raw):
+                problems.append(f"chunk {chunk} does not round-trip")
+    if total != written:
+        problems.append(f"timed run encoded {written} bytes, verification pass {total}")
+    return total, problems
+
+
+def check_raw(case: Case, vol: Volume, written: object) -> tuple[int, list[str]]:
+    """Read every file back and compare it with its piece of the volume."""
+    total, problems = 0, []
+    for index, piece in enumerate(raw_pieces(case, vol.data)):
+        data = (Path(case.target) / str(index)).read_bytes()
+        total += len(data)
+        if data != piece:
+            problems.append(f"file {index} differs from the volume")
+    return total, problems
+
+
+class Writer(NamedTuple):
+    """A writer: the modules it needs, its factory, and the check of its output."""
+
+    needs: tuple[str, ...]
+    make: Callable[[Case, Any], tuple[Write, list[str]]]
+    check: Callable[[Case, Volume, object], tuple[int, list[str]]] | None = check_zarr
+
+
+WRITERS = {
+    "encode": Writer(("numcodecs",), encode_only, check_encoded),
+    "raw": Writer((), raw_write, check_raw),
+    "dask": Writer(("dask.array", "zarr"), dask_to_zarr),
+    "zarrs": Writer(("dask.array", "zarr", "zarrs"), lambda c, x: dask_to_zarr(c, x, ZARRS_CONFIG)),
+    "tensorstore": Writer(("tensorstore",), tensorstore_write),
+    "cubed": Writer(("cubed", "zarr"), cubed_store),
+    "shardpipe": Writer(("dask.array", "zarr", "shardpipe"), shardpipe_write),
+    "shardpipe-nofsync": Writer(
+        ("dask.array", "zarr", "shardpipe"), lambda c, x: shardpipe_write(c, x, fsync=False)
+    ),
+    "generate": Writer(("dask.array",), generate, None),
 }
-"""All writers by command-line name, in report order."""
+"""Every writer by name (the suite's are :data:`benchmarks.cases.SUITE_WRITERS`)."""

@@ -1,0 +1,169 @@
+"""The registry of benchmark cases: one :class:`Case` per measurement of the three benchmarks.
+
+A case names its benchmark, its volume (:mod:`benchmarks.volumes`), its writer
+(:data:`benchmarks.writers.WRITERS`), where it writes (a local directory or an
+``s3://`` URL with storage options) and the options of the write. The child
+runner (:mod:`benchmarks.child`) gets it as JSON and needs nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SHARDS = (128, 256, 256)  # 16 MiB of uint16, 8 MiB of uint8
+CHUNKS = (64, 64, 64)
+CODECS = ("zstd1", "none")  # inner codecs: bytes + zstd level 1, or bytes only
+BLOCK_CASES = ("aligned", "misaligned", "slabs")  # the suite's; s3 adds "multipart"
+SUITE_WRITERS = {  # command-line name: report label, in report order
+    "encode": "encode-only limit",
+    "raw": "raw-write limit",
+    "dask": "dask to_zarr",
+    "zarrs": "dask to_zarr + zarrs",
+    "tensorstore": "tensorstore",
+    "cubed": "cubed store",
+    "shardpipe": "shardpipe",
+    "shardpipe-nofsync": "shardpipe (no fsync)",
+}
+DASK_WRITERS = ("dask", "zarrs", "shardpipe", "shardpipe-nofsync")  # once per block case
+SIZES = {  # volume shape: (full size, --small)
+    "suite": ((512, 1024, 1024), (256, 256, 512)),  # 1 GiB of uint16; 64 MiB, four shards
+    "large-shard": ((1024, 1024, 1024), (256, 512, 512)),  # 1 GiB of uint8; 64 MiB
+    "s3": ((256, 512, 512), (128, 256, 512)),  # 128 MiB of uint16, 8 shards; 32 MiB, 2 shards
+}
+LARGE_SHARD = {  # by --small: Dask blocks (each one part of the shard), one-shard max_mem
+    False: {"blocks": (64, 1024, 1024), "max_mem": "256MB"},  # 1 GiB shard = 4.2 x max_mem
+    True: {"blocks": (64, 128, 512), "max_mem": "16MB"},  # 64 MiB shard = 4.2 x max_mem
+}
+S3_MULTIPART_MAX_MEM = "32MB"  # a 16 MiB shard > 32 MB / 3: one upload of 2 parts of 8 MiB
+BUCKET = "shardpipe-bench"
+S3_REGION = "us-east-1"
+S3_CREDENTIALS = {"key": "testing", "secret": "testing"}  # fake, for the local moto server
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: a writer writing a volume to a target, with its options."""
+
+    bench: str  # "suite", "large-shard" or "s3"
+    label: str  # row name in the report
+    writer: str  # key of benchmarks.writers.WRITERS
+    volume: str  # "smooth" or "synthetic" (benchmarks.volumes)
+    shape: tuple[int, ...]
+    target: str  # local directory or s3:// URL: emptied before each rep, deleted at the end
+    codec: str = "zstd1"
+    blocks: str | None = None  # name of the Dask block case
+    block_shape: tuple[int, ...] | None = None  # Dask blocks; None: the NumPy volume
+    shards: tuple[int, ...] = SHARDS
+    chunks: tuple[int, ...] = CHUNKS
+    max_mem: str | None = None  # shardpipe's (its default if None)
+    workers: int = 0  # LocalCluster of single-threaded worker processes; 0: threaded scheduler
+    storage_options: dict[str, Any] | None = None  # fsspec options of an s3:// target
+    warm_up: bool = False  # first write a tiny two-part shard with shardpipe (untimed)
+    shardpipe_checks: bool = False  # note shardpipe's plan, run shardpipe.verify on the output
+    reps: int = 2  # timed repetitions; the fastest is reported
+    seed: int = 0
+
+    @property
+    def n_shards(self) -> int:
+        """Number of shards of the output."""
+        return math.prod(-(-n // s) for n, s in zip(self.shape, self.shards, strict=True))
+
+    def to_json(self) -> str:
+        """The case as a JSON object (the child runner's argument)."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        """Rebuild a case from :meth:`to_json` (lists become tuples again)."""
+        return cls(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()}
+        )
+
+
+def block_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The Dask blocks of a block case, clipped to ``shape``."""
+    blocks = {
+        "aligned": SHARDS,  # one block per shard
+        "misaligned": (100, 100, 100),
+        "slabs": (1, *shape[1:]),  # single planes
+        "multipart": (64, 256, 256),
+    }[name]
+    return tuple(min(b, n) for b, n in zip(blocks, shape, strict=True))
+
+
+def suite_cases(
+    shape: tuple[int, ...],
+    writers: list[str],
+    codecs: list[str],
+    blocks: list[str],
+    out_dir: Path,
+    **common: Any,
+) -> list[Case]:
+    """The suite: each selected writer x codec (x block case for the Dask writers).
+
+    The raw-write limit ignores the codec and runs once, under ``none``.
+    """
+    cases = []
+    for c in codecs:
+        for w, label in SUITE_WRITERS.items():
+            if w not in writers or (w == "raw" and c != "none"):
+                continue
+            for b in blocks if w in DASK_WRITERS else [None]:
+                target = str(out_dir / f"{w}-{c}-{b or 'numpy'}")
+                shape_b = block_shape(b, shape) if b else None
+                cases.append(
+                    Case("suite", label, w, "smooth", shape, target, c, b, shape_b, **common)
+                )
+    return cases
+
+
+def large_shard_cases(
+    shape: tuple[int, ...],
+    blocks: tuple[int, ...],
+    max_mem: str,
+    workers: int,
+    with_dask: bool,
+    out_dir: Path,
+    **common: Any,
+) -> list[Case]:
+    """large-shard: generation alone, one shard > max_mem, fitting shards (, dask one shard).
+
+    The report reads the first three in this order.
+    """
+    fitting = tuple(min(s, n) for s, n in zip(SHARDS, shape, strict=True))
+    rows = [
+        ("generate only", "generate", shape, None),
+        ("shardpipe, one shard", "shardpipe", shape, max_mem),
+        ("shardpipe, fitting shards", "shardpipe", fitting, None),
+        *([("dask to_zarr, one shard", "dask", shape, None)] if with_dask else []),
+    ]
+    fixed = {"block_shape": blocks, "workers": workers, "warm_up": True, "shardpipe_checks": True}
+    cases = []
+    for label, w, shards, budget in rows:
+        target = str(out_dir / f"large-shard-{w}-{'x'.join(map(str, shards))}")
+        options = fixed | common | {"shards": shards, "max_mem": budget}
+        cases.append(Case("large-shard", label, w, "synthetic", shape, target, **options))
+    return cases
+
+
+def s3_cases(shape: tuple[int, ...], endpoint: str, **common: Any) -> list[Case]:
+    """s3: shardpipe and dask to_zarr, for aligned, misaligned and multipart blocks."""
+    storage_options = {  # no shared instances, no listing cache
+        **S3_CREDENTIALS,
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": S3_REGION},
+        "skip_instance_cache": True,
+        "use_listings_cache": False,
+    }
+    fixed = {"storage_options": storage_options, "shardpipe_checks": True}
+    cases = []
+    for b in ("aligned", "misaligned", "multipart"):
+        for w in ("shardpipe", "dask"):
+            target = f"s3://{BUCKET}/{w}-{b}.zarr"
+            budget = S3_MULTIPART_MAX_MEM if (b, w) == ("multipart", "shardpipe") else None
+            options = fixed | common | {"block_shape": block_shape(b, shape), "max_mem": budget}
+            cases.append(Case("s3", f"{w} {b}", w, "smooth", shape, target, "zstd1", b, **options))
+    return cases
