@@ -15,8 +15,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -81,38 +79,19 @@ def parse_args(bench: str, argv: list[str]) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def moto_server() -> Iterator[tuple[Any, str]]:
-    """Run a moto S3 server on 127.0.0.1 in this process; yield a boto3 client and its URL.
+    """Run the test kit's moto S3 server in this process; yield a boto3 client and its URL.
 
-    Fake credentials and the region go into ``os.environ`` first (the
-    children inherit them; profile and endpoint variables are removed), and
-    the bucket :data:`benchmarks.cases.BUCKET` is created.
+    The kit puts fake credentials and the region into ``os.environ`` (the
+    children inherit them); the bucket :data:`benchmarks.cases.BUCKET` is created.
     """
     import boto3
-    from moto.server import ThreadedMotoServer
 
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        os.environ.pop(name, None)
-    os.environ |= {
-        "AWS_ACCESS_KEY_ID": cases.S3_CREDENTIALS["key"],
-        "AWS_SECRET_ACCESS_KEY": cases.S3_CREDENTIALS["secret"],
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_SECURITY_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": cases.S3_REGION,
-        "AWS_REGION": cases.S3_REGION,
-    }
+    from shardpipe.testing import s3
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        client = boto3.client("s3", endpoint_url=endpoint, region_name=cases.S3_REGION)
-        client.create_bucket(Bucket=cases.BUCKET)
-        yield client, endpoint
-    finally:
-        server.stop()
+    with s3.moto_server() as endpoint:
+        s3.make_bucket(endpoint, cases.BUCKET)
+        yield boto3.client("s3", endpoint_url=endpoint, region_name=s3.REGION), endpoint
 
 
 def empty_bucket(client: Any) -> int:

@@ -40,8 +40,6 @@ LARGE_SHARD = {  # by --small: Dask blocks (each one part of the shard), one-sha
 }
 S3_MULTIPART_MAX_MEM = "32MB"  # a 16 MiB shard > 32 MB / 3: one upload of 2 parts of 8 MiB
 BUCKET = "shardpipe-bench"
-S3_REGION = "us-east-1"
-S3_CREDENTIALS = {"key": "testing", "secret": "testing"}  # fake, for the local moto server
 
 
 @dataclass(frozen=True)
@@ -152,12 +150,9 @@ def large_shard_cases(
 
 def s3_cases(shape: tuple[int, ...], endpoint: str, **common: Any) -> list[Case]:
     """s3: shardpipe and dask to_zarr, for aligned, misaligned and multipart blocks."""
-    storage_options = {  # no shared instances, no listing cache
-        **S3_CREDENTIALS,
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": S3_REGION},
-        "skip_instance_cache": True,
-        "use_listings_cache": False,
-    }
+    from shardpipe.testing.s3 import storage_options_for
+
+    storage_options = storage_options_for(endpoint)  # no shared instances, no listing cache
     fixed = {"storage_options": storage_options, "shardpipe_checks": True}
     cases = []
     for b in ("aligned", "misaligned", "multipart"):
