@@ -5,21 +5,29 @@ from importlib.metadata import PackageNotFoundError, version
 from shardpipe.errors import (
     ArrayExistsError,
     InvalidArgumentError,
+    JobConflictError,
     MemoryBudgetError,
+    ShardConflictError,
     ShardpipeError,
     SourceOverlapsTargetError,
     StoreNotWritableError,
     VerificationError,
 )
 from shardpipe.job import ShardedWrite, prepare_write
+from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
 from shardpipe.tasks import WriteReport
 from shardpipe.verify import VerifyReport, verify
 from shardpipe.writer import cleanup, to_sharded_zarr
 
 __all__ = [
     "ArrayExistsError",
+    "ArrayInfo",
+    "CompactReport",
     "InvalidArgumentError",
+    "JobConflictError",
     "MemoryBudgetError",
+    "RepairReport",
+    "ShardConflictError",
     "ShardedWrite",
     "ShardpipeError",
     "SourceOverlapsTargetError",
@@ -28,7 +36,10 @@ __all__ = [
     "VerifyReport",
     "WriteReport",
     "cleanup",
+    "compact",
+    "info",
     "prepare_write",
+    "repair",
     "to_sharded_zarr",
     "verify",
 ]

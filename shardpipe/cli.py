@@ -114,6 +114,34 @@ def _parser() -> argparse.ArgumentParser:
         description="Never run it while a write to the array is under way.",
     )
     _add_store_arguments(clean, "store")
+    about = commands.add_parser(
+        "info",
+        help="describe a sharded array: layout, codecs, shards, bytes used and unused",
+        description="Reads zarr.json and every shard's index (no inner chunk).",
+    )
+    _add_store_arguments(about, "store")
+    fix = commands.add_parser(
+        "repair",
+        help="roll back shards an interrupted update left, remove leftovers, verify",
+        description="Restores every shard left mid-update to its state before that update, "
+        "removes staging data and a dead job's marker, then verifies. Exits 1 when the "
+        "array does not verify clean afterwards.",
+    )
+    _add_store_arguments(fix, "store")
+    fix.add_argument(
+        "--force",
+        action="store_true",
+        help="take over from a job shardpipe cannot prove dead (it ran on another machine)",
+    )
+    pack = commands.add_parser(
+        "compact",
+        help="rewrite shards whose unused space is above a threshold",
+        description="Kept inner chunks are copied as they are; each shard is replaced atomically.",
+    )
+    _add_store_arguments(pack, "store")
+    pack.add_argument(
+        "--threshold", type=float, default=0.1, help="unused share above which to rewrite (0.1)"
+    )
     return parser
 
 
@@ -167,6 +195,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(report)
         return 0 if report.ok else 1
+    if args.command in ("info", "repair", "compact"):
+        from shardpipe import maintenance
+
+        try:
+            if args.command == "info":
+                print(maintenance.info(args.store, args.path, storage_options=options))
+                return 0
+            if args.command == "compact":
+                print(
+                    maintenance.compact(
+                        args.store, args.path, threshold=args.threshold, storage_options=options
+                    )
+                )
+                return 0
+            fixed = maintenance.repair(
+                args.store, args.path, storage_options=options, force=args.force
+            )
+        except (ShardpipeError, OSError, ValueError, KeyError) as err:
+            print(f"shardpipe {args.command}: {where}: {err}", file=sys.stderr)
+            return 2
+        print(fixed)
+        return 0 if fixed.ok else 1
     if args.command == "cleanup":
         from shardpipe.writer import cleanup
 

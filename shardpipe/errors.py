@@ -108,3 +108,35 @@ class ConditionFailedError(StorageError):
 
 class VerificationError(ShardpipeError):
     """``verify`` found damaged shards."""
+
+
+class JobConflictError(ShardpipeError):
+    """Another shardpipe job holds the array (its job marker is present).
+
+    Attributes
+    ----------
+    marker : dict
+        What the other job recorded: its id, host, process id, action and
+        start time.
+    """
+
+    def __init__(self, message: str, marker: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.marker = marker or {}
+
+
+class ShardConflictError(ConditionFailedError):
+    """Shards changed under an update since it read them; the other writer's version stays.
+
+    Attributes
+    ----------
+    keys : list of str
+        The shards whose update lost the race.
+    """
+
+    def __init__(self, message: str, keys: list[str]) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+    def __reduce__(self) -> tuple[type[ShardConflictError], tuple[str, list[str]]]:
+        return type(self), (str(self), self.keys)

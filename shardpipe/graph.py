@@ -5,6 +5,7 @@ Dask scheduler. Task names read well on the dashboard::
 
     encode-piece   a block encodes the inner chunks it holds of a part
     write-shard    a shard that fits one task: encode (or gather) and publish
+    update-shard   an existing shard: merge, encode, change it (in place, append, rewrite)
     create-array   write the array's metadata (graphs from ``to_delayed`` only)
     begin-shard    start a shard written in parts (staging / multipart upload)
     write-part     encode (or gather) one part of a large shard and write it
@@ -35,8 +36,9 @@ from shardpipe.tasks import (
     write_part,
     write_shard,
 )
+from shardpipe.updating import UpdateTarget, update_shard
 
-PUBLISHING_TASKS = ("write-shard", "stamp-shard")
+PUBLISHING_TASKS = ("write-shard", "update-shard", "stamp-shard")
 """Names of the tasks after which a shard is complete at its key."""
 
 
@@ -59,11 +61,12 @@ class WriteGraph:
 def build_write_graph(
     arr: da.Array,
     plan: WritePlan,
-    target: WriteTarget | Delayed,
+    target: WriteTarget | UpdateTarget | Delayed,
     key_of: Callable[[Coords], str],
     token: str,
     *,
     in_process: bool = False,
+    update: bool = False,
 ) -> WriteGraph:
     """Build the Dask graph that writes ``arr`` according to ``plan``.
 
@@ -86,11 +89,18 @@ def build_write_graph(
         synchronous), where nothing travels between workers: a part's task
         then cuts the blocks feeding it itself, with no ``encode-piece``
         tasks in between, wherever the plan says holding them fits the budget.
+    update : bool
+        The array exists: each shard is changed by one ``update-shard``
+        task (``target`` is then an :class:`~shardpipe.updating.UpdateTarget`),
+        which needs every shard to be a single part.
     """
     blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
     target_d = (
         target if isinstance(target, Delayed) else delayed(target, name=f"write-target-{token}")
     )
+    piece_target = target_d
+    if isinstance(target, UpdateTarget):
+        piece_target = delayed(target.write, name=f"piece-target-{token}")
     counter = itertools.count()
 
     def call(func: Callable[..., Any], name: str, *deps: Any, **static: Any) -> Delayed:
@@ -115,7 +125,7 @@ def build_write_graph(
             call(
                 encode_piece,
                 "encode-piece",
-                target_d,
+                piece_target,
                 blocks[b],
                 block_box=plan.placement.block_box(b),
                 shard=coords,
@@ -128,6 +138,25 @@ def build_write_graph(
     publishing = []
     for shard in plan.shards:
         key = key_of(shard.coords)
+        if update:
+            if not shard.is_single_part:
+                raise ValueError(f"shard {shard.coords}: updates are written in one part")
+            part = shard.parts[0]
+            deps, box = sources(shard.coords, part)
+            publishing.append(
+                call(
+                    update_shard,
+                    "update-shard",
+                    target_d,
+                    *deps,
+                    shard=shard.coords,
+                    key=key,
+                    part=part,
+                    block_boxes=box,
+                    coverage=shard.coverage,
+                )
+            )
+            continue
         if shard.is_single_part:
             part = shard.parts[0]
             deps, box = sources(shard.coords, part)

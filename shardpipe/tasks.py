@@ -8,9 +8,10 @@ every shard key has exactly one task that publishes it.
 from __future__ import annotations
 
 import math
-from collections.abc import Buffer, Iterator
+from collections import Counter
+from collections.abc import Buffer, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -88,11 +89,16 @@ class WriteReport:
     shards_empty : int
         Of those, shards left out as empty (nothing written).
     nbytes : int
-        Bytes of the published shard objects (index and padding included).
+        Bytes written to shard objects (index and padding included): whole
+        new shards, or what updates wrote into existing ones.
     chunks_stored : int
-        Inner chunks stored.
+        Inner chunks stored in the shards written.
     seconds : float
         Wall time of the whole write (0 in the reports of single tasks).
+    strategies : mapping of str to int
+        For updates of existing arrays: shards per way they were changed
+        (``"new"``, ``"in_place"``, ``"append"``, ``"rewrite"``,
+        ``"unchanged"``).
     """
 
     shards: int = 0
@@ -100,6 +106,7 @@ class WriteReport:
     nbytes: int = 0
     chunks_stored: int = 0
     seconds: float = 0.0
+    strategies: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def shards_written(self) -> int:
@@ -113,14 +120,17 @@ class WriteReport:
             nbytes=self.nbytes + other.nbytes,
             chunks_stored=self.chunks_stored + other.chunks_stored,
             seconds=max(self.seconds, other.seconds),
+            strategies=dict(Counter(self.strategies) + Counter(other.strategies)),
         )
 
     def __str__(self) -> str:
         rate = f", {self.nbytes / 1e6 / self.seconds:,.0f} MB/s stored" if self.seconds else ""
+        how = ", ".join(f"{k} {n}" for k, n in sorted(self.strategies.items()))
         return (
             f"{self.shards_written} shard(s) written, {self.shards_empty} left out as empty, "
             f"{self.chunks_stored} inner chunks, {self.nbytes:,} bytes"
             + (f" in {self.seconds:.2f} s{rate}" if self.seconds else "")
+            + (f" ({how})" if how else "")
         )
 
 
@@ -168,10 +178,28 @@ def encode_piece(
     return piece
 
 
+class OldChunks(Protocol):
+    """The old content of the partly covered inner chunks of a shard being updated."""
+
+    partial: frozenset[Coords]
+    """Local coordinates of the partly covered inner chunks."""
+
+    def chunk(self, local: Coords) -> np.ndarray | None:
+        """Decoded old chunk at ``local`` (inner chunk shape), or None when not stored."""
+        ...
+
+
 def _gather(
-    target: WriteTarget, shard: Coords, part: PartPlan, pieces: tuple[Piece, ...]
-) -> list[tuple[int, Buffer]]:
-    """Assemble the chunks of ``part`` from pieces and encode those not yet encoded."""
+    target: WriteTarget,
+    shard: Coords,
+    part: PartPlan,
+    pieces: tuple[Piece, ...],
+    old: OldChunks | None = None,
+) -> list[tuple[int, Buffer | None]]:
+    """Assemble the chunks of ``part`` from pieces and encode those not yet encoded.
+
+    With ``old``, partly covered chunks start from their old content.
+    """
     layout = target.layout
     encoded: dict[int, Buffer | None] = {}
     for piece in pieces:
@@ -182,8 +210,10 @@ def _gather(
         shape = tuple(stop - start for start, stop in full)
         canvas = np.empty(shape, dtype=target.codec.dtype)
         covered = sum(values.size for piece in pieces for _, values in piece.raw)
-        if covered + len(encoded) * math.prod(layout.chunk_shape) < canvas.size:
+        if old or covered + len(encoded) * math.prod(layout.chunk_shape) < canvas.size:
             canvas.fill(target.codec.fill_value)  # some elements come from no piece
+        if old is not None:
+            _paste_old(target, shard, part, old, canvas, origin)
         for piece in pieces:
             for box, values in piece.raw:
                 canvas[box_to_slices(box, origin)] = values
@@ -193,34 +223,58 @@ def _gather(
     return _in_order(target.shard_format, part, encoded)
 
 
+def _paste_old(
+    target: WriteTarget,
+    shard: Coords,
+    part: PartPlan,
+    old: OldChunks,
+    canvas: np.ndarray,
+    origin: Coords,
+) -> None:
+    """Copy the old content of the part's partly covered chunks into ``canvas``."""
+    layout = target.layout
+    for local in old.partial:
+        box = layout.clip(layout.chunk_box(shard, local))
+        if box is None or not part.chunks.contains(local):
+            continue
+        before = old.chunk(local)
+        if before is not None:
+            canvas[box_to_slices(box, origin)] = before[tuple(slice(0, b - a) for a, b in box)]
+
+
 def _in_order(
     shard_format: ShardFormat, part: PartPlan, encoded: dict[int, Buffer | None]
-) -> list[tuple[int, Buffer]]:
-    """The stored chunks of ``part`` in C order of their local grid coordinates."""
-    out = []
-    for local in part.chunks.chunks():
-        slot = shard_format.slot(local)
-        data = encoded.get(slot)
-        if data is not None:
-            out.append((slot, data))
-    return out
+) -> list[tuple[int, Buffer | None]]:
+    """Every chunk of ``part`` in C order of its local grid coordinates (None: not stored)."""
+    return [
+        (shard_format.slot(local), encoded.get(shard_format.slot(local)))
+        for local in part.chunks.chunks()
+    ]
 
 
-def _encode_part(
+def stored_only(encoded: list[tuple[int, Buffer | None]]) -> list[tuple[int, Buffer]]:
+    """The chunks of ``encoded`` that are to be stored."""
+    return [(slot, data) for slot, data in encoded if data is not None]
+
+
+def encode_part(
     target: WriteTarget,
     shard: Coords,
     part: PartPlan,
     sources: tuple[Any, ...],
     block_boxes: tuple[Box, ...] | None,
-) -> list[tuple[int, Buffer]]:
-    """Encode the stored chunks of ``part`` from its sources, in slot order.
+    old: OldChunks | None = None,
+) -> list[tuple[int, Buffer | None]]:
+    """Encode every chunk of ``part`` from its sources, in slot order (None: not stored).
 
     ``sources`` are the Dask blocks feeding the part (with ``block_boxes``)
-    or the pieces they already made (``block_boxes`` None).
+    or the pieces they already made (``block_boxes`` None). ``old`` gives
+    the old content of partly covered chunks (an update).
     """
     if block_boxes is None:
-        return _gather(target, shard, part, sources)
-    if part.is_direct:
+        return _gather(target, shard, part, sources, old)
+    partial = old is not None and any(part.chunks.contains(c) for c in old.partial)
+    if part.is_direct and not partial:
         origin = tuple(start for start, _ in block_boxes[0])
         chunks = _encode_from(target, shard, part.chunks.chunks(), sources[0], origin)
         return _in_order(target.shard_format, part, dict(chunks))
@@ -228,7 +282,7 @@ def _encode_part(
         encode_piece(target, block, block_box=box, shard=shard, part=part, views=True)
         for block, box in zip(sources, block_boxes, strict=True)
     )
-    return _gather(target, shard, part, pieces)
+    return _gather(target, shard, part, pieces, old)
 
 
 def write_shard(
@@ -245,7 +299,7 @@ def write_shard(
     the pieces they made. A shard whose every chunk equals the fill value is
     not written.
     """
-    encoded = _encode_part(target, shard, part, sources, block_boxes)
+    encoded = stored_only(encode_part(target, shard, part, sources, block_boxes))
     if not encoded:
         return EMPTY_SHARD
     buffers = assemble_shard(target.shard_format, encoded)
@@ -275,7 +329,7 @@ def write_part(
     shard's last bytes (its last part, in a format with nothing after the
     chunks).
     """
-    encoded = _encode_part(target, shard, part, sources, block_boxes)
+    encoded = stored_only(encode_part(target, shard, part, sources, block_boxes))
     last_bytes = is_last and not target.shard_format.has_tail
     min_size = 0 if last_bytes else target.store.min_part_size
     buffers, manifest = lay_out_part(encoded, min_size=min_size)

@@ -22,6 +22,7 @@ from shardpipe.core.grid import ShardLayout
 from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
+from shardpipe.journal import JobKeys, undo_records
 from shardpipe.metadata import format_of, layout_of
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import resolve_store
@@ -64,14 +65,25 @@ class VerifyReport:
         """Whether no problem was found."""
         return not self.problems
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all shard objects."""
+        return sum(s.nbytes for s in self.shards if s.present)
+
+    @property
+    def unused_ratio(self) -> float:
+        """Share of the shard bytes no index points at (``compact`` reclaims them)."""
+        unused = sum(s.unused_bytes for s in self.shards if s.present)
+        return unused / self.nbytes if self.nbytes else 0.0
+
     def __str__(self) -> str:
         present = [s for s in self.shards if s.present]
         lines = [
             f"shards: {len(self.shards)} in grid, {len(present)} present, "
             f"{len(self.shards) - len(present)} absent (read as fill value)",
             f"inner chunks stored: {sum(s.chunks_stored for s in present)}",
-            f"bytes: {sum(s.nbytes for s in present)} "
-            f"({sum(s.unused_bytes for s in present)} unused)",
+            f"bytes: {self.nbytes} ({sum(s.unused_bytes for s in present)} unused, "
+            f"{self.unused_ratio:.1%})",
         ]
         bad = [s for s in self.shards if s.problems]
         lines.append(f"problems: {len(self.problems)} in {len(bad)} shard(s)")
@@ -182,4 +194,12 @@ def verify(
     metadata = array.metadata
     if not isinstance(metadata, ArrayV3Metadata):
         raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
-    return VerifyReport(list(_shard_checks(target, metadata, workers)))
+    report = VerifyReport(list(_shard_checks(target, metadata, workers)))
+    by_key = {check.key: check for check in report.shards}
+    for _, record in undo_records(target.shards, JobKeys(target.key(""))):
+        check = by_key.setdefault(record.key, ShardCheck(record.key))
+        check.problems.append(
+            "left mid-update by an interrupted job (an undo record exists); run "
+            "`shardpipe repair` to restore it"
+        )
+    return report

@@ -26,13 +26,16 @@ def to_sharded_zarr(
     filters: Any = None,
     serializer: Any = "auto",
     fill_value: Any = None,
-    index_location: str = "end",
+    index_location: str | None = None,
     dimension_names: Any = None,
     attributes: dict[str, Any] | None = None,
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
     write_empty_chunks: bool = False,
     max_mem: int | str = DEFAULT_MAX_MEM,
+    region: Any = None,
+    append_dim: int | None = None,
+    write_strategy: str = "auto",
     progress: bool = False,
     compute: bool = True,
 ) -> zarr.Array[Any] | Delayed:
@@ -67,8 +70,8 @@ def to_sharded_zarr(
         Inner-chunk codecs, exactly as in ``zarr.create_array``.
     fill_value : scalar, optional
         Value of elements never written; zarr's default for the dtype if None.
-    index_location : {"end", "start"}
-        Where each shard's index goes.
+    index_location : {"end", "start"}, optional
+        Where each shard's index goes (default ``"end"``).
     dimension_names : sequence of str, optional
         Names of the dimensions, stored in the metadata.
     attributes : dict, optional
@@ -87,6 +90,23 @@ def to_sharded_zarr(
         Memory budget per task, e.g. ``"2GB"`` (default ``"1GiB"``). Shards
         that do not fit are written in parts by several tasks and stamped by
         a final one; a plan in which some task cannot fit is refused.
+    region : tuple of slice, optional
+        Write into this box of the existing array at ``path`` (one slice per
+        dimension; the box's shape is the source's). Every other byte of the
+        array is kept: inner chunks the box covers partly are read, merged
+        and re-encoded; untouched ones are never decoded.
+    append_dim : int, optional
+        Grow the existing array along this axis by the source's length and
+        write the source at the new end. The new shape is published after
+        every shard: readers see the old array until then.
+    write_strategy : {"auto", "in_place", "append", "rewrite"}
+        How region writes and appends change existing shards: ``"in_place"``
+        overwrites inner chunks where their new encoding fits (file systems),
+        ``"append"`` adds new chunks and a new index at the end of the shard
+        (file systems; S3 composes the new object server side), ``"rewrite"``
+        rebuilds the shard compactly. ``"auto"`` chooses per shard (see
+        :ref:`updates`). Layout and codec arguments, left out, are the
+        existing array's; given, they must match it.
     progress : bool
         Show a progress bar over shards and bytes (with ``compute=True``).
     compute : bool
@@ -151,6 +171,9 @@ def to_sharded_zarr(
         storage_options=storage_options,
         write_empty_chunks=write_empty_chunks,
         max_mem=max_mem,
+        region=region,
+        append_dim=append_dim,
+        write_strategy=write_strategy,
     )
     if not compute:
         return job.to_delayed()

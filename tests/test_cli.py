@@ -46,7 +46,7 @@ def test_console_script_runs(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    staging = tmp_path / ".shardpipe-staging" / "old" / "x"
+    staging = tmp_path / ".shardpipe/staging" / "old" / "x"
     staging.mkdir(parents=True)
     (staging / "part-00000").write_bytes(b"left over")
     done = subprocess.run(
@@ -56,7 +56,7 @@ def test_console_script_runs(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0 and "removed 1" in done.stdout, done.stderr
-    assert not (tmp_path / ".shardpipe-staging").exists()
+    assert not (tmp_path / ".shardpipe/staging").exists()
 
 
 def test_version_and_module_entry_point() -> None:

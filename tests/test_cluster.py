@@ -52,7 +52,7 @@ def test_cluster_round_trip(
     assert_same(read_zarr(str(tmp_path)), data)
     assert_same(read_tensorstore(str(tmp_path)), data)
     assert verify(str(tmp_path)).ok
-    assert not (tmp_path / ".shardpipe-staging").exists()
+    assert not (tmp_path / ".shardpipe/staging").exists()
 
 
 def test_cluster_task_names_read_well(cluster_client: Any, tmp_path: Path) -> None:

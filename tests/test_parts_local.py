@@ -36,7 +36,7 @@ def test_shard_many_times_max_mem(tmp_path: Path, index_location: str, dask_chun
     assert_same(read_zarr(str(tmp_path)), data)
     assert_same(read_tensorstore(str(tmp_path)), data)
     assert verify(str(tmp_path)).ok
-    assert not (tmp_path / ".shardpipe-staging").exists()
+    assert not (tmp_path / ".shardpipe/staging").exists()
 
 
 def _failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
@@ -55,7 +55,7 @@ def test_failure_midway_leaves_no_partial_shard_and_no_staging(tmp_path: Path) -
         )
     leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "zarr.json"]
     assert leftovers == []
-    assert not (tmp_path / ".shardpipe-staging").exists()
+    assert not (tmp_path / ".shardpipe/staging").exists()
 
 
 def test_cleanup_after_a_failed_delayed_write(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_cleanup_after_a_failed_delayed_write(tmp_path: Path) -> None:
     )
     with dask.config.set(scheduler="threads"), pytest.raises(RuntimeError, match="simulated"):
         delayed.compute()
-    staging = tmp_path / ".shardpipe-staging"
+    staging = tmp_path / ".shardpipe/staging"
     assert any(p.is_file() for p in staging.rglob("*"))  # parts were left behind
     assert shardpipe.cleanup(str(tmp_path)) > 0
     assert not staging.exists()

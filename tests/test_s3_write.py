@@ -72,7 +72,7 @@ def _leftovers(bucket: str, storage_options: dict[str, Any]) -> tuple[list[str],
     client = boto3.client("s3", endpoint_url=kw["endpoint_url"], region_name=kw["region_name"])
     uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     objects = client.list_objects_v2(Bucket=bucket).get("Contents", [])
-    staging = [o["Key"] for o in objects if ".shardpipe-staging" in o["Key"]]
+    staging = [o["Key"] for o in objects if ".shardpipe/staging" in o["Key"]]
     return [u["Key"] for u in uploads], staging
 
 

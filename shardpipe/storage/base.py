@@ -62,7 +62,8 @@ class StoreAbilities:
     write_at : bool
         ``write_at``: overwrite bytes at an offset of an existing object.
     append : bool
-        ``append``: add bytes at the end of an existing object.
+        ``append`` and ``truncate``: add bytes at the end of an existing
+        object, cut it back.
     joins_buffers : bool
         ``put`` and ``write_part`` copy the buffers they are given into one
         object before sending it (the memory model counts that copy).
@@ -214,9 +215,22 @@ class ShardStore(ABC):
         """
         raise AbilityNotSupportedError(f"{type(self).__name__} cannot write at an offset")
 
+    def write_ranges(self, key: str, ranges: Sequence[tuple[int, Sequence[Buffer]]]) -> None:
+        """Write each ``(offset, buffers)`` of ``ranges`` in order (not atomic; needs ``write_at``).
+
+        Durable when this returns (if the backend is durable); a backend may
+        make that one ``fsync`` for all the ranges.
+        """
+        for offset, buffers in ranges:
+            self.write_at(key, offset, buffers)
+
     def append(self, key: str, buffers: Sequence[Buffer]) -> int:
         """Append to the existing object at ``key``; return its new size (not atomic)."""
         raise AbilityNotSupportedError(f"{type(self).__name__} cannot append to an object")
+
+    def truncate(self, key: str, size: int) -> None:
+        """Cut the object at ``key`` down to ``size`` bytes (backends that can ``append``)."""
+        raise AbilityNotSupportedError(f"{type(self).__name__} cannot truncate an object")
 
     # -- parts ---------------------------------------------------------------
     def begin_parts(self, key: str, staging: str) -> PartsHandle:

@@ -293,6 +293,34 @@ class LocalShardStore(ShardStore):
 
         self._change(key, 0, change)
 
+    def write_ranges(self, key: str, ranges: Sequence[tuple[int, Sequence[Buffer]]]) -> None:
+        """Write every ``(offset, buffers)`` in order, then ``fsync`` once.
+
+        Raises
+        ------
+        FileNotFoundError
+            If nothing is at ``key``.
+        ValueError
+            If an offset lies outside the file as it is when that range is written.
+        """
+
+        def change(fd: int, size: int) -> None:
+            for offset, buffers in ranges:
+                if not 0 <= offset <= size:
+                    raise ValueError(f"offset {offset} lies outside {key!r} ({size} bytes)")
+                size = max(size, offset + _pwrite_all(fd, buffers, offset))
+
+        self._change(key, 0, change)
+
+    def truncate(self, key: str, size: int) -> None:
+        """Cut the file at ``key`` down to ``size`` bytes (never grows it)."""
+
+        def change(fd: int, current: int) -> None:
+            if size < current:
+                os.ftruncate(fd, size)
+
+        self._change(key, 0, change)
+
     def append(self, key: str, buffers: Sequence[Buffer]) -> int:
         """Append to the file at ``key`` (``O_APPEND``; not atomic); return its new size.
 

@@ -17,7 +17,7 @@ from shardpipe.errors import (
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
 
 MiB = 2**20
-STAGING = "arr/.shardpipe-staging/run1"
+STAGING = "arr/.shardpipe/staging/run1"
 SHARDS = "arr/c"
 
 

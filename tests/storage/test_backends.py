@@ -169,7 +169,7 @@ def test_s3_root_prefix_faults_and_cleanup_scope(s3_bucket: tuple[str, dict[str,
     assert client.get_object(Bucket=bucket, Key="root/arr/c/3")["Body"].read() == b"arr/c/3"
 
     mine = store.begin_parts("arr/c/9", STAGING)
-    other = store.begin_parts("arr/c/8", "arr/.shardpipe-staging/another-write")
+    other = store.begin_parts("arr/c/8", "arr/.shardpipe/staging/another-write")
     assert store.cleanup(STAGING, SHARDS) == 2  # our upload and its marker, not the other's
     uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     assert [u["UploadId"] for u in uploads] == [other.upload]

@@ -1,0 +1,238 @@
+"""An existing sharded array as the target of an update: its metadata, and where the source goes.
+
+``to_sharded_zarr(..., region=...)`` writes into a box of an existing array;
+``append_dim=`` grows it along one axis and writes at the new end. Both are
+checked here against the array's metadata before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.metadata.v3 import ArrayV3Metadata
+
+from shardpipe.core.grid import Coords, Shape
+from shardpipe.core.shard_update import STRATEGIES
+from shardpipe.errors import InvalidArgumentError, ShardFormatError
+from shardpipe.metadata import format_of, layout_of
+from shardpipe.storage.base import ObjectVersion
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.validate import _is_integer
+
+
+@dataclass(frozen=True)
+class ExistingArray:
+    """The array an update writes into.
+
+    Attributes
+    ----------
+    metadata : ArrayV3Metadata
+        Its metadata as read before planning.
+    version : ObjectVersion
+        Version of its ``zarr.json`` then (the update publishes only if it
+        is unchanged).
+    offset : tuple of int
+        Where the source's first element goes.
+    grown : ArrayV3Metadata or None
+        The metadata to publish after the shards (an append), else None.
+    strategy : str
+        ``write_strategy``.
+    """
+
+    metadata: ArrayV3Metadata
+    version: ObjectVersion
+    offset: Coords
+    grown: ArrayV3Metadata | None
+    strategy: str
+
+    @property
+    def target_metadata(self) -> ArrayV3Metadata:
+        """The metadata the shards are written for (the grown one for an append)."""
+        return self.grown or self.metadata
+
+
+def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadata, ObjectVersion]:
+    """Read the sharded Zarr v3 array at the target, with the version of its ``zarr.json``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If there is no such array, or it is not a sharded Zarr v3 array
+        (named after ``parameter``).
+    """
+    key = target.key("zarr.json")
+    store = target.shards
+    version = store.version(key)
+    data = store.get(key) if version is not None else None
+    where = target.path or "the store root"
+    if data is None or version is None:
+        v2 = store.get(target.key(".zarray")) is not None
+        raise InvalidArgumentError(
+            parameter,
+            f"no Zarr v3 array at {where!r} to write into"
+            + (" (a Zarr v2 array is there)" if v2 else ""),
+            "Write the array first without region/append_dim"
+            + (", or rechunk the v2 array into a sharded v3 one" if v2 else ""),
+        )
+    document = json.loads(data)
+    if document.get("node_type") != "array":
+        raise InvalidArgumentError(
+            parameter, f"{where!r} is a group, not an array", "Point path at an array"
+        )
+    metadata = ArrayV3Metadata.from_dict(document)
+    try:
+        layout_of(metadata)
+    except ShardFormatError as err:
+        raise InvalidArgumentError(
+            parameter,
+            f"the array at {where!r} is not sharded the way shardpipe writes ({err})",
+            "Write into an array whose only array-to-bytes codec is sharding_indexed on a "
+            "regular grid, or rewrite it with overwrite=True",
+        ) from err
+    return metadata, version
+
+
+def metadata_bytes(metadata: ArrayV3Metadata) -> bytes:
+    """The ``zarr.json`` document of ``metadata``."""
+    buffers = metadata.to_buffer_dict(default_buffer_prototype())
+    return bytes(buffers["zarr.json"].to_bytes())
+
+
+def region_offset(region: Any, shape: Shape, source_shape: Shape) -> Coords:
+    """Where a source of ``source_shape`` goes for ``region`` in an array of ``shape``.
+
+    ``region`` is a tuple of ``slice`` objects (``None`` bounds allowed,
+    negative bounds count from the end, step 1), one per dimension, whose
+    shape must be the source's.
+    """
+    if not isinstance(region, tuple) or not all(isinstance(s, slice) for s in region):
+        raise InvalidArgumentError(
+            "region",
+            f"expected a tuple of slices, got {region!r}",
+            "Pass e.g. region=(slice(0, 10), slice(None), slice(None)), one slice per dimension",
+        )
+    if len(region) != len(shape):
+        raise InvalidArgumentError(
+            "region",
+            f"{len(region)} slice(s) for an array of {len(shape)} dimensions {shape}",
+            f"Give exactly {len(shape)} slices (slice(None) for a whole dimension)",
+        )
+    offset = []
+    for d, (s, n, m) in enumerate(zip(region, shape, source_shape, strict=True)):
+        for bound in (s.start, s.stop, s.step):
+            if bound is not None and not _is_integer(bound):
+                raise InvalidArgumentError(
+                    "region",
+                    f"dimension {d}: {s!r} has a bound that is not an integer",
+                    "Use integer slice bounds",
+                )
+        if s.step not in (None, 1):
+            raise InvalidArgumentError(
+                "region", f"dimension {d}: {s!r} has step {s.step}", "Use contiguous slices"
+            )
+        start = 0 if s.start is None else int(s.start)
+        stop = n if s.stop is None else int(s.stop)
+        start, stop = (start + n if start < 0 else start), (stop + n if stop < 0 else stop)
+        if not 0 <= start <= stop <= n:
+            raise InvalidArgumentError(
+                "region",
+                f"dimension {d}: {s!r} lies outside the array's extent [0, {n})",
+                "Give a region inside the array, or grow it with append_dim",
+            )
+        if stop - start != m:
+            raise InvalidArgumentError(
+                "region",
+                f"dimension {d}: {s!r} holds {stop - start} element(s) but the source has {m}",
+                "Make the region's shape equal the source's shape "
+                f"(source shape {tuple(source_shape)})",
+            )
+        offset.append(start)
+    return tuple(offset)
+
+
+def appended_shape(append_dim: Any, shape: Shape, source_shape: Shape) -> tuple[Shape, Coords]:
+    """The grown shape, and the offset of the source, for ``append_dim``."""
+    ndim = len(shape)
+    if not _is_integer(append_dim) or not -ndim <= int(append_dim) < ndim:
+        raise InvalidArgumentError(
+            "append_dim",
+            f"{append_dim!r} is not an axis of the {ndim}-dimensional array",
+            f"Use an integer in [{-ndim}, {ndim})",
+        )
+    axis = int(append_dim) % ndim
+    if len(source_shape) != ndim:
+        raise InvalidArgumentError(
+            "append_dim",
+            f"the source has {len(source_shape)} dimensions, the array {ndim}",
+            "Append data with as many dimensions as the array",
+        )
+    for d, (n, m) in enumerate(zip(shape, source_shape, strict=True)):
+        if d != axis and n != m:
+            raise InvalidArgumentError(
+                "append_dim",
+                f"appending along axis {axis} needs every other dimension to match, but "
+                f"dimension {d} is {m} in the source and {n} in the array {shape}",
+                f"Give a source of shape {tuple(shape[:axis])} + (k,) + {tuple(shape[axis + 1 :])}",
+            )
+    grown = tuple(n + (source_shape[d] if d == axis else 0) for d, n in enumerate(shape))
+    offset = tuple(shape[d] if d == axis else 0 for d in range(ndim))
+    return grown, offset
+
+
+def check_strategy(write_strategy: Any) -> str:
+    """Return ``write_strategy`` if it is one of :data:`STRATEGIES`."""
+    if write_strategy not in STRATEGIES:
+        raise InvalidArgumentError(
+            "write_strategy",
+            f"unknown value {write_strategy!r}",
+            f"Use one of {', '.join(repr(s) for s in STRATEGIES)}",
+        )
+    return str(write_strategy)
+
+
+def check_source_dtype(dtype: np.dtype[Any], metadata: ArrayV3Metadata) -> None:
+    """Refuse a source whose dtype is not the array's."""
+    target = metadata.dtype.to_native_dtype()
+    if np.dtype(dtype) != target:
+        raise InvalidArgumentError(
+            "arr",
+            f"dtype {np.dtype(dtype)} does not match the existing array's {target}",
+            f"Convert the source first, e.g. arr.astype({str(target)!r})",
+        )
+
+
+def check_unchanged_settings(metadata: ArrayV3Metadata, **given: Any) -> None:
+    """Refuse layout or codec arguments that differ from the existing array's.
+
+    Arguments left at their defaults are not compared; the others must
+    describe the existing array exactly.
+    """
+    layout = layout_of(metadata)
+    existing: dict[str, Any] = {
+        "shards": layout.shard_shape,
+        "chunks": layout.chunk_shape,
+        "index_location": format_of(metadata).index_location,
+    }
+    for name, value in given.items():
+        if value is None or (isinstance(value, str) and value == "auto"):
+            continue
+        if name in existing:
+            mine = tuple(value) if isinstance(value, (list, tuple)) else value
+            if mine != existing[name]:
+                raise InvalidArgumentError(
+                    name,
+                    f"{value!r} differs from the existing array's {existing[name]!r}",
+                    f"Leave {name} out when writing into an existing array, or rewrite the "
+                    "whole array with overwrite=True",
+                )
+            continue
+        raise InvalidArgumentError(
+            name,
+            f"{value!r} cannot be changed by a region write or an append",
+            f"Leave {name} out (the existing array's settings are used), or rewrite the whole "
+            "array with overwrite=True",
+        )

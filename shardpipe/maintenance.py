@@ -1,0 +1,327 @@
+"""Looking after an existing sharded array: ``info``, ``repair`` and ``compact``.
+
+* :func:`info` reads only shard indexes: shape, layout, codecs, shards
+  present, inner chunks stored, bytes used and unused;
+* :func:`repair` rolls back every shard an interrupted update left behind
+  (from its undo records), removes staging leftovers and a dead job's
+  marker, then verifies the array;
+* :func:`compact` rewrites shards whose unused share (left by appends and
+  in-place updates) is above a threshold, copying kept chunks as they are.
+
+Each holds the array's job marker while it changes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardpipe.core.shard_update import Abilities, plan_shard_update
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.existing import read_metadata
+from shardpipe.formats.base import ShardFormat
+from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
+from shardpipe.metadata import format_of, layout_of
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.updating import StoredShard, read_shard, rewrite_shard
+from shardpipe.verify import VerifyReport, verify
+
+
+def _each_shard[T](
+    target: ResolvedStore,
+    shard_format: ShardFormat,
+    keys: list[str],
+    workers: int,
+    func: Callable[[StoredShard], T],
+) -> Iterator[T]:
+    """Apply ``func`` to every present shard among ``keys``, ``workers`` at a time."""
+
+    def one(key: str) -> T | None:
+        stored = read_shard(target.shards, shard_format, key)
+        return None if stored is None else func(stored)
+
+    with ThreadPoolExecutor(workers) as pool:
+        for result in pool.map(one, keys):
+            if result is not None:
+                yield result
+
+
+def _shard_keys(target: ResolvedStore, parameter: str) -> tuple[Any, ZarrShardingFormat, list[str]]:
+    metadata, _ = read_metadata(target, parameter)
+    shard_format = format_of(metadata)
+    keys = [target.key(shard_format.key(c)) for c in layout_of(metadata).shard_coords()]
+    return metadata, shard_format, keys
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """What :func:`info` reports about a sharded array.
+
+    Attributes
+    ----------
+    shape, dtype, chunks, shards
+        The array's shape, dtype, inner chunk shape and shard shape.
+    codecs : list of str
+        Names of the inner chunk codecs.
+    index_location : str
+        ``"start"`` or ``"end"``.
+    n_shards : int
+        Shards in the grid.
+    shards_present : int
+        Shard objects stored.
+    chunks_stored : int
+        Inner chunks stored.
+    nbytes_stored : int
+        Bytes of all shard objects.
+    nbytes_unused : int
+        Of those, bytes no index points at (left by appends and in-place
+        updates; :func:`compact` reclaims them).
+    job : str or None
+        The job holding the array's marker, if any.
+    pending_undo : int
+        Shards an interrupted update left mid-change (run :func:`repair`).
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...]
+    codecs: list[str]
+    index_location: str
+    n_shards: int
+    shards_present: int
+    chunks_stored: int
+    nbytes_stored: int
+    nbytes_unused: int
+    job: str | None = None
+    pending_undo: int = 0
+
+    @property
+    def unused_ratio(self) -> float:
+        """Unused share of the stored bytes."""
+        return self.nbytes_unused / self.nbytes_stored if self.nbytes_stored else 0.0
+
+    def __str__(self) -> str:
+        lines = [
+            f"shape: {self.shape}",
+            f"dtype: {self.dtype}",
+            f"inner chunks: {self.chunks}",
+            f"shards: {self.shards} (index at the {self.index_location})",
+            f"inner codecs: {' -> '.join(self.codecs) or 'none'}",
+            f"shards present: {self.shards_present:,} of {self.n_shards:,}",
+            f"inner chunks stored: {self.chunks_stored:,}",
+            f"bytes stored: {self.nbytes_stored:,} ({self.nbytes_unused:,} unused, "
+            f"{self.unused_ratio:.1%})",
+        ]
+        if self.job:
+            lines.append(f"held by: {self.job}")
+        if self.pending_undo:
+            lines.append(f"left mid-update: {self.pending_undo} shard(s); run `shardpipe repair`")
+        return "\n".join(lines)
+
+
+def info(
+    store: Any,
+    path: str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    workers: int = 8,
+) -> ArrayInfo:
+    """Describe the sharded array at ``path`` from its metadata and shard indexes.
+
+    Reads each shard's index only (no inner chunk is read or decoded).
+    """
+    target = resolve_store(store, path, storage_options)
+    metadata, shard_format, keys = _shard_keys(target, "store")
+    layout = layout_of(metadata)
+    sizes = list(
+        _each_shard(
+            target,
+            shard_format,
+            keys,
+            workers,
+            lambda s: (s.layout.size, len(s.stored), s.layout.unused_nbytes()),
+        )
+    )
+    sharding = metadata.codecs[0]
+    codecs = [str(c.to_dict()["name"]) for c in getattr(sharding, "codecs", ())]
+    jobs = JobKeys(target.key(""))
+    marker = read_marker(target.shards, jobs)
+    return ArrayInfo(
+        shape=tuple(metadata.shape),
+        dtype=str(metadata.dtype.to_native_dtype()),
+        chunks=layout.chunk_shape,
+        shards=layout.shard_shape,
+        codecs=codecs,
+        index_location=shard_format.index_location,
+        n_shards=len(keys),
+        shards_present=len(sizes),
+        chunks_stored=sum(n for _, n, _ in sizes),
+        nbytes_stored=sum(size for size, _, _ in sizes),
+        nbytes_unused=sum(u for _, _, u in sizes),
+        job=None if marker is None else marker.describe(),
+        pending_undo=sum(1 for _ in undo_records(target.shards, jobs)),
+    )
+
+
+@dataclass
+class RepairReport:
+    """What :func:`repair` did.
+
+    Attributes
+    ----------
+    rolled_back : int
+        Shards restored from undo records (each to its state before the
+        interrupted update).
+    removed_marker : str or None
+        The dead job whose marker was removed.
+    verify : VerifyReport
+        The check of the whole array afterwards.
+    """
+
+    rolled_back: int = 0
+    removed_marker: str | None = None
+    verify: VerifyReport = field(default_factory=lambda: VerifyReport([]))
+
+    @property
+    def ok(self) -> bool:
+        """Whether the array verifies clean after the repair."""
+        return self.verify.ok
+
+    def __str__(self) -> str:
+        lines = [f"rolled back: {self.rolled_back} shard(s) left mid-update"]
+        if self.removed_marker:
+            lines.append(f"removed the marker of {self.removed_marker}")
+        return "\n".join([*lines, str(self.verify)])
+
+
+def repair(
+    store: Any,
+    path: str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    force: bool = False,
+) -> RepairReport:
+    """Undo what interrupted writes left, so that every inner chunk holds its old or new content.
+
+    Every shard with an undo record (an in-place update or append that did
+    not finish) is restored to its state before that update; staging files
+    and open uploads are removed; the marker of a job that no longer runs
+    is removed. Then the array is verified.
+
+    Parameters
+    ----------
+    store, path, storage_options
+        Where the array is, as for :func:`~shardpipe.to_sharded_zarr`.
+    force : bool
+        Take over from a job whose marker is present although shardpipe
+        cannot tell that it stopped (it ran on another machine). Never use
+        it while that job may still run.
+
+    Raises
+    ------
+    shardpipe.errors.JobConflictError
+        If a job that may still run holds the array (and not ``force``).
+    """
+    target = resolve_store(store, path, storage_options)
+    shards, keys = target.shards, JobKeys(target.key(""))
+    report = RepairReport()
+    other = read_marker(shards, keys)
+    if other is not None:
+        if not (force or other.is_stale()):
+            raise conflict(other, keys, "repair")
+        report.rolled_back += recover(shards, keys, other)
+        report.removed_marker = other.describe()
+    with holding(shards, keys, "repair"):
+        report.rolled_back += recover(shards, keys, None)
+    report.verify = verify(target.zarr_store, target.path or None)
+    return report
+
+
+@dataclass
+class CompactReport:
+    """What :func:`compact` did.
+
+    Attributes
+    ----------
+    shards_checked : int
+        Shards present.
+    shards_rewritten : int
+        Shards rewritten compactly.
+    nbytes_before, nbytes_after : int
+        Bytes of the rewritten shards before and after.
+    """
+
+    shards_checked: int = 0
+    shards_rewritten: int = 0
+    nbytes_before: int = 0
+    nbytes_after: int = 0
+
+    def __str__(self) -> str:
+        saved = self.nbytes_before - self.nbytes_after
+        return (
+            f"{self.shards_rewritten} of {self.shards_checked} shard(s) rewritten, "
+            f"{self.nbytes_before:,} -> {self.nbytes_after:,} bytes ({saved:,} reclaimed)"
+        )
+
+
+def compact(
+    store: Any,
+    path: str | None = None,
+    *,
+    threshold: float = 0.1,
+    storage_options: dict[str, Any] | None = None,
+    workers: int = 4,
+) -> CompactReport:
+    """Rewrite every shard whose unused share of bytes is above ``threshold``.
+
+    Kept inner chunks are copied as they are (never decoded). Each shard is
+    replaced atomically and only if it did not change since its index was
+    read; every worker holds one whole shard.
+
+    Parameters
+    ----------
+    store, path, storage_options
+        Where the array is, as for :func:`~shardpipe.to_sharded_zarr`.
+    threshold : float
+        In ``[0, 1)``: shards with a larger unused share are rewritten
+        (``0`` rewrites every shard with any unused byte).
+    workers : int
+        Shards rewritten concurrently.
+    """
+    if not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
+        raise InvalidArgumentError(
+            "threshold", f"{threshold!r} is not in [0, 1)", "Use e.g. threshold=0.1"
+        )
+    target = resolve_store(store, path, storage_options)
+    _, shard_format, keys = _shard_keys(target, "store")
+    report = CompactReport()
+
+    def one(stored: StoredShard) -> tuple[int, int]:
+        size = stored.layout.size
+        if stored.layout.unused_nbytes() <= threshold * size or not stored.layout.unused_nbytes():
+            return size, -1
+        plan = plan_shard_update(stored.layout, {}, "rewrite", Abilities())
+        return size, rewrite_shard(shard_format, stored, plan, {})
+
+    with holding(target.shards, JobKeys(target.key("")), "compact"):
+        for before, after in _each_shard(target, shard_format, keys, workers, one):
+            report.shards_checked += 1
+            if after >= 0:
+                report.shards_rewritten += 1
+                report.nbytes_before += before
+                report.nbytes_after += after
+    return report
+
+
+__all__ = [
+    "ArrayInfo",
+    "CompactReport",
+    "RepairReport",
+    "compact",
+    "info",
+    "repair",
+]

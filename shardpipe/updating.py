@@ -1,0 +1,327 @@
+"""The task that updates one existing shard: merge, encode, then change its bytes safely.
+
+One ``update-shard`` task owns each shard a region write or an append
+touches. It reads the shard's index (and its version), merges the source
+into the partly covered inner chunks (untouched chunks are never decoded),
+encodes the touched chunks, plans where their bytes go
+(:func:`~shardpipe.core.shard_update.plan_shard_update`) and applies the plan
+in one of three ways, each conditional on the shard not having changed since
+it was read:
+
+* **put** (a rewrite, or a new shard): the whole object in one atomic write,
+  ``if_version`` / ``if_absent``. Readers see the old shard or the new one;
+  a kill leaves the old one.
+* **compose** (an append on S3): a multipart upload to the same key that
+  copies the kept bytes server side (``UploadPartCopy``) and adds the new
+  chunks and index, completed ``If-Match`` the old ETag. Atomic like a put.
+* **positioned writes** (in place, or an append, on a file system): first an
+  undo record (old size, old bytes of every range to overwrite) is written
+  durably; then the new chunks, then the index (at the end: the final
+  bytes); then the record is removed. A reader may see a torn index while
+  the index bytes are written (the CRC32C catches it); a kill leaves a
+  record that :func:`shardpipe.repair` rolls back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Buffer, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from shardpipe.core.grid import Box, Coords
+from shardpipe.core.plan import PartPlan
+from shardpipe.core.region import ShardCoverage
+from shardpipe.core.shard_update import Abilities, ShardBytes, ShardUpdate, plan_shard_update
+from shardpipe.errors import ConditionFailedError, PlanError, ShardConflictError
+from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard
+from shardpipe.journal import JobKeys, JobMarker, UndoRecord, check_held
+from shardpipe.storage.base import ObjectVersion, ShardStore
+from shardpipe.tasks import WriteReport, WriteTarget, encode_part, stored_only
+
+
+@dataclass(frozen=True)
+class UpdateTarget:
+    """What an ``update-shard`` task needs besides the array's :class:`WriteTarget`.
+
+    Parameters
+    ----------
+    write : WriteTarget
+        Store, layout, codec, shard format, staging prefix.
+    strategy : str
+        ``"auto"``, ``"in_place"``, ``"append"`` or ``"rewrite"``.
+    threshold : float
+        Unused share above which ``"auto"`` rewrites a shard.
+    rewrite_fits : bool
+        Whether holding a whole old shard fits the memory budget.
+    keys : JobKeys
+        Where the job marker and undo records live.
+    marker : JobMarker
+        The job's marker (re-checked before each shard is changed).
+    """
+
+    write: WriteTarget
+    strategy: str
+    threshold: float
+    rewrite_fits: bool
+    keys: JobKeys
+    marker: JobMarker
+
+    @property
+    def store(self) -> ShardStore:
+        """Where shards live."""
+        return self.write.store
+
+    def abilities(self) -> Abilities:
+        """The storage's abilities, as the shard-update planner needs them."""
+        a = self.store.abilities
+        compose = a.min_part_size if a.parts and a.copy_range and not a.append else None
+        return Abilities(
+            write_at=a.write_at,
+            append=a.append and a.write_at,
+            compose_min=compose,
+            rewrite_fits=self.rewrite_fits,
+        )
+
+
+@dataclass
+class StoredShard:
+    """A shard as read at the start of its update.
+
+    Parameters
+    ----------
+    key : str
+        Its key.
+    version : ObjectVersion
+        Its version when its index was read.
+    layout : ShardBytes
+        Its size, index entries and index range.
+    store : ShardStore
+        Where it lives.
+    """
+
+    key: str
+    version: ObjectVersion
+    layout: ShardBytes
+    store: ShardStore
+
+    @cached_property
+    def stored(self) -> dict[int, tuple[int, int]]:
+        """Stored slots and their ``(offset, nbytes)``."""
+        return self.layout.stored()
+
+    def read(self, slot: int) -> bytes:
+        """The encoded bytes of slot ``slot``."""
+        offset, nbytes = self.stored[slot]
+        return self.store.get_range(self.key, offset, offset + nbytes)
+
+
+class _OldChunks:
+    """Decodes the old content of partly covered chunks on demand (see ``OldChunks``)."""
+
+    def __init__(
+        self, target: WriteTarget, shard: StoredShard | None, partial: frozenset[Coords]
+    ) -> None:
+        self._target = target
+        self._shard = shard
+        self.partial = partial
+
+    def chunk(self, local: Coords) -> np.ndarray | None:
+        slot = self._target.shard_format.slot(local)
+        if self._shard is None or slot not in self._shard.stored:
+            return None
+        return self._target.codec.decode(self._shard.read(slot))
+
+
+def read_shard(store: ShardStore, shard_format: ShardFormat, key: str) -> StoredShard | None:
+    """Read the version and index of the shard at ``key`` (None when absent)."""
+    version = store.version(key)
+    if version is None:
+        return None
+    size = store.size(key)
+    if size is None:
+        raise _conflict([key], "it was deleted while being read")
+    index, where = shard_format.read_index(
+        lambda start, stop: store.get_range(key, start, stop), size
+    )
+    return StoredShard(key, version, ShardBytes(size, index.entries, where), store)
+
+
+def _conflict(keys: list[str], why: str) -> ShardConflictError:
+    return ShardConflictError(
+        f"shard {keys[0]!r} changed while this job updated it ({why}); it was left as the "
+        "other writer made it. Check what else writes this array, then rerun the update "
+        "for this region",
+        keys,
+    )
+
+
+def update_shard(
+    target: UpdateTarget,
+    *sources: Any,
+    shard: Coords,
+    key: str,
+    part: PartPlan,
+    block_boxes: tuple[Box, ...] | None,
+    coverage: ShardCoverage,
+) -> WriteReport:
+    """Update the shard at ``key`` with the region's data (one task per shard).
+
+    Raises
+    ------
+    shardpipe.errors.ShardConflictError
+        If the shard changed (or appeared) since this task read it.
+    shardpipe.errors.JobConflictError
+        If this job no longer holds the array's marker.
+    """
+    write = target.write
+    old = read_shard(write.store, write.shard_format, key)
+    partial = frozenset(coverage.partial_chunks())
+    encoded = encode_part(write, shard, part, sources, block_boxes, _OldChunks(write, old, partial))
+    if old is None:
+        return _write_new(target, key, stored_only(encoded))
+    new = {slot: data for slot, data in encoded if data is not None or slot in old.stored}
+    if not new:
+        return WriteReport(shards=1, strategies={"unchanged": 1})
+    sizes = {slot: (None if d is None else memoryview(d).nbytes) for slot, d in new.items()}
+    try:
+        plan = plan_shard_update(
+            old.layout, sizes, target.strategy, target.abilities(), threshold=target.threshold
+        )
+    except PlanError as err:
+        raise PlanError(f"shard {key!r}: {err}") from err
+    if plan.strategy == "rewrite" and not target.rewrite_fits and target.strategy != "rewrite":
+        raise PlanError(
+            f"shard {key!r} must be rewritten but a rewrite holds the whole shard, more than "
+            "max_mem allows; raise max_mem"
+        )
+    check_held(target.store, target.keys, target.marker)
+    stored = sum(1 for e in plan.entries if not _is_empty(e))
+    if plan.strategy == "rewrite":
+        nbytes = rewrite_shard(write.shard_format, old, plan, new)
+    elif target.abilities().append:
+        nbytes = _positioned(target, old, plan, new)
+    else:
+        nbytes = _compose(target, old, plan, new)
+    return WriteReport(shards=1, nbytes=nbytes, chunks_stored=stored, strategies={plan.strategy: 1})
+
+
+def _is_empty(entry: np.ndarray) -> bool:
+    return bool(entry[0] == np.uint64(2**64 - 1) and entry[1] == np.uint64(2**64 - 1))
+
+
+def _write_new(target: UpdateTarget, key: str, encoded: list[tuple[int, Buffer]]) -> WriteReport:
+    """A shard that did not exist: publish it create-only."""
+    if not encoded:
+        return WriteReport(shards=1, shards_empty=1, strategies={"unchanged": 1})
+    buffers = assemble_shard(target.write.shard_format, encoded)
+    check_held(target.store, target.keys, target.marker)
+    try:
+        target.store.put(key, buffers, if_absent=True)
+    except ConditionFailedError as err:
+        raise _conflict([key], "another writer created it") from err
+    nbytes = sum(memoryview(b).nbytes for b in buffers)
+    return WriteReport(shards=1, nbytes=nbytes, chunks_stored=len(encoded), strategies={"new": 1})
+
+
+def _index_bytes(shard_format: ShardFormat, plan: ShardUpdate) -> bytes:
+    head_nbytes = shard_format.head_nbytes()
+    head, tail = shard_format.encode_index(ShardIndex(plan.entries), head_nbytes)
+    return head or tail
+
+
+def rewrite_shard(
+    shard_format: ShardFormat,
+    old: StoredShard,
+    plan: ShardUpdate,
+    new: Mapping[int, Buffer | None],
+) -> int:
+    """Publish a compact new shard in one atomic put, if the old one is unchanged.
+
+    Kept chunks are copied as they are (never decoded). Returns the bytes written.
+    """
+    store = old.store
+    whole = store.get(old.key) if any(s not in new for s in plan.layout_order) else b""
+    if whole is None:
+        raise _conflict([old.key], "it was deleted")
+    view = memoryview(whole)
+    chunks: list[Buffer] = []
+    for slot in plan.layout_order:
+        data = new.get(slot)
+        if data is None:
+            offset, nbytes = old.stored[slot]
+            data = view[offset : offset + nbytes]
+        chunks.append(data)
+    index = _index_bytes(shard_format, plan)
+    at_start = plan.index_offset == 0
+    buffers = [index, *chunks] if at_start else [*chunks, index]
+    try:
+        store.put(old.key, buffers, if_version=old.version)
+    except ConditionFailedError as err:
+        raise _conflict([old.key], "its version changed") from err
+    return plan.new_size
+
+
+def _positioned(
+    target: UpdateTarget, old: StoredShard, plan: ShardUpdate, new: dict[int, Buffer | None]
+) -> int:
+    """In place / append on a file system: undo record first, index last, record removed."""
+    store, key = target.store, old.key
+    record = UndoRecord(
+        key,
+        old.layout.size,
+        tuple((start, store.get_range(key, start, stop)) for start, stop in plan.overwritten),
+    )
+    record_key = target.keys.undo_key(target.marker.job, key)
+    store.put(record_key, [record.encode()])
+    if store.version(key) != old.version:
+        store.delete(record_key)
+        raise _conflict([key], "its version changed before the first byte was written")
+    ranges: list[tuple[int, list[Buffer]]] = []
+    for slot, offset in sorted(plan.in_place.items(), key=lambda item: item[1]):
+        data = new[slot]
+        assert data is not None
+        ranges.append((offset, [data]))
+    appended = [new[slot] for slot in plan.appended]
+    if appended:
+        ranges.append((plan.append_offset, [d for d in appended if d is not None]))
+    index = _index_bytes(target.write.shard_format, plan)
+    ranges.append((plan.index_offset, [index]))
+    store.write_ranges(key, ranges)
+    store.delete(record_key)
+    return sum(memoryview(b).nbytes for _, bufs in ranges for b in bufs)
+
+
+def _compose(
+    target: UpdateTarget, old: StoredShard, plan: ShardUpdate, new: dict[int, Buffer | None]
+) -> int:
+    """Append on an object store: copy the kept bytes server side, add chunks and index."""
+    store, key = target.store, old.key
+    index = _index_bytes(target.write.shard_format, plan)
+    appended = [d for d in (new[slot] for slot in plan.appended) if d is not None]
+    size = old.layout.size
+    handle = store.begin_parts(key, target.write.staging)
+    try:
+        if plan.index_offset == 0:  # index at the start: new index + first kept bytes
+            index_stop = old.layout.index_range[1]
+            lead = store.min_part_size - len(index)
+            head = index + store.get_range(key, index_stop, index_stop + lead)
+            receipts = [store.copy_part(handle, 0, key, index_stop + lead, size)]
+            tail: list[Buffer] = appended
+        else:
+            head = b""
+            kept = size if plan.appended else old.layout.index_range[0]
+            receipts = [store.copy_part(handle, 0, key, 0, kept)]
+            tail = [*appended, index]
+        if tail:
+            receipts.append(store.write_part(handle, 1, tail))
+        store.finish_parts(handle, receipts, head, b"", if_version=old.version)
+    except ConditionFailedError as err:
+        store.abort_parts(handle)
+        raise _conflict([key], "its version changed") from err
+    except BaseException:
+        store.abort_parts(handle)
+        raise
+    return len(head) + sum(memoryview(b).nbytes for b in tail)
