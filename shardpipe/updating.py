@@ -146,7 +146,8 @@ def read_shard(store: ShardStore, shard_format: ShardFormat, key: str) -> Stored
     index, where = shard_format.read_index(
         lambda start, stop: store.get_range(key, start, stop), size
     )
-    return StoredShard(key, version, ShardBytes(size, index.entries, where), store)
+    at_start = shard_format.head_nbytes() > 0
+    return StoredShard(key, version, ShardBytes(size, index.entries, where, at_start), store)
 
 
 def _conflict(keys: list[str], why: str) -> ShardConflictError:

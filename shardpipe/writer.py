@@ -8,7 +8,7 @@ import zarr
 from dask.delayed import Delayed
 
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR, prepare_write
+from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR, check_no_other_job, prepare_write
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.validate import check_bool
 
@@ -189,8 +189,8 @@ def cleanup(
     Staging files and every multipart upload recorded in the array's staging
     area are removed or aborted; published shards are untouched. Use it after
     a ``compute=False`` write whose computation failed (``compute=True``
-    writes clean up by themselves), and never while a write to this array is
-    running.
+    writes clean up by themselves). It refuses to run while another job's
+    marker is on the array (see :func:`shardpipe.repair`).
 
     Returns
     -------
@@ -198,4 +198,5 @@ def cleanup(
         How many leftovers were removed.
     """
     target = resolve_store(store, path, storage_options)
+    check_no_other_job(target, None, "clean up")
     return target.shards.cleanup(target.key(STAGING_DIR), target.key("c"))

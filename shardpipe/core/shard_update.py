@@ -64,16 +64,14 @@ class ShardBytes:
         for an empty slot).
     index_range : tuple of int
         ``[start, stop)`` of the encoded index.
+    index_at_start : bool
+        Whether the index is the first bytes of the object (else the last).
     """
 
     size: int
     entries: np.ndarray
     index_range: tuple[int, int]
-
-    @property
-    def index_at_start(self) -> bool:
-        """Whether the index is the first bytes of the object."""
-        return self.index_range[0] == 0 and self.size > 0
+    index_at_start: bool
 
     def stored(self) -> dict[int, tuple[int, int]]:
         """Stored slots and their ``(offset, nbytes)``."""
