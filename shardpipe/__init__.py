@@ -13,8 +13,9 @@ from shardpipe.errors import (
     StoreNotWritableError,
     VerificationError,
 )
-from shardpipe.job import ShardedWrite, prepare_write
+from shardpipe.job import ShardedWrite
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
+from shardpipe.prepare import prepare_write
 from shardpipe.tasks import WriteReport
 from shardpipe.verify import VerifyReport, verify
 from shardpipe.writer import cleanup, to_sharded_zarr

@@ -148,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
 def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     import dask.array as da
 
-    from shardpipe.job import prepare_write
+    from shardpipe.prepare import prepare_write
 
     if args.source is not None:
         source = da.from_zarr(args.source, storage_options=options)

@@ -26,7 +26,7 @@ import zarr
 from distributed import Client, LocalCluster, wait
 from zarr.codecs import ZstdCodec
 
-from shardpipe.job import prepare_write
+from shardpipe.prepare import prepare_write
 from shardpipe.verify import verify
 
 

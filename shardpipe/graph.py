@@ -138,38 +138,27 @@ def build_write_graph(
     publishing = []
     for shard in plan.shards:
         key = key_of(shard.coords)
-        if update:
-            if not shard.is_single_part:
-                raise ValueError(f"shard {shard.coords}: updates are written in one part")
-            part = shard.parts[0]
-            deps, box = sources(shard.coords, part)
-            publishing.append(
-                call(
-                    update_shard,
-                    "update-shard",
-                    target_d,
-                    *deps,
-                    shard=shard.coords,
-                    key=key,
-                    part=part,
-                    block_boxes=box,
-                    coverage=shard.coverage,
-                )
-            )
-            continue
+        if update and not shard.is_single_part:
+            raise ValueError(f"shard {shard.coords}: updates are written in one part")
         if shard.is_single_part:
             part = shard.parts[0]
             deps, box = sources(shard.coords, part)
+            name, func, extra = (
+                ("update-shard", update_shard, {"coverage": shard.coverage})
+                if update
+                else ("write-shard", write_shard, {})
+            )
             publishing.append(
                 call(
-                    write_shard,
-                    "write-shard",
+                    func,
+                    name,
                     target_d,
                     *deps,
                     shard=shard.coords,
                     key=key,
                     part=part,
                     block_boxes=box,
+                    **extra,
                 )
             )
             continue

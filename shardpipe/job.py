@@ -1,18 +1,23 @@
 """The write job: a validated, planned write that can be held, inspected and run.
 
-:func:`prepare_write` checks every argument, resolves the store, builds the
-array's metadata in memory and plans the write, writing nothing. The
+:func:`~shardpipe.prepare.prepare_write` checks every argument, resolves the
+store, builds the array's metadata in memory and plans the write (a new array,
+a region of an existing one, or an append), writing nothing. The
 :class:`ShardedWrite` it returns shows the plan (``print(job)``, or a table
 in a notebook), runs it (:meth:`ShardedWrite.execute`), or hands it over as a
 Dask ``Delayed`` (:meth:`ShardedWrite.to_delayed`). ``to_sharded_zarr`` is
 ``prepare_write(...).execute()``.
+
+While it runs, a job holds the array's marker (:mod:`shardpipe.journal`): a
+new array is created after it is taken, an update checks that ``zarr.json``
+did not change since planning, and an append publishes the grown metadata
+after every shard.
 """
 
 from __future__ import annotations
 
 import html
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable
@@ -24,10 +29,8 @@ import zarr
 from dask.delayed import Delayed, delayed
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
-from shardpipe.core.memory import MemoryModel
-from shardpipe.core.plan import WritePlan, plan_write
-from shardpipe.core.region import Placement
+from shardpipe.core.grid import Coords, ShardLayout
+from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
 from shardpipe.core.sizes import format_bytes
 from shardpipe.encoding import ChunkCodec
@@ -35,18 +38,10 @@ from shardpipe.errors import (
     ConditionFailedError,
     InvalidArgumentError,
     JobConflictError,
-    MemoryBudgetError,
-    PlanError,
 )
 from shardpipe.existing import (
     ExistingArray,
-    appended_shape,
-    check_source_dtype,
-    check_strategy,
-    check_unchanged_settings,
     metadata_bytes,
-    read_metadata,
-    region_offset,
 )
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.graph import build_write_graph
@@ -60,24 +55,14 @@ from shardpipe.journal import (
     recover,
     release,
 )
-from shardpipe.metadata import format_of, layout_of
+from shardpipe.metadata import format_of
 from shardpipe.progress import run_publishing, runs_in_process
-from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.tasks import WriteReport, WriteTarget, finish_write
 from shardpipe.updating import UpdateTarget
 from shardpipe.validate import (
-    as_dask_array,
-    build_metadata,
-    check_array,
-    check_attributes,
     check_bool,
-    check_dimension_names,
-    check_fill_value,
-    check_index_location,
-    check_max_mem,
-    check_source_is_not_target,
     check_target,
-    resolve_shapes,
 )
 
 DEFAULT_MAX_MEM = "1GiB"
@@ -160,8 +145,12 @@ class ShardedWrite:
         for kind, peak in plan.projected_peaks(in_process=True).items():
             if kind not in peaks or peak.nbytes > peaks[kind].nbytes:
                 peaks[kind] = peak
-        memory = ", ".join(f"{k} {format_bytes(m.nbytes)}" for k, m in sorted(peaks.items()))
-        tasks = ", ".join(f"{k} {n:,}" for k, n in sorted(plan.task_counts.items()))
+        # an update's one task per shard is update-shard (planned like write-shard)
+        name = {"write-shard": "update-shard"} if self.existing else {}
+        memory = ", ".join(
+            f"{name.get(k, k)} {format_bytes(m.nbytes)}" for k, m in sorted(peaks.items())
+        )
+        tasks = ", ".join(f"{name.get(k, k)} {n:,}" for k, n in sorted(plan.task_counts.items()))
         return [
             ("target", f"{self.target.zarr_store} at {location!r}"),
             (
@@ -423,251 +412,3 @@ def _remove_node(target: ResolvedStore) -> None:
     for key in list(store.list(prefix)):
         if not key.startswith(f"{prefix}{JOB_DIR}/"):
             store.delete(key)
-
-
-def prepare_write(
-    arr: Any,
-    store: Any,
-    *,
-    path: str | None = None,
-    shards: Any = None,
-    chunks: Any = None,
-    compressors: Any = "auto",
-    filters: Any = None,
-    serializer: Any = "auto",
-    fill_value: Any = None,
-    index_location: str | None = None,
-    dimension_names: Any = None,
-    attributes: dict[str, Any] | None = None,
-    overwrite: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    write_empty_chunks: bool = False,
-    max_mem: int | str = DEFAULT_MAX_MEM,
-    region: Any = None,
-    append_dim: int | None = None,
-    write_strategy: str = "auto",
-) -> ShardedWrite:
-    """Validate and plan a write of ``arr`` to a sharded Zarr v3 array; write nothing.
-
-    Parameters are those of :func:`~shardpipe.to_sharded_zarr` (without
-    ``progress`` and ``compute``, which belong to running the job).
-
-    Returns
-    -------
-    ShardedWrite
-        The planned write: ``print`` it to see the plan, call ``execute()``
-        to run it, or ``to_delayed()`` to compute it later.
-
-    Raises
-    ------
-    shardpipe.errors.InvalidArgumentError
-        On bad arguments (naming the parameter, the value and the fix).
-    shardpipe.errors.MemoryBudgetError
-        If a task cannot fit ``max_mem``.
-    shardpipe.errors.ArrayExistsError
-        If a node exists at ``path`` and ``overwrite`` is False.
-    shardpipe.errors.StoreNotWritableError
-        If the store cannot be written.
-    """
-    check_array(arr)
-    overwrite = check_bool("overwrite", overwrite)
-    write_empty_chunks = check_bool("write_empty_chunks", write_empty_chunks)
-    strategy = check_strategy(write_strategy)
-    if region is not None or append_dim is not None:
-        settings = dict(
-            shards=shards,
-            chunks=chunks,
-            index_location=index_location,
-            compressors=compressors,
-            filters=filters,
-            serializer=serializer,
-            fill_value=fill_value,
-            dimension_names=dimension_names,
-            attributes=attributes,
-        )
-        return _prepare_update(
-            arr,
-            resolve_store(store, path, storage_options),
-            settings,
-            overwrite=overwrite,
-            write_empty_chunks=write_empty_chunks,
-            budget=check_max_mem(max_mem),
-            region=region,
-            append_dim=append_dim,
-            strategy=strategy,
-        )
-    if strategy != "auto":
-        raise InvalidArgumentError(
-            "write_strategy",
-            f"{strategy!r} applies to shards that exist; a new array is written whole",
-            "Leave write_strategy out, or pass region= or append_dim=",
-        )
-    shard_shape, chunk_shape = resolve_shapes(arr.shape, arr.dtype.itemsize, shards, chunks)
-    array = as_dask_array(arr, shard_shape)
-    location = check_index_location("end" if index_location is None else index_location)
-    check_fill_value(fill_value, array.dtype)
-    check_dimension_names(dimension_names, array.ndim)
-    check_attributes(attributes)
-    budget = check_max_mem(max_mem)
-    create_kwargs: dict[str, Any] = dict(
-        shape=array.shape,
-        dtype=array.dtype,
-        chunks=chunk_shape,
-        shards={"shape": shard_shape, "index_location": location},
-        compressors=compressors,
-        filters=filters,
-        serializer=serializer,
-        fill_value=fill_value,
-        dimension_names=dimension_names,
-        attributes=attributes,
-    )
-    metadata = build_metadata(**create_kwargs)
-    target = resolve_store(store, path, storage_options)
-    check_source_is_not_target(array, target)
-    layout = ShardLayout(tuple(array.shape), shard_shape, chunk_shape)
-    codec = ChunkCodec.from_metadata(metadata)
-    plan = _plan(Placement.whole(layout, BlockGrid(array.chunks)), codec, budget, target, metadata)
-    check_target(target, overwrite)
-    return ShardedWrite(
-        array,
-        target,
-        create_kwargs,
-        metadata,
-        plan,
-        overwrite=overwrite,
-        write_empty_chunks=write_empty_chunks,
-    )
-
-
-def _prepare_update(
-    arr: Any,
-    target: ResolvedStore,
-    settings: dict[str, Any],
-    *,
-    overwrite: bool,
-    write_empty_chunks: bool,
-    budget: int,
-    region: Any,
-    append_dim: Any,
-    strategy: str,
-) -> ShardedWrite:
-    """Validate and plan a region write or an append into the existing array at ``target``."""
-    parameter = "region" if region is not None else "append_dim"
-    if region is not None and append_dim is not None:
-        raise InvalidArgumentError(
-            "region", "region and append_dim were both given", "Pass one of them"
-        )
-    if overwrite:
-        raise InvalidArgumentError(
-            "overwrite",
-            f"overwrite=True replaces the whole array, which contradicts {parameter}",
-            f"Pass overwrite=True without {parameter} to replace the array, or leave it out",
-        )
-    check_no_other_job(target, None, f"write into the array ({parameter})")
-    metadata, version = read_metadata(target, parameter)
-    check_source_dtype(arr.dtype, metadata)
-    check_unchanged_settings(metadata, **settings)
-    old_shape = tuple(metadata.shape)
-    if region is not None:
-        shape, offset = old_shape, region_offset(region, old_shape, tuple(arr.shape))
-        grown = None
-    else:
-        shape, offset = appended_shape(append_dim, old_shape, tuple(arr.shape))
-        grown = metadata.update_shape(shape)
-    layout = layout_of(grown or metadata)
-    array = as_dask_array(arr, layout.shard_shape)
-    check_source_is_not_target(array, target)
-    store = target.shards
-    abilities = store.abilities
-    if strategy == "in_place" and not abilities.write_at:
-        raise InvalidArgumentError(
-            "write_strategy",
-            f"'in_place' needs writes at an offset, which {type(store).__name__} cannot do",
-            "Use 'auto', 'append' (S3) or 'rewrite'",
-        )
-    if strategy == "append" and not (
-        abilities.append or (abilities.parts and abilities.copy_range)
-    ):
-        raise InvalidArgumentError(
-            "write_strategy",
-            f"'append' needs appends or server-side range copies, which "
-            f"{type(store).__name__} cannot do",
-            "Use 'auto' or 'rewrite'",
-        )
-    target_metadata = grown or metadata
-    codec = ChunkCodec.from_metadata(target_metadata)
-    placement = Placement(layout, BlockGrid(array.chunks), offset)
-    plan = _plan(placement, codec, budget, target, target_metadata)
-    if plan.max_parts_per_shard > 1:
-        raise MemoryBudgetError(
-            "update-shard",
-            plan.max_projected_mem * plan.max_parts_per_shard,
-            budget,
-            "an update holds the touched inner chunks of a shard in one task; raise max_mem "
-            "or write the region in smaller pieces",
-        )
-    shard_nbytes = math.prod(layout.shard_shape) * codec.dtype.itemsize
-    rewrite_mem = plan.max_projected_mem + plan.model.encoded(shard_nbytes)
-    rewrite_fits = rewrite_mem <= budget
-    if strategy == "rewrite" and not rewrite_fits:
-        raise MemoryBudgetError(
-            "update-shard",
-            rewrite_mem,
-            budget,
-            "a rewrite holds the whole old shard; raise max_mem, or use write_strategy "
-            "'append' or 'in_place'",
-        )
-    existing = ExistingArray(metadata, version, offset, grown, strategy)
-    return ShardedWrite(
-        array,
-        target,
-        {},
-        target_metadata,
-        plan,
-        overwrite=False,
-        write_empty_chunks=write_empty_chunks,
-        existing=existing,
-        rewrite_fits=rewrite_fits,
-    )
-
-
-def _plan(
-    placement: Placement,
-    codec: ChunkCodec,
-    budget: int,
-    target: ResolvedStore,
-    metadata: ArrayV3Metadata,
-) -> WritePlan:
-    store = target.shards
-    expansion, overhead = codec.expansion
-    itemsize = codec.dtype.itemsize
-    model = MemoryModel(
-        chunk_nbytes=math.prod(placement.layout.chunk_shape) * itemsize,
-        expansion=expansion,
-        chunk_overhead=overhead,
-        join_copies=store.abilities.joins_buffers,
-        min_part_nbytes=store.min_part_size,
-    )
-    shard_format = format_of(metadata)
-    stamp = shard_format.head_nbytes(store.min_part_size) + shard_format.index_nbytes()
-    try:
-        plan = plan_write(
-            placement,
-            itemsize,
-            budget,
-            model=model,
-            max_parts=store.max_parts,
-            stamp_nbytes=stamp,
-        )
-    except MemoryBudgetError:
-        raise
-    except PlanError as err:
-        raise InvalidArgumentError("max_mem", str(err), "See the message for the fix") from err
-    if plan.max_parts_per_shard > 1 and not store.supports_parts:
-        raise InvalidArgumentError(
-            "max_mem",
-            f"shards of {plan.layout.shard_shape} do not fit max_mem={budget} and "
-            f"{type(store).__name__} cannot write a shard in parts",
-            "Raise max_mem, use smaller shards, or write to a local path or S3",
-        )
-    return plan

@@ -8,7 +8,8 @@ import zarr
 from dask.delayed import Delayed
 
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR, check_no_other_job, prepare_write
+from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR, check_no_other_job
+from shardpipe.prepare import prepare_write
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.validate import check_bool
 
@@ -104,9 +105,10 @@ def to_sharded_zarr(
         overwrites inner chunks where their new encoding fits (file systems),
         ``"append"`` adds new chunks and a new index at the end of the shard
         (file systems; S3 composes the new object server side), ``"rewrite"``
-        rebuilds the shard compactly. ``"auto"`` chooses per shard (see
-        :ref:`updates`). Layout and codec arguments, left out, are the
-        existing array's; given, they must match it.
+        rebuilds the shard compactly. ``"auto"`` chooses per shard
+        (:func:`shardpipe.core.shard_update.choose_strategy`). Layout and
+        codec arguments, left out, are the existing array's; given, they must
+        match it.
     progress : bool
         Show a progress bar over shards and bytes (with ``compute=True``).
     compute : bool

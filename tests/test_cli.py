@@ -1,4 +1,4 @@
-"""The command line: verify and cleanup."""
+"""The command line: plan, verify, cleanup, info, compact, repair."""
 
 from __future__ import annotations
 
@@ -92,3 +92,33 @@ def test_plan_from_an_existing_array_and_bad_budget(
     assert main([*argv, "--max-mem", "1KB"]) == 2
     assert "max_mem" in capsys.readouterr().err
     assert not (tmp_path / "dst").exists()
+
+
+def test_info_compact_and_repair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path)
+    for value in (1, 2):
+        shardpipe.to_sharded_zarr(
+            np.full((10, 25), value, "int32"),
+            str(tmp_path),
+            region=(slice(0, 10), slice(0, 25)),
+            write_strategy="append",
+        )
+    assert main(["info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "shape: (40, 100)" in out and "index at the end" in out
+    assert "shards present: 4 of 4" in out and "unused" in out
+    unused = shardpipe.info(str(tmp_path)).nbytes_unused
+    assert unused > 0
+    assert main(["compact", str(tmp_path), "--threshold", "0"]) == 0
+    assert f"({unused:,} reclaimed)" in capsys.readouterr().out
+    assert main(["repair", str(tmp_path)]) == 0
+    assert "rolled back: 0" in capsys.readouterr().out
+    # a live job's marker: repair refuses (exit 2) unless --force
+    (tmp_path / ".shardpipe").mkdir(exist_ok=True)
+    marker = '{"job": "j1", "action": "update", "host": "elsewhere", "pid": 1, "started": 0}'
+    (tmp_path / ".shardpipe" / "job.json").write_text(marker)
+    assert main(["repair", str(tmp_path)]) == 2
+    assert "j1" in capsys.readouterr().err
+    assert main(["repair", str(tmp_path), "--force"]) == 0
+    assert not (tmp_path / ".shardpipe" / "job.json").exists()
+    assert main(["info", str(tmp_path / "nothing")]) == 2

@@ -74,7 +74,11 @@ def test_region_writes_keep_every_other_byte(
         data[region] = new
         _check(path, data)
         if strategy in ("in_place", "append", "rewrite"):
-            assert set(report.strategies) <= {strategy, "rewrite", "unchanged"}, report
+            # in place appends what does not fit; a shard keeping no chunk is rewritten
+            allowed = {strategy, "rewrite", "unchanged"} | (
+                {"append"} if strategy == "in_place" else set()
+            )
+            assert set(report.strategies) <= allowed, report
     if not compressed and strategy in ("auto", "in_place"):
         assert shardpipe.info(str(path)).nbytes_unused == 0  # fixed-size chunks stay in place
 

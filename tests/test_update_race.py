@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 import pytest
 
@@ -86,6 +87,8 @@ def test_a_shard_changed_by_another_writer_is_never_overwritten(
         return stored
 
     monkeypatch.setattr(updating, "read_shard", read_then_interfere)
+    # the patch lives in this process: run the tasks here
+    monkeypatch.setitem(dask.config.config, "scheduler", "threads")
     for strategy in ("in_place", "append", "rewrite"):
         with pytest.raises(ShardConflictError) as info:
             shardpipe.to_sharded_zarr(
