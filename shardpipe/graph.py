@@ -96,11 +96,13 @@ def build_write_graph(
     """
     blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
     target_d = (
-        target if isinstance(target, Delayed) else delayed(target, name=f"write-target-{token}")
+        target
+        if isinstance(target, Delayed)
+        else delayed(target, name=f"write-target-{token}", traverse=False)
     )
     piece_target = target_d
     if isinstance(target, UpdateTarget):
-        piece_target = delayed(target.write, name=f"piece-target-{token}")
+        piece_target = delayed(target.write, name=f"piece-target-{token}", traverse=False)
     counter = itertools.count()
 
     def call(func: Callable[..., Any], name: str, *deps: Any, **static: Any) -> Delayed:

@@ -201,9 +201,8 @@ def _prepare_update(
             f"'in_place' needs writes at an offset, which {type(store).__name__} cannot do",
             "Use 'auto', 'append' (S3) or 'rewrite'",
         )
-    if strategy == "append" and not (
-        abilities.append or (abilities.parts and abilities.copy_range)
-    ):
+    composes = abilities.parts and abilities.copy_range
+    if strategy == "append" and not (abilities.append or composes):
         raise InvalidArgumentError(
             "write_strategy",
             f"'append' needs appends or server-side range copies, which "
@@ -225,13 +224,13 @@ def _prepare_update(
     shard_nbytes = math.prod(layout.shard_shape) * codec.dtype.itemsize
     rewrite_mem = plan.max_projected_mem + plan.model.encoded(shard_nbytes)
     rewrite_fits = rewrite_mem <= budget
-    if strategy == "rewrite" and not rewrite_fits:
+    if not rewrite_fits and (strategy == "rewrite" or not (abilities.append or composes)):
         raise MemoryBudgetError(
             "update-shard",
             rewrite_mem,
             budget,
-            "a rewrite holds the whole old shard; raise max_mem, or use write_strategy "
-            "'append' or 'in_place'",
+            "a rewrite holds the whole old shard; raise max_mem"
+            + (", or use write_strategy 'append' or 'in_place'" if abilities.append else ""),
         )
     existing = ExistingArray(metadata, version, offset, grown, strategy)
     return ShardedWrite(

@@ -193,13 +193,15 @@ def update_shard(
         )
     except PlanError as err:
         raise PlanError(f"shard {key!r}: {err}") from err
-    if plan.strategy == "rewrite" and not target.rewrite_fits and target.strategy != "rewrite":
+    keeps = any(slot not in new for slot in plan.layout_order)
+    if keeps and not target.rewrite_fits:  # prepare_write refuses plans that need this
         raise PlanError(
-            f"shard {key!r} must be rewritten but a rewrite holds the whole shard, more than "
+            f"shard {key!r} must be rewritten (the store cannot compose it: too few kept "
+            "bytes for its part size) but a rewrite holds the whole shard, more than "
             "max_mem allows; raise max_mem"
         )
     check_held(target.store, target.keys, target.marker)
-    stored = sum(1 for e in plan.entries if not _is_empty(e))
+    stored = int(ShardIndex(plan.entries).stored().sum())
     if plan.strategy == "rewrite":
         nbytes = rewrite_shard(write.shard_format, old, plan, new)
     elif target.abilities().append:
@@ -207,10 +209,6 @@ def update_shard(
     else:
         nbytes = _compose(target, old, plan, new)
     return WriteReport(shards=1, nbytes=nbytes, chunks_stored=stored, strategies={plan.strategy: 1})
-
-
-def _is_empty(entry: np.ndarray) -> bool:
-    return bool(entry[0] == np.uint64(2**64 - 1) and entry[1] == np.uint64(2**64 - 1))
 
 
 def _write_new(target: UpdateTarget, key: str, encoded: list[tuple[int, Buffer]]) -> WriteReport:

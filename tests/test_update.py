@@ -295,3 +295,30 @@ def test_a_failed_update_leaves_old_or_new_shards_and_no_records(
                 assert (got[box] == data[box]).all() or (got[box] == new[box]).all()
     assert (got[16:, 16:, 16:] == data[16:, 16:, 16:]).all()
     _check(path, got)
+
+
+def test_updates_that_cannot_fit_max_mem_are_refused_before_writing(tmp_path: Path) -> None:
+    path = tmp_path / "a.zarr"
+    data = _volume((64, 64, 64))
+    _write(path, data, shards=(64, 64, 64), chunks=(8, 8, 8))
+    before = _snapshot(path)
+    whole = (slice(0, 64),) * 3
+    # the touched chunks of the shard (512 KiB raw) do not fit one task
+    with pytest.raises(shardpipe.MemoryBudgetError, match="update-shard"):
+        shardpipe.to_sharded_zarr(
+            da.from_array(data, chunks=(16, 16, 16)), str(path), region=whole, max_mem="200KB"
+        )
+    # a rewrite holds the whole old shard (512 KiB raw)
+    small = (slice(0, 8),) * 3
+    with pytest.raises(shardpipe.MemoryBudgetError, match="whole old shard"):
+        shardpipe.to_sharded_zarr(
+            data[:8, :8, :8], str(path), region=small, write_strategy="rewrite", max_mem="300KB"
+        )
+    assert _snapshot(path) == before
+    # auto appends instead, within the budget
+    report = shardpipe.prepare_write(
+        data[:8, :8, :8] + 1, str(path), region=small, max_mem="300KB", storage_options=NO_FSYNC
+    ).execute()
+    assert "rewrite" not in report.strategies
+    data[:8, :8, :8] += 1
+    _check(path, data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -12,6 +13,13 @@ import pytest
 import shardpipe
 from tests.readers import assert_same
 from tests.test_s3_write import _leftovers, _read_tensorstore, _read_zarr
+
+
+@pytest.fixture(autouse=True)
+def _threads() -> Any:
+    """NumPy sources: run in this process (a cluster would get them inside the graph)."""
+    with dask.config.set(scheduler="threads"):
+        yield
 
 
 def _objects(bucket: str, storage_options: dict[str, Any]) -> dict[str, str]:

@@ -1,0 +1,295 @@
+"""Updates of existing sharded arrays: ``python -m benchmarks.updates [--small]``.
+
+Two scenarios on the local file system, each writer in a fresh process, no
+fsync anywhere (zarr-python's ``LocalStore`` never fsyncs; shardpipe runs
+with ``storage_options={"fsync": False}``):
+
+* **stream**: grow a ``(256, 1024, 1024)`` uint16 zstd-1 array with inner
+  chunks ``(8, 128, 128)`` and shards ``(64, 1024, 1024)`` by appending one
+  8-plane slab at a time (the first slab is written untimed), with each
+  ``write_strategy`` and with zarr-python (``resize`` + assignment);
+* **sparse**: in a 1 GiB uint8 zstd-1 array with ``(64, 64, 64)`` inner
+  chunks and ``(256, 256, 256)`` shards, replace 1% of the inner chunks,
+  scattered, one call per chunk.
+
+Per writer: wall time of the updates, bytes written by the process during
+them (the ``wchar`` count of ``/proc/self/io``: every ``write``/``pwrite`` of
+any library), the array's bytes on disk afterwards (and after
+``shardpipe.compact``), and the process's peak RSS during the updates (the
+data of each update is made before its timer starts, so it is included;
+the setup is not). Ratios are against zarr-python in the same run and
+against the zstd-1 encoded size of the new data. Dask's threaded scheduler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.child import REPO_ROOT, reset_peak, rss
+from benchmarks.report import fmt, table
+
+SCENARIOS = {
+    "stream": {"shape": (256, 1024, 1024), "chunks": (8, 128, 128), "shards": (64, 1024, 1024)},
+    "sparse": {"shape": (1024, 1024, 1024), "chunks": (64, 64, 64), "shards": (256, 256, 256)},
+}
+SMALL = {"stream": (64, 512, 512), "sparse": (256, 256, 256)}
+WRITERS = ["shardpipe-auto", "shardpipe-in_place", "shardpipe-append", "shardpipe-rewrite", "zarr"]
+NO_FSYNC = {"fsync": False}
+
+
+def wchar() -> int:
+    """Bytes this process has passed to write-like system calls so far."""
+    with open("/proc/self/io", encoding="ascii") as io:
+        for line in io:
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    raise RuntimeError("no wchar in /proc/self/io")
+
+
+def disk_bytes(path: Path) -> int:
+    """Bytes of the shard files under an array folder."""
+    return sum(p.stat().st_size for p in (path / "c").rglob("*") if p.is_file())
+
+
+def zstd1() -> Any:
+    from zarr.codecs import ZstdCodec
+
+    return ZstdCodec(level=1)
+
+
+def encoded_nbytes(chunks: list[np.ndarray]) -> int:
+    """Bytes of ``chunks`` encoded with zstd level 1 (as the arrays store them)."""
+    import numcodecs
+
+    codec = numcodecs.Zstd(level=1)
+    return sum(len(codec.encode(np.ascontiguousarray(c))) for c in chunks)
+
+
+def slab(k: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Deterministic data that zstd-1 compresses about 2x."""
+    rng = np.random.default_rng(k)
+    return (rng.integers(0, 256, shape, dtype=np.uint16) + 1000).astype(dtype)
+
+
+def _create(writer: str, path: Path, data: np.ndarray, cfg: dict[str, Any], shape: Any) -> Any:
+    import zarr
+
+    if writer == "zarr":
+        arr = zarr.create_array(
+            str(path),
+            shape=shape,
+            dtype=data.dtype,
+            chunks=cfg["chunks"],
+            shards=cfg["shards"],
+            compressors=zstd1(),
+        )
+        arr[tuple(slice(0, n) for n in data.shape)] = data
+        return arr
+    import shardpipe
+
+    return shardpipe.to_sharded_zarr(
+        data,
+        str(path),
+        shards=cfg["shards"],
+        chunks=cfg["chunks"],
+        compressors=zstd1(),
+        storage_options=NO_FSYNC,
+    )
+
+
+def run_stream(writer: str, path: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Append 8-plane slabs one at a time; time, count and watch memory of the appends only."""
+    import shardpipe
+
+    depth = cfg["chunks"][0]
+    full = cfg["shape"]
+    plane = full[1:]
+    arr = _create(writer, path, slab(0, (depth, *plane), "uint16"), cfg, (depth, *plane))
+    reset_peak()
+    seconds, written, encoded = 0.0, 0, 0
+    for k in range(1, full[0] // depth):
+        new = slab(k, (depth, *plane), "uint16")
+        encoded += encoded_nbytes(list(_inner(new, cfg["chunks"])))
+        before, start = wchar(), time.perf_counter()
+        if writer == "zarr":
+            n = arr.shape[0]
+            arr.resize((n + depth, *plane))
+            arr[n:] = new
+        else:
+            shardpipe.to_sharded_zarr(
+                new,
+                str(path),
+                append_dim=0,
+                write_strategy=writer.split("-")[1],
+                storage_options=NO_FSYNC,
+            )
+        seconds += time.perf_counter() - start
+        written += wchar() - before
+    return {"seconds": seconds, "written": written, "new_encoded": encoded}
+
+
+def _inner(data: np.ndarray, chunks: tuple[int, ...]) -> Any:
+    """The inner chunks of ``data`` (whose shape is a multiple of ``chunks``)."""
+    import itertools
+
+    ranges = [range(0, n, c) for n, c in zip(data.shape, chunks, strict=True)]
+    for corner in itertools.product(*ranges):
+        yield data[tuple(slice(a, a + c) for a, c in zip(corner, chunks, strict=True))]
+
+
+def run_sparse(writer: str, path: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Replace 1% of the inner chunks, scattered, one call per chunk."""
+    import zarr
+
+    import shardpipe
+
+    shape, chunks = cfg["shape"], cfg["chunks"]
+    data = np.random.default_rng(1).integers(0, 16, shape, dtype=np.uint8)
+    _create(writer, path, data, cfg, shape)
+    del data
+    grid = [n // c for n, c in zip(shape, chunks, strict=True)]
+    n_chunks = int(np.prod(grid))
+    picks = np.random.default_rng(2).choice(n_chunks, max(1, n_chunks // 100), replace=False)
+    arr = zarr.open_array(str(path), mode="r+") if writer == "zarr" else None
+    reset_peak()
+    seconds, written, encoded = 0.0, 0, 0
+    for i, flat in enumerate(sorted(picks)):
+        corner = np.unravel_index(flat, grid)
+        region = tuple(
+            slice(int(j) * c, (int(j) + 1) * c) for j, c in zip(corner, chunks, strict=True)
+        )
+        new = np.random.default_rng(100 + i).integers(0, 16, chunks, dtype=np.uint8)
+        encoded += encoded_nbytes([new])
+        before, start = wchar(), time.perf_counter()
+        if arr is not None:
+            arr[region] = new
+        else:
+            shardpipe.to_sharded_zarr(
+                new,
+                str(path),
+                region=region,
+                write_strategy=writer.split("-")[1],
+                storage_options=NO_FSYNC,
+            )
+        seconds += time.perf_counter() - start
+        written += wchar() - before
+    return {"seconds": seconds, "written": written, "new_encoded": encoded, "calls": len(picks)}
+
+
+def child(scenario: str, writer: str, small: bool) -> dict[str, Any]:
+    """One writer on one scenario, in this (fresh) process."""
+    import dask
+
+    dask.config.set(scheduler="threads")
+    cfg = dict(SCENARIOS[scenario])
+    if small:
+        cfg["shape"] = SMALL[scenario]
+        if scenario == "stream":
+            cfg["shards"] = (16, *SMALL[scenario][1:])
+            cfg["chunks"] = (8, 128, 128)
+    folder = Path(
+        tempfile.mkdtemp(prefix="shardpipe-bench-updates-", dir=REPO_ROOT / "benchmarks" / "out")
+    )
+    path = folder / "a.zarr"
+    try:
+        record = (run_stream if scenario == "stream" else run_sparse)(writer, path, cfg)
+        record["peak_rss"] = rss("VmHWM")  # peak during the updates (reset after the setup)
+        record["disk"] = disk_bytes(path)
+        if writer != "zarr":
+            import shardpipe
+
+            shardpipe.compact(str(path), threshold=0.0)
+            record["disk_compacted"] = disk_bytes(path)
+            record["verify_ok"] = shardpipe.verify(str(path)).ok
+        return {"scenario": scenario, "writer": writer, **record}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every writer on both scenarios (each in a fresh process) and print the tables."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.updates", description=__doc__)
+    p.add_argument("--small", action="store_true", help="small arrays (a smoke test)")
+    p.add_argument("--scenarios", default="stream,sparse")
+    p.add_argument("--writers", default=",".join(WRITERS))
+    p.add_argument("--json", type=Path, help="also write the records here")
+    p.add_argument("--child", nargs=2, metavar=("SCENARIO", "WRITER"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(*args.child, args.small)))
+        return 0
+    (REPO_ROOT / "benchmarks" / "out").mkdir(exist_ok=True)
+    records = []
+    for scenario in args.scenarios.split(","):
+        for writer in args.writers.split(","):
+            cmd = [sys.executable, "-m", "benchmarks.updates", "--child", scenario, writer]
+            cmd += ["--small"] * args.small
+            out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+            if out.returncode:
+                print(out.stderr[-3000:], file=sys.stderr)
+                continue
+            records.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(
+                f"{scenario} {writer}: {records[-1]['seconds']:.1f} s", file=sys.stderr, flush=True
+            )
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1))
+    print(report(records, args.small))
+    return 0
+
+
+def report(records: list[dict[str, Any]], small: bool) -> str:
+    """Markdown tables, one per scenario, with ratios against zarr-python and the new data."""
+    lines = [
+        f"machine: {os.cpu_count()} CPUs, {_cpu_model()}; sizes: {'small' if small else 'full'}",
+        "",
+    ]
+    mib = float(1 << 20)
+    for scenario in SCENARIOS:
+        rows = [r for r in records if r["scenario"] == scenario]
+        if not rows:
+            continue
+        zarr_seconds = next((r["seconds"] for r in rows if r["writer"] == "zarr"), None)
+        columns: list[tuple[str, Any]] = [
+            ("writer", lambda r: r["writer"]),
+            ("seconds", lambda r: fmt(r["seconds"], ".2f")),
+            (
+                "x faster than zarr",
+                lambda r, z=zarr_seconds: fmt(z / r["seconds"] if z else None, ".1f"),
+            ),
+            ("MiB written", lambda r: fmt(r["written"] / mib, ",.0f")),
+            ("written / new data encoded", lambda r: fmt(r["written"] / r["new_encoded"], ".2f")),
+            ("MiB on disk", lambda r: fmt(r["disk"] / mib, ",.0f")),
+            ("after compact", lambda r: fmt(r.get("disk_compacted", r["disk"]) / mib, ",.0f")),
+            ("peak RSS MiB", lambda r: fmt(r["peak_rss"] / mib, ",.0f")),
+        ]
+        lines.append(f"### {scenario}")
+        lines.append(table(rows, columns, left=[0]))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
