@@ -43,6 +43,7 @@ from shardpipe.validate import (
     check_index_location,
     check_max_mem,
     check_source_is_not_target,
+    check_store_reachable,
     check_target,
     resolve_shapes,
 )
@@ -140,6 +141,7 @@ def prepare_write(
     metadata = build_metadata(**create_kwargs)
     target = resolve_store(store, path, storage_options)
     check_source_is_not_target(array, target)
+    check_store_reachable(array, target)
     layout = ShardLayout(tuple(array.shape), shard_shape, chunk_shape)
     codec = ChunkCodec.from_metadata(metadata)
     plan = _plan(Placement.whole(layout, BlockGrid(array.chunks)), codec, budget, target, metadata)
@@ -193,6 +195,7 @@ def _prepare_update(
     layout = layout_of(grown or metadata)
     array = as_dask_array(arr, layout.shard_shape)
     check_source_is_not_target(array, target)
+    check_store_reachable(array, target)
     store = target.shards
     abilities = store.abilities
     if strategy == "in_place" and not abilities.write_at:

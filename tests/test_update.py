@@ -322,3 +322,18 @@ def test_updates_that_cannot_fit_max_mem_are_refused_before_writing(tmp_path: Pa
     assert "rewrite" not in report.strategies
     data[:8, :8, :8] += 1
     _check(path, data)
+
+
+def test_a_memory_store_is_refused_when_worker_processes_would_write_it(
+    cluster_client: Any,
+) -> None:
+    """Workers in other processes would write into copies of the store: data lost."""
+    memory = zarr.storage.MemoryStore()
+    data = da.from_array(np.ones((8, 8), "uint16"), chunks=(4, 8))
+    with pytest.raises(InvalidArgumentError, match="worker processes") as info:
+        shardpipe.to_sharded_zarr(data, memory, shards=(8, 8))
+    assert info.value.parameter == "store"
+    assert not list(memory._store_dict)
+    with dask.config.set(scheduler="threads"):
+        shardpipe.to_sharded_zarr(data, memory, shards=(8, 8))
+    assert_same(np.asarray(zarr.open_array(memory, mode="r")[...]), np.ones((8, 8), "uint16"))
