@@ -254,8 +254,7 @@ def rewrite_shard(
             data = view[offset : offset + nbytes]
         chunks.append(data)
     index = _index_bytes(shard_format, plan)
-    at_start = plan.index_offset == 0
-    buffers = [index, *chunks] if at_start else [*chunks, index]
+    buffers = [index, *chunks] if old.layout.index_at_start else [*chunks, index]
     try:
         store.put(old.key, buffers, if_version=old.version)
     except ConditionFailedError as err:
@@ -303,7 +302,7 @@ def _compose(
     size = old.layout.size
     handle = store.begin_parts(key, target.write.staging)
     try:
-        if plan.index_offset == 0:  # index at the start: new index + first kept bytes
+        if old.layout.index_at_start:  # the new index + the first kept bytes
             index_stop = old.layout.index_range[1]
             lead = store.min_part_size - len(index)
             head = index + store.get_range(key, index_stop, index_stop + lead)
