@@ -176,7 +176,9 @@ def appended_shape(append_dim: Any, shape: Shape, source_shape: Shape) -> tuple[
                 "append_dim",
                 f"appending along axis {axis} needs every other dimension to match, but "
                 f"dimension {d} is {m} in the source and {n} in the array {shape}",
-                f"Give a source of shape {tuple(shape[:axis])} + (k,) + {tuple(shape[axis + 1 :])}",
+                "Give a source of shape ("
+                + ", ".join("k" if i == axis else str(n) for i, n in enumerate(shape))
+                + ")",
             )
     grown = tuple(n + (source_shape[d] if d == axis else 0) for d, n in enumerate(shape))
     offset = tuple(shape[d] if d == axis else 0 for d in range(ndim))

@@ -162,6 +162,7 @@ def _snapshot(path: Path) -> dict[str, bytes]:
         ((4, 4, 4), {"region": [0, 1, 2]}, "region", "tuple of slices"),
         ((4, 4, 4), {"region": (slice(0, 8, 2), slice(0, 4), slice(0, 4))}, "region", "step"),
         ((4, 5, 32), {"append_dim": 0}, "append_dim", "dimension 1 is 5"),
+        ((4, 32, 5), {"append_dim": 0}, "append_dim", r"shape \(k, 32, 32\)"),
         ((4, 32, 32), {"append_dim": 3}, "append_dim", "not an axis"),
         ((4, 4, 4), {"region": (slice(0, 4),) * 3, "append_dim": 0}, "region", "both"),
         ((4, 4, 4), {"region": (slice(0, 4),) * 3, "overwrite": True}, "overwrite", "contradicts"),
