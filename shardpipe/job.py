@@ -315,7 +315,7 @@ class ShardedWrite:
                 update=self.existing is not None,
             )
             try:
-                reports = run_publishing(graph.publishing, show=progress)
+                reports = run_publishing(graph.publishing, show=progress, token=token)
             except BaseException as err:
                 self._undo_failed(err, write_target)
                 raise

@@ -8,14 +8,18 @@ widget in a notebook.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask
 import dask.base
+import dask.threaded
 from dask.base import compute
 from dask.callbacks import Callback
 from dask.delayed import Delayed
+from dask.system import CPU_COUNT
 
 from shardpipe.graph import PUBLISHING_TASKS
 from shardpipe.tasks import WriteReport
@@ -73,8 +77,14 @@ class _LocalProgress(Callback):
             _advance(self.bar, result, self.done)
 
 
-def run_publishing(tasks: Sequence[Delayed], *, show: bool) -> list[WriteReport]:
-    """Compute every publishing task and return their reports, in order."""
+def run_publishing(tasks: Sequence[Delayed], *, show: bool, token: str) -> list[WriteReport]:
+    """Compute every publishing task and return their reports, in order.
+
+    If a task fails, no task of the write (``token`` is in every task's
+    name) is still running when this raises: tasks not started are cancelled
+    and running ones are waited for, so that the caller can roll back and
+    clean up without a task writing under it.
+    """
     client = distributed_client()
     with _bar(len(tasks), show) as bar:
         if client is not None:
@@ -90,7 +100,26 @@ def run_publishing(tasks: Sequence[Delayed], *, show: bool) -> list[WriteReport]
                     _advance(bar, report, done)
             except BaseException:
                 client.cancel(futures)
+                _wait_idle(client, token)
                 raise
             return [r for r in reports if r is not None]
-        with _LocalProgress(bar):
-            return list(compute(*tasks))
+        if dask.base.get_scheduler() is not dask.threaded.get:
+            with _LocalProgress(bar):
+                return list(compute(*tasks))
+        workers = dask.config.get("num_workers", None) or CPU_COUNT
+        pool = ThreadPoolExecutor(workers)
+        try:
+            with _LocalProgress(bar):
+                return list(compute(*tasks, scheduler="threads", pool=pool))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _wait_idle(client: Any, token: str, timeout: float = 600.0) -> None:
+    """Wait until no task whose name holds ``token`` runs on the cluster's workers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = client.processing()
+        if not any(token in str(key) for keys in running.values() for key in keys):
+            return
+        time.sleep(0.05)
