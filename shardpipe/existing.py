@@ -35,8 +35,6 @@ class ExistingArray:
     version : ObjectVersion
         Version of its ``zarr.json`` then (the update publishes only if it
         is unchanged).
-    offset : tuple of int
-        Where the source's first element goes.
     grown : ArrayV3Metadata or None
         The metadata to publish after the shards (an append), else None.
     strategy : str
@@ -45,14 +43,8 @@ class ExistingArray:
 
     metadata: ArrayV3Metadata
     version: ObjectVersion
-    offset: Coords
     grown: ArrayV3Metadata | None
     strategy: str
-
-    @property
-    def target_metadata(self) -> ArrayV3Metadata:
-        """The metadata the shards are written for (the grown one for an append)."""
-        return self.grown or self.metadata
 
 
 def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadata, ObjectVersion]:

@@ -301,8 +301,8 @@ def compact(
     report = CompactReport()
 
     def one(stored: StoredShard) -> tuple[int, int]:
-        size = stored.layout.size
-        if stored.layout.unused_nbytes() <= threshold * size or not stored.layout.unused_nbytes():
+        size, unused = stored.layout.size, stored.layout.unused_nbytes()
+        if not unused or unused <= threshold * size:
             return size, -1
         plan = plan_shard_update(stored.layout, {}, "rewrite", Abilities())
         return size, rewrite_shard(shard_format, stored, plan, {})

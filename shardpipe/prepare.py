@@ -235,7 +235,7 @@ def _prepare_update(
             "a rewrite holds the whole old shard; raise max_mem"
             + (", or use write_strategy 'append' or 'in_place'" if abilities.append else ""),
         )
-    existing = ExistingArray(metadata, version, offset, grown, strategy)
+    existing = ExistingArray(metadata, version, grown, strategy)
     return ShardedWrite(
         array,
         target,

@@ -236,13 +236,9 @@ def choose_strategy(
     if new_total > kept:
         return "rewrite"
     if can_append:
-        grown = (
-            old.size
-            + new_total
-            + (old.index_range[1] - old.index_range[0]) * (not old.index_at_start)
-        )
-        used = kept + new_total + old.index_range[1] - old.index_range[0]
-        if grown and (grown - used) / grown <= threshold:
+        appended = _grow(old, new_sizes, in_place={})
+        index_nbytes = old.index_range[1] - old.index_range[0]
+        if appended.unused_nbytes(index_nbytes) <= threshold * appended.new_size:
             return "append"
     return "rewrite"
 
