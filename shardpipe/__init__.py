@@ -2,6 +2,8 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from shardpipe.dataset import open_dataset
+from shardpipe.dataset import register as _register_accessors
 from shardpipe.errors import (
     ArrayExistsError,
     InvalidArgumentError,
@@ -39,11 +41,14 @@ __all__ = [
     "cleanup",
     "compact",
     "info",
+    "open_dataset",
     "prepare_write",
     "repair",
     "to_sharded_zarr",
     "verify",
 ]
+
+_register_accessors()
 
 try:
     __version__ = version("shardpipe")

@@ -20,8 +20,8 @@ import html
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dask.array as da
@@ -44,7 +44,7 @@ from shardpipe.existing import (
     metadata_bytes,
 )
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.graph import build_write_graph
+from shardpipe.graph import WriteGraph, build_write_graph
 from shardpipe.journal import (
     JOB_DIR,
     JobKeys,
@@ -95,13 +95,19 @@ class ShardedWrite:
     existing : ExistingArray or None
         For a region write or an append: the array written into, where the
         source goes and the write strategy; None for a new array.
+
+    Notes
+    -----
+    ``create_kwargs`` are the arguments of ``zarr.create_array`` for a new
+    array; None means that the caller already wrote the metadata of a new,
+    empty array (xarray does, for the accessor), which is then only filled.
     """
 
     def __init__(
         self,
         source: da.Array,
         target: ResolvedStore,
-        create_kwargs: dict[str, Any],
+        create_kwargs: dict[str, Any] | None,
         metadata: ArrayV3Metadata,
         plan: WritePlan,
         *,
@@ -253,13 +259,18 @@ class ShardedWrite:
                 "Use compute=True (or ShardedWrite.execute())",
             )
         token = uuid.uuid4().hex
-        target_d = delayed(create_array, pure=False)(
-            self.target,
-            self._create_kwargs,
-            self.overwrite,
-            self._write_target(token),
-            dask_key_name=f"create-array-{token}",
-        )
+        if self._create_kwargs is None:
+            target_d = delayed(_check_in_place, pure=False)(
+                self.target, self._write_target(token), dask_key_name=f"check-array-{token}"
+            )
+        else:
+            target_d = delayed(create_array, pure=False)(
+                self.target,
+                self._create_kwargs,
+                self.overwrite,
+                self._write_target(token),
+                dask_key_name=f"create-array-{token}",
+            )
         graph = build_write_graph(self.source, self.plan, target_d, self._key_of(), token)
         return graph.result
 
@@ -287,24 +298,21 @@ class ShardedWrite:
             unfinished uploads are removed first (a failure of that cleanup is
             added to the error's notes, never in its place).
         """
-        progress = check_bool("progress", progress)
-        start = time.perf_counter()
-        token = uuid.uuid4().hex
+        return execute_together([self], progress=progress)[0]
+
+    def _start(self, token: str) -> _Started:
+        """Take the array's marker, write or check the metadata, build the graph."""
         store, keys = self.target.shards, self.keys
         marker = acquire(store, keys, "write" if self.existing is None else "update")
         try:
-            if self.existing is None:
-                write_target = create_array(
-                    self.target,
-                    self._create_kwargs,
-                    self.overwrite,
-                    self._write_target(token),
-                    marker,
-                )
-                target: WriteTarget | UpdateTarget = write_target
-            else:
-                write_target = self._write_target(token)
+            write_target = self._write_target(token)
+            target: WriteTarget | UpdateTarget = write_target
+            if self.existing is not None:
                 target = self._update_target(write_target, marker)
+            elif self._create_kwargs is None:
+                check_no_other_job(self.target, marker, "write the array")
+            else:
+                create_array(self.target, self._create_kwargs, self.overwrite, write_target, marker)
             graph = build_write_graph(
                 self.source,
                 self.plan,
@@ -314,19 +322,10 @@ class ShardedWrite:
                 in_process=runs_in_process(self.source),
                 update=self.existing is not None,
             )
-            try:
-                reports = run_publishing(graph.publishing, show=progress, token=token)
-            except BaseException as err:
-                self._undo_failed(err, write_target)
-                raise
-            report = finish_write(write_target, *reports)
-            if self.existing is not None and self.existing.grown is not None:
-                self._publish_grown(self.existing)
-        finally:
+        except BaseException:
             release(store, keys, marker)
-        report = replace(report, seconds=time.perf_counter() - start)
-        log.info("shardpipe: %s", report)
-        return report
+            raise
+        return _Started(self, marker, write_target, graph)
 
     def _update_target(self, write_target: WriteTarget, marker: JobMarker) -> UpdateTarget:
         existing = self.existing
@@ -344,7 +343,7 @@ class ShardedWrite:
             marker=marker,
         )
 
-    def _undo_failed(self, err: BaseException, write_target: WriteTarget) -> None:
+    def _undo_failed(self, err: BaseException) -> None:
         """After a failed run: roll back shards left mid-update, remove staging data."""
         try:
             rolled = recover(self.target.shards, self.keys, None)
@@ -397,6 +396,12 @@ def create_array(
     return write_target
 
 
+def _check_in_place(target: ResolvedStore, write_target: WriteTarget) -> WriteTarget:
+    """First task of a delayed write into an array whose metadata is already written."""
+    check_no_other_job(target, None, "write the array")
+    return write_target
+
+
 def check_no_other_job(target: ResolvedStore, holder: JobMarker | None, doing: str) -> None:
     """Refuse to go on while another job that may still run holds the array."""
     keys = JobKeys(target.key(""))
@@ -412,3 +417,62 @@ def _remove_node(target: ResolvedStore) -> None:
     for key in list(store.list(prefix)):
         if not key.startswith(f"{prefix}{JOB_DIR}/"):
             store.delete(key)
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A job whose marker is taken and whose graph is built."""
+
+    job: ShardedWrite
+    marker: JobMarker
+    write_target: WriteTarget
+    graph: WriteGraph
+
+
+def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) -> list[WriteReport]:
+    """Run several write jobs as one computation; return their reports in order.
+
+    All shards of all jobs go to the scheduler at once, so the arrays of a
+    dataset share the workers. Each job holds its array's marker throughout.
+    If any task fails, every job rolls back the shards it left mid-update and
+    removes its staging data before the error is raised.
+
+    Parameters
+    ----------
+    jobs : sequence of ShardedWrite
+        Jobs on distinct arrays.
+    progress : bool
+        Show one progress bar over the shards of all jobs.
+    """
+    progress = check_bool("progress", progress)
+    start = time.perf_counter()
+    token = uuid.uuid4().hex
+    started: list[_Started] = []
+    try:
+        for number, job in enumerate(jobs):
+            started.append(job._start(f"{token}-{number}"))
+        publishing = [task for s in started for task in s.graph.publishing]
+        try:
+            reports = run_publishing(publishing, show=progress, token=token)
+        except BaseException as err:
+            for s in started:
+                s.job._undo_failed(err)
+            raise
+        results = []
+        done = 0
+        for s in started:
+            count = len(s.graph.publishing)
+            report = finish_write(s.write_target, *reports[done : done + count])
+            done += count
+            existing = s.job.existing
+            if existing is not None and existing.grown is not None:
+                s.job._publish_grown(existing)
+            results.append(report)
+    finally:
+        for s in reversed(started):
+            release(s.job.target.shards, s.job.keys, s.marker)
+    seconds = time.perf_counter() - start
+    results = [replace(report, seconds=seconds) for report in results]
+    for report in results:
+        log.info("shardpipe: %s", report)
+    return results

@@ -37,6 +37,17 @@ def sharding_codec_of(metadata: ArrayV3Metadata) -> ShardingCodec:
     return sharding[0]
 
 
+def is_sharded(metadata: Any) -> bool:
+    """Whether ``metadata`` is that of a Zarr v3 array shardpipe can write (one sharding codec)."""
+    if not isinstance(metadata, ArrayV3Metadata):
+        return False
+    try:
+        sharding_codec_of(metadata)
+    except ShardFormatError:
+        return False
+    return True
+
+
 def _value(setting: Any) -> str:
     """The string value of a zarr setting that is an enum in some versions."""
     return str(getattr(setting, "value", setting))

@@ -157,6 +157,49 @@ def prepare_write(
     )
 
 
+def prepare_fill(
+    arr: Any,
+    target: ResolvedStore,
+    *,
+    max_mem: int | str = DEFAULT_MAX_MEM,
+    write_empty_chunks: bool = False,
+) -> ShardedWrite:
+    """Plan writing ``arr`` whole into a new, empty array whose metadata is already written.
+
+    For callers that write the metadata themselves (the xarray accessor lets
+    xarray write every array's metadata and attributes): the plan is that of
+    a new array, shards larger than ``max_mem`` included, and the job creates
+    nothing. The array must hold no shard yet; its shape and dtype must be
+    ``arr``'s.
+    """
+    check_array(arr)
+    metadata, _ = read_metadata(target, "store")
+    check_source_dtype(arr.dtype, metadata)
+    if tuple(arr.shape) != tuple(metadata.shape):
+        where = target.path or "the store root"
+        raise InvalidArgumentError(
+            "arr",
+            f"shape {tuple(arr.shape)} differs from the shape {metadata.shape} of {where!r}",
+            "Write a source of the array's shape, or use region= for a part of it",
+        )
+    layout = layout_of(metadata)
+    array = as_dask_array(arr, layout.shard_shape)
+    check_source_is_not_target(array, target)
+    check_store_reachable(array, target)
+    codec = ChunkCodec.from_metadata(metadata)
+    budget = check_max_mem(max_mem)
+    plan = _plan(Placement.whole(layout, BlockGrid(array.chunks)), codec, budget, target, metadata)
+    return ShardedWrite(
+        array,
+        target,
+        None,
+        metadata,
+        plan,
+        overwrite=False,
+        write_empty_chunks=check_bool("write_empty_chunks", write_empty_chunks),
+    )
+
+
 def _prepare_update(
     arr: Any,
     target: ResolvedStore,

@@ -2,7 +2,8 @@
 
 Accepted: a local path (``str`` or ``os.PathLike``), an fsspec URL such as
 ``"s3://bucket/volume.zarr"`` (with ``storage_options``), a zarr ``Store``,
-or a zarr ``Group`` (the array goes at ``path`` inside the group).
+a zarr ``Group`` (the array goes at ``path`` inside the group), or a
+:class:`ResolvedStore` already made (``path`` is then inside its path).
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def resolve_store(
             'Pass {"fsync": False} to skip fsync, or leave it out',
         )
     local_options = {"fsync": fsync}
+    if isinstance(store, ResolvedStore):
+        return ResolvedStore(store.zarr_store, store.shards, _join(store.path, path))
     if isinstance(store, zarr.Group):
         inner = store.store
         return ResolvedStore(inner, _backend_for(inner, local_options), _join(store.path, path))

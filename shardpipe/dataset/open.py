@@ -1,0 +1,75 @@
+"""Open a sharded Zarr group with xarray, one Dask chunk per shard.
+
+``xr.open_zarr`` gives a sharded variable Dask chunks of its inner-chunk
+shape, so a computation over it has one task per inner chunk (thousands per
+shard). Opened here, every variable whose array is sharded gets one Dask
+chunk per shard: each task reads one shard object, in one request per inner
+chunk it holds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Hashable
+from typing import Any
+
+import xarray as xr
+
+from shardpipe.errors import InvalidArgumentError
+
+
+def shard_chunks(ds: xr.Dataset) -> dict[Hashable, dict[Hashable, int]]:
+    """Dask chunks per variable that put one shard in each chunk.
+
+    Read from each variable's ``encoding["shards"]`` (set by ``xr.open_zarr``
+    for sharded Zarr v3 arrays); variables without shards get their inner
+    chunks (``encoding["chunks"]``); in-memory index coordinates are left out.
+    """
+    chunks: dict[Hashable, dict[Hashable, int]] = {}
+    for name, var in ds.variables.items():
+        if name in ds.indexes or var.ndim == 0:
+            continue
+        sizes = var.encoding.get("shards") or var.encoding.get("chunks")
+        if sizes is not None:
+            chunks[name] = dict(zip(var.dims, (int(s) for s in sizes), strict=True))
+    return chunks
+
+
+def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.Dataset:
+    """Open a Zarr group with ``xr.open_zarr``, one Dask chunk per shard of each variable.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr Store
+        What ``xr.open_zarr`` accepts.
+    group : str, optional
+        Group path inside the store.
+    **kwargs
+        Passed to ``xr.open_zarr`` (``consolidated``, ``decode_times``,
+        ``storage_options``, ...), except ``chunks``.
+
+    Returns
+    -------
+    xarray.Dataset
+        Lazy: each variable's Dask chunks are its shards (see :func:`shard_chunks`).
+    """
+    if "chunks" in kwargs:
+        raise InvalidArgumentError(
+            "chunks",
+            "open_dataset gives every variable one Dask chunk per shard",
+            "Call xr.open_zarr(store, chunks=...) for other chunks, or .chunk() afterwards",
+        )
+    ds = xr.open_zarr(store, group=group, chunks=None, **kwargs)
+    chunks = shard_chunks(ds)
+    token = uuid.uuid4().hex[:12]
+    variables = {
+        name: (var.chunk(chunks[name], name=f"open-{name}-{token}") if name in chunks else var)
+        for name, var in ds.variables.items()
+    }
+    opened = xr.Dataset(
+        {name: variables[name] for name in ds.data_vars},
+        coords={name: variables[name] for name in ds.coords},
+        attrs=ds.attrs,
+    )
+    opened.encoding = ds.encoding
+    return opened

@@ -1,0 +1,386 @@
+"""Write an xarray Dataset or DataArray as sharded Zarr v3 arrays (``ds.shard.to_zarr``).
+
+xarray does what it knows: CF encoding (times, packing, ``_FillValue``,
+``dtype``), attributes, ``dimension_names``, coordinates and the variables
+that are not sharded, written through its own zarr backend
+(``dump_to_store`` into its ``ZarrStore``). shardpipe writes the data of the
+sharded variables, all of them in one Dask computation:
+
+- a variable that is new (every variable with ``mode="w"``/``"w-"``):
+  xarray creates the array (metadata only: a writer passed to xarray takes
+  the encoded data instead of storing it), and a job of
+  :func:`~shardpipe.prepare.prepare_fill` fills it;
+- a sharded variable that exists (``mode="a"``/``"r+"``): its new data is
+  encoded with the stored variable's encoding, as xarray does, and written
+  by shardpipe's update machinery (``append_dim`` grows it, ``region`` writes
+  a box of it), planned and checked before xarray writes anything.
+
+Consolidated metadata is written last.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable, Mapping
+from typing import Any, cast
+
+import dask.array as da
+import numpy as np
+import xarray as xr
+import zarr
+from dask.delayed import Delayed, delayed
+from xarray.backends.common import ArrayWriter
+from xarray.backends.writers import dump_to_store, get_writable_zarr_store
+
+from shardpipe.dataset.existing import StoredVariables, check_compatible
+from shardpipe.dataset.layout import (
+    VariableShape,
+    check_dim_sizes,
+    grid_aligned_chunks,
+    variable_layout,
+)
+from shardpipe.errors import ArrayExistsError, InvalidArgumentError
+from shardpipe.existing import check_strategy
+from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, check_no_other_job, execute_together
+from shardpipe.metadata import is_sharded
+from shardpipe.prepare import prepare_fill, prepare_write
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.tasks import WriteReport
+from shardpipe.validate import check_bool, check_max_mem, check_store_reachable, check_target
+
+MODES = ("w-", "w", "a", "r+")
+"""Write modes, as in ``xarray.Dataset.to_zarr``."""
+
+CARRIED_ENCODING = frozenset(
+    {
+        *("dtype", "scale_factor", "add_offset", "_FillValue", "missing_value"),
+        *("units", "calendar", "compressors", "filters", "serializer", "shards", "chunks"),
+    }
+)
+"""Keys of a variable's own ``encoding`` kept for its sharded array (CF and zarr codec keys).
+
+Others (``preferred_chunks``, netCDF's ``zlib``, ...) would be refused by
+xarray's zarr backend once the variable has an explicit encoding.
+"""
+
+SHARDED_KINDS = "biufcmM"
+"""NumPy dtype kinds of the data variables shardpipe shards (strings are left to xarray)."""
+
+
+def to_zarr(
+    obj: xr.Dataset | xr.DataArray,
+    store: Any,
+    *,
+    shards: Mapping[Hashable, int] | None = None,
+    chunks: Mapping[Hashable, int] | None = None,
+    encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
+    mode: str | None = None,
+    append_dim: Hashable | None = None,
+    region: Mapping[Hashable, Any] | str | None = None,
+    group: str | None = None,
+    consolidated: bool = True,
+    write_strategy: str = "auto",
+    max_mem: int | str = DEFAULT_MAX_MEM,
+    storage_options: dict[str, Any] | None = None,
+    compute: bool = True,
+    progress: bool = False,
+) -> dict[Hashable, WriteReport] | Delayed:
+    """Write ``obj`` to a Zarr v3 group whose data variables are sharded.
+
+    See :meth:`shardpipe.dataset.accessor.ShardAccessor.to_zarr` for the
+    parameters.
+    """
+    ds = as_dataset(obj)
+    mode = _check_mode(mode, append_dim, region)
+    compute = check_bool("compute", compute)
+    progress = check_bool("progress", progress)
+    consolidated = check_bool("consolidated", consolidated)
+    strategy = check_strategy(write_strategy)
+    budget = check_max_mem(max_mem)
+    if append_dim is not None and append_dim not in ds.dims:
+        raise InvalidArgumentError(
+            "append_dim",
+            f"{append_dim!r} is not a dimension of the dataset (it has {list(ds.dims)})",
+            "Name the dimension to append along",
+        )
+    shard_sizes = check_dim_sizes("shards", shards, list(ds.dims))
+    chunk_sizes = check_dim_sizes("chunks", chunks, list(ds.dims))
+    encoding = _check_encoding(encoding, ds)
+    root = resolve_store(store, group, storage_options)
+    check_target(root, overwrite=True)
+    stored = StoredVariables.read(root, mode)
+    if mode == "w-" and stored.exists:
+        raise ArrayExistsError(
+            f"mode: a Zarr node already exists at {root.path or 'the store root'!r} of "
+            f"{root.zarr_store}; pass mode='w' to replace it, or mode='a' to add to it"
+        )
+    for path in stored.array_paths():
+        check_no_other_job(ResolvedStore(root.zarr_store, root.shards, path), None, "write it")
+
+    to_update = [name for name in ds.data_vars if name in stored.sharded and mode in ("a", "r+")]
+    if to_update and not compute:
+        raise InvalidArgumentError(
+            "compute",
+            f"variables {to_update} exist and are updated, which runs at once",
+            "Use compute=True",
+        )
+    new = [
+        name
+        for name in ds.data_vars
+        if name not in stored.names and _shardable(ds.variables[name], encoding.get(name, {}))
+    ]
+    for name in new:
+        encoding[name] = _sharded_encoding(
+            name, ds.variables[name], encoding.get(name, {}), shard_sizes, chunk_sizes
+        )
+
+    zstore = (
+        get_writable_zarr_store(
+            root.zarr_store,
+            mode=cast(Any, mode),
+            group=group,
+            consolidated=None if mode == "r+" else False,
+            append_dim=append_dim,
+            region=region,  # type: ignore[arg-type]
+            safe_chunks=False,  # shardpipe writes shards whatever the Dask chunks
+        )
+        if mode in ("a", "r+")
+        else None
+    )
+    regions: dict[Hashable, slice] = {}
+    if zstore is not None:
+        ds = zstore._validate_and_autodetect_region(ds)
+        regions = dict(zstore._write_region or {})
+        zstore._validate_encoding(encoding)
+    updates = _prepare_updates(
+        ds, to_update, stored, root, zstore, regions, append_dim, strategy, budget
+    )
+    sources = [ds.variables[n].data for n in new if isinstance(ds.variables[n].data, da.Array)]
+    for source in sources:
+        check_store_reachable(source, root)
+
+    if zstore is None:
+        zstore = get_writable_zarr_store(
+            root.zarr_store,
+            mode=cast(Any, mode),
+            group=group,
+            consolidated=False,
+            safe_chunks=False,
+        )
+    writer = _ShardRouter()
+    dump_to_store(ds.drop_vars(to_update), zstore, writer, encoding=encoding)  # type: ignore[no-untyped-call]
+    fills = [
+        (str(target.path), _prepare_fill(target, source, root, budget))
+        for source, target in writer.sharded
+    ]
+    jobs = {**{name: job for name, job in fills}, **updates}
+    if not compute:
+        others = writer.sync(compute=False)  # type: ignore[no-untyped-call]
+        parts = [job.to_delayed() for job in jobs.values()]
+        finished: Delayed = delayed(_finish_delayed, pure=False)(
+            list(jobs), parts, others, root, consolidated
+        )
+        return finished
+    reports = execute_together(list(jobs.values()), progress=progress)
+    writer.sync(compute=True)  # type: ignore[no-untyped-call]
+    zstore.close()
+    if consolidated:
+        _consolidate(root)
+    return {_variable(ds, path): report for path, report in zip(jobs, reports, strict=True)}
+
+
+def as_dataset(obj: Any) -> xr.Dataset:
+    """Return ``obj`` as a Dataset, naming a DataArray as ``DataArray.to_zarr`` does."""
+    if isinstance(obj, xr.Dataset):
+        return obj
+    if not isinstance(obj, xr.DataArray):
+        raise InvalidArgumentError(
+            "obj", f"expected an xarray Dataset or DataArray, got {type(obj).__name__}", ""
+        )
+    from xarray.backends.api import DATAARRAY_NAME, DATAARRAY_VARIABLE
+
+    if obj.name is None:
+        return obj.to_dataset(name=DATAARRAY_VARIABLE)
+    if obj.name in obj.coords or obj.name in obj.dims:
+        ds = obj.to_dataset(name=DATAARRAY_VARIABLE)
+        ds.attrs[DATAARRAY_NAME] = obj.name
+        return ds
+    return obj.to_dataset()
+
+
+class _ShardRouter(ArrayWriter):
+    """An xarray ``ArrayWriter`` that keeps the data bound for sharded arrays.
+
+    xarray creates every array and hands its encoded data to ``add``: data
+    for a sharded array is kept (shardpipe writes it), the rest is written as
+    xarray would.
+    """
+
+    __slots__ = ("sharded",)
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.sharded: list[tuple[Any, zarr.Array[Any]]] = []
+
+    def add(self, source: Any, target: Any, region: Any = None) -> None:
+        if isinstance(target, zarr.Array) and is_sharded(target.metadata) and np.ndim(source):
+            self.sharded.append((source, target))
+            return
+        if isinstance(source, da.Array) and isinstance(target, zarr.Array) and source.ndim:
+            # xarray's chunk-alignment check is off (shardpipe aligns the sharded variables):
+            # give the variables xarray writes Dask chunks inside its stored chunks instead
+            starts = [s.start or 0 for s in region] if region else [0] * source.ndim
+            source = source.rechunk(grid_aligned_chunks(source.shape, target.chunks, starts))
+        super().add(source, target, region)  # type: ignore[no-untyped-call]  # type: ignore[no-untyped-call]
+
+
+def _check_mode(mode: Any, append_dim: Any, region: Any) -> str:
+    if mode is None:
+        mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
+    if mode not in MODES:
+        raise InvalidArgumentError(
+            "mode", f"unknown value {mode!r}", f"Use one of {', '.join(map(repr, MODES))}"
+        )
+    if append_dim is not None and region is not None:
+        raise InvalidArgumentError(
+            "region", "region and append_dim were both given", "Pass one of them"
+        )
+    if append_dim is not None and mode != "a":
+        raise InvalidArgumentError(
+            "mode", f"{mode!r} cannot append (append_dim={append_dim!r})", "Use mode='a'"
+        )
+    if region is not None and mode not in ("a", "r+"):
+        raise InvalidArgumentError(
+            "mode", f"{mode!r} cannot write a region", "Use mode='r+' (or 'a')"
+        )
+    return str(mode)
+
+
+def _check_encoding(
+    encoding: Mapping[Hashable, Mapping[str, Any]] | None, ds: xr.Dataset
+) -> dict[Hashable, dict[str, Any]]:
+    if encoding is None:
+        return {}
+    if not isinstance(encoding, Mapping):
+        raise InvalidArgumentError(
+            "encoding",
+            f"expected a dict of variable name to encoding dict, got {encoding!r}",
+            'Pass e.g. encoding={"t2m": {"dtype": "int16", "scale_factor": 0.01}}',
+        )
+    unknown = [name for name in encoding if name not in ds.variables]
+    if unknown:
+        raise InvalidArgumentError(
+            "encoding",
+            f"names variable(s) {unknown} that the dataset lacks",
+            f"Give encodings for variables of the dataset ({list(ds.variables)})",
+        )
+    return {name: dict(value) for name, value in encoding.items()}
+
+
+def _shardable(var: xr.Variable, encoding: Mapping[str, Any]) -> bool:
+    if "shards" in encoding and encoding["shards"] is None:
+        return False  # the caller asked for an unsharded array
+    return var.ndim > 0 and var.dtype.kind in SHARDED_KINDS
+
+
+def _sharded_encoding(
+    name: Hashable,
+    var: xr.Variable,
+    encoding: dict[str, Any],
+    shards: Mapping[Hashable, int],
+    chunks: Mapping[Hashable, int],
+) -> dict[str, Any]:
+    own = {k: v for k, v in var.encoding.items() if k in CARRIED_ENCODING}
+    encoding = {**own, **encoding}
+    itemsize = np.dtype(encoding.get("dtype", var.dtype)).itemsize
+    shape = VariableShape(name, tuple(var.dims), tuple(var.shape), itemsize)
+    shard_shape, chunk_shape = variable_layout(shape, shards, chunks, encoding)
+    return {**encoding, "shards": shard_shape, "chunks": chunk_shape}
+
+
+def _prepare_updates(
+    ds: xr.Dataset,
+    names: list[Hashable],
+    stored: StoredVariables,
+    root: ResolvedStore,
+    zstore: Any,
+    regions: Mapping[Hashable, slice],
+    append_dim: Hashable | None,
+    strategy: str,
+    budget: int,
+) -> dict[str, ShardedWrite]:
+    """Plan the updates of existing sharded variables, checking them against the store."""
+    jobs: dict[str, ShardedWrite] = {}
+    if not names:
+        return jobs
+    encoded = stored.encode_like_stored(zstore, {n: ds.variables[n] for n in names})
+    for name in names:
+        var = encoded[name]
+        check_compatible(name, ds.variables[name], stored, regions, append_dim)
+        path = root.key(str(name))
+        array_shape = stored.shapes[name]
+        kwargs: dict[str, Any] = {}
+        if append_dim is not None and append_dim in var.dims:
+            kwargs["append_dim"] = var.dims.index(append_dim)
+        else:
+            kwargs["region"] = tuple(
+                _bounded(regions.get(dim, slice(None)), size)
+                for dim, size in zip(var.dims, array_shape, strict=True)
+            )
+        try:
+            jobs[path] = prepare_write(
+                var.data,
+                ResolvedStore(root.zarr_store, root.shards, path),
+                write_strategy=strategy,
+                max_mem=budget,
+                **kwargs,
+            )
+        except InvalidArgumentError as err:
+            raise InvalidArgumentError(
+                err.parameter, f"variable {name!r}: {err.problem}", err.fix
+            ) from err
+    return jobs
+
+
+def _bounded(region: slice, size: int) -> slice:
+    start, stop, _ = region.indices(size)
+    return slice(start, stop)
+
+
+def _prepare_fill(
+    target: zarr.Array[Any], source: Any, root: ResolvedStore, budget: int
+) -> ShardedWrite:
+    path = str(target.path)
+    try:
+        return prepare_fill(
+            source, ResolvedStore(root.zarr_store, root.shards, path), max_mem=budget
+        )
+    except InvalidArgumentError as err:
+        raise InvalidArgumentError(
+            err.parameter, f"variable at {path!r}: {err.problem}", err.fix
+        ) from err
+
+
+def _variable(ds: xr.Dataset, path: str) -> Hashable:
+    name = path.rsplit("/", 1)[-1]
+    return next((n for n in ds.variables if str(n) == name), name)
+
+
+def _consolidate(root: ResolvedStore) -> None:
+    """Write consolidated metadata at the store's root, as xarray does (and reads it)."""
+    with warnings.catch_warnings():
+        # zarr warns that consolidated metadata is not in the v3 spec; xarray writes it anyway
+        warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
+        zarr.consolidate_metadata(root.zarr_store, zarr_format=3)
+
+
+def _finish_delayed(
+    names: list[str],
+    reports: list[WriteReport],
+    _others: Any,
+    root: ResolvedStore,
+    consolidated: bool,
+) -> dict[str, WriteReport]:
+    if consolidated:
+        _consolidate(root)
+    return dict(zip(names, reports, strict=True))
