@@ -231,7 +231,7 @@ class _ShardRouter(ArrayWriter):
             # give the variables xarray writes Dask chunks inside its stored chunks instead
             starts = [s.start or 0 for s in region] if region else [0] * source.ndim
             source = source.rechunk(grid_aligned_chunks(source.shape, target.chunks, starts))
-        super().add(source, target, region)  # type: ignore[no-untyped-call]  # type: ignore[no-untyped-call]
+        super().add(source, target, region)  # type: ignore[no-untyped-call]
 
 
 def _check_mode(mode: Any, append_dim: Any, region: Any) -> str:

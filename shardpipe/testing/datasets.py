@@ -13,7 +13,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 import xarray as xr
 
 
