@@ -260,7 +260,7 @@ class ShardedWrite:
             )
         token = uuid.uuid4().hex
         if self._create_kwargs is None:
-            target_d = delayed(_check_in_place, pure=False)(
+            target_d = delayed(_check_metadata_written, pure=False)(
                 self.target, self._write_target(token), dask_key_name=f"check-array-{token}"
             )
         else:
@@ -396,7 +396,7 @@ def create_array(
     return write_target
 
 
-def _check_in_place(target: ResolvedStore, write_target: WriteTarget) -> WriteTarget:
+def _check_metadata_written(target: ResolvedStore, write_target: WriteTarget) -> WriteTarget:
     """First task of a delayed write into an array whose metadata is already written."""
     check_no_other_job(target, None, "write the array")
     return write_target
