@@ -14,9 +14,11 @@ process, alternating, on Dask's threaded scheduler, no fsync anywhere
   zarr_format=3, encoding={v: {"shards": ..., "chunks": ...}})``, the rechunk
   that xarray asks for.
 
-Per run: wall time and the process's peak RSS during the write. Then, on the
-shardpipe output, the mean over time of ``t2m`` opened with ``xr.open_zarr``
-(inner-chunk Dask chunks) and with ``shardpipe.open_dataset`` (one per shard).
+Per run: wall time and the process's peak RSS during the write. Then, in a
+fresh process, ``t2m`` alone is written by shardpipe with inner chunks of
+1.7 MB and of 140 KB, and the mean over time is computed with the store
+opened by ``xr.open_zarr`` (one Dask chunk per inner chunk) and by
+``shardpipe.open_dataset`` (one per shard), best of 2.
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ CHUNKS = {"time": 73, "lat": 60, "lon": 96}
 def child(writer: str, path: Path, grid: dict[str, int]) -> dict[str, Any]:
     """Write the dataset with ``writer`` in this process; return time and peak memory."""
     import dask
-    import xarray as xr
 
     import shardpipe  # noqa: F401  (registers .shard)
     from shardpipe.testing.datasets import climate_dataset
@@ -76,18 +77,47 @@ def child(writer: str, path: Path, grid: dict[str, int]) -> dict[str, Any]:
         "peak_rss": rss("VmHWM"),
         "base_rss": base,
     }
-    if writer == "shardpipe":
-        import shardpipe as sp
-
-        for label, opened in (
-            ("open_zarr", xr.open_zarr(path)),
-            ("open_dataset", sp.open_dataset(path)),
-        ):
-            start = time.perf_counter()
-            opened.t2m.mean("time").compute()
-            result[f"mean_{label}_seconds"] = time.perf_counter() - start
-            result[f"mean_{label}_tasks"] = opened.t2m.data.npartitions
     return result
+
+
+READ_LAYOUTS = {"1.7 MB inner chunks": (73, 60, 96), "140 KB inner chunks": (73, 20, 24)}
+
+
+def read_child(path: Path, grid: dict[str, int]) -> list[dict[str, Any]]:
+    """Mean over time of ``t2m`` opened both ways, for two inner-chunk sizes (best of 2)."""
+    import dask
+    import xarray as xr
+
+    import shardpipe
+    from shardpipe.testing.datasets import climate_dataset
+
+    dask.config.set(scheduler="threads")
+    ds = climate_dataset(**grid, chunks=DASK_CHUNKS)[["t2m"]]
+    results = []
+    for layout, chunks in READ_LAYOUTS.items():
+        target = path / f"{chunks[1]}.zarr"
+        ds.shard.to_zarr(
+            target,
+            shards=SHARDS,
+            chunks=dict(zip(("time", "lat", "lon"), chunks, strict=True)),
+            storage_options={"fsync": False},
+        )
+        for opener in (xr.open_zarr, shardpipe.open_dataset):
+            best = float("inf")
+            for _ in range(2):
+                opened = opener(target)
+                start = time.perf_counter()
+                opened.t2m.mean("time").compute()
+                best = min(best, time.perf_counter() - start)
+            results.append(
+                {
+                    "layout": layout,
+                    "opener": f"{opener.__module__.split('.')[0]}.{opener.__name__}",
+                    "dask_chunks": opened.t2m.data.npartitions,
+                    "seconds": best,
+                }
+            )
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     grid = SMALL if args.small else GRID
     if args.child:
-        print(json.dumps(child(args.child[0], Path(args.child[1]), grid)))
+        writer, where = args.child[0], Path(args.child[1])
+        done = read_child(where, grid) if writer == "read" else child(writer, where, grid)
+        print(json.dumps(done))
         return 0
     results = []
     with tempfile.TemporaryDirectory(dir=REPO_ROOT / "benchmarks") as tmp:
@@ -140,16 +172,21 @@ def main(argv: list[str] | None = None) -> int:
         f"peak RSS: shardpipe {peak['shardpipe'] / 2**20:.0f} MiB, "
         f"xarray {peak['xarray'] / 2**20:.0f} MiB"
     )
-    for r in results:
-        if r["writer"] == "shardpipe":
-            print(
-                f"mean over time: xr.open_zarr {r['mean_open_zarr_seconds']:.2f} s "
-                f"({r['mean_open_zarr_tasks']} chunks), shardpipe.open_dataset "
-                f"{r['mean_open_dataset_seconds']:.2f} s ({r['mean_open_dataset_tasks']} chunks)"
-            )
+    with tempfile.TemporaryDirectory(dir=REPO_ROOT / "benchmarks") as tmp:
+        command = [sys.executable, "-m", "benchmarks.xarray_write", "--child", "read", tmp]
+        if args.small:
+            command.insert(3, "--small")
+        done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO_ROOT)
+        reads = json.loads(done.stdout.strip().splitlines()[-1])
+    for r in reads:
+        print(
+            f"mean over time, {r['layout']}: {r['opener']} {r['seconds']:.2f} s "
+            f"({r['dask_chunks']} Dask chunks)"
+        )
     if args.out:
         meta = {"machine": platform.platform(), "python": platform.python_version(), "grid": grid}
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+        record = {"meta": meta, "results": results, "reads": reads}
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The ``shardpipe`` command line: plan a write, verify an array, clean up after failures.
+"""The ``shardpipe`` command line: plan, verify, maintain arrays; write and repair datasets.
 
 Exit status: 0 on success, 1 when ``verify`` finds a problem, 2 when the
 command cannot run (bad arguments, nothing readable at the path).
@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from shardpipe.dataset.commands import add_commands as add_dataset_commands
+from shardpipe.dataset.commands import run as run_dataset_command
 from shardpipe.errors import ShardpipeError
 
 
@@ -63,6 +65,10 @@ def parse_compressor(text: str) -> Any:
 def _add_store_arguments(command: argparse.ArgumentParser, what: str) -> None:
     command.add_argument("store", help=f"local path or fsspec URL of the {what}")
     command.add_argument("--path", default=None, help="path of the array inside the store")
+    _add_storage_option(command)
+
+
+def _add_storage_option(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--storage-option",
         action="append",
@@ -142,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument(
         "--threshold", type=float, default=0.1, help="unused share above which to rewrite (0.1)"
     )
+    add_dataset_commands(commands, _add_storage_option)
     return parser
 
 
@@ -176,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
     options = _options(args.storage_option) or None
+    if args.command in ("write-dataset", "repair-dataset"):
+        return run_dataset_command(args, options)
     where = args.store + (f" (path {args.path!r})" if args.path else "")
     if args.command == "plan":
         try:

@@ -318,3 +318,97 @@ def test_region_beyond_the_stored_variable_writes_nothing(written: Path) -> None
 def test_a_new_dataset_needs_a_dataset(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="obj"):
         shardpipe.dataset.to_zarr(da.zeros(3), tmp_path / "x.zarr")  # type: ignore[arg-type]
+
+
+# -- command line ------------------------------------------------------------------
+
+
+def test_cli_writes_a_zarr_v2_dataset_sharded_and_repairs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardpipe.cli import main
+
+    ds = _many_dtypes()
+    v2 = tmp_path / "v2.zarr"
+    ds.to_zarr(v2, zarr_format=2, consolidated=True)
+    target = tmp_path / "v3.zarr"
+    status = main(
+        ["write-dataset", str(v2), str(target), "--shards", "time=20,y=12", "--chunks", "time=10"]
+    )
+    assert status == 0, capsys.readouterr().err
+    assert "a64: 2 shard(s) written" in capsys.readouterr().out
+    xr.testing.assert_identical(xr.open_zarr(target), ds)
+    assert zarr.open_group(target, mode="r")["a64"].shards == (20, 12, 10)
+    assert main(["write-dataset", str(v2), str(target)]) == 2
+    assert "mode" in capsys.readouterr().err
+    assert main(["repair-dataset", str(target)]) == 0
+    assert "sharded array(s) repaired" in capsys.readouterr().out
+
+
+def test_cli_rejects_malformed_dim_sizes() -> None:
+    from shardpipe.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["write-dataset", "a", "b", "--shards", "time"])
+
+
+def test_repair_dataset_needs_consolidated_metadata(tmp_path: Path) -> None:
+    store = tmp_path / "c.zarr"
+    _many_dtypes().shard.to_zarr(store, consolidated=False)
+    with pytest.raises(InvalidArgumentError, match="consolidated"):
+        shardpipe.dataset.repair_dataset(store)
+
+
+@pytest.mark.s3
+def test_dataset_on_s3_write_append_region(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    bucket, options = s3_bucket
+    url = f"s3://{bucket}/climate.zarr"
+    full = climate_dataset(years=2, nlat=12, nlon=20, chunks={"time": 50, "lat": 5, "lon": 7})
+    full.isel(time=slice(0, 365)).shard.to_zarr(
+        url, shards={"time": 73}, chunks={"time": 73, "lat": 6}, storage_options=options
+    )
+    full.isel(time=slice(365, 730)).shard.to_zarr(
+        url, append_dim="time", storage_options=options
+    )
+    back = xr.open_zarr(url, storage_options=options)
+    expected = full.assign_coords(analysis_time=full.analysis_time.astype("datetime64[ns]"))
+    xr.testing.assert_identical(back, expected)
+    patch = (full.isel(time=slice(10, 20)).drop_vars("land") * 0 + 1).compute()
+    for name in ("t2m", "precip", "stations"):
+        patch[name] = patch[name].astype(full[name].dtype)
+        patch[name].attrs = full[name].attrs
+    patch.shard.to_zarr(url, region="auto", storage_options=options)
+    again = shardpipe.open_dataset(url, storage_options=options)
+    np.testing.assert_array_equal(again.t2m[10:20].values, patch.t2m.values)
+    np.testing.assert_array_equal(again.t2m[20:].values, full.t2m[20:].values)
+    for name in ("t2m", "precip", "stations"):
+        assert shardpipe.verify(url, path=name, storage_options=options).ok
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"mode": "w"}, {"append_dim": "time"}, {"region": "auto"}],
+    ids=["overwrite", "append", "region"],
+)
+def test_a_running_job_on_a_variable_stops_the_dataset_write(
+    written: Path, kwargs: dict[str, Any]
+) -> None:
+    from shardpipe.errors import JobConflictError
+    from shardpipe.journal import JobKeys, acquire, release
+    from shardpipe.storage.resolve import resolve_store
+
+    target = resolve_store(written, "precip")
+    keys = JobKeys(target.key(""))
+    marker = acquire(target.shards, keys, "update")  # this process runs: the job is live
+    try:
+        ds = climate_dataset(years=1, nlat=12, nlon=20)
+        if "region" in kwargs:
+            ds = ds.isel(time=slice(0, 5))
+        if "append_dim" in kwargs:
+            ds = climate_dataset(start="2001-01-01", years=1, nlat=12, nlon=20)
+        before = _files(written)
+        with pytest.raises(JobConflictError):
+            ds.shard.to_zarr(written, **kwargs)
+        assert _files(written) == before
+    finally:
+        release(target.shards, keys, marker)

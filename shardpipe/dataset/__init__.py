@@ -2,6 +2,15 @@
 
 from shardpipe.dataset.accessor import ShardAccessor, register
 from shardpipe.dataset.open import open_dataset, shard_chunks
+from shardpipe.dataset.repair import DatasetRepairReport, repair_dataset
 from shardpipe.dataset.write import to_zarr
 
-__all__ = ["ShardAccessor", "open_dataset", "register", "shard_chunks", "to_zarr"]
+__all__ = [
+    "DatasetRepairReport",
+    "ShardAccessor",
+    "open_dataset",
+    "register",
+    "repair_dataset",
+    "shard_chunks",
+    "to_zarr",
+]

@@ -37,6 +37,10 @@ class StoredVariables:
         Stored shape per array.
     decoded : xarray.Dataset or None
         The group opened lazily with xarray (CF-decoded), for checks.
+    paths : tuple of str
+        Store paths of the arrays at the target.
+    consolidated : bool
+        Whether the store's root holds consolidated metadata.
     """
 
     exists: bool
@@ -45,6 +49,7 @@ class StoredVariables:
     shapes: dict[Hashable, tuple[int, ...]] = field(default_factory=dict)
     decoded: xr.Dataset | None = None
     paths: tuple[str, ...] = ()
+    consolidated: bool = False
 
     @classmethod
     def read(cls, root: ResolvedStore, mode: str) -> StoredVariables:
@@ -69,6 +74,11 @@ class StoredVariables:
         decoded = xr.open_zarr(
             root.zarr_store, group=root.path or None, chunks=None, consolidated=False
         )
+        try:
+            top = zarr.open_group(root.zarr_store, mode="r", use_consolidated=True)
+            consolidated = top.metadata.consolidated_metadata is not None
+        except ValueError:  # zarr: "Consolidated metadata requested ... but not found"
+            consolidated = False
         return cls(
             exists=True,
             names=frozenset(arrays),
@@ -76,6 +86,7 @@ class StoredVariables:
             shapes={n: tuple(a.shape) for n, a in arrays.items()},
             decoded=decoded,
             paths=paths,
+            consolidated=consolidated,
         )
 
     def array_paths(self) -> tuple[str, ...]:

@@ -30,7 +30,8 @@ import xarray as xr
 import zarr
 from dask.delayed import Delayed, delayed
 from xarray.backends.common import ArrayWriter
-from xarray.backends.writers import dump_to_store, get_writable_zarr_store
+from xarray.backends.writers import dump_to_store
+from xarray.backends.zarr import ZarrStore
 
 from shardpipe.dataset.existing import StoredVariables, check_compatible
 from shardpipe.dataset.layout import (
@@ -52,15 +53,13 @@ MODES = ("w-", "w", "a", "r+")
 """Write modes, as in ``xarray.Dataset.to_zarr``."""
 
 CARRIED_ENCODING = frozenset(
-    {
-        *("dtype", "scale_factor", "add_offset", "_FillValue", "missing_value"),
-        *("units", "calendar", "compressors", "filters", "serializer", "shards", "chunks"),
-    }
+    {"dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units", "calendar"}
 )
-"""Keys of a variable's own ``encoding`` kept for its sharded array (CF and zarr codec keys).
+"""CF keys of a variable's own ``encoding`` kept for its sharded array.
 
-Others (``preferred_chunks``, netCDF's ``zlib``, ...) would be refused by
-xarray's zarr backend once the variable has an explicit encoding.
+Its layout and codec keys (``chunks``, ``shards``, ``compressors``, ...,
+``preferred_chunks``, netCDF's ``zlib``) describe the store it was read
+from, not the one written: they are dropped; give them in ``encoding=``.
 """
 
 SHARDED_KINDS = "biufcmM"
@@ -135,15 +134,7 @@ def to_zarr(
         )
 
     zstore = (
-        get_writable_zarr_store(
-            root.zarr_store,
-            mode=cast(Any, mode),
-            group=group,
-            consolidated=None if mode == "r+" else False,
-            append_dim=append_dim,
-            region=region,  # type: ignore[arg-type]
-            safe_chunks=False,  # shardpipe writes shards whatever the Dask chunks
-        )
+        _xarray_store(root, mode, append_dim, region, stored.consolidated)
         if mode in ("a", "r+")
         else None
     )
@@ -160,13 +151,7 @@ def to_zarr(
         check_store_reachable(source, root)
 
     if zstore is None:
-        zstore = get_writable_zarr_store(
-            root.zarr_store,
-            mode=cast(Any, mode),
-            group=group,
-            consolidated=False,
-            safe_chunks=False,
-        )
+        zstore = _xarray_store(root, mode, None, None, consolidated=False)
     writer = _ShardRouter()
     dump_to_store(ds.drop_vars(to_update), zstore, writer, encoding=encoding)  # type: ignore[no-untyped-call]
     fills = [
@@ -187,6 +172,19 @@ def to_zarr(
     if consolidated:
         _consolidate(root)
     return {_variable(ds, path): report for path, report in zip(jobs, reports, strict=True)}
+
+
+def keep_cf_encoding(ds: xr.Dataset) -> xr.Dataset:
+    """A shallow copy of ``ds`` whose variables keep only the CF keys of their encoding.
+
+    For a dataset read from one store and written to another: its layout and
+    codec encodings (numcodecs compressors of a Zarr v2 store, say) would
+    otherwise follow its coordinates into the new store.
+    """
+    out = ds.copy(deep=False)
+    for var in out.variables.values():
+        var.encoding = {k: v for k, v in var.encoding.items() if k in CARRIED_ENCODING}
+    return out
 
 
 def as_dataset(obj: Any) -> xr.Dataset:
@@ -232,6 +230,29 @@ class _ShardRouter(ArrayWriter):
             starts = [s.start or 0 for s in region] if region else [0] * source.ndim
             source = source.rechunk(grid_aligned_chunks(source.shape, target.chunks, starts))
         super().add(source, target, region)  # type: ignore[no-untyped-call]
+
+
+def _xarray_store(
+    root: ResolvedStore, mode: str, append_dim: Any, region: Any, consolidated: bool
+) -> ZarrStore:
+    """xarray's ``ZarrStore`` on the target group, with its checks of Dask chunks off.
+
+    shardpipe consolidates the metadata itself, at the end. Where the store
+    has consolidated metadata, xarray works on it: the group's ``zarr.json``,
+    which xarray rewrites with the dataset's attributes, then keeps it, so
+    readers that use it see the last complete dataset until the write ends.
+    """
+    return ZarrStore.open_group(  # type: ignore[no-any-return]
+        root.zarr_store,
+        mode=cast(Any, mode),
+        group=root.path or None,
+        consolidated=consolidated,
+        consolidate_on_close=False,
+        append_dim=append_dim,
+        write_region=region,
+        safe_chunks=False,  # shardpipe writes shards whatever the Dask chunks
+        zarr_format=3,
+    )
 
 
 def _check_mode(mode: Any, append_dim: Any, region: Any) -> str:
