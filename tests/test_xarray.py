@@ -367,9 +367,7 @@ def test_dataset_on_s3_write_append_region(s3_bucket: tuple[str, dict[str, Any]]
     full.isel(time=slice(0, 365)).shard.to_zarr(
         url, shards={"time": 73}, chunks={"time": 73, "lat": 6}, storage_options=options
     )
-    full.isel(time=slice(365, 730)).shard.to_zarr(
-        url, append_dim="time", storage_options=options
-    )
+    full.isel(time=slice(365, 730)).shard.to_zarr(url, append_dim="time", storage_options=options)
     back = xr.open_zarr(url, storage_options=options)
     expected = full.assign_coords(analysis_time=full.analysis_time.astype("datetime64[ns]"))
     xr.testing.assert_identical(back, expected)
@@ -412,3 +410,12 @@ def test_a_running_job_on_a_variable_stops_the_dataset_write(
         assert _files(written) == before
     finally:
         release(target.shards, keys, marker)
+
+
+def test_a_new_dataset_whose_plan_fails_leaves_nothing(tmp_path: Path) -> None:
+    from shardpipe.errors import MemoryBudgetError
+
+    store = tmp_path / "c.zarr"
+    with pytest.raises(MemoryBudgetError, match="max_mem"):
+        climate_dataset(years=1, nlat=12, nlon=20).shard.to_zarr(store, max_mem=1000)
+    assert not store.exists() or _files(store) == {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable, Mapping
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import dask.array as da
 import numpy as np
@@ -105,17 +105,7 @@ def to_zarr(
     shard_sizes = check_dim_sizes("shards", shards, list(ds.dims))
     chunk_sizes = check_dim_sizes("chunks", chunks, list(ds.dims))
     encoding = _check_encoding(encoding, ds)
-    root = resolve_store(store, group, storage_options)
-    check_target(root, overwrite=True)
-    stored = StoredVariables.read(root, mode)
-    if mode == "w-" and stored.exists:
-        raise ArrayExistsError(
-            f"mode: a Zarr node already exists at {root.path or 'the store root'!r} of "
-            f"{root.zarr_store}; pass mode='w' to replace it, or mode='a' to add to it"
-        )
-    for path in stored.array_paths():
-        check_no_other_job(ResolvedStore(root.zarr_store, root.shards, path), None, "write it")
-
+    root, stored = _open_target(store, group, storage_options, mode)
     to_update = [name for name in ds.data_vars if name in stored.sharded and mode in ("a", "r+")]
     if to_update and not compute:
         raise InvalidArgumentError(
@@ -154,11 +144,15 @@ def to_zarr(
         zstore = _xarray_store(root, mode, None, None, consolidated=False)
     writer = _ShardRouter()
     dump_to_store(ds.drop_vars(to_update), zstore, writer, encoding=encoding)  # type: ignore[no-untyped-call]
-    fills = [
-        (str(target.path), _prepare_fill(target, source, root, budget))
-        for source, target in writer.sharded
-    ]
-    jobs = {**{name: job for name, job in fills}, **updates}
+    try:
+        fills = [
+            (str(target.path), _prepare_fill(target, source, root, budget))
+            for source, target in writer.sharded
+        ]
+    except BaseException as err:
+        _undo_created(err, root, mode)
+        raise
+    jobs = {**dict(fills), **updates}
     if not compute:
         others = writer.sync(compute=False)  # type: ignore[no-untyped-call]
         parts = [job.to_delayed() for job in jobs.values()]
@@ -172,6 +166,28 @@ def to_zarr(
     if consolidated:
         _consolidate(root)
     return {_variable(ds, path): report for path, report in zip(jobs, reports, strict=True)}
+
+
+def _open_target(
+    store: Any, group: str | None, storage_options: dict[str, Any] | None, mode: str
+) -> tuple[ResolvedStore, StoredVariables]:
+    """Resolve the target group, read what it holds, refuse what ``mode`` forbids.
+
+    Refused: a read-only store, anything at the target with ``mode="w-"``,
+    and a running shardpipe job on any of its arrays (which ``"w"`` would
+    delete and ``"a"``/``"r+"`` would change under it).
+    """
+    root = resolve_store(store, group, storage_options)
+    check_target(root, overwrite=True)
+    stored = StoredVariables.read(root, mode)
+    if mode == "w-" and stored.exists:
+        raise ArrayExistsError(
+            f"mode: a Zarr node already exists at {root.path or 'the store root'!r} of "
+            f"{root.zarr_store}; pass mode='w' to replace it, or mode='a' to add to it"
+        )
+    for path in stored.array_paths():
+        check_no_other_job(ResolvedStore(root.zarr_store, root.shards, path), None, "write it")
+    return root, stored
 
 
 def keep_cf_encoding(ds: xr.Dataset) -> xr.Dataset:
@@ -357,9 +373,7 @@ def _prepare_updates(
                 **kwargs,
             )
         except InvalidArgumentError as err:
-            raise InvalidArgumentError(
-                err.parameter, f"variable {name!r}: {err.problem}", err.fix
-            ) from err
+            _raise_for_variable(err, f"variable {name!r}")
     return jobs
 
 
@@ -377,9 +391,25 @@ def _prepare_fill(
             source, ResolvedStore(root.zarr_store, root.shards, path), max_mem=budget
         )
     except InvalidArgumentError as err:
-        raise InvalidArgumentError(
-            err.parameter, f"variable at {path!r}: {err.problem}", err.fix
-        ) from err
+        _raise_for_variable(err, f"variable at {path!r}")
+
+
+def _raise_for_variable(err: InvalidArgumentError, which: str) -> NoReturn:
+    """Raise ``err`` again naming the variable (in the message; a note for subclasses)."""
+    if type(err) is InvalidArgumentError:
+        raise InvalidArgumentError(err.parameter, f"{which}: {err.problem}", err.fix) from err
+    err.add_note(f"shardpipe: raised for {which}")
+    raise err
+
+
+def _undo_created(err: BaseException, root: ResolvedStore, mode: str) -> None:
+    """After xarray wrote a new group but a fill could not be planned: remove the group."""
+    if mode not in ("w", "w-"):
+        err.add_note("shardpipe: the arrays xarray created for new variables were left in place")
+        return
+    from zarr.core.sync import sync
+
+    sync(root.zarr_store.delete_dir(root.path))
 
 
 def _variable(ds: xr.Dataset, path: str) -> Hashable:
