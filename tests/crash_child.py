@@ -7,7 +7,10 @@ kills it (``test_update_crash``) replays the same sequence in NumPy.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -36,14 +39,21 @@ def update(k: int) -> tuple[tuple[slice, ...], np.ndarray]:
     return tuple(region), values
 
 
+def wait_for(progress: Path, word: str, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until the child ``proc`` has written ``word`` to its ``progress`` file."""
+    deadline = time.monotonic() + 120
+    while word not in (progress.read_text() if progress.exists() else ""):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
+        assert time.monotonic() < deadline, f"the child never wrote {word!r}"
+        time.sleep(0.05)
+
+
 def slow_disk() -> None:
     """Write shards a few KiB at a time with pauses, so that kills land mid-write.
 
     Only the test's child does this (a slow disk, not a change of order):
     every positioned write still happens in the order shardpipe issues it.
     """
-    import time
-
     from shardpipe.storage.local import LocalShardStore
 
     def write_ranges(self: LocalShardStore, key: str, ranges: list) -> None:  # type: ignore[type-arg]

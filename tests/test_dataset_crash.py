@@ -17,6 +17,7 @@ import xarray as xr
 
 import shardpipe
 from shardpipe.dataset import repair_dataset
+from tests import crash_child
 from tests import dataset_crash_child as child
 
 KILLS = 5
@@ -29,15 +30,6 @@ def _check_prefix(ds: xr.Dataset, full: xr.Dataset) -> None:
     np.testing.assert_array_equal(ds.time.values, expected.time.values)
     for name in VARIABLES:
         np.testing.assert_array_equal(ds[name].values, expected[name].values, err_msg=name)
-
-
-def _wait_started(progress: Path, proc: subprocess.Popen[bytes]) -> None:
-    """Wait until the child has started its first append."""
-    deadline = time.monotonic() + 120
-    while "start" not in (progress.read_text() if progress.exists() else ""):
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
-        assert time.monotonic() < deadline, "the child never got ready"
-        time.sleep(0.05)
 
 
 def test_kill_during_dataset_appends_then_repair(tmp_path: Path) -> None:
@@ -59,7 +51,7 @@ def test_kill_during_dataset_appends_then_repair(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
         )
         try:
-            _wait_started(progress, proc)
+            crash_child.wait_for(progress, "start", proc)
             time.sleep(rand.uniform(0.0, 1.0))
             os.kill(proc.pid, signal.SIGKILL)
         finally:

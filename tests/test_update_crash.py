@@ -34,14 +34,6 @@ def _done(progress: Path) -> int:
     return sum(1 for word in lines if word == "done")
 
 
-def _wait_ready(progress: Path, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while "ready" not in (progress.read_text() if progress.exists() else ""):
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
-        assert time.monotonic() < deadline, "the child never got ready"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("strategy", ["in_place", "append"])
 def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str) -> None:
     path = tmp_path / "a.zarr"
@@ -67,7 +59,7 @@ def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str) -> None:
             stderr=subprocess.PIPE,
         )
         try:
-            _wait_ready(progress, proc)
+            crash_child.wait_for(progress, "ready", proc)
             # updates take tens of milliseconds: kill somewhere in the next few
             time.sleep(rand.uniform(0.05, 1.5))
             os.kill(proc.pid, signal.SIGKILL)
