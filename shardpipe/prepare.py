@@ -169,8 +169,8 @@ def prepare_fill(
     For callers that write the metadata themselves (the xarray accessor lets
     xarray write every array's metadata and attributes): the plan is that of
     a new array, shards larger than ``max_mem`` included, and the job creates
-    nothing. The array must hold no shard yet; its shape and dtype must be
-    ``arr``'s.
+    nothing. The array must hold no shard yet (not checked: the caller has
+    just created it); its shape and dtype must be ``arr``'s.
     """
     check_array(arr)
     metadata, _ = read_metadata(target, "store")

@@ -16,6 +16,10 @@ sharded variables, all of them in one Dask computation:
   a box of it), planned and checked before xarray writes anything.
 
 Consolidated metadata is written last.
+
+This leans on xarray's backend internals (``dump_to_store``, ``ZarrStore``
+and its region checks, ``ArrayWriter``), not only on its public API: the
+tests run against the xarray version pinned in ``requirements/``.
 """
 
 from __future__ import annotations
