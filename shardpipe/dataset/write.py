@@ -213,7 +213,9 @@ def as_dataset(obj: Any) -> xr.Dataset:
         return obj
     if not isinstance(obj, xr.DataArray):
         raise InvalidArgumentError(
-            "obj", f"expected an xarray Dataset or DataArray, got {type(obj).__name__}", ""
+            "obj",
+            f"expected an xarray Dataset or DataArray, got {type(obj).__name__}",
+            "For a Dask or NumPy array, use shardpipe.to_sharded_zarr",
         )
     from xarray.backends.api import DATAARRAY_NAME, DATAARRAY_VARIABLE
 
