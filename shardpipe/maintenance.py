@@ -23,6 +23,7 @@ from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import read_metadata
 from shardpipe.formats.base import ShardFormat
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
 from shardpipe.metadata import format_of, layout_of
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -129,12 +130,22 @@ def info(
     *,
     storage_options: dict[str, Any] | None = None,
     workers: int = 8,
-) -> ArrayInfo:
+) -> ArrayInfo | GroupInfo:
     """Describe the sharded array at ``path`` from its metadata and shard indexes.
 
-    Reads each shard's index only (no inner chunk is read or decoded).
+    Reads each shard's index only (no inner chunk is read or decoded). For a
+    group, returns a :class:`~shardpipe.groups.GroupInfo` with the
+    :class:`ArrayInfo` of each sharded array in it.
     """
     target = resolve_store(store, path, storage_options)
+    group = group_at(target)
+    if group is not None:
+        arrays, skipped = per_array(target, group, lambda t: _array_info(t, workers))
+        return GroupInfo(arrays, skipped)
+    return _array_info(target, workers)
+
+
+def _array_info(target: ResolvedStore, workers: int) -> ArrayInfo:
     metadata, shard_format, keys = _shard_keys(target, "store")
     layout = layout_of(metadata)
     sizes = list(

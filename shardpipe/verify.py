@@ -22,10 +22,11 @@ from shardpipe.core.grid import ShardLayout
 from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
+from shardpipe.groups import group_at, per_array
 from shardpipe.journal import JobKeys, undo_records
 from shardpipe.metadata import format_of, layout_of
 from shardpipe.storage.base import ShardStore
-from shardpipe.storage.resolve import resolve_store
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
 
 WHOLE_READ_LIMIT = 256 << 20
 """Shards up to this size are read in one request; larger ones by ranges."""
@@ -50,10 +51,16 @@ class VerifyReport:
     Attributes
     ----------
     shards : list of ShardCheck
-        One entry per shard of the grid.
+        One entry per shard of the grid (of every array, for a group).
+    arrays : dict
+        For a group: the report of each sharded array, by store path.
+    skipped : dict
+        For a group: arrays that are not sharded Zarr v3 arrays, with the reason.
     """
 
     shards: list[ShardCheck]
+    arrays: dict[str, VerifyReport] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def problems(self) -> list[tuple[str, str]]:
@@ -77,6 +84,23 @@ class VerifyReport:
         return unused / self.nbytes if self.nbytes else 0.0
 
     def __str__(self) -> str:
+        if self.arrays or self.skipped:
+            return self._group_str()
+        return self._array_str()
+
+    def _group_str(self) -> str:
+        lines = []
+        for path, report in self.arrays.items():
+            present = sum(1 for s in report.shards if s.present)
+            lines.append(
+                f"{path}: {present}/{len(report.shards)} shards, {report.nbytes} bytes, "
+                f"{len(report.problems)} problem(s) {'OK' if report.ok else 'FAILED'}"
+            )
+        lines += [f"{path}: skipped ({reason})" for path, reason in self.skipped.items()]
+        total = self._array_str().splitlines()
+        return "\n".join([*lines, f"total over {len(self.arrays)} sharded array(s):", *total])
+
+    def _array_str(self) -> str:
         present = [s for s in self.shards if s.present]
         lines = [
             f"shards: {len(self.shards)} in grid, {len(present)} present, "
@@ -170,7 +194,7 @@ def verify(
     storage_options: dict[str, Any] | None = None,
     workers: int = 8,
 ) -> VerifyReport:
-    """Check every shard of the sharded array at ``path`` in ``store``.
+    """Check every shard of the sharded array (or every array of the group) at ``path``.
 
     Parameters
     ----------
@@ -190,6 +214,15 @@ def verify(
         is a short human-readable summary.
     """
     target = resolve_store(store, path, storage_options)
+    group = group_at(target)
+    if group is not None:
+        arrays, skipped = per_array(target, group, lambda t: _verify_array(t, workers))
+        shards = [check for report in arrays.values() for check in report.shards]
+        return VerifyReport(shards, arrays, skipped)
+    return _verify_array(target, workers)
+
+
+def _verify_array(target: ResolvedStore, workers: int) -> VerifyReport:
     array = zarr.open_array(target.zarr_store, path=target.path, mode="r")
     metadata = array.metadata
     if not isinstance(metadata, ArrayV3Metadata):

@@ -1,0 +1,99 @@
+"""Walk a Zarr group: verify or describe every sharded array in it.
+
+``shardpipe.verify`` and ``shardpipe.info`` (and their commands) accept a
+group as well as an array; for a group they report each sharded array on a
+line of its own, then a total. Arrays that are not sharded Zarr v3 arrays
+are listed as skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import zarr
+
+from shardpipe.core.sizes import format_bytes
+from shardpipe.metadata import is_sharded
+from shardpipe.storage.resolve import ResolvedStore
+
+if TYPE_CHECKING:
+    from shardpipe.maintenance import ArrayInfo
+
+
+def group_at(target: ResolvedStore) -> zarr.Group | None:
+    """The group at the target, or None when the node there is an array (or nothing)."""
+    try:
+        node = zarr.open(store=target.zarr_store, path=target.path, mode="r")
+    except (FileNotFoundError, KeyError, zarr.errors.NodeNotFoundError):
+        return None
+    return node if isinstance(node, zarr.Group) else None
+
+
+def walk_arrays(group: zarr.Group) -> Iterator[tuple[str, str | None]]:
+    """Every array under ``group`` (nested groups included), sorted by path.
+
+    Yields ``(store path, None)`` for a sharded Zarr v3 array and
+    ``(store path, reason)`` for one shardpipe skips.
+    """
+    arrays = [node for _, node in group.members(max_depth=None) if isinstance(node, zarr.Array)]
+    for array in sorted(arrays, key=lambda a: str(a.path)):
+        if is_sharded(array.metadata):
+            yield str(array.path), None
+        elif array.metadata.zarr_format == 2:
+            yield str(array.path), "a Zarr v2 array"
+        else:
+            yield str(array.path), "not sharded"
+
+
+def per_array(
+    target: ResolvedStore, group: zarr.Group, report: Callable[[ResolvedStore], Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Run ``report`` on every sharded array of the group; return results and skipped arrays."""
+    results: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for path, reason in walk_arrays(group):
+        if reason is None:
+            results[path] = report(ResolvedStore(target.zarr_store, target.shards, path))
+        else:
+            skipped[path] = reason
+    return results, skipped
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """What :func:`shardpipe.info` reports about a group: one :class:`ArrayInfo` per array.
+
+    Attributes
+    ----------
+    arrays : dict
+        Per sharded array (by store path), its :class:`~shardpipe.ArrayInfo`.
+    skipped : dict
+        Arrays that are not sharded Zarr v3 arrays, with the reason.
+    """
+
+    arrays: dict[str, ArrayInfo] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nbytes_stored(self) -> int:
+        """Bytes of all shard objects of all arrays."""
+        return sum(a.nbytes_stored for a in self.arrays.values())
+
+    def __str__(self) -> str:
+        lines = [
+            f"{path}: shape {a.shape}, {a.dtype}, shards {a.shards}, inner chunks {a.chunks}, "
+            f"{a.shards_present:,}/{a.n_shards:,} shards, {format_bytes(a.nbytes_stored)}"
+            + (f", {a.unused_ratio:.1%} unused" if a.nbytes_unused else "")
+            for path, a in self.arrays.items()
+        ]
+        lines += [f"{path}: skipped ({reason})" for path, reason in self.skipped.items()]
+        unused = sum(a.nbytes_unused for a in self.arrays.values())
+        lines.append(
+            f"total: {len(self.arrays)} sharded array(s), "
+            f"{sum(a.shards_present for a in self.arrays.values()):,} shards, "
+            f"{format_bytes(self.nbytes_stored)} ({format_bytes(unused)} unused)"
+            + (f"; {len(self.skipped)} skipped" if self.skipped else "")
+        )
+        return "\n".join(lines)
