@@ -18,6 +18,7 @@ from shardpipe.errors import (
 from shardpipe.job import ShardedWrite
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
 from shardpipe.prepare import prepare_write
+from shardpipe.rechunk import RechunkJob, plan_rechunk, rechunk
 from shardpipe.tasks import WriteReport
 from shardpipe.verify import VerifyReport, verify
 from shardpipe.writer import cleanup, to_sharded_zarr
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidArgumentError",
     "JobConflictError",
     "MemoryBudgetError",
+    "RechunkJob",
     "RepairReport",
     "ShardConflictError",
     "ShardedWrite",
@@ -42,7 +44,9 @@ __all__ = [
     "compact",
     "info",
     "open_dataset",
+    "plan_rechunk",
     "prepare_write",
+    "rechunk",
     "repair",
     "to_sharded_zarr",
     "verify",

@@ -15,6 +15,8 @@ from typing import Any
 from shardpipe.dataset.commands import add_commands as add_dataset_commands
 from shardpipe.dataset.commands import run as run_dataset_command
 from shardpipe.errors import ShardpipeError
+from shardpipe.rechunk_cli import add_command as add_rechunk_command
+from shardpipe.rechunk_cli import run as run_rechunk
 
 
 def _options(pairs: Sequence[str]) -> dict[str, object]:
@@ -148,6 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument(
         "--threshold", type=float, default=0.1, help="unused share above which to rewrite (0.1)"
     )
+    add_rechunk_command(commands, _ints, parse_compressor, _add_storage_option)
     add_dataset_commands(commands, _add_storage_option)
     return parser
 
@@ -185,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _options(args.storage_option) or None
     if args.command in ("write-dataset", "repair-dataset"):
         return run_dataset_command(args, options)
+    if args.command == "rechunk":
+        return run_rechunk(args, options, _options(args.source_storage_option) or None)
     where = args.store + (f" (path {args.path!r})" if args.path else "")
     if args.command == "plan":
         try:

@@ -1,0 +1,146 @@
+"""How a rechunk reads its source: block shapes aligned to the source's chunks, within a budget.
+
+Pure: shapes and numbers in, shapes and counts out. A rechunk into shards
+reads the source in Dask blocks and hands them to the write plan
+(:mod:`shardpipe.core.plan`), which assembles shards from whole blocks,
+pieces of them, or parts. Reading is cheapest when every block is a whole
+number of source read units (chunks, or shards for a sharded source): each
+unit is then read and decoded once. The rules of :func:`read_block_shape`:
+
+1. Start, per axis, from the target shard's extent rounded up to whole read
+   units (one block per shard where the units divide the shards; else the
+   smallest aligned block covering a shard), never beyond the array.
+2. While the block is larger than the budget, halve the axis with the most
+   room, in steps that keep it aligned to both the read unit and the inner
+   chunk (so that blocks hold whole inner chunks along it), down to one step.
+3. Then in steps of the read unit alone: inner chunks straddle blocks, and
+   their pieces travel between tasks raw, but every unit is still read once.
+4. Only then below the read unit, in inner-chunk steps: a unit is read by
+   several blocks, and :func:`read_cost` counts the extra bytes (read
+   amplification).
+
+::
+
+    source chunks (1, 1024, 1024), shards (256, 256, 256), inner (64, 64, 64):
+    start (256, 1024, 1024) = 16 shards per block; over budget: z halves to
+    128, then 64 (one inner chunk deep). y and x stay at 1024: a slab is
+    never read twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardpipe.core.grid import Shape, ceildiv
+
+
+@dataclass(frozen=True)
+class ReadCost:
+    """What reading a source in blocks costs.
+
+    Attributes
+    ----------
+    reads : int
+        Read units fetched and decoded, counting a unit once per block it
+        touches.
+    nbytes_read : int
+        Raw bytes of those reads (whole units, clipped to the array).
+    nbytes_source : int
+        Raw bytes of the source array.
+    """
+
+    reads: int
+    nbytes_read: int
+    nbytes_source: int
+
+    @property
+    def amplification(self) -> float:
+        """Bytes read over bytes of the source (1.0 when every unit is read once)."""
+        return self.nbytes_read / self.nbytes_source if self.nbytes_source else 1.0
+
+
+def _lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b)
+
+
+def read_block_shape(
+    shape: Shape,
+    itemsize: int,
+    read_unit: Shape,
+    shard_shape: Shape,
+    chunk_shape: Shape,
+    budget: int,
+) -> Shape:
+    """Shape of the Dask blocks to read the source in (see the module's rules).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The array's shape.
+    itemsize : int
+        Bytes per element.
+    read_unit : tuple of int
+        The source's chunk shape (its shard shape, if sharded).
+    shard_shape, chunk_shape : tuple of int
+        The target's shards and inner chunks.
+    budget : int
+        Largest block, in bytes (a share of ``max_mem``).
+    """
+    block = [
+        max(1, min(ceildiv(s, u) * u, ceildiv(n, u) * u))
+        for n, u, s in zip(shape, read_unit, shard_shape, strict=True)
+    ]
+    steps = [_aligned_step(u, c, b) for u, c, b in zip(read_unit, chunk_shape, block, strict=True)]
+
+    def nbytes() -> int:
+        return math.prod(min(b, n) for b, n in zip(block, shape, strict=True)) * itemsize
+
+    while nbytes() > budget:
+        if _shrink(block, steps):
+            continue
+        # aligned to the read unit only: inner chunks straddle blocks (their pieces travel raw)
+        if _shrink(block, list(read_unit)):
+            continue
+        # below the read unit: whole inner chunks, each unit read by several blocks
+        if not _shrink(block, [min(c, b) for c, b in zip(chunk_shape, block, strict=True)]):
+            break
+    return tuple(min(b, max(n, 1)) for b, n in zip(block, shape, strict=True))
+
+
+def _aligned_step(unit: int, chunk: int, block: int) -> int:
+    """Smallest block extent aligned to the read unit (and, if it fits, to inner chunks)."""
+    both = _lcm(unit, chunk)
+    return both if both <= block else unit
+
+
+def _shrink(block: list[int], steps: Sequence[int]) -> bool:
+    """Halve the axis with the most steps of room, in whole steps; False if none has room."""
+    room = [b // s for b, s in zip(block, steps, strict=True)]
+    axis = max(range(len(block)), key=lambda d: room[d])
+    if room[axis] <= 1:
+        return False
+    block[axis] = max(1, room[axis] // 2) * steps[axis]
+    return True
+
+
+def read_cost(shape: Shape, itemsize: int, read_unit: Shape, block_shape: Shape) -> ReadCost:
+    """Count the read units the blocks touch and their bytes (each unit decoded whole)."""
+    touched_per_axis = []
+    bytes_per_axis = []
+    for n, u, b in zip(shape, read_unit, block_shape, strict=True):
+        touched = 0
+        extent = 0
+        for start in range(0, n, b):
+            stop = min(n, start + b)
+            first, last = start // u, (stop - 1) // u
+            touched += last - first + 1
+            extent += sum(min(n, (k + 1) * u) - k * u for k in range(first, last + 1))
+        touched_per_axis.append(touched)
+        bytes_per_axis.append(extent)
+    return ReadCost(
+        reads=math.prod(touched_per_axis),
+        nbytes_read=math.prod(bytes_per_axis) * itemsize,
+        nbytes_source=math.prod(shape) * itemsize,
+    )

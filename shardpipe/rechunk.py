@@ -1,0 +1,359 @@
+"""Rechunk an existing array into a sharded Zarr v3 array: :func:`plan_rechunk`, :func:`rechunk`.
+
+The source (a Zarr v2 or v3 array, sharded or not, by path, URL or object;
+or any Dask array) is read in Dask blocks aligned to its chunks (its shards,
+if sharded) and as large as the memory budget allows
+(:mod:`shardpipe.core.rechunk`); the blocks go to the ordinary write plan,
+which writes whole shards where a block holds them, gathers encoded pieces
+where blocks straddle shards, and writes shards larger than ``max_mem`` in
+parts. Only encoded bytes travel between tasks, and no intermediate copy is
+made.
+
+What carries over from a Zarr source unless given: dtype, fill value,
+dimension names (Zarr v3 ``dimension_names``, or the ``_ARRAY_DIMENSIONS``
+attribute of xarray's Zarr v2 convention) and attributes. The codecs do not:
+they default to shardpipe's defaults for the target (zstd inner chunks),
+whatever the source used.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+from dask.delayed import Delayed
+
+from shardpipe.core.grid import Shape
+from shardpipe.core.rechunk import ReadCost, read_block_shape, read_cost
+from shardpipe.core.sizes import format_bytes
+from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.prepare import prepare_write
+from shardpipe.tasks import WriteReport
+from shardpipe.validate import check_bool, check_max_mem, resolve_shapes
+
+V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
+"""The attribute in which xarray's Zarr v2 convention keeps dimension names."""
+
+FIRST_BLOCK_SHARE = 4
+"""Blocks start at ``max_mem / 4``; the budget halves while the write plan does not fit."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """What is read: the data as a Dask array (not yet blocked) and what carries over.
+
+    Attributes
+    ----------
+    name : str
+        How the source is shown (its path or URL, or "a Dask array").
+    array : zarr.Array or dask.array.Array
+        The source.
+    read_unit : tuple of int
+        The source's chunk shape (shard shape if sharded); a Dask array's
+        block shape.
+    fill_value, dimension_names, attributes
+        Carried over to the target unless given.
+    """
+
+    name: str
+    array: Any
+    read_unit: Shape
+    fill_value: Any = None
+    dimension_names: tuple[str, ...] | None = None
+    attributes: dict[str, Any] | None = None
+
+    @property
+    def shape(self) -> Shape:
+        """The source's shape."""
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The source's dtype."""
+        dtype: np.dtype[Any] = np.dtype(self.array.dtype)
+        return dtype
+
+    def blocks(self, block_shape: Shape) -> da.Array:
+        """The source as a Dask array of ``block_shape`` blocks (a Dask source as it is)."""
+        if isinstance(self.array, da.Array):
+            return self.array
+        blocked: da.Array = da.from_zarr(self.array, chunks=block_shape)
+        return blocked
+
+
+def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> Source:
+    """Open what ``rechunk`` reads, with the settings that carry over.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``source`` is neither a Zarr array (or its path or URL) nor a
+        Dask array, or cannot be opened.
+    """
+    if isinstance(source, da.Array):
+        return Source("a Dask array", source, tuple(int(c[0]) for c in source.chunks))
+    if isinstance(source, str | os.PathLike):
+        name = os.fspath(source)
+        try:
+            array = zarr.open_array(name, mode="r", storage_options=storage_options)
+        except Exception as err:
+            raise InvalidArgumentError(
+                "source",
+                f"cannot open a Zarr array at {name!r} ({type(err).__name__}: {err})",
+                "Give the path or URL of a Zarr v2 or v3 array (not of a group), with "
+                "source_storage_options for remote stores",
+            ) from err
+    elif isinstance(source, zarr.Array):
+        array, name = source, f"{source.store}/{source.path}"
+    else:
+        raise InvalidArgumentError(
+            "source",
+            f"expected a Zarr array, its path or URL, or a Dask array, got {type(source).__name__}",
+            "For a NumPy array or an xarray object, use to_sharded_zarr or ds.shard.to_zarr",
+        )
+    attributes = dict(array.attrs)
+    names: Any = (
+        array.metadata.dimension_names
+        if array.metadata.zarr_format == 3
+        else attributes.pop(V2_DIMENSIONS, None)
+    )
+    fill = array.metadata.fill_value
+    return Source(
+        name=name,
+        array=array,
+        read_unit=tuple(array.shards or array.chunks),
+        fill_value=fill.item() if isinstance(fill, np.generic) else fill,
+        dimension_names=None if names is None else tuple(str(n) for n in names),
+        attributes=attributes,
+    )
+
+
+@dataclass(frozen=True)
+class RechunkJob:
+    """A planned rechunk: how the source is read and the write job that writes the target.
+
+    Attributes
+    ----------
+    source : Source
+        What is read.
+    block_shape : tuple of int
+        The Dask blocks the source is read in.
+    cost : ReadCost
+        Reads, bytes read and read amplification.
+    write : ShardedWrite
+        The write of the blocks into the target (its plan, memory, tasks).
+    """
+
+    source: Source
+    block_shape: Shape
+    cost: ReadCost
+    write: ShardedWrite
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The plan as ``(label, value)`` rows: the reads, then the write job's rows."""
+        cost = self.cost
+        return [
+            (
+                "read",
+                f"{self.source.name}: {cost.reads:,} reads of {self.source.read_unit} "
+                f"({format_bytes(cost.nbytes_read)}, read amplification "
+                f"{cost.amplification:.2f}x) in Dask blocks of {self.block_shape}",
+            ),
+            ("intermediate", "none: one pass, encoded bytes only between tasks"),
+            *self.write.summary_rows(),
+        ]
+
+    def __repr__(self) -> str:
+        rows = self.summary_rows()
+        width = max(len(label) for label, _ in rows)
+        return "RechunkJob\n" + "\n".join(f"  {label:>{width}}: {value}" for label, value in rows)
+
+    def _repr_html_(self) -> str:
+        cells = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(label)}</th>"
+            f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
+            for label, value in self.summary_rows()
+        )
+        return f"<div><strong>RechunkJob</strong><table>{cells}</table></div>"
+
+    def execute(self, *, progress: bool = False) -> WriteReport:
+        """Run the rechunk; return what was written."""
+        return self.write.execute(progress=progress)
+
+    def to_delayed(self) -> Delayed:
+        """The rechunk as a ``dask.delayed.Delayed`` (see :meth:`ShardedWrite.to_delayed`)."""
+        return self.write.to_delayed()
+
+
+def plan_rechunk(
+    source: Any,
+    target: Any,
+    *,
+    path: str | None = None,
+    shards: Any = None,
+    chunks: Any = None,
+    max_mem: int | str = DEFAULT_MAX_MEM,
+    compressors: Any = "auto",
+    filters: Any = None,
+    fill_value: Any = None,
+    index_location: str | None = None,
+    dimension_names: Any = None,
+    attributes: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    source_storage_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> RechunkJob:
+    """Plan a rechunk of ``source`` into a sharded array at ``target``; write nothing.
+
+    Parameters are those of :func:`rechunk` (without ``progress`` and ``compute``).
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        On a bad argument or a source that cannot be opened.
+    shardpipe.errors.MemoryBudgetError
+        If no block shape lets every task fit ``max_mem``.
+    """
+    opened = open_source(source, source_storage_options)
+    budget = check_max_mem(max_mem)
+    shard_shape, chunk_shape = resolve_shapes(opened.shape, opened.dtype.itemsize, shards, chunks)
+    carried = dict(
+        fill_value=opened.fill_value if fill_value is None else fill_value,
+        dimension_names=opened.dimension_names if dimension_names is None else dimension_names,
+        attributes=opened.attributes if attributes is None else attributes,
+    )
+
+    def prepare(block_shape: Shape) -> ShardedWrite:
+        return prepare_write(
+            opened.blocks(block_shape),
+            target,
+            path=path,
+            shards=shard_shape,
+            chunks=chunk_shape,
+            compressors=compressors,
+            filters=filters,
+            index_location=index_location,
+            overwrite=overwrite,
+            storage_options=storage_options,
+            max_mem=budget,
+            **carried,
+        )
+
+    block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)
+    cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
+    return RechunkJob(opened, block_shape, cost, write)
+
+
+def _largest_fitting(
+    source: Source,
+    shard_shape: Shape,
+    chunk_shape: Shape,
+    budget: int,
+    prepare: Callable[[Shape], ShardedWrite],
+) -> tuple[Shape, ShardedWrite]:
+    """Plan with the largest blocks whose write plan fits ``budget``; halve until one does."""
+    if isinstance(source.array, da.Array):
+        return source.read_unit, prepare(source.read_unit)
+    block_budget = max(1, budget // FIRST_BLOCK_SHARE)
+    itemsize = source.dtype.itemsize
+    tried: set[Shape] = set()
+    last_error: MemoryBudgetError | None = None
+    while True:
+        block = read_block_shape(
+            source.shape, itemsize, source.read_unit, shard_shape, chunk_shape, block_budget
+        )
+        if block in tried:
+            assert last_error is not None
+            raise last_error
+        tried.add(block)
+        try:
+            return block, prepare(block)
+        except MemoryBudgetError as err:
+            last_error = err
+            block_budget //= 2
+
+
+def rechunk(
+    source: Any,
+    target: Any,
+    *,
+    path: str | None = None,
+    shards: Any = None,
+    chunks: Any = None,
+    max_mem: int | str = DEFAULT_MAX_MEM,
+    compressors: Any = "auto",
+    filters: Any = None,
+    fill_value: Any = None,
+    index_location: str | None = None,
+    dimension_names: Any = None,
+    attributes: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    source_storage_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    compute: bool = True,
+    progress: bool = False,
+) -> zarr.Array[Any] | Delayed:
+    """Rechunk ``source`` into a sharded Zarr v3 array at ``target``, in bounded memory.
+
+    Parameters
+    ----------
+    source : str, os.PathLike, zarr.Array or dask.array.Array
+        A Zarr v2 or v3 array (sharded or not), its local path or fsspec
+        URL, or any Dask array (read as it is blocked).
+    target : str, os.PathLike, zarr Store or zarr Group
+        Where to write, as for :func:`~shardpipe.to_sharded_zarr`.
+    path : str, optional
+        Path of the array inside ``target``.
+    shards, chunks : tuple of int, optional
+        Target shard and inner-chunk shapes (shardpipe's defaults if left out).
+    max_mem : int or str
+        Memory budget per task; the source is read in the largest blocks
+        aligned to its chunks with which every task fits.
+    compressors, filters, index_location
+        Target codecs and index location, as in :func:`~shardpipe.to_sharded_zarr`;
+        they default to the target's defaults, not the source's codecs.
+    fill_value, dimension_names, attributes
+        Default: the source's.
+    storage_options, source_storage_options : dict, optional
+        fsspec options for the target and for the source.
+    overwrite : bool
+        Replace an existing array at the target.
+    compute : bool
+        Run now and return the target array, or return a ``Delayed``.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    zarr.Array or dask.delayed.Delayed
+    """
+    compute = check_bool("compute", compute)
+    progress = check_bool("progress", progress)
+    job = plan_rechunk(
+        source,
+        target,
+        path=path,
+        shards=shards,
+        chunks=chunks,
+        max_mem=max_mem,
+        compressors=compressors,
+        filters=filters,
+        fill_value=fill_value,
+        index_location=index_location,
+        dimension_names=dimension_names,
+        attributes=attributes,
+        storage_options=storage_options,
+        source_storage_options=source_storage_options,
+        overwrite=overwrite,
+    )
+    if not compute:
+        return job.to_delayed()
+    job.execute(progress=progress)
+    return job.write.open()

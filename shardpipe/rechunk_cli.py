@@ -1,0 +1,108 @@
+"""The ``shardpipe rechunk`` command: plan (``--dry-run``) or run a rechunk into shards."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from shardpipe.errors import ShardpipeError
+
+
+def add_command(
+    commands: Any,
+    ints: Callable[[str], tuple[int, ...]],
+    compressor: Callable[[str], Any],
+    add_storage_option: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Add ``rechunk`` to the subcommands of the parser."""
+    command = commands.add_parser(
+        "rechunk",
+        help="rechunk a Zarr v2/v3 array into a sharded Zarr v3 array in bounded memory",
+        description="Read SOURCE in blocks aligned to its chunks, as large as --max-mem allows, "
+        "and write TARGET sharded. Fill value, dimension names and attributes carry over; the "
+        "codecs are the target's defaults unless --compressor is given.",
+    )
+    command.add_argument("source", help="local path or fsspec URL of the Zarr array to read")
+    command.add_argument("target", help="local path or fsspec URL to write")
+    command.add_argument("--path", default=None, help="path of the array inside TARGET")
+    command.add_argument("--shards", type=ints, help="shard shape, e.g. 256,256,256")
+    command.add_argument("--chunks", type=ints, help="inner chunk shape, e.g. 64,64,64")
+    command.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
+    command.add_argument("--compressor", type=compressor, default="zstd", help="zstd[:level] ...")
+    command.add_argument("--index-location", default="end", choices=["end", "start"])
+    command.add_argument("--overwrite", action="store_true", help="replace TARGET if it exists")
+    command.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    command.add_argument("--no-progress", action="store_true", help="no progress bar")
+    where = command.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, help="address of a Dask scheduler to use")
+    where.add_argument(
+        "--workers", type=int, default=None, help="start a LocalCluster of N worker processes"
+    )
+    add_storage_option(command)
+    command.add_argument(
+        "--source-storage-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fsspec option for SOURCE; repeatable",
+    )
+
+
+def run(
+    args: argparse.Namespace,
+    options: dict[str, Any] | None,
+    source_options: dict[str, Any] | None,
+) -> int:
+    """Run ``rechunk``; return the exit status."""
+    from shardpipe.rechunk import plan_rechunk
+
+    try:
+        job = plan_rechunk(
+            args.source,
+            args.target,
+            path=args.path,
+            shards=args.shards,
+            chunks=args.chunks,
+            max_mem=args.max_mem,
+            compressors=args.compressor,
+            index_location=args.index_location,
+            storage_options=options,
+            source_storage_options=source_options,
+            overwrite=args.overwrite,
+        )
+    except (ShardpipeError, OSError, ValueError) as err:
+        print(f"shardpipe rechunk: {err}", file=sys.stderr)
+        return 2
+    print(job)
+    if args.dry_run:
+        return 0
+    try:
+        with _scheduler(args.scheduler, args.workers):
+            report = job.execute(progress=not args.no_progress)
+    except (ShardpipeError, OSError) as err:
+        print(f"shardpipe rechunk: {err}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0
+
+
+@contextlib.contextmanager
+def _scheduler(address: str | None, workers: int | None) -> Iterator[None]:
+    """Compute on the given scheduler, on a LocalCluster of ``workers`` processes, or threads."""
+    if address is None and workers is None:
+        yield
+        return
+    from distributed import Client, LocalCluster
+
+    if address is not None:
+        with Client(address):
+            yield
+        return
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster),
+    ):
+        yield

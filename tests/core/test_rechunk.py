@@ -1,0 +1,123 @@
+"""Read planning of rechunks: block shapes against the rules, read costs against brute force."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shardpipe.core.rechunk import read_block_shape, read_cost
+
+MiB = 1 << 20
+
+CASES = [
+    # shape, read unit, shards, inner chunks, budget -> block
+    (
+        "slabs into cubes, roomy",
+        (512, 1024, 1024),
+        (1, 1024, 1024),
+        (256,) * 3,
+        (64,) * 3,
+        1024 * MiB,
+        (256, 1024, 1024),
+    ),
+    (
+        "slabs into cubes, tight",
+        (512, 1024, 1024),
+        (1, 1024, 1024),
+        (256,) * 3,
+        (64,) * 3,
+        200 * MiB,
+        (64, 1024, 1024),
+    ),
+    ("units divide shards", (1024,) * 3, (128,) * 3, (256,) * 3, (64,) * 3, 64 * MiB, (256,) * 3),
+    (
+        "units divide shards, tight",
+        (1024,) * 3,
+        (128,) * 3,
+        (256,) * 3,
+        (64,) * 3,
+        10 * MiB,
+        (128, 128, 256),
+    ),
+    ("misaligned units", (1000, 1000), (100, 100), (256, 256), (64, 64), 10 * MiB, (300, 300)),
+    (
+        "one unit over budget",
+        (64, 4096, 4096),
+        (64, 4096, 4096),
+        (64, 256, 256),
+        (64, 64, 64),
+        64 * MiB,
+        (64, 512, 1024),
+    ),
+    ("small array", (10, 10), (5, 5), (256, 256), (64, 64), MiB, (10, 10)),
+]
+
+
+@pytest.mark.parametrize(
+    ("shape", "unit", "shards", "chunks", "budget", "expected"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_block_shape_table(shape, unit, shards, chunks, budget, expected) -> None:
+    assert read_block_shape(shape, 2, unit, shards, chunks, budget) == expected
+
+
+def _brute_cost(shape, itemsize, unit, block):
+    reads = 0
+    nbytes = 0
+    ranges = [range(0, n, b) for n, b in zip(shape, block, strict=True)]
+    for corner in itertools.product(*ranges):
+        units = [
+            range(c // u, (min(n, c + b) - 1) // u + 1)
+            for c, b, u, n in zip(corner, block, unit, shape, strict=True)
+        ]
+        for k in itertools.product(*units):
+            reads += 1
+            nbytes += (
+                math.prod(
+                    min(n, (i + 1) * u) - i * u for i, u, n in zip(k, unit, shape, strict=True)
+                )
+                * itemsize
+            )
+    return reads, nbytes
+
+
+dims = st.tuples(st.integers(1, 30), st.integers(1, 12), st.integers(1, 12))
+
+
+@given(st.lists(dims, min_size=1, max_size=3))
+def test_read_cost_matches_brute_force(axes) -> None:
+    shape = tuple(a[0] for a in axes)
+    unit = tuple(a[1] for a in axes)
+    block = tuple(a[2] for a in axes)
+    cost = read_cost(shape, 4, unit, block)
+    assert (cost.reads, cost.nbytes_read) == _brute_cost(shape, 4, unit, block)
+    assert cost.nbytes_source == math.prod(shape) * 4
+    assert cost.amplification >= 1.0
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 600), st.integers(1, 64), st.integers(1, 4), st.integers(1, 4)),
+        min_size=1,
+        max_size=3,
+    ),
+    st.integers(1, 1 << 22),
+)
+def test_aligned_blocks_read_each_unit_once(axes, budget) -> None:
+    """Where the budget allows blocks of whole units, no unit is read twice."""
+    shape = tuple(a[0] for a in axes)
+    unit = tuple(a[1] for a in axes)
+    chunks = tuple(a[2] for a in axes)
+    shards = tuple(a[2] * a[3] for a in axes)
+    block = read_block_shape(shape, 1, unit, shards, chunks, budget)
+    assert all(1 <= b <= n for b, n in zip(block, shape, strict=True))
+    if math.prod(min(u, n) for u, n in zip(unit, shape, strict=True)) <= budget:
+        assert math.prod(block) <= budget or all(b <= u for b, u in zip(block, unit, strict=True))
+        aligned = all(b % u == 0 or b == n for b, u, n in zip(block, unit, shape, strict=True))
+        if aligned:
+            assert read_cost(shape, 1, unit, block).amplification == 1.0

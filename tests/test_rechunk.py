@@ -1,0 +1,194 @@
+"""shardpipe.rechunk: Zarr v2/v3 and Dask sources into sharded Zarr v3, read back independently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from numcodecs import Blosc as V2Blosc
+from numcodecs import GZip, Zstd
+
+import shardpipe
+from shardpipe.cli import main
+from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
+from tests.readers import assert_same, read_tensorstore, read_zarr
+
+
+@pytest.fixture(autouse=True)
+def _threads() -> Any:
+    with dask.config.set(scheduler="threads"):
+        yield
+
+
+def _data(shape: tuple[int, ...], dtype: str = "int16") -> np.ndarray:
+    rng = np.random.default_rng(sum(shape))
+    return (rng.integers(0, 300, shape) * rng.integers(0, 2, shape)).astype(dtype)
+
+
+def _v2(path: Path, data: np.ndarray, **kwargs: Any) -> Path:
+    array = zarr.create_array(path, shape=data.shape, dtype=data.dtype, zarr_format=2, **kwargs)
+    array[...] = data
+    return path
+
+
+V2_SOURCES = {
+    "blosc, '.' keys": {"chunks": (1, 50, 60), "compressors": V2Blosc(cname="lz4")},
+    "zstd, '/' keys": {
+        "chunks": (7, 13, 60),
+        "compressors": Zstd(level=1),
+        "chunk_key_encoding": {"name": "v2", "separator": "/"},
+    },
+    "gzip, F order": {"chunks": (10, 25, 30), "compressors": GZip(level=1), "order": "F"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(V2_SOURCES))
+def test_zarr_v2_sources(tmp_path: Path, kind: str) -> None:
+    data = _data((45, 50, 60))
+    source = _v2(
+        tmp_path / "v2.zarr",
+        data,
+        fill_value=-1,
+        attributes={"_ARRAY_DIMENSIONS": ["z", "y", "x"], "units": "counts"},
+        **V2_SOURCES[kind],
+    )
+    target = tmp_path / "v3.zarr"
+    out = shardpipe.rechunk(source, target, shards=(16, 32, 32), chunks=(8, 16, 16))
+    assert isinstance(out, zarr.Array)
+    assert_same(read_zarr(str(target)), data)
+    assert_same(read_tensorstore(str(target)), data)
+    # what carries over: fill value, dimension names, attributes (not the codecs)
+    assert out.metadata.fill_value == -1
+    assert out.metadata.dimension_names == ("z", "y", "x")
+    assert dict(out.attrs) == {"units": "counts"}
+    assert [c.to_dict()["name"] for c in out.metadata.codecs[0].codecs] == ["bytes", "zstd"]
+    assert shardpipe.verify(target).ok
+
+
+@pytest.mark.parametrize(
+    ("source_kwargs", "shards", "chunks"),
+    [
+        ({"chunks": (10, 10, 10)}, (20, 20, 20), (10, 10, 10)),  # unsharded, units divide shards
+        ({"chunks": (6, 6, 6), "shards": (18, 18, 18)}, (16, 16, 16), (8, 8, 8)),  # other shards
+        ({"chunks": (1, 33, 47)}, (12, 16, 16), (4, 8, 8)),  # slabs; shape divisible by nothing
+    ],
+    ids=["v3 unsharded", "v3 sharded differently", "v3 slabs"],
+)
+def test_zarr_v3_sources(
+    tmp_path: Path, source_kwargs: dict[str, Any], shards: tuple[int, ...], chunks: tuple[int, ...]
+) -> None:
+    data = _data((37, 33, 47), "float32")
+    source = zarr.create_array(
+        tmp_path / "src.zarr",
+        shape=data.shape,
+        dtype=data.dtype,
+        dimension_names=("t", "y", "x"),
+        fill_value=np.nan,
+        **source_kwargs,
+    )
+    source[...] = data
+    target = tmp_path / "out.zarr"
+    out = shardpipe.rechunk(source, target, shards=shards, chunks=chunks, max_mem="4MB")
+    assert isinstance(out, zarr.Array)
+    assert_same(read_tensorstore(str(target)), data)
+    assert np.isnan(out.metadata.fill_value)
+    assert out.metadata.dimension_names == ("t", "y", "x")
+    assert shardpipe.verify(target).ok
+
+
+def test_reads_align_to_source_chunks_and_large_shards_go_in_parts(tmp_path: Path) -> None:
+    data = _data((64, 128, 128), "uint16")
+    source = _v2(tmp_path / "slabs.zarr", data, chunks=(1, 128, 128))
+    job = shardpipe.plan_rechunk(
+        source, tmp_path / "out.zarr", shards=(64, 128, 128), chunks=(16, 32, 32), max_mem="1.5MB"
+    )
+    assert job.cost.amplification == 1.0  # every slab read once
+    assert job.cost.reads == 64
+    assert all(b % u == 0 for b, u in zip(job.block_shape, (1, 128, 128), strict=True))
+    assert job.write.plan.max_parts_per_shard > 1  # a 2 MiB shard over a 1.5 MB budget
+    assert "read amplification 1.00x" in repr(job)
+    job.execute()
+    assert_same(read_tensorstore(str(tmp_path / "out.zarr")), data)
+
+
+def test_a_dask_source_is_read_as_it_is_blocked(tmp_path: Path) -> None:
+    data = _data((30, 40))
+    source = da.from_array(data, chunks=(7, 9))
+    job = shardpipe.plan_rechunk(source, tmp_path / "out.zarr", shards=(16, 16), chunks=(8, 8))
+    assert job.block_shape == (7, 9)
+    job.execute()
+    assert_same(read_zarr(str(tmp_path / "out.zarr")), data)
+
+
+def test_overrides_win_over_the_source(tmp_path: Path) -> None:
+    data = _data((20, 20))
+    source = _v2(tmp_path / "v2.zarr", data, chunks=(5, 5), fill_value=7, attributes={"a": 1})
+    out = shardpipe.rechunk(
+        source,
+        tmp_path / "out.zarr",
+        shards=(10, 10),
+        chunks=(5, 5),
+        fill_value=0,
+        attributes={"b": 2},
+        dimension_names=("r", "c"),
+    )
+    assert isinstance(out, zarr.Array)
+    assert out.metadata.fill_value == 0 and dict(out.attrs) == {"b": 2}
+    assert out.metadata.dimension_names == ("r", "c")
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+def test_bad_input_writes_nothing(tmp_path: Path) -> None:
+    data = _data((20, 20))
+    source = _v2(tmp_path / "v2.zarr", data, chunks=(5, 5))
+    target = tmp_path / "out.zarr"
+    with pytest.raises(InvalidArgumentError, match="shards"):
+        shardpipe.rechunk(source, target, shards=(10, 10), chunks=(4, 4))
+    with pytest.raises(InvalidArgumentError, match="source: cannot open a Zarr array"):
+        shardpipe.rechunk(tmp_path / "missing.zarr", target)
+    (tmp_path / "bad.zarr").mkdir()
+    (tmp_path / "bad.zarr" / "zarr.json").write_text("{not json")
+    with pytest.raises(InvalidArgumentError, match="source"):
+        shardpipe.rechunk(tmp_path / "bad.zarr", target)
+    with pytest.raises(MemoryBudgetError, match="max_mem"):
+        shardpipe.rechunk(source, target, shards=(20, 20), chunks=(20, 20), max_mem=100)
+    assert _tree(target) == []
+    shardpipe.rechunk(source, target, shards=(10, 10), chunks=(5, 5))
+    before = {p: (target / p).read_bytes() for p in _tree(target) if (target / p).is_file()}
+    with pytest.raises(ArrayExistsError):
+        shardpipe.rechunk(source, target, shards=(10, 10), chunks=(5, 5))
+    after = {p: (target / p).read_bytes() for p in _tree(target) if (target / p).is_file()}
+    assert after == before
+
+
+def test_command_dry_run_then_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _data((40, 64, 64), "uint16")
+    source = _v2(tmp_path / "slabs.zarr", data, chunks=(1, 64, 64))
+    target = tmp_path / "out.zarr"
+    common = [str(source), str(target), "--shards", "20,32,32", "--chunks", "10,16,16"]
+    assert main(["rechunk", *common, "--max-mem", "2MB", "--dry-run"]) == 0
+    assert "read amplification 1.00x" in capsys.readouterr().out
+    assert _tree(target) == []
+    assert main(["rechunk", *common, "--no-progress", "--compressor", "gzip:1"]) == 0
+    assert "shard(s) written" in capsys.readouterr().out
+    assert_same(read_tensorstore(str(target)), data)
+    assert main(["rechunk", *common]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+@pytest.mark.cluster
+def test_command_on_worker_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _data((20, 30, 30))
+    source = _v2(tmp_path / "v2.zarr", data, chunks=(4, 30, 30))
+    target = tmp_path / "out.zarr"
+    args = ["rechunk", str(source), str(target), "--shards", "10,15,15", "--chunks", "5,15,15"]
+    assert main([*args, "--workers", "2", "--no-progress"]) == 0
+    assert_same(read_zarr(str(target)), data)
