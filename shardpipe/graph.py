@@ -67,6 +67,7 @@ def build_write_graph(
     *,
     in_process: bool = False,
     update: bool = False,
+    skip: frozenset[Coords] = frozenset(),
 ) -> WriteGraph:
     """Build the Dask graph that writes ``arr`` according to ``plan``.
 
@@ -93,6 +94,8 @@ def build_write_graph(
         The array exists: each shard is changed by one ``update-shard``
         task (``target`` is then an :class:`~shardpipe.updating.UpdateTarget`),
         which needs every shard to be a single part.
+    skip : frozenset of shard coordinates
+        Shards not to write (complete already, when a job resumes).
     """
     blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
     target_d = (
@@ -139,6 +142,8 @@ def build_write_graph(
 
     publishing = []
     for shard in plan.shards:
+        if shard.coords in skip:
+            continue
         key = key_of(shard.coords)
         if update and not shard.is_single_part:
             raise ValueError(f"shard {shard.coords}: updates are written in one part")

@@ -95,6 +95,8 @@ class ShardedWrite:
     existing : ExistingArray or None
         For a region write or an append: the array written into, where the
         source goes and the write strategy; None for a new array.
+    skip : frozenset of shard coordinates
+        Shards left alone because they are complete (a resumed rechunk).
 
     Notes
     -----
@@ -115,6 +117,7 @@ class ShardedWrite:
         write_empty_chunks: bool,
         existing: ExistingArray | None = None,
         rewrite_fits: bool = True,
+        skip: frozenset[Coords] = frozenset(),
     ) -> None:
         self.source = source
         self.target = target
@@ -125,6 +128,7 @@ class ShardedWrite:
         self._create_kwargs = create_kwargs
         self._write_empty_chunks = write_empty_chunks
         self._rewrite_fits = rewrite_fits
+        self.skip = skip
 
     @property
     def keys(self) -> JobKeys:
@@ -177,7 +181,8 @@ class ShardedWrite:
             (
                 "shards",
                 f"{plan.n_shards:,} ({plan.n_multipart_shards:,} in parts; "
-                f"{plan.n_parts:,} parts of up to {plan.part_chunks} inner chunks)",
+                + (f"{len(self.skip):,} complete already, skipped; " if self.skip else "")
+                + f"{plan.n_parts:,} parts of up to {plan.part_chunks} inner chunks)",
             ),
             *self._update_rows(),
             ("tasks", f"{plan.num_tasks:,}: {tasks}"),
@@ -271,7 +276,9 @@ class ShardedWrite:
                 self._write_target(token),
                 dask_key_name=f"create-array-{token}",
             )
-        graph = build_write_graph(self.source, self.plan, target_d, self._key_of(), token)
+        graph = build_write_graph(
+            self.source, self.plan, target_d, self._key_of(), token, skip=self.skip
+        )
         return graph.result
 
     def execute(self, *, progress: bool = False) -> WriteReport:
@@ -321,6 +328,7 @@ class ShardedWrite:
                 token,
                 in_process=runs_in_process(self.source),
                 update=self.existing is not None,
+                skip=self.skip,
             )
         except BaseException:
             release(store, keys, marker)
@@ -369,6 +377,19 @@ class ShardedWrite:
                 "the array's zarr.json changed during the append; its shards hold the new "
                 "data but the array was not grown. Check what else writes this array"
             ) from err
+
+    def resumed(self, skip: frozenset[Coords]) -> ShardedWrite:
+        """This write, into the array it already created, leaving the shards in ``skip`` alone."""
+        return ShardedWrite(
+            self.source,
+            self.target,
+            None,
+            self.metadata,
+            self.plan,
+            overwrite=False,
+            write_empty_chunks=self._write_empty_chunks,
+            skip=skip,
+        )
 
     def open(self) -> zarr.Array[Any]:
         """Open the written array for reading and writing."""

@@ -19,6 +19,7 @@ whatever the source used.
 from __future__ import annotations
 
 import html
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,17 +30,24 @@ import numpy as np
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.core.grid import Shape
+from shardpipe.core.grid import Coords, Shape
 from shardpipe.core.rechunk import ReadCost, read_block_shape, read_cost
 from shardpipe.core.sizes import format_bytes
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.existing import metadata_bytes
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.journal import JOB_DIR
 from shardpipe.prepare import prepare_write
+from shardpipe.storage.resolve import resolve_store
 from shardpipe.tasks import WriteReport
 from shardpipe.validate import check_bool, check_max_mem, resolve_shapes
+from shardpipe.verify import shard_checks
 
 V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
 """The attribute in which xarray's Zarr v2 convention keeps dimension names."""
+
+RESUME_WORKERS = 8
+"""Shard indexes read at once when a resumed rechunk looks for complete shards."""
 
 FIRST_BLOCK_SHARE = 4
 """Blocks start at ``max_mem / 4``; the budget halves while the write plan does not fit."""
@@ -135,6 +143,26 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
     )
 
 
+RECORD = f"{JOB_DIR}/rechunk.json"
+"""Key, beside the target's ``zarr.json``, of what the rechunk writing it reads and writes."""
+
+
+def job_record(source: Source, write: ShardedWrite) -> bytes:
+    """What identifies a rechunk: its source (name, shape, dtype, read unit) and target metadata.
+
+    Saved beside the target before the first shard is written; ``resume``
+    carries on only where the saved record is this job's.
+    """
+    document = {
+        "source": source.name,
+        "shape": list(source.shape),
+        "dtype": str(source.dtype),
+        "read_unit": list(source.read_unit),
+        "target": json.loads(metadata_bytes(write.metadata)),
+    }
+    return json.dumps(document, sort_keys=True).encode()
+
+
 @dataclass(frozen=True)
 class RechunkJob:
     """A planned rechunk: how the source is read and the write job that writes the target.
@@ -184,12 +212,21 @@ class RechunkJob:
         return f"<div><strong>RechunkJob</strong><table>{cells}</table></div>"
 
     def execute(self, *, progress: bool = False) -> WriteReport:
-        """Run the rechunk; return what was written."""
+        """Run the rechunk (saving its record first, for ``resume``); return what was written."""
+        self._save_record()
         return self.write.execute(progress=progress)
 
     def to_delayed(self) -> Delayed:
-        """The rechunk as a ``dask.delayed.Delayed`` (see :meth:`ShardedWrite.to_delayed`)."""
+        """The rechunk as a ``dask.delayed.Delayed`` (see :meth:`ShardedWrite.to_delayed`).
+
+        The job's record is saved now, so that a failed computation can be resumed.
+        """
+        self._save_record()
         return self.write.to_delayed()
+
+    def _save_record(self) -> None:
+        target = self.write.target
+        target.shards.put(target.key(RECORD), [job_record(self.source, self.write)])
 
 
 def plan_rechunk(
@@ -209,10 +246,13 @@ def plan_rechunk(
     storage_options: dict[str, Any] | None = None,
     source_storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
+    resume: bool = False,
 ) -> RechunkJob:
     """Plan a rechunk of ``source`` into a sharded array at ``target``; write nothing.
 
     Parameters are those of :func:`rechunk` (without ``progress`` and ``compute``).
+    With ``resume``, the shards of the target that are complete (their index
+    verifies) are found here and left out of the plan.
 
     Raises
     ------
@@ -223,6 +263,13 @@ def plan_rechunk(
     """
     opened = open_source(source, source_storage_options)
     budget = check_max_mem(max_mem)
+    overwrite, resume = check_bool("overwrite", overwrite), check_bool("resume", resume)
+    if overwrite and resume:
+        raise InvalidArgumentError(
+            "resume", "resume=True keeps what is written, overwrite=True deletes it", "Pick one"
+        )
+    resolved = resolve_store(target, path, storage_options)
+    resuming = resume and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(opened.shape, opened.dtype.itemsize, shards, chunks)
     carried = dict(
         fill_value=opened.fill_value if fill_value is None else fill_value,
@@ -240,15 +287,53 @@ def plan_rechunk(
             compressors=compressors,
             filters=filters,
             index_location=index_location,
-            overwrite=overwrite,
+            overwrite=overwrite or resuming,
             storage_options=storage_options,
             max_mem=budget,
             **carried,
         )
 
     block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)
+    if resuming:
+        write = write.resumed(_complete_shards(opened, write))
     cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
     return RechunkJob(opened, block_shape, cost, write)
+
+
+def _complete_shards(source: Source, write: ShardedWrite) -> frozenset[Coords]:
+    """Shards of an interrupted run of this same rechunk that are complete.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the target was not written by this rechunk (another source, or
+        other layout, codecs or attributes).
+    """
+    target = write.target
+    saved = target.shards.get(target.key(RECORD))
+    where = target.path or "the store root"
+    if saved is None:
+        raise InvalidArgumentError(
+            "resume",
+            f"the array at {where!r} was not written by a shardpipe rechunk",
+            "Write it again with overwrite=True",
+        )
+    ours = json.loads(job_record(source, write))
+    theirs = json.loads(bytes(saved))
+    different = sorted(k for k in ours if ours[k] != theirs.get(k))
+    if different:
+        raise InvalidArgumentError(
+            "resume",
+            f"the array at {where!r} was written by another rechunk (its {', '.join(different)} "
+            "differ from this one's)",
+            "Run the same command as the interrupted one, or start again with overwrite=True",
+        )
+    checks = shard_checks(target, write.metadata, RESUME_WORKERS, decode=False)
+    return frozenset(
+        coords
+        for coords, check in zip(write.layout.shard_coords(), checks, strict=True)
+        if check.present and not check.problems
+    )
 
 
 def _largest_fitting(
@@ -297,6 +382,7 @@ def rechunk(
     storage_options: dict[str, Any] | None = None,
     source_storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
+    resume: bool = False,
     compute: bool = True,
     progress: bool = False,
 ) -> zarr.Array[Any] | Delayed:
@@ -325,6 +411,13 @@ def rechunk(
         fsspec options for the target and for the source.
     overwrite : bool
         Replace an existing array at the target.
+    resume : bool
+        Carry on an interrupted run of the same rechunk: shards of the target
+        that are complete (present, index verifying) are kept, the rest
+        written. The target must have been written by a rechunk of the same
+        source into the same layout, codecs and attributes (a record saved
+        beside ``zarr.json`` before the first shard tells); else an error.
+        Without a target, a fresh start.
     compute : bool
         Run now and return the target array, or return a ``Delayed``.
     progress : bool
@@ -352,6 +445,7 @@ def rechunk(
         storage_options=storage_options,
         source_storage_options=source_storage_options,
         overwrite=overwrite,
+        resume=resume,
     )
     if not compute:
         return job.to_delayed()

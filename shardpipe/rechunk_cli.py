@@ -35,6 +35,11 @@ def add_command(
     command.add_argument("--index-location", default="end", choices=["end", "start"])
     command.add_argument("--overwrite", action="store_true", help="replace TARGET if it exists")
     command.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    command.add_argument(
+        "--resume",
+        action="store_true",
+        help="carry on an interrupted run of the same command: keep complete shards",
+    )
     command.add_argument("--no-progress", action="store_true", help="no progress bar")
     where = command.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, help="address of a Dask scheduler to use")
@@ -56,7 +61,7 @@ def run(
     options: dict[str, Any] | None,
     source_options: dict[str, Any] | None,
 ) -> int:
-    """Run ``rechunk``; return the exit status."""
+    """Run ``rechunk``; return the exit status (1: the rechunk failed, 2: it could not start)."""
     from shardpipe.rechunk import plan_rechunk
 
     try:
@@ -72,6 +77,7 @@ def run(
             storage_options=options,
             source_storage_options=source_options,
             overwrite=args.overwrite,
+            resume=args.resume,
         )
     except (ShardpipeError, OSError, ValueError) as err:
         print(f"shardpipe rechunk: {err}", file=sys.stderr)
@@ -82,9 +88,13 @@ def run(
     try:
         with _scheduler(args.scheduler, args.workers):
             report = job.execute(progress=not args.no_progress)
-    except (ShardpipeError, OSError) as err:
-        print(f"shardpipe rechunk: {err}", file=sys.stderr)
-        return 2
+    except Exception as err:  # a task's failure: say so, and how to carry on
+        print(
+            f"shardpipe rechunk: failed ({type(err).__name__}: {err}); complete shards are kept: "
+            "run the same command with --resume to write the rest",
+            file=sys.stderr,
+        )
+        return 1
     print(report)
     return 0
 

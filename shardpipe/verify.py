@@ -143,9 +143,15 @@ def _check_entries(check: ShardCheck, index: ShardIndex, index_range: tuple[int,
 
 
 def check_shard(
-    store: ShardStore, key: str, layout: ShardLayout, codec: ChunkCodec, shard_format: ShardFormat
+    store: ShardStore,
+    key: str,
+    layout: ShardLayout,
+    codec: ChunkCodec,
+    shard_format: ShardFormat,
+    *,
+    decode: bool = True,
 ) -> ShardCheck:
-    """Check the shard object at ``key``."""
+    """Check the shard object at ``key``: its index, and with ``decode`` every inner chunk."""
     check = ShardCheck(key)
     size = store.size(key)
     if size is None:
@@ -162,7 +168,7 @@ def check_shard(
         check.problems.append(str(err))
         return check
     _check_entries(check, index, index_range)
-    if check.problems:
+    if check.problems or not decode:
         return check
     for slot in np.flatnonzero(index.stored()):
         start, nbytes = (int(v) for v in index.entries[slot])
@@ -176,14 +182,18 @@ def check_shard(
     return check
 
 
-def _shard_checks(target: Any, metadata: ArrayV3Metadata, workers: int) -> Iterator[ShardCheck]:
+def shard_checks(
+    target: Any, metadata: ArrayV3Metadata, workers: int, *, decode: bool = True
+) -> Iterator[ShardCheck]:
+    """Check every shard of the grid, in grid order (``layout.shard_coords()``)."""
     layout = layout_of(metadata)
     shard_format = format_of(metadata)
     codec = ChunkCodec.from_metadata(metadata)
     keys = [target.key(shard_format.key(c)) for c in layout.shard_coords()]
     with ThreadPoolExecutor(workers) as pool:
         yield from pool.map(
-            lambda k: check_shard(target.shards, k, layout, codec, shard_format), keys
+            lambda k: check_shard(target.shards, k, layout, codec, shard_format, decode=decode),
+            keys,
         )
 
 
@@ -227,7 +237,7 @@ def _verify_array(target: ResolvedStore, workers: int) -> VerifyReport:
     metadata = array.metadata
     if not isinstance(metadata, ArrayV3Metadata):
         raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
-    report = VerifyReport(list(_shard_checks(target, metadata, workers)))
+    report = VerifyReport(list(shard_checks(target, metadata, workers)))
     by_key = {check.key: check for check in report.shards}
     for _, record in undo_records(target.shards, JobKeys(target.key(""))):
         check = by_key.setdefault(record.key, ShardCheck(record.key))

@@ -192,3 +192,76 @@ def test_command_on_worker_processes(tmp_path: Path, capsys: pytest.CaptureFixtu
     args = ["rechunk", str(source), str(target), "--shards", "10,15,15", "--chunks", "5,15,15"]
     assert main([*args, "--workers", "2", "--no-progress"]) == 0
     assert_same(read_zarr(str(target)), data)
+
+
+# -- resume -------------------------------------------------------------------------
+
+
+def _interrupted(tmp_path: Path) -> tuple[Path, Path, np.ndarray, dict[str, Any]]:
+    """A rechunk that failed midway: one source chunk does not decode."""
+    data = _data((80, 40, 40), "uint16")
+    source = _v2(tmp_path / "v2.zarr", data, chunks=(10, 40, 40), compressors=Zstd(level=1))
+    chunk = source / "7.0.0"
+    good = chunk.read_bytes()
+    chunk.write_bytes(b"not zstd at all")
+    target = tmp_path / "out.zarr"
+    kwargs: dict[str, Any] = {"shards": (10, 20, 20), "chunks": (10, 10, 10)}
+    with pytest.raises(Exception, match=r"(?i)zstd|decompress|frame|unknown"):
+        shardpipe.rechunk(source, target, **kwargs)
+    chunk.write_bytes(good)
+    return source, target, data, kwargs
+
+
+def test_resume_keeps_complete_shards_and_writes_the_rest(tmp_path: Path) -> None:
+    source, target, data, kwargs = _interrupted(tmp_path)
+    shards = sorted((target / "c").rglob("*"))
+    written = {p: p.stat().st_mtime_ns for p in shards if p.is_file()}
+    assert 0 < len(written) < 8 * 2 * 2  # some shards, not all
+    victim = next(iter(written))  # a torn shard is not complete: it is written again
+    victim.write_bytes(victim.read_bytes()[:-2])
+    job = shardpipe.plan_rechunk(source, target, resume=True, **kwargs)
+    assert len(job.write.skip) == len(written) - 1
+    assert f"{len(written) - 1} complete already, skipped" in repr(job)
+    report = job.execute()
+    assert report.shards == 32 - (len(written) - 1)
+    assert_same(read_tensorstore(str(target)), data)
+    assert shardpipe.verify(target).ok
+    for path, mtime in written.items():
+        if path != victim:
+            assert path.stat().st_mtime_ns == mtime, f"{path} was rewritten"
+
+
+def test_resume_refuses_another_job(tmp_path: Path) -> None:
+    source, target, _, kwargs = _interrupted(tmp_path)
+    with pytest.raises(InvalidArgumentError, match=r"resume: .*another rechunk \(its target"):
+        shardpipe.rechunk(source, target, resume=True, shards=(20, 20, 20), chunks=(10, 10, 10))
+    other = _v2(tmp_path / "other.zarr", _data((80, 40, 40), "uint16"), chunks=(10, 40, 40))
+    with pytest.raises(InvalidArgumentError, match=r"its source differ"):
+        shardpipe.rechunk(other, target, resume=True, **kwargs)
+    with pytest.raises(InvalidArgumentError, match="resume"):
+        shardpipe.rechunk(source, target, resume=True, overwrite=True, **kwargs)
+
+
+def test_resume_without_a_target_starts_afresh(tmp_path: Path) -> None:
+    data = _data((20, 20))
+    source = _v2(tmp_path / "v2.zarr", data, chunks=(5, 5))
+    shardpipe.rechunk(source, tmp_path / "out.zarr", shards=(10, 10), chunks=(5, 5), resume=True)
+    assert_same(read_zarr(str(tmp_path / "out.zarr")), data)
+
+
+def test_command_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _data((80, 40, 40), "uint16")
+    source = _v2(tmp_path / "v2.zarr", data, chunks=(10, 40, 40), compressors=Zstd(level=1))
+    chunk = source / "7.0.0"
+    good = chunk.read_bytes()
+    chunk.write_bytes(b"not zstd at all")
+    target = tmp_path / "out.zarr"
+    args = ["rechunk", str(source), str(target), "--shards", "10,20,20", "--chunks", "10,10,10"]
+    assert main([*args, "--no-progress"]) == 1
+    assert "run the same command with --resume" in capsys.readouterr().err
+    chunk.write_bytes(good)
+    assert main([*args, "--no-progress"]) == 2  # the target exists
+    capsys.readouterr()
+    assert main([*args, "--no-progress", "--resume"]) == 0
+    assert "complete already, skipped" in capsys.readouterr().out
+    assert_same(read_zarr(str(target)), data)
