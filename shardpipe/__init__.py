@@ -19,6 +19,7 @@ from shardpipe.job import ShardedWrite
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk import RechunkJob, plan_rechunk, rechunk
+from shardpipe.rechunk_group import plan_group_rechunk, rechunk_group
 from shardpipe.tasks import WriteReport
 from shardpipe.verify import VerifyReport, verify
 from shardpipe.writer import cleanup, to_sharded_zarr
@@ -44,9 +45,11 @@ __all__ = [
     "compact",
     "info",
     "open_dataset",
+    "plan_group_rechunk",
     "plan_rechunk",
     "prepare_write",
     "rechunk",
+    "rechunk_group",
     "repair",
     "to_sharded_zarr",
     "verify",

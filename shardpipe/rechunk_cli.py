@@ -41,6 +41,17 @@ def add_command(
         help="carry on an interrupted run of the same command: keep complete shards",
     )
     command.add_argument("--no-progress", action="store_true", help="no progress bar")
+    command.add_argument(
+        "--recursive",
+        action="store_true",
+        help="SOURCE is a group: rechunk every array in it, keeping the hierarchy",
+    )
+    command.add_argument(
+        "--config",
+        default=None,
+        help='with --recursive: a JSON file {"arrays": {"PATH": {"shards": [...], '
+        '"chunks": [...]}}} of per-array shapes',
+    )
     where = command.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, help="address of a Dask scheduler to use")
     where.add_argument(
@@ -62,23 +73,28 @@ def run(
     source_options: dict[str, Any] | None,
 ) -> int:
     """Run ``rechunk``; return the exit status (1: the rechunk failed, 2: it could not start)."""
-    from shardpipe.rechunk import plan_rechunk
-
+    common: dict[str, Any] = dict(
+        shards=args.shards,
+        chunks=args.chunks,
+        max_mem=args.max_mem,
+        compressors=args.compressor,
+        index_location=args.index_location,
+        storage_options=options,
+        source_storage_options=source_options,
+        overwrite=args.overwrite,
+        resume=args.resume,
+    )
+    job: Any
     try:
-        job = plan_rechunk(
-            args.source,
-            args.target,
-            path=args.path,
-            shards=args.shards,
-            chunks=args.chunks,
-            max_mem=args.max_mem,
-            compressors=args.compressor,
-            index_location=args.index_location,
-            storage_options=options,
-            source_storage_options=source_options,
-            overwrite=args.overwrite,
-            resume=args.resume,
-        )
+        if args.recursive:
+            from shardpipe.rechunk_group import plan_group_rechunk
+
+            arrays = _per_array_shapes(args.config)
+            job = plan_group_rechunk(args.source, args.target, arrays=arrays, **common)
+        else:
+            from shardpipe.rechunk import plan_rechunk
+
+            job = plan_rechunk(args.source, args.target, path=args.path, **common)
     except (ShardpipeError, OSError, ValueError) as err:
         print(f"shardpipe rechunk: {err}", file=sys.stderr)
         return 2
@@ -97,6 +113,23 @@ def run(
         return 1
     print(report)
     return 0
+
+
+def _per_array_shapes(config: str | None) -> dict[str, dict[str, tuple[int, ...]]]:
+    """Read ``{"arrays": {path: {"shards": [...], "chunks": [...]}}}`` from a JSON file."""
+    if config is None:
+        return {}
+    import json
+
+    with open(config, encoding="utf-8") as text:
+        document = json.load(text)
+    arrays = document.get("arrays", {}) if isinstance(document, dict) else None
+    if not isinstance(arrays, dict):
+        raise ValueError(f"--config {config}: expected {{'arrays': {{PATH: {{...}}}}}}")
+    return {
+        str(path): {k: tuple(int(n) for n in v) for k, v in shapes.items()}
+        for path, shapes in arrays.items()
+    }
 
 
 @contextlib.contextmanager

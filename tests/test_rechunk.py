@@ -265,3 +265,65 @@ def test_command_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main([*args, "--no-progress", "--resume"]) == 0
     assert "complete already, skipped" in capsys.readouterr().out
     assert_same(read_zarr(str(target)), data)
+
+
+# -- groups -------------------------------------------------------------------------
+
+
+def _v2_group(path: Path) -> dict[str, np.ndarray]:
+    root = zarr.open_group(path, mode="w", zarr_format=2)
+    root.attrs["title"] = "an acquisition"
+    data = {
+        "raw": _data((64, 128, 128), "uint16"),  # 2 MiB: rechunked
+        "labels/cells": _data((64, 128, 128), "uint16") // 100,
+        "labels/tiny": _data((3, 4), "int8"),
+    }
+    root.create_group("labels").attrs["kind"] = "segmentation"
+    for name, values in data.items():
+        array = root.create_array(
+            name, shape=values.shape, dtype=values.dtype, chunks=(1, *values.shape[1:])
+        )
+        array.attrs["_ARRAY_DIMENSIONS"] = ["z", "y", "x"][-values.ndim :]
+        array[...] = values
+    return data
+
+
+def test_group_rechunk_keeps_the_hierarchy(tmp_path: Path) -> None:
+    data = _v2_group(tmp_path / "acq.zarr")
+    target = tmp_path / "out.zarr"
+    report = shardpipe.rechunk_group(
+        tmp_path / "acq.zarr",
+        target,
+        shards=(32, 64, 64),
+        chunks=(16, 32, 32),
+        arrays={"labels/cells": {"shards": (64, 128, 128), "chunks": (32, 64, 64)}},
+        max_mem="4MB",
+    )
+    assert set(report.rechunked) == {"raw", "labels/cells"}
+    assert report.copied == ["labels/tiny"]
+    out = zarr.open_group(target, mode="r")
+    assert out.attrs["title"] == "an acquisition"
+    assert out["labels"].attrs["kind"] == "segmentation"
+    assert out["raw"].shards == (32, 64, 64)
+    assert out["labels/cells"].shards == (64, 128, 128)
+    assert out["labels/tiny"].shards is None
+    assert out["labels/cells"].metadata.dimension_names == ("z", "y", "x")
+    for name, values in data.items():
+        assert_same(np.asarray(out[name][...]), values)
+    assert_same(read_tensorstore(str(target / "raw")), data["raw"])
+    assert shardpipe.verify(target).ok
+
+
+def test_group_command_with_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _v2_group(tmp_path / "acq.zarr")
+    config = tmp_path / "shapes.json"
+    config.write_text('{"arrays": {"raw": {"shards": [64, 64, 64], "chunks": [32, 32, 32]}}}')
+    target = tmp_path / "out.zarr"
+    args = ["rechunk", str(tmp_path / "acq.zarr"), str(target), "--recursive", "--no-progress"]
+    assert main([*args, "--config", str(config), "--dry-run"]) == 0
+    assert "labels/tiny: copied unsharded" in capsys.readouterr().out
+    assert not target.exists()
+    assert main([*args, "--config", str(config)]) == 0
+    assert "total: 2 array(s) rechunked" in capsys.readouterr().out
+    assert zarr.open_group(target, mode="r")["raw"].shards == (64, 64, 64)
+    assert_same(read_zarr(str(target / "labels/cells")), data["labels/cells"])

@@ -1,0 +1,238 @@
+"""Rechunk every array of a Zarr group into a sharded Zarr v3 hierarchy (``--recursive``).
+
+The hierarchy is kept: every group is created with its attributes, every
+array at the same path. Arrays are rechunked by :func:`~shardpipe.plan_rechunk`
+with the shapes given for all arrays (where their number of dimensions
+fits) or for that array (``arrays={"path": {"shards": ..., "chunks": ...}}``),
+and all of them are written in one Dask computation. The rule for small
+arrays: an array of at most :data:`SMALL_NBYTES` raw bytes (1 MiB, one
+default inner chunk) gains nothing from sharding and is copied as an
+unsharded Zarr v3 array of one chunk, with its fill value, dimension names
+and attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+
+from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
+from shardpipe.errors import ArrayExistsError, InvalidArgumentError
+from shardpipe.job import DEFAULT_MAX_MEM, execute_together
+from shardpipe.rechunk import RechunkJob, open_source, plan_rechunk
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.tasks import WriteReport
+
+SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
+"""Arrays of at most this many raw bytes are copied unsharded, in one chunk."""
+
+
+@dataclass
+class GroupRechunkReport:
+    """What :func:`rechunk_group` did.
+
+    Attributes
+    ----------
+    rechunked : dict
+        Per array path, the :class:`~shardpipe.WriteReport` of its rechunk.
+    copied : list of str
+        Small arrays copied unsharded.
+    groups : list of str
+        Groups created.
+    """
+
+    rechunked: dict[str, WriteReport] = field(default_factory=dict)
+    copied: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"{path}: {report}" for path, report in self.rechunked.items()]
+        lines += [f"{path}: copied unsharded (small)" for path in self.copied]
+        stored = sum(r.nbytes for r in self.rechunked.values())
+        lines.append(
+            f"total: {len(self.rechunked)} array(s) rechunked ({format_bytes(stored)} stored), "
+            f"{len(self.copied)} copied, {len(self.groups)} group(s)"
+        )
+        return "\n".join(lines)
+
+
+@dataclass
+class GroupRechunkJob:
+    """A planned rechunk of a group: one :class:`~shardpipe.RechunkJob` per array, and copies.
+
+    Attributes
+    ----------
+    target : ResolvedStore
+        Where the hierarchy goes.
+    source : zarr.Group
+        The group read.
+    jobs : dict
+        Per array path, its planned rechunk.
+    small : list
+        ``(path, array)`` of the small arrays to copy unsharded.
+    overwrite : bool
+        Whether the target is replaced.
+    """
+
+    target: ResolvedStore
+    source: zarr.Group
+    jobs: dict[str, RechunkJob]
+    small: list[tuple[str, zarr.Array[Any]]]
+    overwrite: bool
+
+    def __repr__(self) -> str:
+        lines = ["GroupRechunkJob"]
+        for path, job in self.jobs.items():
+            rows = dict(job.summary_rows())
+            lines.append(f"  {path}:")
+            for label in ("read", "layout", "shards", "tasks", "peak memory per task"):
+                lines.append(f"    {label}: {rows[label]}")
+        lines += [
+            f"  {path}: copied unsharded ({format_bytes(a.nbytes)})" for path, a in self.small
+        ]
+        return "\n".join(lines)
+
+    def execute(self, *, progress: bool = False) -> GroupRechunkReport:
+        """Create the groups, copy the small arrays, rechunk the others in one computation."""
+        report = GroupRechunkReport()
+        root = self.target
+        zarr.open_group(
+            root.zarr_store,
+            path=root.path,
+            mode="w" if self.overwrite else "a",
+            zarr_format=3,
+            attributes=dict(self.source.attrs),
+        )
+        for path, node in sorted(self.source.members(max_depth=None)):
+            if isinstance(node, zarr.Group):
+                zarr.open_group(
+                    root.zarr_store,
+                    path=root.key(path),
+                    mode="a",
+                    zarr_format=3,
+                    attributes=dict(node.attrs),
+                )
+                report.groups.append(path)
+        for path, array in self.small:
+            _copy_small(array, root, path)
+            report.copied.append(path)
+        for job in self.jobs.values():
+            job._save_record()
+        reports = execute_together([job.write for job in self.jobs.values()], progress=progress)
+        report.rechunked = dict(zip(self.jobs, reports, strict=True))
+        return report
+
+
+def plan_group_rechunk(
+    source: Any,
+    target: Any,
+    *,
+    shards: Any = None,
+    chunks: Any = None,
+    arrays: Mapping[str, Mapping[str, Any]] | None = None,
+    max_mem: int | str = DEFAULT_MAX_MEM,
+    compressors: Any = "auto",
+    index_location: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    source_storage_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> GroupRechunkJob:
+    """Plan the rechunk of every array of the group at ``source``; write nothing.
+
+    Parameters
+    ----------
+    source : str, os.PathLike or zarr.Group
+        A Zarr v2 or v3 group (path, fsspec URL or object).
+    target : str, os.PathLike or zarr Store
+        Where to write the Zarr v3 hierarchy.
+    shards, chunks : tuple of int, optional
+        Shapes for every array with as many dimensions (others get the defaults).
+    arrays : dict, optional
+        Per array path (relative to the group), ``{"shards": ..., "chunks": ...}``.
+    max_mem, compressors, index_location, storage_options, source_storage_options,
+    overwrite, resume
+        As for :func:`~shardpipe.rechunk`, for every array.
+    """
+    group = _open_group(source, source_storage_options)
+    root = resolve_store(target, None, storage_options)
+    overrides = dict(arrays or {})
+    members = dict(group.members(max_depth=None))
+    unknown = sorted(set(overrides) - {p for p, n in members.items() if isinstance(n, zarr.Array)})
+    if unknown:
+        raise InvalidArgumentError(
+            "arrays",
+            f"names {unknown}, which are not arrays of the source group",
+            "Give paths of arrays, relative to the group",
+        )
+    if root.shards.get(root.key("zarr.json")) is not None and not (overwrite or resume):
+        raise ArrayExistsError(
+            f"target: something exists at {root.zarr_store}; pass overwrite=True to replace it, "
+            "or resume=True to carry on an interrupted rechunk"
+        )
+    jobs: dict[str, RechunkJob] = {}
+    small: list[tuple[str, zarr.Array[Any]]] = []
+    for path, node in sorted(members.items()):
+        if not isinstance(node, zarr.Array):
+            continue
+        if node.nbytes <= SMALL_NBYTES:
+            small.append((path, node))
+            continue
+        shapes = overrides.get(path, {})
+        jobs[path] = plan_rechunk(
+            node,
+            ResolvedStore(root.zarr_store, root.shards, root.key(path)),
+            shards=shapes.get("shards", shards if _fits(shards, node) else None),
+            chunks=shapes.get("chunks", chunks if _fits(chunks, node) else None),
+            max_mem=max_mem,
+            compressors=compressors,
+            index_location=index_location,
+            overwrite=overwrite,
+            resume=resume,
+        )
+    return GroupRechunkJob(root, group, jobs, small, overwrite)
+
+
+def rechunk_group(
+    source: Any, target: Any, *, progress: bool = False, **kwargs: Any
+) -> GroupRechunkReport:
+    """Rechunk every array of a group: ``plan_group_rechunk(...).execute(progress=...)``."""
+    return plan_group_rechunk(source, target, **kwargs).execute(progress=progress)
+
+
+def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Group:
+    if isinstance(source, zarr.Group):
+        return source
+    try:
+        return zarr.open_group(source, mode="r", storage_options=storage_options)
+    except Exception as err:
+        raise InvalidArgumentError(
+            "source",
+            f"cannot open a Zarr group at {source!r} ({type(err).__name__}: {err})",
+            "Give the path or URL of a Zarr v2 or v3 group (for one array, leave --recursive out)",
+        ) from err
+
+
+def _fits(shape: Any, array: zarr.Array[Any]) -> bool:
+    return shape is not None and len(tuple(shape)) == array.ndim
+
+
+def _copy_small(array: zarr.Array[Any], root: ResolvedStore, path: str) -> None:
+    """Copy a small array unsharded, in one chunk, with what carries over."""
+    opened = open_source(array)
+    copy = zarr.create_array(
+        root.zarr_store,
+        name=root.key(path),
+        shape=array.shape,
+        dtype=array.dtype,
+        chunks=tuple(max(1, n) for n in array.shape) if array.ndim else "auto",
+        fill_value=opened.fill_value,
+        dimension_names=opened.dimension_names,
+        attributes=opened.attributes,
+        overwrite=True,
+    )
+    copy[...] = np.asarray(array[...])
