@@ -70,11 +70,16 @@ def prepare_write(
     region: Any = None,
     append_dim: int | None = None,
     write_strategy: str = "auto",
+    part_limit: int | None = None,
 ) -> ShardedWrite:
     """Validate and plan a write of ``arr`` to a sharded Zarr v3 array; write nothing.
 
     Parameters are those of :func:`~shardpipe.to_sharded_zarr` (without
-    ``progress`` and ``compute``, which belong to running the job).
+    ``progress`` and ``compute``, which belong to running the job), and
+    ``part_limit``: at most this many raw bytes per part where the store can
+    write shards in parts (new arrays only). :func:`~shardpipe.rechunk` sets
+    it to one block's share of a shard, so that blocks are written as they
+    are read instead of waiting in memory for the rest of their shard.
 
     Returns
     -------
@@ -144,7 +149,14 @@ def prepare_write(
     check_store_reachable(array, target)
     layout = ShardLayout(tuple(array.shape), shard_shape, chunk_shape)
     codec = ChunkCodec.from_metadata(metadata)
-    plan = _plan(Placement.whole(layout, BlockGrid(array.chunks)), codec, budget, target, metadata)
+    plan = _plan(
+        Placement.whole(layout, BlockGrid(array.chunks)),
+        codec,
+        budget,
+        target,
+        metadata,
+        part_limit=part_limit,
+    )
     check_target(target, overwrite)
     return ShardedWrite(
         array,
@@ -298,6 +310,8 @@ def _plan(
     budget: int,
     target: ResolvedStore,
     metadata: ArrayV3Metadata,
+    *,
+    part_limit: int | None = None,
 ) -> WritePlan:
     store = target.shards
     expansion, overhead = codec.expansion
@@ -319,6 +333,11 @@ def _plan(
             model=model,
             max_parts=store.max_parts,
             stamp_nbytes=stamp,
+            max_part_nbytes=(
+                max(part_limit, store.min_part_size)
+                if part_limit is not None and store.supports_parts
+                else None
+            ),
         )
     except MemoryBudgetError:
         raise

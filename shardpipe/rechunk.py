@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,8 +50,12 @@ V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
 RESUME_WORKERS = 8
 """Shard indexes read at once when a resumed rechunk looks for complete shards."""
 
-FIRST_BLOCK_SHARE = 4
-"""Blocks start at ``max_mem / 4``; the budget halves while the write plan does not fit."""
+FIRST_BLOCK_SHARE = 2
+"""Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.
+
+Measured (benchmarks/RESULTS.md section 6): blocks of ``max_mem`` held the process at
+1.2 GB under a 1 GB budget (two threads, each a block); half of it kept the process
+at 694 MiB and was faster."""
 
 
 @dataclass(frozen=True)
@@ -278,6 +283,8 @@ def plan_rechunk(
     )
 
     def prepare(block_shape: Shape) -> ShardedWrite:
+        # a part is at most one block's share of a shard: written as soon as the block is read
+        share = math.prod(min(b, s) for b, s in zip(block_shape, shard_shape, strict=True))
         return prepare_write(
             opened.blocks(block_shape),
             target,
@@ -290,6 +297,7 @@ def plan_rechunk(
             overwrite=overwrite or resuming,
             storage_options=storage_options,
             max_mem=budget,
+            part_limit=share * opened.dtype.itemsize,
             **carried,
         )
 

@@ -320,6 +320,7 @@ def plan_write(
     model: MemoryModel | None = None,
     max_parts: int | None = None,
     stamp_nbytes: int = 0,
+    max_part_nbytes: int | None = None,
 ) -> WritePlan:
     """Plan the write of the blocks of ``placement`` into its region of the array.
 
@@ -339,6 +340,11 @@ def plan_write(
         Most parts one shard may have (9,998 on S3).
     stamp_nbytes : int
         Bytes a stamp task holds (the index, padded as the store needs).
+    max_part_nbytes : int, optional
+        Raw bytes a part may hold at most, below what ``max_mem`` allows: a
+        rechunk caps parts at one block's share of a shard, so that each
+        part is written from one block as soon as it is read, and no block
+        waits in memory for the others of its shard.
 
     Raises
     ------
@@ -380,6 +386,8 @@ def plan_write(
     alignment = block_alignment(layout, placement.blocks)
 
     def sized(raw_budget: int) -> WritePlan:
+        if max_part_nbytes is not None:
+            raw_budget = max(chunk_nbytes, min(raw_budget, max_part_nbytes))
         part_chunks = choose_part_chunks(layout, itemsize, raw_budget, alignment)
         return WritePlan(placement, itemsize, max_mem, model, part_chunks, stamp_nbytes, max_parts)
 
