@@ -397,3 +397,35 @@ def test_peak_rss_of_a_rechunk_stays_under_max_mem(tmp_path: Path) -> None:
     # what a task holds is under max_mem; the scheduler may keep one more block for later
     assert result["measured"] <= max_mem + result["block"] + SLACK, result
     assert result["measured"] >= max_mem // 4, result  # the measurement is not vacuous
+
+
+@pytest.mark.s3
+def test_s3_source_and_target(s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+    bucket, options = s3_bucket
+    data = _data((30, 40, 50))
+    local = _v2(tmp_path / "v2.zarr", data, chunks=(1, 40, 50), fill_value=-1)
+    source_url = f"s3://{bucket}/src.zarr"
+    copy = zarr.create_array(
+        source_url,
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=(1, 40, 50),
+        zarr_format=2,
+        fill_value=-1,
+        storage_options=options,
+    )
+    copy[...] = np.asarray(zarr.open_array(local, mode="r")[...])
+    target_url = f"s3://{bucket}/out.zarr"
+    out = shardpipe.rechunk(
+        source_url,
+        target_url,
+        shards=(16, 20, 25),
+        chunks=(8, 10, 25),
+        storage_options=options,
+        source_storage_options=options,
+    )
+    assert isinstance(out, zarr.Array)
+    back = zarr.open_array(target_url, mode="r", storage_options=options)
+    assert_same(np.asarray(back[...]), data)
+    assert back.metadata.fill_value == -1
+    assert shardpipe.verify(target_url, storage_options=options).ok
