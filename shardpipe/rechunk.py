@@ -5,9 +5,10 @@ or any Dask array) is read in Dask blocks aligned to its chunks (its shards,
 if sharded) and as large as the memory budget allows
 (:mod:`shardpipe.core.rechunk`); the blocks go to the ordinary write plan,
 which writes whole shards where a block holds them, gathers encoded pieces
-where blocks straddle shards, and writes shards larger than ``max_mem`` in
-parts. Only encoded bytes travel between tasks, and no intermediate copy is
-made.
+where blocks straddle shards, and writes parts of shards as blocks are read.
+One pass, unless ``temp_store`` is given and the affordable blocks are
+thinner than the inner chunks: then two, through an intermediate copy
+(:mod:`shardpipe.rechunk_intermediate`).
 
 What carries over from a Zarr source unless given: dtype, fill value,
 dimension names (Zarr v3 ``dimension_names``, or the ``_ARRAY_DIMENSIONS``
@@ -27,25 +28,29 @@ from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
-import numpy as np
 import zarr
 from dask.delayed import Delayed
 
 from shardpipe.core.grid import Coords, Shape
-from shardpipe.core.rechunk import ReadCost, read_block_shape, read_cost
+from shardpipe.core.rechunk import (
+    ReadCost,
+    intermediate_chunks,
+    read_block_shape,
+    read_cost,
+    straddles,
+)
 from shardpipe.core.sizes import format_bytes
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.existing import metadata_bytes
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.journal import JOB_DIR
 from shardpipe.prepare import prepare_write
+from shardpipe.rechunk_intermediate import Intermediate
+from shardpipe.rechunk_source import Source, open_source
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.tasks import WriteReport
 from shardpipe.validate import check_bool, check_max_mem, resolve_shapes
 from shardpipe.verify import shard_checks
-
-V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
-"""The attribute in which xarray's Zarr v2 convention keeps dimension names."""
 
 RESUME_WORKERS = 8
 """Shard indexes read at once when a resumed rechunk looks for complete shards."""
@@ -55,97 +60,7 @@ FIRST_BLOCK_SHARE = 2
 
 Measured (benchmarks/RESULTS.md section 6): blocks of ``max_mem`` held the process at
 1.2 GB under a 1 GB budget (two threads, each a block); half of it kept the process
-at 694 MiB and was faster."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """What is read: the data as a Dask array (not yet blocked) and what carries over.
-
-    Attributes
-    ----------
-    name : str
-        How the source is shown (its path or URL, or "a Dask array").
-    array : zarr.Array or dask.array.Array
-        The source.
-    read_unit : tuple of int
-        The source's chunk shape (shard shape if sharded); a Dask array's
-        block shape.
-    fill_value, dimension_names, attributes
-        Carried over to the target unless given.
-    """
-
-    name: str
-    array: Any
-    read_unit: Shape
-    fill_value: Any = None
-    dimension_names: tuple[str, ...] | None = None
-    attributes: dict[str, Any] | None = None
-
-    @property
-    def shape(self) -> Shape:
-        """The source's shape."""
-        return tuple(self.array.shape)
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        """The source's dtype."""
-        dtype: np.dtype[Any] = np.dtype(self.array.dtype)
-        return dtype
-
-    def blocks(self, block_shape: Shape) -> da.Array:
-        """The source as a Dask array of ``block_shape`` blocks (a Dask source as it is)."""
-        if isinstance(self.array, da.Array):
-            return self.array
-        blocked: da.Array = da.from_zarr(self.array, chunks=block_shape)
-        return blocked
-
-
-def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> Source:
-    """Open what ``rechunk`` reads, with the settings that carry over.
-
-    Raises
-    ------
-    InvalidArgumentError
-        If ``source`` is neither a Zarr array (or its path or URL) nor a
-        Dask array, or cannot be opened.
-    """
-    if isinstance(source, da.Array):
-        return Source("a Dask array", source, tuple(int(c[0]) for c in source.chunks))
-    if isinstance(source, str | os.PathLike):
-        name = os.fspath(source)
-        try:
-            array = zarr.open_array(name, mode="r", storage_options=storage_options)
-        except Exception as err:
-            raise InvalidArgumentError(
-                "source",
-                f"cannot open a Zarr array at {name!r} ({type(err).__name__}: {err})",
-                "Give the path or URL of a Zarr v2 or v3 array (not of a group), with "
-                "source_storage_options for remote stores",
-            ) from err
-    elif isinstance(source, zarr.Array):
-        array, name = source, f"{source.store}/{source.path}"
-    else:
-        raise InvalidArgumentError(
-            "source",
-            f"expected a Zarr array, its path or URL, or a Dask array, got {type(source).__name__}",
-            "For a NumPy array or an xarray object, use to_sharded_zarr or ds.shard.to_zarr",
-        )
-    attributes = dict(array.attrs)
-    names: Any = (
-        array.metadata.dimension_names
-        if array.metadata.zarr_format == 3
-        else attributes.pop(V2_DIMENSIONS, None)
-    )
-    fill = array.metadata.fill_value
-    return Source(
-        name=name,
-        array=array,
-        read_unit=tuple(array.shards or array.chunks),
-        fill_value=fill.item() if isinstance(fill, np.generic) else fill,
-        dimension_names=None if names is None else tuple(str(n) for n in names),
-        attributes=attributes,
-    )
+under 700 MiB and was faster."""
 
 
 RECORD = f"{JOB_DIR}/rechunk.json"
@@ -182,12 +97,23 @@ class RechunkJob:
         Reads, bytes read and read amplification.
     write : ShardedWrite
         The write of the blocks into the target (its plan, memory, tasks).
+    intermediate : Intermediate or None
+        For a two-pass rechunk: the copy, and how the first pass fills it
+        from ``origin``; ``source`` then stands for the copy.
+    origin : Source or None
+        What the first pass reads.
+    straddles : bool
+        Whether one pass gathers raw pieces of inner chunks across blocks.
     """
 
     source: Source
     block_shape: Shape
     cost: ReadCost
     write: ShardedWrite
+    intermediate: Intermediate | None = None
+    origin: Source | None = None
+    straddles: bool = False
+    replan: Callable[[Source, Shape], ShardedWrite] | None = None
 
     def summary_rows(self) -> list[tuple[str, str]]:
         """The plan as ``(label, value)`` rows: the reads, then the write job's rows."""
@@ -199,9 +125,20 @@ class RechunkJob:
                 f"({format_bytes(cost.nbytes_read)}, read amplification "
                 f"{cost.amplification:.2f}x) in Dask blocks of {self.block_shape}",
             ),
-            ("intermediate", "none: one pass, encoded bytes only between tasks"),
+            ("intermediate", self._intermediate_row()),
             *self.write.summary_rows(),
         ]
+
+    def _intermediate_row(self) -> str:
+        if self.intermediate is not None:
+            return self.intermediate.describe()
+        if self.straddles:
+            return (
+                "none: one pass; inner chunks straddle the blocks, so each shard is gathered "
+                "from raw pieces held in memory (temp_store= would copy through an "
+                "intermediate in two passes instead)"
+            )
+        return "none: one pass, encoded bytes only between tasks"
 
     def __repr__(self) -> str:
         rows = self.summary_rows()
@@ -217,15 +154,33 @@ class RechunkJob:
         return f"<div><strong>RechunkJob</strong><table>{cells}</table></div>"
 
     def execute(self, *, progress: bool = False) -> WriteReport:
-        """Run the rechunk (saving its record first, for ``resume``); return what was written."""
-        self._save_record()
-        return self.write.execute(progress=progress)
+        """Run the rechunk (saving its record first, for ``resume``); return what was written.
+
+        A two-pass rechunk copies the source into the intermediate first, then
+        writes the target from it, then deletes the copy.
+        """
+        if self.intermediate is None:
+            self._save_record()
+            return self.write.execute(progress=progress)
+        assert self.origin is not None and self.replan is not None
+        inter = self.intermediate
+        copy = inter.write(self.origin.blocks(inter.block_shape), self.origin.fill_value)
+        written = Source(inter.store, copy, inter.chunk_shape)
+        report = self.replan(written, self.block_shape).execute(progress=progress)
+        inter.remove()
+        return report
 
     def to_delayed(self) -> Delayed:
         """The rechunk as a ``dask.delayed.Delayed`` (see :meth:`ShardedWrite.to_delayed`).
 
         The job's record is saved now, so that a failed computation can be resumed.
         """
+        if self.intermediate is not None:
+            raise InvalidArgumentError(
+                "compute",
+                "a two-pass rechunk (temp_store) runs its passes one after the other",
+                "Use compute=True",
+            )
         self._save_record()
         return self.write.to_delayed()
 
@@ -252,6 +207,7 @@ def plan_rechunk(
     source_storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    temp_store: str | os.PathLike[str] | None = None,
 ) -> RechunkJob:
     """Plan a rechunk of ``source`` into a sharded array at ``target``; write nothing.
 
@@ -282,11 +238,11 @@ def plan_rechunk(
         attributes=opened.attributes if attributes is None else attributes,
     )
 
-    def prepare(block_shape: Shape) -> ShardedWrite:
+    def prepare(read: Source, block_shape: Shape) -> ShardedWrite:
         # a part is at most one block's share of a shard: written as soon as the block is read
         share = math.prod(min(b, s) for b, s in zip(block_shape, shard_shape, strict=True))
         return prepare_write(
-            opened.blocks(block_shape),
+            read.blocks(block_shape),
             target,
             path=path,
             shards=shard_shape,
@@ -302,10 +258,35 @@ def plan_rechunk(
         )
 
     block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)
+    cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
+    straddling = straddles(block_shape, shard_shape, chunk_shape)
+    if temp_store is not None and straddling:
+        if resume:
+            raise InvalidArgumentError(
+                "resume",
+                "a two-pass rechunk (temp_store) starts again from the source",
+                "Leave resume out, or temp_store",
+            )
+        inter_chunks = intermediate_chunks(block_shape, chunk_shape)
+        planned = Source("the intermediate copy", opened.array, inter_chunks, planned=True)
+        second_blocks, second = _largest_fitting(planned, shard_shape, chunk_shape, budget, prepare)
+        where = os.fspath(temp_store)
+        inter = Intermediate(
+            where,
+            {k: v for k, v in (storage_options or {}).items() if k != "fsync"}
+            if "://" in where
+            else None,
+            inter_chunks,
+            block_shape,
+            cost,
+        )
+        second_cost = read_cost(opened.shape, opened.dtype.itemsize, inter_chunks, second_blocks)
+        return RechunkJob(
+            planned, second_blocks, second_cost, second, inter, opened, straddling, prepare
+        )
     if resuming:
         write = write.resumed(_complete_shards(opened, write))
-    cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
-    return RechunkJob(opened, block_shape, cost, write)
+    return RechunkJob(opened, block_shape, cost, write, straddles=straddling)
 
 
 def _complete_shards(source: Source, write: ShardedWrite) -> frozenset[Coords]:
@@ -349,11 +330,11 @@ def _largest_fitting(
     shard_shape: Shape,
     chunk_shape: Shape,
     budget: int,
-    prepare: Callable[[Shape], ShardedWrite],
+    prepare: Callable[[Source, Shape], ShardedWrite],
 ) -> tuple[Shape, ShardedWrite]:
     """Plan with the largest blocks whose write plan fits ``budget``; halve until one does."""
-    if isinstance(source.array, da.Array):
-        return source.read_unit, prepare(source.read_unit)
+    if isinstance(source.array, da.Array) and not source.planned:
+        return source.read_unit, prepare(source, source.read_unit)
     block_budget = max(1, budget // FIRST_BLOCK_SHARE)
     itemsize = source.dtype.itemsize
     tried: set[Shape] = set()
@@ -367,7 +348,7 @@ def _largest_fitting(
             raise last_error
         tried.add(block)
         try:
-            return block, prepare(block)
+            return block, prepare(source, block)
         except MemoryBudgetError as err:
             last_error = err
             block_budget //= 2
@@ -391,6 +372,7 @@ def rechunk(
     source_storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    temp_store: str | os.PathLike[str] | None = None,
     compute: bool = True,
     progress: bool = False,
 ) -> zarr.Array[Any] | Delayed:
@@ -426,6 +408,11 @@ def rechunk(
         source into the same layout, codecs and attributes (a record saved
         beside ``zarr.json`` before the first shard tells); else an error.
         Without a target, a fresh start.
+    temp_store : str or os.PathLike, optional
+        Where a two-pass rechunk may keep an intermediate copy (a path or
+        URL that does not exist yet; deleted afterwards). Used only when the
+        blocks that fit ``max_mem`` are thinner than the inner chunks
+        (:mod:`shardpipe.rechunk_intermediate` says why); the plan says which.
     compute : bool
         Run now and return the target array, or return a ``Delayed``.
     progress : bool
@@ -454,6 +441,7 @@ def rechunk(
         source_storage_options=source_storage_options,
         overwrite=overwrite,
         resume=resume,
+        temp_store=temp_store,
     )
     if not compute:
         return job.to_delayed()

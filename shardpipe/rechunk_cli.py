@@ -36,6 +36,11 @@ def add_command(
     command.add_argument("--overwrite", action="store_true", help="replace TARGET if it exists")
     command.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     command.add_argument(
+        "--temp-store",
+        default=None,
+        help="where a two-pass rechunk may keep an intermediate copy (deleted afterwards)",
+    )
+    command.add_argument(
         "--resume",
         action="store_true",
         help="carry on an interrupted run of the same command: keep complete shards",
@@ -94,7 +99,9 @@ def run(
         else:
             from shardpipe.rechunk import plan_rechunk
 
-            job = plan_rechunk(args.source, args.target, path=args.path, **common)
+            job = plan_rechunk(
+                args.source, args.target, path=args.path, temp_store=args.temp_store, **common
+            )
     except (ShardpipeError, OSError, ValueError) as err:
         print(f"shardpipe rechunk: {err}", file=sys.stderr)
         return 2

@@ -23,7 +23,8 @@ import zarr
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, execute_together
-from shardpipe.rechunk import RechunkJob, open_source, plan_rechunk
+from shardpipe.rechunk import RechunkJob, plan_rechunk
+from shardpipe.rechunk_source import open_source
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.tasks import WriteReport
 

@@ -429,3 +429,40 @@ def test_s3_source_and_target(s3_bucket: tuple[str, dict[str, Any]], tmp_path: P
     assert_same(np.asarray(back[...]), data)
     assert back.metadata.fill_value == -1
     assert shardpipe.verify(target_url, storage_options=options).ok
+
+
+# -- two passes through an intermediate copy ----------------------------------------
+
+
+def test_thin_blocks_go_through_an_intermediate_copy(tmp_path: Path) -> None:
+    data = _data((64, 128, 128), "uint16")
+    source = _v2(tmp_path / "v2.zarr", data, chunks=(1, 128, 128))
+    target, temp = tmp_path / "out.zarr", tmp_path / "scratch.zarr"
+    kwargs: dict[str, Any] = {"shards": (64, 128, 128), "chunks": (16, 32, 32), "max_mem": "1MB"}
+    one_pass = shardpipe.plan_rechunk(source, target, **kwargs)
+    assert one_pass.straddles and one_pass.intermediate is None
+    assert "temp_store= would copy through an intermediate" in repr(one_pass)
+    job = shardpipe.plan_rechunk(source, target, temp_store=temp, **kwargs)
+    assert job.intermediate is not None
+    assert job.intermediate.block_shape[0] < 16  # pass 1: thinner than an inner chunk
+    assert all(b % c == 0 for b, c in zip(job.block_shape, (16, 32, 32), strict=True))
+    assert "deleted afterwards" in repr(job)
+    assert not target.exists() and not temp.exists()  # planning writes nothing
+    job.execute()
+    assert_same(read_tensorstore(str(target)), data)
+    assert not temp.exists()
+    assert shardpipe.verify(target).ok
+    with pytest.raises(InvalidArgumentError, match="compute"):
+        shardpipe.rechunk(source, tmp_path / "b.zarr", temp_store=temp, compute=False, **kwargs)
+
+
+def test_command_with_a_temp_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _data((64, 128, 128), "uint16")
+    source = _v2(tmp_path / "v2.zarr", data, chunks=(1, 128, 128))
+    target = tmp_path / "out.zarr"
+    args = ["rechunk", str(source), str(target), "--shards", "64,128,128", "--chunks", "16,32,32"]
+    args += ["--max-mem", "1MB", "--temp-store", str(tmp_path / "tmp.zarr"), "--no-progress"]
+    assert main(args) == 0
+    assert "pass 1 reads the source" in capsys.readouterr().out
+    assert_same(read_zarr(str(target)), data)
+    assert not (tmp_path / "tmp.zarr").exists()

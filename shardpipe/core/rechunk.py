@@ -144,3 +144,24 @@ def read_cost(shape: Shape, itemsize: int, read_unit: Shape, block_shape: Shape)
         nbytes_read=math.prod(bytes_per_axis) * itemsize,
         nbytes_source=math.prod(shape) * itemsize,
     )
+
+
+def straddles(block_shape: Shape, shard_shape: Shape, chunk_shape: Shape) -> bool:
+    """Whether inner chunks cross block edges inside shards that several blocks feed.
+
+    Such a one-pass rechunk gathers raw pieces of inner chunks from several
+    blocks into each shard, and the scheduler keeps the pieces of a shard
+    alive until its last block is read: an intermediate store avoids that.
+    """
+    return any(
+        b < s and b % c != 0 for b, s, c in zip(block_shape, shard_shape, chunk_shape, strict=True)
+    )
+
+
+def intermediate_chunks(block_shape: Shape, chunk_shape: Shape) -> Shape:
+    """Chunks of an intermediate copy that blocks fill whole and inner chunks hold whole.
+
+    The first pass writes each block as whole intermediate chunks (no two
+    blocks share one); the second reads them in blocks of whole inner chunks.
+    """
+    return tuple(math.gcd(b, c) for b, c in zip(block_shape, chunk_shape, strict=True))

@@ -1,0 +1,118 @@
+"""What a rechunk reads: :class:`Source` and :func:`open_source`.
+
+A Zarr array (v2 or v3, sharded or not; by path, URL or object) or a Dask
+array, with the settings that carry over to the target: fill value,
+dimension names and attributes (not the codecs).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from shardpipe.core.grid import Shape
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.rechunk_intermediate import placeholder
+
+V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
+"""The attribute in which xarray's Zarr v2 convention keeps dimension names."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """What is read: the data as a Dask array (not yet blocked) and what carries over.
+
+    Attributes
+    ----------
+    name : str
+        How the source is shown (its path or URL, or "a Dask array").
+    array : zarr.Array or dask.array.Array
+        The source.
+    read_unit : tuple of int
+        The source's chunk shape (shard shape if sharded); a Dask array's
+        block shape.
+    fill_value, dimension_names, attributes
+        Carried over to the target unless given.
+    planned : bool
+        Stands for an intermediate copy not written yet (planning only).
+    """
+
+    name: str
+    array: Any
+    read_unit: Shape
+    fill_value: Any = None
+    dimension_names: tuple[str, ...] | None = None
+    attributes: dict[str, Any] | None = None
+    planned: bool = False
+
+    @property
+    def shape(self) -> Shape:
+        """The source's shape."""
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The source's dtype."""
+        dtype: np.dtype[Any] = np.dtype(self.array.dtype)
+        return dtype
+
+    def blocks(self, block_shape: Shape) -> da.Array:
+        """The source as a Dask array of ``block_shape`` blocks (a Dask source as it is)."""
+        if self.planned:
+            return placeholder(self.shape, self.dtype, block_shape)
+        if isinstance(self.array, da.Array):
+            return self.array
+        blocked: da.Array = da.from_zarr(self.array, chunks=block_shape)
+        return blocked
+
+
+def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> Source:
+    """Open what ``rechunk`` reads, with the settings that carry over.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``source`` is neither a Zarr array (or its path or URL) nor a
+        Dask array, or cannot be opened.
+    """
+    if isinstance(source, da.Array):
+        return Source("a Dask array", source, tuple(int(c[0]) for c in source.chunks))
+    if isinstance(source, str | os.PathLike):
+        name = os.fspath(source)
+        try:
+            array = zarr.open_array(name, mode="r", storage_options=storage_options)
+        except Exception as err:
+            raise InvalidArgumentError(
+                "source",
+                f"cannot open a Zarr array at {name!r} ({type(err).__name__}: {err})",
+                "Give the path or URL of a Zarr v2 or v3 array (not of a group), with "
+                "source_storage_options for remote stores",
+            ) from err
+    elif isinstance(source, zarr.Array):
+        array, name = source, f"{source.store}/{source.path}"
+    else:
+        raise InvalidArgumentError(
+            "source",
+            f"expected a Zarr array, its path or URL, or a Dask array, got {type(source).__name__}",
+            "For a NumPy array or an xarray object, use to_sharded_zarr or ds.shard.to_zarr",
+        )
+    attributes = dict(array.attrs)
+    names: Any = (
+        array.metadata.dimension_names
+        if array.metadata.zarr_format == 3
+        else attributes.pop(V2_DIMENSIONS, None)
+    )
+    fill = array.metadata.fill_value
+    return Source(
+        name=name,
+        array=array,
+        read_unit=tuple(array.shards or array.chunks),
+        fill_value=fill.item() if isinstance(fill, np.generic) else fill,
+        dimension_names=None if names is None else tuple(str(n) for n in names),
+        attributes=attributes,
+    )
