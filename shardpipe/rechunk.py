@@ -267,7 +267,13 @@ def plan_rechunk(
                 "a two-pass rechunk (temp_store) starts again from the source",
                 "Leave resume out, or temp_store",
             )
-        inter_chunks = intermediate_chunks(block_shape, chunk_shape)
+        inter_chunks = intermediate_chunks(
+            block_shape,
+            shard_shape,
+            chunk_shape,
+            opened.dtype.itemsize,
+            block_nbytes=budget // FIRST_BLOCK_SHARE,
+        )
         planned = Source("the intermediate copy", opened.array, inter_chunks, planned=True)
         second_blocks, second = _largest_fitting(planned, shard_shape, chunk_shape, budget, prepare)
         where = os.fspath(temp_store)

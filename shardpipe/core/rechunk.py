@@ -158,10 +158,40 @@ def straddles(block_shape: Shape, shard_shape: Shape, chunk_shape: Shape) -> boo
     )
 
 
-def intermediate_chunks(block_shape: Shape, chunk_shape: Shape) -> Shape:
+def intermediate_chunks(
+    block_shape: Shape,
+    shard_shape: Shape,
+    chunk_shape: Shape,
+    itemsize: int,
+    max_nbytes: int = 1 << 20,
+    block_nbytes: int | None = None,
+) -> Shape:
     """Chunks of an intermediate copy that blocks fill whole and inner chunks hold whole.
 
     The first pass writes each block as whole intermediate chunks (no two
-    blocks share one); the second reads them in blocks of whole inner chunks.
+    blocks share one: every extent divides the block's); the second reads
+    them in blocks of whole inner chunks. Along an axis where the block is
+    not a whole number of inner chunks, the extent is their common divisor;
+    along the others it starts at one inner chunk and doubles (last axis
+    first) while it still divides both block and shard, the chunk stays
+    within ``max_nbytes``, and the smallest block of pass 2 that holds whole
+    inner chunks and whole intermediate chunks stays within ``block_nbytes``
+    (fewer objects, without forcing pass 2 into larger blocks).
     """
-    return tuple(math.gcd(b, c) for b, c in zip(block_shape, chunk_shape, strict=True))
+    sizes = [math.gcd(b, c) if b % c else c for b, c in zip(block_shape, chunk_shape, strict=True)]
+    grown = True
+    while grown:
+        grown = False
+        for d in reversed(range(len(sizes))):
+            b, s, c = block_shape[d], shard_shape[d], chunk_shape[d]
+            double = sizes[d] * 2
+            trial = [*sizes[:d], double, *sizes[d + 1 :]]
+            fits = math.prod(trial) * itemsize <= max_nbytes and (
+                block_nbytes is None
+                or math.prod(_lcm(i, k) for i, k in zip(trial, chunk_shape, strict=True)) * itemsize
+                <= block_nbytes
+            )
+            if b % c == 0 and math.gcd(b, s) % double == 0 and fits:
+                sizes[d] = double
+                grown = True
+    return tuple(sizes)

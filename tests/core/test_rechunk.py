@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardpipe.core.rechunk import read_block_shape, read_cost
+from shardpipe.core.rechunk import intermediate_chunks, read_block_shape, read_cost, straddles
 
 MiB = 1 << 20
 
@@ -121,3 +121,36 @@ def test_aligned_blocks_read_each_unit_once(axes, budget) -> None:
         aligned = all(b % u == 0 or b == n for b, u, n in zip(block, unit, shape, strict=True))
         if aligned:
             assert read_cost(shape, 1, unit, block).amplification == 1.0
+
+
+@pytest.mark.parametrize(
+    ("block", "shard", "chunk", "expected"),
+    [
+        ((32, 1024, 1024), (256, 256, 256), (64, 64, 64), True),  # thinner than a chunk
+        ((64, 1024, 1024), (256, 256, 256), (64, 64, 64), False),  # whole chunks
+        ((300, 300), (256, 256), (64, 64), False),  # one block per shard along both
+        ((100, 100), (256, 256), (64, 64), True),
+    ],
+)
+def test_straddles_table(block, shard, chunk, expected) -> None:
+    assert straddles(block, shard, chunk) is expected
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 8), st.integers(1, 6), st.integers(1, 6), st.integers(1, 64)),
+        min_size=1,
+        max_size=3,
+    ),
+    st.integers(1, 1 << 16),
+)
+def test_intermediate_chunks_fit_both_passes(axes, max_nbytes) -> None:
+    chunk = tuple(a[0] for a in axes)
+    shard = tuple(a[0] * a[1] for a in axes)
+    block = tuple(a[3] if a[2] % 2 else a[0] * a[2] for a in axes)  # some whole, some not
+    inter = intermediate_chunks(block, shard, chunk, 2, max_nbytes)
+    for b, c, i in zip(block, chunk, inter, strict=True):
+        assert b % i == 0  # pass 1: every block is whole intermediate chunks
+        assert c % i == 0 or i % c == 0  # pass 2: inner-chunk-aligned blocks hold whole ones
+    base = [math.gcd(b, c) if b % c else c for b, c in zip(block, chunk, strict=True)]
+    assert math.prod(inter) * 2 <= max(max_nbytes, math.prod(base) * 2)
