@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         source = Path(tmp) / "slabs.zarr"
         start = time.perf_counter()
         make_source(source, SMALL_SHAPE if args.small else SHAPE)
+        os.sync()  # flush the source's dirty pages now, not during the first writer's run
         print(f"source written in {time.perf_counter() - start:.0f} s", flush=True)
         runs = [("shardpipe", b) for b in BUDGETS] + [("shardpipe-temp", b) for b in BUDGETS]
         runs += [("cubed", b) for b in BUDGETS]
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(target, ignore_errors=True)
             shutil.rmtree(str(target) + ".cubed-work", ignore_errors=True)
             shutil.rmtree(str(target) + ".tmp", ignore_errors=True)
+            os.sync()  # nor the last writer's output during the next one
     if args.out:
         meta = {"machine": platform.platform(), "python": platform.python_version()}
         args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
