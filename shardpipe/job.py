@@ -16,7 +16,6 @@ after every shard.
 
 from __future__ import annotations
 
-import html
 import logging
 import time
 import uuid
@@ -58,6 +57,7 @@ from shardpipe.journal import (
 from shardpipe.metadata import format_of
 from shardpipe.progress import run_publishing, runs_in_process
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport, WriteTarget, finish_write
 from shardpipe.updating import UpdateTarget
 from shardpipe.validate import (
@@ -213,18 +213,10 @@ class ShardedWrite:
         ]
 
     def __repr__(self) -> str:
-        rows = self.summary_rows()
-        width = max(len(label) for label, _ in rows)
-        lines = [f"{label:>{width}}: {value}" for label, value in rows]
-        return "ShardedWrite\n" + "\n".join("  " + line for line in lines)
+        return text_table("ShardedWrite", self.summary_rows())
 
     def _repr_html_(self) -> str:
-        cells = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(label)}</th>"
-            f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
-            for label, value in self.summary_rows()
-        )
-        return f"<div><strong>ShardedWrite</strong><table>{cells}</table></div>"
+        return html_table("ShardedWrite", self.summary_rows())
 
     # -- running it ----------------------------------------------------------
     def _chunk_codec(self) -> ChunkCodec:

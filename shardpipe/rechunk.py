@@ -19,7 +19,6 @@ whatever the source used.
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
@@ -48,6 +47,7 @@ from shardpipe.prepare import prepare_write
 from shardpipe.rechunk_intermediate import Intermediate
 from shardpipe.rechunk_source import Source, open_source
 from shardpipe.storage.resolve import resolve_store
+from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport
 from shardpipe.validate import check_bool, check_max_mem, resolve_shapes
 from shardpipe.verify import shard_checks
@@ -141,17 +141,10 @@ class RechunkJob:
         return "none: one pass, encoded bytes only between tasks"
 
     def __repr__(self) -> str:
-        rows = self.summary_rows()
-        width = max(len(label) for label, _ in rows)
-        return "RechunkJob\n" + "\n".join(f"  {label:>{width}}: {value}" for label, value in rows)
+        return text_table("RechunkJob", self.summary_rows())
 
     def _repr_html_(self) -> str:
-        cells = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(label)}</th>"
-            f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
-            for label, value in self.summary_rows()
-        )
-        return f"<div><strong>RechunkJob</strong><table>{cells}</table></div>"
+        return html_table("RechunkJob", self.summary_rows())
 
     def execute(self, *, progress: bool = False) -> WriteReport:
         """Run the rechunk (saving its record first, for ``resume``); return what was written.
