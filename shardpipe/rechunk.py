@@ -236,15 +236,13 @@ def plan_rechunk(
         share = math.prod(min(b, s) for b, s in zip(block_shape, shard_shape, strict=True))
         return prepare_write(
             read.blocks(block_shape),
-            target,
-            path=path,
+            resolved,  # resolved once: every try of a block shape writes the same place
             shards=shard_shape,
             chunks=chunk_shape,
             compressors=compressors,
             filters=filters,
             index_location=index_location,
             overwrite=overwrite or resuming,
-            storage_options=storage_options,
             max_mem=budget,
             part_limit=share * opened.dtype.itemsize,
             **carried,

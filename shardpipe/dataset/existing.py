@@ -15,6 +15,7 @@ import numpy as np
 import xarray as xr
 import zarr
 from xarray import conventions
+from zarr.core.group import ConsolidatedMetadata
 
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.metadata import is_sharded
@@ -74,11 +75,7 @@ class StoredVariables:
         decoded = xr.open_zarr(
             root.zarr_store, group=root.path or None, chunks=None, consolidated=False
         )
-        try:
-            top = zarr.open_group(root.zarr_store, mode="r", use_consolidated=True)
-            consolidated = top.metadata.consolidated_metadata is not None
-        except ValueError:  # zarr: "Consolidated metadata requested ... but not found"
-            consolidated = False
+        consolidated = consolidated_metadata(root) is not None
         return cls(
             exists=True,
             names=frozenset(arrays),
@@ -112,6 +109,15 @@ class StoredVariables:
             with_encoding[name].encoding = stored[name].encoding
         encoded, _ = zstore.encode(with_encoding, {})
         return dict(encoded)
+
+
+def consolidated_metadata(root: ResolvedStore) -> ConsolidatedMetadata | None:
+    """The consolidated metadata at the store's root (where xarray writes it), if any."""
+    try:
+        top = zarr.open_group(root.zarr_store, mode="r", use_consolidated=True)
+    except ValueError:  # zarr: "Consolidated metadata requested ... but not found"
+        return None
+    return top.metadata.consolidated_metadata
 
 
 def check_compatible(

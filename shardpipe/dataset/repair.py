@@ -19,6 +19,7 @@ from typing import Any
 import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.dataset.existing import consolidated_metadata
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.maintenance import RepairReport, repair
 from shardpipe.metadata import is_sharded
@@ -109,11 +110,7 @@ def repair_dataset(
 
 def _consolidated_arrays(root: ResolvedStore) -> dict[str, tuple[int, ...]]:
     """Shape per array path, from the consolidated metadata at the store's root."""
-    try:
-        top = zarr.open_group(root.zarr_store, mode="r", use_consolidated=True)
-        consolidated = top.metadata.consolidated_metadata
-    except ValueError:  # zarr: "Consolidated metadata requested ... but not found"
-        consolidated = None
+    consolidated = consolidated_metadata(root)
     if consolidated is None:
         raise InvalidArgumentError(
             "store",

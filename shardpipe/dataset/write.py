@@ -194,6 +194,11 @@ def _open_target(
     return root, stored
 
 
+def cf_encoding(var: xr.Variable) -> dict[str, Any]:
+    """The CF keys (:data:`CARRIED_ENCODING`) of a variable's own encoding."""
+    return {k: v for k, v in var.encoding.items() if k in CARRIED_ENCODING}
+
+
 def keep_cf_encoding(ds: xr.Dataset) -> xr.Dataset:
     """A shallow copy of ``ds`` whose variables keep only the CF keys of their encoding.
 
@@ -203,7 +208,7 @@ def keep_cf_encoding(ds: xr.Dataset) -> xr.Dataset:
     """
     out = ds.copy(deep=False)
     for var in out.variables.values():
-        var.encoding = {k: v for k, v in var.encoding.items() if k in CARRIED_ENCODING}
+        var.encoding = cf_encoding(var)
     return out
 
 
@@ -333,7 +338,7 @@ def _sharded_encoding(
     shards: Mapping[Hashable, int],
     chunks: Mapping[Hashable, int],
 ) -> dict[str, Any]:
-    own = {k: v for k, v in var.encoding.items() if k in CARRIED_ENCODING}
+    own = cf_encoding(var)
     encoding = {**own, **encoding}
     itemsize = np.dtype(encoding.get("dtype", var.dtype)).itemsize
     shape = VariableShape(name, tuple(var.dims), tuple(var.shape), itemsize)
