@@ -86,8 +86,29 @@ class ShardFormatError(ShardpipeError, ValueError):
     """A shard's bytes do not follow its format."""
 
 
+class MetadataError(ShardpipeError, ValueError):
+    """A metadata document (``zarr.json``, a shardpipe record) is missing parts or unreadable.
+
+    The message names the key of the document and what is wrong with it.
+    """
+
+
 class StorageError(ShardpipeError, OSError):
-    """A storage operation failed after the backend's retries."""
+    """A storage operation failed (after retries, when the fault was transient)."""
+
+
+class TransientStorageError(StorageError):
+    """A storage fault that may go away when tried again (HTTP 5xx, throttling, timeouts,
+    connection resets, ``EINTR``/``EAGAIN``); shardpipe retries these with backoff."""
+
+
+class StorageAccessError(StorageError):
+    """The storage cannot be reached or refuses access: missing credentials, a wrong
+    endpoint, no such bucket, access denied, a read-only file system. Never retried."""
+
+
+class StorageFullError(StorageError):
+    """The storage is out of space or quota (``ENOSPC``, ``EDQUOT``). Never retried."""
 
 
 class PartsNotSupportedError(ShardpipeError, NotImplementedError):
