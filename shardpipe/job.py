@@ -56,6 +56,7 @@ from shardpipe.journal import (
 )
 from shardpipe.metadata import format_of
 from shardpipe.progress import run_publishing, runs_in_process
+from shardpipe.resume import delete_record, save_record
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport, WriteTarget, finish_write
@@ -96,7 +97,11 @@ class ShardedWrite:
         For a region write or an append: the array written into, where the
         source goes and the write strategy; None for a new array.
     skip : frozenset of shard coordinates
-        Shards left alone because they are complete (a resumed rechunk).
+        Shards left alone because they are complete (a resumed write).
+    identity : dict or None
+        For a new array: what the write's job record holds (its source and
+        target metadata), saved beside the array so that ``resume=True`` can
+        carry it on (:mod:`shardpipe.resume`); None for updates.
 
     Notes
     -----
@@ -118,6 +123,7 @@ class ShardedWrite:
         existing: ExistingArray | None = None,
         rewrite_fits: bool = True,
         skip: frozenset[Coords] = frozenset(),
+        identity: dict[str, Any] | None = None,
     ) -> None:
         self.source = source
         self.target = target
@@ -129,6 +135,7 @@ class ShardedWrite:
         self._write_empty_chunks = write_empty_chunks
         self._rewrite_fits = rewrite_fits
         self.skip = skip
+        self.identity = identity
 
     @property
     def keys(self) -> JobKeys:
@@ -266,12 +273,22 @@ class ShardedWrite:
                 self._create_kwargs,
                 self.overwrite,
                 self._write_target(token),
+                identity=self.identity,
                 dask_key_name=f"create-array-{token}",
             )
         graph = build_write_graph(
             self.source, self.plan, target_d, self._key_of(), token, skip=self.skip
         )
-        return graph.result
+        if self.identity is None:
+            return graph.result
+        done: Delayed = delayed(_record_complete, pure=False)(
+            graph.result,
+            self.target,
+            self.identity,
+            len(self.skip),
+            dask_key_name=f"record-complete-{token}",
+        )
+        return done
 
     def execute(self, *, progress: bool = False) -> WriteReport:
         """Write the metadata, then every shard; return what was written.
@@ -311,7 +328,14 @@ class ShardedWrite:
             elif self._create_kwargs is None:
                 check_no_other_job(self.target, marker, "write the array")
             else:
-                create_array(self.target, self._create_kwargs, self.overwrite, write_target, marker)
+                create_array(
+                    self.target,
+                    self._create_kwargs,
+                    self.overwrite,
+                    write_target,
+                    marker,
+                    identity=self.identity,
+                )
             graph = build_write_graph(
                 self.source,
                 self.plan,
@@ -345,6 +369,11 @@ class ShardedWrite:
 
     def _undo_failed(self, err: BaseException) -> None:
         """After a failed run: roll back shards left mid-update, remove staging data."""
+        if self.identity is not None:
+            err.add_note(
+                "shardpipe: the write did not finish; the shards it published are complete "
+                "and kept. Run the same write with resume=True to write only the rest"
+            )
         try:
             rolled = recover(self.target.shards, self.keys, None)
             if rolled:
@@ -381,6 +410,7 @@ class ShardedWrite:
             overwrite=False,
             write_empty_chunks=self._write_empty_chunks,
             skip=skip,
+            identity=self.identity,
         )
 
     def open(self) -> zarr.Array[Any]:
@@ -394,19 +424,33 @@ def create_array(
     overwrite: bool,
     write_target: WriteTarget,
     holder: JobMarker | None = None,
+    *,
+    identity: dict[str, Any] | None = None,
 ) -> WriteTarget:
     """Check the target again (it may have changed since planning), then write the metadata.
 
     ``holder`` is this job's marker, when it holds one; without it, a marker
-    of another job that may still run is an error. Returns ``write_target``
-    unchanged, so that tasks can depend on the metadata being written.
+    of another job that may still run is an error. With ``identity``, the
+    job record is saved after the metadata (see :mod:`shardpipe.resume`).
+    Returns ``write_target`` unchanged, so that tasks can depend on the
+    metadata being written.
     """
     check_no_other_job(target, holder, "write the array")
     check_target(target, overwrite)
     if overwrite:
         _remove_node(target)
     zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
+    if identity is not None:
+        save_record(target, identity, "running")
     return write_target
+
+
+def _record_complete(
+    report: WriteReport, target: ResolvedStore, identity: dict[str, Any], skipped: int
+) -> WriteReport:
+    """Last task of a delayed write: mark its job record complete."""
+    save_record(target, identity, "complete")
+    return replace(report, shards_skipped=skipped)
 
 
 def _check_metadata_written(target: ResolvedStore, write_target: WriteTarget) -> WriteTarget:
@@ -424,8 +468,13 @@ def check_no_other_job(target: ResolvedStore, holder: JobMarker | None, doing: s
 
 
 def _remove_node(target: ResolvedStore) -> None:
-    """Delete every key of the node at the target except shardpipe's own records."""
+    """Delete every key of the node at the target except shardpipe's own records.
+
+    The job record goes first: until the old shards are all gone, no record
+    may vouch for them (see :mod:`shardpipe.resume`).
+    """
     store = target.shards
+    delete_record(target)
     prefix = target.key("")
     for key in list(store.list(prefix)):
         if not key.startswith(f"{prefix}{JOB_DIR}/"):
@@ -480,7 +529,9 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
             existing = s.job.existing
             if existing is not None and existing.grown is not None:
                 s.job._publish_grown(existing)
-            results.append(report)
+            if s.job.identity is not None:
+                save_record(s.job.target, s.job.identity, "complete")
+            results.append(replace(report, shards_skipped=len(s.job.skip)))
     finally:
         for s in reversed(started):
             release(s.job.target.shards, s.job.keys, s.marker)

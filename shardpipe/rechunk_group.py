@@ -27,6 +27,7 @@ from shardpipe.rechunk import RechunkJob, plan_rechunk
 from shardpipe.rechunk_source import open_source
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.tasks import WriteReport
+from shardpipe.validate import check_bool
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
 """Arrays of at most this many raw bytes are copied unsharded, in one chunk."""
@@ -121,8 +122,6 @@ class GroupRechunkJob:
         for path, array in self.small:
             _copy_small(array, root, path)
             report.copied.append(path)
-        for job in self.jobs.values():
-            job._save_record()
         reports = execute_together([job.write for job in self.jobs.values()], progress=progress)
         report.rechunked = dict(zip(self.jobs, reports, strict=True))
         return report
@@ -137,6 +136,7 @@ def plan_group_rechunk(
     arrays: Mapping[str, Mapping[str, Any]] | None = None,
     max_mem: int | str = DEFAULT_MAX_MEM,
     compressors: Any = "auto",
+    chunk_checksums: bool = True,
     index_location: str | None = None,
     storage_options: dict[str, Any] | None = None,
     source_storage_options: dict[str, Any] | None = None,
@@ -155,10 +155,11 @@ def plan_group_rechunk(
         Shapes for every array with as many dimensions (others get the defaults).
     arrays : dict, optional
         Per array path (relative to the group), ``{"shards": ..., "chunks": ...}``.
-    max_mem, compressors, index_location, storage_options, source_storage_options,
-    overwrite, resume
+    max_mem, compressors, chunk_checksums, index_location, storage_options,
+    source_storage_options, overwrite, resume
         As for :func:`~shardpipe.rechunk`, for every array.
     """
+    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     group = _open_group(source, source_storage_options)
     root = resolve_store(target, None, storage_options)
     overrides = dict(arrays or {})
@@ -191,6 +192,7 @@ def plan_group_rechunk(
             chunks=shapes.get("chunks", chunks if _fits(chunks, node) else None),
             max_mem=max_mem,
             compressors=compressors,
+            chunk_checksums=chunk_checksums,
             index_location=index_location,
             overwrite=overwrite,
             resume=resume,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Buffer, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from shardpipe.formats.base import (
     stamp_index,
 )
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.retry import retries_so_far
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,11 @@ class WriteReport:
         For updates of existing arrays: shards per way they were changed
         (``"new"``, ``"in_place"``, ``"append"``, ``"rewrite"``,
         ``"unchanged"``).
+    retries : int
+        Storage operations tried again after a transient fault (see
+        :mod:`shardpipe.storage.retry`).
+    shards_skipped : int
+        Shards left alone because they were complete already (a resumed write).
     """
 
     shards: int = 0
@@ -107,6 +113,8 @@ class WriteReport:
     chunks_stored: int = 0
     seconds: float = 0.0
     strategies: Mapping[str, int] = field(default_factory=dict)
+    retries: int = 0
+    shards_skipped: int = 0
 
     @property
     def shards_written(self) -> int:
@@ -121,6 +129,8 @@ class WriteReport:
             chunks_stored=self.chunks_stored + other.chunks_stored,
             seconds=max(self.seconds, other.seconds),
             strategies=dict(Counter(self.strategies) + Counter(other.strategies)),
+            retries=self.retries + other.retries,
+            shards_skipped=self.shards_skipped + other.shards_skipped,
         )
 
     def __str__(self) -> str:
@@ -131,6 +141,8 @@ class WriteReport:
             f"{self.chunks_stored} inner chunks, {self.nbytes:,} bytes"
             + (f" in {self.seconds:.2f} s{rate}" if self.seconds else "")
             + (f" ({how})" if how else "")
+            + (f"; {self.shards_skipped} complete already, skipped" if self.shards_skipped else "")
+            + (f"; {self.retries} storage retries" if self.retries else "")
         )
 
 
@@ -303,9 +315,12 @@ def write_shard(
     if not encoded:
         return EMPTY_SHARD
     buffers = assemble_shard(target.shard_format, encoded)
+    before = retries_so_far()
     target.store.put(key, buffers)
     nbytes = sum(memoryview(b).nbytes for b in buffers)
-    return WriteReport(shards=1, nbytes=nbytes, chunks_stored=len(encoded))
+    return WriteReport(
+        shards=1, nbytes=nbytes, chunks_stored=len(encoded), retries=retries_so_far() - before
+    )
 
 
 def begin_shard(target: WriteTarget, *, key: str) -> PartsHandle:
@@ -321,7 +336,7 @@ def write_part(
     part: PartPlan,
     block_boxes: tuple[Box, ...] | None,
     is_last: bool = False,
-) -> tuple[PartManifest, PartReceipt | None]:
+) -> WrittenPart:
     """Encode one part of a shard and write it; report where its chunks lie.
 
     A part with no stored chunk writes nothing. A part smaller than the
@@ -334,26 +349,44 @@ def write_part(
     min_size = 0 if last_bytes else target.store.min_part_size
     buffers, manifest = lay_out_part(encoded, min_size=min_size)
     if manifest.size == 0:
-        return manifest, None
-    return manifest, target.store.write_part(handle, part.number, buffers)
+        return WrittenPart(manifest, None)
+    before = retries_so_far()
+    receipt = target.store.write_part(handle, part.number, buffers)
+    return WrittenPart(manifest, receipt, retries_so_far() - before)
 
 
-def stamp_shard(
-    target: WriteTarget, handle: PartsHandle, *reports: tuple[PartManifest, PartReceipt | None]
-) -> WriteReport:
+class WrittenPart(NamedTuple):
+    """What a part task hands on to the task stamping its shard."""
+
+    manifest: PartManifest
+    """Where the part's chunks lie within it."""
+    receipt: PartReceipt | None
+    """The store's receipt, or None when the part stored nothing."""
+    retries: int = 0
+    """Storage retries made while writing it."""
+
+
+def stamp_shard(target: WriteTarget, handle: PartsHandle, *parts: WrittenPart) -> WriteReport:
     """Write the index of a shard made of parts and publish the shard atomically."""
-    receipts = [r for _, r in reports if r is not None]
-    manifests = [m for m, _ in reports]
+    receipts = [p.receipt for p in parts if p.receipt is not None]
+    manifests = [p.manifest for p in parts]
+    retries = sum(p.retries for p in parts)
+    before = retries_so_far()
     if not receipts:
         target.store.abort_parts(handle)
-        return EMPTY_SHARD
+        return replace(EMPTY_SHARD, retries=retries + retries_so_far() - before)
     shard_format = target.shard_format
     head_nbytes = target.head_nbytes
     index = stamp_index(shard_format.n_slots, manifests, first_offset=head_nbytes)
     head, tail = shard_format.encode_index(index, head_nbytes)
     target.store.finish_parts(handle, receipts, head, tail)
     nbytes = len(head) + sum(m.size for m in manifests) + len(tail)
-    return WriteReport(shards=1, nbytes=nbytes, chunks_stored=sum(len(m.slots) for m in manifests))
+    return WriteReport(
+        shards=1,
+        nbytes=nbytes,
+        chunks_stored=sum(len(m.slots) for m in manifests),
+        retries=retries + retries_so_far() - before,
+    )
 
 
 def finish_write(target: WriteTarget, *reports: WriteReport) -> WriteReport:

@@ -25,7 +25,7 @@ it was read:
 from __future__ import annotations
 
 from collections.abc import Buffer, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -39,6 +39,7 @@ from shardpipe.errors import ConditionFailedError, PlanError, ShardConflictError
 from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard
 from shardpipe.journal import JobKeys, JobMarker, UndoRecord, check_held
 from shardpipe.storage.base import ObjectVersion, ShardStore
+from shardpipe.storage.retry import retries_so_far
 from shardpipe.tasks import WriteReport, WriteTarget, encode_part, stored_only
 
 
@@ -177,6 +178,20 @@ def update_shard(
     shardpipe.errors.JobConflictError
         If this job no longer holds the array's marker.
     """
+    before = retries_so_far()
+    report = _update_shard(target, sources, shard, key, part, block_boxes, coverage)
+    return replace(report, retries=retries_so_far() - before)
+
+
+def _update_shard(
+    target: UpdateTarget,
+    sources: tuple[Any, ...],
+    shard: Coords,
+    key: str,
+    part: PartPlan,
+    block_boxes: tuple[Box, ...] | None,
+    coverage: ShardCoverage,
+) -> WriteReport:
     write = target.write
     old = read_shard(write.store, write.shard_format, key)
     partial = frozenset(coverage.partial_chunks())

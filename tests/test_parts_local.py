@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,11 @@ def test_failure_midway_leaves_no_partial_shard_and_no_staging(tmp_path: Path) -
         shardpipe.to_sharded_zarr(
             source, str(tmp_path), shards=(64, 64, 64), chunks=(8, 8, 8), max_mem=72 << 10
         )
-    leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "zarr.json"]
-    assert leftovers == []
+    record = tmp_path / ".shardpipe/write.json"
+    leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and p not in (record,)]
+    assert leftovers == [tmp_path / "zarr.json"]
     assert not (tmp_path / ".shardpipe/staging").exists()
+    assert json.loads(record.read_bytes())["state"] == "running"  # kept for resume=True
 
 
 def test_cleanup_after_a_failed_delayed_write(tmp_path: Path) -> None:
@@ -75,4 +78,5 @@ def test_cleanup_after_a_failed_delayed_write(tmp_path: Path) -> None:
     assert any(p.is_file() for p in staging.rglob("*"))  # parts were left behind
     assert shardpipe.cleanup(str(tmp_path)) > 0
     assert not staging.exists()
-    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["zarr.json"]
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert left == [".shardpipe/write.json", "zarr.json"]  # the record stays, for resume=True

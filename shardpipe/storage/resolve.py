@@ -19,6 +19,7 @@ from zarr.storage import FsspecStore, LocalStore
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.zarr_store import ZarrShardStore
 
 
@@ -58,7 +59,26 @@ def _s3_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
     return S3ShardStore(s3fs.S3FileSystem(**options), root)
 
 
+def retry_policy() -> RetryPolicy:
+    """The retry policy of new writes, from Dask's config (``shardpipe.retry.*``).
+
+    ``attempts`` (tries in all), ``first-delay`` and ``max-delay`` (seconds);
+    for example ``dask.config.set({"shardpipe.retry.attempts": 10})``.
+    """
+    import dask.config
+
+    return RetryPolicy(
+        attempts=dask.config.get("shardpipe.retry.attempts", DEFAULT_POLICY.attempts),
+        first_delay=dask.config.get("shardpipe.retry.first-delay", DEFAULT_POLICY.first_delay),
+        max_delay=dask.config.get("shardpipe.retry.max-delay", DEFAULT_POLICY.max_delay),
+    )
+
+
 def _backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore:
+    return RetryingStore(_bare_backend_for(store, local_options), retry_policy())
+
+
+def _bare_backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore:
     if isinstance(store, LocalStore):
         return LocalShardStore(store.root, **local_options)
     if isinstance(store, FsspecStore):
@@ -128,7 +148,9 @@ def resolve_store(
             )
         local = os.path.abspath(text.removeprefix("file://"))
         return ResolvedStore(
-            LocalStore(local, read_only=False), LocalShardStore(local, **local_options), _join(path)
+            LocalStore(local, read_only=False),
+            RetryingStore(LocalShardStore(local, **local_options), retry_policy()),
+            _join(path),
         )
     raise InvalidArgumentError(
         "store",

@@ -1,0 +1,193 @@
+"""Resuming an interrupted write: the job record and which shards it may keep.
+
+A write of a new array saves a **job record** beside the array's
+``zarr.json`` (``.shardpipe/write.json``) after the metadata is written and
+before the first shard is published. It holds the write's identity:
+
+* ``source``: what is written, for a Dask array its name (Dask's
+  deterministic token of the graph that makes the data, so the same
+  computation on the same inputs has the same name), for a rechunk the
+  source's location, shape, dtype and read unit;
+* ``target``: the array's ``zarr.json`` document (shape, dtype, shards,
+  inner chunks, codecs, fill value, attributes);
+* ``state``: ``"running"`` until the last shard is published, then
+  ``"complete"``.
+
+A resumed write (``resume=True``) keeps a shard only if all of these hold:
+
+1. the record exists and its identity equals the new write's (else the
+   write is refused, naming what differs);
+2. the stored ``zarr.json`` equals the record's ``target``;
+3. the shard is present, its index has the right size and CRC32C, and every
+   inner chunk range lies inside the object, outside the index and apart
+   from the others.
+
+Why a shard of another job or another source is never kept by mistake: the
+record is written only after every key of an earlier node at the target was
+deleted (an overwrite deletes the old record *first*, then the old shards,
+then writes the new metadata and record), and shards are published whole and
+atomically (rename, a single PUT, a completed multipart upload). So while a
+record is present, every shard under the array was published by a write with
+that record's identity, and a partially written shard never shows under its
+key. A job whose identity differs (another source, another layout or codecs)
+is refused. The one thing the record cannot see is a source whose data
+changed while its Dask name stayed the same (data edited in place under a
+path the graph reads lazily): the same name means the same graph, not the
+same bytes. ``resume="force"`` skips the source comparison for sources whose
+name is not deterministic; it still requires the same target metadata.
+
+Writes into existing arrays (``region``, ``append_dim``) are not resumed
+shard by shard: rerun them after :func:`shardpipe.repair` (a region write is
+idempotent: writing the same data again gives the same array).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from shardpipe.core.grid import Coords, ShardLayout
+from shardpipe.errors import InvalidArgumentError, MetadataError
+from shardpipe.journal import JOB_DIR
+from shardpipe.storage.resolve import ResolvedStore
+
+RECORD = f"{JOB_DIR}/write.json"
+"""Key, beside an array's ``zarr.json``, of the record of the write that made it."""
+
+RESUME_WORKERS = 8
+"""Shard indexes read at once when a resumed write looks for complete shards."""
+
+Resume = bool | Literal["force"]
+
+
+def check_resume(resume: Any, overwrite: bool) -> Resume:
+    """Validate ``resume`` (False, True or ``"force"``) against ``overwrite``."""
+    if resume not in (False, True, "force") or (not isinstance(resume, bool) and resume != "force"):
+        raise InvalidArgumentError(
+            "resume",
+            f"expected True, False or 'force', got {resume!r}",
+            "Pass resume=True to carry on an interrupted write",
+        )
+    if resume and overwrite:
+        raise InvalidArgumentError(
+            "resume",
+            "resume keeps what an interrupted write published, overwrite=True deletes it",
+            "Pick one",
+        )
+    return resume  # type: ignore[no-any-return]
+
+
+def job_identity(source: dict[str, Any], metadata_document: dict[str, Any]) -> dict[str, Any]:
+    """The identity of a write: its ``source`` description and target ``zarr.json``."""
+    return {"source": source, "target": metadata_document}
+
+
+def record_bytes(identity: dict[str, Any], state: str) -> bytes:
+    """The job record of a write with ``identity`` in ``state``."""
+    return json.dumps({**identity, "state": state}, sort_keys=True).encode()
+
+
+def read_record(target: ResolvedStore) -> dict[str, Any] | None:
+    """The job record saved beside the array at ``target``, or None.
+
+    Raises
+    ------
+    MetadataError
+        If the record is not a JSON object with ``source``, ``target`` and ``state``.
+    """
+    key = target.key(RECORD)
+    data = target.shards.get(key)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError as err:
+        raise MetadataError(f"job record {key!r} is not JSON ({err})") from err
+    if not isinstance(record, dict) or not {"source", "target", "state"} <= record.keys():
+        raise MetadataError(
+            f"job record {key!r} lacks source, target or state; delete it and write the "
+            "array again with overwrite=True"
+        )
+    return record
+
+
+def save_record(target: ResolvedStore, identity: dict[str, Any], state: str) -> None:
+    """Save (or replace) the job record of the array at ``target``."""
+    target.shards.put(target.key(RECORD), [record_bytes(identity, state)])
+
+
+def delete_record(target: ResolvedStore) -> None:
+    """Remove the job record of the array at ``target`` (first step of an overwrite)."""
+    target.shards.delete(target.key(RECORD))
+
+
+def check_same_job(
+    target: ResolvedStore, identity: dict[str, Any], resume: Resume
+) -> dict[str, Any]:
+    """Refuse unless the array at ``target`` was made by a write with ``identity``.
+
+    Returns the saved record.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Naming ``resume``, what differs and the fix.
+    """
+    where = f"at {target.path!r}" if target.path else "at the store root"
+    record = read_record(target)
+    if record is None:
+        raise InvalidArgumentError(
+            "resume",
+            f"the array {where} has no shardpipe job record, so nothing shows which "
+            "write made its shards",
+            "Write it again with overwrite=True",
+        )
+    compared = ["target"] if resume == "force" else ["source", "target"]
+    different = [k for k in compared if record.get(k) != identity[k]]
+    if different:
+        parts = []
+        if "source" in different:
+            parts.append("source")
+        if "target" in different:
+            saved, ours = record["target"], identity["target"]
+            fields = sorted(
+                k
+                for k in set(saved) | set(ours)
+                if not isinstance(saved, dict) or saved.get(k) != ours.get(k)
+            )
+            parts.append(f"target metadata ({', '.join(fields)})")
+        what = " and ".join(parts) + (" differ" if len(parts) > 1 else " differs")
+        hint = (
+            " (if the source is the same data under a new Dask name, pass resume='force')"
+            if different == ["source"]
+            else ""
+        )
+        raise InvalidArgumentError(
+            "resume",
+            f"the array {where} was written by another job: its {what} from this write's{hint}",
+            "Run the same write as the interrupted one, or start again with overwrite=True",
+        )
+    stored = target.shards.get(target.key("zarr.json"))
+    try:
+        stored_document = json.loads(stored) if stored is not None else None
+    except ValueError:
+        stored_document = None
+    if stored_document != identity["target"]:
+        raise InvalidArgumentError(
+            "resume",
+            f"the zarr.json of the array {where} is no longer the one the interrupted write made",
+            "Start again with overwrite=True",
+        )
+    return record
+
+
+def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -> frozenset[Coords]:
+    """Shards of the array at ``target`` that are present and whose index verifies."""
+    from shardpipe.verify import shard_checks
+
+    checks = shard_checks(target, metadata, RESUME_WORKERS, decode=False)
+    return frozenset(
+        coords
+        for coords, check in zip(layout.shard_coords(), checks, strict=True)
+        if check.present and not check.problems
+    )

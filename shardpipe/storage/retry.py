@@ -1,0 +1,390 @@
+"""Retries of transient storage faults, and plain words for permanent ones.
+
+Every backend a write uses is wrapped in a :class:`RetryingStore`. It sorts
+each failure of the backend into one of three kinds:
+
+* **transient** (:class:`~shardpipe.errors.TransientStorageError`, raised by
+  the S3 backend for HTTP 5xx, throttling, timeouts and connection resets;
+  ``EINTR``, ``EAGAIN``, ``ETIMEDOUT``, ``ECONNRESET`` from a file system):
+  tried again after an exponential backoff with full jitter, at most
+  :attr:`RetryPolicy.attempts` times in all;
+* **permanent** (``ENOSPC``/``EDQUOT``: :class:`~shardpipe.errors.StorageFullError`;
+  ``EROFS``/``EACCES``/``EPERM``: :class:`~shardpipe.errors.StorageAccessError`):
+  raised at once, with the key and the cause in the message;
+* **everything else** (an absent object, a failed condition, a bug) passes
+  through untouched.
+
+A retry never leaves a mix of two attempts, because every operation is
+idempotent or made so here:
+
+* ``put`` publishes a whole object atomically; a conditional ``put`` whose
+  first try failed transiently and whose retry finds the condition false
+  (the first try did land) succeeds if the object holds exactly its bytes;
+* ``write_part``/``copy_part`` replace the part of the same number;
+  ``write_at``, ``write_ranges`` and ``truncate`` write the same bytes again;
+* ``append`` cuts the object back to its size before the failed try first;
+* ``finish_parts`` is retried only on transient errors, which backends raise
+  only when nothing was published or when they could not tell (the S3
+  backend checks whether a completion whose answer was lost went through).
+
+Retries are counted per thread (:func:`retries_so_far`), so that each task
+can report its own in the write report.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import threading
+import time
+from collections.abc import Buffer, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from shardpipe.errors import (
+    ConditionFailedError,
+    InvalidArgumentError,
+    StorageAccessError,
+    StorageError,
+    StorageFullError,
+    TransientStorageError,
+)
+from shardpipe.storage.base import (
+    ObjectVersion,
+    PartReceipt,
+    PartsHandle,
+    ShardStore,
+    StoreAbilities,
+)
+
+T = TypeVar("T")
+
+TRANSIENT_ERRNOS = frozenset(
+    {errno.EINTR, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED}
+)
+"""File-system error numbers worth trying again."""
+
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""Error numbers meaning the storage has no room left."""
+
+ACCESS_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+"""Error numbers meaning the storage refuses the write."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient storage faults are tried again.
+
+    The delay before retry ``n`` (from 1) is drawn uniformly from
+    ``[0, min(max_delay, first_delay * 2 ** (n - 1))]`` ("full jitter"), so
+    that workers that failed together do not retry together.
+
+    Parameters
+    ----------
+    attempts : int
+        Tries in all, the first included (1: no retry).
+    first_delay : float
+        Upper bound of the first delay, in seconds.
+    max_delay : float
+        Largest upper bound of a delay, in seconds.
+    """
+
+    attempts: int = 6
+    first_delay: float = 0.2
+    max_delay: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attempts, int) or isinstance(self.attempts, bool):
+            raise InvalidArgumentError(
+                "retry.attempts", f"expected an int, got {self.attempts!r}", "Pass e.g. 6"
+            )
+        if self.attempts < 1:
+            raise InvalidArgumentError(
+                "retry.attempts",
+                f"{self.attempts} tries leaves nothing to do",
+                "Pass at least 1 (1 means no retry)",
+            )
+        for name in ("first_delay", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidArgumentError(
+                    f"retry.{name}", f"expected seconds >= 0, got {value!r}", "Pass e.g. 0.2"
+                )
+
+    def delay(self, retry: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (from 1)."""
+        bound = min(self.max_delay, self.first_delay * 2.0 ** (retry - 1))
+        return rng.uniform(0.0, bound)
+
+    @property
+    def worst_case_seconds(self) -> float:
+        """The longest the delays of one operation can add up to."""
+        return sum(
+            min(self.max_delay, self.first_delay * 2.0 ** (n - 1)) for n in range(1, self.attempts)
+        )
+
+
+DEFAULT_POLICY = RetryPolicy()
+"""The policy of every write unless ``storage_options={"retries": ...}`` says otherwise."""
+
+_COUNTS = threading.local()
+
+
+def retries_so_far() -> int:
+    """How many retries the storage calls of this thread have made since it started."""
+    return int(getattr(_COUNTS, "n", 0))
+
+
+def _count_retry() -> None:
+    _COUNTS.n = retries_so_far() + 1
+
+
+def permanent_error(err: OSError, what: str) -> StorageError | None:
+    """The shardpipe error for a permanent file-system fault ``err`` while doing ``what``.
+
+    None when ``err`` is not one (it may be transient, or not a storage fault).
+    """
+    if isinstance(err, StorageError) or err.errno is None:
+        return None
+    if err.errno in FULL_ERRNOS:
+        return StorageFullError(
+            f"{what}: {err.strerror} (errno {errno.errorcode[err.errno]}). Nothing was "
+            "published under that key; shards published before stay, so the array is "
+            "partial. Free space (or raise the quota), then run the same write with "
+            "resume=True to write only what is missing"
+        )
+    if err.errno in ACCESS_ERRNOS:
+        return StorageAccessError(
+            f"{what}: {err.strerror} (errno {errno.errorcode[err.errno]}). Check the "
+            "permissions of the target and that its file system is mounted read-write"
+        )
+    return None
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether ``err`` is a storage fault that may go away when tried again."""
+    if isinstance(err, TransientStorageError):
+        return True
+    if isinstance(err, StorageError):
+        return False
+    return isinstance(err, OSError) and err.errno in TRANSIENT_ERRNOS
+
+
+class RetryingStore(ShardStore):
+    """A backend whose transient faults are retried and permanent ones explained.
+
+    Parameters
+    ----------
+    inner : ShardStore
+        The backend doing the work.
+    policy : RetryPolicy
+        How often and how long to retry.
+    sleep : callable
+        Waits the given seconds (tests pass a recorder).
+    """
+
+    def __init__(
+        self,
+        inner: ShardStore,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.inner = inner
+        self.policy = policy
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"RetryingStore({self.inner!r}, {self.policy})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if state["_sleep"] is time.sleep:
+            state["_sleep"] = None  # pickled by reference is fine, but keep it plain
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._sleep is None:
+            self._sleep = time.sleep
+
+    @property
+    def abilities(self) -> StoreAbilities:  # type: ignore[override]
+        """The inner backend's abilities."""
+        return self.inner.abilities
+
+    def _call(
+        self,
+        what: str,
+        call: Callable[[], T],
+        *,
+        before_retry: Callable[[], None] | None = None,
+    ) -> T:
+        """Run ``call``, retrying transient faults; ``what`` names it in errors."""
+        rng = random.Random()
+        for attempt in range(1, self.policy.attempts + 1):
+            try:
+                return call()
+            except OSError as err:
+                permanent = permanent_error(err, what)
+                if permanent is not None:
+                    raise permanent from err
+                if not is_transient(err):
+                    raise
+                if attempt == self.policy.attempts:
+                    raise TransientStorageError(
+                        f"{what} still failed after {attempt} tries ({err}); the storage may "
+                        "be overloaded or unreachable. Nothing half-written was published; "
+                        "run the same write with resume=True once it answers again"
+                    ) from err
+                self._sleep(self.policy.delay(attempt, rng))
+                _count_retry()
+                if before_retry is not None:
+                    before_retry()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- whole objects -------------------------------------------------------
+    def put(
+        self,
+        key: str,
+        buffers: Sequence[Buffer],
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
+        """Publish ``buffers`` at ``key``; see :meth:`ShardStore.put`."""
+        if not (if_absent or if_version is not None):
+            self._call(f"writing {key!r}", lambda: self.inner.put(key, buffers))
+            return
+        failed_once = False
+
+        def attempt() -> None:
+            nonlocal failed_once
+            try:
+                self.inner.put(key, buffers, if_absent=if_absent, if_version=if_version)
+            except ConditionFailedError:
+                # an earlier try that failed in transit may have landed: then the
+                # object holds exactly these bytes and the write is done
+                if failed_once and self.inner.get(key) == b"".join(
+                    memoryview(b).cast("B") for b in buffers
+                ):
+                    return
+                raise
+            except OSError as err:
+                failed_once = failed_once or is_transient(err)
+                raise
+
+        self._call(f"writing {key!r}", attempt)
+
+    def get(self, key: str) -> bytes | None:
+        """Return the bytes at ``key``, or None."""
+        return self._call(f"reading {key!r}", lambda: self.inner.get(key))
+
+    def get_range(self, key: str, start: int, stop: int) -> bytes:
+        """Return ``[start, stop)`` of ``key``."""
+        return self._call(
+            f"reading bytes {start}-{stop} of {key!r}",
+            lambda: self.inner.get_range(key, start, stop),
+        )
+
+    def size(self, key: str) -> int | None:
+        """Return the size of ``key``, or None."""
+        return self._call(f"reading the size of {key!r}", lambda: self.inner.size(key))
+
+    def version(self, key: str) -> ObjectVersion | None:
+        """Return the version of ``key``, or None."""
+        return self._call(f"reading the version of {key!r}", lambda: self.inner.version(key))
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` if present."""
+        self._call(f"deleting {key!r}", lambda: self.inner.delete(key))
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """Iterate over the keys under ``prefix`` (listed whole, so a retry starts clean)."""
+        return iter(self._call(f"listing {prefix!r}", lambda: list(self.inner.list(prefix))))
+
+    # -- in-place updates ----------------------------------------------------
+    def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:
+        """Overwrite bytes of ``key`` at ``offset`` (the same bytes again on a retry)."""
+        self._call(
+            f"writing at byte {offset} of {key!r}",
+            lambda: self.inner.write_at(key, offset, buffers),
+        )
+
+    def write_ranges(self, key: str, ranges: Sequence[tuple[int, Sequence[Buffer]]]) -> None:
+        """Write ``ranges`` of ``key`` (the same bytes again on a retry)."""
+        self._call(f"writing into {key!r}", lambda: self.inner.write_ranges(key, ranges))
+
+    def append(self, key: str, buffers: Sequence[Buffer]) -> int:
+        """Append to ``key``; a retry first cuts it back to its size before the failed try."""
+        before = self._call(f"reading the size of {key!r}", lambda: self.inner.size(key))
+        if before is None:
+            raise FileNotFoundError(key)
+        return self._call(
+            f"appending to {key!r}",
+            lambda: self.inner.append(key, buffers),
+            before_retry=lambda: self.inner.truncate(key, before),
+        )
+
+    def truncate(self, key: str, size: int) -> None:
+        """Cut ``key`` to ``size`` bytes."""
+        self._call(f"truncating {key!r}", lambda: self.inner.truncate(key, size))
+
+    # -- parts ---------------------------------------------------------------
+    def begin_parts(self, key: str, staging: str) -> PartsHandle:
+        """Start writing ``key`` in parts."""
+        return self._call(
+            f"starting the upload of {key!r}", lambda: self.inner.begin_parts(key, staging)
+        )
+
+    def write_part(
+        self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
+    ) -> PartReceipt:
+        """Write part ``number`` (a retry replaces it)."""
+        return self._call(
+            f"writing part {number} of {handle.key!r}",
+            lambda: self.inner.write_part(handle, number, buffers),
+        )
+
+    def copy_part(
+        self, handle: PartsHandle, number: int, source: str, start: int, stop: int
+    ) -> PartReceipt:
+        """Copy bytes of ``source`` into part ``number`` (a retry replaces it)."""
+        return self._call(
+            f"copying part {number} of {handle.key!r}",
+            lambda: self.inner.copy_part(handle, number, source, start, stop),
+        )
+
+    def finish_parts(
+        self,
+        handle: PartsHandle,
+        receipts: Sequence[PartReceipt],
+        head: bytes,
+        tail: bytes,
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
+        """Publish the parts of ``handle``."""
+        self._call(
+            f"publishing {handle.key!r}",
+            lambda: self.inner.finish_parts(
+                handle, receipts, head, tail, if_absent=if_absent, if_version=if_version
+            ),
+        )
+
+    def abort_parts(self, handle: PartsHandle) -> None:
+        """Discard the parts of ``handle``."""
+        self._call(
+            f"discarding the parts of {handle.key!r}", lambda: self.inner.abort_parts(handle)
+        )
+
+    def discard_staging(self, staging: str) -> None:
+        """Remove the staging area of a write that succeeded."""
+        self._call(f"removing {staging!r}", lambda: self.inner.discard_staging(staging))
+
+    def cleanup(self, staging: str, shard_prefix: str) -> int:
+        """Remove every leftover of the write whose staging prefix is ``staging``."""
+        return self._call(
+            f"cleaning up {staging!r}", lambda: self.inner.cleanup(staging, shard_prefix)
+        )
