@@ -1,0 +1,58 @@
+"""What unfinished jobs left beside an array, as ``verify`` reports it.
+
+A write that was interrupted leaves some of these: its job record still
+saying ``"running"`` (:mod:`shardpipe.resume`), objects in the staging area
+(parts of shards that were being written in parts, markers of multipart
+uploads), and its job marker (:mod:`shardpipe.journal`). None of them makes
+a shard wrong, so a plain ``verify`` lists them as notes; ``verify
+--complete`` (``complete=True``) counts them as problems, because the array
+is then not the whole of what was to be written.
+"""
+
+from __future__ import annotations
+
+from shardpipe.journal import JobKeys, read_marker
+from shardpipe.resume import RECORD, read_record
+from shardpipe.storage.resolve import ResolvedStore
+
+
+def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tuple[str, str]]:
+    """``(key, finding)`` for each trace of an unfinished job beside the array at ``target``.
+
+    Parameters
+    ----------
+    target : ResolvedStore
+        The array.
+    absent, total : int
+        Shards of its grid that are absent, and all of them (for the wording).
+    """
+    keys = JobKeys(target.key(""))
+    findings = []
+    record = read_record(target)
+    if record is not None and record["state"] != "complete":
+        findings.append(
+            (
+                target.key(RECORD),
+                f"the write that made this array did not finish (its job record says "
+                f"{record['state']!r}); {absent} of {total} shards are absent, and it may "
+                "have been about to write some of them. Run the same write with resume=True",
+            )
+        )
+    staging = list(target.shards.list(f"{keys.staging}/"))
+    if staging:
+        findings.append(
+            (
+                keys.staging,
+                f"{len(staging)} object(s) of an unfinished write are in the staging area; "
+                "run `shardpipe cleanup` (or the same write with resume=True)",
+            )
+        )
+    marker = read_marker(target.shards, keys)
+    if marker is not None:
+        state = (
+            "no longer runs: run `shardpipe repair` on the array"
+            if marker.is_stale()
+            else "may still be running"
+        )
+        findings.append((keys.marker, f"{marker.describe()} holds the array and {state}"))
+    return findings

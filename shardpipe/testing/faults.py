@@ -1,0 +1,253 @@
+"""Fault injection for tests: a storage backend that fails on purpose.
+
+:class:`FaultyStore` wraps any :class:`~shardpipe.storage.base.ShardStore`
+and makes a seeded share of its calls fail, in the ways real storage fails:
+
+* ``"transient"``: the call fails before reaching the backend, with an
+  error a retry may cure (``EAGAIN``, or a
+  :class:`~shardpipe.errors.TransientStorageError`);
+* ``"lost"``: the call reaches the backend and succeeds there, but its
+  answer is lost (an object store that applied a PUT whose response never
+  arrived): the caller sees a transient error and must cope with a retry of
+  something that already happened;
+* ``"full"``: from the ``full_after``-th write on, every write fails with
+  ``ENOSPC``, as a disk that filled up.
+
+Put it under the retry layer, as the backend itself would be::
+
+    from shardpipe.storage.resolve import ResolvedStore
+    from shardpipe.storage.retry import RetryingStore
+
+    faulty = FaultyStore(LocalShardStore(path), share=0.2, seed=1)
+    target = ResolvedStore(zarr.storage.LocalStore(path), RetryingStore(faulty), "")
+    shardpipe.to_sharded_zarr(arr, target)
+
+Counters (:attr:`FaultyStore.injected`) say what was done. A ``FaultyStore``
+pickles with its settings; on a cluster each worker's copy draws its own
+faults.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import threading
+from collections import Counter
+from collections.abc import Buffer, Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from shardpipe.errors import TransientStorageError
+from shardpipe.storage.base import (
+    ObjectVersion,
+    PartReceipt,
+    PartsHandle,
+    ShardStore,
+    StoreAbilities,
+)
+
+T = TypeVar("T")
+
+WRITES = frozenset(
+    {"put", "write_at", "write_ranges", "append", "truncate", "write_part", "copy_part"}
+)
+"""Calls that change stored bytes (the ones ``full_after`` counts)."""
+
+
+class FaultyStore(ShardStore):
+    """A backend wrapper failing a seeded share of calls.
+
+    Parameters
+    ----------
+    inner : ShardStore
+        The real backend.
+    share : float
+        Probability that a call fails (each call draws once).
+    kinds : sequence of str
+        Ways to fail, drawn uniformly: ``"transient"`` and ``"lost"``.
+    calls : collection of str, optional
+        Method names that may fail (default: every one).
+    full_after : int, optional
+        After this many successful writes, every write fails with ``ENOSPC``.
+    seed : int
+        Seed of the draws.
+    """
+
+    def __init__(
+        self,
+        inner: ShardStore,
+        *,
+        share: float = 0.1,
+        kinds: Sequence[str] = ("transient", "lost"),
+        calls: frozenset[str] | None = None,
+        full_after: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        unknown = set(kinds) - {"transient", "lost"}
+        if unknown or not 0 <= share <= 1:
+            raise ValueError(f"kinds {sorted(unknown)} unknown or share {share} not in [0, 1]")
+        self.inner = inner
+        self.share = share
+        self.kinds = tuple(kinds)
+        self.calls = calls
+        self.full_after = full_after
+        self.seed = seed
+        self.injected: Counter[str] = Counter()
+        self._writes = 0
+        self._lock = threading.Lock()
+        self._rng = random.Random(seed)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"FaultyStore({self.inner!r}, share={self.share}, kinds={self.kinds})"
+
+    @property
+    def abilities(self) -> StoreAbilities:  # type: ignore[override]
+        """The inner backend's abilities."""
+        return self.inner.abilities
+
+    def _draw(self, name: str) -> str | None:
+        with self._lock:
+            full = self.full_after is not None and self._writes >= self.full_after
+            if name in WRITES and full:
+                self.injected["full"] += 1
+                return "full"
+            if self.calls is not None and name not in self.calls:
+                return None
+            if self._rng.random() >= self.share:
+                return None
+            kind = self._rng.choice(self.kinds)
+            self.injected[kind] += 1
+            return kind
+
+    def _call(self, name: str, call: Callable[[], T]) -> T:
+        kind = self._draw(name)
+        if kind == "full":
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        if kind == "transient":
+            if self._rng.random() < 0.5:
+                raise OSError(errno.EAGAIN, f"injected transient fault in {name}")
+            raise TransientStorageError(f"injected transient fault in {name} (HTTP 503)")
+        result = call()
+        if name in WRITES:
+            with self._lock:
+                self._writes += 1
+        if kind == "lost":
+            raise TransientStorageError(f"injected: the answer to {name} was lost")
+        return result
+
+    def put(
+        self,
+        key: str,
+        buffers: Sequence[Buffer],
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
+        """See :meth:`ShardStore.put`."""
+        self._call(
+            "put",
+            lambda: self.inner.put(key, buffers, if_absent=if_absent, if_version=if_version),
+        )
+
+    def get(self, key: str) -> bytes | None:
+        """See :meth:`ShardStore.get`."""
+        return self._call("get", lambda: self.inner.get(key))
+
+    def get_range(self, key: str, start: int, stop: int) -> bytes:
+        """See :meth:`ShardStore.get_range`."""
+        return self._call("get_range", lambda: self.inner.get_range(key, start, stop))
+
+    def size(self, key: str) -> int | None:
+        """See :meth:`ShardStore.size`."""
+        return self._call("size", lambda: self.inner.size(key))
+
+    def version(self, key: str) -> ObjectVersion | None:
+        """See :meth:`ShardStore.version`."""
+        return self._call("version", lambda: self.inner.version(key))
+
+    def delete(self, key: str) -> None:
+        """See :meth:`ShardStore.delete`."""
+        self._call("delete", lambda: self.inner.delete(key))
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """See :meth:`ShardStore.list`."""
+        return iter(self._call("list", lambda: list(self.inner.list(prefix))))
+
+    def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:
+        """See :meth:`ShardStore.write_at`."""
+        self._call("write_at", lambda: self.inner.write_at(key, offset, buffers))
+
+    def write_ranges(self, key: str, ranges: Sequence[tuple[int, Sequence[Buffer]]]) -> None:
+        """See :meth:`ShardStore.write_ranges`."""
+        self._call("write_ranges", lambda: self.inner.write_ranges(key, ranges))
+
+    def append(self, key: str, buffers: Sequence[Buffer]) -> int:
+        """See :meth:`ShardStore.append`."""
+        return self._call("append", lambda: self.inner.append(key, buffers))
+
+    def truncate(self, key: str, size: int) -> None:
+        """See :meth:`ShardStore.truncate`."""
+        self._call("truncate", lambda: self.inner.truncate(key, size))
+
+    def begin_parts(self, key: str, staging: str) -> PartsHandle:
+        """See :meth:`ShardStore.begin_parts`."""
+        return self._call("begin_parts", lambda: self.inner.begin_parts(key, staging))
+
+    def write_part(
+        self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
+    ) -> PartReceipt:
+        """See :meth:`ShardStore.write_part`."""
+        return self._call("write_part", lambda: self.inner.write_part(handle, number, buffers))
+
+    def copy_part(
+        self, handle: PartsHandle, number: int, source: str, start: int, stop: int
+    ) -> PartReceipt:
+        """See :meth:`ShardStore.copy_part`."""
+        return self._call(
+            "copy_part", lambda: self.inner.copy_part(handle, number, source, start, stop)
+        )
+
+    def finish_parts(
+        self,
+        handle: PartsHandle,
+        receipts: Sequence[PartReceipt],
+        head: bytes,
+        tail: bytes,
+        *,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
+        """See :meth:`ShardStore.finish_parts` (fails only before publishing: see below).
+
+        A lost answer after publishing is not injected here: a backend can
+        tell a completed upload from a failed one (the S3 backend checks),
+        and the wrapper cannot.
+        """
+        kind = self._draw("finish_parts")
+        if kind == "full":
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        if kind is not None:
+            raise TransientStorageError("injected transient fault in finish_parts")
+        self.inner.finish_parts(
+            handle, receipts, head, tail, if_absent=if_absent, if_version=if_version
+        )
+
+    def abort_parts(self, handle: PartsHandle) -> None:
+        """See :meth:`ShardStore.abort_parts`."""
+        self._call("abort_parts", lambda: self.inner.abort_parts(handle))
+
+    def discard_staging(self, staging: str) -> None:
+        """See :meth:`ShardStore.discard_staging`."""
+        self._call("discard_staging", lambda: self.inner.discard_staging(staging))
+
+    def cleanup(self, staging: str, shard_prefix: str) -> int:
+        """See :meth:`ShardStore.cleanup`."""
+        return self._call("cleanup", lambda: self.inner.cleanup(staging, shard_prefix))
