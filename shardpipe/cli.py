@@ -108,6 +108,12 @@ def _parser() -> argparse.ArgumentParser:
         "--compressor", type=parse_compressor, default="zstd", help="zstd[:level] ..."
     )
     plan.add_argument("--index-location", default="end", choices=["end", "start"])
+    plan.add_argument(
+        "--no-chunk-checksums",
+        action="store_true",
+        help="plan inner chunks without a crc32c checksum (4 bytes smaller each; bit flips "
+        "inside compressed chunks then go undetected)",
+    )
     plan.add_argument("--overwrite", action="store_true", help="plan as if replacing STORE")
     check = commands.add_parser(
         "verify",
@@ -173,6 +179,7 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         shards=args.shards,
         chunks=args.chunks,
         compressors=args.compressor,
+        chunk_checksums=not args.no_chunk_checksums,
         index_location=args.index_location,
         overwrite=args.overwrite,
         storage_options=options if args.source is None else None,

@@ -5,23 +5,209 @@ every reader that understands the metadata decodes what is written here.
 Codecs that offer zarr's synchronous interface run directly on the calling
 thread; any other codec runs through its asynchronous interface on a small
 private event loop.
+
+Checksums of inner chunks: :func:`checksummed_compressors` is the one place
+that decides the compressors of a new array (every front-end calls it): with
+``chunk_checksums`` (the default) zarr's ``crc32c`` codec ends the chain, so
+zarr-python, tensorstore and zarrs refuse a chunk whose bytes changed. Decoding
+here checks what it can before any codec runs: the CRC32C of each chunk, and
+the content size that zstd frames declare (:func:`zstd_frames`), so that a
+forged or damaged frame is reported as such instead of costing an allocation
+of the size it claims.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Buffer as BytesLike
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import crc32c
 import numpy as np
+import zarr
+from numcodecs import Zstd  # type: ignore[import-untyped]
 from zarr.abc.codec import BytesBytesCodec, Codec
+from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.storage import MemoryStore
 
 from shardpipe.core.grid import Shape
+from shardpipe.errors import InvalidArgumentError, ShardFormatError
 from shardpipe.metadata import sharding_codec_of
+
+CRC32C_NBYTES = 4
+"""Bytes the ``crc32c`` codec appends to a chunk (little-endian CRC32C of the rest)."""
+
+
+class ChunkDecodeError(ShardFormatError):
+    """The stored bytes of one inner chunk are not a valid encoding of it.
+
+    The message says what is wrong in words: a CRC32C mismatch, a zstd frame
+    that declares the wrong content size, or the codec's own error.
+    """
+
+
+def has_chunk_checksum(compressors: Sequence[Codec]) -> bool:
+    """Whether bytes-to-bytes ``compressors`` check every chunk's bytes when decoded.
+
+    True when they hold zarr's ``crc32c`` codec, or end with ``zstd`` with
+    ``checksum=True`` (zstd then checks its frames itself).
+    """
+    if any(isinstance(c, Crc32cCodec) for c in compressors):
+        return True
+    return bool(compressors) and isinstance(compressors[-1], ZstdCodec) and compressors[-1].checksum
+
+
+def checksummed_compressors(compressors: Any, dtype: Any, *, chunk_checksums: bool) -> Any:
+    """The ``compressors`` of a new array: with ``chunk_checksums``, ending with ``crc32c``.
+
+    Every front-end that creates arrays (``prepare_write``, so
+    ``to_sharded_zarr`` and the rechunks, and the xarray accessor) passes its
+    ``compressors`` through here.
+
+    Parameters
+    ----------
+    compressors : Any
+        As in ``zarr.create_array``: ``"auto"`` (zarr's default for the
+        dtype, zstd), a codec, a dict, a sequence of them, or None.
+    dtype : numpy dtype or str
+        The stored dtype (zarr's ``"auto"`` depends on it).
+    chunk_checksums : bool
+        Append zarr's ``crc32c`` codec. When the compressors already check
+        every chunk (:func:`has_chunk_checksum`: a ``crc32c`` anywhere in
+        them, or a final ``zstd`` with ``checksum=True``) they are returned
+        unchanged: never two checksums.
+
+    Returns
+    -------
+    Any
+        ``compressors`` unchanged, or zarr's resolution of them (codec
+        objects) followed by ``Crc32cCodec()``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If zarr rejects ``compressors``.
+    """
+    if not chunk_checksums:
+        return compressors
+    try:
+        probe = zarr.create_array(
+            MemoryStore(), shape=(1,), dtype=dtype, chunks=(1,), compressors=compressors
+        )
+    except (TypeError, ValueError) as err:
+        raise InvalidArgumentError(
+            "compressors",
+            f"zarr rejects {compressors!r} ({err})",
+            "Pass codec objects or dicts as accepted by zarr.create_array",
+        ) from err
+    resolved = tuple(c for c in probe.compressors if isinstance(c, BytesBytesCodec))
+    if has_chunk_checksum(resolved):
+        return compressors
+    return (*resolved, Crc32cCodec())
+
+
+ZSTD_MAGIC = 0xFD2FB528
+SKIPPABLE_MAGIC = 0x184D2A50
+"""Skippable frames have magic numbers ``0x184D2A50`` to ``0x184D2A5F``."""
+
+
+@dataclass(frozen=True)
+class ZstdFrames:
+    """What the headers of the zstd frames of one chunk say, read without decoding.
+
+    Attributes
+    ----------
+    frames : int
+        Zstd frames (skippable frames not counted).
+    declared : int or None
+        Sum of the frames' ``Frame_Content_Size``; None when a frame leaves it out.
+    least : int
+        Bytes the raw and RLE blocks alone produce (a lower bound of the content).
+    """
+
+    frames: int
+    declared: int | None
+    least: int
+
+
+def zstd_frames(data: bytes | memoryview) -> ZstdFrames:
+    """Read the frame and block headers of zstd-compressed ``data`` (RFC 8878, section 3.1).
+
+    Nothing is decompressed and nothing is allocated by what the headers claim.
+
+    Raises
+    ------
+    ChunkDecodeError
+        If the bytes are not a sequence of zstd frames: a wrong magic number,
+        a reserved bit or block type, or a header or block running past the end.
+    """
+    view = memoryview(data).cast("B")
+    n = len(view)
+    pos, frames, least = 0, 0, 0
+    declared: int | None = 0
+
+    def need(count: int, what: str) -> None:
+        if pos + count > n:
+            raise ChunkDecodeError(
+                f"zstd {what} at byte {pos} runs past the end of the {n}-byte chunk"
+            )
+
+    if n == 0:
+        raise ChunkDecodeError("zstd data is empty")
+    while pos < n:
+        need(4, "magic number")
+        magic = int.from_bytes(view[pos : pos + 4], "little")
+        if magic & 0xFFFFFFF0 == SKIPPABLE_MAGIC:
+            need(8, "skippable frame header")
+            size = int.from_bytes(view[pos + 4 : pos + 8], "little")
+            pos += 8
+            need(size, "skippable frame")
+            pos += size
+            continue
+        if magic != ZSTD_MAGIC:
+            raise ChunkDecodeError(f"no zstd frame at byte {pos} (magic number 0x{magic:08x})")
+        pos += 4
+        need(1, "frame header")
+        descriptor = view[pos]
+        fcs_flag, single = descriptor >> 6, (descriptor >> 5) & 1
+        if descriptor & 0x08:
+            raise ChunkDecodeError(f"zstd frame header at byte {pos - 4} sets its reserved bit")
+        dict_nbytes = (0, 1, 2, 4)[descriptor & 3]
+        fcs_nbytes = (1 if single else 0, 2, 4, 8)[fcs_flag]
+        need(1 + (0 if single else 1) + dict_nbytes + fcs_nbytes, "frame header")
+        pos += 1 + (0 if single else 1) + dict_nbytes
+        if fcs_nbytes == 0:
+            declared = None
+        else:
+            size = int.from_bytes(view[pos : pos + fcs_nbytes], "little")
+            size += 256 if fcs_nbytes == 2 else 0
+            declared = None if declared is None else declared + size
+        pos += fcs_nbytes
+        last = False
+        while not last:
+            need(3, "block header")
+            header = int.from_bytes(view[pos : pos + 3], "little")
+            last, kind, size = bool(header & 1), (header >> 1) & 3, header >> 3
+            pos += 3
+            if kind == 3:
+                raise ChunkDecodeError(f"zstd block at byte {pos - 3} has the reserved type 3")
+            stored = 1 if kind == 1 else size
+            need(stored, "block")
+            pos += stored
+            least += size if kind in (0, 1) else 0
+        if descriptor & 0x04:
+            need(4, "content checksum")
+            pos += 4
+        frames += 1
+    if frames == 0:
+        raise ChunkDecodeError("zstd data holds only skippable frames")
+    return ZstdFrames(frames, declared, least)
 
 
 def _supports_sync(codec: Codec) -> bool:
@@ -51,6 +237,7 @@ class ChunkCodec:
     spec: ArraySpec
     write_empty_chunks: bool = False
     _steps: list[tuple[Codec, ArraySpec]] | None = field(default=None, init=False, repr=False)
+    _sizes: list[int | None] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_metadata(
@@ -69,7 +256,7 @@ class ChunkCodec:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_steps"] = None
+        state["_steps"] = state["_sizes"] = None
         return state
 
     @property
@@ -93,25 +280,54 @@ class ChunkCodec:
             self._steps = steps
         return self._steps
 
+    def _input_sizes(self) -> list[int | None]:
+        """Bytes that go into each codec of the chain when a chunk is encoded (None: unknown).
+
+        Known up to the first codec whose output size depends on the data (a
+        compressor): the raw chunk, then what fixed-size codecs (``bytes``,
+        ``crc32c``, ``transpose``) make of it.
+        """
+        if self._sizes is None:
+            sizes: list[int | None] = []
+            size: int | None = math.prod(self.chunk_shape) * self.dtype.itemsize
+            for codec, spec in self._chain():
+                sizes.append(size)
+                if size is not None and getattr(codec, "is_fixed_size", False):
+                    try:
+                        size = codec.compute_encoded_size(size, spec)
+                    except NotImplementedError:
+                        size = None
+                else:
+                    size = None
+            self._sizes = sizes
+        return self._sizes
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether every chunk's bytes are checked when decoded (:func:`has_chunk_checksum`)."""
+        return has_chunk_checksum([c for c in self.codecs if isinstance(c, BytesBytesCodec)])
+
     @property
     def expansion(self) -> tuple[float, int]:
         """Most encoded bytes per raw byte, and most extra bytes per chunk.
 
         Array-to-array codecs may widen the dtype (the largest itemsize along
-        the chain counts); each bytes-to-bytes codec (a compressor, a
-        checksum) is allowed 1/128 more bytes plus 1 KiB, which bounds zstd,
-        gzip, blosc and crc32c on incompressible data.
+        the chain counts); ``crc32c`` adds its 4 bytes; every other
+        bytes-to-bytes codec (a compressor) is allowed 1/128 more bytes plus
+        1 KiB, which bounds zstd, gzip and blosc on incompressible data.
         """
         itemsize = self.dtype.itemsize
         widest = itemsize
-        stages = 0
+        stages, extra = 0, 0
         for codec, spec in self._chain():
-            if isinstance(codec, BytesBytesCodec):
+            if isinstance(codec, Crc32cCodec):
+                extra += CRC32C_NBYTES
+            elif isinstance(codec, BytesBytesCodec):
                 stages += 1
             else:
                 widest = max(widest, spec.dtype.to_native_dtype().itemsize)
         factor = widest / itemsize * (1 + 1 / 128) ** stages
-        return factor, 1024 * stages
+        return factor, 1024 * stages + extra
 
     def is_fill(self, chunk: np.ndarray) -> bool:
         """Whether every element of ``chunk`` equals the fill value."""
@@ -148,12 +364,95 @@ class ChunkCodec:
         return out
 
     def decode(self, data: BytesLike) -> np.ndarray:
-        """Decode the bytes of one inner chunk into an array of the inner chunk shape."""
+        """Decode the bytes of one inner chunk into an array of the inner chunk shape.
+
+        Before a codec runs, what can be checked cheaply is: a ``crc32c``
+        codec's checksum (checked here, once), and the content size that
+        ``zstd`` frames declare against the size the chunk has at that step
+        (a frame claiming 2**40 bytes is refused, never allocated).
+
+        Raises
+        ------
+        ChunkDecodeError
+            If the bytes are not a valid encoding of an inner chunk; the
+            message says why (a codec's own failure is named with its type).
+        """
         value: Any = self.spec.prototype.buffer.from_bytes(bytes(data))
-        for codec, spec in reversed(self._chain()):
-            value = self._run(codec, "decode", value, spec)
+        steps = self._chain()
+        sizes = self._input_sizes()
+        for i in reversed(range(len(steps))):
+            codec, spec = steps[i]
+            if isinstance(codec, Crc32cCodec):
+                value = self._check_crc32c(value, spec)
+                continue
+            try:
+                if isinstance(codec, ZstdCodec):
+                    value = self._decode_zstd(codec, value, spec, sizes[i])
+                else:
+                    value = self._run(codec, "decode", value, spec)
+            except ChunkDecodeError:
+                raise
+            except Exception as err:  # a codec's failure, named with its type
+                raise ChunkDecodeError(
+                    f"does not decode ({codec.to_dict()['name']}): {describe_error(err)}"
+                ) from err
         out: np.ndarray = value.as_numpy_array()
+        if out.size != math.prod(self.chunk_shape):
+            raise ChunkDecodeError(
+                f"decodes to {out.size} elements, not the {math.prod(self.chunk_shape)} of an "
+                f"inner chunk of shape {self.chunk_shape}"
+            )
         return out.reshape(self.chunk_shape)
+
+    @staticmethod
+    def _check_crc32c(value: Any, spec: ArraySpec) -> Any:
+        """Check and strip the CRC32C that the ``crc32c`` codec appended."""
+        raw = value.as_numpy_array().view(np.uint8).reshape(-1)
+        if raw.size < CRC32C_NBYTES:
+            raise ChunkDecodeError(
+                f"holds {raw.size} byte(s), fewer than the {CRC32C_NBYTES} of its CRC32C"
+            )
+        body = raw[:-CRC32C_NBYTES]
+        stored = int.from_bytes(raw[-CRC32C_NBYTES:].tobytes(), "little")
+        computed = crc32c.crc32c(body)
+        if stored != computed:
+            raise ChunkDecodeError(
+                f"CRC32C mismatch (stored 0x{stored:08x}, computed 0x{computed:08x})"
+            )
+        return spec.prototype.buffer.from_array_like(body)
+
+    def _decode_zstd(self, codec: ZstdCodec, value: Any, spec: ArraySpec, size: int | None) -> Any:
+        """Decode a zstd step after checking what its frames declare against ``size``.
+
+        ``size`` is the number of bytes the step must produce (None if the
+        codecs before it make it data-dependent: then the bound of
+        :attr:`expansion` applies). A frame that declares no content size is
+        decoded into a buffer of ``size`` bytes, so it cannot produce more.
+        """
+        raw = value.as_numpy_array().view(np.uint8).reshape(-1)
+        frames = zstd_frames(raw.data)
+        which = "zstd frame declares" if frames.frames == 1 else "zstd frames declare"
+        if size is None:
+            factor, overhead = self.expansion
+            limit = int(math.prod(self.chunk_shape) * self.dtype.itemsize * factor) + overhead
+            if frames.declared is not None and frames.declared > limit:
+                raise ChunkDecodeError(
+                    f"{which} {frames.declared} bytes of content, more than the {limit} an "
+                    "inner chunk can take at that step"
+                )
+        elif frames.declared is not None and frames.declared != size:
+            raise ChunkDecodeError(
+                f"{which} {frames.declared} bytes of content, the chunk holds {size}"
+            )
+        elif frames.least > size:
+            raise ChunkDecodeError(
+                f"zstd blocks hold at least {frames.least} bytes of content, the chunk holds {size}"
+            )
+        if frames.declared is None and size is not None:
+            out = np.empty(size, dtype=np.uint8)  # bounded: never more than the chunk's size
+            Zstd().decode(raw, out=out)
+            return spec.prototype.buffer.from_array_like(out)
+        return self._run(codec, "decode", value, spec)
 
     @staticmethod
     def _run(codec: Codec, direction: str, value: Any, spec: ArraySpec) -> Any:
@@ -161,3 +460,9 @@ class ChunkCodec:
             return getattr(codec, f"_{direction}_sync")(value, spec)
         coroutine = getattr(codec, f"_{direction}_single")(value, spec)
         return asyncio.run(coroutine)
+
+
+def describe_error(err: BaseException) -> str:
+    """An exception as ``Type: message``, never an empty message."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text}" if text else f"{type(err).__name__} (no message)"

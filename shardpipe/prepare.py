@@ -18,7 +18,7 @@ from shardpipe.core.grid import BlockGrid, ShardLayout
 from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
-from shardpipe.encoding import ChunkCodec
+from shardpipe.encoding import ChunkCodec, checksummed_compressors
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
 from shardpipe.existing import (
     ExistingArray,
@@ -70,6 +70,7 @@ def prepare_write(
     region: Any = None,
     append_dim: int | None = None,
     write_strategy: str = "auto",
+    chunk_checksums: bool = True,
     part_limit: int | None = None,
 ) -> ShardedWrite:
     """Validate and plan a write of ``arr`` to a sharded Zarr v3 array; write nothing.
@@ -101,6 +102,8 @@ def prepare_write(
     check_array(arr)
     overwrite = check_bool("overwrite", overwrite)
     write_empty_chunks = check_bool("write_empty_chunks", write_empty_chunks)
+    # checked for every write; region writes and appends keep the stored codec chain
+    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     strategy = check_strategy(write_strategy)
     settings: dict[str, Any] = dict(
         compressors=compressors,
@@ -136,6 +139,9 @@ def prepare_write(
     check_dimension_names(dimension_names, array.ndim)
     check_attributes(attributes)
     budget = check_max_mem(max_mem)
+    settings["compressors"] = checksummed_compressors(
+        compressors, array.dtype, chunk_checksums=chunk_checksums
+    )
     create_kwargs: dict[str, Any] = dict(
         shape=array.shape,
         dtype=array.dtype,

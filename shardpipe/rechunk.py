@@ -192,6 +192,7 @@ def plan_rechunk(
     max_mem: int | str = DEFAULT_MAX_MEM,
     compressors: Any = "auto",
     filters: Any = None,
+    chunk_checksums: bool = True,
     fill_value: Any = None,
     index_location: str | None = None,
     dimension_names: Any = None,
@@ -218,6 +219,7 @@ def plan_rechunk(
     opened = open_source(source, source_storage_options)
     budget = check_max_mem(max_mem)
     overwrite, resume = check_bool("overwrite", overwrite), check_bool("resume", resume)
+    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     if overwrite and resume:
         raise InvalidArgumentError(
             "resume", "resume=True keeps what is written, overwrite=True deletes it", "Pick one"
@@ -241,6 +243,7 @@ def plan_rechunk(
             chunks=chunk_shape,
             compressors=compressors,
             filters=filters,
+            chunk_checksums=chunk_checksums,
             index_location=index_location,
             overwrite=overwrite or resuming,
             max_mem=budget,
@@ -361,6 +364,7 @@ def rechunk(
     max_mem: int | str = DEFAULT_MAX_MEM,
     compressors: Any = "auto",
     filters: Any = None,
+    chunk_checksums: bool = True,
     fill_value: Any = None,
     index_location: str | None = None,
     dimension_names: Any = None,
@@ -392,6 +396,9 @@ def rechunk(
     compressors, filters, index_location
         Target codecs and index location, as in :func:`~shardpipe.to_sharded_zarr`;
         they default to the target's defaults, not the source's codecs.
+    chunk_checksums : bool
+        End the target's inner codec chain with ``crc32c`` (default True), as
+        in :func:`~shardpipe.to_sharded_zarr`.
     fill_value, dimension_names, attributes
         Default: the source's.
     storage_options, source_storage_options : dict, optional
@@ -430,6 +437,7 @@ def rechunk(
         max_mem=max_mem,
         compressors=compressors,
         filters=filters,
+        chunk_checksums=chunk_checksums,
         fill_value=fill_value,
         index_location=index_location,
         dimension_names=dimension_names,

@@ -33,6 +33,12 @@ def add_command(
     command.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
     command.add_argument("--compressor", type=compressor, default="zstd", help="zstd[:level] ...")
     command.add_argument("--index-location", default="end", choices=["end", "start"])
+    command.add_argument(
+        "--no-chunk-checksums",
+        action="store_true",
+        help="write inner chunks without a crc32c checksum (4 bytes smaller each; bit flips "
+        "inside compressed chunks then go undetected)",
+    )
     command.add_argument("--overwrite", action="store_true", help="replace TARGET if it exists")
     command.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     command.add_argument(
@@ -83,6 +89,7 @@ def run(
         chunks=args.chunks,
         max_mem=args.max_mem,
         compressors=args.compressor,
+        chunk_checksums=not args.no_chunk_checksums,
         index_location=args.index_location,
         storage_options=options,
         source_storage_options=source_options,

@@ -4,6 +4,15 @@ For each shard object: the index has the right size and its CRC32C
 matches; every stored inner chunk lies inside the object and outside the
 index; no two chunks overlap; an entry is either fully empty or fully set;
 and every stored chunk decodes to an inner chunk of the right shape.
+
+A chunk that fails is reported by its coordinates in the array's grid of
+inner chunks, its slot in the shard's index and the shard's key, with the
+cause in words (:class:`ChunkFailure`): a CRC32C mismatch, a zstd frame whose
+declared content size is not the chunk's (read from the frame header, never
+allocated), or the codec's own error. Where the inner chunks carry no
+checksum (arrays written with ``chunk_checksums=False`` or by other
+writers), the report says that bit flips inside compressed chunks cannot all
+be detected: many decode without error to wrong values.
 """
 
 from __future__ import annotations
@@ -18,8 +27,8 @@ import numpy as np
 import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.core.grid import ShardLayout
-from shardpipe.encoding import ChunkCodec
+from shardpipe.core.grid import Coords, ShardLayout
+from shardpipe.encoding import ChunkCodec, ChunkDecodeError, describe_error
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
 from shardpipe.groups import group_at, per_array
@@ -32,9 +41,38 @@ WHOLE_READ_LIMIT = 256 << 20
 """Shards up to this size are read in one request; larger ones by ranges."""
 
 
+@dataclass(frozen=True)
+class ChunkFailure:
+    """An inner chunk whose stored bytes are not a valid encoding of it.
+
+    Attributes
+    ----------
+    key : str
+        Store key of the shard holding it.
+    chunk : tuple of int
+        Its coordinates in the array's grid of inner chunks.
+    slot : int
+        Its slot in the shard's index (C order over the shard's chunks).
+    cause : str
+        What is wrong, in words.
+    """
+
+    key: str
+    chunk: Coords
+    slot: int
+    cause: str
+
+    def __str__(self) -> str:
+        return f"inner chunk {self.chunk} (slot {self.slot}): {self.cause}"
+
+
 @dataclass
 class ShardCheck:
-    """The outcome of checking one shard object."""
+    """The outcome of checking one shard object.
+
+    ``chunk_failures`` lists the inner chunks that fail to decode; each is
+    also one of ``problems``, as text.
+    """
 
     key: str
     present: bool = False
@@ -42,6 +80,7 @@ class ShardCheck:
     chunks_stored: int = 0
     unused_bytes: int = 0
     problems: list[str] = field(default_factory=list)
+    chunk_failures: list[ChunkFailure] = field(default_factory=list)
 
 
 @dataclass
@@ -56,16 +95,26 @@ class VerifyReport:
         For a group: the report of each sharded array, by store path.
     skipped : dict
         For a group: arrays that are not sharded Zarr v3 arrays, with the reason.
+    notes : list of str
+        What the checks could not establish, which is not a problem found:
+        that the inner chunks carry no checksum, so that bit flips inside
+        compressed chunks cannot all be detected.
     """
 
     shards: list[ShardCheck]
     arrays: dict[str, VerifyReport] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[tuple[str, str]]:
         """Every ``(key, problem)`` found."""
         return [(s.key, p) for s in self.shards for p in s.problems]
+
+    @property
+    def chunk_failures(self) -> list[ChunkFailure]:
+        """Every inner chunk that does not decode, with its coordinates, slot, shard and cause."""
+        return [f for s in self.shards for f in s.chunk_failures]
 
     @property
     def ok(self) -> bool:
@@ -96,6 +145,7 @@ class VerifyReport:
                 f"{path}: {present}/{len(report.shards)} shards, {report.nbytes} bytes, "
                 f"{len(report.problems)} problem(s) {'OK' if report.ok else 'FAILED'}"
             )
+            lines += [f"  note: {note}" for note in report.notes]
         lines += [f"{path}: skipped ({reason})" for path, reason in self.skipped.items()]
         total = self._array_str().splitlines()
         return "\n".join([*lines, f"total over {len(self.arrays)} sharded array(s):", *total])
@@ -109,6 +159,8 @@ class VerifyReport:
             f"bytes: {self.nbytes} ({sum(s.unused_bytes for s in present)} unused, "
             f"{self.unused_ratio:.1%})",
         ]
+        if not self.arrays:
+            lines += [f"note: {note}" for note in self.notes]
         bad = [s for s in self.shards if s.problems]
         lines.append(f"problems: {len(self.problems)} in {len(bad)} shard(s)")
         for key, problem in self.problems[:50]:
@@ -150,8 +202,14 @@ def check_shard(
     shard_format: ShardFormat,
     *,
     decode: bool = True,
+    coords: Coords | None = None,
 ) -> ShardCheck:
-    """Check the shard object at ``key``: its index, and with ``decode`` every inner chunk."""
+    """Check the shard object at ``key``: its index, and with ``decode`` every inner chunk.
+
+    ``coords`` (the shard's position in the shard grid) lets a failing inner
+    chunk be named by its coordinates in the array's grid of inner chunks;
+    without it, by its coordinates inside the shard.
+    """
     check = ShardCheck(key)
     size = store.size(key)
     if size is None:
@@ -170,16 +228,50 @@ def check_shard(
     _check_entries(check, index, index_range)
     if check.problems or not decode:
         return check
+    per_shard = layout.chunks_per_shard
     for slot in np.flatnonzero(index.stored()):
         start, nbytes = (int(v) for v in index.entries[slot])
+        local = tuple(int(i) for i in np.unravel_index(slot, per_shard))
+        chunk_coords = (
+            local
+            if coords is None
+            else tuple(s * n + i for s, n, i in zip(coords, per_shard, local, strict=True))
+        )
         try:
             chunk = codec.decode(read(start, start + nbytes))
-        except Exception as err:  # any codec failure is a finding, not a crash
-            check.problems.append(f"slot {slot}: inner chunk does not decode ({err})")
+        except ChunkDecodeError as err:
+            _fail(check, ChunkFailure(key, chunk_coords, int(slot), str(err)))
+            continue
+        except Exception as err:  # any other failure is a finding too, not a crash
+            _fail(
+                check,
+                ChunkFailure(
+                    key, chunk_coords, int(slot), f"does not decode: {describe_error(err)}"
+                ),
+            )
             continue
         if chunk.shape != layout.chunk_shape:
-            check.problems.append(f"slot {slot}: decodes to shape {chunk.shape}")
+            cause = f"decodes to shape {chunk.shape}, not {layout.chunk_shape}"
+            _fail(check, ChunkFailure(key, chunk_coords, int(slot), cause))
     return check
+
+
+def _fail(check: ShardCheck, failure: ChunkFailure) -> None:
+    check.chunk_failures.append(failure)
+    check.problems.append(str(failure))
+
+
+def checksum_note(codec: ChunkCodec) -> str | None:
+    """The report's note for an array whose inner chunks carry no checksum; None if they do."""
+    if codec.checksummed:
+        return None
+    names = " -> ".join(str(c.to_dict()["name"]) for c in codec.codecs)
+    return (
+        f"inner chunks carry no checksum (inner codecs {names}): a bit flip inside a compressed "
+        "chunk often decodes to wrong values without error, so not every one can be detected; "
+        "write the array again with chunk_checksums=True (the default for new arrays) to "
+        "detect them"
+    )
 
 
 def shard_checks(
@@ -189,11 +281,19 @@ def shard_checks(
     layout = layout_of(metadata)
     shard_format = format_of(metadata)
     codec = ChunkCodec.from_metadata(metadata)
-    keys = [target.key(shard_format.key(c)) for c in layout.shard_coords()]
+    coords = list(layout.shard_coords())
     with ThreadPoolExecutor(workers) as pool:
         yield from pool.map(
-            lambda k: check_shard(target.shards, k, layout, codec, shard_format, decode=decode),
-            keys,
+            lambda c: check_shard(
+                target.shards,
+                target.key(shard_format.key(c)),
+                layout,
+                codec,
+                shard_format,
+                decode=decode,
+                coords=c,
+            ),
+            coords,
         )
 
 
@@ -228,7 +328,8 @@ def verify(
     if group is not None:
         arrays, skipped = per_array(target, group, lambda t: _verify_array(t, workers))
         shards = [check for report in arrays.values() for check in report.shards]
-        return VerifyReport(shards, arrays, skipped)
+        notes = [f"{path}: {note}" for path, report in arrays.items() for note in report.notes]
+        return VerifyReport(shards, arrays, skipped, notes)
     return _verify_array(target, workers)
 
 
@@ -238,6 +339,9 @@ def _verify_array(target: ResolvedStore, workers: int) -> VerifyReport:
     if not isinstance(metadata, ArrayV3Metadata):
         raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
     report = VerifyReport(list(shard_checks(target, metadata, workers)))
+    note = checksum_note(ChunkCodec.from_metadata(metadata))
+    if note is not None and any(check.chunks_stored for check in report.shards):
+        report.notes.append(note)
     by_key = {check.key: check for check in report.shards}
     for _, record in undo_records(target.shards, JobKeys(target.key(""))):
         check = by_key.setdefault(record.key, ShardCheck(record.key))

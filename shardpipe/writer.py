@@ -37,6 +37,7 @@ def to_sharded_zarr(
     region: Any = None,
     append_dim: int | None = None,
     write_strategy: str = "auto",
+    chunk_checksums: bool = True,
     progress: bool = False,
     compute: bool = True,
 ) -> zarr.Array[Any] | Delayed:
@@ -109,6 +110,15 @@ def to_sharded_zarr(
         (:func:`shardpipe.core.shard_update.choose_strategy`). Layout and
         codec arguments, left out, are the existing array's; given, they must
         match it.
+    chunk_checksums : bool
+        End the inner codec chain of a new array with zarr's ``crc32c``
+        codec (default True), so that every reader (zarr-python, tensorstore,
+        zarrs) and :func:`~shardpipe.verify` refuse an inner chunk whose
+        bytes changed; it costs 4 bytes per chunk. Compressors that already
+        check their chunks (a ``crc32c`` among them, or a final ``zstd`` with
+        ``checksum=True``) are kept as given: never two checksums. False
+        writes the chain exactly as given (or zarr's default). Region writes
+        and appends keep the existing array's chain.
     progress : bool
         Show a progress bar over shards and bytes (with ``compute=True``).
     compute : bool
@@ -176,6 +186,7 @@ def to_sharded_zarr(
         region=region,
         append_dim=append_dim,
         write_strategy=write_strategy,
+        chunk_checksums=chunk_checksums,
     )
     if not compute:
         return job.to_delayed()

@@ -69,7 +69,8 @@ def test_zarr_v2_sources(tmp_path: Path, kind: str) -> None:
     assert out.metadata.fill_value == -1
     assert out.metadata.dimension_names == ("z", "y", "x")
     assert dict(out.attrs) == {"units": "counts"}
-    assert [c.to_dict()["name"] for c in out.metadata.codecs[0].codecs] == ["bytes", "zstd"]
+    codecs = out.metadata.codecs[0].codecs
+    assert [c.to_dict()["name"] for c in codecs] == ["bytes", "zstd", "crc32c"]
     assert shardpipe.verify(target).ok
 
 

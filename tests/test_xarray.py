@@ -101,8 +101,10 @@ def test_writes_what_xarray_writes(tmp_path: Path) -> None:
     ds.chunk({"time": 7}).assign_coords(dt=ds.dt).shard.to_zarr(
         ours, shards={"time": 20}, chunks={"time": 10}
     )
+    # shardpipe's inner chain ends with crc32c (chunk_checksums=True): xarray is given it
+    checksummed = (zarr.codecs.ZstdCodec(), zarr.codecs.Crc32cCodec())
     layout = {
-        name: {"shards": tuple(a.shards), "chunks": tuple(a.chunks)}
+        name: {"shards": tuple(a.shards), "chunks": tuple(a.chunks), "compressors": checksummed}
         for name, a in zarr.open_group(ours, mode="r").arrays()
         if a.shards is not None
     }
@@ -135,7 +137,7 @@ def test_per_variable_encoding_and_defaults(tmp_path: Path) -> None:
     assert group["a64"].shards == (40, 6, 10)
     assert group["a64"].chunks == (20, 3, 5)
     assert group["b32"].shards is not None  # shardpipe's default layout
-    assert group["b32"].compressors == ()
+    assert group["b32"].compressors == (zarr.codecs.Crc32cCodec(),)  # no compressor, a checksum
     assert group["i8"].shards is None  # left to xarray, unsharded
     assert group["time"].shards is None  # coordinates are written as xarray writes them
     xr.testing.assert_identical(xr.open_zarr(store), ds)

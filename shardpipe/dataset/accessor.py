@@ -31,6 +31,7 @@ class ShardAccessor:
         group: str | None = None,
         consolidated: bool = True,
         write_strategy: str = "auto",
+        chunk_checksums: bool = True,
         max_mem: int | str = DEFAULT_MAX_MEM,
         storage_options: dict[str, Any] | None = None,
         compute: bool = True,
@@ -82,6 +83,13 @@ class ShardAccessor:
             Write consolidated metadata at the end (default True).
         write_strategy : {"auto", "in_place", "append", "rewrite"}
             How updates change existing shards (see :func:`shardpipe.to_sharded_zarr`).
+        chunk_checksums : bool
+            End the inner codec chain of every new sharded variable with
+            zarr's ``crc32c`` codec (default True; see
+            :func:`shardpipe.to_sharded_zarr`). A variable's own
+            ``compressors`` encoding is kept when it already checks its
+            chunks. Existing variables keep their chain; coordinates and
+            other arrays xarray writes unsharded get zarr's default.
         max_mem : int or str
             Memory budget per task (default ``"1GiB"``).
         storage_options : dict, optional
@@ -122,6 +130,7 @@ class ShardAccessor:
             group=group,
             consolidated=consolidated,
             write_strategy=write_strategy,
+            chunk_checksums=chunk_checksums,
             max_mem=max_mem,
             storage_options=storage_options,
             compute=compute,

@@ -45,6 +45,11 @@ def add_commands(commands: Any, add_store_options: Any) -> None:
     write.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
     write.add_argument("--write-strategy", default="auto")
     write.add_argument(
+        "--no-chunk-checksums",
+        action="store_true",
+        help="write the inner chunks of new sharded variables without a crc32c checksum",
+    )
+    write.add_argument(
         "--no-consolidated", action="store_true", help="do not write consolidated metadata"
     )
     write.add_argument("--progress", action="store_true", help="show a progress bar")
@@ -91,6 +96,7 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             group=args.group,
             consolidated=not args.no_consolidated,
             write_strategy=args.write_strategy,
+            chunk_checksums=not args.no_chunk_checksums,
             max_mem=args.max_mem,
             storage_options=options,
             progress=args.progress,

@@ -44,6 +44,7 @@ from shardpipe.dataset.layout import (
     grid_aligned_chunks,
     variable_layout,
 )
+from shardpipe.encoding import checksummed_compressors
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.existing import check_strategy
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, check_no_other_job, execute_together
@@ -83,6 +84,7 @@ def to_zarr(
     group: str | None = None,
     consolidated: bool = True,
     write_strategy: str = "auto",
+    chunk_checksums: bool = True,
     max_mem: int | str = DEFAULT_MAX_MEM,
     storage_options: dict[str, Any] | None = None,
     compute: bool = True,
@@ -98,6 +100,7 @@ def to_zarr(
     compute = check_bool("compute", compute)
     progress = check_bool("progress", progress)
     consolidated = check_bool("consolidated", consolidated)
+    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     strategy = check_strategy(write_strategy)
     budget = check_max_mem(max_mem)
     if append_dim is not None and append_dim not in ds.dims:
@@ -124,7 +127,12 @@ def to_zarr(
     ]
     for name in new:
         encoding[name] = _sharded_encoding(
-            name, ds.variables[name], encoding.get(name, {}), shard_sizes, chunk_sizes
+            name,
+            ds.variables[name],
+            encoding.get(name, {}),
+            shard_sizes,
+            chunk_sizes,
+            chunk_checksums=chunk_checksums,
         )
 
     zstore = (
@@ -337,13 +345,23 @@ def _sharded_encoding(
     encoding: dict[str, Any],
     shards: Mapping[Hashable, int],
     chunks: Mapping[Hashable, int],
+    *,
+    chunk_checksums: bool,
 ) -> dict[str, Any]:
     own = cf_encoding(var)
     encoding = {**own, **encoding}
-    itemsize = np.dtype(encoding.get("dtype", var.dtype)).itemsize
-    shape = VariableShape(name, tuple(var.dims), tuple(var.shape), itemsize)
+    dtype = np.dtype(encoding.get("dtype", var.dtype))
+    shape = VariableShape(name, tuple(var.dims), tuple(var.shape), dtype.itemsize)
     shard_shape, chunk_shape = variable_layout(shape, shards, chunks, encoding)
-    return {**encoding, "shards": shard_shape, "chunks": chunk_shape}
+    sharded = {**encoding, "shards": shard_shape, "chunks": chunk_shape}
+    if chunk_checksums:
+        try:
+            sharded["compressors"] = checksummed_compressors(
+                encoding.get("compressors", "auto"), dtype, chunk_checksums=True
+            )
+        except InvalidArgumentError as err:
+            _raise_for_variable(err, f"variable {name!r}")
+    return sharded
 
 
 def _prepare_updates(
