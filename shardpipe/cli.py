@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from shardpipe.cli_errors import EXPECTED, fail
 from shardpipe.dataset.commands import add_commands as add_dataset_commands
 from shardpipe.dataset.commands import run as run_dataset_command
-from shardpipe.errors import ShardpipeError
 from shardpipe.rechunk_cli import add_command as add_rechunk_command
 from shardpipe.rechunk_cli import run as run_rechunk
 
@@ -83,7 +83,13 @@ def _add_storage_option(command: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     from shardpipe import __version__
 
-    parser = argparse.ArgumentParser(prog="shardpipe", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="shardpipe",
+        description=__doc__,
+        epilog="Exit status: 0 done; 1 problems found, or a write failed part way; 2 bad "
+        "arguments or unreadable input; 3 storage unreachable or access refused; 4 storage "
+        "failed during the work (full, or failing after every retry).",
+    )
     parser.add_argument("--version", action="version", version=f"shardpipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser(
@@ -118,10 +124,17 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "verify",
         help="check every shard of a sharded Zarr v3 array",
-        description="Check index CRC32C, ranges, overlaps and that every inner chunk decodes. "
-        "Exits 1 when a problem is found.",
+        description="Check index CRC32C, ranges, overlaps and that every inner chunk decodes "
+        "(and its CRC32C, where the chunks have one). Traces of an unfinished write are noted; "
+        "with --complete they are problems. Exits 1 when a problem is found.",
     )
     _add_store_arguments(check, "store")
+    check.add_argument(
+        "--complete",
+        action="store_true",
+        help="also fail when a write is unfinished: its job record says so, staging data or "
+        "a job marker is left",
+    )
     clean = commands.add_parser(
         "cleanup",
         help="remove staging files and abort uploads left by failed writes",
@@ -201,19 +214,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plan":
         try:
             return _plan(args, options)
-        except (ShardpipeError, OSError, ValueError) as err:
-            print(f"shardpipe plan: {err}", file=sys.stderr)
-            return 2
+        except EXPECTED as err:
+            return fail("plan", err)
     if args.command == "verify":
         from shardpipe.verify import verify
 
         try:
-            report = verify(args.store, args.path, storage_options=options)
-        except (OSError, ValueError, KeyError) as err:
-            print(
-                f"shardpipe verify: cannot open a sharded array at {where}: {err}", file=sys.stderr
-            )
-            return 2
+            report = verify(args.store, args.path, storage_options=options, complete=args.complete)
+        except EXPECTED as err:
+            return fail("verify", err, where=f"cannot check a sharded array at {where}")
         print(report)
         return 0 if report.ok else 1
     if args.command in ("info", "repair", "compact"):
@@ -233,9 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fixed = maintenance.repair(
                 args.store, args.path, storage_options=options, force=args.force
             )
-        except (ShardpipeError, OSError, ValueError, KeyError) as err:
-            print(f"shardpipe {args.command}: {where}: {err}", file=sys.stderr)
-            return 2
+        except EXPECTED as err:
+            return fail(args.command, err, where=where)
         print(fixed)
         return 0 if fixed.ok else 1
     if args.command == "cleanup":
@@ -243,9 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             removed = cleanup(args.store, args.path, storage_options=options)
-        except (ShardpipeError, OSError) as err:
-            print(f"shardpipe cleanup: {err}", file=sys.stderr)
-            return 2
+        except EXPECTED as err:
+            return fail("cleanup", err, where=where)
         print(f"removed {removed} leftover(s)")
         return 0
     return 2  # pragma: no cover - argparse rejects unknown commands

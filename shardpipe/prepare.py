@@ -9,6 +9,7 @@ its memory checked. Nothing touches storage but reads.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -26,11 +27,13 @@ from shardpipe.existing import (
     check_source_dtype,
     check_strategy,
     check_unchanged_settings,
+    metadata_bytes,
     read_metadata,
     region_offset,
 )
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, check_no_other_job
 from shardpipe.metadata import format_of, layout_of
+from shardpipe.resume import check_resume, check_same_job, complete_shards, job_identity
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.validate import (
     as_dask_array,
@@ -71,16 +74,24 @@ def prepare_write(
     append_dim: int | None = None,
     write_strategy: str = "auto",
     chunk_checksums: bool = True,
+    resume: bool | str = False,
     part_limit: int | None = None,
+    source_identity: dict[str, Any] | None = None,
 ) -> ShardedWrite:
     """Validate and plan a write of ``arr`` to a sharded Zarr v3 array; write nothing.
 
     Parameters are those of :func:`~shardpipe.to_sharded_zarr` (without
-    ``progress`` and ``compute``, which belong to running the job), and
-    ``part_limit``: at most this many raw bytes per part where the store can
-    write shards in parts (new arrays only). :func:`~shardpipe.rechunk` sets
-    it to one block's share of a shard, so that blocks are written as they
-    are read instead of waiting in memory for the rest of their shard.
+    ``progress`` and ``compute``, which belong to running the job), and two
+    for front-ends built on it: ``part_limit``, at most this many raw bytes
+    per part where the store can write shards in parts (new arrays only;
+    :func:`~shardpipe.rechunk` sets it to one block's share of a shard, so
+    that blocks are written as they are read instead of waiting in memory
+    for the rest of their shard); ``source_identity``, what the job record
+    says the source is (default: the Dask array's name; see
+    :mod:`shardpipe.resume`).
+
+    With ``resume``, the complete shards of an interrupted run of the same
+    write are found here (their indexes are read) and left out of the plan.
 
     Returns
     -------
@@ -101,6 +112,7 @@ def prepare_write(
     """
     check_array(arr)
     overwrite = check_bool("overwrite", overwrite)
+    resume = check_resume(resume, overwrite)
     write_empty_chunks = check_bool("write_empty_chunks", write_empty_chunks)
     # checked for every write; region writes and appends keep the stored codec chain
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
@@ -114,6 +126,13 @@ def prepare_write(
         attributes=attributes,
     )
     if region is not None or append_dim is not None:
+        if resume:
+            raise InvalidArgumentError(
+                "resume",
+                "a region write or an append is not resumed shard by shard",
+                "Run `shardpipe repair` on the array, then the same write again without "
+                "resume (writing the same region again gives the same array)",
+            )
         layout_settings = dict(shards=shards, chunks=chunks, index_location=index_location)
         return _prepare_update(
             arr,
@@ -153,6 +172,7 @@ def prepare_write(
     target = resolve_store(store, path, storage_options)
     check_source_is_not_target(array, target)
     check_store_reachable(array, target)
+    resuming = bool(resume) and target.shards.get(target.key("zarr.json")) is not None
     layout = ShardLayout(tuple(array.shape), shard_shape, chunk_shape)
     codec = ChunkCodec.from_metadata(metadata)
     plan = _plan(
@@ -163,8 +183,13 @@ def prepare_write(
         metadata,
         part_limit=part_limit,
     )
-    check_target(target, overwrite)
-    return ShardedWrite(
+    identity = job_identity(
+        {"dask": array.name} if source_identity is None else source_identity,
+        json.loads(metadata_bytes(metadata)),
+    )
+    if not resuming:
+        check_target(target, overwrite)
+    job = ShardedWrite(
         array,
         target,
         create_kwargs,
@@ -172,7 +197,12 @@ def prepare_write(
         plan,
         overwrite=overwrite,
         write_empty_chunks=write_empty_chunks,
+        identity=identity,
     )
+    if resuming:
+        check_same_job(target, identity, resume)
+        job = job.resumed(complete_shards(target, metadata, layout))
+    return job
 
 
 def prepare_fill(

@@ -19,7 +19,6 @@ whatever the source used.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -30,7 +29,7 @@ import dask.array as da
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.core.grid import Coords, Shape
+from shardpipe.core.grid import Shape
 from shardpipe.core.rechunk import (
     ReadCost,
     intermediate_chunks,
@@ -40,20 +39,15 @@ from shardpipe.core.rechunk import (
 )
 from shardpipe.core.sizes import format_bytes
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
-from shardpipe.existing import metadata_bytes
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
-from shardpipe.journal import JOB_DIR
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk_intermediate import Intermediate
 from shardpipe.rechunk_source import Source, open_source
+from shardpipe.resume import check_resume, check_same_job, complete_shards
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport
 from shardpipe.validate import check_bool, check_max_mem, resolve_shapes
-from shardpipe.verify import shard_checks
-
-RESUME_WORKERS = 8
-"""Shard indexes read at once when a resumed rechunk looks for complete shards."""
 
 FIRST_BLOCK_SHARE = 2
 """Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.
@@ -63,24 +57,19 @@ Measured (benchmarks/RESULTS.md section 6): blocks of ``max_mem`` held the proce
 under 700 MiB and was faster."""
 
 
-RECORD = f"{JOB_DIR}/rechunk.json"
-"""Key, beside the target's ``zarr.json``, of what the rechunk writing it reads and writes."""
+def source_identity(source: Source) -> dict[str, Any]:
+    """What a rechunk's job record says of its source: name, shape, dtype and read unit.
 
-
-def job_record(source: Source, write: ShardedWrite) -> bytes:
-    """What identifies a rechunk: its source (name, shape, dtype, read unit) and target metadata.
-
-    Saved beside the target before the first shard is written; ``resume``
-    carries on only where the saved record is this job's.
+    Unlike the Dask name of the blocks, this does not depend on the block
+    shape the plan chose, so a resumed rechunk with another ``max_mem`` is
+    still the same job.
     """
-    document = {
-        "source": source.name,
+    return {
+        "rechunk": source.name,
         "shape": list(source.shape),
         "dtype": str(source.dtype),
         "read_unit": list(source.read_unit),
-        "target": json.loads(metadata_bytes(write.metadata)),
     }
-    return json.dumps(document, sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -147,13 +136,12 @@ class RechunkJob:
         return html_table("RechunkJob", self.summary_rows())
 
     def execute(self, *, progress: bool = False) -> WriteReport:
-        """Run the rechunk (saving its record first, for ``resume``); return what was written.
+        """Run the rechunk; return what was written.
 
         A two-pass rechunk copies the source into the intermediate first, then
         writes the target from it, then deletes the copy.
         """
         if self.intermediate is None:
-            self._save_record()
             return self.write.execute(progress=progress)
         assert self.origin is not None and self.replan is not None
         inter = self.intermediate
@@ -164,22 +152,14 @@ class RechunkJob:
         return report
 
     def to_delayed(self) -> Delayed:
-        """The rechunk as a ``dask.delayed.Delayed`` (see :meth:`ShardedWrite.to_delayed`).
-
-        The job's record is saved now, so that a failed computation can be resumed.
-        """
+        """The rechunk as a ``dask.delayed.Delayed`` (see :meth:`ShardedWrite.to_delayed`)."""
         if self.intermediate is not None:
             raise InvalidArgumentError(
                 "compute",
                 "a two-pass rechunk (temp_store) runs its passes one after the other",
                 "Use compute=True",
             )
-        self._save_record()
         return self.write.to_delayed()
-
-    def _save_record(self) -> None:
-        target = self.write.target
-        target.shards.put(target.key(RECORD), [job_record(self.source, self.write)])
 
 
 def plan_rechunk(
@@ -200,7 +180,7 @@ def plan_rechunk(
     storage_options: dict[str, Any] | None = None,
     source_storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
-    resume: bool = False,
+    resume: bool | str = False,
     temp_store: str | os.PathLike[str] | None = None,
 ) -> RechunkJob:
     """Plan a rechunk of ``source`` into a sharded array at ``target``; write nothing.
@@ -218,14 +198,11 @@ def plan_rechunk(
     """
     opened = open_source(source, source_storage_options)
     budget = check_max_mem(max_mem)
-    overwrite, resume = check_bool("overwrite", overwrite), check_bool("resume", resume)
+    overwrite = check_bool("overwrite", overwrite)
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
-    if overwrite and resume:
-        raise InvalidArgumentError(
-            "resume", "resume=True keeps what is written, overwrite=True deletes it", "Pick one"
-        )
+    resume = check_resume(resume, overwrite)
     resolved = resolve_store(target, path, storage_options)
-    resuming = resume and resolved.shards.get(resolved.key("zarr.json")) is not None
+    resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(opened.shape, opened.dtype.itemsize, shards, chunks)
     carried = dict(
         fill_value=opened.fill_value if fill_value is None else fill_value,
@@ -248,6 +225,7 @@ def plan_rechunk(
             overwrite=overwrite or resuming,
             max_mem=budget,
             part_limit=share * opened.dtype.itemsize,
+            source_identity=source_identity(read),
             **carried,
         )
 
@@ -285,44 +263,10 @@ def plan_rechunk(
             planned, second_blocks, second_cost, second, inter, opened, straddling, prepare
         )
     if resuming:
-        write = write.resumed(_complete_shards(opened, write))
+        assert write.identity is not None
+        check_same_job(resolved, write.identity, resume)
+        write = write.resumed(complete_shards(resolved, write.metadata, write.layout))
     return RechunkJob(opened, block_shape, cost, write, straddles=straddling)
-
-
-def _complete_shards(source: Source, write: ShardedWrite) -> frozenset[Coords]:
-    """Shards of an interrupted run of this same rechunk that are complete.
-
-    Raises
-    ------
-    InvalidArgumentError
-        If the target was not written by this rechunk (another source, or
-        other layout, codecs or attributes).
-    """
-    target = write.target
-    saved = target.shards.get(target.key(RECORD))
-    where = target.path or "the store root"
-    if saved is None:
-        raise InvalidArgumentError(
-            "resume",
-            f"the array at {where!r} was not written by a shardpipe rechunk",
-            "Write it again with overwrite=True",
-        )
-    ours = json.loads(job_record(source, write))
-    theirs = json.loads(bytes(saved))
-    different = sorted(k for k in ours if ours[k] != theirs.get(k))
-    if different:
-        raise InvalidArgumentError(
-            "resume",
-            f"the array at {where!r} was written by another rechunk (its {', '.join(different)} "
-            "differ from this one's)",
-            "Run the same command as the interrupted one, or start again with overwrite=True",
-        )
-    checks = shard_checks(target, write.metadata, RESUME_WORKERS, decode=False)
-    return frozenset(
-        coords
-        for coords, check in zip(write.layout.shard_coords(), checks, strict=True)
-        if check.present and not check.problems
-    )
 
 
 def _largest_fitting(
@@ -372,7 +316,7 @@ def rechunk(
     storage_options: dict[str, Any] | None = None,
     source_storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
-    resume: bool = False,
+    resume: bool | str = False,
     temp_store: str | os.PathLike[str] | None = None,
     compute: bool = True,
     progress: bool = False,
@@ -405,13 +349,15 @@ def rechunk(
         fsspec options for the target and for the source.
     overwrite : bool
         Replace an existing array at the target.
-    resume : bool
+    resume : bool or "force"
         Carry on an interrupted run of the same rechunk: shards of the target
         that are complete (present, index verifying) are kept, the rest
         written. The target must have been written by a rechunk of the same
-        source into the same layout, codecs and attributes (a record saved
-        beside ``zarr.json`` before the first shard tells); else an error.
-        Without a target, a fresh start.
+        source (location, shape, dtype, read unit) into the same layout,
+        codecs and attributes, as the job record saved beside ``zarr.json``
+        after the metadata and before the first shard shows; else an error
+        (``"force"`` skips the source comparison). Without a target, a fresh
+        start. See :mod:`shardpipe.resume`.
     temp_store : str or os.PathLike, optional
         Where a two-pass rechunk may keep an intermediate copy (a path or
         URL that does not exist yet; deleted afterwards). Used only when the

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from shardpipe.errors import ShardpipeError
+from shardpipe.cli_errors import EXPECTED, exit_status, fail
 
 
 def add_command(
@@ -109,9 +109,8 @@ def run(
             job = plan_rechunk(
                 args.source, args.target, path=args.path, temp_store=args.temp_store, **common
             )
-    except (ShardpipeError, OSError, ValueError) as err:
-        print(f"shardpipe rechunk: {err}", file=sys.stderr)
-        return 2
+    except EXPECTED as err:
+        return fail("rechunk", err)
     print(job)
     if args.dry_run:
         return 0
@@ -124,7 +123,7 @@ def run(
             "run the same command with --resume to write the rest",
             file=sys.stderr,
         )
-        return 1
+        return exit_status(err, during_work=True)
     print(report)
     return 0
 

@@ -9,6 +9,7 @@ from dask.delayed import Delayed
 
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR, check_no_other_job
+from shardpipe.journal import JOB_DIR
 from shardpipe.prepare import prepare_write
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.validate import check_bool
@@ -38,6 +39,7 @@ def to_sharded_zarr(
     append_dim: int | None = None,
     write_strategy: str = "auto",
     chunk_checksums: bool = True,
+    resume: bool | str = False,
     progress: bool = False,
     compute: bool = True,
 ) -> zarr.Array[Any] | Delayed:
@@ -119,6 +121,14 @@ def to_sharded_zarr(
         ``checksum=True``) are kept as given: never two checksums. False
         writes the chain exactly as given (or zarr's default). Region writes
         and appends keep the existing array's chain.
+    resume : bool or "force"
+        Carry on an interrupted write of a new array: shards it published
+        (present, index and CRC32C valid) are kept and only the rest are
+        written. The array must have been made by the same write, which its
+        job record (``.shardpipe/write.json``) shows: same source (its Dask
+        name), same metadata. ``"force"`` skips the source comparison (for
+        sources whose Dask name is not deterministic). Without an array at
+        the target, the write starts afresh. See :mod:`shardpipe.resume`.
     progress : bool
         Show a progress bar over shards and bytes (with ``compute=True``).
     compute : bool
@@ -187,6 +197,7 @@ def to_sharded_zarr(
         append_dim=append_dim,
         write_strategy=write_strategy,
         chunk_checksums=chunk_checksums,
+        resume=resume,
     )
     if not compute:
         return job.to_delayed()
@@ -211,5 +222,13 @@ def cleanup(
         How many leftovers were removed.
     """
     target = resolve_store(store, path, storage_options)
+    has_records = next(iter(target.shards.list(target.key(f"{JOB_DIR}/"))), None) is not None
+    if not has_records and target.shards.get(target.key("zarr.json")) is None:
+        where = f"{store}" + (f" (path {path!r})" if path else "")
+        raise InvalidArgumentError(
+            "store",
+            f"there is no array and no shardpipe record at {where}, so nothing to clean up",
+            "Check the store and path: they must name the array the failed write wrote",
+        )
     check_no_other_job(target, None, "clean up")
     return target.shards.cleanup(target.key(STAGING_DIR), target.key("c"))

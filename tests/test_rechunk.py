@@ -237,10 +237,13 @@ def test_resume_keeps_complete_shards_and_writes_the_rest(tmp_path: Path) -> Non
 
 def test_resume_refuses_another_job(tmp_path: Path) -> None:
     source, target, _, kwargs = _interrupted(tmp_path)
-    with pytest.raises(InvalidArgumentError, match=r"resume: .*another rechunk \(its target"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"resume: .*another job: its target metadata \(chunk_grid\) differs",
+    ):
         shardpipe.rechunk(source, target, resume=True, shards=(20, 20, 20), chunks=(10, 10, 10))
     other = _v2(tmp_path / "other.zarr", _data((80, 40, 40), "uint16"), chunks=(10, 40, 40))
-    with pytest.raises(InvalidArgumentError, match=r"its source differ"):
+    with pytest.raises(InvalidArgumentError, match=r"its source differs"):
         shardpipe.rechunk(other, target, resume=True, **kwargs)
     with pytest.raises(InvalidArgumentError, match="resume"):
         shardpipe.rechunk(source, target, resume=True, overwrite=True, **kwargs)

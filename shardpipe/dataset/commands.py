@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from shardpipe.errors import ShardpipeError
+from shardpipe.cli_errors import EXPECTED, fail
 
 
 def dim_sizes(text: str) -> dict[str, int]:
@@ -76,9 +75,8 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             repaired = repair_dataset(
                 args.store, group=args.group, storage_options=options, force=args.force
             )
-        except (ShardpipeError, OSError, ValueError, KeyError) as err:
-            print(f"shardpipe repair-dataset: {args.store}: {err}", file=sys.stderr)
-            return 2
+        except EXPECTED as err:
+            return fail("repair-dataset", err, where=args.store)
         print(repaired)
         return 0 if repaired.ok else 1
     from shardpipe.dataset.write import keep_cf_encoding, to_zarr
@@ -101,9 +99,8 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             storage_options=options,
             progress=args.progress,
         )
-    except (ShardpipeError, OSError, ValueError, KeyError) as err:
-        print(f"shardpipe write-dataset: {err}", file=sys.stderr)
-        return 2
+    except EXPECTED as err:
+        return fail("write-dataset", err)
     assert isinstance(reports, dict)
     for name, report in reports.items():
         print(f"{name}: {report}")

@@ -1,0 +1,113 @@
+"""The command line after faults: exit statuses, ``verify --complete``, ``cleanup``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+from shardpipe.cli import main
+from shardpipe.cli_errors import BAD_INPUT, NO_ACCESS, OK, PROBLEMS, STORAGE_FAILED
+from shardpipe.errors import StorageFullError
+from shardpipe.prepare import prepare_write
+from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.storage.retry import RetryingStore
+from shardpipe.testing.faults import FaultyStore
+
+LAYOUT = dict(shards=(16, 32, 32), chunks=(8, 16, 16))
+
+
+@pytest.fixture(autouse=True)
+def _threads() -> Iterator[None]:
+    with dask.config.set(scheduler="threads"):
+        yield
+
+
+def _source() -> da.Array:
+    data = np.random.default_rng(0).integers(0, 500, (64, 64, 64)).astype("uint16")
+    return da.from_array(data, chunks=(16, 32, 32))
+
+
+def _interrupted(path: Path) -> None:
+    """A write stopped by a full disk after a few shards."""
+    faulty = FaultyStore(LocalShardStore(path), share=0.0, full_after=5)
+    target = ResolvedStore(zarr.storage.LocalStore(path), RetryingStore(faulty), "")
+    with pytest.raises(StorageFullError):
+        prepare_write(_source(), target, **LAYOUT).execute()
+
+
+def test_verify_complete_flags_an_unfinished_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _interrupted(tmp_path)
+    assert main(["verify", str(tmp_path)]) == OK
+    out = capsys.readouterr().out
+    assert "did not finish" in out and "resume=True" in out and out.rstrip().endswith("OK")
+    assert main(["verify", str(tmp_path), "--complete"]) == PROBLEMS
+    assert "did not finish" in capsys.readouterr().out
+    prepare_write(_source(), str(tmp_path), resume=True, **LAYOUT).execute()
+    assert main(["verify", str(tmp_path), "--complete"]) == OK
+
+
+def test_verify_complete_flags_staging(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    staging = tmp_path / ".shardpipe/staging/job/c.0.0.0"
+    shard_source = _source()
+    prepare_write(shard_source, str(tmp_path), **LAYOUT).execute()
+    staging.mkdir(parents=True)
+    (staging / "part-00000").write_bytes(b"left by a killed write")
+    assert main(["verify", str(tmp_path)]) == OK
+    assert "staging area" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path), "--complete"]) == PROBLEMS
+    assert main(["cleanup", str(tmp_path)]) == OK
+    assert not staging.exists()
+    assert main(["verify", str(tmp_path), "--complete"]) == OK
+
+
+def test_cleanup_of_nothing_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-such.zarr"
+    assert main(["cleanup", str(missing)]) == BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nothing to clean up" in err
+    assert not missing.exists()
+
+
+def _mount(where: Path, options: str) -> bool:
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mounts a Linux tmpfs")
+def test_exit_statuses_of_storage_faults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "source.zarr"
+    prepare_write(_source(), str(source), **LAYOUT).execute()
+    readonly, small = tmp_path / "ro", tmp_path / "small"
+    if not _mount(readonly, "ro,size=1m"):
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        assert _mount(small, "size=200k")
+        args = ["rechunk", str(source), "--shards", "32,32,32", "--chunks", "16,16,16"]
+        assert main([*args[:2], str(readonly / "a.zarr"), *args[2:], "--no-progress"]) == (
+            NO_ACCESS
+        )
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "writable" in err
+        status = main([*args[:2], str(small / "a.zarr"), *args[2:], "--no-progress"])
+        assert status == STORAGE_FAILED
+        err = capsys.readouterr().err
+        assert "ENOSPC" in err and "--resume" in err
+    finally:
+        for where in (readonly, small):
+            subprocess.run(["umount", "-l", str(where)], check=False)
