@@ -89,9 +89,9 @@ class RetryPolicy:
         Largest upper bound of a delay, in seconds.
     """
 
-    attempts: int = 6
-    first_delay: float = 0.2
-    max_delay: float = 15.0
+    attempts: int = 8
+    first_delay: float = 0.25
+    max_delay: float = 20.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.attempts, int) or isinstance(self.attempts, bool):

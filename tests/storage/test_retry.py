@@ -1,0 +1,127 @@
+"""The retry layer alone: which faults are retried, how long, and that retries are idempotent."""
+
+from __future__ import annotations
+
+import errno
+import random
+from pathlib import Path
+
+import pytest
+
+from shardpipe.errors import (
+    ConditionFailedError,
+    InvalidArgumentError,
+    StorageAccessError,
+    StorageError,
+    StorageFullError,
+    TransientStorageError,
+)
+from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.retry import RetryingStore, RetryPolicy, is_transient, retries_so_far
+from shardpipe.testing.faults import FaultyStore
+
+
+@pytest.mark.parametrize(
+    ("err", "transient"),
+    [
+        (OSError(errno.EAGAIN, "again"), True),
+        (OSError(errno.EINTR, "interrupted"), True),
+        (OSError(errno.ETIMEDOUT, "timed out"), True),
+        (OSError(errno.ECONNRESET, "reset"), True),
+        (TransientStorageError("503"), True),
+        (OSError(errno.ENOSPC, "full"), False),
+        (OSError(errno.EIO, "i/o"), False),
+        (FileNotFoundError(errno.ENOENT, "absent"), False),
+        (StorageError("other"), False),
+        (ConditionFailedError("412"), False),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_what_is_transient(err: BaseException, transient: bool) -> None:
+    assert is_transient(err) is transient
+
+
+@pytest.mark.parametrize(
+    ("errno_", "kind", "words"),
+    [
+        (errno.ENOSPC, StorageFullError, "resume=True"),
+        (errno.EDQUOT, StorageFullError, "quota"),
+        (errno.EROFS, StorageAccessError, "read-write"),
+        (errno.EACCES, StorageAccessError, "permissions"),
+    ],
+)
+def test_permanent_faults_fail_at_once(
+    tmp_path: Path, errno_: int, kind: type[Exception], words: str
+) -> None:
+    calls = []
+
+    class Broken(LocalShardStore):
+        def put(self, key, buffers, *, if_absent=False, if_version=None):  # type: ignore[no-untyped-def]
+            calls.append(key)
+            raise OSError(errno_, "injected")
+
+    store = RetryingStore(Broken(tmp_path), sleep=lambda s: None)
+    with pytest.raises(kind, match=words) as caught:
+        store.put("c/0/1", [b"x"])
+    assert calls == ["c/0/1"]  # not retried
+    assert "'c/0/1'" in str(caught.value)
+
+
+def test_policy_bounds_and_validation() -> None:
+    policy = RetryPolicy(attempts=5, first_delay=1.0, max_delay=3.0)
+    rng = random.Random(0)
+    for retry, bound in [(1, 1.0), (2, 2.0), (3, 3.0), (4, 3.0)]:
+        delays = [policy.delay(retry, rng) for _ in range(200)]
+        assert 0 <= min(delays) and max(delays) <= bound
+        assert max(delays) > 0.8 * bound  # full jitter spreads over the whole range
+    assert policy.worst_case_seconds == 1 + 2 + 3 + 3
+    for bad in [dict(attempts=0), dict(attempts=1.5), dict(first_delay=-1), dict(max_delay="1")]:
+        with pytest.raises(InvalidArgumentError, match="retry"):
+            RetryPolicy(**bad)  # type: ignore[arg-type]
+
+
+def test_gives_up_after_the_policy_and_counts(tmp_path: Path) -> None:
+    faulty = FaultyStore(LocalShardStore(tmp_path), share=1.0, kinds=("transient",))
+    waits: list[float] = []
+    store = RetryingStore(faulty, RetryPolicy(attempts=4, first_delay=0.1), sleep=waits.append)
+    before = retries_so_far()
+    with pytest.raises(TransientStorageError, match="after 4 tries"):
+        store.get("zarr.json")
+    assert len(waits) == 3 and retries_so_far() - before == 3
+    assert faulty.injected["transient"] == 4
+
+
+def test_a_lost_answer_is_retried_idempotently(tmp_path: Path) -> None:
+    inner = LocalShardStore(tmp_path)
+    inner.put("shard", [b"0123456789"])
+    # the append lands, its answer is lost: the retry must not append twice
+    faulty = FaultyStore(inner, share=1.0, kinds=("lost",), calls=frozenset({"append"}))
+    store = RetryingStore(faulty, RetryPolicy(attempts=3), sleep=lambda s: None)
+    with pytest.raises(TransientStorageError):
+        store.append("shard", [b"abc"])  # every answer is lost: gives up
+    # three tries landed; each retry first cut the object back: the bytes went in once
+    assert inner.get("shard") == b"0123456789abc"
+    assert faulty.injected["lost"] == 3
+
+
+def test_a_create_only_put_whose_answer_was_lost_succeeds(tmp_path: Path) -> None:
+    inner = LocalShardStore(tmp_path)
+    faulty = FaultyStore(inner, share=1.0, kinds=("lost",), calls=frozenset({"put"}))
+    store = RetryingStore(faulty, RetryPolicy(attempts=3), sleep=lambda s: None)
+
+    lost_once = {"n": 0}
+    real_put = faulty.put
+
+    def put_losing_first_answer(key, buffers, **conditions):  # type: ignore[no-untyped-def]
+        if lost_once["n"] == 0:
+            lost_once["n"] += 1
+            real_put(key, buffers, **conditions)  # lands, then the answer is lost
+        else:
+            inner.put(key, buffers, **conditions)
+
+    faulty.put = put_losing_first_answer  # type: ignore[method-assign]
+    store.put("marker", [b"mine"], if_absent=True)  # no ConditionFailedError
+    assert inner.get("marker") == b"mine"
+    # someone else's object is still a failed condition
+    with pytest.raises(ConditionFailedError):
+        RetryingStore(inner).put("marker", [b"theirs"], if_absent=True)
