@@ -72,7 +72,7 @@ def test_policy_bounds_and_validation() -> None:
     rng = random.Random(0)
     for retry, bound in [(1, 1.0), (2, 2.0), (3, 3.0), (4, 3.0)]:
         delays = [policy.delay(retry, rng) for _ in range(200)]
-        assert 0 <= min(delays) and max(delays) <= bound
+        assert min(delays) >= 0 and max(delays) <= bound
         assert max(delays) > 0.8 * bound  # full jitter spreads over the whole range
     assert policy.worst_case_seconds == 1 + 2 + 3 + 3
     for bad in [dict(attempts=0), dict(attempts=1.5), dict(first_delay=-1), dict(max_delay="1")]:
