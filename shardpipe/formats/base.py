@@ -35,6 +35,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from shardpipe.core.grid import Coords
+from shardpipe.errors import ShardFormatError
 
 EMPTY = np.uint64(2**64 - 1)
 """Offset and nbytes of an index slot that holds no data."""
@@ -162,6 +163,116 @@ class ShardFormat(Protocol):
             If the bytes are not a valid index.
         """
         ...
+
+
+def entry_problems(
+    index: ShardIndex, shard_nbytes: int, index_range: tuple[int, int], *, most: int = 3
+) -> tuple[list[str], int]:
+    """Find index entries that no valid shard of ``shard_nbytes`` bytes can have.
+
+    An entry is wrong when only one of its offset and nbytes is the empty
+    marker, when its bytes do not lie inside the object (``offset + nbytes``
+    past the end, or wrapping around 2**64), when they overlap the index, or
+    when they overlap another chunk's. Vectorised: an index of millions of
+    entries is checked without a Python loop over them.
+
+    Parameters
+    ----------
+    index : ShardIndex
+        The decoded index.
+    shard_nbytes : int
+        Size of the shard object.
+    index_range : tuple of int
+        ``[start, stop)`` of the encoded index inside the object.
+    most : int
+        Describe at most this many problems.
+
+    Returns
+    -------
+    problems : list of str
+        The first ``most`` problems, each naming its slot(s).
+    count : int
+        How many problems there are in all.
+    """
+    entries = index.entries
+    offsets, lengths = entries[:, 0], entries[:, 1]
+    size = np.uint64(max(0, shard_nbytes))
+    half = (offsets == EMPTY) != (lengths == EMPTY)
+    stored = (offsets != EMPTY) & (lengths != EMPTY)
+    # offset + nbytes <= size, written so that nothing wraps around 2**64
+    outside = stored & ((lengths > size) | (offsets > size - np.minimum(lengths, size)))
+    inside = stored & ~outside
+    start, stop = np.uint64(index_range[0]), np.uint64(index_range[1])
+    slots = np.flatnonzero(inside)
+    starts = offsets[slots]
+    stops = starts + lengths[slots]
+    on_index = (starts < stop) & (stops > start)
+    order = np.lexsort((stops, starts))  # by start, then stop: an empty chunk overlaps nothing
+    ends = np.maximum.accumulate(stops[order]) if len(order) else stops
+    clash = np.flatnonzero(ends[:-1] > starts[order][1:])
+    problems: list[str] = []
+    count = int(half.sum()) + int(outside.sum()) + int(on_index.sum()) + len(clash)
+    for slot in np.flatnonzero(half)[:most]:
+        problems.append(
+            f"slot {slot}: only one of offset {int(offsets[slot])} and nbytes "
+            f"{int(lengths[slot])} is the empty marker 2**64-1"
+        )
+    for slot in np.flatnonzero(outside)[:most]:
+        first, n = int(offsets[slot]), int(lengths[slot])
+        problems.append(
+            f"slot {slot}: bytes [{first}, {first + n}) lie outside the {shard_nbytes}-byte shard"
+        )
+    for i in np.flatnonzero(on_index)[:most]:
+        problems.append(
+            f"slot {slots[i]}: bytes [{int(starts[i])}, {int(stops[i])}) overlap the index at "
+            f"[{index_range[0]}, {index_range[1]})"
+        )
+    for i in clash[:most]:
+        problems.append(f"slot {slots[order[i + 1]]} overlaps the bytes of an earlier chunk")
+    return problems[:most], count
+
+
+def check_entries(index: ShardIndex, shard_nbytes: int, index_range: tuple[int, int]) -> None:
+    """Raise unless every entry of ``index`` is empty or lies alone inside the object.
+
+    Raises
+    ------
+    ShardFormatError
+        Describing the first problems :func:`entry_problems` finds.
+    """
+    problems, count = entry_problems(index, shard_nbytes, index_range)
+    if count:
+        more = f"; and {count - len(problems)} more" if count > len(problems) else ""
+        raise ShardFormatError(
+            f"{count} bad index entr{'y' if count == 1 else 'ies'}: {'; '.join(problems)}{more}"
+        )
+
+
+def read_checked_index(
+    shard_format: ShardFormat, read: RangeReader, shard_nbytes: int, key: str
+) -> tuple[ShardIndex, tuple[int, int]]:
+    """Read the index of the shard at ``key`` and check every entry before any is used.
+
+    For code that slices or copies chunks by their entries (updates,
+    compaction, ``info``): an entry it returns lies inside the object,
+    apart from the index and from every other chunk.
+
+    Raises
+    ------
+    ShardFormatError
+        Naming ``key``, when the index does not decode or an entry is wrong.
+    """
+    try:
+        index, where = shard_format.read_index(read, shard_nbytes)
+        if index.entries.shape != (shard_format.n_slots, 2):
+            raise ShardFormatError(
+                f"the index has {index.entries.shape[0]} entries, the shard "
+                f"{shard_format.n_slots} slots"
+            )
+        check_entries(index, shard_nbytes, where)
+    except ShardFormatError as err:
+        raise ShardFormatError(f"shard {key!r}: {err}") from err
+    return index, where
 
 
 def lay_out_part(
