@@ -7,7 +7,6 @@ checked here against the array's metadata before anything is written.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.core.shard_update import STRATEGIES
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
-from shardpipe.metadata import format_of, layout_of
+from shardpipe.metadata import format_of, layout_of, parse_array_metadata, parse_json_object
 from shardpipe.storage.base import ObjectVersion
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.validate import _is_integer
@@ -39,12 +38,18 @@ class ExistingArray:
         The metadata to publish after the shards (an append), else None.
     strategy : str
         ``write_strategy``.
+    update : str
+        Identity of the update: a hash of its source's Dask name, its place
+        in the array and the array's metadata before it. Records of the
+        shards it finished are kept under it, so that ``resume=True`` can
+        skip them after an interruption.
     """
 
     metadata: ArrayV3Metadata
     version: ObjectVersion
     grown: ArrayV3Metadata | None
     strategy: str
+    update: str = ""
 
 
 def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadata, ObjectVersion]:
@@ -55,6 +60,8 @@ def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadat
     InvalidArgumentError
         If there is no such array, or it is not a sharded Zarr v3 array
         (named after ``parameter``).
+    shardpipe.errors.MetadataError
+        If its ``zarr.json`` is broken.
     """
     key = target.key("zarr.json")
     store = target.shards
@@ -70,12 +77,12 @@ def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadat
             "Write the array first without region/append_dim"
             + (", or rechunk the v2 array into a sharded v3 one" if v2 else ""),
         )
-    document = json.loads(data)
-    if document.get("node_type") != "array":
+    document = parse_json_object(data, repr(key))  # MetadataError if broken
+    if document.get("node_type") == "group":
         raise InvalidArgumentError(
             parameter, f"{where!r} is a group, not an array", "Point path at an array"
         )
-    metadata = ArrayV3Metadata.from_dict(document)
+    metadata = parse_array_metadata(document, key)
     try:
         layout_of(metadata)
     except ShardFormatError as err:

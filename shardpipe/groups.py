@@ -13,9 +13,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import zarr
+from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.sizes import format_bytes
-from shardpipe.metadata import is_sharded
+from shardpipe.errors import ShardpipeError
+from shardpipe.metadata import (
+    ZARR_PARSE_ERRORS,
+    broken_metadata,
+    check_tree_metadata,
+    is_sharded,
+    read_node_metadata,
+)
 from shardpipe.storage.resolve import ResolvedStore
 
 if TYPE_CHECKING:
@@ -23,7 +31,15 @@ if TYPE_CHECKING:
 
 
 def group_at(target: ResolvedStore) -> zarr.Group | None:
-    """The group at the target, or None when the node there is an array (or nothing)."""
+    """The group at the target, or None when the node there is an array (or nothing).
+
+    Raises
+    ------
+    shardpipe.errors.MetadataError
+        If the node's ``zarr.json`` is broken.
+    """
+    if isinstance(read_node_metadata(target.shards, target.key("zarr.json")), ArrayV3Metadata):
+        return None
     try:
         node = zarr.open(store=target.zarr_store, path=target.path, mode="r")
     except (FileNotFoundError, KeyError, zarr.errors.NodeNotFoundError):
@@ -53,7 +69,14 @@ def per_array(
     """Run ``report`` on every sharded array of the group; return results and skipped arrays."""
     results: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    for path, reason in walk_arrays(group):
+    check_tree_metadata(target.shards, target.key(""))  # zarr skips some broken members
+    try:
+        arrays = list(walk_arrays(group))
+    except (FileNotFoundError, ShardpipeError):
+        raise
+    except ZARR_PARSE_ERRORS as err:  # a node under the group has metadata zarr cannot read
+        raise broken_metadata(target.shards, target.key(""), err) from err
+    for path, reason in arrays:
         if reason is None:
             results[path] = report(ResolvedStore(target.zarr_store, target.shards, path))
         else:

@@ -25,9 +25,10 @@ from shardpipe.formats.base import ShardFormat
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
-from shardpipe.metadata import format_of, layout_of
+from shardpipe.metadata import check_walkable, format_of, layout_of
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.updating import StoredShard, read_shard, rewrite_shard
+from shardpipe.validate import check_bool, check_int, check_node_present
 from shardpipe.verify import VerifyReport, verify
 
 
@@ -52,6 +53,7 @@ def _each_shard[T](
 
 def _shard_keys(target: ResolvedStore, parameter: str) -> tuple[Any, ZarrShardingFormat, list[str]]:
     metadata, _ = read_metadata(target, parameter)
+    check_walkable(metadata, target.key("zarr.json"))  # before a list of every shard key
     shard_format = format_of(metadata)
     keys = [target.key(shard_format.key(c)) for c in layout_of(metadata).shard_coords()]
     return metadata, shard_format, keys
@@ -137,7 +139,9 @@ def info(
     group, returns a :class:`~shardpipe.groups.GroupInfo` with the
     :class:`ArrayInfo` of each sharded array in it.
     """
+    workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
+    check_node_present(target, "path" if path else "store")
     group = group_at(target)
     if group is not None:
         arrays, skipped = per_array(target, group, lambda t: _array_info(t, workers))
@@ -237,7 +241,9 @@ def repair(
     shardpipe.errors.JobConflictError
         If a job that may still run holds the array (and not ``force``).
     """
+    force = check_bool("force", force)
     target = resolve_store(store, path, storage_options)
+    check_node_present(target, "path" if path else "store", records=True)
     shards, keys = target.shards, JobKeys(target.key(""))
     report = RepairReport()
     other = read_marker(shards, keys)
@@ -307,7 +313,9 @@ def compact(
         raise InvalidArgumentError(
             "threshold", f"{threshold!r} is not in [0, 1)", "Use e.g. threshold=0.1"
         )
+    workers = check_int("workers", workers, example=4)
     target = resolve_store(store, path, storage_options)
+    check_node_present(target, "path" if path else "store")
     _, shard_format, keys = _shard_keys(target, "store")
     report = CompactReport()
 

@@ -17,8 +17,8 @@ import zarr
 from xarray import conventions
 from zarr.core.group import ConsolidatedMetadata
 
-from shardpipe.errors import InvalidArgumentError
-from shardpipe.metadata import is_sharded
+from shardpipe.errors import InvalidArgumentError, ShardpipeError
+from shardpipe.metadata import ZARR_PARSE_ERRORS, broken_metadata, is_sharded, read_node_metadata
 from shardpipe.storage.resolve import ResolvedStore
 
 
@@ -54,7 +54,14 @@ class StoredVariables:
 
     @classmethod
     def read(cls, root: ResolvedStore, mode: str) -> StoredVariables:
-        """Read the group at ``root`` (its variables only where ``mode`` keeps them)."""
+        """Read the group at ``root`` (its variables only where ``mode`` keeps them).
+
+        Raises
+        ------
+        shardpipe.errors.MetadataError
+            If the ``zarr.json`` of the group or of an array in it is broken.
+        """
+        read_node_metadata(root.shards, root.key("zarr.json"))  # checked: broken ones raise
         try:
             node = zarr.open(store=root.zarr_store, path=root.path, mode="r")
         except (FileNotFoundError, KeyError, zarr.errors.NodeNotFoundError):
@@ -68,7 +75,12 @@ class StoredVariables:
             return cls(exists=False)
         if not isinstance(node, zarr.Group):
             return cls(exists=True, paths=(root.path,))
-        arrays = dict(node.arrays())
+        try:
+            arrays = dict(node.arrays())
+        except (FileNotFoundError, ShardpipeError):
+            raise
+        except ZARR_PARSE_ERRORS as err:  # an array of the group has metadata zarr cannot read
+            raise broken_metadata(root.shards, root.key(""), err) from err
         paths = tuple(str(a.path) for a in arrays.values())
         if mode not in ("a", "r+"):
             return cls(exists=True, paths=paths)
@@ -112,7 +124,14 @@ class StoredVariables:
 
 
 def consolidated_metadata(root: ResolvedStore) -> ConsolidatedMetadata | None:
-    """The consolidated metadata at the store's root (where xarray writes it), if any."""
+    """The consolidated metadata at the store's root (where xarray writes it), if any.
+
+    Raises
+    ------
+    shardpipe.errors.MetadataError
+        If the root's ``zarr.json`` (which holds it) is broken.
+    """
+    read_node_metadata(root.shards, "zarr.json")  # a broken one is not "no consolidated metadata"
     try:
         top = zarr.open_group(root.zarr_store, mode="r", use_consolidated=True)
     except ValueError:  # zarr: "Consolidated metadata requested ... but not found"
