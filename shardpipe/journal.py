@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import socket
 import struct
@@ -35,8 +36,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from shardpipe.errors import ConditionFailedError, JobConflictError, ShardFormatError
+from shardpipe.errors import ConditionFailedError, JobConflictError, MetadataError
 from shardpipe.storage.base import ShardStore
 
 JOB_DIR = ".shardpipe"
@@ -132,8 +134,49 @@ class JobMarker:
         return False
 
 
+_MARKER_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "job": str,
+    "action": str,
+    "host": str,
+    "pid": int,
+    "started": (int, float),
+}
+
+
+def _marker_of(document: Any, key: str) -> JobMarker:
+    """The marker a decoded ``job.json`` describes, every field checked.
+
+    Raises
+    ------
+    MetadataError
+        Naming ``key`` and the field that is missing, extra or wrong.
+    """
+    if not isinstance(document, dict):
+        raise MetadataError(f"{key!r} holds a JSON {type(document).__name__}, not an object")
+    if set(document) != set(_MARKER_FIELDS):
+        raise MetadataError(
+            f"{key!r} has the fields {sorted(map(str, document))}, not {sorted(_MARKER_FIELDS)}"
+        )
+    for name, kind in _MARKER_FIELDS.items():
+        value = document[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise MetadataError(f"{key!r}: {name!r} has the wrong type ({value!r:.100})")
+    if not 0 < document["pid"] < 2**31:
+        raise MetadataError(f"{key!r}: 'pid' {document['pid']} is not a process id")
+    if not (math.isfinite(document["started"]) and 0 <= document["started"] < 2**35):
+        raise MetadataError(f"{key!r}: 'started' {document['started']} is not a Unix time")
+    return JobMarker(**document)
+
+
 def read_marker(store: ShardStore, keys: JobKeys) -> JobMarker | None:
-    """Return the array's job marker, or None when no job holds it."""
+    """Return the array's job marker, or None when no job holds it.
+
+    Raises
+    ------
+    JobConflictError
+        If a marker is there but unreadable (its cause, a
+        :class:`~shardpipe.errors.MetadataError`, names the field).
+    """
     data = store.get(keys.marker)
     if data is None:
         return None
@@ -237,21 +280,89 @@ class UndoRecord:
         return b"".join([_HEADER.pack(len(header)), header, *(b for _, b in self.ranges)])
 
     @classmethod
-    def decode(cls, data: bytes) -> UndoRecord:
-        """Inverse of :meth:`encode`."""
+    def decode(cls, data: bytes, key: str = "", array: str | None = None) -> UndoRecord:
+        """Inverse of :meth:`encode`, every field checked before it is used.
+
+        Parameters
+        ----------
+        data : bytes
+            The stored record.
+        key : str
+            Its key (named in errors; with ``array``, its last component must
+            be the SHA-1 of the shard's key, as :meth:`JobKeys.undo_key` makes it).
+        array : str, optional
+            Key prefix of the array: the shard must be a key under it (not
+            ``zarr.json``, nothing under ``.shardpipe/``, no ``..`` component).
+
+        Raises
+        ------
+        MetadataError
+            Naming the record and what is wrong.
+        """
+        what = f"undo record {key!r}" if key else "undo record"
+        if len(data) < _HEADER.size:
+            raise MetadataError(f"{what}: {len(data)} byte(s), too short for its header")
+        (n,) = _HEADER.unpack_from(data)
+        pos = _HEADER.size + n
+        if pos > len(data):
+            raise MetadataError(f"{what}: a {n}-byte header in {len(data)} bytes")
         try:
-            (n,) = _HEADER.unpack_from(data)
-            header = json.loads(data[_HEADER.size : _HEADER.size + n])
-            pos = _HEADER.size + n
-            ranges = []
-            for offset, length in header["ranges"]:
-                ranges.append((int(offset), bytes(data[pos : pos + length])))
-                pos += length
-            if pos != len(data):
-                raise ValueError(f"{len(data) - pos} bytes left over")
-            return cls(str(header["key"]), int(header["size"]), tuple(ranges))
-        except (ValueError, KeyError, TypeError, struct.error) as err:
-            raise ShardFormatError(f"undo record unreadable: {err}") from err
+            header = json.loads(bytes(data[_HEADER.size : pos]))
+        except (ValueError, RecursionError) as err:
+            raise MetadataError(f"{what}: the header is not JSON ({err})") from err
+        if not isinstance(header, dict) or set(header) != {"key", "size", "ranges"}:
+            raise MetadataError(f"{what}: the header is not an object of key, size and ranges")
+        shard, size, ranges = header["key"], header["size"], header["ranges"]
+        if not isinstance(shard, str) or not shard or _unencodable(shard):
+            raise MetadataError(f"{what}: 'key' {shard!r:.100} is not a key")
+        if not _is_count(size):
+            raise MetadataError(f"{what}: 'size' {size!r:.100} is not a size")
+        if not isinstance(ranges, list) or not all(
+            isinstance(r, list) and len(r) == 2 and all(map(_is_count, r)) for r in ranges
+        ):
+            raise MetadataError(f"{what}: 'ranges' is not a list of [offset, nbytes] pairs")
+        old = []
+        for offset, length in ranges:
+            if offset + length > size:
+                raise MetadataError(
+                    f"{what}: range [{offset}, {offset + length}) lies past the old size {size}"
+                )
+            if pos + length > len(data):
+                raise MetadataError(f"{what}: the old bytes of its ranges are cut short")
+            old.append((offset, bytes(data[pos : pos + length])))
+            pos += length
+        if pos != len(data):
+            raise MetadataError(f"{what}: {len(data) - pos} byte(s) left over")
+        if array is not None:
+            _check_shard_key(shard, array, key, what)
+        return cls(shard, size, tuple(old))
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_shard_key(shard: str, array: str, record_key: str, what: str) -> None:
+    """Refuse an undo record that would write anywhere but a shard of the array."""
+    relative = shard[len(array) :] if shard.startswith(array) else ""
+    parts = relative.split("/")
+    if (
+        not relative
+        or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts)
+        or parts[0] == JOB_DIR
+        or relative == "zarr.json"
+    ):
+        raise MetadataError(f"{what}: {shard!r:.200} is not the key of a shard of {array!r}")
+    if record_key and record_key.rpartition("/")[2] != hashlib.sha1(shard.encode()).hexdigest():
+        raise MetadataError(f"{what}: its name is not the SHA-1 of its shard's key {shard!r}")
 
 
 def roll_back(store: ShardStore, record: UndoRecord) -> bool:
@@ -281,8 +392,8 @@ def undo_records(store: ShardStore, keys: JobKeys) -> Iterator[tuple[str, UndoRe
         if data is None:
             continue
         try:
-            yield key, UndoRecord.decode(data)
-        except ShardFormatError:
+            yield key, UndoRecord.decode(data, key, keys.array)
+        except MetadataError:  # never completely written, or not a record of this array
             store.delete(key)
 
 

@@ -101,12 +101,17 @@ def read_record(target: ResolvedStore) -> dict[str, Any] | None:
         return None
     try:
         record = json.loads(data)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise MetadataError(f"job record {key!r} is not JSON ({err})") from err
     if not isinstance(record, dict) or not {"source", "target", "state"} <= record.keys():
         raise MetadataError(
             f"job record {key!r} lacks source, target or state; delete it and write the "
             "array again with overwrite=True"
+        )
+    if not isinstance(record["target"], dict) or not isinstance(record["state"], str):
+        raise MetadataError(
+            f"job record {key!r}: its target is not an object or its state not a string; "
+            "delete it and write the array again with overwrite=True"
         )
     return record
 
@@ -170,7 +175,7 @@ def check_same_job(
     stored = target.shards.get(target.key("zarr.json"))
     try:
         stored_document = json.loads(stored) if stored is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         stored_document = None
     if stored_document != identity["target"]:
         raise InvalidArgumentError(

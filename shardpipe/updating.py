@@ -36,7 +36,7 @@ from shardpipe.core.plan import PartPlan
 from shardpipe.core.region import ShardCoverage
 from shardpipe.core.shard_update import Abilities, ShardBytes, ShardUpdate, plan_shard_update
 from shardpipe.errors import ConditionFailedError, PlanError, ShardConflictError
-from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard
+from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard, read_checked_index
 from shardpipe.journal import JobKeys, JobMarker, UndoRecord, check_held
 from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.retry import retries_so_far
@@ -144,8 +144,8 @@ def read_shard(store: ShardStore, shard_format: ShardFormat, key: str) -> Stored
     size = store.size(key)
     if size is None:
         raise _conflict([key], "it was deleted while being read")
-    index, where = shard_format.read_index(
-        lambda start, stop: store.get_range(key, start, stop), size
+    index, where = read_checked_index(  # every entry checked: chunks are sliced by them
+        shard_format, lambda start, stop: store.get_range(key, start, stop), size, key
     )
     at_start = shard_format.head_nbytes() > 0
     return StoredShard(key, version, ShardBytes(size, index.entries, where, at_start), store)

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.grid import Coords, ShardLayout
@@ -33,7 +32,7 @@ from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
 from shardpipe.groups import group_at, per_array
 from shardpipe.journal import JobKeys, undo_records
-from shardpipe.metadata import format_of, layout_of
+from shardpipe.metadata import format_of, layout_of, open_array_metadata
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 
@@ -334,8 +333,7 @@ def verify(
 
 
 def _verify_array(target: ResolvedStore, workers: int) -> VerifyReport:
-    array = zarr.open_array(target.zarr_store, path=target.path, mode="r")
-    metadata = array.metadata
+    metadata = open_array_metadata(target, walk=True)  # MetadataError if zarr.json is broken
     if not isinstance(metadata, ArrayV3Metadata):
         raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
     report = VerifyReport(list(shard_checks(target, metadata, workers)))
