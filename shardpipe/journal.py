@@ -181,8 +181,8 @@ def read_marker(store: ShardStore, keys: JobKeys) -> JobMarker | None:
     if data is None:
         return None
     try:
-        return JobMarker(**json.loads(data))
-    except (ValueError, TypeError) as err:
+        return _marker_of(json.loads(data), keys.marker)
+    except (ValueError, TypeError, RecursionError) as err:
         raise JobConflictError(
             f"the job marker {keys.marker!r} is unreadable ({err}); if no shardpipe job is "
             f"running on this array, delete it and run `shardpipe repair`"
