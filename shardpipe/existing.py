@@ -38,12 +38,18 @@ class ExistingArray:
         The metadata to publish after the shards (an append), else None.
     strategy : str
         ``write_strategy``.
+    update : str
+        Identity of the update: a hash of its source's Dask name, its place
+        in the array and the array's metadata before it. Records of the
+        shards it finished are kept under it, so that ``resume=True`` can
+        skip them after an interruption.
     """
 
     metadata: ArrayV3Metadata
     version: ObjectVersion
     grown: ArrayV3Metadata | None
     strategy: str
+    update: str = ""
 
 
 def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadata, ObjectVersion]:

@@ -365,6 +365,7 @@ class ShardedWrite:
             rewrite_fits=self._rewrite_fits,
             keys=self.keys,
             marker=marker,
+            update=existing.update,
         )
 
     def _undo_failed(self, err: BaseException) -> None:
@@ -398,6 +399,12 @@ class ShardedWrite:
                 "the array's zarr.json changed during the append; its shards hold the new "
                 "data but the array was not grown. Check what else writes this array"
             ) from err
+
+    def _forget_done(self) -> None:
+        """Remove the records of finished shards, once the whole update is done."""
+        store = self.target.shards
+        for key in list(store.list(self.keys.done)):
+            store.delete(key)
 
     def resumed(self, skip: frozenset[Coords]) -> ShardedWrite:
         """This write, into the array it already created, leaving the shards in ``skip`` alone."""
@@ -529,6 +536,8 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
             existing = s.job.existing
             if existing is not None and existing.grown is not None:
                 s.job._publish_grown(existing)
+            if existing is not None:
+                s.job._forget_done()
             if s.job.identity is not None:
                 save_record(s.job.target, s.job.identity, "complete")
             results.append(replace(report, shards_skipped=len(s.job.skip)))

@@ -80,6 +80,15 @@ class JobKeys:
         """Key prefix of the array's shards."""
         return f"{self.array}c"
 
+    @property
+    def done(self) -> str:
+        """Key prefix of the records of shards an update has finished."""
+        return f"{self.array}{JOB_DIR}/done/"
+
+    def done_key(self, update: str, shard_key: str) -> str:
+        """Key of the record that update ``update`` finished ``shard_key``."""
+        return f"{self.done}{update}/{hashlib.sha1(shard_key.encode()).hexdigest()}"
+
     def undo_key(self, job: str, shard_key: str) -> str:
         """Key of the undo record of ``shard_key`` in job ``job``."""
         return f"{self.undo}{job}/{hashlib.sha1(shard_key.encode()).hexdigest()}"

@@ -33,7 +33,14 @@ from shardpipe.existing import (
 )
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, check_no_other_job
 from shardpipe.metadata import format_of, layout_of
-from shardpipe.resume import check_resume, check_same_job, complete_shards, job_identity
+from shardpipe.resume import (
+    check_resume,
+    check_same_job,
+    complete_shards,
+    finished_shards,
+    job_identity,
+    update_identity,
+)
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.validate import (
     as_dask_array,
@@ -126,13 +133,6 @@ def prepare_write(
         attributes=attributes,
     )
     if region is not None or append_dim is not None:
-        if resume:
-            raise InvalidArgumentError(
-                "resume",
-                "a region write or an append is not resumed shard by shard",
-                "Run `shardpipe repair` on the array, then the same write again without "
-                "resume (writing the same region again gives the same array)",
-            )
         layout_settings = dict(shards=shards, chunks=chunks, index_location=index_location)
         return _prepare_update(
             arr,
@@ -144,6 +144,7 @@ def prepare_write(
             region=region,
             append_dim=append_dim,
             strategy=strategy,
+            resume=bool(resume),
         )
     if strategy != "auto":
         raise InvalidArgumentError(
@@ -259,8 +260,13 @@ def _prepare_update(
     region: Any,
     append_dim: Any,
     strategy: str,
+    resume: bool = False,
 ) -> ShardedWrite:
-    """Validate and plan a region write or an append into the existing array at ``target``."""
+    """Validate and plan a region write or an append into the existing array at ``target``.
+
+    With ``resume``, the shards an interrupted run of the same update
+    finished (its records of them are kept until it completes) are left out.
+    """
     parameter = "region" if region is not None else "append_dim"
     if region is not None and append_dim is not None:
         raise InvalidArgumentError(
@@ -326,7 +332,8 @@ def _prepare_update(
             "a rewrite holds the whole old shard; raise max_mem"
             + (", or use write_strategy 'append' or 'in_place'" if abilities.append else ""),
         )
-    existing = ExistingArray(metadata, version, grown, strategy)
+    update = update_identity(array.name, offset, metadata)
+    existing = ExistingArray(metadata, version, grown, strategy, update)
     return ShardedWrite(
         array,
         target,
@@ -337,6 +344,9 @@ def _prepare_update(
         write_empty_chunks=write_empty_chunks,
         existing=existing,
         rewrite_fits=rewrite_fits,
+        skip=finished_shards(target, update, plan, format_of(target_metadata))
+        if resume
+        else frozenset(),
     )
 
 

@@ -36,19 +36,34 @@ path the graph reads lazily): the same name means the same graph, not the
 same bytes. ``resume="force"`` skips the source comparison for sources whose
 name is not deterministic; it still requires the same target metadata.
 
-Writes into existing arrays (``region``, ``append_dim``) are not resumed
-shard by shard: rerun them after :func:`shardpipe.repair` (a region write is
-idempotent: writing the same data again gives the same array).
+**Updates** of existing arrays (``region``, ``append_dim``) cannot tell their
+shards from the old ones by looking at them. Each update therefore has an
+identity (:func:`update_identity`: a hash of the source's Dask name, where
+it goes and the array's ``zarr.json`` before it) and saves a small record
+per shard once that shard is finished and durable
+(``.shardpipe/done/<identity>/<sha1 of the shard key>``); the records go when
+the whole update is done. A resumed update (``resume=True``) skips the
+shards recorded under its own identity. A shard left half-changed by the
+interruption has an undo record instead, and is rolled back when the next
+job takes the array, before it is written again. Redoing a shard is always
+safe (writing the same data into the same region gives the same shard), so
+a record lost to a crash costs time, not correctness. After an append whose
+grown ``zarr.json`` was published, the array's metadata differs and the
+update's identity with it: an append that finished must not be run again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Literal
 
 from shardpipe.core.grid import Coords, ShardLayout
+from shardpipe.core.plan import WritePlan
 from shardpipe.errors import InvalidArgumentError, MetadataError
-from shardpipe.journal import JOB_DIR
+from shardpipe.existing import metadata_bytes
+from shardpipe.formats.base import ShardFormat
+from shardpipe.journal import JOB_DIR, JobKeys
 from shardpipe.storage.resolve import ResolvedStore
 
 RECORD = f"{JOB_DIR}/write.json"
@@ -195,4 +210,27 @@ def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -
         coords
         for coords, check in zip(layout.shard_coords(), checks, strict=True)
         if check.present and not check.problems
+    )
+
+
+def update_identity(source_name: str, offset: tuple[int, ...], before: Any) -> str:
+    """The identity of an update: a hash of its source, its offset and the metadata before it."""
+    document = {
+        "source": source_name,
+        "offset": list(offset),
+        "before": json.loads(metadata_bytes(before)),
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def finished_shards(
+    target: ResolvedStore, update: str, plan: WritePlan, shard_format: ShardFormat
+) -> frozenset[Coords]:
+    """Shards of ``plan`` an interrupted run of update ``update`` recorded as finished."""
+    keys = JobKeys(target.key(""))
+    recorded = set(target.shards.list(f"{keys.done}{update}/"))
+    return frozenset(
+        shard.coords
+        for shard in plan.shards
+        if keys.done_key(update, target.key(shard_format.key(shard.coords))) in recorded
     )

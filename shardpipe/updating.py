@@ -61,6 +61,9 @@ class UpdateTarget:
         Where the job marker and undo records live.
     marker : JobMarker
         The job's marker (re-checked before each shard is changed).
+    update : str
+        The update's identity: once a shard is finished (and durable), a
+        record of it is saved under ``keys.done_key(update, key)``.
     """
 
     write: WriteTarget
@@ -69,6 +72,7 @@ class UpdateTarget:
     rewrite_fits: bool
     keys: JobKeys
     marker: JobMarker
+    update: str = ""
 
     @property
     def store(self) -> ShardStore:
@@ -180,6 +184,8 @@ def update_shard(
     """
     before = retries_so_far()
     report = _update_shard(target, sources, shard, key, part, block_boxes, coverage)
+    if target.update:
+        target.store.put(target.keys.done_key(target.update, key), [b""])
     return replace(report, retries=retries_so_far() - before)
 
 

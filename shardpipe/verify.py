@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.completeness import unfinished_work
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.encoding import ChunkCodec, ChunkDecodeError, describe_error
 from shardpipe.errors import ShardFormatError
@@ -35,6 +36,7 @@ from shardpipe.journal import JobKeys, undo_records
 from shardpipe.metadata import format_of, layout_of, open_array_metadata
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.validate import check_bool
 
 WHOLE_READ_LIMIT = 256 << 20
 """Shards up to this size are read in one request; larger ones by ranges."""
@@ -97,18 +99,23 @@ class VerifyReport:
     notes : list of str
         What the checks could not establish, which is not a problem found:
         that the inner chunks carry no checksum, so that bit flips inside
-        compressed chunks cannot all be detected.
+        compressed chunks cannot all be detected; traces of an unfinished
+        job (without ``complete``).
+    job_problems : list of (str, str)
+        With ``complete``: ``(key, problem)`` for each trace of an unfinished
+        job (:mod:`shardpipe.completeness`).
     """
 
     shards: list[ShardCheck]
     arrays: dict[str, VerifyReport] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    job_problems: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def problems(self) -> list[tuple[str, str]]:
         """Every ``(key, problem)`` found."""
-        return [(s.key, p) for s in self.shards for p in s.problems]
+        return [(s.key, p) for s in self.shards for p in s.problems] + self.job_problems
 
     @property
     def chunk_failures(self) -> list[ChunkFailure]:
@@ -302,6 +309,7 @@ def verify(
     *,
     storage_options: dict[str, Any] | None = None,
     workers: int = 8,
+    complete: bool = False,
 ) -> VerifyReport:
     """Check every shard of the sharded array (or every array of the group) at ``path``.
 
@@ -315,6 +323,10 @@ def verify(
         fsspec options for URLs.
     workers : int
         Shards checked concurrently.
+    complete : bool
+        Also require that no job is unfinished: a job record of a write that
+        did not finish, staging data or a job marker are problems (without
+        it they are notes). See :mod:`shardpipe.completeness`.
 
     Returns
     -------
@@ -322,17 +334,19 @@ def verify(
         ``report.ok`` is False when any shard has a problem; ``str(report)``
         is a short human-readable summary.
     """
+    complete = check_bool("complete", complete)
     target = resolve_store(store, path, storage_options)
     group = group_at(target)
     if group is not None:
-        arrays, skipped = per_array(target, group, lambda t: _verify_array(t, workers))
+        arrays, skipped = per_array(target, group, lambda t: _verify_array(t, workers, complete))
         shards = [check for report in arrays.values() for check in report.shards]
         notes = [f"{path}: {note}" for path, report in arrays.items() for note in report.notes]
-        return VerifyReport(shards, arrays, skipped, notes)
-    return _verify_array(target, workers)
+        job_problems = [p for report in arrays.values() for p in report.job_problems]
+        return VerifyReport(shards, arrays, skipped, notes, job_problems)
+    return _verify_array(target, workers, complete)
 
 
-def _verify_array(target: ResolvedStore, workers: int) -> VerifyReport:
+def _verify_array(target: ResolvedStore, workers: int, complete: bool = False) -> VerifyReport:
     metadata = open_array_metadata(target, walk=True)  # MetadataError if zarr.json is broken
     if not isinstance(metadata, ArrayV3Metadata):
         raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
@@ -347,4 +361,10 @@ def _verify_array(target: ResolvedStore, workers: int) -> VerifyReport:
             "left mid-update by an interrupted job (an undo record exists); run "
             "`shardpipe repair` to restore it"
         )
+    absent = sum(not check.present for check in report.shards)
+    findings = unfinished_work(target, absent, len(report.shards))
+    if complete:
+        report.job_problems += findings
+    else:
+        report.notes += [f"{key}: {finding}" for key, finding in findings]
     return report

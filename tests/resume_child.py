@@ -1,7 +1,8 @@
 """A process writing a known array until the test kills it (``test_sigkill_then_resume``).
 
-Run as ``python -m tests.resume_child TARGET PROGRESS``. It writes
+Run as ``python -m tests.resume_child TARGET PROGRESS [update]``. It writes
 ``started`` to PROGRESS once its imports are done and ``done`` at the end.
+With ``update`` it writes :func:`update` into the existing array at TARGET.
 """
 
 from __future__ import annotations
@@ -31,14 +32,28 @@ def source() -> tuple[da.Array, dict[str, Any]]:
     return arr.map_blocks(_slow, dtype=arr.dtype), kwargs
 
 
-def main(target: str, progress: Path) -> None:
-    """Write the array to ``target``, reporting to ``progress``."""
+REGION = (slice(5, 90), slice(10, 128), slice(0, 100))
+"""Where :func:`update` writes (every shard of the array is touched)."""
+
+
+def update() -> da.Array:
+    """The values the child writes into :data:`REGION` (the same Dask name everywhere)."""
+    shape = tuple(s.stop - s.start for s in REGION)
+    arr = da.random.default_rng(7).integers(0, 1000, shape, chunks=(8, 64, 64), dtype="uint16")
+    return arr.map_blocks(_slow, dtype=arr.dtype)
+
+
+def main(target: str, progress: Path, what: str = "write") -> None:
+    """Write the array (or the update) to ``target``, reporting to ``progress``."""
     import shardpipe
 
     arr, kwargs = source()
     progress.write_text("started\n")
     with dask.config.set(scheduler="threads", num_workers=2):
-        shardpipe.to_sharded_zarr(arr, target, **kwargs)
+        if what == "update":
+            shardpipe.to_sharded_zarr(update(), target, region=REGION, max_mem="64MB")
+        else:
+            shardpipe.to_sharded_zarr(arr, target, **kwargs)
     with progress.open("a") as out:
         out.write("done\n")
 
@@ -48,4 +63,4 @@ if __name__ == "__main__":
     # name, and ``__main__._slow`` is not ``tests.resume_child._slow``
     from tests.resume_child import main as run
 
-    run(sys.argv[1], Path(sys.argv[2]))
+    run(sys.argv[1], Path(sys.argv[2]), *sys.argv[3:])

@@ -281,6 +281,60 @@ def test_sigkill_then_resume(tmp_path: Path, run: int) -> None:
     assert record["state"] == "complete"
 
 
+@pytest.mark.parametrize("run", range(3))
+def test_sigkill_during_an_update_then_resume(tmp_path: Path, run: int) -> None:
+    from tests.resume_child import REGION, source, update
+
+    target = tmp_path / "a.zarr"
+    arr, kwargs = source()
+    shardpipe.to_sharded_zarr(arr, str(target), **kwargs)
+    expected = arr.compute()
+    expected[REGION] = update().compute()
+    progress = tmp_path / "progress"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.resume_child", str(target), str(progress), "update"],
+        cwd=CHILD.parent.parent,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(progress, "started", proc)
+        time.sleep(random.Random(100 + run).uniform(0.3, 1.0))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    INJECTED["SIGKILL during update"] += 1
+    job = prepare_write(update(), str(target), region=REGION, max_mem="64MB", resume=True)
+    INJECTED["update shards kept by resume"] += len(job.skip)
+    INJECTED["update shards redone by resume"] += job.plan.n_shards - len(job.skip)
+    report = job.execute()
+    assert report.shards_skipped == len(job.skip)
+    assert_same(read_zarr(str(target)), expected)
+    assert shardpipe.verify(str(target), complete=True).ok
+    assert _leftovers(target) == []
+    assert not [p for p in (target / ".shardpipe").glob("done/**/*") if p.is_file()]
+
+
+def test_update_stopped_by_a_full_disk_resumes(tmp_path: Path) -> None:
+    data = _data()
+    shardpipe.to_sharded_zarr(data, str(tmp_path), shards=(16, 48, 40), chunks=(8, 16, 20))
+    region = (slice(3, 60), slice(0, 96), slice(5, 75))
+    values = _data(tuple(s.stop - s.start for s in region), seed=9)
+    source = da.from_array(values, chunks=(16, 48, 35))
+    target, _ = _faulty_target(tmp_path, share=0.0, full_after=12)
+    with pytest.raises(StorageFullError):
+        prepare_write(source, target, region=region).execute()
+    assert shardpipe.verify(str(tmp_path)).ok  # torn shards were rolled back
+    job = prepare_write(source, str(tmp_path), region=region, resume=True)
+    assert 0 < len(job.skip) < job.plan.n_shards
+    job.execute()
+    data[region] = values
+    assert_same(read_zarr(str(tmp_path)), data)
+    assert shardpipe.verify(str(tmp_path), complete=True).ok
+    assert _leftovers(tmp_path) == []
+
+
 @pytest.mark.cluster
 def test_worker_killed_mid_write(tmp_path: Path) -> None:
     from distributed import Client, LocalCluster
