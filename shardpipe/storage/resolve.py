@@ -21,6 +21,7 @@ from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.zarr_store import ZarrShardStore
+from shardpipe.validate import check_path
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,23 @@ def _join(*parts: str | None) -> str:
 
 
 def _s3_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
+    """The S3 backend of ``root``, checked to answer (see :mod:`shardpipe.storage.s3`).
+
+    Its file system gets shardpipe's timeouts and retry counts unless
+    ``config_kwargs`` in ``storage_options`` say otherwise; a fresh instance,
+    since the s3fs retry count is set on it. Missing credentials, a wrong
+    endpoint or bucket raise :class:`~shardpipe.errors.StorageAccessError` here,
+    before anything is written.
+    """
     import s3fs
 
-    from shardpipe.storage.s3 import S3ShardStore
+    from shardpipe.storage.s3 import S3FS_RETRIES, S3ShardStore, s3_storage_options
 
-    options = {k: v for k, v in storage_options.items() if k != "asynchronous"}
-    return S3ShardStore(s3fs.S3FileSystem(**options), root)
+    options = {**s3_storage_options(storage_options), "skip_instance_cache": True}
+    fs = s3fs.S3FileSystem(**options)
+    backend = S3ShardStore(fs, root, fs_retries=S3FS_RETRIES)
+    backend.check_reachable()
+    return backend
 
 
 def retry_policy() -> RetryPolicy:
@@ -106,6 +118,7 @@ def resolve_store(
         If ``store`` is none of the accepted kinds, or ``storage_options``
         are not a dict of options that apply to it.
     """
+    check_path("path", path)
     if storage_options is not None and not isinstance(storage_options, dict):
         raise InvalidArgumentError(
             "storage_options",

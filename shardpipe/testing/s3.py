@@ -7,6 +7,9 @@ endpoint URL. ``s3_bucket`` (function) creates a fresh bucket and yields
 ``(bucket_name, storage_options)`` for ``s3fs.S3FileSystem(**storage_options)``
 (and so for ``shardpipe.to_sharded_zarr("s3://bucket/...", storage_options=...)``).
 Outside pytest, :func:`moto_server` does the same as a context manager.
+``s3_fault_proxy`` (function) puts a :class:`~shardpipe.testing.fault_proxy.FaultProxy`
+in front of the server, injecting nothing until told to; point a client at it
+with ``storage_options_for(proxy.url)``.
 
 Needs the ``test`` extra (moto[server], boto3).
 """
@@ -22,6 +25,8 @@ from typing import Any
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
+
+from shardpipe.testing.fault_proxy import FaultProxy
 
 REGION = "us-east-1"
 _CREDENTIALS = {"key": "testing", "secret": "testing"}
@@ -111,3 +116,15 @@ def s3_bucket(s3_server: str) -> Iterator[tuple[str, dict[str, Any]]]:
         for obj in page.get("Contents", []):
             client.delete_object(Bucket=bucket, Key=obj["Key"])
     client.delete_bucket(Bucket=bucket)
+
+
+@pytest.fixture
+def s3_fault_proxy(s3_server: str) -> Iterator[FaultProxy]:
+    """A :class:`~shardpipe.testing.fault_proxy.FaultProxy` in front of the moto server.
+
+    It forwards faithfully until configured (``proxy.configure(reset_after=0.1)``,
+    ``proxy.add_rule("reset_after", b"?uploads ")``); ``storage_options_for(proxy.url)``
+    reaches the server through it. Stopped afterwards.
+    """
+    with FaultProxy(s3_server) as proxy:
+        yield proxy

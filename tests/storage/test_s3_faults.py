@@ -1,0 +1,337 @@
+"""S3 writes through a TCP proxy that resets, drops and stalls requests (moto behind it).
+
+After every write the invariant is checked against the server directly (not
+through the proxy): either the array reads back equal to the source and
+``verify`` is clean, or the write raised a one-line ``StorageError``; and in
+both cases no multipart upload is open and nothing is left under the
+staging prefix (after ``shardpipe.cleanup`` for a failed write).
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import shardpipe
+from shardpipe.errors import StorageAccessError, StorageError, TransientStorageError
+from shardpipe.testing.fault_proxy import FaultProxy
+from shardpipe.testing.s3 import storage_options_for
+
+pytestmark = pytest.mark.s3
+
+SHAPE = (16, 1024, 1024)
+"""16 MiB of uint8: two shards of 8 MiB, each written as two parts under MAX_MEM."""
+SHARDS = (16, 1024, 512)
+CHUNKS = (8, 128, 128)
+MAX_MEM = "20MB"
+TIMEOUTS = {"connect_timeout": 1, "read_timeout": 1.5}
+"""Client timeouts through the proxy: short, so that stalls and drops cost seconds."""
+FAST_RETRIES = {
+    "shardpipe.retry.first-delay": 0.05,
+    "shardpipe.retry.max-delay": 0.5,
+}
+
+
+def _source(seed: int = 5) -> tuple[da.Array, np.ndarray]:
+    source = da.random.default_rng(seed).integers(0, 250, SHAPE, chunks=(8, 256, 256))
+    source = source.astype("uint8")
+    return source, source.compute(scheduler="threads")
+
+
+def _proxied(proxy: FaultProxy, **config: Any) -> dict[str, Any]:
+    options = storage_options_for(proxy.url)
+    options["config_kwargs"] = {**TIMEOUTS, **config}
+    return options
+
+
+def _client(options: dict[str, Any]) -> Any:
+    kw = options["client_kwargs"]
+    return boto3.client(
+        "s3",
+        endpoint_url=kw["endpoint_url"],
+        region_name=kw["region_name"],
+        aws_access_key_id=options["key"],
+        aws_secret_access_key=options["secret"],
+    )
+
+
+def _open_uploads(bucket: str, options: dict[str, Any]) -> list[str]:
+    uploads = _client(options).list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    return [f"{u['Key']} {u['UploadId']}" for u in uploads]
+
+
+def _objects(bucket: str, options: dict[str, Any]) -> list[str]:
+    pages = _client(options).get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+
+def _write(source: da.Array, url: str, options: dict[str, Any]) -> None:
+    with dask.config.set(FAST_RETRIES, scheduler="threads", num_workers=4):
+        shardpipe.to_sharded_zarr(
+            source, url, shards=SHARDS, chunks=CHUNKS, max_mem=MAX_MEM, storage_options=options
+        )
+
+
+def _check_outcome(
+    bucket: str, url: str, direct: dict[str, Any], data: np.ndarray, error: BaseException | None
+) -> None:
+    """The invariant: equal and verified, or a clear StorageError; nothing left behind."""
+    if error is None:
+        stored = np.asarray(zarr.open_array(url, mode="r", storage_options=direct)[...])
+        np.testing.assert_array_equal(stored, data)
+        report = shardpipe.verify(url, storage_options=direct)
+        assert report.ok, str(report)
+    else:
+        assert isinstance(error, StorageError), repr(error)
+        assert "\n" not in str(error), str(error)
+        shardpipe.cleanup(url, storage_options=direct)
+    assert _open_uploads(bucket, direct) == []
+    assert [k for k in _objects(bucket, direct) if ".shardpipe/staging" in k] == []
+
+
+# -- a share of every kind of fault ------------------------------------------------
+@pytest.mark.parametrize("seed", range(4))
+def test_writes_survive_a_share_of_network_faults(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy, seed: int
+) -> None:
+    """About 16% of requests reset before or after the server saw them, dropped or stalled."""
+    bucket, direct = s3_bucket
+    proxy = s3_fault_proxy
+    proxy.stall_seconds = 2.5  # longer than the read timeout: the client gives up and retries
+    proxy.drop_seconds = 3  # in case the client's read timeout does not fire (see below)
+    source, data = _source(seed)
+    url = f"s3://{bucket}/x.zarr"
+    proxy._rng.seed(seed)
+    proxy.configure(reset_before=0.05, reset_after=0.05, drop=0.03, stall=0.03)
+    started = time.monotonic()
+    error: BaseException | None = None
+    try:
+        _write(source, url, _proxied(proxy))
+    except Exception as err:
+        error = err
+    elapsed = time.monotonic() - started
+    proxy.configure()
+    counts = proxy.counts
+    assert counts.faults > 0, counts
+    _check_outcome(bucket, url, direct, data, error)
+    assert elapsed < 60, (elapsed, counts)
+
+
+# -- single faults at the worst moments ------------------------------------------
+def test_lost_create_response_leaks_no_upload(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy
+) -> None:
+    """CreateMultipartUpload done by the server, its answer lost: the client's retry
+    makes a second upload; the first must not be left open."""
+    bucket, direct = s3_bucket
+    proxy = s3_fault_proxy
+    source, data = _source()
+    url = f"s3://{bucket}/x.zarr"
+    proxy.add_rule("reset_after", b"?uploads HTTP", method=b"POST", count=2)
+    _write(source, url, _proxied(proxy))
+    assert proxy.counts.reset_after == 2
+    assert proxy.pending_rules() == []
+    _check_outcome(bucket, url, direct, data, None)
+
+
+def test_lost_complete_response_is_success(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy
+) -> None:
+    """CompleteMultipartUpload done by the server, its answer lost (and no client retry to
+    hide it): the shard is recognised as published by its multipart ETag."""
+    bucket, direct = s3_bucket
+    proxy = s3_fault_proxy
+    source, data = _source()
+    url = f"s3://{bucket}/x.zarr"
+    proxy.add_rule("reset_after", b"?uploadId=", method=b"POST", count=2)
+    no_retries = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
+    with dask.config.set({"shardpipe.retry.attempts": 1}):
+        _write(source, url, _proxied(proxy, **no_retries))
+    assert proxy.counts.reset_after == 2
+    _check_outcome(bucket, url, direct, data, None)
+
+
+def test_failed_write_after_lost_create_leaves_nothing(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy
+) -> None:
+    """Uploads whose ids were never heard of are aborted when the write fails later."""
+    bucket, direct = s3_bucket
+    proxy = s3_fault_proxy
+    source, data = _source()
+    url = f"s3://{bucket}/x.zarr"
+    proxy.add_rule("reset_after", b"?uploads HTTP", method=b"POST", count=2)
+    proxy.add_rule("reset_before", b"partNumber=", method=b"PUT", count=1000)
+    options = _proxied(proxy, retries={"total_max_attempts": 2, "mode": "standard"})
+    with (
+        dask.config.set({"shardpipe.retry.attempts": 2}),
+        pytest.raises(TransientStorageError) as failed,
+    ):
+        _write(source, url, options)
+    assert proxy.counts.reset_after == 2
+    # the write cleaned up after itself (no shardpipe.cleanup needed)
+    assert _open_uploads(bucket, direct) == []
+    assert [k for k in _objects(bucket, direct) if ".shardpipe/staging" in k] == []
+    _check_outcome(bucket, url, direct, data, failed.value)
+
+
+def test_silent_server_fails_within_bounded_time(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy
+) -> None:
+    """Part uploads never answered: timeouts and retries add up to seconds, not minutes,
+    and the error is transient, one line, naming the key."""
+    bucket, direct = s3_bucket
+    proxy = s3_fault_proxy
+    source, data = _source()
+    url = f"s3://{bucket}/x.zarr"
+    proxy.configure(drop=1.0, match=b"partNumber=")
+    # aiohttp's read timeout does not always fire after an "Expect: 100-continue"
+    # request is answered with silence (waits of 20 s seen): the proxy gives up first
+    proxy.drop_seconds = 3
+    started = time.monotonic()
+    with (
+        dask.config.set({"shardpipe.retry.attempts": 2}),
+        pytest.raises(TransientStorageError, match=r"x\.zarr/c/0/0/[01]") as failed,
+    ):
+        _write(source, url, _proxied(proxy))
+    elapsed = time.monotonic() - started
+    assert proxy.counts.drop > 0
+    # 2 shardpipe tries x 3 botocore attempts x 1.5-3 s, plus backoff
+    assert elapsed < 30, elapsed
+    proxy.configure()
+    _check_outcome(bucket, url, direct, data, failed.value)
+
+
+# -- clear failures at the edges -----------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def not_s3_server() -> Iterator[str]:
+    """An HTTP server that is not S3 (Python's own), on 127.0.0.1; yields its URL."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _one_line_access_error(call: Any, *, match: str, within: float = 15.0) -> StorageAccessError:
+    started = time.monotonic()
+    with pytest.raises(StorageAccessError, match=match) as raised:
+        call()
+    assert time.monotonic() - started < within
+    message = str(raised.value)
+    assert "\n" not in message and len(message) < 600, message
+    assert raised.value.__cause__ is not None
+    return raised.value
+
+
+def test_no_credentials_is_one_line_and_writes_nothing(
+    s3_bucket: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket, direct = s3_bucket
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("AWS_SECURITY_TOKEN", raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    options = {k: v for k, v in direct.items() if k not in ("key", "secret")}
+    source, _ = _source()
+    url = f"s3://{bucket}/x.zarr"
+    err = _one_line_access_error(
+        lambda: _write(source, url, options), match="no usable AWS credentials"
+    )
+    assert "AWS_ACCESS_KEY_ID" in str(err) and "storage_options" in str(err)
+    assert f"s3://{bucket}/x.zarr/" in str(err)
+    assert _objects(bucket, direct) == []
+    _one_line_access_error(
+        lambda: shardpipe.verify(url, storage_options=options), match="credentials"
+    )
+
+
+@pytest.mark.parametrize("endpoint", ["closed port", "not S3"])
+def test_wrong_endpoint_is_one_line(
+    s3_bucket: tuple[str, dict[str, Any]], not_s3_server: str, endpoint: str
+) -> None:
+    bucket, direct = s3_bucket
+    url = not_s3_server if endpoint == "not S3" else f"http://127.0.0.1:{_free_port()}"
+    options = storage_options_for(url)
+    source, _ = _source()
+    target = f"s3://{bucket}/x.zarr"
+    expected = "does not speak S3" if endpoint == "not S3" else "cannot connect to"
+    err = _one_line_access_error(lambda: _write(source, target, options), match=expected)
+    assert "endpoint_url" in str(err)
+    # verify and cleanup open the store the same way (verify used to end in a
+    # ContextVar error after a 216-line traceback)
+    _one_line_access_error(
+        lambda: shardpipe.verify(target, storage_options=options), match=expected
+    )
+    _one_line_access_error(
+        lambda: shardpipe.cleanup(target, storage_options=options), match=expected
+    )
+    assert _objects(bucket, direct) == []
+
+
+def test_missing_bucket_is_one_line(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    bucket, direct = s3_bucket
+    source, _ = _source()
+    _one_line_access_error(
+        lambda: _write(source, f"s3://{bucket}-absent/x.zarr", direct),
+        match=rf"bucket '{bucket}-absent' does not exist at http://127\.0\.0\.1:\d+; create it",
+    )
+
+
+def test_default_timeouts_and_retries_can_be_overridden(
+    s3_bucket: tuple[str, dict[str, Any]],
+) -> None:
+    """shardpipe's S3 file system takes the defaults unless config_kwargs say otherwise."""
+    from shardpipe.storage.resolve import resolve_store
+    from shardpipe.storage.s3 import DEFAULT_CONFIG, S3FS_RETRIES, S3ShardStore
+
+    bucket, direct = s3_bucket
+
+    def backend(options: dict[str, Any]) -> S3ShardStore:
+        shards = resolve_store(f"s3://{bucket}/x.zarr", None, options).shards
+        inner = getattr(shards, "inner", shards)
+        assert isinstance(inner, S3ShardStore)
+        return inner
+
+    plain = backend(direct)
+    assert plain.fs.config_kwargs == DEFAULT_CONFIG
+    assert plain.fs.retries == S3FS_RETRIES
+    assert plain.reached  # the check on resolving reached the server
+    mine = {"read_timeout": 99, "retries": {"max_attempts": 7, "mode": "adaptive"}}
+    custom = backend({**direct, "config_kwargs": mine})
+    assert custom.fs.config_kwargs == {**DEFAULT_CONFIG, **mine}
+    # what workers unpickle keeps the settings (s3fs does not pickle its retry count)
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(custom))
+    assert copy.fs.retries == S3FS_RETRIES
+    assert copy.fs.config_kwargs == custom.fs.config_kwargs
+    assert copy.reached
