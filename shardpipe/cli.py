@@ -24,7 +24,8 @@ def _options(pairs: Sequence[str]) -> dict[str, object]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"--storage-option expects NAME=VALUE, got {pair!r}")
+            print(f"shardpipe: --storage-option expects NAME=VALUE, got {pair!r}", file=sys.stderr)
+            raise SystemExit(2)  # bad arguments
         try:
             out[name] = json.loads(value)
         except json.JSONDecodeError:
@@ -178,13 +179,17 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     import dask.array as da
 
     from shardpipe.prepare import prepare_write
+    from shardpipe.rechunk_source import open_source
+    from shardpipe.validate import check_dtype, check_int_tuple
 
+    blocks = check_int_tuple("blocks", args.blocks)
     if args.source is not None:
-        source = da.from_zarr(args.source, storage_options=options)
-        if args.blocks is not None:
-            source = source.rechunk(args.blocks)
+        source = da.from_zarr(open_source(args.source, options).array)
+        if blocks is not None:
+            source = source.rechunk(blocks)
     else:
-        source = da.empty(args.shape, dtype=args.dtype, chunks=args.blocks or "auto")
+        dtype = check_dtype("dtype", args.dtype)
+        source = da.empty(args.shape, dtype=dtype, chunks=blocks or "auto")
     job = prepare_write(
         source,
         args.store,

@@ -28,6 +28,7 @@ from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, 
 from shardpipe.metadata import check_walkable, format_of, layout_of
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.updating import StoredShard, read_shard, rewrite_shard
+from shardpipe.validate import check_bool, check_int, check_node_present
 from shardpipe.verify import VerifyReport, verify
 
 
@@ -138,7 +139,9 @@ def info(
     group, returns a :class:`~shardpipe.groups.GroupInfo` with the
     :class:`ArrayInfo` of each sharded array in it.
     """
+    workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
+    check_node_present(target, "path" if path else "store")
     group = group_at(target)
     if group is not None:
         arrays, skipped = per_array(target, group, lambda t: _array_info(t, workers))
@@ -238,7 +241,9 @@ def repair(
     shardpipe.errors.JobConflictError
         If a job that may still run holds the array (and not ``force``).
     """
+    force = check_bool("force", force)
     target = resolve_store(store, path, storage_options)
+    check_node_present(target, "path" if path else "store", records=True)
     shards, keys = target.shards, JobKeys(target.key(""))
     report = RepairReport()
     other = read_marker(shards, keys)
@@ -308,7 +313,9 @@ def compact(
         raise InvalidArgumentError(
             "threshold", f"{threshold!r} is not in [0, 1)", "Use e.g. threshold=0.1"
         )
+    workers = check_int("workers", workers, example=4)
     target = resolve_store(store, path, storage_options)
+    check_node_present(target, "path" if path else "store")
     _, shard_format, keys = _shard_keys(target, "store")
     report = CompactReport()
 

@@ -51,6 +51,8 @@ from shardpipe.validate import (
     check_dimension_names,
     check_fill_value,
     check_index_location,
+    check_int,
+    check_json_dict,
     check_max_mem,
     check_source_is_not_target,
     check_store_reachable,
@@ -118,6 +120,9 @@ def prepare_write(
         If the store cannot be written.
     """
     check_array(arr)
+    if part_limit is not None:
+        part_limit = check_int("part_limit", part_limit, example=64 << 20)
+    check_json_dict("source_identity", source_identity)
     overwrite = check_bool("overwrite", overwrite)
     resume = check_resume(resume, overwrite)
     write_empty_chunks = check_bool("write_empty_chunks", write_empty_chunks)

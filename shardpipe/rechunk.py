@@ -44,10 +44,17 @@ from shardpipe.prepare import prepare_write
 from shardpipe.rechunk_intermediate import Intermediate
 from shardpipe.rechunk_source import Source, open_source
 from shardpipe.resume import check_resume, check_same_job, complete_shards
-from shardpipe.storage.resolve import resolve_store
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport
-from shardpipe.validate import check_bool, check_max_mem, resolve_shapes
+from shardpipe.validate import (
+    check_bool,
+    check_max_mem,
+    check_progress,
+    check_source_options,
+    check_temp_store,
+    resolve_named,
+    resolve_shapes,
+)
 
 FIRST_BLOCK_SHARE = 2
 """Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.
@@ -196,12 +203,13 @@ def plan_rechunk(
     shardpipe.errors.MemoryBudgetError
         If no block shape lets every task fit ``max_mem``.
     """
-    opened = open_source(source, source_storage_options)
+    opened = open_source(source, check_source_options(source, source_storage_options))
     budget = check_max_mem(max_mem)
     overwrite = check_bool("overwrite", overwrite)
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     resume = check_resume(resume, overwrite)
-    resolved = resolve_store(target, path, storage_options)
+    resolved = resolve_named("target", target, path, storage_options)
+    temp_store = check_temp_store(temp_store, resolved, opened.array)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(opened.shape, opened.dtype.itemsize, shards, chunks)
     carried = dict(
@@ -372,8 +380,7 @@ def rechunk(
     -------
     zarr.Array or dask.delayed.Delayed
     """
-    compute = check_bool("compute", compute)
-    progress = check_bool("progress", progress)
+    progress, compute = check_progress(progress, compute)
     job = plan_rechunk(
         source,
         target,

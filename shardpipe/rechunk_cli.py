@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardpipe.cli_errors import EXPECTED, exit_status, fail
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.validate import check_array_overrides, check_int
 
 
 def add_command(
@@ -98,6 +100,12 @@ def run(
     )
     job: Any
     try:
+        if args.workers is not None:
+            check_int("--workers", args.workers, example=4)
+        if args.config is not None and not args.recursive:
+            raise InvalidArgumentError(
+                "--config", "gives per-array shapes of a group", "Add --recursive, or leave it out"
+            )
         if args.recursive:
             from shardpipe.rechunk_group import plan_group_rechunk
 
@@ -134,15 +142,19 @@ def _per_array_shapes(config: str | None) -> dict[str, dict[str, tuple[int, ...]
         return {}
     import json
 
-    with open(config, encoding="utf-8") as text:
-        document = json.load(text)
+    fix = 'Give a JSON file {"arrays": {"PATH": {"shards": [...], "chunks": [...]}}}'
+    try:
+        with open(config, encoding="utf-8") as text:
+            document = json.load(text)
+    except (OSError, ValueError) as err:
+        raise InvalidArgumentError("--config", f"cannot read {config!r} ({err})", fix) from None
     arrays = document.get("arrays", {}) if isinstance(document, dict) else None
     if not isinstance(arrays, dict):
-        raise ValueError(f"--config {config}: expected {{'arrays': {{PATH: {{...}}}}}}")
-    return {
-        str(path): {k: tuple(int(n) for n in v) for k, v in shapes.items()}
-        for path, shapes in arrays.items()
-    }
+        raise InvalidArgumentError("--config", f"{config!r} has no 'arrays' object", fix)
+    try:
+        return check_array_overrides(arrays)
+    except InvalidArgumentError as err:
+        raise InvalidArgumentError("--config", f"{config!r}: {err.problem}", err.fix) from None
 
 
 @contextlib.contextmanager

@@ -25,9 +25,18 @@ from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, execute_together
 from shardpipe.rechunk import RechunkJob, plan_rechunk
 from shardpipe.rechunk_source import open_source
-from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.resume import check_resume
+from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.tasks import WriteReport
-from shardpipe.validate import check_bool
+from shardpipe.validate import (
+    check_array_overrides,
+    check_bool,
+    check_index_location,
+    check_int_tuple,
+    check_max_mem,
+    check_source_options,
+    resolve_named,
+)
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
 """Arrays of at most this many raw bytes are copied unsharded, in one chunk."""
@@ -160,9 +169,14 @@ def plan_group_rechunk(
         As for :func:`~shardpipe.rechunk`, for every array.
     """
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
-    group = _open_group(source, source_storage_options)
-    root = resolve_store(target, None, storage_options)
-    overrides = dict(arrays or {})
+    shards, chunks = check_int_tuple("shards", shards), check_int_tuple("chunks", chunks)
+    overrides = check_array_overrides(arrays)
+    check_max_mem(max_mem)
+    if index_location is not None:
+        check_index_location(index_location)
+    check_resume(resume, check_bool("overwrite", overwrite))
+    group = _open_group(source, check_source_options(source, source_storage_options))
+    root = resolve_named("target", target, None, storage_options)
     members = dict(group.members(max_depth=None))
     unknown = sorted(set(overrides) - {p for p, n in members.items() if isinstance(n, zarr.Array)})
     if unknown:
@@ -204,6 +218,7 @@ def rechunk_group(
     source: Any, target: Any, *, progress: bool = False, **kwargs: Any
 ) -> GroupRechunkReport:
     """Rechunk every array of a group: ``plan_group_rechunk(...).execute(progress=...)``."""
+    progress = check_bool("progress", progress)
     return plan_group_rechunk(source, target, **kwargs).execute(progress=progress)
 
 

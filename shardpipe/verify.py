@@ -36,7 +36,7 @@ from shardpipe.journal import JobKeys, undo_records
 from shardpipe.metadata import format_of, layout_of, open_array_metadata
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.validate import check_bool
+from shardpipe.validate import check_bool, check_int, check_node_present
 
 WHOLE_READ_LIMIT = 256 << 20
 """Shards up to this size are read in one request; larger ones by ranges."""
@@ -335,7 +335,9 @@ def verify(
         is a short human-readable summary.
     """
     complete = check_bool("complete", complete)
+    workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
+    check_node_present(target, "path" if path else "store")
     group = group_at(target)
     if group is not None:
         arrays, skipped = per_array(target, group, lambda t: _verify_array(t, workers, complete))

@@ -194,3 +194,734 @@ def test_memory_budget_error_names_task_excess_and_fix(tmp_path: Path) -> None:
     assert "write-shard" in message and "more than max_mem=30,000" in message
     assert "rechunk the source" in message
     assert not (tmp_path / "x").exists()
+
+
+# -- every parameter of every public function, table-driven ----------------------------------
+#
+# One row per (function, parameter, bad value, words expected in the message). Every row
+# runs against the same small tree (a sharded array, a zarr source, a group, a dataset) and
+# must raise a ShardpipeError naming the parameter, before anything is written: the tree is
+# byte-for-byte the same afterwards and no new target appears.
+
+
+class Places:
+    """Absolute paths of the shared tree: what exists and where new things would go."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.arr = str(root / "arr.zarr")  # a sharded array
+        self.src = str(root / "src.zarr")  # an unsharded zarr v3 array
+        self.grp = str(root / "grp.zarr")  # a group with one large array
+        self.ds = str(root / "ds.zarr")  # a dataset written by ds.shard.to_zarr
+        self.new = str(root / "new.zarr")  # never exists
+        self.missing = str(root / "missing.zarr")  # never exists
+
+
+def _source() -> da.Array:
+    return da.from_array(np.arange(40 * 30, dtype="int16").reshape(40, 30), chunks=(13, 7))
+
+
+def _dataset() -> Any:
+    import xarray as xr
+
+    values = np.arange(40 * 30, dtype="float64").reshape(40, 30)
+    return xr.Dataset({"t": (("time", "x"), values)}, coords={"time": np.arange(40)}).chunk(
+        {"time": 10}
+    )
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> Places:
+    import dask
+
+    root = tmp_path_factory.mktemp("bad-input")
+    with dask.config.set(scheduler="threads"):
+        shardpipe.to_sharded_zarr(_source(), str(root / "arr.zarr"), **GOOD)
+        source = zarr.create_array(
+            str(root / "src.zarr"), shape=(40, 30), chunks=(10, 10), dtype="int16"
+        )
+        source[...] = np.arange(1200, dtype="int16").reshape(40, 30)
+        group = zarr.open_group(str(root / "grp.zarr"), mode="w")
+        group.create_array("big", shape=(600, 600), chunks=(100, 100), dtype="float64")[...] = 1.0
+        _dataset().shard.to_zarr(str(root / "ds.zarr"), shards={"time": 20}, chunks={"time": 10})
+    return Places(root)
+
+
+Call = Any  # Callable[[Places], object]
+OPAQUE = object()
+ALL = (slice(None), slice(None))
+tz, pw = shardpipe.to_sharded_zarr, shardpipe.prepare_write
+
+
+def _writes(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
+    """Rows shared by to_sharded_zarr and prepare_write (same parameters)."""
+
+    def new(**kwargs: Any) -> Call:
+        return lambda p: f(_source(), p.new, **{**GOOD, **kwargs})
+
+    def into(**kwargs: Any) -> Call:
+        return lambda p: f(_source(), p.arr, **kwargs)
+
+    return [
+        (name, "arr", [1, 2], "dask.array.Array", lambda p: f([1, 2], p.new)),
+        (name, "arr", "np.array(1.0)", "0-dimensional", lambda p: f(np.array(1.0), p.new)),
+        (name, "store", 5, "got int", lambda p: f(_source(), 5)),
+        (name, "store", None, "got NoneType", lambda p: f(_source(), None)),
+        (name, "path", 5, "got 5 (int)", new(path=5)),
+        (name, "path", ["a"], "got ['a'] (list)", new(path=["a"])),
+        (name, "path", "../up", "'../up' has a '.' or '..' part", new(path="../up")),
+        (name, "shards", True, "got True", new(shards=True)),
+        (name, "shards", 2.0, "got 2.0", new(shards=2.0)),
+        (name, "chunks", -1, "zero or negative", new(chunks=-1)),
+        (name, "chunks", {"a": 1}, "not an integer", new(chunks={"a": 1})),
+        (name, "compressors", 5, "zarr rejects 5", new(compressors=5)),
+        (name, "compressors", "zstd9", "zarr rejects 'zstd9'", new(compressors="zstd9")),
+        (name, "filters", "x", "zarr rejects", new(filters="x")),
+        (name, "filters", 3, "zarr rejects", new(filters=3)),
+        (name, "serializer", "x", "zarr rejects", new(serializer="x")),
+        (name, "serializer", 3, "zarr rejects", new(serializer=3)),
+        (name, "fill_value", [1, 2], "[1, 2] cannot be stored as int16", new(fill_value=[1, 2])),
+        (name, "fill_value", OPAQUE, "cannot be stored as int16", new(fill_value=OPAQUE)),
+        (name, "fill_value", np.nan, "nan is not an integer", new(fill_value=np.nan)),
+        (name, "index_location", 1, "unknown value 1", new(index_location=1)),
+        (name, "index_location", ["end"], "unknown value ['end']", new(index_location=["end"])),
+        (name, "dimension_names", (1, 2), "[1, 2] is not 2 names", new(dimension_names=(1, 2))),
+        (name, "dimension_names", 5, "got 5", new(dimension_names=5)),
+        (name, "attributes", {1: 2}, "key 1 (int) is not a string", new(attributes={1: 2})),
+        (name, "attributes", {"a": OPAQUE}, "JSON", new(attributes={"a": OPAQUE})),
+        (name, "overwrite", 1, "got 1 (int)", new(overwrite=1)),
+        (name, "storage_options", "x", "expected a dict, got str", new(storage_options="x")),
+        (name, "storage_options", {"fsync": 1}, "got 1", new(storage_options={"fsync": 1})),
+        (name, "write_empty_chunks", "no", "got 'no'", new(write_empty_chunks="no")),
+        (name, "max_mem", -5, "positive, got -5", new(max_mem=-5)),
+        (name, "max_mem", 2.5e9, "2500000000.0 (float)", new(max_mem=2.5e9)),
+        (name, "max_mem", True, "got True", new(max_mem=True)),
+        (name, "max_mem", None, "None", new(max_mem=None)),
+        (name, "max_mem", [1], "[1]", new(max_mem=[1])),
+        (name, "region", "x", "got 'x'", into(region="x")),
+        (name, "region", (slice(0, 40),), "1 slice(s)", into(region=(slice(0, 40),))),
+        (name, "region", "(0:40, 0:31)", "outside", into(region=(slice(0, 40), slice(0, 31)))),
+        (name, "region", "(0.0:40, :)", "not an integer", into(region=(slice(0.0, 40), ALL[1]))),
+        (
+            name,
+            "region",
+            "new array",
+            "no Zarr v3 array",
+            lambda p: f(_source(), p.new, region=ALL),
+        ),
+        (name, "region", "and append_dim", "both", into(region=ALL, append_dim=0)),
+        (name, "overwrite", "and region", "contradicts region", into(region=ALL, overwrite=True)),
+        (name, "append_dim", "0", "'0' is not an axis", into(append_dim="0")),
+        (name, "append_dim", 2, "2 is not an axis", into(append_dim=2)),
+        (name, "append_dim", True, "True is not an axis", into(append_dim=True)),
+        (name, "append_dim", 0.0, "0.0 is not an axis", into(append_dim=0.0)),
+        (name, "write_strategy", "fast", "'fast'", into(region=ALL, write_strategy="fast")),
+        (name, "write_strategy", None, "unknown value None", new(write_strategy=None)),
+        (name, "write_strategy", "rewrite", "shards that exist", new(write_strategy="rewrite")),
+        (name, "chunk_checksums", "no", "got 'no'", new(chunk_checksums="no")),
+        (name, "resume", "yes", "got 'yes'", new(resume="yes")),
+        (name, "resume", 1, "got 1", new(resume=1)),
+        (
+            name,
+            "resume",
+            "and overwrite",
+            "overwrite=True deletes",
+            new(resume=True, overwrite=True),
+        ),
+    ]
+
+
+def _rechunks(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
+    def new(**kwargs: Any) -> Call:
+        return lambda p: f(p.src, p.new, **kwargs)
+
+    return [
+        (name, "source", 5, "got int", lambda p: f(5, p.new)),
+        (name, "source", "missing", "cannot open a Zarr array", lambda p: f(p.missing, p.new)),
+        (name, "source", "numpy", "got ndarray", lambda p: f(np.zeros(4), p.new)),
+        (name, "target", 5, "got int", lambda p: f(p.src, 5)),
+        (name, "target", None, "got NoneType", lambda p: f(p.src, None)),
+        (name, "store", "existing", "already exists", lambda p: f(p.src, p.arr)),
+        (name, "path", 5, "got 5 (int)", new(path=5)),
+        (name, "shards", "big", "got 'big'", new(shards="big")),
+        (name, "shards", (20,), "1 dimensions", new(shards=(20,))),
+        (name, "chunks", (0, 10), "zero or negative", new(chunks=(0, 10))),
+        (name, "chunks", (20.0, 10), "not an integer", new(chunks=(20.0, 10))),
+        (name, "max_mem", "lots", "'lots'", new(max_mem="lots")),
+        (name, "max_mem", 0, "positive, got 0", new(max_mem=0)),
+        (name, "compressors", 5, "zarr rejects 5", new(compressors=5)),
+        (name, "filters", 3, "zarr rejects", new(filters=3)),
+        (name, "chunk_checksums", "no", "got 'no'", new(chunk_checksums="no")),
+        (name, "fill_value", 70000, "70000 is not an integer", new(fill_value=70000)),
+        (name, "fill_value", "abc", "'abc' cannot be stored", new(fill_value="abc")),
+        (name, "index_location", "middle", "'middle'", new(index_location="middle")),
+        (name, "dimension_names", ("y",), "['y'] is not 2 names", new(dimension_names=("y",))),
+        (name, "dimension_names", "yx", "got 'yx'", new(dimension_names="yx")),
+        (name, "attributes", {"a": OPAQUE}, "JSON", new(attributes={"a": OPAQUE})),
+        (name, "attributes", "x", "got 'x' (str)", new(attributes="x")),
+        (name, "storage_options", "x", "got str", new(storage_options="x")),
+        (name, "storage_options", {"anon": True}, "['anon']", new(storage_options={"anon": True})),
+        (name, "source_storage_options", "x", "got 'x'", new(source_storage_options="x")),
+        (
+            name,
+            "source_storage_options",
+            {"anon": 1},
+            "['anon']",
+            new(source_storage_options={"anon": 1}),
+        ),
+        (name, "overwrite", "yes", "got 'yes'", new(overwrite="yes")),
+        (name, "resume", "yes", "got 'yes'", new(resume="yes")),
+        (name, "resume", "and overwrite", "Pick one", new(resume=True, overwrite=True)),
+        (name, "temp_store", 5, "got 5 (int)", new(temp_store=5)),
+        (name, "temp_store", "the target", "overlaps", lambda p: f(p.src, p.new, temp_store=p.new)),
+        (name, "temp_store", "the source", "overlaps", lambda p: f(p.src, p.new, temp_store=p.src)),
+        (name, "temp_store", "existing", "exists", lambda p: f(p.src, p.new, temp_store=p.arr)),
+        (name, "store", "the source", "destroy", lambda p: f(p.src, p.src, overwrite=True)),
+    ]
+
+
+def _groups(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
+    def new(**kwargs: Any) -> Call:
+        return lambda p: f(p.grp, p.new, **kwargs)
+
+    return [
+        (name, "source", 5, "cannot open a Zarr group", lambda p: f(5, p.new)),
+        (name, "source", "missing", "cannot open a Zarr group", lambda p: f(p.missing, p.new)),
+        (name, "target", 5, "got int", lambda p: f(p.grp, 5)),
+        (name, "target", "existing", "exists", lambda p: f(p.grp, p.arr)),
+        (name, "shards", "big", "got 'big'", new(shards="big")),
+        (name, "shards", (100.0, 100), "not an integer", new(shards=(100.0, 100))),
+        (name, "chunks", 7, "got 7 (int)", new(chunks=7)),
+        (name, "chunks", (0, 10), "zero or negative", new(chunks=(0, 10))),
+        (name, "arrays", "x", "got 'x'", new(arrays="x")),
+        (name, "arrays", {"nope": {}}, "['nope']", new(arrays={"nope": {}})),
+        (name, "arrays", {"big": {"shard": 1}}, "['shard']", new(arrays={"big": {"shard": 1}})),
+        (name, "arrays", {"big": "x"}, "'x' is not a dict", new(arrays={"big": "x"})),
+        (name, "arrays", {"big": {"chunks": "x"}}, "got 'x'", new(arrays={"big": {"chunks": "x"}})),
+        (name, "max_mem", "lots", "'lots'", new(max_mem="lots")),
+        (name, "compressors", 5, "zarr rejects 5", new(compressors=5)),
+        (name, "chunk_checksums", "no", "got 'no'", new(chunk_checksums="no")),
+        (name, "index_location", "middle", "'middle'", new(index_location="middle")),
+        (name, "storage_options", "x", "got str", new(storage_options="x")),
+        (name, "source_storage_options", "x", "got 'x'", new(source_storage_options="x")),
+        (name, "overwrite", "yes", "got 'yes'", new(overwrite="yes")),
+        (name, "resume", "yes", "got 'yes'", new(resume="yes")),
+        (name, "resume", "and overwrite", "Pick one", new(resume=True, overwrite=True)),
+    ]
+
+
+def _maintenance() -> list[tuple[str, str, Any, str, Call]]:
+    rows: list[tuple[str, str, Any, str, Call]] = []
+    for name in ("verify", "info", "repair", "compact", "cleanup"):
+        f = getattr(shardpipe, name)
+        nothere = (name, "store" if name == "cleanup" else "path")
+        rows += [
+            (name, "store", 5, "got int", lambda p, f=f: f(5)),
+            (name, "store", "missing", "no", lambda p, f=f: f(p.missing)),
+            (name, "path", 5, "got 5 (int)", lambda p, f=f: f(p.arr, 5)),
+            (name, "path", "..", "'..' has a '.' or '..' part", lambda p, f=f: f(p.arr, "..")),
+            # cleanup names the store, with the path, in its own words
+            (*nothere, "nope", "'nope'", lambda p, f=f: f(p.arr, "nope")),
+            (name, "storage_options", "x", "got str", lambda p, f=f: f(p.arr, storage_options="x")),
+            (
+                name,
+                "storage_options",
+                {"anon": 1},
+                "['anon']",
+                lambda p, f=f: f(p.arr, storage_options={"anon": 1}),
+            ),
+        ]
+    for name in ("verify", "info", "compact"):
+        f = getattr(shardpipe, name)
+        for bad, words in (
+            (0, "got 0 (int)"),
+            (-1, "got -1"),
+            ("4", "got '4' (str)"),
+            (2.5, "got 2.5 (float)"),
+            (True, "got True (bool)"),
+            (None, "got None"),
+        ):
+            rows.append(
+                (name, "workers", bad, words, lambda p, f=f, bad=bad: f(p.arr, workers=bad))
+            )
+    rows += [
+        ("verify", "complete", 1, "got 1 (int)", lambda p: shardpipe.verify(p.arr, complete=1)),
+        (
+            "verify",
+            "complete",
+            "yes",
+            "got 'yes'",
+            lambda p: shardpipe.verify(p.arr, complete="yes"),
+        ),
+        ("repair", "force", "yes", "got 'yes'", lambda p: shardpipe.repair(p.arr, force="yes")),
+        ("repair", "force", 1, "got 1 (int)", lambda p: shardpipe.repair(p.arr, force=1)),
+    ]
+    for bad in (2.0, -0.1, 1, "0.1", True, None, float("nan")):
+        rows.append(
+            (
+                "compact",
+                "threshold",
+                bad,
+                f"{bad!r} is not in [0, 1)",
+                lambda p, bad=bad: shardpipe.compact(p.arr, threshold=bad),
+            )
+        )
+    return rows
+
+
+def _datasets() -> list[tuple[str, str, Any, str, Call]]:
+    from shardpipe.dataset import repair_dataset, to_zarr
+
+    def new(**kwargs: Any) -> Call:
+        return lambda p: _dataset().shard.to_zarr(p.new, **kwargs)
+
+    def into(**kwargs: Any) -> Call:
+        return lambda p: _dataset().shard.to_zarr(p.ds, **kwargs)
+
+    od, rd = shardpipe.open_dataset, repair_dataset
+    return [
+        ("open_dataset", "store", 5, "got 5 (int)", lambda p: od(5)),
+        ("open_dataset", "store", "missing", "no Zarr group", lambda p: od(p.missing)),
+        ("open_dataset", "group", 5, "got 5 (int)", lambda p: od(p.ds, group=5)),
+        ("open_dataset", "group", "nope", "group 'nope'", lambda p: od(p.ds, group="nope")),
+        ("open_dataset", "chunks", {}, "one Dask chunk per shard", lambda p: od(p.ds, chunks={})),
+        ("repair_dataset", "store", 5, "got int", lambda p: rd(5)),
+        ("repair_dataset", "store", "missing", "no Zarr array or group", lambda p: rd(p.missing)),
+        ("repair_dataset", "group", 5, "got 5 (int)", lambda p: rd(p.ds, group=5)),
+        ("repair_dataset", "group", "nope", "'nope'", lambda p: rd(p.ds, group="nope")),
+        (
+            "repair_dataset",
+            "storage_options",
+            "x",
+            "got str",
+            lambda p: rd(p.ds, storage_options="x"),
+        ),
+        ("repair_dataset", "force", "yes", "got 'yes'", lambda p: rd(p.ds, force="yes")),
+        ("to_zarr", "obj", "numpy", "got ndarray", lambda p: to_zarr(np.zeros(3), p.new)),
+        ("to_zarr", "store", 5, "got int", lambda p: _dataset().shard.to_zarr(5)),
+        ("to_zarr", "store", None, "got NoneType", lambda p: _dataset().shard.to_zarr(None)),
+        ("to_zarr", "shards", "x", "got 'x'", new(shards="x")),
+        ("to_zarr", "shards", {"time": 0}, "size 0", new(shards={"time": 0})),
+        ("to_zarr", "shards", {"time": 2.0}, "size 2.0", new(shards={"time": 2.0})),
+        ("to_zarr", "shards", {"nope": 2}, "['nope']", new(shards={"nope": 2})),
+        ("to_zarr", "chunks", {"time": -2}, "size -2", new(chunks={"time": -2})),
+        ("to_zarr", "chunks", {"time": True}, "size True", new(chunks={"time": True})),
+        (
+            "to_zarr",
+            "shards",
+            "not chunks' multiple",
+            "(7, 30)",
+            new(shards={"time": 20}, chunks={"time": 7}),
+        ),
+        ("to_zarr", "encoding", "x", "got 'x'", new(encoding="x")),
+        ("to_zarr", "encoding", {"nope": {}}, "['nope']", new(encoding={"nope": {}})),
+        ("to_zarr", "encoding", {"t": "x"}, "got 'x' (str)", new(encoding={"t": "x"})),
+        (
+            "to_zarr",
+            "encoding",
+            {"t": {"bogus": 1}},
+            "['bogus']",
+            new(encoding={"t": {"bogus": 1}}),
+        ),
+        (
+            "to_zarr",
+            "encoding",
+            {"t": {"dtype": "nope"}},
+            "'nope' is not a NumPy dtype",
+            new(encoding={"t": {"dtype": "nope"}}),
+        ),
+        (
+            "to_zarr",
+            "shards",
+            {"t": {"shards": "x"}},
+            "variable 't'",
+            new(encoding={"t": {"shards": "x"}}),
+        ),
+        (
+            "to_zarr",
+            "compressors",
+            {"t": {"compressors": 5}},
+            "variable 't'",
+            new(encoding={"t": {"compressors": 5}}),
+        ),
+        ("to_zarr", "mode", "x", "unknown value 'x'", new(mode="x")),
+        ("to_zarr", "mode", 1, "unknown value 1", new(mode=1)),
+        ("to_zarr", "mode", "w- (exists)", "already exists", into()),
+        (
+            "to_zarr",
+            "mode",
+            "w with append_dim",
+            "cannot append",
+            into(append_dim="time", mode="w"),
+        ),
+        ("to_zarr", "append_dim", "nope", "'nope' is not a dimension", into(append_dim="nope")),
+        ("to_zarr", "region", "x", "got 'x'", into(region="x")),
+        ("to_zarr", "region", {"time": 5}, "5 for dimension 'time'", into(region={"time": 5})),
+        ("to_zarr", "region", {"nope": "0:1"}, "['nope']", into(region={"nope": slice(0, 1)})),
+        (
+            "to_zarr",
+            "region",
+            "and append_dim",
+            "both",
+            into(region={"time": slice(0, 40)}, append_dim="time"),
+        ),
+        ("to_zarr", "group", 5, "got 5 (int)", new(group=5)),
+        ("to_zarr", "group", "a/../b", "'..' part", new(group="a/../b")),
+        ("to_zarr", "consolidated", "yes", "got 'yes'", new(consolidated="yes")),
+        ("to_zarr", "write_strategy", "fast", "'fast'", new(write_strategy="fast")),
+        ("to_zarr", "chunk_checksums", "no", "got 'no'", new(chunk_checksums="no")),
+        ("to_zarr", "max_mem", "lots", "'lots'", new(max_mem="lots")),
+        ("to_zarr", "storage_options", "x", "got str", new(storage_options="x")),
+        (
+            "to_zarr",
+            "storage_options",
+            {"anon": True},
+            "['anon']",
+            new(storage_options={"anon": True}),
+        ),
+        ("to_zarr", "compute", "no", "got 'no'", new(compute="no")),
+        ("to_zarr", "progress", "no", "got 'no'", new(progress="no")),
+        (
+            "to_zarr",
+            "progress",
+            "without compute",
+            "compute=False",
+            new(progress=True, compute=False),
+        ),
+    ]
+
+
+ROWS: list[tuple[str, str, Any, str, Call]] = [
+    *_writes("to_sharded_zarr", tz),
+    (
+        "to_sharded_zarr",
+        "progress",
+        "yes",
+        "got 'yes'",
+        lambda p: tz(_source(), p.new, progress="yes", **GOOD),
+    ),
+    (
+        "to_sharded_zarr",
+        "compute",
+        0,
+        "got 0 (int)",
+        lambda p: tz(_source(), p.new, compute=0, **GOOD),
+    ),
+    *_writes("prepare_write", pw),
+    (
+        "prepare_write",
+        "part_limit",
+        "x",
+        "got 'x' (str)",
+        lambda p: pw(_source(), p.new, part_limit="x", **GOOD),
+    ),
+    (
+        "prepare_write",
+        "part_limit",
+        0,
+        "got 0 (int)",
+        lambda p: pw(_source(), p.new, part_limit=0, **GOOD),
+    ),
+    (
+        "prepare_write",
+        "part_limit",
+        -1,
+        "got -1",
+        lambda p: pw(_source(), p.new, part_limit=-1, **GOOD),
+    ),
+    (
+        "prepare_write",
+        "source_identity",
+        "x",
+        "got 'x' (str)",
+        lambda p: pw(_source(), p.new, source_identity="x", **GOOD),
+    ),
+    (
+        "prepare_write",
+        "source_identity",
+        {"a": OPAQUE},
+        "JSON",
+        lambda p: pw(_source(), p.new, source_identity={"a": OPAQUE}, **GOOD),
+    ),
+    (
+        "ShardedWrite.execute",
+        "progress",
+        "yes",
+        "got 'yes'",
+        lambda p: pw(_source(), p.new, **GOOD).execute(progress="yes"),
+    ),
+    *_rechunks("rechunk", shardpipe.rechunk),
+    (
+        "rechunk",
+        "compute",
+        "no",
+        "got 'no'",
+        lambda p: shardpipe.rechunk(p.src, p.new, compute="no"),
+    ),
+    (
+        "rechunk",
+        "progress",
+        "no",
+        "got 'no'",
+        lambda p: shardpipe.rechunk(p.src, p.new, progress="no"),
+    ),
+    (
+        "rechunk",
+        "progress",
+        "without compute",
+        "compute=False",
+        lambda p: shardpipe.rechunk(p.src, p.new, progress=True, compute=False),
+    ),
+    *_rechunks("plan_rechunk", shardpipe.plan_rechunk),
+    (
+        "RechunkJob.execute",
+        "progress",
+        "yes",
+        "got 'yes'",
+        lambda p: shardpipe.plan_rechunk(p.src, p.new).execute(progress="yes"),
+    ),
+    *_groups("rechunk_group", shardpipe.rechunk_group),
+    (
+        "rechunk_group",
+        "progress",
+        "yes",
+        "got 'yes'",
+        lambda p: shardpipe.rechunk_group(p.grp, p.new, progress="yes"),
+    ),
+    *_groups("plan_group_rechunk", shardpipe.plan_group_rechunk),
+    *_maintenance(),
+    *_datasets(),
+]
+
+
+@pytest.mark.parametrize(
+    ("function", "parameter", "value", "words", "call"),
+    ROWS,
+    ids=[f"{r[0]}-{r[1]}-{i}" for i, r in enumerate(ROWS)],
+)
+def test_every_parameter_refuses_bad_values(
+    places: Places, function: str, parameter: str, value: Any, words: str, call: Call
+) -> None:
+    import dask
+
+    before = _tree_digest(places.root)
+    with dask.config.set(scheduler="threads"), pytest.raises(shardpipe.ShardpipeError) as info:
+        call(places)
+    message = str(info.value)
+    named = getattr(info.value, "parameter", message.split(":", 1)[0])
+    assert parameter in named, f"{function}: names {named!r}, not {parameter!r}: {message}"
+    assert words in message, f"{function}({parameter}={value!r}): {message}"
+    assert _tree_digest(places.root) == before, f"{function}({parameter}={value!r}) wrote"
+    assert not Path(places.new).exists() and not Path(places.missing).exists()
+
+
+# -- the command line: exit status 2, one line on stderr, nothing written ----------------------
+
+CLI_ROWS: list[tuple[str, Any, str]] = [
+    # (what, argv from Places, words on the last line of stderr)
+    ("plan --shards", lambda p: ["plan", p.new, "--shape", "40,30", "--shards", "x"], "--shards"),
+    (
+        "plan --shards 0",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--shards", "0,20"],
+        "shards",
+    ),
+    (
+        "plan --shards rank",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--shards", "20"],
+        "shards",
+    ),
+    (
+        "plan --chunks",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--shards", "20,20", "--chunks", "7,7"],
+        "multiple",
+    ),
+    (
+        "plan --max-mem",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--max-mem", "lots"],
+        "max_mem",
+    ),
+    (
+        "plan --max-mem 0",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--max-mem", "0"],
+        "max_mem",
+    ),
+    (
+        "plan --index-location",
+        lambda p: ["plan", p.new, "--shape", "4", "--index-location", "mid"],
+        "--index-location",
+    ),
+    (
+        "plan --dtype",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--dtype", "nope"],
+        "dtype: 'nope'",
+    ),
+    (
+        "plan --dtype object",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--dtype", "object"],
+        "dtype",
+    ),
+    ("plan --blocks", lambda p: ["plan", p.new, "--shape", "40,30", "--blocks", "0,5"], "blocks"),
+    (
+        "plan --compressor",
+        lambda p: ["plan", p.new, "--shape", "4", "--compressor", "lz4"],
+        "--compressor",
+    ),
+    (
+        "plan --compressor level",
+        lambda p: ["plan", p.new, "--shape", "4", "--compressor", "zstd:99"],
+        "--compressor",
+    ),
+    (
+        "plan --storage-option",
+        lambda p: ["plan", p.new, "--shape", "4", "--storage-option", "fsync"],
+        "NAME=VALUE",
+    ),
+    (
+        "plan --storage-option fsync",
+        lambda p: ["plan", p.new, "--shape", "4", "--storage-option", "fsync=1"],
+        "'fsync'",
+    ),
+    (
+        "plan --storage-option local",
+        lambda p: ["plan", p.new, "--shape", "4", "--storage-option", "anon=true"],
+        "['anon']",
+    ),
+    ("plan --source", lambda p: ["plan", p.new, "--source", p.missing], "source"),
+    ("plan --path", lambda p: ["plan", p.new, "--shape", "4", "--path", "../x"], "path"),
+    ("plan existing", lambda p: ["plan", p.arr, "--shape", "40,30"], "overwrite"),
+    ("verify missing", lambda p: ["verify", p.missing], "no Zarr array or group"),
+    ("verify --path", lambda p: ["verify", p.arr, "--path", "nope"], "'nope'"),
+    ("info missing", lambda p: ["info", p.missing], "no Zarr array or group"),
+    ("repair missing", lambda p: ["repair", p.missing], "no Zarr array or group"),
+    ("compact --threshold", lambda p: ["compact", p.arr, "--threshold", "2.0"], "threshold"),
+    ("compact --threshold x", lambda p: ["compact", p.arr, "--threshold", "x"], "--threshold"),
+    ("cleanup missing", lambda p: ["cleanup", p.missing], "nothing to clean up"),
+    ("rechunk --shards", lambda p: ["rechunk", p.src, p.new, "--shards", "x"], "--shards"),
+    ("rechunk --max-mem", lambda p: ["rechunk", p.src, p.new, "--max-mem", "lots"], "max_mem"),
+    (
+        "rechunk --index-location",
+        lambda p: ["rechunk", p.src, p.new, "--index-location", "m"],
+        "--index-location",
+    ),
+    ("rechunk --workers 0", lambda p: ["rechunk", p.src, p.new, "--workers", "0"], "--workers"),
+    ("rechunk --workers -2", lambda p: ["rechunk", p.src, p.new, "--workers", "-2"], "--workers"),
+    ("rechunk --workers x", lambda p: ["rechunk", p.src, p.new, "--workers", "x"], "--workers"),
+    ("rechunk source", lambda p: ["rechunk", p.missing, p.new], "source"),
+    ("rechunk existing", lambda p: ["rechunk", p.src, p.arr], "overwrite"),
+    (
+        "rechunk --resume --overwrite",
+        lambda p: ["rechunk", p.src, p.new, "--resume", "--overwrite"],
+        "resume",
+    ),
+    (
+        "rechunk --config alone",
+        lambda p: ["rechunk", p.src, p.new, "--config", "x.json"],
+        "--recursive",
+    ),
+    (
+        "rechunk --config missing",
+        lambda p: ["rechunk", p.grp, p.new, "--recursive", "--config", p.missing],
+        "--config",
+    ),
+    (
+        "rechunk --temp-store",
+        lambda p: ["rechunk", p.src, p.new, "--temp-store", p.src],
+        "temp_store",
+    ),
+    (
+        "rechunk --source-storage-option",
+        lambda p: ["rechunk", p.src, p.new, "--source-storage-option", "anon=true"],
+        "source_storage_options",
+    ),
+    (
+        "write-dataset --shards",
+        lambda p: ["write-dataset", p.ds, p.new, "--shards", "time"],
+        "--shards",
+    ),
+    (
+        "write-dataset --shards dim",
+        lambda p: ["write-dataset", p.ds, p.new, "--shards", "nope=5"],
+        "['nope']",
+    ),
+    ("write-dataset --mode", lambda p: ["write-dataset", p.ds, p.new, "--mode", "x"], "--mode"),
+    (
+        "write-dataset --write-strategy",
+        lambda p: ["write-dataset", p.ds, p.new, "--write-strategy", "fast"],
+        "write_strategy",
+    ),
+    (
+        "write-dataset --max-mem",
+        lambda p: ["write-dataset", p.ds, p.new, "--max-mem", "lots"],
+        "max_mem",
+    ),
+    (
+        "write-dataset --append-dim",
+        lambda p: ["write-dataset", p.ds, p.new, "--append-dim", "nope"],
+        "append_dim",
+    ),
+    ("write-dataset source", lambda p: ["write-dataset", p.missing, p.new], "source"),
+    (
+        "write-dataset --source-group",
+        lambda p: ["write-dataset", p.ds, p.new, "--source-group", "nope"],
+        "--source-group",
+    ),
+    ("repair-dataset missing", lambda p: ["repair-dataset", p.missing], "no Zarr array or group"),
+    ("repair-dataset --group", lambda p: ["repair-dataset", p.ds, "--group", "nope"], "group"),
+]
+
+
+@pytest.mark.parametrize(("what", "argv", "words"), CLI_ROWS, ids=[r[0] for r in CLI_ROWS])
+def test_cli_bad_arguments_exit_2_with_one_line(
+    places: Places, capsys: pytest.CaptureFixture[str], what: str, argv: Any, words: str
+) -> None:
+    import dask
+
+    from shardpipe.cli import main
+    from shardpipe.cli_errors import BAD_INPUT
+
+    before = _tree_digest(places.root)
+    with dask.config.set(scheduler="threads"):
+        try:
+            status = main(argv(places))
+        except SystemExit as exit_:  # argparse: usage, then one line naming the option
+            status = exit_.code
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert status == BAD_INPUT, f"{what}: exit {status}: {err}"
+    assert "Traceback" not in err, err
+    assert lines and lines[-1].startswith("shardpipe") and words in lines[-1], err
+    if not lines[0].startswith("usage:"):
+        assert len(lines) == 1, err
+    assert _tree_digest(places.root) == before
+    assert not Path(places.new).exists() and not Path(places.missing).exists()
+
+
+def test_rows_cover_every_parameter() -> None:
+    """Each parameter of each public function has a row (the table above is the record)."""
+    import inspect
+
+    from shardpipe.dataset import repair_dataset, to_zarr
+
+    functions = {
+        "to_sharded_zarr": shardpipe.to_sharded_zarr,
+        "prepare_write": shardpipe.prepare_write,
+        "rechunk": shardpipe.rechunk,
+        "plan_rechunk": shardpipe.plan_rechunk,
+        "plan_group_rechunk": shardpipe.plan_group_rechunk,
+        "verify": shardpipe.verify,
+        "info": shardpipe.info,
+        "repair": shardpipe.repair,
+        "compact": shardpipe.compact,
+        "cleanup": shardpipe.cleanup,
+        "open_dataset": shardpipe.open_dataset,
+        "repair_dataset": repair_dataset,
+        "to_zarr": to_zarr,
+    }
+    covered = {(r[0], r[1]) for r in ROWS}
+    missing = [
+        (name, parameter)
+        for name, function in functions.items()
+        for parameter, spec in inspect.signature(function).parameters.items()
+        if spec.kind is not inspect.Parameter.VAR_KEYWORD and (name, parameter) not in covered
+    ]
+    assert not missing, missing

@@ -111,7 +111,19 @@ def _open_source(source: str, group: str | None) -> Any:
     import fsspec
     import xarray as xr
 
-    mapper = fsspec.get_mapper(source)
-    if any(key in mapper for key in ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")):
-        return xr.open_zarr(source, group=group, chunks={})
-    return xr.open_dataset(source, group=group, chunks={})
+    from shardpipe.errors import InvalidArgumentError
+
+    try:
+        mapper = fsspec.get_mapper(source)
+        if any(key in mapper for key in ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")):
+            return xr.open_zarr(source, group=group, chunks={})
+        return xr.open_dataset(source, group=group, chunks={})
+    except (FileNotFoundError, KeyError, ValueError) as err:  # nothing (readable) there
+        raise InvalidArgumentError(
+            "--source-group" if group else "source",
+            f"cannot open {source!r}"
+            + (f", group {group!r}," if group else "")
+            + f" as a dataset ({type(err).__name__}: {err})",
+            "Give a Zarr store or a file xarray opens (netCDF, ...); --source-group for a "
+            "group inside it",
+        ) from err

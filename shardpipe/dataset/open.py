@@ -16,6 +16,7 @@ from typing import Any
 import xarray as xr
 
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.validate import check_path, check_store_like
 
 
 def shard_chunks(ds: xr.Dataset) -> dict[Hashable, dict[Hashable, int]]:
@@ -59,7 +60,16 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
             "open_dataset gives every variable one Dask chunk per shard",
             "Call xr.open_zarr(store, chunks=...) for other chunks, or .chunk() afterwards",
         )
-    ds = xr.open_zarr(store, group=group, chunks=None, **kwargs)
+    check_store_like("store", store)
+    check_path("group", group)
+    try:
+        ds = xr.open_zarr(store, group=group, chunks=None, **kwargs)
+    except (FileNotFoundError, KeyError) as err:  # zarr's NodeNotFoundError is one
+        raise InvalidArgumentError(
+            "group" if group else "store",
+            f"no Zarr group at {store!r}" + (f", group {group!r}" if group else "") + f" ({err})",
+            "Check the store and group: they must name an existing Zarr group",
+        ) from err
     chunks = shard_chunks(ds)
     token = uuid.uuid4().hex[:12]
     variables = {

@@ -24,6 +24,7 @@ from shardpipe.errors import InvalidArgumentError
 from shardpipe.maintenance import RepairReport, repair
 from shardpipe.metadata import is_sharded
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.validate import check_bool, check_node_present, check_path
 
 
 @dataclass
@@ -88,7 +89,10 @@ def repair_dataset(
     shardpipe.errors.JobConflictError
         If a job that may still run holds one of the arrays.
     """
+    check_path("group", group)
+    force = check_bool("force", force)
     root = resolve_store(store, group, storage_options)
+    check_node_present(root, "group" if group else "store")
     known = _consolidated_arrays(root)
     report = DatasetRepairReport()
     node = zarr.open_group(root.zarr_store, path=root.path, mode="r", use_consolidated=False)

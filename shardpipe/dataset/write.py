@@ -52,7 +52,16 @@ from shardpipe.metadata import is_sharded
 from shardpipe.prepare import prepare_fill, prepare_write
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.tasks import WriteReport
-from shardpipe.validate import check_bool, check_max_mem, check_store_reachable, check_target
+from shardpipe.validate import (
+    check_bool,
+    check_dim_region,
+    check_max_mem,
+    check_path,
+    check_progress,
+    check_store_reachable,
+    check_target,
+    check_variable_encoding,
+)
 
 MODES = ("w-", "w", "a", "r+")
 """Write modes, as in ``xarray.Dataset.to_zarr``."""
@@ -97,8 +106,9 @@ def to_zarr(
     """
     ds = as_dataset(obj)
     mode = _check_mode(mode, append_dim, region)
-    compute = check_bool("compute", compute)
-    progress = check_bool("progress", progress)
+    check_dim_region(region, ds.dims)
+    check_path("group", group)
+    progress, compute = check_progress(progress, compute)
     consolidated = check_bool("consolidated", consolidated)
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     strategy = check_strategy(write_strategy)
@@ -330,7 +340,7 @@ def _check_encoding(
             f"names variable(s) {unknown} that the dataset lacks",
             f"Give encodings for variables of the dataset ({list(ds.variables)})",
         )
-    return {name: dict(value) for name, value in encoding.items()}
+    return {name: check_variable_encoding(name, value) for name, value in encoding.items()}
 
 
 def _shardable(var: xr.Variable, encoding: Mapping[str, Any]) -> bool:
