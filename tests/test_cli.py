@@ -34,7 +34,7 @@ def test_verify_ok_and_damaged(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_verify_nothing_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", str(tmp_path / "missing")]) == 2
-    assert "cannot open a sharded array" in capsys.readouterr().err
+    assert "cannot check a sharded array" in capsys.readouterr().err
 
 
 def test_console_script_runs(tmp_path: Path) -> None:
