@@ -32,6 +32,12 @@ from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
 from shardpipe.core.sizes import format_bytes
+from shardpipe.creation import (
+    check_metadata_written,
+    check_no_other_job,
+    create_array,
+    record_complete,
+)
 from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import (
     ConditionFailedError,
@@ -45,25 +51,21 @@ from shardpipe.existing import (
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.graph import WriteGraph, build_write_graph
 from shardpipe.journal import (
-    JOB_DIR,
     JobKeys,
     JobMarker,
     acquire,
-    conflict,
-    read_marker,
     recover,
     release,
 )
 from shardpipe.metadata import format_of
 from shardpipe.progress import run_publishing, runs_in_process
-from shardpipe.resume import delete_record, save_record
+from shardpipe.resume import save_record
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport, WriteTarget, finish_write
 from shardpipe.updating import UpdateTarget
 from shardpipe.validate import (
     check_bool,
-    check_target,
 )
 
 DEFAULT_MAX_MEM = "1GiB"
@@ -264,7 +266,7 @@ class ShardedWrite:
             )
         token = uuid.uuid4().hex
         if self._create_kwargs is None:
-            target_d = delayed(_check_metadata_written, pure=False)(
+            target_d = delayed(check_metadata_written, pure=False)(
                 self.target, self._write_target(token), dask_key_name=f"check-array-{token}"
             )
         else:
@@ -281,7 +283,7 @@ class ShardedWrite:
         )
         if self.identity is None:
             return graph.result
-        done: Delayed = delayed(_record_complete, pure=False)(
+        done: Delayed = delayed(record_complete, pure=False)(
             graph.result,
             self.target,
             self.identity,
@@ -423,69 +425,6 @@ class ShardedWrite:
     def open(self) -> zarr.Array[Any]:
         """Open the written array for reading and writing."""
         return zarr.open_array(self.target.zarr_store, path=self.target.path, mode="r+")
-
-
-def create_array(
-    target: ResolvedStore,
-    create_kwargs: dict[str, Any],
-    overwrite: bool,
-    write_target: WriteTarget,
-    holder: JobMarker | None = None,
-    *,
-    identity: dict[str, Any] | None = None,
-) -> WriteTarget:
-    """Check the target again (it may have changed since planning), then write the metadata.
-
-    ``holder`` is this job's marker, when it holds one; without it, a marker
-    of another job that may still run is an error. With ``identity``, the
-    job record is saved after the metadata (see :mod:`shardpipe.resume`).
-    Returns ``write_target`` unchanged, so that tasks can depend on the
-    metadata being written.
-    """
-    check_no_other_job(target, holder, "write the array")
-    check_target(target, overwrite)
-    if overwrite:
-        _remove_node(target)
-    zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
-    if identity is not None:
-        save_record(target, identity, "running")
-    return write_target
-
-
-def _record_complete(
-    report: WriteReport, target: ResolvedStore, identity: dict[str, Any], skipped: int
-) -> WriteReport:
-    """Last task of a delayed write: mark its job record complete."""
-    save_record(target, identity, "complete")
-    return replace(report, shards_skipped=skipped)
-
-
-def _check_metadata_written(target: ResolvedStore, write_target: WriteTarget) -> WriteTarget:
-    """First task of a delayed write into an array whose metadata is already written."""
-    check_no_other_job(target, None, "write the array")
-    return write_target
-
-
-def check_no_other_job(target: ResolvedStore, holder: JobMarker | None, doing: str) -> None:
-    """Refuse to go on while another job that may still run holds the array."""
-    keys = JobKeys(target.key(""))
-    other = read_marker(target.shards, keys)
-    if other is not None and (holder is None or other.job != holder.job) and not other.is_stale():
-        raise conflict(other, keys, doing)
-
-
-def _remove_node(target: ResolvedStore) -> None:
-    """Delete every key of the node at the target except shardpipe's own records.
-
-    The job record goes first: until the old shards are all gone, no record
-    may vouch for them (see :mod:`shardpipe.resume`).
-    """
-    store = target.shards
-    delete_record(target)
-    prefix = target.key("")
-    for key in list(store.list(prefix)):
-        if not key.startswith(f"{prefix}{JOB_DIR}/"):
-            store.delete(key)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from shardpipe.core.grid import BlockGrid, ShardLayout
 from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
+from shardpipe.creation import check_no_other_job
 from shardpipe.encoding import ChunkCodec, checksummed_compressors
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
 from shardpipe.existing import (
@@ -31,7 +32,7 @@ from shardpipe.existing import (
     read_metadata,
     region_offset,
 )
-from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, check_no_other_job
+from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.metadata import format_of, layout_of
 from shardpipe.resume import (
     check_resume,

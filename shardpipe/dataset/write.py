@@ -37,6 +37,7 @@ from xarray.backends.common import ArrayWriter
 from xarray.backends.writers import dump_to_store
 from xarray.backends.zarr import ZarrStore
 
+from shardpipe.creation import check_no_other_job
 from shardpipe.dataset.existing import StoredVariables, check_compatible
 from shardpipe.dataset.layout import (
     VariableShape,
@@ -47,7 +48,7 @@ from shardpipe.dataset.layout import (
 from shardpipe.encoding import checksummed_compressors
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.existing import check_strategy
-from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, check_no_other_job, execute_together
+from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, execute_together
 from shardpipe.metadata import is_sharded
 from shardpipe.prepare import prepare_fill, prepare_write
 from shardpipe.storage.resolve import ResolvedStore, resolve_store

@@ -1,0 +1,84 @@
+"""Creating the array a write fills, and the checks made just before.
+
+A planned write looks at its target once more when it starts (another job
+may have taken the array, or a node appeared since planning), writes the
+metadata, and saves its job record (:mod:`shardpipe.resume`) before any
+shard. These functions run in the client (``ShardedWrite.execute``) or as
+the first and last tasks of a delayed write (``ShardedWrite.to_delayed``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import zarr
+
+from shardpipe.journal import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
+from shardpipe.resume import delete_record, save_record
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.tasks import WriteReport, WriteTarget
+from shardpipe.validate import check_target
+
+
+def create_array(
+    target: ResolvedStore,
+    create_kwargs: dict[str, Any],
+    overwrite: bool,
+    write_target: WriteTarget,
+    holder: JobMarker | None = None,
+    *,
+    identity: dict[str, Any] | None = None,
+) -> WriteTarget:
+    """Check the target again (it may have changed since planning), then write the metadata.
+
+    ``holder`` is this job's marker, when it holds one; without it, a marker
+    of another job that may still run is an error. With ``identity``, the
+    job record is saved after the metadata (see :mod:`shardpipe.resume`).
+    Returns ``write_target`` unchanged, so that tasks can depend on the
+    metadata being written.
+    """
+    check_no_other_job(target, holder, "write the array")
+    check_target(target, overwrite)
+    if overwrite:
+        _remove_node(target)
+    zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
+    if identity is not None:
+        save_record(target, identity, "running")
+    return write_target
+
+
+def record_complete(
+    report: WriteReport, target: ResolvedStore, identity: dict[str, Any], skipped: int
+) -> WriteReport:
+    """Last task of a delayed write: mark its job record complete."""
+    save_record(target, identity, "complete")
+    return replace(report, shards_skipped=skipped)
+
+
+def check_metadata_written(target: ResolvedStore, write_target: WriteTarget) -> WriteTarget:
+    """First task of a delayed write into an array whose metadata is already written."""
+    check_no_other_job(target, None, "write the array")
+    return write_target
+
+
+def check_no_other_job(target: ResolvedStore, holder: JobMarker | None, doing: str) -> None:
+    """Refuse to go on while another job that may still run holds the array."""
+    keys = JobKeys(target.key(""))
+    other = read_marker(target.shards, keys)
+    if other is not None and (holder is None or other.job != holder.job) and not other.is_stale():
+        raise conflict(other, keys, doing)
+
+
+def _remove_node(target: ResolvedStore) -> None:
+    """Delete every key of the node at the target except shardpipe's own records.
+
+    The job record goes first: until the old shards are all gone, no record
+    may vouch for them (see :mod:`shardpipe.resume`).
+    """
+    store = target.shards
+    delete_record(target)
+    prefix = target.key("")
+    for key in list(store.list(prefix)):
+        if not key.startswith(f"{prefix}{JOB_DIR}/"):
+            store.delete(key)
