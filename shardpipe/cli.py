@@ -178,9 +178,9 @@ def _parser() -> argparse.ArgumentParser:
 def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     import dask.array as da
 
+    from shardpipe.checks import check_dtype, check_int_tuple
     from shardpipe.prepare import prepare_write
     from shardpipe.rechunk_source import open_source
-    from shardpipe.validate import check_dtype, check_int_tuple
 
     blocks = check_int_tuple("blocks", args.blocks)
     if args.source is not None:

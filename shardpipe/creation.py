@@ -17,8 +17,8 @@ import zarr
 from shardpipe.journal import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
 from shardpipe.resume import delete_record, save_record
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.store_checks import check_target
 from shardpipe.tasks import WriteReport, WriteTarget
-from shardpipe.validate import check_target
 
 
 def create_array(

@@ -14,13 +14,13 @@ import numpy as np
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.checks import is_integer
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.core.shard_update import STRATEGIES
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
 from shardpipe.metadata import format_of, layout_of, parse_array_metadata, parse_json_object
 from shardpipe.storage.base import ObjectVersion
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.validate import _is_integer
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def region_offset(region: Any, shape: Shape, source_shape: Shape) -> Coords:
     offset = []
     for d, (s, n, m) in enumerate(zip(region, shape, source_shape, strict=True)):
         for bound in (s.start, s.stop, s.step):
-            if bound is not None and not _is_integer(bound):
+            if bound is not None and not is_integer(bound):
                 raise InvalidArgumentError(
                     "region",
                     f"dimension {d}: {s!r} has a bound that is not an integer",
@@ -156,7 +156,7 @@ def region_offset(region: Any, shape: Shape, source_shape: Shape) -> Coords:
 def appended_shape(append_dim: Any, shape: Shape, source_shape: Shape) -> tuple[Shape, Coords]:
     """The grown shape, and the offset of the source, for ``append_dim``."""
     ndim = len(shape)
-    if not _is_integer(append_dim) or not -ndim <= int(append_dim) < ndim:
+    if not is_integer(append_dim) or not -ndim <= int(append_dim) < ndim:
         raise InvalidArgumentError(
             "append_dim",
             f"{append_dim!r} is not an axis of the {ndim}-dimensional array",

@@ -28,6 +28,7 @@ import zarr
 from dask.delayed import Delayed, delayed
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.checks import check_bool
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
@@ -64,9 +65,6 @@ from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport, WriteTarget, finish_write
 from shardpipe.updating import UpdateTarget
-from shardpipe.validate import (
-    check_bool,
-)
 
 DEFAULT_MAX_MEM = "1GiB"
 """Default memory budget per task (see ``to_sharded_zarr``'s ``max_mem``)."""

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardpipe.checks import check_bool, check_int
 from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import read_metadata
@@ -27,8 +28,8 @@ from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
 from shardpipe.metadata import check_walkable, format_of, layout_of
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.store_checks import check_node_present
 from shardpipe.updating import StoredShard, read_shard, rewrite_shard
-from shardpipe.validate import check_bool, check_int, check_node_present
 from shardpipe.verify import VerifyReport, verify
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.checks import check_bool, check_int, check_json_dict
 from shardpipe.core.grid import BlockGrid, ShardLayout
 from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
@@ -43,21 +44,16 @@ from shardpipe.resume import (
     update_identity,
 )
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.store_checks import check_source_is_not_target, check_store_reachable, check_target
 from shardpipe.validate import (
     as_dask_array,
     build_metadata,
     check_array,
     check_attributes,
-    check_bool,
     check_dimension_names,
     check_fill_value,
     check_index_location,
-    check_int,
-    check_json_dict,
     check_max_mem,
-    check_source_is_not_target,
-    check_store_reachable,
-    check_target,
     resolve_shapes,
 )
 

@@ -29,6 +29,7 @@ import dask.array as da
 import zarr
 from dask.delayed import Delayed
 
+from shardpipe.checks import check_bool, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.rechunk import (
     ReadCost,
@@ -44,17 +45,10 @@ from shardpipe.prepare import prepare_write
 from shardpipe.rechunk_intermediate import Intermediate
 from shardpipe.rechunk_source import Source, open_source
 from shardpipe.resume import check_resume, check_same_job, complete_shards
+from shardpipe.store_checks import check_source_options, check_temp_store, resolve_named
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport
-from shardpipe.validate import (
-    check_bool,
-    check_max_mem,
-    check_progress,
-    check_source_options,
-    check_temp_store,
-    resolve_named,
-    resolve_shapes,
-)
+from shardpipe.validate import check_max_mem, resolve_shapes
 
 FIRST_BLOCK_SHARE = 2
 """Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.

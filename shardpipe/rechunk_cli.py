@@ -8,9 +8,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from shardpipe.checks import check_int
 from shardpipe.cli_errors import EXPECTED, exit_status, fail
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.validate import check_array_overrides, check_int
+from shardpipe.validate import check_array_overrides
 
 
 def add_command(

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from shardpipe.checks import check_bool, check_int_tuple
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, execute_together
@@ -27,16 +28,9 @@ from shardpipe.rechunk import RechunkJob, plan_rechunk
 from shardpipe.rechunk_source import open_source
 from shardpipe.resume import check_resume
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.store_checks import check_source_options, resolve_named
 from shardpipe.tasks import WriteReport
-from shardpipe.validate import (
-    check_array_overrides,
-    check_bool,
-    check_index_location,
-    check_int_tuple,
-    check_max_mem,
-    check_source_options,
-    resolve_named,
-)
+from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
 """Arrays of at most this many raw bytes are copied unsharded, in one chunk."""

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.checks import check_bool, check_int
 from shardpipe.completeness import unfinished_work
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.encoding import ChunkCodec, ChunkDecodeError, describe_error
@@ -36,7 +37,7 @@ from shardpipe.journal import JobKeys, undo_records
 from shardpipe.metadata import format_of, layout_of, open_array_metadata
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.validate import check_bool, check_int, check_node_present
+from shardpipe.store_checks import check_node_present
 
 WHOLE_READ_LIMIT = 256 << 20
 """Shards up to this size are read in one request; larger ones by ranges."""

@@ -7,13 +7,13 @@ from typing import Any
 import zarr
 from dask.delayed import Delayed
 
+from shardpipe.checks import check_bool
 from shardpipe.creation import check_no_other_job
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR
 from shardpipe.journal import JOB_DIR
 from shardpipe.prepare import prepare_write
 from shardpipe.storage.resolve import resolve_store
-from shardpipe.validate import check_bool
 
 __all__ = ["DEFAULT_MAX_MEM", "cleanup", "to_sharded_zarr"]
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import xarray as xr
 
+from shardpipe.checks import check_path
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.validate import check_path, check_store_like
+from shardpipe.store_checks import check_store_like
 
 
 def shard_chunks(ds: xr.Dataset) -> dict[Hashable, dict[Hashable, int]]:

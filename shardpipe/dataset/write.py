@@ -37,6 +37,7 @@ from xarray.backends.common import ArrayWriter
 from xarray.backends.writers import dump_to_store
 from xarray.backends.zarr import ZarrStore
 
+from shardpipe.checks import check_bool, check_path, check_progress
 from shardpipe.creation import check_no_other_job
 from shardpipe.dataset.existing import StoredVariables, check_compatible
 from shardpipe.dataset.layout import (
@@ -52,17 +53,9 @@ from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, execute_together
 from shardpipe.metadata import is_sharded
 from shardpipe.prepare import prepare_fill, prepare_write
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.store_checks import check_store_reachable, check_target
 from shardpipe.tasks import WriteReport
-from shardpipe.validate import (
-    check_bool,
-    check_dim_region,
-    check_max_mem,
-    check_path,
-    check_progress,
-    check_store_reachable,
-    check_target,
-    check_variable_encoding,
-)
+from shardpipe.validate import check_dim_region, check_max_mem, check_variable_encoding
 
 MODES = ("w-", "w", "a", "r+")
 """Write modes, as in ``xarray.Dataset.to_zarr``."""

@@ -16,12 +16,12 @@ import zarr
 from zarr.abc.store import Store
 from zarr.storage import FsspecStore, LocalStore
 
+from shardpipe.checks import check_path
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.zarr_store import ZarrShardStore
-from shardpipe.validate import check_path
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,230 @@
+"""Generic checks of argument values: booleans, integers, choices, paths, JSON, dtypes.
+
+Each raises :class:`~shardpipe.errors.InvalidArgumentError` naming the
+parameter, showing the value and saying how to fix it. The checks of a
+write's own arguments are in :mod:`shardpipe.validate`, those of where data
+is read and written in :mod:`shardpipe.store_checks`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from shardpipe.core.grid import Shape
+from shardpipe.errors import (
+    InvalidArgumentError,
+)
+
+if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
+    pass
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Accept only ``True`` or ``False`` (a string such as ``"False"`` is refused)."""
+    if not isinstance(value, bool | np.bool_):
+        raise InvalidArgumentError(
+            name,
+            f"expected True or False, got {value!r} ({type(value).__name__})",
+            f"Pass {name}=True or {name}=False",
+        )
+    return bool(value)
+
+
+def is_integer(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def shown(value: Any) -> str:
+    """``repr`` of ``value`` (cut to 80 characters) and its type, for messages."""
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def check_int(
+    name: str, value: Any, *, minimum: int = 1, maximum: int | None = None, example: int = 1
+) -> int:
+    """Accept a whole number (not a bool, not a float) in ``[minimum, maximum]``.
+
+    Parameters
+    ----------
+    name : str
+        The parameter, as the message names it.
+    value : Any
+        What was passed.
+    minimum, maximum : int
+        The accepted range (``maximum`` None: no upper bound).
+    example : int
+        A good value, for the message's fix.
+
+    Returns
+    -------
+    int
+        ``value`` as a Python int.
+    """
+    bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    if (
+        not is_integer(value)
+        or int(value) < minimum
+        or (maximum is not None and int(value) > maximum)
+    ):
+        raise InvalidArgumentError(
+            name,
+            f"expected an integer {bounds}, got {shown(value)}",
+            f"Pass e.g. {name}={example}",
+        )
+    return int(value)
+
+
+def check_choice(name: str, value: Any, choices: Collection[str], fix: str | None = None) -> str:
+    """Accept one of the strings ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidArgumentError(
+            name,
+            f"unknown value {value!r}",
+            fix or f"Use one of {', '.join(repr(c) for c in choices)}",
+        )
+    return value
+
+
+def check_path(name: str, value: Any) -> str | None:
+    """Accept None or a ``/``-separated path inside a store, without ``.`` or ``..`` parts."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentError(
+            name,
+            f"expected a str such as 'group/array', got {shown(value)}",
+            f"Pass {name} as a string, or leave it out for the store's root",
+        )
+    if any(part in (".", "..") for part in value.split("/")):
+        raise InvalidArgumentError(
+            name,
+            f"{value!r} has a '.' or '..' part; paths inside a store cannot leave it",
+            f"Give {name} inside the store (e.g. 'group/array'), or point the store elsewhere",
+        )
+    return value
+
+
+def check_json_dict(name: str, value: Any) -> dict[str, Any] | None:
+    """Accept None or a mapping with string keys whose values JSON can store."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(
+            name,
+            f"expected a dict, got {shown(value)}",
+            "Pass a dict of JSON-serialisable values",
+        )
+    keys = [k for k in value if not isinstance(k, str)]
+    if keys:
+        raise InvalidArgumentError(
+            name,
+            f"key {keys[0]!r} ({type(keys[0]).__name__}) is not a string; JSON would "
+            f"store it as {json.dumps(str(keys[0]))}",
+            "Use string keys",
+        )
+    try:
+        json.dumps(dict(value), allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise InvalidArgumentError(
+            name,
+            f"cannot be stored as JSON ({err})",
+            "Convert values to str, int, float, bool, None, lists or dicts (e.g. arr.tolist())",
+        ) from None
+    return dict(value)
+
+
+def check_options(name: str, value: Any) -> dict[str, Any] | None:
+    """Accept None or a dict of fsspec options with string keys."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise InvalidArgumentError(
+            name,
+            f"expected a dict of option names to values, got {shown(value)}",
+            'Pass a dict such as {"anon": True}',
+        )
+    checked: dict[str, Any] = value
+    return checked
+
+
+def check_progress(progress: Any, compute: Any) -> tuple[bool, bool]:
+    """Check ``progress`` and ``compute``: a progress bar needs the work to run now."""
+    compute = check_bool("compute", compute)
+    progress = check_bool("progress", progress)
+    if progress and not compute:
+        raise InvalidArgumentError(
+            "progress",
+            "a progress bar cannot follow work returned with compute=False",
+            "Pass compute=True, or watch the delayed work with "
+            "dask.diagnostics.ProgressBar() or distributed.progress()",
+        )
+    return progress, compute
+
+
+def check_dtype(name: str, value: Any) -> np.dtype[Any]:
+    """Accept what ``numpy.dtype`` reads as a fixed-size dtype."""
+    try:
+        dtype: np.dtype[Any] = np.dtype(value)
+    except (TypeError, ValueError) as err:
+        raise InvalidArgumentError(
+            name, f"{value!r} is not a NumPy dtype ({err})", "Use e.g. 'uint16' or 'float32'"
+        ) from None
+    if dtype.kind in "OV" or dtype.hasobject:
+        raise InvalidArgumentError(
+            name, f"dtype {dtype} is not supported", "Use a fixed-size numeric or bool dtype"
+        )
+    return dtype
+
+
+def check_int_tuple(name: str, value: Any) -> Shape | None:
+    """Accept None or a tuple of positive integers of any length (for arrays of any rank)."""
+    if value is None:
+        return None
+    if is_integer(value) or isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise InvalidArgumentError(
+            name,
+            f"expected a tuple of positive integers, got {shown(value)}",
+            f"Pass e.g. {name}=(64, 64, 64)",
+        )
+    items = list(value)
+    return shape_param(name, items, len(items))
+
+
+def shape_param(name: str, value: Any, ndim: int) -> Shape | None:
+    if value is None:
+        return None
+    if is_integer(value):
+        value = (value,) * ndim
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise InvalidArgumentError(
+            name,
+            f"expected a tuple of {ndim} integers, got {value!r}",
+            f"Pass {name}=(n0, n1, ...) with one positive integer per dimension",
+        )
+    items = list(value)
+    wrong = [v for v in items if not is_integer(v)]
+    if wrong:
+        raise InvalidArgumentError(
+            name,
+            f"{tuple(items)!r} holds {wrong[0]!r} ({type(wrong[0]).__name__}), not an integer",
+            f"Pass {name}=(n0, n1, ...) with whole numbers; sizes are never rounded",
+        )
+    shape = tuple(int(v) for v in items)
+    if len(shape) != ndim:
+        raise InvalidArgumentError(
+            name,
+            f"{shape} has {len(shape)} dimensions but the array has {ndim}",
+            "Give one size per array dimension",
+        )
+    if any(n <= 0 for n in shape):
+        raise InvalidArgumentError(
+            name, f"{shape} has a zero or negative size", "Every size must be a positive integer"
+        )
+    return shape

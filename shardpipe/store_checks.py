@@ -1,0 +1,214 @@
+"""Checks of where data is read and written: targets, sources, temporary stores.
+
+Each raises a :class:`~shardpipe.errors.ShardpipeError` subclass naming the
+parameter, what is wrong and the fix, before any byte is written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import dask.array as da
+import zarr
+from zarr.storage import LocalStore, MemoryStore
+
+from shardpipe.errors import (
+    ArrayExistsError,
+    InvalidArgumentError,
+    SourceOverlapsTargetError,
+    StoreNotWritableError,
+)
+from shardpipe.locations import Location, source_locations, store_location
+
+if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
+    from shardpipe.storage.resolve import ResolvedStore
+
+
+from shardpipe.checks import check_options, shown
+
+
+def check_source_is_not_target(arr: da.Array, target: ResolvedStore) -> None:
+    """Refuse a write whose target is, contains or lies inside an array it reads."""
+    where = store_location(target.zarr_store, target.path)
+    if where is None:
+        return
+    for source in source_locations(arr):
+        if source.overlaps(where):
+            raise SourceOverlapsTargetError(
+                "store",
+                f"the target {where} overlaps the zarr array {source} that the Dask array "
+                "reads; writing would destroy the data before it is read",
+                "Write to another path (then delete the old array and move the new one "
+                "into place), or use shardpipe's rechunking into a new path",
+            )
+
+
+def check_target(target: ResolvedStore, overwrite: bool) -> None:
+    """Refuse a read-only store, or an existing node at the path without ``overwrite``."""
+    store = target.zarr_store
+    if store.read_only:
+        raise StoreNotWritableError(f"store: {store} is read-only; open it with read_only=False")
+    if isinstance(store, LocalStore):
+        root = str(store.root)
+        probe = root
+        while not os.path.exists(probe):
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                break
+            probe = parent
+        if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+            raise StoreNotWritableError(
+                f"store: cannot write under {root!r} ({probe!r} is not a writable directory); "
+                "choose a directory you can write to"
+            )
+    if overwrite:
+        return
+    from zarr.core.sync import sync
+
+    if sync(store.exists(target.key("zarr.json"))):
+        where = target.path or "the store root"
+        raise ArrayExistsError(
+            f"store: an array or group already exists at {where!r} in {store}; "
+            "pass overwrite=True to replace it, or choose another path"
+        )
+
+
+def check_store_reachable(arr: da.Array, target: ResolvedStore) -> None:
+    """Refuse a zarr ``MemoryStore`` that worker processes would write copies of.
+
+    A ``MemoryStore`` lives in this process's memory. Tasks running in other
+    processes (a distributed cluster with worker processes) would write into
+    their own unpickled copies, and the data would be lost without an error.
+    """
+    from shardpipe.progress import distributed_client, runs_in_process
+
+    if not isinstance(target.zarr_store, MemoryStore) or runs_in_process(arr):
+        return
+    client = distributed_client()
+    if client is None:
+        return
+    here = os.getpid()
+    if all(pid == here for pid in client.run(os.getpid).values()):
+        return  # workers are threads of this process
+    raise InvalidArgumentError(
+        "store",
+        f"{target.zarr_store} lives in this process's memory, but the active distributed "
+        "client runs tasks in worker processes, which would write into their own copies "
+        "(the data would be lost)",
+        "Write to a local path or S3, or compute with dask.config.set(scheduler='threads')",
+    )
+
+
+# -- generic checks, shared by the public functions -------------------------------------------
+
+
+def _location_of(url: str) -> Location:
+    """Where a local path or an fsspec URL points (for overlap checks; nothing is opened)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme in ("file", "local"):
+        local = os.path.realpath(rest if sep else url)
+        return Location("file", "", local.strip("/"))
+    return Location(scheme, "", rest.strip("/"))
+
+
+def check_temp_store(temp_store: Any, target: ResolvedStore, source: Any) -> str | None:
+    """Accept None or a path or URL that does not exist and overlaps neither source nor target.
+
+    The intermediate copy of a two-pass rechunk is written there and deleted
+    afterwards: the source, the target or existing data there would be lost.
+    ``source`` is what the rechunk reads (a zarr or Dask array).
+    """
+    if temp_store is None:
+        return None
+    if not isinstance(temp_store, str | os.PathLike):
+        raise InvalidArgumentError(
+            "temp_store",
+            f"expected a local path or fsspec URL, got {shown(temp_store)}",
+            "Pass e.g. temp_store='/scratch/tmp.zarr'",
+        )
+    where = os.fspath(temp_store)
+    location = _location_of(where)
+    if isinstance(source, zarr.Array):
+        read = [store_location(source.store, source.path)]
+    else:
+        read = list(source_locations(source)) if isinstance(source, da.Array) else []
+    for other in [store_location(target.zarr_store, target.path), *read]:
+        if other is not None and location.overlaps(other):
+            raise InvalidArgumentError(
+                "temp_store",
+                f"{where!r} overlaps {other}, which the rechunk reads or writes; the "
+                "intermediate copy is deleted afterwards",
+                "Give a separate path for the intermediate copy",
+            )
+    if location.scheme == "file" and os.path.exists("/" + location.path):
+        raise InvalidArgumentError(
+            "temp_store",
+            f"{where!r} exists; the intermediate copy would replace it and then delete it",
+            "Give a path that does not exist yet",
+        )
+    return where
+
+
+def check_source_options(source: Any, options: Any) -> dict[str, Any] | None:
+    """Check ``source_storage_options``: a dict, given only for a source named by URL."""
+    checked = check_options("source_storage_options", options)
+    if not checked:
+        return checked
+    is_url = isinstance(source, str | os.PathLike) and "://" in os.fspath(source)
+    if not is_url or os.fspath(source).startswith("file://"):
+        raise InvalidArgumentError(
+            "source_storage_options",
+            f"{sorted(checked)} do not apply to the source {source!r}: they are for sources "
+            "given as a URL (s3://...)",
+            "Leave source_storage_options out",
+        )
+    return checked
+
+
+def check_node_present(target: ResolvedStore, parameter: str, *, records: bool = False) -> None:
+    """Refuse a target at which there is no Zarr array or group (v3 or v2) to read.
+
+    With ``records``, shardpipe's records of an unfinished job (``.shardpipe/``)
+    count as something there too (what ``repair`` cleans up).
+    """
+    keys = ("zarr.json", ".zarray", ".zgroup")
+    if any(target.shards.get(target.key(k)) is not None for k in keys):
+        return
+    if records:
+        from shardpipe.journal import JOB_DIR
+
+        if next(iter(target.shards.list(target.key(f"{JOB_DIR}/"))), None) is not None:
+            return
+    where = target.path or "the store root"
+    raise InvalidArgumentError(
+        parameter,
+        f"there is no Zarr array or group at {where!r} of {target.zarr_store} (no zarr.json, "
+        ".zarray or .zgroup)",
+        "Check the store and path: they must name an existing array or group",
+    )
+
+
+def resolve_named(name: str, store: Any, path: Any, storage_options: Any) -> ResolvedStore:
+    """Resolve like :func:`~shardpipe.storage.resolve.resolve_store`; errors name ``name``."""
+    from shardpipe.storage.resolve import resolve_store
+
+    try:
+        return resolve_store(store, path, storage_options)
+    except InvalidArgumentError as err:
+        if type(err) is not InvalidArgumentError or err.parameter != "store":
+            raise
+        raise InvalidArgumentError(name, err.problem, err.fix) from None
+
+
+def check_store_like(name: str, store: Any) -> None:
+    """Accept what zarr opens as a store: a path, a URL, a zarr ``Store`` or a mapping."""
+    from zarr.abc.store import Store
+
+    if not isinstance(store, str | os.PathLike | Store | Mapping):
+        raise InvalidArgumentError(
+            name,
+            f"expected a local path, an fsspec URL or a zarr Store, got {shown(store)}",
+            "Pass e.g. '/data/dataset.zarr' or 's3://bucket/dataset.zarr'",
+        )
