@@ -476,9 +476,14 @@ class _Connection:
                         return
                     if not data:
                         return
-                    ok = (
-                        self._from_client(data) if key.data == "client" else self._from_server(data)
-                    )
+                    try:
+                        ok = (
+                            self._from_client(data)
+                            if key.data == "client"
+                            else self._from_server(data)
+                        )
+                    except OSError:  # the other side is gone (reset, closed)
+                        return
                     if not ok:
                         return
 
