@@ -51,6 +51,13 @@ found by their key, and the keys are recorded before the uploads exist:
   ``staging`` names: keys outside the array, and other writes' staging
   areas, are left alone.
 
+A conditional ``PutObject`` whose response was lost may have landed, and the
+client's retry (botocore's, or aiohttp's own on a reused connection, which
+shardpipe cannot turn off or see) then finds the condition false: each
+conditional put carries a random token in its metadata
+(``x-amz-meta-shardpipe-put``), and a refused put whose token is on the
+object succeeded. (A put of the same bytes by anyone else is still refused.)
+
 A ``CompleteMultipartUpload`` whose response was lost may have published
 the shard: when completing fails (a transient fault, ``NoSuchUpload``, a
 failed condition), ``finish_parts`` compares the object now at the key
@@ -90,6 +97,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import re
+import uuid
 from collections.abc import Buffer, Iterator, Sequence
 from typing import Any
 
@@ -114,6 +122,7 @@ _FIRST_PART = 2
 _TAIL_PART = 10_000
 _MARKER_SUFFIX = ".upload"
 _MAX_TASK_PARTS = _TAIL_PART - 2
+_PUT_TOKEN = "shardpipe-put"  # metadata key of a conditional put's own token
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "connect_timeout": 5,
@@ -235,6 +244,9 @@ _CREDENTIAL_ERRORS = frozenset(
 _CONNECT_ERRORS = frozenset(
     {"EndpointConnectionError", "ConnectTimeoutError", "SSLError", "ProxyConnectionError"}
 )
+_RESETS = frozenset(
+    {"ConnectionResetError", "ConnectionAbortedError", "BrokenPipeError", "ServerDisconnectedError"}
+)
 _TRANSIENT_EXCEPTIONS = frozenset(
     {
         # botocore
@@ -310,6 +322,11 @@ def _conditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, 
     if if_absent:
         return {"IfNoneMatch": "*"}
     return {} if if_version is None else {"IfMatch": if_version}
+
+
+def _md5_etag(body: bytes) -> str:
+    """The ETag S3 gives an object of ``body`` written in one piece (without SSE-KMS/C)."""
+    return f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'
 
 
 def multipart_etag(part_etags: Sequence[str]) -> str | None:
@@ -397,12 +414,18 @@ class S3ShardStore(ShardStore):
         url = getattr(self.fs, "endpoint_url", None) or client_kwargs.get("endpoint_url")
         return str(url) if url else "AWS's default endpoint"
 
-    def _attempts(self) -> str:
+    def _total_attempts(self) -> int | None:
+        """Tries botocore makes of each call, as configured (None: botocore's default)."""
         config = getattr(self.fs, "config_kwargs", None) or {}
         retries = config.get("retries") or {}
-        total = retries.get("total_max_attempts")
-        if total is None and retries.get("max_attempts") is not None:
-            total = int(retries["max_attempts"]) + 1  # botocore's max_attempts counts retries
+        if retries.get("total_max_attempts") is not None:
+            return int(retries["total_max_attempts"])
+        if retries.get("max_attempts") is not None:
+            return int(retries["max_attempts"]) + 1  # botocore's max_attempts counts retries
+        return None
+
+    def _attempts(self) -> str:
+        total = self._total_attempts()
         return f"{total} attempts" if total else "botocore's retries"
 
     # -- errors --------------------------------------------------------------
@@ -471,7 +494,9 @@ class S3ShardStore(ShardStore):
             return StorageError, f"the server answered {cause}", ""
         found = _botocore_any(err, _CONNECT_ERRORS)
         if found is not None:
-            if self.reached:
+            # botocore calls a connection reset mid-request a failure to connect too;
+            # a reset means something answered at that address
+            if self.reached or _any_named(err, _RESETS) is not None:
                 return (
                     TransientStorageError,
                     f"connection failed ({_one_line(found)})",
@@ -569,10 +594,45 @@ class S3ShardStore(ShardStore):
         if_absent: bool = False,
         if_version: ObjectVersion | None = None,
     ) -> None:
-        """Publish the concatenation of ``buffers`` at ``key`` with one ``PutObject``."""
+        """Publish the concatenation of ``buffers`` at ``key`` with one ``PutObject``.
+
+        A conditional put carries a token of its own in the object's metadata
+        (``x-amz-meta-shardpipe-put``): when a try whose answer was lost did
+        land, the client's retry finds the condition false, and the token
+        then tells that the object is this put's, so it succeeded.
+        """
         conditions = _conditions(if_absent, if_version)
-        self._call("put_object", key, Key=self._key(key), Body=_join(buffers), **conditions)
+        body = _join(buffers)
+        if conditions:
+            self._put_conditionally(key, body, conditions)
+        else:
+            self._call("put_object", key, Key=self._key(key), Body=body)
         self.fs.invalidate_cache(f"{self.bucket}/{self._key(key)}")
+
+    def _put_conditionally(self, key: str, body: bytes, conditions: dict[str, str]) -> None:
+        token = uuid.uuid4().hex
+        try:
+            self._call(
+                "put_object",
+                key,
+                Key=self._key(key),
+                Body=body,
+                Metadata={_PUT_TOKEN: token},
+                **conditions,
+            )
+        except ConditionFailedError as err:
+            # a try of this very put whose answer was lost, retried by the client
+            # (botocore, or aiohttp on a reused connection), finds its own object
+            if not self._holds_token(key, token, err):
+                raise
+
+    def _holds_token(self, key: str, token: str, err: StorageError) -> bool:
+        try:
+            head = self._head(key)
+        except StorageError as again:
+            err.add_note(f"whether this put landed all the same is unknown: {again}")
+            return False
+        return head is not None and (head.get("Metadata") or {}).get(_PUT_TOKEN) == token
 
     def _cat(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         path = f"{self.bucket}/{self._key(key)}"
@@ -776,7 +836,7 @@ class S3ShardStore(ShardStore):
         etags = {part["PartNumber"]: str(part["ETag"]) for part in parts}
         for number, body in [(_HEAD_PART, head), (_TAIL_PART, tail)]:
             if body:
-                etags[number] = f'"{hashlib.md5(body, usedforsecurity=False).hexdigest()}"'
+                etags[number] = _md5_etag(body)
         try:
             for number, body in [(_HEAD_PART, head), (_TAIL_PART, tail)]:
                 if body:

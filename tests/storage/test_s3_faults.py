@@ -162,6 +162,47 @@ def test_lost_complete_response_is_success(
     _check_outcome(bucket, url, direct, data, None)
 
 
+def test_lost_conditional_put_response_is_no_conflict(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy
+) -> None:
+    """The job marker is a create-only PUT: when its answer is lost and the client
+    resends it, the write must not take its own marker for another job's."""
+    bucket, direct = s3_bucket
+    proxy = s3_fault_proxy
+    source, data = _source()
+    url = f"s3://{bucket}/x.zarr"
+    proxy.add_rule("reset_after", b"/.shardpipe/job.json", method=b"PUT")
+    _write(source, url, _proxied(proxy))
+    assert proxy.counts.reset_after == 1
+    _check_outcome(bucket, url, direct, data, None)
+
+
+@pytest.mark.parametrize("condition", ["if_absent", "if_version"])
+def test_conditional_put_whose_answer_was_lost_succeeds(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy, condition: str
+) -> None:
+    """The client resends a conditional PUT that landed: its own object is recognised,
+    while the same bytes put by someone else are still refused."""
+    import s3fs
+
+    from shardpipe.errors import ConditionFailedError
+    from shardpipe.storage.s3 import S3ShardStore
+
+    bucket, _ = s3_bucket
+    proxy = s3_fault_proxy
+    store = S3ShardStore(s3fs.S3FileSystem(**_proxied(proxy)), bucket)
+    kwargs: dict[str, Any] = {"if_absent": True}
+    if condition == "if_version":
+        store.put("k", [b"old"])
+        kwargs = {"if_version": store.version("k")}
+    proxy.add_rule("reset_after", b"/k HTTP", method=b"PUT")
+    store.put("k", [b"mine"], **kwargs)
+    assert proxy.counts.reset_after == 1
+    assert store.get("k") == b"mine"
+    with pytest.raises(ConditionFailedError):
+        store.put("k", [b"mine"], if_absent=True)
+
+
 def test_failed_write_after_lost_create_leaves_nothing(
     s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy
 ) -> None:
