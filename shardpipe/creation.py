@@ -15,7 +15,7 @@ from typing import Any
 import zarr
 
 from shardpipe.journal import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
-from shardpipe.resume import delete_record, save_record
+from shardpipe.resume import delete_record, read_record, save_record
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.store_checks import check_target
 from shardpipe.tasks import WriteReport, WriteTarget
@@ -29,6 +29,7 @@ def create_array(
     holder: JobMarker | None = None,
     *,
     identity: dict[str, Any] | None = None,
+    run: str | None = None,
 ) -> WriteTarget:
     """Check the target again (it may have changed since planning), then write the metadata.
 
@@ -37,15 +38,28 @@ def create_array(
     job record is saved after the metadata (see :mod:`shardpipe.resume`).
     Returns ``write_target`` unchanged, so that tasks can depend on the
     metadata being written.
+
+    ``run`` is unique to this run of the write and goes into the job record:
+    a rerun of this task (Dask runs it again when the worker holding its
+    result dies) finds the array made by its own first run and leaves it, and
+    the shards other tasks published into it, alone.
     """
+    if run is not None and identity is not None and _made_by_run(target, run):
+        return write_target
     check_no_other_job(target, holder, "write the array")
     check_target(target, overwrite)
     if overwrite:
         _remove_node(target)
     zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
     if identity is not None:
-        save_record(target, identity, "running")
+        save_record(target, identity, "running", run)
     return write_target
+
+
+def _made_by_run(target: ResolvedStore, run: str) -> bool:
+    """Whether the array at ``target`` was created by the run ``run`` of a write."""
+    record = read_record(target)
+    return record is not None and record.get("run") == run
 
 
 def record_complete(

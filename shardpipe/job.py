@@ -274,6 +274,7 @@ class ShardedWrite:
                 self.overwrite,
                 self._write_target(token),
                 identity=self.identity,
+                run=token,
                 dask_key_name=f"create-array-{token}",
             )
         graph = build_write_graph(

@@ -97,9 +97,9 @@ def job_identity(source: dict[str, Any], metadata_document: dict[str, Any]) -> d
     return {"source": source, "target": metadata_document}
 
 
-def record_bytes(identity: dict[str, Any], state: str) -> bytes:
-    """The job record of a write with ``identity`` in ``state``."""
-    return json.dumps({**identity, "state": state}, sort_keys=True).encode()
+def record_bytes(identity: dict[str, Any], state: str, run: str | None = None) -> bytes:
+    """The job record of a write with ``identity`` in ``state``, made by the run ``run``."""
+    return json.dumps({**identity, "state": state, "run": run}, sort_keys=True).encode()
 
 
 def read_record(target: ResolvedStore) -> dict[str, Any] | None:
@@ -131,9 +131,16 @@ def read_record(target: ResolvedStore) -> dict[str, Any] | None:
     return record
 
 
-def save_record(target: ResolvedStore, identity: dict[str, Any], state: str) -> None:
-    """Save (or replace) the job record of the array at ``target``."""
-    target.shards.put(target.key(RECORD), [record_bytes(identity, state)])
+def save_record(
+    target: ResolvedStore, identity: dict[str, Any], state: str, run: str | None = None
+) -> None:
+    """Save (or replace) the job record of the array at ``target``.
+
+    ``run`` is a token unique to one run of the write: a task that creates the
+    array and runs a second time (its first worker died after creating it)
+    finds its own token and leaves the array as it is.
+    """
+    target.shards.put(target.key(RECORD), [record_bytes(identity, state, run)])
 
 
 def delete_record(target: ResolvedStore) -> None:

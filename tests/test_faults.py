@@ -336,7 +336,10 @@ def test_update_stopped_by_a_full_disk_resumes(tmp_path: Path) -> None:
 
 
 @pytest.mark.cluster
-def test_worker_killed_mid_write(tmp_path: Path) -> None:
+@pytest.mark.parametrize("victim", ["metadata holder", "other"])
+def test_worker_killed_mid_write(tmp_path: Path, victim: str) -> None:
+    """Kill a worker mid-write: the one holding the array-creating task's result (Dask
+    runs that task again) or the other one."""
     from distributed import Client, LocalCluster
 
     def slow(block: np.ndarray) -> np.ndarray:
@@ -350,19 +353,21 @@ def test_worker_killed_mid_write(tmp_path: Path) -> None:
         Client(cluster) as client,
     ):
         pids = client.run(os.getpid)
-        future = client.submit(lambda: None)  # warm up
-        future.result()
-        job = prepare_write(
-            source, str(tmp_path), shards=(32, 48, 40), chunks=(16, 16, 20), max_mem=120_000
-        )
-        delayed = job.to_delayed()
-        running = client.compute(delayed)
-        time.sleep(1.0)
-        victim = sorted(pids.values())[0]
-        os.kill(victim, signal.SIGKILL)
+        job = prepare_write(source, str(tmp_path), **PARTS)
+        running = client.compute(job.to_delayed())
+        deadline = time.monotonic() + 60
+        holders: set[str] = set()
+        while not holders and time.monotonic() < deadline:
+            holders = {
+                w for k, ws in client.who_has().items() if "create-array" in str(k) for w in ws
+            }
+            time.sleep(0.02)
+        assert holders, "the create-array task never finished"
+        (holder,) = holders
+        address = holder if victim == "metadata holder" else next(a for a in pids if a != holder)
+        os.kill(pids[address], signal.SIGKILL)
         INJECTED["worker SIGKILL"] += 1
         report = running.result(timeout=120)
-        assert victim not in client.run(os.getpid).values()
     assert report.shards > 0
     assert_same(read_zarr(str(tmp_path)), data)
     assert shardpipe.verify(str(tmp_path), complete=True).ok
