@@ -10,6 +10,7 @@ staging prefix (after ``shardpipe.cleanup`` for a failed write).
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import threading
 import time
@@ -376,3 +377,28 @@ def test_default_timeouts_and_retries_can_be_overridden(
     assert copy.fs.retries == S3FS_RETRIES
     assert copy.fs.config_kwargs == custom.fs.config_kwargs
     assert copy.reached
+
+
+def test_command_line_exit_status_without_credentials(
+    s3_bucket: tuple[str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from shardpipe.cli import main
+    from shardpipe.cli_errors import NO_ACCESS
+
+    bucket, direct = s3_bucket
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    options = [
+        f"{name}={json.dumps(value)}"
+        for name, value in direct.items()
+        if name not in ("key", "secret")
+    ]
+    args = [f"s3://{bucket}/x.zarr", *(a for o in options for a in ("--storage-option", o))]
+    assert main(["verify", *args]) == NO_ACCESS
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "credentials" in err
