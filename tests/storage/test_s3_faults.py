@@ -14,6 +14,7 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,6 +103,16 @@ def _check_outcome(
 
 
 # -- a share of every kind of fault ------------------------------------------------
+NETWORK: Counter[str] = Counter()
+"""What the mixed-fault writes met and how they ended (printed with ``pytest -s``)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_network_faults() -> Iterator[None]:
+    yield
+    print(f"\nnetwork faults injected by {__name__}: {dict(sorted(NETWORK.items()))}")
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_writes_survive_a_share_of_network_faults(
     s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy, seed: int
@@ -126,6 +137,16 @@ def test_writes_survive_a_share_of_network_faults(
     counts = proxy.counts
     assert counts.faults > 0, counts
     _check_outcome(bucket, url, direct, data, error)
+    NETWORK.update(
+        writes=1,
+        requests=counts.requests,
+        reset_before=counts.reset_before,
+        reset_after=counts.reset_after,
+        dropped=counts.drop,
+        stalled=counts.stall,
+        verified=error is None,
+        clear_error=error is not None,
+    )
     assert elapsed < 60, (elapsed, counts)
 
 
