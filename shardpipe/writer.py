@@ -7,7 +7,7 @@ from typing import Any
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.checks import check_bool
+from shardpipe.checks import check_progress
 from shardpipe.creation import check_no_other_job
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR
@@ -168,15 +168,7 @@ def to_sharded_zarr(
     and staging files and unfinished multipart uploads are removed (with
     ``compute=False``, call :func:`shardpipe.cleanup` after a failure).
     """
-    compute = check_bool("compute", compute)
-    progress = check_bool("progress", progress)
-    if progress and not compute:
-        raise InvalidArgumentError(
-            "progress",
-            "a progress bar cannot follow a write returned with compute=False",
-            "Use shardpipe.prepare_write(...).execute(progress=True), or watch the delayed "
-            "write with dask.diagnostics.ProgressBar() or distributed.progress()",
-        )
+    progress, compute = check_progress(progress, compute)
     job = prepare_write(
         arr,
         store,

@@ -241,27 +241,32 @@ def test_real_full_tmpfs(tmp_path: Path) -> None:
 CHILD = Path(__file__).with_name("resume_child.py")
 
 
-@pytest.mark.parametrize("run", range(5))
-def test_sigkill_then_resume(tmp_path: Path, run: int) -> None:
-    from tests.resume_child import source
-
-    target = tmp_path / "a.zarr"
-    progress = tmp_path / "progress"
+def _kill_child(target: Path, progress: Path, delay: float, *what: str) -> bool:
+    """Start ``tests.resume_child`` on ``target``, SIGKILL it ``delay`` s after it
+    started writing; return whether it had finished by then."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.resume_child", str(target), str(progress)],
+        [sys.executable, "-m", "tests.resume_child", str(target), str(progress), *what],
         cwd=CHILD.parent.parent,
         stderr=subprocess.PIPE,
     )
     try:
         wait_for(progress, "started", proc)
-        time.sleep(random.Random(run).uniform(0.05, 2.5))
+        time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
         if proc.poll() is None:
             proc.kill()
+    return "done" in progress.read_text()
+
+
+@pytest.mark.parametrize("run", range(5))
+def test_sigkill_then_resume(tmp_path: Path, run: int) -> None:
+    from tests.resume_child import source
+
+    target = tmp_path / "a.zarr"
+    finished = _kill_child(target, tmp_path / "progress", random.Random(run).uniform(0.05, 2.5))
     INJECTED["SIGKILL"] += 1
-    finished = "done" in progress.read_text()
     # whatever the kill left, no shard is torn
     before = shardpipe.verify(str(target)) if (target / "zarr.json").exists() else None
     assert before is None or before.ok
@@ -290,20 +295,8 @@ def test_sigkill_during_an_update_then_resume(tmp_path: Path, run: int) -> None:
     shardpipe.to_sharded_zarr(arr, str(target), **kwargs)
     expected = arr.compute()
     expected[REGION] = update().compute()
-    progress = tmp_path / "progress"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.resume_child", str(target), str(progress), "update"],
-        cwd=CHILD.parent.parent,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(progress, "started", proc)
-        time.sleep(random.Random(100 + run).uniform(0.3, 1.0))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    delay = random.Random(100 + run).uniform(0.3, 1.0)
+    _kill_child(target, tmp_path / "progress", delay, "update")
     INJECTED["SIGKILL during update"] += 1
     job = prepare_write(update(), str(target), region=REGION, max_mem="64MB", resume=True)
     INJECTED["update shards kept by resume"] += len(job.skip)
