@@ -154,15 +154,20 @@ def check_options(name: str, value: Any) -> dict[str, Any] | None:
     return checked
 
 
-def check_progress(progress: Any, compute: Any) -> tuple[bool, bool]:
-    """Check ``progress`` and ``compute``: a progress bar needs the work to run now."""
+def check_progress(progress: Any, compute: Any, *, planned: str | None = None) -> tuple[bool, bool]:
+    """Check ``progress`` and ``compute``: a progress bar needs the work to run now.
+
+    ``planned`` names the function that plans the work without running it
+    (``"shardpipe.prepare_write"``), whose job can run with a progress bar.
+    """
     compute = check_bool("compute", compute)
     progress = check_bool("progress", progress)
     if progress and not compute:
+        first = f"Use {planned}(...).execute(progress=True)" if planned else "Pass compute=True"
         raise InvalidArgumentError(
             "progress",
             "a progress bar cannot follow work returned with compute=False",
-            "Pass compute=True, or watch the delayed work with "
+            f"{first}, or watch the delayed work with "
             "dask.diagnostics.ProgressBar() or distributed.progress()",
         )
     return progress, compute

@@ -168,7 +168,7 @@ def to_sharded_zarr(
     and staging files and unfinished multipart uploads are removed (with
     ``compute=False``, call :func:`shardpipe.cleanup` after a failure).
     """
-    progress, compute = check_progress(progress, compute)
+    progress, compute = check_progress(progress, compute, planned="shardpipe.prepare_write")
     job = prepare_write(
         arr,
         store,
