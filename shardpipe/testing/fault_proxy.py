@@ -3,7 +3,8 @@
 :class:`FaultProxy` listens on ``127.0.0.1`` and forwards every connection to
 an upstream server (the moto S3 server in shardpipe's tests). It reads just
 enough HTTP/1.1 from the client side to know where each request starts and
-ends (``Content-Length`` or chunked bodies), and for a configurable, seeded
+ends (``Content-Length`` or chunked bodies; the framing is in
+:mod:`shardpipe.testing.http_framing`), and for a configurable, seeded
 share of requests it injects one of four faults:
 
 ``"reset_before"``
@@ -51,11 +52,12 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Literal
 from urllib.parse import urlsplit
+
+from shardpipe.testing.http_framing import RequestFramer, request_line, split_continue
 
 FaultAction = Literal["reset_before", "reset_after", "drop", "stall"]
 """What the proxy does to a request (see the module docstring)."""
@@ -143,84 +145,6 @@ def _reset(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
-
-
-class _RequestFramer:
-    """Finds where HTTP/1.1 requests start and end in a client's byte stream.
-
-    :meth:`feed` takes bytes as they arrive and yields ``("head", bytes)``
-    for each complete request head, ``("body", bytes)`` for body bytes and
-    ``("end", b"")`` when the request's body is complete.
-    """
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self._state = "head"
-        self._remaining = 0  # body bytes left (Content-Length) or of the current chunk
-
-    def feed(self, data: bytes) -> Iterator[tuple[str, bytes]]:
-        """Consume ``data``; yield the events it completes."""
-        self._buf += data
-        while True:
-            if self._state == "head":
-                end = self._buf.find(b"\r\n\r\n")
-                if end < 0:
-                    return
-                head, self._buf = self._buf[: end + 4], self._buf[end + 4 :]
-                yield "head", head
-                length, chunked = self._framing(head)
-                if chunked:
-                    self._state = "chunk-size"
-                elif length:
-                    self._state, self._remaining = "body", length
-                else:
-                    yield "end", b""
-            elif self._state in ("body", "chunk-data"):
-                if not self._buf:
-                    return
-                take = self._buf[: self._remaining]
-                self._buf = self._buf[len(take) :]
-                self._remaining -= len(take)
-                yield "body", take
-                if self._remaining:
-                    return
-                if self._state == "body":
-                    self._state = "head"
-                    yield "end", b""
-                else:
-                    self._state = "chunk-size"
-            elif self._state == "chunk-size":
-                end = self._buf.find(b"\r\n")
-                if end < 0:
-                    return
-                line, self._buf = self._buf[: end + 2], self._buf[end + 2 :]
-                yield "body", line
-                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-                if size:
-                    self._state, self._remaining = "chunk-data", size + 2  # data and CRLF
-                else:
-                    self._state = "trailer"
-            else:  # trailer lines until an empty one
-                end = self._buf.find(b"\r\n")
-                if end < 0:
-                    return
-                line, self._buf = self._buf[: end + 2], self._buf[end + 2 :]
-                yield "body", line
-                if line == b"\r\n":
-                    self._state = "head"
-                    yield "end", b""
-
-    @staticmethod
-    def _framing(head: bytes) -> tuple[int, bool]:
-        length, chunked = 0, False
-        for raw in head.split(b"\r\n")[1:]:
-            name, _, value = raw.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value.strip())
-            elif name == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-        return length, chunked
 
 
 @dataclass
@@ -415,7 +339,7 @@ class FaultProxy:
             thread.start()
 
     def _decide(self, head: bytes) -> FaultAction | None:
-        line = head.split(b"\r\n", 1)[0]
+        line = request_line(head)
         with self._lock:
             state = self._state
             state.counts.requests += 1
@@ -456,7 +380,7 @@ class _Connection:
         self.proxy = proxy
         self.client = client
         self.upstream = upstream
-        self.framer = _RequestFramer()
+        self.framer = RequestFramer()
         self.action: FaultAction | None = None  # the fault of the request under way
         self.request_sent = False  # its body has gone upstream: the next bytes back answer it
 
@@ -502,14 +426,12 @@ class _Connection:
         return True
 
     def _from_server(self, data: bytes) -> bool:
-        if data.startswith(b"HTTP/1.1 100 ") or data.startswith(b"HTTP/1.0 100 "):
-            # an interim "100 Continue" goes through: the faults are for the final answer
-            end = data.find(b"\r\n\r\n")
-            if end >= 0:
-                self.client.sendall(data[: end + 4])
-                data = data[end + 4 :]
-                if not data:
-                    return True
+        # an interim "100 Continue" goes through: the faults are for the final answer
+        interim, data = split_continue(data)
+        if interim:
+            self.client.sendall(interim)
+            if not data:
+                return True
         action = self.action if self.request_sent else None
         if action is None:
             self.client.sendall(data)
