@@ -19,6 +19,9 @@ from __future__ import annotations
 import sys
 
 from shardpipe.errors import (
+    ArrayExistsError,
+    InvalidArgumentError,
+    JobConflictError,
     ShardpipeError,
     StorageAccessError,
     StorageError,
@@ -26,6 +29,7 @@ from shardpipe.errors import (
     StoreNotWritableError,
     TransientStorageError,
 )
+from shardpipe.storage.retry import permanent_error
 
 OK = 0
 PROBLEMS = 1
@@ -38,13 +42,33 @@ EXPECTED: tuple[type[BaseException], ...] = (ShardpipeError, OSError, ValueError
 
 
 def exit_status(err: BaseException, *, during_work: bool = False) -> int:
-    """The exit status for ``err``; ``during_work``: it happened after writing began."""
+    """The exit status for ``err``.
+
+    Parameters
+    ----------
+    err : BaseException
+        What went wrong.
+    during_work : bool
+        Whether it may have happened after writing began (a failure that is
+        not about the arguments is then a write that failed part way).
+
+    Returns
+    -------
+    int
+        One of the statuses in the table of this module.
+    """
+    if isinstance(err, OSError) and not isinstance(err, StorageError):
+        err = permanent_error(err, "") or err  # ENOSPC, EROFS... from zarr's own writes
     if isinstance(err, StorageAccessError | StoreNotWritableError):
         return NO_ACCESS
     if isinstance(err, StorageFullError | TransientStorageError):
         return STORAGE_FAILED
-    if during_work or (isinstance(err, StorageError) and not isinstance(err, FileNotFoundError)):
-        return PROBLEMS if during_work else STORAGE_FAILED
+    if isinstance(err, InvalidArgumentError | ArrayExistsError | JobConflictError):
+        return BAD_INPUT
+    if during_work:
+        return PROBLEMS
+    if isinstance(err, StorageError) and not isinstance(err, FileNotFoundError):
+        return STORAGE_FAILED
     return BAD_INPUT
 
 

@@ -11,6 +11,7 @@ is then not the whole of what was to be written.
 
 from __future__ import annotations
 
+from shardpipe.errors import MetadataError
 from shardpipe.journal import JobKeys, read_marker
 from shardpipe.resume import RECORD, read_record
 from shardpipe.storage.resolve import ResolvedStore
@@ -28,7 +29,11 @@ def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tupl
     """
     keys = JobKeys(target.key(""))
     findings = []
-    record = read_record(target)
+    try:
+        record = read_record(target)
+    except MetadataError as err:
+        findings.append((target.key(RECORD), f"{err}; nothing shows which write made the array"))
+        record = None
     if record is not None and record["state"] != "complete":
         findings.append(
             (

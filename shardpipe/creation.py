@@ -14,8 +14,16 @@ from typing import Any
 
 import zarr
 
+from shardpipe.errors import MetadataError
 from shardpipe.journal import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
-from shardpipe.resume import delete_record, read_record, save_record
+from shardpipe.resume import (
+    Resume,
+    check_same_job,
+    delete_record,
+    forget_finished,
+    read_record,
+    save_record,
+)
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.store_checks import check_target
 from shardpipe.tasks import WriteReport, WriteTarget
@@ -58,7 +66,10 @@ def create_array(
 
 def _made_by_run(target: ResolvedStore, run: str) -> bool:
     """Whether the array at ``target`` was created by the run ``run`` of a write."""
-    record = read_record(target)
+    try:
+        record = read_record(target)
+    except MetadataError:  # unreadable: not ours (an overwrite deletes it)
+        return False
     return record is not None and record.get("run") == run
 
 
@@ -70,9 +81,20 @@ def record_complete(
     return replace(report, shards_skipped=skipped)
 
 
-def check_metadata_written(target: ResolvedStore, write_target: WriteTarget) -> WriteTarget:
-    """First task of a delayed write into an array whose metadata is already written."""
+def check_metadata_written(
+    target: ResolvedStore,
+    write_target: WriteTarget,
+    identity: dict[str, Any] | None = None,
+    resume: Resume = False,
+) -> WriteTarget:
+    """First task of a delayed write into an array whose metadata is already written.
+
+    A resumed write (``resume``) checks its job record again: another job may
+    have replaced the array since the write was planned.
+    """
     check_no_other_job(target, None, "write the array")
+    if resume and identity is not None:
+        check_same_job(target, identity, resume)
     return write_target
 
 
@@ -87,11 +109,13 @@ def check_no_other_job(target: ResolvedStore, holder: JobMarker | None, doing: s
 def _remove_node(target: ResolvedStore) -> None:
     """Delete every key of the node at the target except shardpipe's own records.
 
-    The job record goes first: until the old shards are all gone, no record
-    may vouch for them (see :mod:`shardpipe.resume`).
+    The job record and the records of finished update shards go first: until
+    the old shards are all gone, no record may vouch for them (see
+    :mod:`shardpipe.resume`).
     """
     store = target.shards
     delete_record(target)
+    forget_finished(target)
     prefix = target.key("")
     for key in list(store.list(prefix)):
         if not key.startswith(f"{prefix}{JOB_DIR}/"):

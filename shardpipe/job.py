@@ -60,7 +60,13 @@ from shardpipe.journal import (
 )
 from shardpipe.metadata import format_of
 from shardpipe.progress import run_publishing, runs_in_process
-from shardpipe.resume import save_record
+from shardpipe.resume import (
+    Resume,
+    check_same_job,
+    delete_record,
+    forget_finished,
+    save_record,
+)
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport, WriteTarget, finish_write
@@ -102,6 +108,9 @@ class ShardedWrite:
         For a new array: what the write's job record holds (its source and
         target metadata), saved beside the array so that ``resume=True`` can
         carry it on (:mod:`shardpipe.resume`); None for updates.
+    resume : bool or "force"
+        For a resumed write: how its job record is compared (again when it
+        starts running: another job may have replaced the array meanwhile).
 
     Notes
     -----
@@ -124,6 +133,7 @@ class ShardedWrite:
         rewrite_fits: bool = True,
         skip: frozenset[Coords] = frozenset(),
         identity: dict[str, Any] | None = None,
+        resume: Resume = False,
     ) -> None:
         self.source = source
         self.target = target
@@ -136,6 +146,7 @@ class ShardedWrite:
         self._rewrite_fits = rewrite_fits
         self.skip = skip
         self.identity = identity
+        self.resume = resume
 
     @property
     def keys(self) -> JobKeys:
@@ -265,7 +276,11 @@ class ShardedWrite:
         token = uuid.uuid4().hex
         if self._create_kwargs is None:
             target_d = delayed(check_metadata_written, pure=False)(
-                self.target, self._write_target(token), dask_key_name=f"check-array-{token}"
+                self.target,
+                self._write_target(token),
+                self.identity,
+                self.resume,
+                dask_key_name=f"check-array-{token}",
             )
         else:
             target_d = delayed(create_array, pure=False)(
@@ -326,8 +341,14 @@ class ShardedWrite:
             target: WriteTarget | UpdateTarget = write_target
             if self.existing is not None:
                 target = self._update_target(write_target, marker)
+                # the shards are about to change: the record of the write that made
+                # them vouches for them no longer, nor do other updates' records
+                delete_record(self.target)
+                forget_finished(self.target, keep=self.existing.update)
             elif self._create_kwargs is None:
                 check_no_other_job(self.target, marker, "write the array")
+                if self.resume and self.identity is not None:
+                    check_same_job(self.target, self.identity, self.resume)
             else:
                 create_array(
                     self.target,
@@ -401,14 +422,11 @@ class ShardedWrite:
                 "data but the array was not grown. Check what else writes this array"
             ) from err
 
-    def _forget_done(self) -> None:
-        """Remove the records of finished shards, once the whole update is done."""
-        store = self.target.shards
-        for key in list(store.list(self.keys.done)):
-            store.delete(key)
+    def resumed(self, skip: frozenset[Coords], resume: Resume = True) -> ShardedWrite:
+        """This write, into the array it already created, leaving the shards in ``skip`` alone.
 
-    def resumed(self, skip: frozenset[Coords]) -> ShardedWrite:
-        """This write, into the array it already created, leaving the shards in ``skip`` alone."""
+        ``resume`` is how the job record is compared when the write starts.
+        """
         return ShardedWrite(
             self.source,
             self.target,
@@ -419,6 +437,7 @@ class ShardedWrite:
             write_empty_chunks=self._write_empty_chunks,
             skip=skip,
             identity=self.identity,
+            resume=resume,
         )
 
     def open(self) -> zarr.Array[Any]:
@@ -475,7 +494,7 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
             if existing is not None and existing.grown is not None:
                 s.job._publish_grown(existing)
             if existing is not None:
-                s.job._forget_done()
+                forget_finished(s.job.target)
             if s.job.identity is not None:
                 save_record(s.job.target, s.job.identity, "complete")
             results.append(replace(report, shards_skipped=len(s.job.skip)))

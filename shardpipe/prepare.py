@@ -204,7 +204,7 @@ def prepare_write(
     )
     if resuming:
         check_same_job(target, identity, resume)
-        job = job.resumed(complete_shards(target, metadata, layout))
+        job = job.resumed(complete_shards(target, metadata, layout), resume)
     return job
 
 

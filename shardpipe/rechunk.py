@@ -267,7 +267,7 @@ def plan_rechunk(
     if resuming:
         assert write.identity is not None
         check_same_job(resolved, write.identity, resume)
-        write = write.resumed(complete_shards(resolved, write.metadata, write.layout))
+        write = write.resumed(complete_shards(resolved, write.metadata, write.layout), resume)
     return RechunkJob(opened, block_shape, cost, write, straddles=straddling)
 
 

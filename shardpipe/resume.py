@@ -174,15 +174,14 @@ def check_same_job(
     if different:
         parts = []
         if "source" in different:
-            parts.append("source")
-        if "target" in different:
-            saved, ours = record["target"], identity["target"]
-            fields = sorted(
-                k
-                for k in set(saved) | set(ours)
-                if not isinstance(saved, dict) or saved.get(k) != ours.get(k)
+            parts.append(
+                f"source (recorded {_brief(record.get('source'))}, this write "
+                f"{_brief(identity['source'])})"
             )
-            parts.append(f"target metadata ({', '.join(fields)})")
+        if "target" in different:
+            parts.append(
+                f"target metadata ({', '.join(_fields(record['target'], identity['target']))})"
+            )
         what = " and ".join(parts) + (" differ" if len(parts) > 1 else " differs")
         hint = (
             " (if the source is the same data under a new Dask name, pass resume='force')"
@@ -200,12 +199,27 @@ def check_same_job(
     except (ValueError, RecursionError):
         stored_document = None
     if stored_document != identity["target"]:
+        changed = ", ".join(_fields(stored_document, identity["target"]))
         raise InvalidArgumentError(
             "resume",
-            f"the zarr.json of the array {where} is no longer the one the interrupted write made",
+            f"the zarr.json of the array {where} is no longer the one the interrupted write "
+            f"made (changed: {changed})",
             "Start again with overwrite=True",
         )
     return record
+
+
+def _fields(saved: Any, ours: dict[str, Any]) -> list[str]:
+    """Top-level keys that differ between two ``zarr.json`` documents."""
+    if not isinstance(saved, dict):
+        return ["the whole document"]
+    return sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
+
+
+def _brief(value: Any, limit: int = 120) -> str:
+    """``value`` as JSON, cut to ``limit`` characters for an error message."""
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -> frozenset[Coords]:
@@ -241,3 +255,16 @@ def finished_shards(
         for shard in plan.shards
         if keys.done_key(update, target.key(shard_format.key(shard.coords))) in recorded
     )
+
+
+def forget_finished(target: ResolvedStore, keep: str | None = None) -> None:
+    """Delete the records of finished update shards, except those of update ``keep``.
+
+    Called when an array is replaced (all of them) and when an update starts
+    (those of other updates: the shards they name may change under this one).
+    """
+    keys = JobKeys(target.key(""))
+    mine = None if keep is None else f"{keys.done}{keep}/"
+    for key in list(target.shards.list(keys.done)):
+        if mine is None or not key.startswith(mine):
+            target.shards.delete(key)

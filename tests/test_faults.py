@@ -120,6 +120,20 @@ def test_flaky_storage_write_is_correct(
     assert _leftovers(tmp_path) == []
 
 
+def test_retries_are_counted_in_the_report(tmp_path: Path) -> None:
+    # every third put fails once: 24 shard publishes by the tasks, and three puts by
+    # the client (the job marker, the job record, the record's last state)
+    target, faulty = _faulty_target(tmp_path, every=3, calls=frozenset({"put"}))
+    data = _data()
+    report = prepare_write(
+        da.from_array(data, chunks=(8, 48, 40)), target, shards=(8, 48, 40), chunks=(8, 16, 20)
+    ).execute()
+    injected = faulty.injected["transient"]
+    assert injected >= 8
+    assert injected - 3 <= report.retries <= injected  # the client's own retries are not tasks'
+    assert_same(read_zarr(str(tmp_path)), data)
+
+
 def test_updates_on_flaky_storage(tmp_path: Path) -> None:
     data = _data(seed=7)
     shardpipe.to_sharded_zarr(data, str(tmp_path), shards=(32, 48, 40), chunks=(16, 16, 20))
@@ -241,9 +255,17 @@ def test_real_full_tmpfs(tmp_path: Path) -> None:
 CHILD = Path(__file__).with_name("resume_child.py")
 
 
-def _kill_child(target: Path, progress: Path, delay: float, *what: str) -> bool:
+def _files(folder: Path) -> int:
+    """Files under ``folder`` at their keys (temporary files start with a dot)."""
+    return sum(1 for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def _kill_child(
+    target: Path, progress: Path, delay: float, *what: str, after: tuple[str, int] = ("c", 0)
+) -> bool:
     """Start ``tests.resume_child`` on ``target``, SIGKILL it ``delay`` s after it
-    started writing; return whether it had finished by then."""
+    started writing, once ``after = (folder, n)``: n files are under that folder of
+    the array; return whether it had finished by then."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.resume_child", str(target), str(progress), *what],
         cwd=CHILD.parent.parent,
@@ -251,6 +273,10 @@ def _kill_child(target: Path, progress: Path, delay: float, *what: str) -> bool:
     )
     try:
         wait_for(progress, "started", proc)
+        deadline = time.monotonic() + 60
+        while after[1] and _files(target / after[0]) < after[1]:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -260,12 +286,16 @@ def _kill_child(target: Path, progress: Path, delay: float, *what: str) -> bool:
     return "done" in progress.read_text()
 
 
-@pytest.mark.parametrize("run", range(5))
-def test_sigkill_then_resume(tmp_path: Path, run: int) -> None:
+@pytest.mark.parametrize("run", [*range(5), "after 3 shards"])
+def test_sigkill_then_resume(tmp_path: Path, run: int | str) -> None:
     from tests.resume_child import source
 
     target = tmp_path / "a.zarr"
-    finished = _kill_child(target, tmp_path / "progress", random.Random(run).uniform(0.05, 2.5))
+    if isinstance(run, int):
+        delay, after = random.Random(run).uniform(0.05, 2.5), 0
+    else:
+        delay, after = 0.0, 3
+    finished = _kill_child(target, tmp_path / "progress", delay, after=("c", after))
     INJECTED["SIGKILL"] += 1
     # whatever the kill left, no shard is torn
     before = shardpipe.verify(str(target)) if (target / "zarr.json").exists() else None
@@ -275,6 +305,7 @@ def test_sigkill_then_resume(tmp_path: Path, run: int) -> None:
     job = prepare_write(arr, str(target), resume=True, **kwargs)
     INJECTED["SIGKILL shards kept by resume"] += len(job.skip)
     INJECTED["SIGKILL shards written by resume"] += job.plan.n_shards - len(job.skip)
+    assert len(job.skip) >= after  # every shard published before the kill is kept
     report = job.execute()
     assert report.shards_skipped == len(job.skip)
     if finished:
@@ -286,8 +317,8 @@ def test_sigkill_then_resume(tmp_path: Path, run: int) -> None:
     assert record["state"] == "complete"
 
 
-@pytest.mark.parametrize("run", range(3))
-def test_sigkill_during_an_update_then_resume(tmp_path: Path, run: int) -> None:
+@pytest.mark.parametrize("run", [*range(3), "after 2 finished shards"])
+def test_sigkill_during_an_update_then_resume(tmp_path: Path, run: int | str) -> None:
     from tests.resume_child import REGION, source, update
 
     target = tmp_path / "a.zarr"
@@ -295,10 +326,14 @@ def test_sigkill_during_an_update_then_resume(tmp_path: Path, run: int) -> None:
     shardpipe.to_sharded_zarr(arr, str(target), **kwargs)
     expected = arr.compute()
     expected[REGION] = update().compute()
-    delay = random.Random(100 + run).uniform(0.3, 1.0)
-    _kill_child(target, tmp_path / "progress", delay, "update")
+    if isinstance(run, int):
+        delay, after = random.Random(100 + run).uniform(0.3, 1.0), 0
+    else:
+        delay, after = 0.0, 2
+    _kill_child(target, tmp_path / "progress", delay, "update", after=(".shardpipe/done", after))
     INJECTED["SIGKILL during update"] += 1
     job = prepare_write(update(), str(target), region=REGION, max_mem="64MB", resume=True)
+    assert len(job.skip) >= after  # every shard recorded as finished is kept
     INJECTED["update shards kept by resume"] += len(job.skip)
     INJECTED["update shards redone by resume"] += job.plan.n_shards - len(job.skip)
     report = job.execute()

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             progress=args.progress,
         )
     except EXPECTED as err:
-        return fail("write-dataset", err)
+        return fail("write-dataset", err, during_work=True)
     assert isinstance(reports, dict)
     for name, report in reports.items():
         print(f"{name}: {report}")

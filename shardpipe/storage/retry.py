@@ -125,7 +125,7 @@ class RetryPolicy:
 
 
 DEFAULT_POLICY = RetryPolicy()
-"""The policy of every write unless ``storage_options={"retries": ...}`` says otherwise."""
+"""The policy of every write unless Dask's config (``shardpipe.retry.*``) says otherwise."""
 
 _COUNTS = threading.local()
 
@@ -224,6 +224,8 @@ class RetryingStore(ShardStore):
         rng = random.Random()
         for attempt in range(1, self.policy.attempts + 1):
             try:
+                if attempt > 1 and before_retry is not None:
+                    before_retry()  # inside the try: its own faults are sorted too
                 return call()
             except OSError as err:
                 permanent = permanent_error(err, what)
@@ -239,8 +241,6 @@ class RetryingStore(ShardStore):
                     ) from err
                 self._sleep(self.policy.delay(attempt, rng))
                 _count_retry()
-                if before_retry is not None:
-                    before_retry()
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- whole objects -------------------------------------------------------

@@ -70,6 +70,9 @@ class FaultyStore(ShardStore):
         After this many successful writes, every write fails with ``ENOSPC``.
     seed : int
         Seed of the draws.
+    every : int, optional
+        Instead of drawing: fail every ``every``-th call that may fail (a
+        count the test can rely on), with a ``"transient"`` fault.
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class FaultyStore(ShardStore):
         calls: frozenset[str] | None = None,
         full_after: int | None = None,
         seed: int = 0,
+        every: int | None = None,
     ) -> None:
         unknown = set(kinds) - {"transient", "lost"}
         if unknown or not 0 <= share <= 1:
@@ -91,6 +95,8 @@ class FaultyStore(ShardStore):
         self.calls = calls
         self.full_after = full_after
         self.seed = seed
+        self.every = every
+        self._eligible = 0
         self.injected: Counter[str] = Counter()
         self._writes = 0
         self._lock = threading.Lock()
@@ -121,6 +127,12 @@ class FaultyStore(ShardStore):
                 return "full"
             if self.calls is not None and name not in self.calls:
                 return None
+            if self.every is not None:
+                self._eligible += 1
+                if self._eligible % self.every:
+                    return None
+                self.injected["transient"] += 1
+                return "transient"
             if self._rng.random() >= self.share:
                 return None
             kind = self._rng.choice(self.kinds)
