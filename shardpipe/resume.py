@@ -76,7 +76,25 @@ Resume = bool | Literal["force"]
 
 
 def check_resume(resume: Any, overwrite: bool) -> Resume:
-    """Validate ``resume`` (False, True or ``"force"``) against ``overwrite``."""
+    """Validate ``resume`` (False, True or ``"force"``) against ``overwrite``.
+
+    Parameters
+    ----------
+    resume : Any
+        The caller's ``resume`` argument.
+    overwrite : bool
+        The caller's (checked) ``overwrite`` argument.
+
+    Returns
+    -------
+    bool or "force"
+        ``resume`` itself.
+
+    Raises
+    ------
+    InvalidArgumentError
+        For any other value, or ``resume`` together with ``overwrite``.
+    """
     if resume not in (False, True, "force") or (not isinstance(resume, bool) and resume != "force"):
         raise InvalidArgumentError(
             "resume",
@@ -93,7 +111,20 @@ def check_resume(resume: Any, overwrite: bool) -> Resume:
 
 
 def job_identity(source: dict[str, Any], metadata_document: dict[str, Any]) -> dict[str, Any]:
-    """The identity of a write: its ``source`` description and target ``zarr.json``."""
+    """The identity of a write of a new array, as its job record holds it.
+
+    Parameters
+    ----------
+    source : dict
+        What the source is (``{"dask": <name>}``, or a rechunk's description).
+    metadata_document : dict
+        The target's ``zarr.json`` as a JSON document.
+
+    Returns
+    -------
+    dict
+        ``{"source": ..., "target": ...}``.
+    """
     return {"source": source, "target": metadata_document}
 
 
@@ -223,7 +254,23 @@ def _brief(value: Any, limit: int = 120) -> str:
 
 
 def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -> frozenset[Coords]:
-    """Shards of the array at ``target`` that are present and whose index verifies."""
+    """Shards of the array at ``target`` that are present and whose index verifies.
+
+    Parameters
+    ----------
+    target : ResolvedStore
+        The array.
+    metadata : ArrayV3Metadata
+        Its metadata.
+    layout : ShardLayout
+        Its shard grid.
+
+    Returns
+    -------
+    frozenset of shard coordinates
+        Present, index of the right size, CRC32C matching, every chunk range
+        inside the object, outside the index and apart from the others.
+    """
     from shardpipe.verify import shard_checks
 
     checks = shard_checks(target, metadata, RESUME_WORKERS, decode=False)
@@ -235,7 +282,22 @@ def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -
 
 
 def update_identity(source_name: str, offset: tuple[int, ...], before: Any) -> str:
-    """The identity of an update: a hash of its source, its offset and the metadata before it."""
+    """The identity of an update: a hash of its source, its offset and the metadata before it.
+
+    Parameters
+    ----------
+    source_name : str
+        The Dask name of the data written.
+    offset : tuple of int
+        Where in the array the data goes.
+    before : ArrayV3Metadata
+        The array's metadata before the update (for an append: before it grows).
+
+    Returns
+    -------
+    str
+        32 hexadecimal digits, the folder of the update's finished-shard records.
+    """
     document = {
         "source": source_name,
         "offset": list(offset),
@@ -247,7 +309,24 @@ def update_identity(source_name: str, offset: tuple[int, ...], before: Any) -> s
 def finished_shards(
     target: ResolvedStore, update: str, plan: WritePlan, shard_format: ShardFormat
 ) -> frozenset[Coords]:
-    """Shards of ``plan`` an interrupted run of update ``update`` recorded as finished."""
+    """Shards of ``plan`` an interrupted run of update ``update`` recorded as finished.
+
+    Parameters
+    ----------
+    target : ResolvedStore
+        The array.
+    update : str
+        The update's identity (:func:`update_identity`).
+    plan : WritePlan
+        The update's plan.
+    shard_format : ShardFormat
+        How shard keys are named.
+
+    Returns
+    -------
+    frozenset of shard coordinates
+        Those with a record under ``update``.
+    """
     keys = JobKeys(target.key(""))
     recorded = set(target.shards.list(f"{keys.done}{update}/"))
     return frozenset(

@@ -125,3 +125,23 @@ def test_a_create_only_put_whose_answer_was_lost_succeeds(tmp_path: Path) -> Non
     # someone else's object is still a failed condition
     with pytest.raises(ConditionFailedError):
         RetryingStore(inner).put("marker", [b"theirs"], if_absent=True)
+
+
+def test_a_create_only_put_loses_to_another_writer_after_a_fault(tmp_path: Path) -> None:
+    """The first try fails in transit without landing; meanwhile another writer creates
+    the key with other bytes: the retry's failed condition must stand."""
+    inner = LocalShardStore(tmp_path)
+    tries = {"n": 0}
+
+    class Racing(LocalShardStore):
+        def put(self, key, buffers, *, if_absent=False, if_version=None):  # type: ignore[no-untyped-def]
+            tries["n"] += 1
+            if tries["n"] == 1:
+                inner.put(key, [b"theirs"])  # another writer gets there first
+                raise TransientStorageError("injected: connection reset before the server")
+            super().put(key, buffers, if_absent=if_absent, if_version=if_version)
+
+    store = RetryingStore(Racing(tmp_path), RetryPolicy(attempts=3), sleep=lambda s: None)
+    with pytest.raises(ConditionFailedError):
+        store.put("marker", [b"mine"], if_absent=True)
+    assert inner.get("marker") == b"theirs" and tries["n"] == 2
