@@ -17,10 +17,9 @@ after every shard.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
@@ -28,7 +27,6 @@ import zarr
 from dask.delayed import Delayed, delayed
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.checks import check_bool
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
@@ -59,17 +57,16 @@ from shardpipe.journal import (
     release,
 )
 from shardpipe.metadata import format_of
-from shardpipe.progress import run_publishing, runs_in_process
+from shardpipe.progress import runs_in_process
 from shardpipe.resume import (
     Resume,
     check_same_job,
     delete_record,
     forget_finished,
-    save_record,
 )
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.summary import html_table, text_table
-from shardpipe.tasks import WriteReport, WriteTarget, finish_write
+from shardpipe.tasks import WriteReport, WriteTarget
 from shardpipe.updating import UpdateTarget
 
 DEFAULT_MAX_MEM = "1GiB"
@@ -330,9 +327,11 @@ class ShardedWrite:
             unfinished uploads are removed first (a failure of that cleanup is
             added to the error's notes, never in its place).
         """
+        from shardpipe.execute import execute_together
+
         return execute_together([self], progress=progress)[0]
 
-    def _start(self, token: str) -> _Started:
+    def _start(self, token: str) -> StartedJob:
         """Take the array's marker, write or check the metadata, build the graph."""
         store, keys = self.target.shards, self.keys
         marker = acquire(store, keys, "write" if self.existing is None else "update")
@@ -371,7 +370,7 @@ class ShardedWrite:
         except BaseException:
             release(store, keys, marker)
             raise
-        return _Started(self, marker, write_target, graph)
+        return StartedJob(self, marker, write_target, graph)
 
     def _update_target(self, write_target: WriteTarget, marker: JobMarker) -> UpdateTarget:
         existing = self.existing
@@ -446,63 +445,10 @@ class ShardedWrite:
 
 
 @dataclass(frozen=True)
-class _Started:
-    """A job whose marker is taken and whose graph is built."""
+class StartedJob:
+    """A job whose marker is taken and whose graph is built (see :mod:`shardpipe.execute`)."""
 
     job: ShardedWrite
     marker: JobMarker
     write_target: WriteTarget
     graph: WriteGraph
-
-
-def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) -> list[WriteReport]:
-    """Run several write jobs as one computation; return their reports in order.
-
-    All shards of all jobs go to the scheduler at once, so the arrays of a
-    dataset share the workers. Each job holds its array's marker throughout.
-    If any task fails, every job rolls back the shards it left mid-update and
-    removes its staging data before the error is raised.
-
-    Parameters
-    ----------
-    jobs : sequence of ShardedWrite
-        Jobs on distinct arrays.
-    progress : bool
-        Show one progress bar over the shards of all jobs.
-    """
-    progress = check_bool("progress", progress)
-    start = time.perf_counter()
-    token = uuid.uuid4().hex
-    started: list[_Started] = []
-    try:
-        for number, job in enumerate(jobs):
-            started.append(job._start(f"{token}-{number}"))
-        publishing = [task for s in started for task in s.graph.publishing]
-        try:
-            reports = run_publishing(publishing, show=progress, token=token)
-        except BaseException as err:
-            for s in started:
-                s.job._undo_failed(err)
-            raise
-        results = []
-        done = 0
-        for s in started:
-            count = len(s.graph.publishing)
-            report = finish_write(s.write_target, *reports[done : done + count])
-            done += count
-            existing = s.job.existing
-            if existing is not None and existing.grown is not None:
-                s.job._publish_grown(existing)
-            if existing is not None:
-                forget_finished(s.job.target)
-            if s.job.identity is not None:
-                save_record(s.job.target, s.job.identity, "complete")
-            results.append(replace(report, shards_skipped=len(s.job.skip)))
-    finally:
-        for s in reversed(started):
-            release(s.job.target.shards, s.job.keys, s.marker)
-    seconds = time.perf_counter() - start
-    results = [replace(report, seconds=seconds) for report in results]
-    for report in results:
-        log.info("shardpipe: %s", report)
-    return results

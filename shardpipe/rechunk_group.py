@@ -23,7 +23,8 @@ import zarr
 from shardpipe.checks import check_bool, check_int_tuple
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
-from shardpipe.job import DEFAULT_MAX_MEM, execute_together
+from shardpipe.execute import execute_together
+from shardpipe.job import DEFAULT_MAX_MEM
 from shardpipe.rechunk import RechunkJob, plan_rechunk
 from shardpipe.rechunk_source import open_source
 from shardpipe.resume import check_resume

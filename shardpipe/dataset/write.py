@@ -48,8 +48,9 @@ from shardpipe.dataset.layout import (
 )
 from shardpipe.encoding import checksummed_compressors
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
+from shardpipe.execute import execute_together
 from shardpipe.existing import check_strategy
-from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite, execute_together
+from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.metadata import is_sharded
 from shardpipe.prepare import prepare_fill, prepare_write
 from shardpipe.storage.resolve import ResolvedStore, resolve_store

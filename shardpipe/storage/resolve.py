@@ -62,7 +62,8 @@ def _s3_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
     """
     import s3fs
 
-    from shardpipe.storage.s3 import S3FS_RETRIES, S3ShardStore, s3_storage_options
+    from shardpipe.storage.s3 import S3ShardStore
+    from shardpipe.storage.s3_config import S3FS_RETRIES, s3_storage_options
 
     options = {**s3_storage_options(storage_options), "skip_instance_cache": True}
     fs = s3fs.S3FileSystem(**options)

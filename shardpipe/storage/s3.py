@@ -25,11 +25,10 @@ naming the operation, the key (``s3://bucket/key``), the cause and the fix,
 in one line, with the original exception as ``__cause__``: transient,
 a matter of access, or neither, as :func:`.s3_faults.classify` decides.
 
-The file systems made by :func:`s3_storage_options` (the ones shardpipe
-writes shards with) retry in botocore only (standard mode,
-:data:`DEFAULT_CONFIG`: 3 attempts with jittered exponential backoff,
-connect timeout 5 s, read timeout 15 s) and not again in s3fs
-(:data:`S3FS_RETRIES`), so that botocore's, s3fs's and shardpipe's retries do
+The file systems made by :mod:`.s3_config` (the ones shardpipe writes
+shards with) retry in botocore only (standard mode, 3 attempts with jittered
+exponential backoff, connect timeout 5 s, read timeout 15 s) and not again in
+s3fs, so that botocore's, s3fs's and shardpipe's retries do
 not multiply into minutes. The user's ``config_kwargs`` override each of
 these. :meth:`S3ShardStore.check_reachable` makes one small request so that
 a missing credential, a wrong endpoint or bucket shows before anything is
@@ -59,42 +58,6 @@ from shardpipe.storage.s3_multipart import MAX_TASK_PARTS
 from shardpipe.storage.s3_multipart import multipart_etag as multipart_etag
 
 _PUT_TOKEN = "shardpipe-put"  # metadata key of a conditional put's own token
-
-DEFAULT_CONFIG: dict[str, Any] = {
-    "connect_timeout": 5,
-    "read_timeout": 15,
-    "retries": {"total_max_attempts": 3, "mode": "standard"},
-}
-"""botocore ``Config`` of the file systems shardpipe writes shards with.
-
-Overridden key by key by ``storage_options["config_kwargs"]``. Three
-attempts in botocore's standard mode (retries of connection errors,
-timeouts, HTTP 500/502/503/504 and throttling, with jittered exponential
-backoff); a 5 s connect timeout; a 15 s read timeout (s3fs's own default:
-the longest S3 may stay silent before a response, not a bound on the
-transfer). :class:`~shardpipe.storage.retry.RetryingStore` retries what
-still fails, so one call costs at most 3 x 15 s plus backoff before it does.
-"""
-
-S3FS_RETRIES = 1
-"""Tries s3fs makes of each call on top of botocore's (1: it adds none).
-
-s3fs's default, 5, nests (reads retry around calls that retry), so with
-botocore's attempts one GET could be tried more than a hundred times.
-"""
-
-
-def s3_storage_options(storage_options: dict[str, Any]) -> dict[str, Any]:
-    """``storage_options`` for the S3 file system shards are written with, with the defaults.
-
-    :data:`DEFAULT_CONFIG` fills in what ``config_kwargs`` leaves out (a
-    ``retries`` given there replaces the default whole).
-    """
-    options = {k: v for k, v in storage_options.items() if k != "asynchronous"}
-    config = dict(DEFAULT_CONFIG)
-    config.update(options.get("config_kwargs") or {})
-    options["config_kwargs"] = config
-    return options
 
 
 def _join(buffers: Sequence[Buffer]) -> bytes:

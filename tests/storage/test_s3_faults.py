@@ -377,7 +377,8 @@ def test_default_timeouts_and_retries_can_be_overridden(
 ) -> None:
     """shardpipe's S3 file system takes the defaults unless config_kwargs say otherwise."""
     from shardpipe.storage.resolve import resolve_store
-    from shardpipe.storage.s3 import DEFAULT_CONFIG, S3FS_RETRIES, S3ShardStore
+    from shardpipe.storage.s3 import S3ShardStore
+    from shardpipe.storage.s3_config import DEFAULT_CONFIG, S3FS_RETRIES
 
     bucket, direct = s3_bucket
 
