@@ -150,9 +150,17 @@ def begin_parts(store: S3ShardStore, key: str, staging: str) -> PartsHandle:
     -------
     PartsHandle
         The upload. Other open uploads of ``key`` (a create whose response
-        was lost and was retried, an earlier try of this task) are aborted.
+        was lost and was retried) are aborted. If this write (``staging``)
+        already has an open upload of ``key`` (Dask ran this task again
+        because the worker holding its result died, while parts of that
+        upload were already written by other tasks), that upload is kept and
+        returned, so the parts written into it stay valid.
     """
     marker = _marker(staging, key)
+    recorded, _, _ = (store.get(marker) or b"").decode().partition("\n")
+    if recorded and any(found == key and up == recorded for found, up in store.open_uploads(key)):
+        _abort_others(store, key, keep=recorded)
+        return PartsHandle(key, recorded, staging)
     store.put(marker, [f"\n{key}".encode()])  # the key is known before any upload exists
     upload_id = str(store.call("create_multipart_upload", key, Key=store.full_key(key))["UploadId"])
     store.put(marker, [f"{upload_id}\n{key}".encode()])

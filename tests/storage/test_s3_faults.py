@@ -23,6 +23,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+import s3fs
 import zarr
 
 import shardpipe
@@ -427,3 +428,26 @@ def test_command_line_exit_status_without_credentials(
     assert main(["verify", *args]) == NO_ACCESS
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "credentials" in err
+
+
+def test_begin_shard_run_again_keeps_the_parts_already_written(
+    s3_bucket: tuple[str, dict[str, Any]],
+) -> None:
+    """Dask runs begin-shard again when the worker holding its result dies, while the
+    parts other tasks wrote into its upload are still in use: the upload must stay."""
+    from shardpipe.storage.s3 import S3ShardStore
+
+    bucket, direct = s3_bucket
+    store = S3ShardStore(s3fs.S3FileSystem(**direct), bucket)
+    staging = "a.zarr/.shardpipe/staging/job-1"
+    first = store.begin_parts("a.zarr/c/0", staging)
+    part = bytes(range(256)) * (5 * 4096 + 1)  # over 5 MiB
+    receipt = store.write_part(first, 0, [part])
+    again = store.begin_parts("a.zarr/c/0", staging)  # the task, run a second time
+    assert again.upload == first.upload
+    store.finish_parts(again, [receipt], b"", b"tail")
+    assert store.get("a.zarr/c/0") == part + b"tail"
+    assert _open_uploads(bucket, direct) == []
+    other = store.begin_parts("a.zarr/c/0", "a.zarr/.shardpipe/staging/job-2")
+    assert other.upload != first.upload  # another write starts its own upload
+    store.abort_parts(other)
