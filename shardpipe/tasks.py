@@ -7,9 +7,10 @@ every shard key has exactly one task that publishes it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
-from collections.abc import Buffer, Iterator, Mapping
+from collections.abc import Buffer, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
@@ -22,9 +23,9 @@ from shardpipe.encoding import ChunkCodec
 from shardpipe.formats.base import (
     PartManifest,
     ShardFormat,
-    assemble_shard,
     lay_out_part,
     stamp_index,
+    stream_shard,
 )
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
 from shardpipe.storage.retry import retries_so_far
@@ -264,9 +265,9 @@ def _in_order(
     ]
 
 
-def stored_only(encoded: list[tuple[int, Buffer | None]]) -> list[tuple[int, Buffer]]:
-    """The chunks of ``encoded`` that are to be stored."""
-    return [(slot, data) for slot, data in encoded if data is not None]
+def stored_only(encoded: Iterable[tuple[int, Buffer | None]]) -> Iterator[tuple[int, Buffer]]:
+    """The chunks of ``encoded`` that are to be stored (lazily, in order)."""
+    return ((slot, data) for slot, data in encoded if data is not None)
 
 
 def encode_part(
@@ -276,20 +277,22 @@ def encode_part(
     sources: tuple[Any, ...],
     block_boxes: tuple[Box, ...] | None,
     old: OldChunks | None = None,
-) -> list[tuple[int, Buffer | None]]:
+) -> Iterable[tuple[int, Buffer | None]]:
     """Encode every chunk of ``part`` from its sources, in slot order (None: not stored).
 
     ``sources`` are the Dask blocks feeding the part (with ``block_boxes``)
     or the pieces they already made (``block_boxes`` None). ``old`` gives
-    the old content of partly covered chunks (an update).
+    the old content of partly covered chunks (an update). A part cut from
+    one block is encoded lazily, chunk by chunk as they are asked for, so
+    that writing one chunk can overlap encoding the next.
     """
     if block_boxes is None:
         return _gather(target, shard, part, sources, old)
     partial = old is not None and any(part.chunks.contains(c) for c in old.partial)
     if part.is_direct and not partial:
         origin = tuple(start for start, _ in block_boxes[0])
-        chunks = _encode_from(target, shard, part.chunks.chunks(), sources[0], origin)
-        return _in_order(target.shard_format, part, dict(chunks))
+        # _encode_from yields in the part's C order, the order _in_order gives
+        return _encode_from(target, shard, part.chunks.chunks(), sources[0], origin)
     pieces = tuple(
         encode_piece(target, block, block_box=box, shard=shard, part=part, views=True)
         for block, box in zip(sources, block_boxes, strict=True)
@@ -309,17 +312,20 @@ def write_shard(
 
     ``sources`` are the blocks holding the shard (with ``block_boxes``) or
     the pieces they made. A shard whose every chunk equals the fill value is
-    not written.
+    not written. Chunks are handed to the store as they are encoded
+    (:meth:`~shardpipe.storage.base.ShardStore.put_streamed`): on a file
+    system the device writes the first chunks while the last are encoded,
+    and the shard appears at its key, durable, when the task returns.
     """
     encoded = stored_only(encode_part(target, shard, part, sources, block_boxes))
-    if not encoded:
+    first = next(encoded, None)
+    if first is None:
         return EMPTY_SHARD
-    buffers = assemble_shard(target.shard_format, encoded)
+    shard_bytes = stream_shard(target.shard_format, itertools.chain([first], encoded))
     before = retries_so_far()
-    target.store.put(key, buffers)
-    nbytes = sum(memoryview(b).nbytes for b in buffers)
+    nbytes = target.store.put_streamed(key, shard_bytes.buffers())
     return WriteReport(
-        shards=1, nbytes=nbytes, chunks_stored=len(encoded), retries=retries_so_far() - before
+        shards=1, nbytes=nbytes, chunks_stored=shard_bytes.chunks, retries=retries_so_far() - before
     )
 
 
@@ -344,7 +350,7 @@ def write_part(
     shard's last bytes (its last part, in a format with nothing after the
     chunks).
     """
-    encoded = stored_only(encode_part(target, shard, part, sources, block_boxes))
+    encoded = list(stored_only(encode_part(target, shard, part, sources, block_boxes)))
     last_bytes = is_last and not target.shard_format.has_tail
     min_size = 0 if last_bytes else target.store.min_part_size
     buffers, manifest = lay_out_part(encoded, min_size=min_size)

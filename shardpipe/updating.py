@@ -203,7 +203,7 @@ def _update_shard(
     partial = frozenset(coverage.partial_chunks())
     encoded = encode_part(write, shard, part, sources, block_boxes, _OldChunks(write, old, partial))
     if old is None:
-        return _write_new(target, key, stored_only(encoded))
+        return _write_new(target, key, list(stored_only(encoded)))
     new = {slot: data for slot, data in encoded if data is not None or slot in old.stored}
     if not new:
         return WriteReport(shards=1, strategies={"unchanged": 1})

@@ -28,7 +28,7 @@ maps slots to ids itself. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Buffer, Callable, Iterable, Sequence
+from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -296,21 +296,23 @@ def lay_out_part(
     manifest : PartManifest
         Offsets and lengths relative to the start of the part.
     """
-    buffers: list[Buffer] = []
     manifest = PartManifest()
-    offset = 0
+    buffers: list[Buffer] = list(_laid_out(encoded, manifest))
+    if 0 < manifest.size < min_size:
+        buffers.append(bytes(min_size - manifest.size))
+        manifest.size = min_size
+    return buffers, manifest
+
+
+def _laid_out(encoded: Iterable[tuple[int, Buffer]], manifest: PartManifest) -> Iterator[Buffer]:
+    """Yield each chunk's bytes, recording in ``manifest`` where it lands (back to back)."""
     for slot, data in encoded:
         n = memoryview(data).nbytes
         manifest.slots.append(slot)
-        manifest.offsets.append(offset)
+        manifest.offsets.append(manifest.size)
         manifest.nbytes.append(n)
-        buffers.append(data)
-        offset += n
-    if 0 < offset < min_size:
-        buffers.append(bytes(min_size - offset))
-        offset = min_size
-    manifest.size = offset
-    return buffers, manifest
+        manifest.size += n
+        yield data
 
 
 def stamp_index(n_slots: int, parts: Sequence[PartManifest], *, first_offset: int) -> ShardIndex:
@@ -348,8 +350,64 @@ def assemble_shard(
     encoded : iterable of (slot, bytes-like)
         Index slot and encoded bytes of every stored inner chunk.
     """
-    chunks, manifest = lay_out_part(encoded)
+    return list(stream_shard(shard_format, encoded).buffers())
+
+
+@dataclass
+class StreamedShard:
+    """A shard laid out as its encoded chunks are produced (:func:`stream_shard`).
+
+    Attributes
+    ----------
+    shard_format : ShardFormat
+        The format.
+    encoded : iterable of (slot, bytes-like)
+        The stored chunks, produced on demand.
+    manifest : PartManifest
+        Where the chunks produced so far lie (after the head); complete once
+        :meth:`buffers` is exhausted.
+    """
+
+    shard_format: ShardFormat
+    encoded: Iterable[tuple[int, Buffer]]
+    manifest: PartManifest = field(default_factory=PartManifest)
+
+    def buffers(self) -> Iterator[Buffer]:
+        """Yield the shard's non-empty buffers in order, asking for each chunk when it is due.
+
+        Without a head, each chunk is yielded as soon as it is encoded and the
+        index follows. A format whose head holds the index needs every chunk
+        before its first byte: all are produced first.
+        """
+        laid_out = _laid_out(self.encoded, self.manifest)
+        if self.shard_format.head_nbytes():
+            chunks = list(laid_out)
+            head, tail = _index_around(self.shard_format, self.manifest)
+            yield from (b for b in (head, *chunks, tail) if memoryview(b).nbytes)
+            return
+        yield from laid_out
+        _, tail = _index_around(self.shard_format, self.manifest)
+        if tail:
+            yield tail
+
+    @property
+    def chunks(self) -> int:
+        """Chunks laid out so far."""
+        return len(self.manifest.slots)
+
+
+def _index_around(shard_format: ShardFormat, manifest: PartManifest) -> tuple[bytes, bytes]:
+    """Head and tail of a shard made of one part laid out as ``manifest`` says."""
     head_nbytes = shard_format.head_nbytes()
     index = stamp_index(shard_format.n_slots, [manifest], first_offset=head_nbytes)
-    head, tail = shard_format.encode_index(index, head_nbytes)
-    return [b for b in (head, *chunks, tail) if memoryview(b).nbytes]
+    return shard_format.encode_index(index, head_nbytes)
+
+
+def stream_shard(shard_format: ShardFormat, encoded: Iterable[tuple[int, Buffer]]) -> StreamedShard:
+    """Lay out a whole shard lazily from ``encoded`` (slot, bytes) pairs, produced on demand.
+
+    Use ``stream_shard(...).buffers()`` as the argument of
+    :meth:`~shardpipe.storage.base.ShardStore.put_streamed`: encoding the
+    next chunk and writing the previous one then overlap.
+    """
+    return StreamedShard(shard_format, encoded)

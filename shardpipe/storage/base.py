@@ -25,7 +25,7 @@ Backends are picklable: they travel to Dask workers inside tasks.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Buffer, Iterator, Sequence
+from collections.abc import Buffer, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
@@ -67,6 +67,10 @@ class StoreAbilities:
     joins_buffers : bool
         ``put`` and ``write_part`` copy the buffers they are given into one
         object before sending it (the memory model counts that copy).
+    streams : bool
+        ``put_streamed`` writes each buffer as it is produced, so that the
+        storage works while the caller produces the next (a file system);
+        otherwise it collects them and calls ``put``.
     min_part_size : int
         Smallest size of a part other than the last one (5 MiB on S3).
     max_parts : int or None
@@ -80,6 +84,7 @@ class StoreAbilities:
     write_at: bool = False
     append: bool = False
     joins_buffers: bool = False
+    streams: bool = False
     min_part_size: int = 0
     max_parts: int | None = None
 
@@ -178,6 +183,20 @@ class ShardStore(ABC):
         shardpipe.errors.ConditionFailedError
             If a condition does not hold; nothing was changed.
         """
+
+    def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
+        """Publish the concatenation of ``buffers`` at ``key`` atomically; return its size.
+
+        ``buffers`` may be produced lazily (a generator that encodes the
+        next inner chunk when asked): a backend that ``streams`` writes each
+        one as it comes; this default collects them and calls :meth:`put`.
+        The object appears only once every buffer is written (and is
+        durable, on a durable backend), exactly as with :meth:`put`. An
+        exception raised while producing a buffer publishes nothing.
+        """
+        held = list(buffers)
+        self.put(key, held)
+        return sum(memoryview(b).nbytes for b in held)
 
     @abstractmethod
     def get(self, key: str) -> bytes | None:

@@ -34,7 +34,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Buffer, Callable, Iterator, Sequence
+from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from shardpipe.errors import ConditionFailedError
@@ -45,6 +45,7 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.writeback import Writeback
 
 _TMP_SUFFIX = ".shardpipe-tmp"
 _IOV_MAX = 512
@@ -153,7 +154,7 @@ class LocalShardStore(ShardStore):
     """
 
     abilities = StoreAbilities(
-        parts=True, copy_range=True, create_only=True, write_at=True, append=True
+        parts=True, copy_range=True, create_only=True, write_at=True, append=True, streams=True
     )
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
@@ -231,6 +232,28 @@ class LocalShardStore(ShardStore):
     ) -> None:
         """Publish the concatenation of ``buffers`` at ``key`` atomically."""
         self._publish(key, lambda fd: _write_all(fd, buffers), if_absent, if_version)
+
+    def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
+        """Publish ``buffers`` at ``key`` atomically, writing each one as it is produced.
+
+        With ``fsync``, the kernel starts writing each stretch of the
+        temporary file to the device as soon as it is written
+        (:class:`~shardpipe.storage.writeback.Writeback`), so the device works
+        while the caller produces the next buffers and the final ``fsync``
+        waits only for the last stretch. Crash safety is that of :meth:`put`.
+        """
+        total = 0
+
+        def write(fd: int) -> None:
+            nonlocal total
+            writeback = Writeback(fd, enabled=self.fsync)
+            for buffer in buffers:
+                n = _write_all(fd, [buffer])
+                writeback.written(n)
+                total += n
+
+        self._publish(key, write)
+        return total
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""
@@ -404,13 +427,15 @@ class LocalShardStore(ShardStore):
         """Join head, parts and tail into the shard file and remove the staging folder."""
 
         def join(fd: int) -> None:
-            _write_all(fd, [head])
+            writeback = Writeback(fd, enabled=self.fsync)
+            writeback.written(_write_all(fd, [head]))
             for receipt in sorted(receipts, key=lambda r: r.number):
                 path = self._part_path(handle, receipt.number)
                 actual = os.stat(path).st_size
                 if actual != receipt.size:
                     raise OSError(f"part file {path} has {actual} bytes, expected {receipt.size}")
                 _copy_into(fd, path)
+                writeback.written(actual)
             _write_all(fd, [tail])
 
         if receipts or head or tail:

@@ -37,7 +37,7 @@ import errno
 import random
 import threading
 import time
-from collections.abc import Buffer, Callable, Iterator, Sequence
+from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -58,6 +58,15 @@ from shardpipe.storage.base import (
 )
 
 T = TypeVar("T")
+
+
+class _ProducerFailed(Exception):
+    """Carries the failure of a streamed put's producer past the retries, untouched."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
 
 TRANSIENT_ERRNOS = frozenset(
     {errno.EINTR, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED}
@@ -275,6 +284,44 @@ class RetryingStore(ShardStore):
                 raise
 
         self._call(f"writing {key!r}", attempt)
+
+    def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
+        """Publish ``buffers`` at ``key`` as they are produced; see :meth:`ShardStore.put_streamed`.
+
+        The buffers produced are kept, so that a try that failed transiently
+        is made again, from the start, with the same bytes: a retry never
+        asks the producer twice. A failure of the producer itself (encoding
+        a chunk) is never retried: it passes through, and nothing is published.
+        """
+        produced: list[Buffer] = []
+        source = iter(buffers)
+
+        def keep() -> Iterator[Buffer]:
+            while True:
+                try:
+                    buffer = next(source)
+                except StopIteration:
+                    return
+                except Exception as err:
+                    raise _ProducerFailed(err) from err
+                produced.append(buffer)
+                yield buffer
+
+        tries = 0
+
+        def attempt() -> int:
+            nonlocal tries
+            tries += 1
+            if tries == 1:
+                return self.inner.put_streamed(key, keep())
+            for _ in keep():  # keep() adds what the failed try had not asked for yet
+                pass
+            return self.inner.put_streamed(key, iter(produced))
+
+        try:
+            return self._call(f"writing {key!r}", attempt)
+        except _ProducerFailed as failed:
+            raise failed.error from None
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or None."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -122,6 +123,37 @@ class ShardStoreTests(UpdateContractTests):
             readers = [pool.submit(read) for _ in range(2)]
             pool.submit(write).result()
             assert all(r.result() > 0 for r in readers)
+
+    def test_put_streamed_publishes_once_every_buffer_is_written(self, store: ShardStore) -> None:
+        """Nothing is at the key while buffers are produced; then all of them are."""
+        data = _data(3 * MiB + 7, seed=2)
+        store.put("arr/c/0", [b"old"])
+        seen_while_producing = []
+
+        def produce() -> Iterator[bytes]:
+            for start in range(0, len(data), MiB // 2):
+                seen_while_producing.append(store.get("arr/c/0"))
+                yield data[start : start + MiB // 2]
+
+        assert store.put_streamed("arr/c/0", produce()) == len(data)
+        assert store.get("arr/c/0") == data
+        assert seen_while_producing == [b"old"] * len(seen_while_producing)
+        assert self.leftovers(store) == []
+
+    def test_put_streamed_whose_producer_fails_publishes_nothing(self, store: ShardStore) -> None:
+        store.put("arr/c/0", [b"old"])
+
+        def produce() -> Iterator[bytes]:
+            yield b"x" * MiB
+            raise ValueError("encoding failed")
+
+        with pytest.raises(ValueError, match="encoding failed"):
+            store.put_streamed("arr/c/0", produce())
+        with pytest.raises(ValueError, match="encoding failed"):
+            store.put_streamed("arr/c/1", produce())
+        assert store.get("arr/c/0") == b"old"
+        assert store.get("arr/c/1") is None
+        assert self.leftovers(store) == []
 
     # -- parts -----------------------------------------------------------------
     @pytest.mark.parametrize("index_location", ["start", "end"])

@@ -145,3 +145,51 @@ def test_a_create_only_put_loses_to_another_writer_after_a_fault(tmp_path: Path)
     with pytest.raises(ConditionFailedError):
         store.put("marker", [b"mine"], if_absent=True)
     assert inner.get("marker") == b"theirs" and tries["n"] == 2
+
+
+def test_a_streamed_put_that_fails_midway_is_retried_without_asking_the_producer_again(
+    tmp_path: Path,
+) -> None:
+    """The retry writes the buffers produced so far, then the rest: the producer runs once."""
+    tries = []
+
+    class FailsOnce(LocalShardStore):
+        def put_streamed(self, key, buffers):  # type: ignore[no-untyped-def]
+            tries.append(key)
+            if len(tries) == 1:
+                next(iter(buffers))  # the first buffer is written, then the device times out
+                raise OSError(errno.ETIMEDOUT, "injected")
+            return super().put_streamed(key, buffers)
+
+    asked = []
+
+    def produce():  # type: ignore[no-untyped-def]
+        for i in range(4):
+            asked.append(i)
+            yield bytes([i]) * 3
+
+    store = RetryingStore(FailsOnce(tmp_path), sleep=lambda s: None)
+    assert store.put_streamed("c/0", produce()) == 12
+    assert store.get("c/0") == b"\0\0\0\1\1\1\2\2\2\3\3\3"
+    assert asked == [0, 1, 2, 3] and len(tries) == 2
+
+
+def test_a_streamed_put_whose_producer_fails_is_not_retried(tmp_path: Path) -> None:
+    """Even a producer failure that looks transient (EAGAIN) passes through: no torn shard."""
+    tries = []
+
+    class Counting(LocalShardStore):
+        def put_streamed(self, key, buffers):  # type: ignore[no-untyped-def]
+            tries.append(key)
+            return super().put_streamed(key, buffers)
+
+    def produce():  # type: ignore[no-untyped-def]
+        yield b"first"
+        raise OSError(errno.EAGAIN, "the producer's own failure")
+
+    store = RetryingStore(Counting(tmp_path), sleep=lambda s: None)
+    with pytest.raises(OSError, match="the producer's own failure"):
+        store.put_streamed("c/0", produce())
+    assert tries == ["c/0"]
+    assert store.get("c/0") is None
+    assert not list(tmp_path.rglob("*.shardpipe-tmp"))

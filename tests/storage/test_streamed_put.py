@@ -1,0 +1,93 @@
+"""Streamed publishes on a file system: early writeback, and what a kill -9 mid-stream leaves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import shardpipe.storage.writeback as writeback
+from shardpipe.storage.local import LocalShardStore
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_writeback_starts_while_buffers_are_produced_only_when_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
+    requests: list[tuple[int, int, int]] = []
+    produced = 0
+
+    def record(fd: int, offset: int, nbytes: int, flags: int) -> int:
+        requests.append((produced, offset, nbytes))
+        return 0
+
+    monkeypatch.setattr(writeback, "_sync_file_range", record)
+
+    def produce():  # type: ignore[no-untyped-def]
+        nonlocal produced
+        for _ in range(6):
+            produced += 1
+            yield b"x" * (MiB // 2)
+
+    store = LocalShardStore(tmp_path, fsync=fsync)
+    assert store.put_streamed("a/c/0", produce()) == 3 * MiB
+    if not fsync:
+        assert requests == []  # nothing will be fsynced: leave writeback to the kernel
+        return
+    # every MiB written is handed to the device before the next buffers are produced
+    assert requests == [(2, 0, MiB), (4, MiB, MiB), (6, 2 * MiB, MiB)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_sync_file_range_is_found_and_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        os.write(fd, b"y" * MiB)
+        assert writeback.start_writeback(fd, 0, MiB)
+    finally:
+        os.close(fd)
+
+
+CHILD = """
+import sys, time
+from shardpipe.storage.local import LocalShardStore
+store = LocalShardStore(sys.argv[1], fsync=True)
+store.put("a/c/0", [b"old"])
+def produce():
+    for i in range(10_000):
+        if i == 3:
+            print("streaming", flush=True)
+        time.sleep(0.01)
+        yield bytes([i % 256]) * 65536
+store.put_streamed("a/c/0", produce())
+"""
+
+
+def test_sigkill_mid_stream_leaves_the_old_object_and_a_temporary_file(tmp_path: Path) -> None:
+    """kill -9 while a shard streams: the key keeps its old bytes; cleanup removes the rest."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "streaming\n"
+        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    store = LocalShardStore(tmp_path)
+    assert store.get("a/c/0") == b"old"
+    temporary = [p for p in (tmp_path / "a" / "c").iterdir() if p.name != "0"]
+    assert len(temporary) == 1 and temporary[0].name.endswith(".shardpipe-tmp")
+    assert temporary[0].stat().st_size > 0  # it was killed mid-stream, not before
+    assert store.cleanup("a/.shardpipe/staging/x", "a/c") == 1
+    assert sorted(p.name for p in (tmp_path / "a" / "c").iterdir()) == ["0"]
