@@ -59,9 +59,16 @@ def create_array(
     if overwrite:
         _remove_node(target)
     zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
+    target.shards.make_durable(metadata_keys(target))
     if identity is not None:
         save_record(target, identity, "running", run)
     return write_target
+
+
+def metadata_keys(target: ResolvedStore) -> list[str]:
+    """The ``zarr.json`` of the node at ``target`` and of every group above it."""
+    parts = target.path.split("/") if target.path else []
+    return ["/".join([*parts[:n], "zarr.json"]) for n in range(len(parts), -1, -1)]
 
 
 def _made_by_run(target: ResolvedStore, run: str) -> bool:

@@ -198,6 +198,15 @@ class ShardStore(ABC):
         self.put(key, held)
         return sum(memoryview(b).nbytes for b in held)
 
+    def make_durable(self, keys: Sequence[str]) -> None:
+        """Make objects written by someone else (zarr's own store) as durable as ``put`` would.
+
+        Absent keys are skipped. The default does nothing: a backend whose
+        writes are durable once they succeed (an object store) has nothing to
+        add; a file system ``fsync``s each file and its folder.
+        """
+        return None
+
     @abstractmethod
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""

@@ -5,6 +5,14 @@
   reader sees the old object or the new one, never a mix, even after a
   crash or power loss (``fsync=False`` keeps the atomicity and drops the
   durability).
+* ``put_streamed`` does the same with buffers produced one by one (a shard
+  whose chunks are still being encoded): each is written as it comes and,
+  with ``fsync``, its writeback is started at once
+  (:mod:`shardpipe.storage.writeback`), so the final ``fsync`` waits only for
+  the last stretch. The call returns once the object is durable at its key;
+  a ``kill -9`` before leaves the old object (or nothing) there and at most a
+  partial temporary file beside it, and a power loss leaves the object
+  absent or complete (its bytes are durable before the rename).
 * Parts are separate files in a staging folder; ``finish_parts`` joins them
   into a temporary file with ``os.copy_file_range`` (the kernel copies, the
   bytes never pass through Python), then publishes it like ``put``.
@@ -254,6 +262,25 @@ class LocalShardStore(ShardStore):
 
         self._publish(key, write)
         return total
+
+    def make_durable(self, keys: Sequence[str]) -> None:
+        """``fsync`` the files at ``keys`` (those present) and their folders (with ``fsync``)."""
+        if not self.fsync:
+            return
+        folders = set()
+        for key in keys:
+            path = self._path(key)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            folders.add(os.path.dirname(path))
+        for folder in sorted(folders):
+            _fsync_dir(folder)
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""

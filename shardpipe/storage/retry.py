@@ -323,6 +323,10 @@ class RetryingStore(ShardStore):
         except _ProducerFailed as failed:
             raise failed.error from None
 
+    def make_durable(self, keys: Sequence[str]) -> None:
+        """Make ``keys`` durable; see :meth:`ShardStore.make_durable`."""
+        self._call(f"making {list(keys)!r} durable", lambda: self.inner.make_durable(keys))
+
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or None."""
         return self._call(f"reading {key!r}", lambda: self.inner.get(key))

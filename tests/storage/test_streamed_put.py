@@ -91,3 +91,39 @@ def test_sigkill_mid_stream_leaves_the_old_object_and_a_temporary_file(tmp_path:
     assert temporary[0].stat().st_size > 0  # it was killed mid-stream, not before
     assert store.cleanup("a/.shardpipe/staging/x", "a/c") == 1
     assert sorted(p.name for p in (tmp_path / "a" / "c").iterdir()) == ["0"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+@pytest.mark.parametrize("fsync", [True, False])
+def test_metadata_is_fsynced_before_the_first_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
+    """zarr writes zarr.json without fsync; shardpipe fsyncs it (and the groups' above it)."""
+    import dask.array as da
+
+    import shardpipe
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    root = tmp_path / "root"
+    shardpipe.to_sharded_zarr(
+        da.ones((8, 8), chunks=4, dtype="uint8"),
+        str(root),
+        path="g/arr",
+        shards=(4, 4),
+        chunks=(2, 2),
+        storage_options={"fsync": fsync},
+    )
+    if not fsync:
+        assert synced == []
+        return
+    first_shard = next(i for i, p in enumerate(synced) if "/c/" in p)
+    before = synced[:first_shard]
+    for path in ["g/arr/zarr.json", "g/arr", "g/zarr.json", "g", "zarr.json"]:
+        assert str(root / path) in before
