@@ -26,6 +26,11 @@ Per task kind::
         (local schedulers)               + enc(raw(p)) + join + working
     stamp-shard                         head + tail (the index, padded)
 
+Writing adds nothing to these figures: a shard's task writes its chunks
+itself, as it encodes them (no write-behind queue holds data after a task
+returns), and keeps them until the shard is durable so that a retry never
+encodes twice: that is the enc(raw(p)) already counted.
+
 A part gathered in its own task (no piece tasks; only on schedulers in this
 process, where blocks do not travel) holds all its blocks at once; a plan
 uses that path for a part only where it fits the budget.
