@@ -6,8 +6,8 @@ directory or an ``s3://`` URL with storage options; its layout, codec and
 writers that take blocks), does the untimed preparation, and returns the timed
 write (a callable without arguments) and notes. Every Zarr output has the
 volume's shape and dtype, ``case.shards`` of ``case.chunks``, inner codecs
-bytes (little endian) then zstd level 1 or nothing, index bytes + crc32c at
-the end, fill value 0.
+bytes (little endian) then zstd level 1 or nothing (then, in shardpipe's, its
+default chunk checksum crc32c), index bytes + crc32c at the end, fill value 0.
 """
 
 from __future__ import annotations
@@ -229,11 +229,16 @@ def cubed_store(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
 
 
 def shardpipe_args(case: Case) -> dict[str, Any]:
-    """Keyword arguments of ``to_sharded_zarr``/``prepare_write`` for the case."""
+    """Keyword arguments of ``to_sharded_zarr``/``prepare_write`` for the case.
+
+    ``chunk_checksums=True`` is shardpipe's default, spelled out: a ``crc32c``
+    (4 bytes) ends each inner chunk, which no other writer here adds.
+    """
     return {
         "shards": case.shards,
         "chunks": case.chunks,
         "compressors": compressors(case.codec),
+        "chunk_checksums": True,
         "overwrite": True,
         "storage_options": case.storage_options,
         **({"max_mem": case.max_mem} if case.max_mem else {}),
@@ -248,7 +253,7 @@ def shardpipe_write(case: Case, x: Any, fsync: bool = True) -> tuple[Write, list
     if not fsync:
         kwargs["storage_options"] = {**(case.storage_options or {}), "fsync": False}
     write = lambda: shardpipe.to_sharded_zarr(x, case.target, **kwargs)  # noqa: E731
-    return write, [f"{x.npartitions} input blocks"]
+    return write, [f"{x.npartitions} input blocks, chunk checksums (crc32c) on"]
 
 
 def plan_note(case: Case, x: Any) -> str:
@@ -288,10 +293,10 @@ def warm_up(case: Case) -> None:
 def check_zarr(case: Case, vol: Volume, written: object) -> tuple[int, list[str]]:
     """Read a Zarr output back with zarr-python's default pipeline and compare it.
 
-    Checks format, shape, dtype, shards, inner chunks, compressor, one object
-    per shard, the values of ``vol.regions``, and (with
-    ``case.shardpipe_checks``) ``shardpipe.verify``. Returns the bytes stored
-    and the problems found.
+    Checks format, shape, dtype, shards, inner chunks, compressors (zstd or
+    none, then shardpipe's crc32c in its outputs), one object per shard, the
+    values of ``vol.regions``, and (with ``case.shardpipe_checks``)
+    ``shardpipe.verify``. Returns the bytes stored and the problems found.
     """
     import fsspec
     import zarr
@@ -301,7 +306,10 @@ def check_zarr(case: Case, vol: Volume, written: object) -> tuple[int, list[str]
     want = (3, case.shape, DTYPES[case.volume], case.shards, case.chunks)
     problems = [] if got == want else [f"layout {got}, expected {want}"]
     codecs = [(type(c).__name__, getattr(c, "level", None)) for c in arr.compressors]
-    if codecs != ([("ZstdCodec", 1)] if case.codec == "zstd1" else []):
+    want_codecs: list[tuple[str, int | None]] = [("ZstdCodec", 1)] if case.codec == "zstd1" else []
+    if case.writer.startswith("shardpipe"):  # chunk_checksums=True (shardpipe_args)
+        want_codecs.append(("Crc32cCodec", None))
+    if codecs != want_codecs:
         problems.append(f"compressors {arr.compressors}")
     fs, path = fsspec.url_to_fs(case.target, **(case.storage_options or {}))
     n_objects = len(fs.find(f"{path}/c"))
