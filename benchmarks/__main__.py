@@ -1,9 +1,10 @@
 """Run a benchmark: ``python -m benchmarks [large-shard | s3] [options]``.
 
 Without a benchmark name, the suite: every writer x codec (x Dask block case)
-writing the same 1 GiB volume. ``large-shard``: one shard four times larger
-than ``max_mem`` against fitting shards. ``s3``: shardpipe against dask
-``to_zarr`` on a local moto S3 server. Every case runs in a fresh
+writing the same 1 GiB volume, for each of two volumes (smooth, noisy).
+``large-shard``: one shard four times larger than ``max_mem`` against fitting
+shards. ``s3``: shardpipe against dask ``to_zarr`` on a local moto S3 server.
+Every case runs in a fresh
 ``python -m benchmarks.child`` process; this one lists the cases
 (:mod:`benchmarks.cases`), runs them one after the other, checks that they saw
 the same data and prints the report (:mod:`benchmarks.report`).
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks import cases, child, report
+from benchmarks import cases, child, report, targets
 
 BENCHES = ("suite", "large-shard", "s3")
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
@@ -47,6 +48,13 @@ def parse_args(bench: str, argv: list[str]) -> argparse.Namespace:
         p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help="where outputs go")
     for option, choices in SUITE_CHOICES.items() if bench == "suite" else ():
         p.add_argument(f"--{option}", default=",".join(choices), help="subset of %(default)s")
+    if bench == "suite":
+        p.add_argument(
+            "--volume",
+            choices=(*cases.SUITE_VOLUMES, "both"),
+            default="both",
+            help="the volume(s) written: smooth (zstd-1 keeps 85%%), noisy (62%%) or both",
+        )
     if bench == "large-shard":
         p.add_argument("--blocks", type=int, nargs=3, metavar=("Z", "Y", "X"), help="Dask blocks")
         p.add_argument("--max-mem", help="max_mem of the one-shard write (default 256MB)")
@@ -68,6 +76,8 @@ def parse_args(bench: str, argv: list[str]) -> argparse.Namespace:
         setattr(args, option, [v for v in getattr(args, option).split(",") if v])
         if unknown := sorted(set(getattr(args, option)) - set(choices)):
             p.error(f"--{option}: unknown {unknown}; choose from {list(choices)}")
+    if bench == "suite":
+        args.volumes = list(cases.SUITE_VOLUMES) if args.volume == "both" else [args.volume]
     if bench == "large-shard":
         preset = cases.LARGE_SHARD[args.small]
         args.blocks = tuple(args.blocks or preset["blocks"])
@@ -119,7 +129,7 @@ def run_all(bench: str, args: argparse.Namespace) -> tuple[list[cases.Case], lis
             options = (args.blocks, args.max_mem, args.cluster, args.with_dask)
             todo = cases.large_shard_cases(args.shape, *options, out_dir=args.out_dir, **common)
         else:
-            options = (args.writers, args.codecs, args.blocks)
+            options = (args.volumes, args.writers, args.codecs, args.blocks)
             todo = cases.suite_cases(args.shape, *options, out_dir=args.out_dir, **common)
         records = []
         for i, case in enumerate(todo, 1):
@@ -130,7 +140,7 @@ def run_all(bench: str, args: argparse.Namespace) -> tuple[list[cases.Case], lis
             if client and (left := empty_bucket(client)):
                 record["notes"] = [*record.get("notes", []), f"{left} unfinished uploads"]
             records.append(record)
-            rate = f"{record['mb_per_s']:.1f} MB/s " if report.ok(record) else ""
+            rate = f"{record['mb_per_s']:.1f} MB/s " if targets.ok(record) else ""
             elapsed = time.perf_counter() - start
             print(f"{record['status']} {rate}({elapsed:.1f} s)", file=sys.stderr, flush=True)
     return todo, records
@@ -140,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run a benchmark, print its report; return 1 on a failed case or different data.
 
     In the suite, ``unavailable`` and ``unsupported`` cases are not failures;
-    in ``large-shard`` the full-size memory bound must also hold.
+    in ``large-shard`` the full-size memory bound must also hold. The
+    verdicts of issue #11's targets (suite) are reported, not enforced.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     bench = argv.pop(0) if argv and argv[0] in BENCHES[1:] else "suite"
@@ -154,13 +165,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         payload = {"meta": meta, "results": records}
         if bench == "suite":
-            payload["ratios"] = report.ratio_rows(records)
+            payload["durable_limits"] = targets.durable_limits(records)
+            payload["ratios"] = targets.ratio_rows(records)
+            payload["verdicts"] = targets.verdicts(records)
         args.json.write_text(json.dumps(payload, indent=1, default=str))
     excused = ("ok", "unavailable", "unsupported") if bench == "suite" else ("ok",)
     failed = [f"{r['label']}: {r['message']}" for r in records if r["status"] not in excused]
-    prints = {r["fingerprint"] for r in records if report.ok(r) and r.get("fingerprint")}
-    if len(prints) > 1:
-        failed.append(f"cases saw different data: {sorted(prints)}")
+    prints: dict[str, set[str]] = {}  # volume: fingerprints the cases saw
+    for r in records:
+        if targets.ok(r) and r.get("fingerprint"):
+            prints.setdefault(r["volume"], set()).add(r["fingerprint"])
+    for volume, seen in prints.items():
+        if len(seen) > 1:
+            failed.append(f"cases saw different {volume} data: {sorted(seen)}")
     if bench == "large-shard" and not args.small:
         failed += [
             f"{r['label']}: over 2 x max_mem" for r in records if report.bound_check(r) == "FAIL"

@@ -8,6 +8,7 @@ runner (:mod:`benchmarks.child`) gets it as JSON and needs nothing else.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ BLOCK_CASES = ("aligned", "misaligned", "slabs")  # the suite's; s3 adds "multip
 SUITE_WRITERS = {  # command-line name: report label, in report order
     "encode": "encode-only limit",
     "raw": "raw-write limit",
+    "raw-fsync": "fsynced raw-write limit",
     "dask": "dask to_zarr",
     "zarrs": "dask to_zarr + zarrs",
     "tensorstore": "tensorstore",
@@ -34,6 +36,7 @@ SIZES = {  # volume shape: (full size, --small)
     "large-shard": ((1024, 1024, 1024), (256, 512, 512)),  # 1 GiB of uint8; 64 MiB
     "s3": ((256, 512, 512), (128, 256, 512)),  # 128 MiB of uint16, 8 shards; 32 MiB, 2 shards
 }
+SUITE_VOLUMES = ("smooth", "noisy")  # benchmarks.volumes: zstd-1 keeps 85 % and 62 % of them
 LARGE_SHARD = {  # by --small: Dask blocks (each one part of the shard), one-shard max_mem
     False: {"blocks": (64, 1024, 1024), "max_mem": "256MB"},  # 1 GiB shard = 4.2 x max_mem
     True: {"blocks": (64, 128, 512), "max_mem": "16MB"},  # 64 MiB shard = 4.2 x max_mem
@@ -49,7 +52,7 @@ class Case:
     bench: str  # "suite", "large-shard" or "s3"
     label: str  # row name in the report
     writer: str  # key of benchmarks.writers.WRITERS
-    volume: str  # "smooth" or "synthetic" (benchmarks.volumes)
+    volume: str  # "smooth", "noisy" or "synthetic" (benchmarks.volumes)
     shape: tuple[int, ...]
     target: str  # local directory or s3:// URL: emptied before each rep, deleted at the end
     codec: str = "zstd1"
@@ -77,9 +80,10 @@ class Case:
     @classmethod
     def from_json(cls, text: str) -> Case:
         """Rebuild a case from :meth:`to_json` (lists become tuples again)."""
-        return cls(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()}
-        )
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()
+        }
+        return cls(**fields)
 
 
 def block_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -95,27 +99,27 @@ def block_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def suite_cases(
     shape: tuple[int, ...],
+    volumes: list[str],
     writers: list[str],
     codecs: list[str],
     blocks: list[str],
     out_dir: Path,
     **common: Any,
 ) -> list[Case]:
-    """The suite: each selected writer x codec (x block case for the Dask writers).
+    """The suite: per volume, each selected writer x codec (x block case for the Dask writers).
 
-    The raw-write limit ignores the codec and runs once, under ``none``.
+    The raw-write limit ignores the codec and runs once, under ``none``; the
+    fsynced one writes the codec's shard sizes, so it runs under each.
     """
     cases = []
-    for c in codecs:
+    for v, c in itertools.product(volumes, codecs):
         for w, label in SUITE_WRITERS.items():
             if w not in writers or (w == "raw" and c != "none"):
                 continue
             for b in blocks if w in DASK_WRITERS else [None]:
-                target = str(out_dir / f"{w}-{c}-{b or 'numpy'}")
+                target = str(out_dir / f"{v}-{w}-{c}-{b or 'numpy'}")
                 shape_b = block_shape(b, shape) if b else None
-                cases.append(
-                    Case("suite", label, w, "smooth", shape, target, c, b, shape_b, **common)
-                )
+                cases.append(Case("suite", label, w, v, shape, target, c, b, shape_b, **common))
     return cases
 
 
@@ -139,7 +143,12 @@ def large_shard_cases(
         ("shardpipe, fitting shards", "shardpipe", fitting, None),
         *([("dask to_zarr, one shard", "dask", shape, None)] if with_dask else []),
     ]
-    fixed = {"block_shape": blocks, "workers": workers, "warm_up": True, "shardpipe_checks": True}
+    fixed: dict[str, Any] = {
+        "block_shape": blocks,
+        "workers": workers,
+        "warm_up": True,
+        "shardpipe_checks": True,
+    }
     cases = []
     for label, w, shards, budget in rows:
         target = str(out_dir / f"large-shard-{w}-{'x'.join(map(str, shards))}")
@@ -153,7 +162,7 @@ def s3_cases(shape: tuple[int, ...], endpoint: str, **common: Any) -> list[Case]
     from shardpipe.testing.s3 import storage_options_for
 
     storage_options = storage_options_for(endpoint)  # no shared instances, no listing cache
-    fixed = {"storage_options": storage_options, "shardpipe_checks": True}
+    fixed: dict[str, Any] = {"storage_options": storage_options, "shardpipe_checks": True}
     cases = []
     for b in ("aligned", "misaligned", "multipart"):
         for w in ("shardpipe", "dask"):

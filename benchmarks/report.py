@@ -1,7 +1,9 @@
 """The reports of the three benchmarks, from the child records, and the run's description.
 
-* suite: one row per case (MB/s, best s, cpu s, busy%, x encode-only, peak
-  and +peak MiB, output MiB), then shardpipe's MB/s divided by each anchor's;
+* suite: per volume, one row per case (MB/s, best s, cpu s, busy%, x
+  encode-only, peak and +peak MiB, output MiB), the durable limits, then
+  shardpipe's MB/s divided by each like-for-like anchor's and the verdicts of
+  issue #11's targets (:mod:`benchmarks.targets`);
 * large-shard: one row per case (worker columns on a LocalCluster), then the
   throughput ratio, the generation share and the PASS/FAIL memory verdicts;
 * s3: one row per case (with the S3 server's CPU), then shardpipe / dask.
@@ -12,7 +14,6 @@ Each starts with a title (and a warning if other processes took more than
 
 from __future__ import annotations
 
-import itertools
 import os
 import platform
 import subprocess
@@ -22,32 +23,30 @@ from typing import Any
 
 from dask.utils import parse_bytes
 
-from benchmarks import volumes
-from benchmarks.cases import BLOCK_CASES, CHUNKS, CODECS, SHARDS, Case
+from benchmarks import targets, volumes
+from benchmarks.cases import CHUNKS, CODECS, SHARDS, Case
 from benchmarks.child import MIB, REPO_ROOT
+from benchmarks.targets import find, ok
 
 Record = dict[str, Any]
 Column = tuple[str, Callable[[Record], str]]
 
 BUSY_WARN = 0.10  # share of the cores other processes may use before the report warns
-RATIO_ANCHORS = (  # (column title, anchor writer, anchor measured per block case)
-    ("/encode-only", "encode", False),
-    ("/zarrs", "zarrs", True),
-    ("/dask to_zarr", "dask", True),
-    ("/raw-write", "raw", False),  # measured under codec none only
-)
-SHARDPIPE_WRITERS = ("shardpipe", "shardpipe-nofsync")  # divided by the anchors
 PACKAGES = ("numpy", "zarr", "dask", "distributed", "numcodecs", "tensorstore", "zarrs", "cubed")
 SUITE_LEGEND = """\
 MB/s = 1e6 bytes of raw array data per second of the timed write (best rep); x enc = MB/s / \
-encode-only MB/s (same codec);
+encode-only MB/s (same codec and volume);
 cpu s = CPU seconds of the writer's process in that rep (all threads); busy% = share of all cores \
 other processes used meanwhile;
 peak MiB = peak RSS of the case's process; +peak MiB = peak minus RSS after data generation (the \
 volume itself is in the baseline).
+durable limit = raw bytes / max(encode-only s, fsynced raw-write s) of the codec (none: the \
+fsynced raw-write s alone).
 
-Ratios: shardpipe MB/s divided by the anchor's MB/s, same codec (and same blocks for zarrs/dask); \
-raw-write only for codec none. >1: shardpipe faster."""
+Ratios: shardpipe MB/s divided by the anchor's MB/s, same volume and codec (and same blocks for \
+zarrs/dask), like with like: shardpipe (no fsync) against the writers and limits that do not \
+fsync, shardpipe (durable) against the fsynced raw writes and the durable limit; raw-write only \
+for codec none. >1: shardpipe faster. Verdicts: issue #11's targets."""
 LARGE_SHARD_LEGEND = """
 MB/s = 1e6 raw bytes per second of the best rep, data generation included; cpu s = CPU of the \
 case's process in that rep; busy% = share of all cores other processes used;
@@ -64,11 +63,6 @@ server cpu s = CPU of the moto server in that rep; busy% = share of all cores th
 shardpipe MB/s / dask to_zarr MB/s (>1: shardpipe faster):"""
 
 
-def ok(r: Record) -> bool:
-    """Whether the case was measured and verified."""
-    return r.get("status") == "ok"
-
-
 def fmt(value: float | None, spec: str) -> str:
     """Format a number, or ``-`` for a missing one."""
     return "-" if value is None else format(value, spec)
@@ -77,6 +71,16 @@ def fmt(value: float | None, spec: str) -> str:
 def num(key: str, spec: str, scale: float = 1.0) -> Callable[[Record], str]:
     """A cell of a numeric field of ok records (``-`` otherwise)."""
     return lambda r: fmt(r[key] * scale if ok(r) and r.get(key) is not None else None, spec)
+
+
+def text(key: str) -> Callable[[Record], str]:
+    """A cell showing a field as it is."""
+    return lambda r: str(r[key])
+
+
+def value(key: str, spec: str = ".2f") -> Callable[[Record], str]:
+    """A cell of a numeric field of a derived row (``-`` if None)."""
+    return lambda r: fmt(r.get(key), spec)
 
 
 def table(results: Sequence[Record], columns: Sequence[Column], left: Sequence[int]) -> str:
@@ -98,7 +102,8 @@ def table(results: Sequence[Record], columns: Sequence[Column], left: Sequence[i
 def name(r: Record) -> str:
     """A case's name in progress lines and warnings."""
     suite = r["bench"] == "suite"
-    return f"{r['label']} [{r['codec']}, {r['blocks'] or 'numpy'}]" if suite else r["label"]
+    where = f"{r['volume']}, {r['codec']}, {r['blocks'] or 'numpy'}"
+    return f"{r['label']} [{where}]" if suite else r["label"]
 
 
 def title(results: Sequence[Record], meta: Record, what: str) -> str:
@@ -176,32 +181,12 @@ def run_meta(bench: str, options: dict[str, Any], case: Case) -> Record:
     }
 
 
-def find(results: Sequence[Record], writer: str, codec: str, blocks: str | None) -> Record | None:
-    """The ok record of one suite case, if any."""
-    key = (writer, codec, blocks)
-    return next(
-        (r for r in results if ok(r) and (r["writer"], r["codec"], r["blocks"]) == key), None
-    )
-
-
-def ratio_rows(results: Sequence[Record]) -> list[Record]:
-    """shardpipe's MB/s divided by each anchor's, per shardpipe writer, codec and block case."""
-    rows = []
-    for writer, codec, blocks in itertools.product(SHARDPIPE_WRITERS, CODECS, BLOCK_CASES):
-        if sp := find(results, writer, codec, blocks):
-            row: Record = {"writer": writer, "codec": codec, "blocks": blocks}
-            for _, anchor, per_blocks in RATIO_ANCHORS:
-                ref = find(results, anchor, codec, blocks if per_blocks else None)
-                row[anchor] = sp["mb_per_s"] / ref["mb_per_s"] if ref else None
-            rows.append(row)
-    return rows
-
-
-def suite(results: Sequence[Record], meta: Record) -> str:
-    """The suite's report: title, one row per case, legend, ratios, notes."""
+def suite_volume(results: Sequence[Record], volume: str) -> str:
+    """One volume's part of the suite report: table, durable limits, ratios, verdicts, notes."""
+    mine = [r for r in results if r["volume"] == volume]
 
     def x_encode(r: Record) -> str:
-        enc = find(results, "encode", r["codec"], None)
+        enc = find(results, "encode", r["codec"], None, volume)
         return fmt(r["mb_per_s"] / enc["mb_per_s"] if ok(r) and enc else None, ".2f")
 
     columns: list[Column] = [
@@ -218,21 +203,36 @@ def suite(results: Sequence[Record], meta: Record) -> str:
         ("out MiB", num("output_bytes", ".1f", 1 / MIB)),
         ("status", lambda r: r["status"]),
     ]
-    ratios: list[Column] = [
-        (key, lambda row, k=key: row[k]) for key in ("writer", "codec", "blocks")
-    ]
-    ratios += [
-        (title, lambda row, a=anchor: fmt(row[a], ".2f")) for title, anchor, _ in RATIO_ANCHORS
-    ]
-    return "\n\n".join(
-        [
-            title(results, meta, f", shards {SHARDS}, inner chunks {CHUNKS}"),
-            table(results, columns, left=(0, 1, 2, -1)),
-            SUITE_LEGEND,
-            table(ratio_rows(results), ratios, left=(0, 1, 2)),
-            notes(results),
-        ]
-    )
+    enc = find(results, "encode", "zstd1", None, volume)
+    kept = f": zstd-1 keeps {enc['output_bytes'] / enc['nbytes']:.1%}" if enc else ""
+    lines = [f"== volume {volume}{kept} ==", "", table(mine, columns, left=(0, 1, 2, -1)), ""]
+    limits = []
+    for codec in CODECS:
+        if limit := targets.durable_limit(results, codec, volume):
+            fsynced = f"fsynced raw writes {limit['raw_fsync_s']:.3f} s"
+            if limit["encode_s"] is not None:
+                fsynced = f"max(encode-only {limit['encode_s']:.3f} s, {fsynced})"
+            limits.append(
+                f"  {codec}: {limit['mb_per_s']:.1f} MB/s = raw bytes / {fsynced}, bound by "
+                f"{limit['bound']}"
+            )
+    lines += ["durable limits:", *(limits or ["  (none: needs encode and raw-fsync)"])]
+    ratios: list[Column] = [(key, text(key)) for key in ("writer", "codec", "blocks")]
+    ratios += [(head, value(anchor)) for anchor, (head, _, _) in targets.ANCHORS.items()]
+    rows = targets.ratio_rows(mine)
+    if rows:
+        lines += ["", table(rows, ratios, left=(0, 1, 2))]
+    checks = [v for v in targets.verdicts(mine) if v["verdict"] != "n/a"]
+    if checks:
+        lines += ["", f"issue #11 targets ({volume}):", *map(targets.verdict_line, checks)]
+    return "\n".join([*lines, "", notes(mine)])
+
+
+def suite(results: Sequence[Record], meta: Record) -> str:
+    """The suite's report: title, legend, then each volume's part (:func:`suite_volume`)."""
+    head = title(results, meta, f", shards {SHARDS}, inner chunks {CHUNKS}")
+    parts = [suite_volume(results, v) for v in targets.volumes_of(results)]
+    return "\n\n".join([head, SUITE_LEGEND, *parts])
 
 
 def bound_check(r: Record) -> str | None:

@@ -1,4 +1,4 @@
-"""The writers under test and the two limits, as closures over a case, and their checks.
+"""The writers under test and the three limits, as closures over a case, and their checks.
 
 Each factory takes a :class:`~benchmarks.cases.Case` (its target, a local
 directory or an ``s3://`` URL with storage options; its layout, codec and
@@ -8,10 +8,15 @@ write (a callable without arguments) and notes. Every Zarr output has the
 volume's shape and dtype, ``case.shards`` of ``case.chunks``, inner codecs
 bytes (little endian) then zstd level 1 or nothing (then, in shardpipe's, its
 default chunk checksum crc32c), index bytes + crc32c at the end, fill value 0.
+
+The limits write no Zarr array: ``encode`` only encodes, ``raw`` writes the
+raw bytes plainly, ``raw-fsync`` writes files of the shards' encoded sizes
+durably, as shardpipe publishes a shard.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import warnings
@@ -83,20 +88,23 @@ def numcodecs_zstd(codec: str) -> Any:
     return Zstd(level=1, checksum=False) if codec == "zstd1" else None
 
 
+def encoded_size(case: Case, volume: np.ndarray, zstd: Any, region: Region) -> int:
+    """Bytes of one shard's inner chunks after the case's codecs (no index)."""
+    total = 0
+    for chunk in inner_chunks(region, case.chunks):
+        raw = chunk_bytes(volume[chunk])
+        total += len(zstd.encode(raw)) if zstd else raw.nbytes
+    return total
+
+
 def encode_only(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
     """Encode every inner chunk, one task per shard on a thread per core; keep only sizes."""
     zstd = numcodecs_zstd(case.codec)
 
-    def size(chunk: np.ndarray) -> int:
-        raw = chunk_bytes(chunk)
-        return len(zstd.encode(raw)) if zstd else raw.nbytes
-
-    def encode_shard(region: Region) -> int:
-        return sum(size(volume[chunk]) for chunk in inner_chunks(region, case.chunks))
-
     def write() -> int:
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            return sum(pool.map(encode_shard, grid(case.shape, case.shards)))
+            encode = functools.partial(encoded_size, case, volume, zstd)
+            return sum(pool.map(encode, grid(case.shape, case.shards)))
 
     return write, [f"{THREADS} threads, per-shard tasks, no I/O"]
 
@@ -123,6 +131,77 @@ def raw_write(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
             list(pool.map(put, range(len(pieces))))
 
     return write, [f"{len(pieces)} files x {pieces[0].nbytes / MIB:.0f} MiB, no fsync"]
+
+
+def shard_files(case: Case, volume: np.ndarray) -> list[tuple[Path, list[memoryview]]]:
+    """Each shard's file (at its key ``c/i/j/k``) and the bytes it gets, as encoded as the case.
+
+    The size is what the shard's object holds: its chunks after the case's
+    codecs (numcodecs ``Zstd(level=1)`` for ``zstd1``, computed now, untimed)
+    plus the index (16 bytes per chunk and a CRC32C). The bytes are the
+    start of the shard's raw piece (:func:`raw_pieces`), zeros past its end.
+    """
+    regions = list(grid(case.shape, case.shards))
+    zstd = numcodecs_zstd(case.codec)
+    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        sizes = list(pool.map(functools.partial(encoded_size, case, volume, zstd), regions))
+    files = []
+    for region, encoded, piece in zip(regions, sizes, raw_pieces(case, volume), strict=True):
+        size = encoded + 16 * len(list(inner_chunks(region, case.chunks))) + 4
+        key = [str(r.start // n) for r, n in zip(region, case.shards, strict=True)]
+        pad = memoryview(bytes(max(0, size - piece.nbytes)))
+        files.append((Path(case.target, "c", *key), [piece[:size], pad]))
+    return files
+
+
+def fsync_dir(path: Path) -> None:
+    """``fsync`` a directory (what makes a rename in it durable)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def raw_fsync_write(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
+    """Write each shard's encoded size of raw bytes durably, as shardpipe publishes a shard.
+
+    Per shard, on a thread per core: create its directory if needed, write a
+    temporary file beside it with ``os.writev``, ``os.fsync`` it, ``os.replace``
+    it onto the shard's key, ``fsync`` the directory. No encoding is timed.
+    """
+    files = shard_files(case, volume)
+
+    def put(index: int) -> None:
+        final, buffers = files[index]
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.{index}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            views = [b for b in buffers if b.nbytes]
+            while views:  # a regular file takes it in one call; loop all the same
+                done = os.writev(fd, views)
+                while views and done >= views[0].nbytes:
+                    done -= views.pop(0).nbytes
+                if views:
+                    views[0] = views[0][done:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+
+    def write() -> None:
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            list(pool.map(put, range(len(files))))
+
+    total = sum(b.nbytes for _, buffers in files for b in buffers)
+    share = total / (volume.nbytes or 1)
+    return write, [
+        f"{len(files)} files, {total / MIB:.1f} MiB in all ({share:.1%} of raw: the "
+        f"{'zstd-1' if case.codec == 'zstd1' else 'raw'} shard sizes), tmp + fsync + replace + "
+        f"directory fsync per file, {THREADS} threads"
+    ]
 
 
 def dask_to_zarr(
@@ -357,6 +436,20 @@ def check_raw(case: Case, vol: Volume, written: object) -> tuple[int, list[str]]
     return total, problems
 
 
+def check_raw_fsync(case: Case, vol: Volume, written: object) -> tuple[int, list[str]]:
+    """Read every shard file back and compare it with its bytes; no temporary file may remain."""
+    total, problems = 0, []
+    for final, buffers in shard_files(case, vol.data):
+        data = final.read_bytes() if final.is_file() else None
+        total += len(data or b"")
+        if data != b"".join(buffers):
+            problems.append(f"{final.relative_to(case.target)} differs from its bytes")
+    n_files = sum(len(files) for _, _, files in os.walk(case.target))
+    if n_files != case.n_shards:
+        problems.append(f"{n_files} files, expected {case.n_shards}")
+    return total, problems
+
+
 class Writer(NamedTuple):
     """A writer: the modules it needs, its factory, and the check of its output."""
 
@@ -368,6 +461,7 @@ class Writer(NamedTuple):
 WRITERS = {
     "encode": Writer(("numcodecs",), encode_only, check_encoded),
     "raw": Writer((), raw_write, check_raw),
+    "raw-fsync": Writer(("numcodecs",), raw_fsync_write, check_raw_fsync),
     "dask": Writer(("dask.array", "zarr"), dask_to_zarr),
     "zarrs": Writer(("dask.array", "zarr", "zarrs"), lambda c, x: dask_to_zarr(c, x, ZARRS_CONFIG)),
     "tensorstore": Writer(("tensorstore",), tensorstore_write),
