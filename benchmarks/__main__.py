@@ -1,9 +1,10 @@
-"""Run a benchmark: ``python -m benchmarks [large-shard | s3] [options]``.
+"""Run a benchmark: ``python -m benchmarks [large-shard | s3 | cluster] [options]``.
 
 Without a benchmark name, the suite: every writer x codec (x Dask block case)
 writing the same 1 GiB volume, for each of two volumes (smooth, noisy).
 ``large-shard``: one shard four times larger than ``max_mem`` against fitting
 shards. ``s3``: shardpipe against dask ``to_zarr`` on a local moto S3 server.
+``cluster``: shardpipe on a LocalCluster against the threaded scheduler.
 Every case runs in a fresh
 ``python -m benchmarks.child`` process; this one lists the cases
 (:mod:`benchmarks.cases`), runs them one after the other, checks that they saw
@@ -24,7 +25,7 @@ from typing import Any
 
 from benchmarks import cases, child, report, targets
 
-BENCHES = ("suite", "large-shard", "s3")
+BENCHES = ("suite", "large-shard", "s3", "cluster")
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 SUITE_CHOICES = {
     "writers": cases.SUITE_WRITERS,
@@ -55,6 +56,12 @@ def parse_args(bench: str, argv: list[str]) -> argparse.Namespace:
             default="both",
             help="the volume(s) written: smooth (zstd-1 keeps 85%%), noisy (62%%) or both",
         )
+    if bench == "cluster":
+        p.add_argument(
+            "--workers",
+            default=",".join(map(str, cases.CLUSTER_WORKERS)),
+            help="LocalCluster sizes, comma-separated (default %(default)s)",
+        )
     if bench == "large-shard":
         p.add_argument("--blocks", type=int, nargs=3, metavar=("Z", "Y", "X"), help="Dask blocks")
         p.add_argument("--max-mem", help="max_mem of the one-shard write (default 256MB)")
@@ -78,6 +85,13 @@ def parse_args(bench: str, argv: list[str]) -> argparse.Namespace:
             p.error(f"--{option}: unknown {unknown}; choose from {list(choices)}")
     if bench == "suite":
         args.volumes = list(cases.SUITE_VOLUMES) if args.volume == "both" else [args.volume]
+    if bench == "cluster":
+        try:
+            args.workers = [int(n) for n in args.workers.split(",") if n]
+        except ValueError:
+            p.error(f"--workers: not a list of integers: {args.workers!r}")
+        if any(n < 1 for n in args.workers):
+            p.error("--workers: each cluster needs at least one worker")
     if bench == "large-shard":
         preset = cases.LARGE_SHARD[args.small]
         args.blocks = tuple(args.blocks or preset["blocks"])
@@ -128,6 +142,8 @@ def run_all(bench: str, args: argparse.Namespace) -> tuple[list[cases.Case], lis
         elif bench == "large-shard":
             options = (args.blocks, args.max_mem, args.cluster, args.with_dask)
             todo = cases.large_shard_cases(args.shape, *options, out_dir=args.out_dir, **common)
+        elif bench == "cluster":
+            todo = cases.cluster_cases(args.shape, args.workers, args.out_dir, **common)
         else:
             options = (args.volumes, args.writers, args.codecs, args.blocks)
             todo = cases.suite_cases(args.shape, *options, out_dir=args.out_dir, **common)
@@ -151,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
     In the suite, ``unavailable`` and ``unsupported`` cases are not failures;
     in ``large-shard`` the full-size memory bound must also hold. The
-    verdicts of issue #11's targets (suite) are reported, not enforced.
+    verdicts of issue #11's targets (suite, cluster) are reported, not enforced.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     bench = argv.pop(0) if argv and argv[0] in BENCHES[1:] else "suite"
@@ -168,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             payload["durable_limits"] = targets.durable_limits(records)
             payload["ratios"] = targets.ratio_rows(records)
             payload["verdicts"] = targets.verdicts(records)
+        if bench == "cluster":
+            payload["ratios"] = report.cluster_ratios(records)
         args.json.write_text(json.dumps(payload, indent=1, default=str))
     excused = ("ok", "unavailable", "unsupported") if bench == "suite" else ("ok",)
     failed = [f"{r['label']}: {r['message']}" for r in records if r["status"] not in excused]

@@ -1,4 +1,4 @@
-"""The registry of benchmark cases: one :class:`Case` per measurement of the three benchmarks.
+"""The registry of benchmark cases: one :class:`Case` per measurement of the four benchmarks.
 
 A case names its benchmark, its volume (:mod:`benchmarks.volumes`), its writer
 (:data:`benchmarks.writers.WRITERS`), where it writes (a local directory or an
@@ -35,8 +35,10 @@ SIZES = {  # volume shape: (full size, --small)
     "suite": ((512, 1024, 1024), (256, 256, 512)),  # 1 GiB of uint16; 64 MiB, four shards
     "large-shard": ((1024, 1024, 1024), (256, 512, 512)),  # 1 GiB of uint8; 64 MiB
     "s3": ((256, 512, 512), (128, 256, 512)),  # 128 MiB of uint16, 8 shards; 32 MiB, 2 shards
+    "cluster": ((1024, 1024, 1024), (256, 512, 512)),  # 1 GiB of uint8, 128 shards; 64 MiB, 8
 }
 SUITE_VOLUMES = ("smooth", "noisy")  # benchmarks.volumes: zstd-1 keeps 85 % and 62 % of them
+CLUSTER_WORKERS = (1, 2)  # cluster: LocalCluster sizes measured by default
 LARGE_SHARD = {  # by --small: Dask blocks (each one part of the shard), one-shard max_mem
     False: {"blocks": (64, 1024, 1024), "max_mem": "256MB"},  # 1 GiB shard = 4.2 x max_mem
     True: {"blocks": (64, 128, 512), "max_mem": "16MB"},  # 64 MiB shard = 4.2 x max_mem
@@ -49,7 +51,7 @@ BUCKET = "shardpipe-bench"
 class Case:
     """One measurement: a writer writing a volume to a target, with its options."""
 
-    bench: str  # "suite", "large-shard" or "s3"
+    bench: str  # "suite", "large-shard", "s3" or "cluster"
     label: str  # row name in the report
     writer: str  # key of benchmarks.writers.WRITERS
     volume: str  # "smooth", "noisy" or "synthetic" (benchmarks.volumes)
@@ -170,4 +172,31 @@ def s3_cases(shape: tuple[int, ...], endpoint: str, **common: Any) -> list[Case]
             budget = S3_MULTIPART_MAX_MEM if (b, w) == ("multipart", "shardpipe") else None
             options = fixed | common | {"block_shape": block_shape(b, shape), "max_mem": budget}
             cases.append(Case("s3", f"{w} {b}", w, "smooth", shape, target, "zstd1", b, **options))
+    return cases
+
+
+def cluster_cases(
+    shape: tuple[int, ...], workers: list[int], out_dir: Path, **common: Any
+) -> list[Case]:
+    """cluster: generation alone and shardpipe (no fsync), threaded and on each cluster size.
+
+    Dask blocks = shards = (128, 256, 256), zstd level 1; ``workers`` 0 is
+    the threaded scheduler, which comes first. The report reads the rows by
+    ``(writer, workers)``.
+    """
+    blocks = tuple(min(s, n) for s, n in zip(SHARDS, shape, strict=True))
+    fixed: dict[str, Any] = {
+        "block_shape": blocks,
+        "shards": blocks,
+        "warm_up": True,
+        "shardpipe_checks": True,
+    }
+    cases = []
+    for n in [0, *workers]:
+        where = f"{n} worker{'s' if n > 1 else ''}" if n else "threaded"
+        for w, label in (("generate", "generate only"), ("shardpipe-nofsync", "shardpipe")):
+            target = str(out_dir / f"cluster-{w}-{n}")
+            options = fixed | common | {"workers": n}
+            case = Case("cluster", f"{where}: {label}", w, "synthetic", shape, target, **options)
+            cases.append(case)
     return cases

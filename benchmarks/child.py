@@ -120,7 +120,7 @@ class MeasuredCluster:
 
     def reset(self) -> None:
         """Record the workers' RSS and CPU, reset their peak marks, start sampling."""
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         self.baseline = max(self.client.run(rss).values())
         self.cpu = sum(self.client.run(process_cpu_seconds).values())
@@ -141,12 +141,15 @@ class MeasuredCluster:
     def read(self) -> dict[str, float]:
         """Stop sampling; return the largest worker's figures (MiB) and all workers' CPU s.
 
-        ``worker_peak_delta_mib`` is the largest peak minus the largest RSS before the reps.
+        ``worker_peak_delta_mib`` is the largest peak minus the largest RSS before the reps;
+        ``worker_peaks_mib`` lists every worker's peak.
         """
         self.done.set()
         self.sampler.join()
-        peak = max(self.client.run(rss, "VmHWM").values())
+        peaks = [v for _, v in sorted(self.client.run(rss, "VmHWM").items())]
+        peak = max(peaks)
         return {
+            "worker_peaks_mib": [v / MIB for v in peaks],  # each worker's, by address
             "worker_baseline_rss_mib": self.baseline / MIB,
             "worker_peak_rss_mib": peak / MIB,
             "worker_peak_delta_mib": (peak - self.baseline) / MIB,
@@ -277,7 +280,7 @@ def measure(case: Case) -> dict[str, Any]:
         record["output_bytes"], problems = writer.check(case, vol, written)
         if problems:
             record |= {"status": "mismatch", "message": "; ".join(problems)}
-    if case.shardpipe_checks and case.writer == "shardpipe":  # after the measurement
+    if case.shardpipe_checks and case.writer.startswith("shardpipe"):  # after the measurement
         record["notes"].insert(0, plan_note(case, vol.data))
     return record
 

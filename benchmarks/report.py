@@ -1,4 +1,4 @@
-"""The reports of the three benchmarks, from the child records, and the run's description.
+"""The reports of the four benchmarks, from the child records, and the run's description.
 
 * suite: per volume, one row per case (MB/s, best s, cpu s, busy%, x
   encode-only, peak and +peak MiB, output MiB), the durable limits, then
@@ -6,7 +6,9 @@
   issue #11's targets (:mod:`benchmarks.targets`);
 * large-shard: one row per case (worker columns on a LocalCluster), then the
   throughput ratio, the generation share and the PASS/FAIL memory verdicts;
-* s3: one row per case (with the S3 server's CPU), then shardpipe / dask.
+* s3: one row per case (with the S3 server's CPU), then shardpipe / dask;
+* cluster: one row per case (scheduler, each worker's peak), then the
+  cluster / threaded ratios and the verdict of the 2-worker target.
 
 Each starts with a title (and a warning if other processes took more than
 10 % of the cores during a write) and ends with the cases' notes and problems.
@@ -55,6 +57,15 @@ peak MiB = peak RSS of the case's process over all reps; +peak = minus its RSS b
 wrk = largest over the workers: CPU s per rep (mean), peak RSS (VmHWM), peak minus RSS before the \
 reps; psutil = largest RSS sampled.
 """
+CLUSTER_LEGEND = """
+MB/s = 1e6 raw bytes per second of the best rep, data generation included; cpu s = CPU of the \
+case's own process (on a cluster: the client) in that rep; wrk cpu s = all workers' CPU per rep \
+(mean);
+peak MiB per worker = peak RSS over the reps of each worker process (threaded: the one process); \
++peak = largest peak minus RSS before the reps (after the warm-up); client MiB = the client \
+process's peak.
+"""
+CLUSTER_TARGET = (2, 0.85)  # issue #11: shardpipe on 2 workers >= 0.85 x the threaded scheduler
 S3_LEGEND = """
 MB/s = 1e6 raw bytes per second of the best rep; cpu s = CPU of the writer's process in that rep;
 server cpu s = CPU of the moto server in that rep; busy% = share of all cores that other processes
@@ -332,5 +343,66 @@ def s3(results: Sequence[Record], meta: Record) -> str:
     return "\n".join([*lines, "", notes(results)])
 
 
-REPORTS = {"suite": suite, "large-shard": large_shard, "s3": s3}
+def cluster_ratios(results: Sequence[Record]) -> list[Record]:
+    """MB/s on each LocalCluster over MB/s on the threaded scheduler, per writer."""
+    rates = {(r["writer"], r["workers"]): r["mb_per_s"] for r in results if ok(r)}
+    rows = []
+    for n in sorted({r["workers"] for r in results} - {0}):
+        row: Record = {"workers": n}
+        for writer in ("generate", "shardpipe-nofsync"):
+            on_n, threaded = rates.get((writer, n)), rates.get((writer, 0))
+            row[writer] = on_n / threaded if on_n and threaded else None
+        rows.append(row)
+    return rows
+
+
+def cluster(results: Sequence[Record], meta: Record) -> str:
+    """The cluster report: title, one row per case, legend, cluster / threaded ratios, notes."""
+
+    def worker_peaks(r: Record) -> str:
+        if not ok(r):
+            return "-"
+        if not r["workers"]:
+            return f"{r['peak_rss_mib']:.0f}"
+        return " / ".join(f"{v:.0f}" for v in r["worker_peaks_mib"])
+
+    columns: list[Column] = [
+        ("case", lambda r: r["label"]),
+        ("MB/s", num("mb_per_s", ".1f")),
+        ("best s", num("best_s", ".2f")),
+        ("cpu s", num("best_cpu_s", ".2f")),
+        ("wrk cpu s", lambda r: num("worker_cpu_s", ".2f", 1 / r["reps"])(r)),
+        ("busy%", lambda r: "-" if r["workers"] else num("best_others_cpu_share", ".0f", 100)(r)),
+        ("peak MiB per worker", worker_peaks),
+        (
+            "+peak",
+            lambda r: num("worker_peak_delta_mib" if r["workers"] else "peak_delta_mib", ".0f")(r),
+        ),
+        ("client MiB", lambda r: num("peak_rss_mib", ".0f")(r) if r["workers"] else "-"),
+        ("out MiB", num("output_bytes", ".1f", 1 / MIB)),
+        ("status", lambda r: r["status"]),
+    ]
+    blocks = "x".join(map(str, results[0]["block_shape"])) if results else "-"
+    what = f" (synthetic, generated in the graph), Dask blocks = shards {blocks}, inner chunks "
+    what += f"{CHUNKS}, zstd level 1, storage_options={{'fsync': False}}, workers x 1 thread"
+    lines = [title(results, meta, what) + "\n", table(results, columns, left=(0, -1))]
+    lines += [CLUSTER_LEGEND, "MB/s on the cluster / MB/s threaded:"]
+    for row in cluster_ratios(results):
+        gen, sp = fmt(row["generate"], ".2f"), fmt(row["shardpipe-nofsync"], ".2f")
+        n = row["workers"]
+        lines.append(f"  {n} worker{'s' if n > 1 else ''}: generate only {gen}, shardpipe {sp}")
+    n, threshold = CLUSTER_TARGET
+    value = next(
+        (r["shardpipe-nofsync"] for r in cluster_ratios(results) if r["workers"] == n), None
+    )
+    if value is not None:
+        verdict = "PASS" if value >= threshold else "FAIL"
+        lines.append(
+            f"issue #11 target: shardpipe on {n} workers / threaded {value:.2f}  >= {threshold}  "
+            f"{verdict}"
+        )
+    return "\n".join([*lines, "", notes(results)])
+
+
+REPORTS = {"suite": suite, "large-shard": large_shard, "s3": s3, "cluster": cluster}
 """The report of each benchmark: ``(records, meta) -> text``."""
