@@ -7,10 +7,11 @@ records its RSS (the baseline) and resets the kernel's peak-RSS mark
 emptying the target and ``os.sync()``. Per rep it records wall time, its own
 CPU seconds (all threads), the share of all cores other processes used
 (``/proc/stat``; for an ``s3://`` target, minus the S3 server, which is the
-parent process and whose CPU is reported apart); on a cluster, the workers'
-CPU and peak RSS (their ``VmHWM``, reset likewise, and psutil samples every
-20 ms). Then it verifies the output (untimed), deletes it and prints one JSON
-record on stdout. :func:`run` is the parent's side.
+parent process and whose CPU is reported apart; on a cluster, minus the
+workers); on a cluster, the workers' CPU and peak RSS (their ``VmHWM``, reset
+likewise, and psutil samples every 20 ms). Then it verifies the output
+(untimed), deletes it and prints one JSON record on stdout. :func:`run` is
+the parent's side.
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ class MeasuredCluster:
         self.sampler = threading.Thread(target=sample, daemon=True)
         self.sampler.start()
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds the workers have used so far, all together."""
+        return float(sum(self.client.run(process_cpu_seconds).values()))
+
     def read(self) -> dict[str, float]:
         """Stop sampling; return the largest worker's figures (MiB) and all workers' CPU s.
 
@@ -186,11 +191,20 @@ def remover(case: Case) -> Callable[[], None]:
 
 
 def time_reps(
-    case: Case, write: Callable[[], object], clear: Callable[[], None]
+    case: Case,
+    write: Callable[[], object],
+    clear: Callable[[], None],
+    helpers: Callable[[], float | None] | None = None,
 ) -> tuple[dict[str, Any], object]:
-    """Time ``case.reps`` writes; return per-rep and fastest-rep figures, and the last result."""
+    """Time ``case.reps`` writes; return per-rep and fastest-rep figures, and the last result.
+
+    ``helpers`` gives the CPU seconds so far of the processes working for the
+    write (a cluster's workers); by default, for an ``s3://`` target, the S3
+    server's. Their CPU is not counted as other processes'.
+    """
     cores = os.cpu_count() or 1
-    server = parent_cpu_seconds if case.target.startswith("s3://") else lambda: None
+    s3 = case.target.startswith("s3://")
+    server = helpers or (parent_cpu_seconds if s3 else lambda: None)
     runs = []
     result = None
     for _ in range(case.reps):
@@ -216,7 +230,8 @@ def time_reps(
         "best_s": best[0],
         "best_cpu_s": best[1],
         "best_others_cpu_share": best[2],
-        "server_cpu_s": best[3],
+        "server_cpu_s": best[3] if s3 else None,
+        "best_workers_cpu_s": best[3] if helpers else None,
     }
     return figures, result
 
@@ -255,7 +270,8 @@ def measure(case: Case) -> dict[str, Any]:
         baseline = rss()
         reset_ok = reset_peak()
         try:
-            figures, written = time_reps(case, write, clear)
+            helpers = cluster.cpu_seconds if cluster else None
+            figures, written = time_reps(case, write, clear, helpers)
         except WriterUnsupported as exc:
             return record | {"status": "unsupported", "message": str(exc)}
         except Exception as exc:

@@ -51,7 +51,7 @@ fsync, shardpipe (durable) against the fsynced raw writes and the durable limit;
 for codec none. >1: shardpipe faster. Verdicts: issue #11's targets."""
 LARGE_SHARD_LEGEND = """
 MB/s = 1e6 raw bytes per second of the best rep, data generation included; cpu s = CPU of the \
-case's process in that rep; busy% = share of all cores other processes used;
+case's process in that rep; busy% = share of all cores other processes (not workers) used;
 peak MiB = peak RSS of the case's process over all reps; +peak = minus its RSS before them \
 (libraries, graph, warm-up);
 wrk = largest over the workers: CPU s per rep (mean), peak RSS (VmHWM), peak minus RSS before the \
@@ -60,7 +60,7 @@ reps; psutil = largest RSS sampled.
 CLUSTER_LEGEND = """
 MB/s = 1e6 raw bytes per second of the best rep, data generation included; cpu s = CPU of the \
 case's own process (on a cluster: the client) in that rep; wrk cpu s = all workers' CPU per rep \
-(mean);
+(mean); busy% = share of all cores other processes (not the workers) used during the best rep;
 peak MiB per worker = peak RSS over the reps of each worker process (threaded: the one process); \
 +peak = largest peak minus RSS before the reps (after the warm-up); client MiB = the client \
 process's peak.
@@ -120,8 +120,8 @@ def name(r: Record) -> str:
 def title(results: Sequence[Record], meta: Record, what: str) -> str:
     """The report's first line, and a warning if other processes used the cores.
 
-    Cases on a LocalCluster are left out of the warning: their workers are
-    other processes.
+    A LocalCluster's workers (and the S3 server) are not counted as other
+    processes; its nannies are.
     """
     line = (
         f"volume {tuple(meta['shape'])} {meta['dtype']} = {meta['nbytes'] / 1e6:.1f} MB raw"
@@ -131,7 +131,7 @@ def title(results: Sequence[Record], meta: Record, what: str) -> str:
     shares = [
         (r["best_others_cpu_share"], name(r))
         for r in results
-        if ok(r) and not r["workers"] and r.get("best_others_cpu_share") is not None
+        if ok(r) and r.get("best_others_cpu_share") is not None
     ]
     if not shares or max(shares)[0] <= BUSY_WARN:
         return line
@@ -272,8 +272,7 @@ def large_shard(results: Sequence[Record], meta: Record) -> str:
             ("wrk +peak", num("worker_peak_delta_mib", ".0f")),
             ("psutil MiB", num("worker_sampled_peak_mib", ".0f")),
         ]
-    else:
-        columns.append(("busy%", num("best_others_cpu_share", ".0f", 100)))
+    columns.append(("busy%", num("best_others_cpu_share", ".0f", 100)))
     columns += [
         ("peak MiB", num("peak_rss_mib", ".0f")),
         ("+peak MiB", num("peak_delta_mib", ".0f")),
@@ -372,7 +371,7 @@ def cluster(results: Sequence[Record], meta: Record) -> str:
         ("best s", num("best_s", ".2f")),
         ("cpu s", num("best_cpu_s", ".2f")),
         ("wrk cpu s", lambda r: num("worker_cpu_s", ".2f", 1 / r["reps"])(r)),
-        ("busy%", lambda r: "-" if r["workers"] else num("best_others_cpu_share", ".0f", 100)(r)),
+        ("busy%", num("best_others_cpu_share", ".0f", 100)),
         ("peak MiB per worker", worker_peaks),
         (
             "+peak",
