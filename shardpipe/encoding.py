@@ -18,11 +18,11 @@ of the size it claims.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Buffer as BytesLike
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import crc32c
@@ -39,9 +39,9 @@ from zarr.storage import MemoryStore
 from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
 from shardpipe.metadata import sharding_codec_of
+from shardpipe.plain_chain import CRC32C_NBYTES, PlainChain, append_crc32c, run_codec
 
-CRC32C_NBYTES = 4
-"""Bytes the ``crc32c`` codec appends to a chunk (little-endian CRC32C of the rest)."""
+__all__ = ["CRC32C_NBYTES", "ChunkCodec", "ChunkDecodeError", "checksummed_compressors"]
 
 
 class ChunkDecodeError(ShardFormatError):
@@ -210,12 +210,6 @@ def zstd_frames(data: bytes | memoryview) -> ZstdFrames:
     return ZstdFrames(frames, declared, least)
 
 
-def _supports_sync(codec: Codec) -> bool:
-    if not (hasattr(codec, "_encode_sync") and hasattr(codec, "_decode_sync")):
-        return False
-    return bool(getattr(codec, "_sync_capable", True))
-
-
 @dataclass
 class ChunkCodec:
     """Encode and decode inner chunks of one array.
@@ -257,6 +251,7 @@ class ChunkCodec:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_steps"] = state["_sizes"] = None
+        state.pop("plain", None)
         return state
 
     @property
@@ -279,6 +274,27 @@ class ChunkCodec:
                 spec = codec.resolve_metadata(spec)
             self._steps = steps
         return self._steps
+
+    @cached_property
+    def plain(self) -> PlainChain | None:
+        """The chain's fast encoding path (:mod:`shardpipe.plain_chain`), None if it has none."""
+        return PlainChain.of(self._chain(), self.dtype, self.fill_value)
+
+    @property
+    def slot_nbytes(self) -> int:
+        """Bytes of a slot holding one raw chunk for :meth:`encode_slot`.
+
+        The raw chunk (C order, native byte order), then room for what the
+        chain appends in place: a CRC32C when no compressor comes before it.
+        """
+        plain = self.plain
+        return plain.slot_nbytes if plain else math.prod(self.chunk_shape) * self.dtype.itemsize
+
+    def slot_chunk(self, slot: np.ndarray) -> np.ndarray:
+        """The inner chunk held in the first bytes of ``slot`` (a 1-D ``uint8`` array)."""
+        n = math.prod(self.chunk_shape) * self.dtype.itemsize
+        chunk: np.ndarray = slot[:n].view(self.dtype).reshape(self.chunk_shape)
+        return chunk
 
     def _input_sizes(self) -> list[int | None]:
         """Bytes that go into each codec of the chain when a chunk is encoded (None: unknown).
@@ -351,35 +367,43 @@ class ChunkCodec:
         """Encode one inner chunk; ``None`` when it is not to be stored.
 
         ``chunk`` may be smaller than the inner chunk shape (an edge chunk):
-        it is padded with the fill value first.
+        it is padded with the fill value first. The result may be a view of
+        ``chunk`` (a C-contiguous chunk stored uncompressed).
         """
         if not self.write_empty_chunks and self.is_fill(chunk):
             return None
+        plain = self.plain
+        if plain is not None:
+            return plain.encode(np.asarray(chunk))
+        return self._encode_chain(chunk)
+
+    def encode_slot(self, slot: np.ndarray) -> BytesLike | None:
+        """Encode the raw inner chunk held in ``slot`` (see :attr:`slot_nbytes`).
+
+        The result may be a view of ``slot``: uncompressed chunks are their
+        slot, with the CRC32C written in place after the chunk.
+        """
+        chunk = self.slot_chunk(slot)
+        if not self.write_empty_chunks and self.is_fill(chunk):
+            return None
+        plain = self.plain
+        if plain is not None:
+            return plain.encode_slot(slot)
+        return self._encode_chain(chunk)
+
+    def _encode_chain(self, chunk: np.ndarray) -> BytesLike:
+        """Encode one chunk through the codec objects, step by step (any chain)."""
         data: Any = self.spec.prototype.nd_buffer.from_numpy_array(
             self.pad(np.asarray(chunk, dtype=self.dtype))
         )
         for codec, spec in self._chain():
-            if isinstance(codec, Crc32cCodec):
-                data = self._append_crc32c(data, spec)
+            if isinstance(codec, Crc32cCodec):  # the crc32c package: hardware CRC32C
+                raw = data.as_numpy_array().view(np.uint8).reshape(-1)
+                data = spec.prototype.buffer.from_array_like(append_crc32c(raw))
             else:
-                data = self._run(codec, "encode", data, spec)
+                data = run_codec(codec, "encode", data, spec)
         out: BytesLike = data.as_numpy_array()
         return out
-
-    @staticmethod
-    def _append_crc32c(value: Any, spec: ArraySpec) -> Any:
-        """What zarr's ``crc32c`` codec encodes: the bytes, then their CRC32C (little endian).
-
-        Done here with the ``crc32c`` package (hardware CRC32C, about 2.5x
-        the speed of the library zarr's codec calls) and one copy.
-        """
-        raw = value.as_numpy_array().view(np.uint8).reshape(-1)
-        out = np.empty(raw.size + CRC32C_NBYTES, dtype=np.uint8)
-        out[: raw.size] = raw
-        out[raw.size :] = np.frombuffer(
-            crc32c.crc32c(raw).to_bytes(CRC32C_NBYTES, "little"), dtype=np.uint8
-        )
-        return spec.prototype.buffer.from_array_like(out)
 
     def decode(self, data: BytesLike) -> np.ndarray:
         """Decode the bytes of one inner chunk into an array of the inner chunk shape.
@@ -407,7 +431,7 @@ class ChunkCodec:
                 if isinstance(codec, ZstdCodec):
                     value = self._decode_zstd(codec, value, spec, sizes[i])
                 else:
-                    value = self._run(codec, "decode", value, spec)
+                    value = run_codec(codec, "decode", value, spec)
             except ChunkDecodeError:
                 raise
             except Exception as err:  # a codec's failure, named with its type
@@ -470,14 +494,7 @@ class ChunkCodec:
             out = np.empty(size, dtype=np.uint8)  # bounded: never more than the chunk's size
             Zstd().decode(raw, out=out)
             return spec.prototype.buffer.from_array_like(out)
-        return self._run(codec, "decode", value, spec)
-
-    @staticmethod
-    def _run(codec: Codec, direction: str, value: Any, spec: ArraySpec) -> Any:
-        if _supports_sync(codec):
-            return getattr(codec, f"_{direction}_sync")(value, spec)
-        coroutine = getattr(codec, f"_{direction}_single")(value, spec)
-        return asyncio.run(coroutine)
+        return run_codec(codec, "decode", value, spec)
 
 
 def describe_error(err: BaseException) -> str:
