@@ -16,8 +16,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from shardpipe.core.cut import cut_block
-from shardpipe.core.grid import Box, Coords, ShardLayout, box_size, box_to_slices
+from shardpipe.canvas import ChunkCanvas
+from shardpipe.core.cut import cut_block, whole_chunk_blocks
+from shardpipe.core.grid import Box, Coords, ShardLayout, box_size, box_to_slices, intersect
 from shardpipe.core.plan import PartPlan
 from shardpipe.encoding import ChunkCodec
 from shardpipe.formats.base import (
@@ -169,14 +170,14 @@ def encode_piece(
     block_box: Box,
     shard: Coords,
     part: PartPlan,
-    views: bool = False,
 ) -> Piece:
     """Encode what ``block`` holds of ``part``: whole chunks encoded, the rest raw.
 
     Runs where the block lives, so that only encoded bytes (and the bits of
     chunks straddling block edges) travel to the part's task. The raw bits
-    are copies (a view would keep the whole block alive in the part's task),
-    unless ``views``: the part's own task cutting blocks it holds anyway.
+    are copies (a view would keep the whole block alive in the part's task).
+    On a scheduler in this process the part's own task cuts its blocks
+    instead (:func:`encode_part`).
     """
     cut = cut_block(target.layout, shard, part, block_box)
     origin = tuple(start for start, _ in block_box)
@@ -186,7 +187,7 @@ def encode_piece(
         bits = block[box_to_slices(box, origin)]
         # a view of a bit of the block would keep the whole block alive in
         # the part's task; the memory model counts only the bits
-        keep = views or box_size(box) == whole_block
+        keep = box_size(box) == whole_block
         piece.raw.append((box, bits if keep else bits.copy()))
     return piece
 
@@ -208,43 +209,60 @@ def _gather(
     part: PartPlan,
     pieces: tuple[Piece, ...],
     old: OldChunks | None = None,
-) -> list[tuple[int, Buffer | None]]:
+) -> Iterator[tuple[int, Buffer | None]]:
     """Assemble the chunks of ``part`` from pieces and encode those not yet encoded.
 
     With ``old``, partly covered chunks start from their old content.
     """
-    layout = target.layout
     encoded: dict[int, Buffer | None] = {}
     for piece in pieces:
         encoded.update(piece.encoded)
-    if any(piece.raw for piece in pieces):
-        full = part.chunks.element_box(layout, shard)
-        origin = tuple(start for start, _ in full)
-        shape = tuple(stop - start for start, stop in full)
-        canvas = np.empty(shape, dtype=target.codec.dtype)
-        covered = sum(values.size for piece in pieces for _, values in piece.raw)
-        if old or covered + len(encoded) * math.prod(layout.chunk_shape) < canvas.size:
-            canvas.fill(target.codec.fill_value)  # some elements come from no piece
-        if old is not None:
-            _paste_old(target, shard, part, old, canvas, origin)
-        for piece in pieces:
-            for box, values in piece.raw:
-                canvas[box_to_slices(box, origin)] = values
-        slot = target.shard_format.slot
-        todo = (local for local in part.chunks.chunks() if slot(local) not in encoded)
-        encoded.update(_encode_from(target, shard, todo, canvas, origin))
-    return _in_order(target.shard_format, part, encoded)
+    raw = [bits for piece in pieces for bits in piece.raw]
+    if not raw:
+        return iter(_in_order(target.shard_format, part, encoded))
+    return _assemble(target, shard, part, raw, encoded, old)
 
 
-def _paste_old(
+def _assemble(
     target: WriteTarget,
     shard: Coords,
     part: PartPlan,
-    old: OldChunks,
-    canvas: np.ndarray,
-    origin: Coords,
+    raw: list[tuple[Box, np.ndarray]],
+    encoded: dict[int, Buffer | None],
+    old: OldChunks | None,
+) -> Iterator[tuple[int, Buffer | None]]:
+    """Paste ``raw`` (boxes and values) on a canvas of ``part``; encode what ``encoded`` lacks.
+
+    The canvas is chunk-major (:class:`~shardpipe.canvas.ChunkCanvas`): one
+    copy of each raw element, and each chunk encoded from where it lies.
+    Chunks are encoded lazily, in C order, as they are asked for.
+    """
+    layout = target.layout
+    origin = tuple(start for start, _ in part.chunks.element_box(layout, shard))
+    canvas = ChunkCanvas(target.codec, part.chunks, origin)
+    covered = sum(box_size(box) for box, _ in raw) + len(encoded) * math.prod(layout.chunk_shape)
+    if old is not None or covered < canvas.n_elements:
+        canvas.fill()  # some elements come from no piece (or from old chunks)
+    if old is not None:
+        _paste_old(target, shard, part, old, canvas)
+    for box, values in raw:
+        canvas.paste(box, values)
+    return _encode_canvas(target, canvas, encoded)
+
+
+def _encode_canvas(
+    target: WriteTarget, canvas: ChunkCanvas, encoded: dict[int, Buffer | None]
+) -> Iterator[tuple[int, Buffer | None]]:
+    slot_of = target.shard_format.slot
+    for local, chunk_slot in canvas.slots():
+        slot = slot_of(local)
+        yield slot, encoded[slot] if slot in encoded else target.codec.encode_slot(chunk_slot)
+
+
+def _paste_old(
+    target: WriteTarget, shard: Coords, part: PartPlan, old: OldChunks, canvas: ChunkCanvas
 ) -> None:
-    """Copy the old content of the part's partly covered chunks into ``canvas``."""
+    """Copy the old content of the part's partly covered chunks onto ``canvas``."""
     layout = target.layout
     for local in old.partial:
         box = layout.clip(layout.chunk_box(shard, local))
@@ -252,7 +270,52 @@ def _paste_old(
             continue
         before = old.chunk(local)
         if before is not None:
-            canvas[box_to_slices(box, origin)] = before[tuple(slice(0, b - a) for a, b in box)]
+            canvas.paste_chunk(local, before[tuple(slice(0, b - a) for a, b in box)])
+
+
+def _cut_in_task(
+    target: WriteTarget,
+    shard: Coords,
+    part: PartPlan,
+    blocks: tuple[Any, ...],
+    block_boxes: tuple[Box, ...],
+    old: OldChunks | None,
+) -> Iterator[tuple[int, Buffer | None]]:
+    """Encode ``part`` from the blocks feeding it, held by its own task.
+
+    Where every chunk lies whole in a block, each is encoded from its block
+    (no canvas); otherwise the blocks' share of the part is pasted on a
+    canvas, the chunks they hold whole too (one copy either way).
+    """
+    layout = target.layout
+    holders = (
+        None if old is not None else whole_chunk_blocks(layout, shard, part.chunks, block_boxes)
+    )
+    if holders is not None:
+        return _encode_held(target, shard, part, blocks, block_boxes, holders)
+    raw = []
+    for block, box in zip(blocks, block_boxes, strict=True):
+        common = intersect(box, part.region)
+        if common is not None:
+            raw.append((common, np.asarray(block)[box_to_slices(common, [a for a, _ in box])]))
+    return _assemble(target, shard, part, raw, {}, old)
+
+
+def _encode_held(
+    target: WriteTarget,
+    shard: Coords,
+    part: PartPlan,
+    blocks: tuple[Any, ...],
+    block_boxes: tuple[Box, ...],
+    holders: list[int],
+) -> Iterator[tuple[int, Buffer | None]]:
+    layout = target.layout
+    for local, i in zip(part.chunks.chunks(), holders, strict=True):
+        box = layout.clip(layout.chunk_box(shard, local))
+        assert box is not None
+        origin = [a for a, _ in block_boxes[i]]
+        chunk = blocks[i][box_to_slices(box, origin)]
+        yield target.shard_format.slot(local), target.codec.encode(chunk)
 
 
 def _in_order(
@@ -293,11 +356,7 @@ def encode_part(
         origin = tuple(start for start, _ in block_boxes[0])
         # _encode_from yields in the part's C order, the order _in_order gives
         return _encode_from(target, shard, part.chunks.chunks(), sources[0], origin)
-    pieces = tuple(
-        encode_piece(target, block, block_box=box, shard=shard, part=part, views=True)
-        for block, box in zip(sources, block_boxes, strict=True)
-    )
-    return _gather(target, shard, part, pieces, old)
+    return _cut_in_task(target, shard, part, sources, block_boxes, old if partial else None)
 
 
 def write_shard(

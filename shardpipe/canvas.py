@@ -1,0 +1,142 @@
+"""Chunk-major canvases: the inner chunks of one part, each in a contiguous slot of its own.
+
+A part gathered from several Dask blocks (or from the pieces they made) is
+assembled here before it is encoded. The canvas holds the part's inner
+chunks in chunk-major order: chunk after chunk, each C-contiguous in a
+*slot* of :attr:`~shardpipe.encoding.ChunkCodec.slot_nbytes` bytes, so that
+every chunk is encoded straight from the canvas (no second copy to make it
+contiguous) and, uncompressed, *is* its own encoded bytes (a view of the
+slot, the CRC32C written in place after it).
+
+Pasting a box of array-ordered values costs at most ``3 ** ndim`` strided
+copies (:func:`~shardpipe.core.cut.box_runs`): a (1, 1024, 1024) slab into
+(64, 64, 64) chunks is one copy per part it touches, not one per chunk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Buffer, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from shardpipe.core.cut import box_runs
+from shardpipe.core.grid import Box, ChunkBox, Coords, box_size
+from shardpipe.encoding import ChunkCodec
+
+
+def _c_strides(shape: tuple[int, ...], step: int) -> tuple[int, ...]:
+    """Byte strides of a C-ordered array of ``shape`` whose elements are ``step`` bytes apart."""
+    strides = []
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+class ChunkCanvas:
+    """The inner chunks ``chunks`` (a box of local chunk coordinates) of one shard.
+
+    Parameters
+    ----------
+    codec : ChunkCodec
+        The array's inner-chunk codec (dtype, chunk shape, slot size).
+    chunks : ChunkBox
+        The chunks of the part, local to the shard.
+    origin : tuple of int
+        Array coordinates of the first element of the first chunk.
+    """
+
+    def __init__(self, codec: ChunkCodec, chunks: ChunkBox, origin: Coords) -> None:
+        self.codec = codec
+        self.chunks = chunks
+        self.origin = origin
+        self.counts = tuple(b - a for a, b in zip(chunks.start, chunks.stop, strict=True))
+        self.slot_nbytes = codec.slot_nbytes
+        dtype = codec.dtype
+        self.buffer = np.empty(math.prod(self.counts) * self.slot_nbytes, dtype=np.uint8)
+        shape = self.counts + codec.chunk_shape
+        strides = _c_strides(self.counts, self.slot_nbytes) + _c_strides(
+            codec.chunk_shape, dtype.itemsize
+        )
+        self.blocked: np.ndarray = np.ndarray(
+            shape, dtype=dtype, buffer=self.buffer, strides=strides
+        )
+        """The chunks as an array of shape ``counts + chunk_shape`` (chunk index, then element)."""
+
+    @property
+    def n_elements(self) -> int:
+        """Elements of all the canvas's chunks (full chunks, edges included)."""
+        return math.prod(self.counts) * math.prod(self.codec.chunk_shape)
+
+    def fill(self) -> None:
+        """Set every element to the fill value."""
+        self.blocked.fill(self.codec.fill_value)
+
+    def paste(self, box: Box, values: np.ndarray) -> None:
+        """Copy ``values`` (array order) to the elements at ``box`` (array coordinates)."""
+        ndim = len(box)
+        order = tuple(range(0, 2 * ndim, 2)) + tuple(range(1, 2 * ndim, 2))
+        for runs in itertools.product(*box_runs(box, self.origin, self.codec.chunk_shape)):
+            target = self.blocked[
+                tuple(slice(r.chunk, r.chunk + r.count) for r in runs)
+                + tuple(slice(r.start, r.stop) for r in runs)
+            ]
+            source = values[tuple(slice(r.offset, r.offset + r.count * r.width) for r in runs)]
+            split = tuple(n for r in runs for n in (r.count, r.width))
+            target[...] = source.reshape(split).transpose(order)
+
+    def paste_chunk(self, local: Coords, values: np.ndarray) -> None:
+        """Copy ``values`` to the first elements (a corner box) of chunk ``local``."""
+        index = tuple(j - a for j, a in zip(local, self.chunks.start, strict=True))
+        self.blocked[index][tuple(slice(0, n) for n in values.shape)] = values
+
+    def slots(self) -> Iterator[tuple[Coords, np.ndarray]]:
+        """Each chunk's local coordinates and slot, in C order of the coordinates."""
+        for index, local in enumerate(self.chunks.chunks()):
+            start = index * self.slot_nbytes
+            yield local, self.buffer[start : start + self.slot_nbytes]
+
+    def encode(self, skip: Iterable[Coords] = ()) -> Iterator[tuple[Coords, Buffer | None]]:
+        """Encode every chunk but those in ``skip``, in C order, each when asked for.
+
+        Uncompressed chunks are views of the canvas (see
+        :meth:`~shardpipe.encoding.ChunkCodec.encode_slot`).
+        """
+        skipped = set(skip)
+        for local, slot in self.slots():
+            if local not in skipped:
+                yield local, self.codec.encode_slot(slot)
+
+
+def gather_blocks(
+    codec: ChunkCodec,
+    chunks: ChunkBox,
+    origin: Coords,
+    region: Box,
+    blocks: Iterable[tuple[Any, Box]],
+    *,
+    fill: bool = False,
+) -> ChunkCanvas:
+    """A canvas of ``chunks`` holding what ``blocks`` (arrays with their boxes) hold of ``region``.
+
+    Elements no block gives (past the array's edge, or outside ``region``)
+    are the fill value; ``fill`` sets all of them first whatever the blocks
+    cover (the caller pastes more afterwards).
+    """
+    canvas = ChunkCanvas(codec, chunks, origin)
+    pieces = []
+    for block, block_box in blocks:
+        common = tuple(
+            (max(a0, b0), min(a1, b1)) for (a0, a1), (b0, b1) in zip(block_box, region, strict=True)
+        )
+        if all(a < b for a, b in common):
+            pieces.append((block, block_box, common))
+    if fill or sum(box_size(box) for _, _, box in pieces) < canvas.n_elements:
+        canvas.fill()
+    for block, block_box, box in pieces:
+        local = tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, block_box, strict=True))
+        canvas.paste(box, np.asarray(block)[local])
+    return canvas
