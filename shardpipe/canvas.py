@@ -65,6 +65,8 @@ class ChunkCanvas:
             shape, dtype=dtype, buffer=self.buffer, strides=strides
         )
         """The chunks as an array of shape ``counts + chunk_shape`` (chunk index, then element)."""
+        ndim = len(self.counts)
+        self._order = tuple(range(0, 2 * ndim, 2)) + tuple(range(1, 2 * ndim, 2))
 
     @property
     def n_elements(self) -> int:
@@ -77,27 +79,39 @@ class ChunkCanvas:
 
     def paste(self, box: Box, values: np.ndarray) -> None:
         """Copy ``values`` (array order) to the elements at ``box`` (array coordinates)."""
-        ndim = len(box)
-        order = tuple(range(0, 2 * ndim, 2)) + tuple(range(1, 2 * ndim, 2))
-        for runs in itertools.product(*box_runs(box, self.origin, self.codec.chunk_shape)):
-            target = self.blocked[
-                tuple(slice(r.chunk, r.chunk + r.count) for r in runs)
-                + tuple(slice(r.start, r.stop) for r in runs)
+        per_dim = [
+            [
+                (
+                    slice(r.chunk, r.chunk + r.n_chunks),  # in the canvas: chunks,
+                    slice(r.start, r.stop),  # elements of each,
+                    slice(r.offset, r.offset + r.n_chunks * r.width),  # in values
+                    (r.n_chunks, r.width),
+                )
+                for r in runs
             ]
-            source = values[tuple(slice(r.offset, r.offset + r.count * r.width) for r in runs)]
-            split = tuple(n for r in runs for n in (r.count, r.width))
-            target[...] = source.reshape(split).transpose(order)
+            for runs in box_runs(box, self.origin, self.codec.chunk_shape)
+        ]
+        for combo in itertools.product(*per_dim):
+            target = self.blocked[tuple(c[0] for c in combo) + tuple(c[1] for c in combo)]
+            source = values[tuple(c[2] for c in combo)]
+            split = [n for c in combo for n in c[3]]
+            target[...] = source.reshape(split).transpose(self._order)
 
     def paste_chunk(self, local: Coords, values: np.ndarray) -> None:
         """Copy ``values`` to the first elements (a corner box) of chunk ``local``."""
         index = tuple(j - a for j, a in zip(local, self.chunks.start, strict=True))
         self.blocked[index][tuple(slice(0, n) for n in values.shape)] = values
 
+    def slot(self, index: int) -> np.ndarray:
+        """The slot of the ``index``-th chunk (C order of local coordinates), 1-D ``uint8``."""
+        start = index * self.slot_nbytes
+        slot: np.ndarray = self.buffer[start : start + self.slot_nbytes]
+        return slot
+
     def slots(self) -> Iterator[tuple[Coords, np.ndarray]]:
         """Each chunk's local coordinates and slot, in C order of the coordinates."""
         for index, local in enumerate(self.chunks.chunks()):
-            start = index * self.slot_nbytes
-            yield local, self.buffer[start : start + self.slot_nbytes]
+            yield local, self.slot(index)
 
     def encode(self, skip: Iterable[Coords] = ()) -> Iterator[tuple[Coords, Buffer | None]]:
         """Encode every chunk but those in ``skip``, in C order, each when asked for.

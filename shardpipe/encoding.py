@@ -254,12 +254,12 @@ class ChunkCodec:
         state.pop("plain", None)
         return state
 
-    @property
+    @cached_property
     def dtype(self) -> np.dtype[Any]:
         """NumPy dtype of the array."""
         return self.spec.dtype.to_native_dtype()
 
-    @property
+    @cached_property
     def fill_value(self) -> Any:
         """The fill value as a NumPy scalar of the array's dtype."""
         return np.asarray(self.spec.fill_value, dtype=self.dtype)[()]
@@ -282,11 +282,7 @@ class ChunkCodec:
 
     @property
     def slot_nbytes(self) -> int:
-        """Bytes of a slot holding one raw chunk for :meth:`encode_slot`.
-
-        The raw chunk (C order, native byte order), then room for what the
-        chain appends in place: a CRC32C when no compressor comes before it.
-        """
+        """Bytes of a slot for :meth:`encode_slot`: a raw chunk, and room for an in-place CRC32C."""
         plain = self.plain
         return plain.slot_nbytes if plain else math.prod(self.chunk_shape) * self.dtype.itemsize
 
@@ -363,26 +359,29 @@ class ChunkCodec:
         out[tuple(slice(0, n) for n in piece.shape)] = piece
         return out
 
-    def encode(self, chunk: np.ndarray) -> BytesLike | None:
+    @property
+    def encodes_raw(self) -> bool:
+        """Whether a chunk's encoding is its raw bytes in a slot (maybe with a CRC32C)."""
+        return self.plain is not None and not self.plain.compressors
+
+    def encode(self, chunk: np.ndarray, slot: np.ndarray | None = None) -> BytesLike | None:
         """Encode one inner chunk; ``None`` when it is not to be stored.
 
         ``chunk`` may be smaller than the inner chunk shape (an edge chunk):
         it is padded with the fill value first. The result may be a view of
-        ``chunk`` (a C-contiguous chunk stored uncompressed).
+        ``chunk`` (a C-contiguous chunk stored uncompressed), or of ``slot``
+        (:attr:`slot_nbytes` bytes), where a chain that :attr:`encodes_raw`
+        copies the chunk when it must (else a new buffer).
         """
         if not self.write_empty_chunks and self.is_fill(chunk):
             return None
         plain = self.plain
         if plain is not None:
-            return plain.encode(np.asarray(chunk))
+            return plain.encode(np.asarray(chunk), slot)
         return self._encode_chain(chunk)
 
     def encode_slot(self, slot: np.ndarray) -> BytesLike | None:
-        """Encode the raw inner chunk held in ``slot`` (see :attr:`slot_nbytes`).
-
-        The result may be a view of ``slot``: uncompressed chunks are their
-        slot, with the CRC32C written in place after the chunk.
-        """
+        """Encode the raw chunk in ``slot``; uncompressed, the result is a view of ``slot``."""
         chunk = self.slot_chunk(slot)
         if not self.write_empty_chunks and self.is_fill(chunk):
             return None

@@ -174,10 +174,14 @@ class PlainChain:
             target = target[tuple(slice(0, n) for n in chunk.shape)]
         np.copyto(target, chunk, casting="unsafe")
 
-    def encode(self, chunk: np.ndarray) -> BytesLike:
-        """Encode one chunk (the chunk shape or smaller, an edge chunk) with at most one copy."""
+    def encode(self, chunk: np.ndarray, slot: np.ndarray | None = None) -> BytesLike:
+        """Encode one chunk (the chunk shape or smaller, an edge chunk) with at most one copy.
+
+        Without compressors the raw bytes are copied, where they must be,
+        into ``slot`` (a new one if None), which the result is a view of.
+        """
         if self.in_place_crc:
-            slot = self.new_slot()
+            slot = self.new_slot() if slot is None else slot
             self._into(slot, chunk)
             return self.encode_slot(slot)
         if (
@@ -186,7 +190,10 @@ class PlainChain:
             and chunk.flags.c_contiguous
         ):
             return self._compress(_c_contiguous_bytes(chunk))
-        slot = self._scratch() if self.compressors else self.new_slot()
+        if self.compressors:
+            slot = self._scratch()
+        elif slot is None:
+            slot = self.new_slot()
         self._into(slot, chunk)
         return self._compress(slot[: self.chunk_nbytes])
 

@@ -139,6 +139,13 @@ def test_uncompressed_chunks_are_views_where_the_layout_allows() -> None:
     encoded = checked.encode_slot(slot)
     assert np.shares_memory(np.asarray(encoded), slot)
     assert as_bytes(encoded) == as_bytes(checked._encode_chain(chunk))
+    # a chunk cut from a block is copied into the slot given (one buffer for a whole part)
+    strided = values("uint16", (4, 9, 9), 3)[:, 1:, :8]
+    for codec_ in (codec, checked):
+        slot = np.empty(codec_.slot_nbytes, dtype=np.uint8)
+        encoded = codec_.encode(strided, slot)
+        assert np.shares_memory(np.asarray(encoded), slot)
+        assert as_bytes(encoded) == as_bytes(codec_._encode_chain(strided))
 
 
 def test_fill_chunks_are_not_stored_on_every_path() -> None:

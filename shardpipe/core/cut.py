@@ -11,6 +11,7 @@ import itertools
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from shardpipe.core.grid import Box, ChunkBox, Coords, ShardLayout, intersect
 from shardpipe.core.plan import PartPlan
@@ -85,18 +86,17 @@ def cut_block(layout: ShardLayout, shard: Coords, part: PartPlan, block_box: Box
     return PieceCut(tuple(itertools.product(*whole_per_dim)), region, tuple(touching))
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(NamedTuple):
     """A stretch of one dimension of a box, in inner-chunk terms.
 
-    ``count`` consecutive chunks from chunk ``chunk`` on, elements
+    ``n_chunks`` consecutive chunks from chunk ``chunk`` on, elements
     ``[start, stop)`` of each; the run begins ``offset`` elements into the
     box. A run of several chunks takes them whole (``start`` 0, ``stop`` the
     chunk's extent).
     """
 
     chunk: int
-    count: int
+    n_chunks: int
     start: int
     stop: int
     offset: int

@@ -16,7 +16,7 @@ SETTINGS = settings(max_examples=200, deadline=None)
 
 def test_chunk_runs_table() -> None:
     def runs(lo: int, hi: int) -> list[tuple[int, int, int, int, int]]:
-        return [(r.chunk, r.count, r.start, r.stop, r.offset) for r in chunk_runs(lo, hi, 64)]
+        return [(r.chunk, r.n_chunks, r.start, r.stop, r.offset) for r in chunk_runs(lo, hi, 64)]
 
     assert runs(0, 64) == [(0, 1, 0, 64, 0)]
     assert runs(0, 256) == [(0, 4, 0, 64, 0)]
@@ -36,9 +36,9 @@ def test_chunk_runs_cover_each_element_once_in_order(chunk: int, lo: int, length
     seen = []
     for r in runs:
         assert 0 <= r.start < r.stop <= chunk
-        if r.count > 1:
+        if r.n_chunks > 1:
             assert (r.start, r.stop) == (0, chunk)  # several chunks: whole ones
-        for k in range(r.count):
+        for k in range(r.n_chunks):
             for i in range(r.start, r.stop):
                 position = (r.chunk + k) * chunk + i
                 assert position - lo == r.offset + k * r.width + (i - r.start)
