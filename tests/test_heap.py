@@ -1,0 +1,128 @@
+"""Large buffers from the heap while shardpipe's tasks run (shardpipe.heap)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from shardpipe.heap import (
+    FIXED_MMAP_THRESHOLD,
+    FIXED_TRIM_THRESHOLD,
+    M_MMAP_THRESHOLD,
+    M_TRIM_THRESHOLD,
+    RAISED_MMAP_THRESHOLD,
+    RAISED_TRIM_THRESHOLD,
+    Thresholds,
+    _Scope,
+    fixed_thresholds,
+)
+
+FIXED = Thresholds(FIXED_MMAP_THRESHOLD, FIXED_TRIM_THRESHOLD)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, None),  # glibc adapts the thresholds itself
+        ({"MALLOC_TRIM_THRESHOLD_": "65536"}, FIXED._replace(trim=65536)),  # distributed's
+        ({"MALLOC_TOP_PAD_": "0"}, FIXED),
+        ({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=9:glibc.foo=1"}, FIXED),
+        ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0x100"}, FIXED._replace(trim=256)),
+        ({"MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_MMAP_THRESHOLD_": "4096"}, None),  # chosen
+        ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1:glibc.malloc.mmap_threshold=9"}, None),
+        ({"MALLOC_TRIM_THRESHOLD_": "lots"}, None),  # unreadable: what glibc does is unclear
+    ],
+)
+def test_fixed_thresholds(environ: dict[str, str], expected: Thresholds | None) -> None:
+    assert fixed_thresholds(environ) == expected
+
+
+def test_scope_raises_on_the_first_task_and_restores_after_the_last() -> None:
+    calls: list[tuple[int, int]] = []
+    scope = _Scope(FIXED, lambda param, value: calls.append((param, value)) or 1)
+    scope.enter()
+    entered = threading.Event()
+    release = threading.Event()
+
+    def other_task() -> None:
+        scope.enter()
+        entered.set()
+        release.wait(10)
+        scope.exit()
+
+    thread = threading.Thread(target=other_task)
+    thread.start()
+    assert entered.wait(10)
+    scope.exit()  # the other task still runs: the threshold stays raised
+    raised = [(M_MMAP_THRESHOLD, RAISED_MMAP_THRESHOLD), (M_TRIM_THRESHOLD, RAISED_TRIM_THRESHOLD)]
+    assert calls == raised
+    release.set()
+    thread.join(10)
+    assert calls == [*raised, (M_MMAP_THRESHOLD, FIXED.mmap), (M_TRIM_THRESHOLD, FIXED.trim)]
+
+
+def test_scope_changes_nothing_where_glibc_adapts() -> None:
+    calls: list[tuple[int, int]] = []
+    scope = _Scope(None, lambda param, value: calls.append((param, value)) or 1)
+    scope.enter()
+    scope.exit()
+    assert calls == [] and scope.active == 0
+
+
+CHILD = textwrap.dedent(
+    """
+    import json, resource, threading
+    import numpy as np
+    from shardpipe.heap import heap_buffers, raises_threshold
+
+    def task():
+        # an 8 MiB block, then buffers of 256 KiB made from it, all freed
+        block = np.empty(8 << 20, np.uint8)
+        block.fill(1)
+        chunks = [block[i << 18 : (i + 1) << 18].copy() for i in range(8)]
+        del chunks, block
+
+    def faults(scoped):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(20):
+            if scoped:
+                with heap_buffers():
+                    task()
+            else:
+                task()
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    out = {"raises": raises_threshold()}
+    out["main"] = [faults(False), faults(True)]
+    thread = threading.Thread(target=lambda: out.update(thread=[faults(False), faults(True)]))
+    thread.start()
+    thread.join()
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc"
+)
+def test_blocks_reuse_heap_memory_in_a_distributed_worker_environment() -> None:
+    """With MALLOC_TRIM_THRESHOLD_ set (as distributed's nanny does), each 8 MiB
+    buffer would be a fresh mapping whose pages all fault in; inside heap_buffers
+    the heap serves them again and again."""
+    env = {"MALLOC_TRIM_THRESHOLD_": "65536", "PATH": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["raises"]
+    for thread in ("main", "thread"):
+        plain, scoped = out[thread]
+        assert plain > 20 * 200, out  # at least 200 page faults per buffer (4 KiB pages: 2048)
+        assert scoped < plain / 5, out
