@@ -48,7 +48,8 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
             started.append(job._start(f"{token}-{number}"))
         publishing = [task for s in started for task in s.graph.publishing]
         try:
-            reports = run_publishing(publishing, show=progress, token=token)
+            shards = sum(s.graph.n_shards for s in started)
+            reports = run_publishing(publishing, show=progress, token=token, shards=shards)
         except BaseException as err:
             for s in started:
                 s.job._undo_failed(err)

@@ -11,6 +11,12 @@ Dask scheduler. Task names read well on the dashboard::
     write-part     encode (or gather) one part of a large shard and write it
     stamp-shard    write a large shard's index and publish it atomically
     write-done     remove the staging area, add up the reports
+
+A block that feeds a single task is computed inside that task
+(:func:`~shardpipe.fusion.fuse_blocks`): on ``distributed`` it is then born
+on the worker that encodes it, so no block travels between workers, and the
+scheduler handles one task per shard instead of two. Every task runs inside
+:func:`~shardpipe.heap.heap_buffers`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from dask.delayed import Delayed, delayed
 
 from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan, WritePlan
+from shardpipe.fusion import fuse_blocks
+from shardpipe.heap import in_heap_scope
+from shardpipe.task_groups import group_publishing, shards_per_task
 from shardpipe.tasks import (
     WriteTarget,
     begin_shard,
@@ -51,11 +60,15 @@ class WriteGraph:
     result : Delayed
         Computes to a :class:`~shardpipe.tasks.WriteReport` for the whole array.
     publishing : list of Delayed
-        One per shard: done once that shard is at its key.
+        One per shard, or per group of shards (:mod:`shardpipe.task_groups`):
+        done once its shards are at their keys; computes to their report.
+    n_shards : int
+        Shards the graph writes.
     """
 
     result: Delayed
     publishing: list[Delayed]
+    n_shards: int
 
 
 def build_write_graph(
@@ -68,6 +81,7 @@ def build_write_graph(
     in_process: bool = False,
     update: bool = False,
     skip: frozenset[Coords] = frozenset(),
+    threads: int | None = None,
 ) -> WriteGraph:
     """Build the Dask graph that writes ``arr`` according to ``plan``.
 
@@ -96,6 +110,10 @@ def build_write_graph(
         which needs every shard to be a single part.
     skip : frozenset of shard coordinates
         Shards not to write (complete already, when a job resumes).
+    threads : int, optional
+        Worker threads of the ``distributed`` cluster the graph will run on:
+        small shards are then written several per task
+        (:mod:`shardpipe.task_groups`).
     """
     blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
     target_d = (
@@ -115,7 +133,7 @@ def build_write_graph(
         not walk through them (plans and boxes) for every task.
         """
         key = (f"{name}-{token}", next(counter))
-        bound = partial(func, **static)
+        bound = partial(in_heap_scope, func, **static)
         task: Delayed = delayed(bound, name=f"{name}-fn-{token}-{key[1]}", pure=True)(
             *deps, dask_key_name=key
         )
@@ -141,9 +159,11 @@ def build_write_graph(
         return pieces, None
 
     publishing = []
+    n_shards = 0
     for shard in plan.shards:
         if shard.coords in skip:
             continue
+        n_shards += 1
         key = key_of(shard.coords)
         if update and not shard.is_single_part:
             raise ValueError(f"shard {shard.coords}: updates are written in one part")
@@ -191,4 +211,12 @@ def build_write_graph(
     result = delayed(finish_write, pure=True)(
         target_d, *publishing, dask_key_name=f"write-done-{token}"
     )
-    return WriteGraph(result, publishing)
+    fused = fuse_blocks(result, publishing, {b.key for b in blocks.flat}, token)
+    if fused is not None:
+        result, publishing = fused
+        shard_nbytes = plan.nbytes_in // max(plan.n_shards, 1)
+        per_task = shards_per_task(shard_nbytes, n_shards, threads)
+        grouped = group_publishing(result, publishing, per_task, token)
+        if grouped is not None:
+            result, publishing = grouped
+    return WriteGraph(result, publishing, n_shards)

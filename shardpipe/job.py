@@ -57,7 +57,7 @@ from shardpipe.journal import (
     release,
 )
 from shardpipe.metadata import format_of
-from shardpipe.progress import runs_in_process
+from shardpipe.progress import cluster_threads, runs_in_process
 from shardpipe.resume import (
     Resume,
     check_same_job,
@@ -366,6 +366,7 @@ class ShardedWrite:
                 in_process=runs_in_process(self.source),
                 update=self.existing is not None,
                 skip=self.skip,
+                threads=cluster_threads(),
             )
         except BaseException:
             release(store, keys, marker)
