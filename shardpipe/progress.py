@@ -137,6 +137,13 @@ def _run_on_cluster(
     reports: list[WriteReport | None] = [None] * len(futures)
     pending: list[Any] = []
     done = [0]
+
+    def collect() -> None:
+        for future, report in zip(pending, client.gather(pending), strict=True):
+            reports[position[future.key]] = report
+            _advance(bar, report, done)
+        pending.clear()
+
     gathered = time.monotonic()
     try:
         finished = as_completed(futures)
@@ -144,11 +151,10 @@ def _run_on_cluster(
             pending.extend(batch)
             failed = any(f.status != "finished" for f in batch)
             if failed or finished.is_empty() or time.monotonic() - gathered >= GATHER_EVERY:
-                for future, report in zip(pending, client.gather(pending), strict=True):
-                    reports[position[future.key]] = report
-                    _advance(bar, report, done)
-                pending.clear()
+                collect()
                 gathered = time.monotonic()
+        if pending:
+            collect()
     except BaseException:
         client.cancel(futures)
         _wait_idle(client, token)
