@@ -5,6 +5,7 @@ Dask scheduler. Task names read well on the dashboard::
 
     encode-piece   a block encodes the inner chunks it holds of a part
     write-shard    a shard that fits one task: encode (or gather) and publish
+    write-shards   several small shards' write-shard tasks run as one (distributed)
     update-shard   an existing shard: merge, encode, change it (in place, append, rewrite)
     create-array   write the array's metadata (graphs from ``to_delayed`` only)
     begin-shard    start a shard written in parts (staging / multipart upload)
