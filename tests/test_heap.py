@@ -122,7 +122,8 @@ def test_blocks_reuse_heap_memory_in_a_distributed_worker_environment() -> None:
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["raises"]
+    if min(out["main"][0], out["thread"][0]) < 20 * 64:
+        pytest.skip(f"huge pages: too few page faults to tell ({out})")
     for thread in ("main", "thread"):
-        plain, scoped = out[thread]
-        assert plain > 20 * 200, out  # at least 200 page faults per buffer (4 KiB pages: 2048)
+        plain, scoped = out[thread]  # 4 KiB pages: up to 2048 faults per buffer
         assert scoped < plain / 5, out
