@@ -86,6 +86,14 @@ class ShardFormatError(ShardpipeError, ValueError):
     """A shard's bytes do not follow its format."""
 
 
+class ChunkDecodeError(ShardFormatError):
+    """The stored bytes of one inner chunk are not a valid encoding of it.
+
+    The message says what is wrong in words: a CRC32C mismatch, a zstd frame
+    that declares the wrong content size, or the codec's own error.
+    """
+
+
 class MetadataError(ShardpipeError, ValueError):
     """A metadata document (``zarr.json``, a shardpipe record) is missing parts or unreadable.
 

@@ -24,9 +24,10 @@ from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 import shardpipe
 from shardpipe.cli import main
-from shardpipe.encoding import ChunkCodec, ChunkDecodeError, zstd_frames
+from shardpipe.encoding import ChunkCodec, ChunkDecodeError
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.metadata import format_of, sharding_codec_of
+from shardpipe.zstd_frames import zstd_frames
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 SHARDS, CHUNKS = (32, 64), (16, 32)
