@@ -27,14 +27,12 @@ fit is refused before anything runs.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 
 from shardpipe.core.grid import (
     BlockGrid,
-    Box,
     ChunkBox,
     Coords,
     Shape,
@@ -43,69 +41,14 @@ from shardpipe.core.grid import (
 )
 from shardpipe.core.memory import MemoryModel, TaskMemory, check_budget
 from shardpipe.core.parts import block_alignment, choose_part_chunks, tile
-from shardpipe.core.region import Placement, ShardCoverage
+from shardpipe.core.plan_totals import PlanTotals, TotalsBuilder
+from shardpipe.core.region import Placement
+from shardpipe.core.shard_classes import shard_classes
+from shardpipe.core.shard_plan import PartPlan, ShardPlan
 from shardpipe.core.sizes import format_bytes
 from shardpipe.errors import MemoryBudgetError, PlanError
 
-__all__ = ["PartPlan", "PlanError", "ShardPlan", "WritePlan", "plan_write"]
-
-
-@dataclass(frozen=True)
-class PartPlan:
-    """One part of a shard: a box of inner chunks and the blocks feeding it.
-
-    Parameters
-    ----------
-    number : int
-        Position of the part in the shard, from 0.
-    chunks : ChunkBox
-        The inner chunks of the part (local to the shard).
-    region : Box
-        Elements of the array the source gives the part (array coordinates).
-    blocks : tuple of Coords
-        The Dask blocks that hold those elements.
-    blocks_nbytes : tuple of int
-        Raw bytes of each of those blocks.
-    gather_in_task : bool
-        On a scheduler in this process, the part's task may cut all its
-        blocks itself (holding them all fits the budget).
-    """
-
-    number: int
-    chunks: ChunkBox
-    region: Box
-    blocks: tuple[Coords, ...]
-    blocks_nbytes: tuple[int, ...] = ()
-    gather_in_task: bool = True
-
-    @property
-    def is_direct(self) -> bool:
-        """Whether one block holds the whole part."""
-        return len(self.blocks) == 1
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    """The parts of one shard.
-
-    Parameters
-    ----------
-    coords : Coords
-        Grid coordinates of the shard.
-    coverage : ShardCoverage
-        Which of its inner chunks the region covers, fully or partly.
-    parts : tuple of PartPlan
-        Its parts, in the order their bytes appear in the shard.
-    """
-
-    coords: Coords
-    coverage: ShardCoverage
-    parts: tuple[PartPlan, ...]
-
-    @property
-    def is_single_part(self) -> bool:
-        """Whether the shard is written by one task in one go."""
-        return len(self.parts) == 1
+__all__ = ["PartPlan", "PlanError", "PlanTotals", "ShardPlan", "WritePlan", "plan_write"]
 
 
 @dataclass(frozen=True)
@@ -188,7 +131,11 @@ class WritePlan:
 
     @cached_property
     def shards(self) -> tuple[ShardPlan, ...]:
-        """Every shard's plan, in C order (computed once, on first use)."""
+        """Every shard's plan, in C order, held at once: for small plans and tests.
+
+        Everything shardpipe needs of a plan comes from :attr:`totals` or
+        :meth:`iter_shards`, which never hold every shard.
+        """
         return tuple(self.iter_shards())
 
     def _raw(self, chunks: ChunkBox) -> int:
@@ -200,32 +147,32 @@ class WritePlan:
 
     # -- summary -------------------------------------------------------------
     @cached_property
+    def totals(self) -> PlanTotals:
+        """Counts and peaks of the whole plan, from one shard plan per class of shards.
+
+        Exact: shards of one class (:mod:`shardpipe.core.shard_classes`) add
+        up to the same figures, so each class's figures count as many times
+        as it has shards.
+        """
+        totals = TotalsBuilder(self.model, self.chunk_nbytes, self.stamp_nbytes)
+        for shard_class in shard_classes(self.placement, self.part_chunks):
+            totals.add(self.shard(shard_class.representative), shard_class.count)
+        return totals.result()
+
+    @property
     def task_counts(self) -> dict[str, int]:
         """Tasks per kind in a graph for any scheduler (pieces for gathered parts)."""
-        return dict(self._count_tasks(in_process=False))
+        return dict(self.totals.task_counts)
 
-    @cached_property
+    @property
     def task_counts_in_process(self) -> dict[str, int]:
         """Tasks per kind in a graph for a scheduler in this process."""
-        return dict(self._count_tasks(in_process=True))
-
-    def _count_tasks(self, *, in_process: bool) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        for shard in self.shards:
-            single = shard.is_single_part
-            counts["write-shard" if single else "write-part"] += len(shard.parts)
-            if not single:
-                counts["begin-shard"] += 1
-                counts["stamp-shard"] += 1
-            for part in shard.parts:
-                if not part.is_direct and not (in_process and part.gather_in_task):
-                    counts["encode-piece"] += len(part.blocks)
-        return counts
+        return dict(self.totals.task_counts_in_process)
 
     @property
     def num_tasks(self) -> int:
         """Number of tasks the plan adds to a graph for any scheduler."""
-        return sum(self.task_counts.values())
+        return sum(self.totals.task_counts.values())
 
     @property
     def n_shards(self) -> int:
@@ -235,17 +182,17 @@ class WritePlan:
     @property
     def n_multipart_shards(self) -> int:
         """Number of shards written in several parts and stamped."""
-        return sum(not s.is_single_part for s in self.shards)
+        return self.totals.n_multipart_shards
 
     @property
     def n_parts(self) -> int:
         """Number of parts over all shards."""
-        return sum(len(s.parts) for s in self.shards)
+        return self.totals.n_parts
 
     @property
     def max_parts_per_shard(self) -> int:
         """Largest number of parts in one shard."""
-        return max((len(s.parts) for s in self.shards), default=0)
+        return self.totals.max_parts_per_shard
 
     @property
     def nbytes_in(self) -> int:
@@ -255,45 +202,22 @@ class WritePlan:
     @property
     def nbytes_out_max(self) -> int:
         """Most encoded bytes the write can store (every touched chunk stored, indexes)."""
-        chunks = sum(s.coverage.touched.n_chunks for s in self.shards)
-        return self.model.encoded(chunks * self.chunk_nbytes) + self.n_shards * self.stamp_nbytes
+        raw = self.totals.n_chunks_touched * self.chunk_nbytes
+        return self.model.encoded(raw) + self.n_shards * self.stamp_nbytes
 
     @property
     def n_chunks_full(self) -> int:
         """Inner chunks encoded afresh from the source."""
-        return sum(s.coverage.n_full for s in self.shards)
+        return self.totals.n_chunks_full
 
     @property
     def n_chunks_partial(self) -> int:
         """Inner chunks whose old content must be read and merged."""
-        return sum(s.coverage.n_partial for s in self.shards)
+        return self.totals.n_chunks_touched - self.totals.n_chunks_full
 
     def projected_peaks(self, *, in_process: bool = False) -> dict[str, TaskMemory]:
         """Projected peak bytes per task kind, with the task that reaches each."""
-        peaks: dict[str, TaskMemory] = {}
-
-        def note(kind: str, nbytes: int, where: str) -> None:
-            if kind not in peaks or nbytes > peaks[kind].nbytes:
-                peaks[kind] = TaskMemory(kind, nbytes, where)
-
-        model = self.model
-        for shard in self.shards:
-            padded = not shard.is_single_part
-            kind = "write-part" if padded else "write-shard"
-            if padded:
-                note("stamp-shard", model.stamp(self.stamp_nbytes, 0), f"shard {shard.coords}")
-            for part in shard.parts:
-                where = f"shard {shard.coords}, part {part.number}"
-                raw = self._raw(part.chunks)
-                blocks = part.blocks_nbytes
-                if part.is_direct:
-                    note(kind, model.direct(blocks[0], raw, padded=padded), where)
-                elif in_process and part.gather_in_task:
-                    note(kind, model.gathered_in_task(sum(blocks), raw, padded=padded), where)
-                else:
-                    note(kind, model.gathered(raw, padded=padded), where)
-                    note("encode-piece", model.piece(max(blocks), raw), where)
-        return peaks
+        return dict(self.totals.peaks_in_process if in_process else self.totals.peaks)
 
     @property
     def max_projected_mem(self) -> int:
@@ -393,7 +317,7 @@ def plan_write(
 
     # parts that lie in one block each need no room for pieces: try that first
     plan = sized(budget)
-    if not all(p.is_direct for s in plan.shards for p in s.parts):
+    if plan.totals.n_gathered_parts:
         budget = model.largest_part(max_mem, block_nbytes, gathered=True)
         if budget < chunk_nbytes:
             raise MemoryBudgetError(
@@ -407,9 +331,9 @@ def plan_write(
             )
         plan = sized(budget)
     if max_parts is not None and plan.max_parts_per_shard > max_parts:
-        worst = max(plan.shards, key=lambda s: len(s.parts))
         raise PlanError(
-            f"shard {worst.coords} needs {len(worst.parts)} parts under max_mem={max_mem}, "
+            f"shard {plan.totals.most_parts_shard} needs {plan.max_parts_per_shard} parts "
+            f"under max_mem={max_mem}, "
             f"more than the store allows ({max_parts}); raise max_mem or use smaller shards"
         )
     fix = "raise max_mem, or use smaller Dask blocks or inner chunks"
