@@ -1,10 +1,12 @@
-"""Run a benchmark: ``python -m benchmarks [large-shard | s3 | cluster] [options]``.
+"""Run a benchmark: ``python -m benchmarks [large-shard | s3 | cluster | scale] [options]``.
 
 Without a benchmark name, the suite: every writer x codec (x Dask block case)
 writing the same 1 GiB volume, for each of two volumes (smooth, noisy).
 ``large-shard``: one shard four times larger than ``max_mem`` against fitting
 shards. ``s3``: shardpipe against dask ``to_zarr`` on a local moto S3 server.
 ``cluster``: shardpipe on a LocalCluster against the threaded scheduler.
+``scale``: petabyte plans, the start of a petabyte write and throughput into a
+counting null store (:mod:`benchmarks.scale`, its own options).
 Every case runs in a fresh
 ``python -m benchmarks.child`` process; this one lists the cases
 (:mod:`benchmarks.cases`), runs them one after the other, checks that they saw
@@ -170,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     verdicts of issue #11's targets (suite, cluster) are reported, not enforced.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["scale"]:
+        from benchmarks import scale
+
+        return scale.main(argv[1:])
     bench = argv.pop(0) if argv and argv[0] in BENCHES[1:] else "suite"
     args = parse_args(bench, argv)
     todo, records = run_all(bench, args)
