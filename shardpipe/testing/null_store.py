@@ -244,7 +244,7 @@ class NullShardStore(ShardStore):
             self.kept.delete(key)
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Iterate over the kept keys that start with ``prefix``."""
+        """Iterate over the kept keys that start with ``prefix``, sorted as strings."""
         return self.kept.list(prefix)
 
     # -- parts ---------------------------------------------------------------
