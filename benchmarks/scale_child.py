@@ -95,7 +95,12 @@ def source(shape: tuple[int, ...], blocks: tuple[int, ...], seed: int = 0) -> An
 
 
 def job_facts(job: Any) -> dict[str, Any]:
-    """What the job says of its size, where it says it (the plan's API is changing)."""
+    """What the job says of its size and waves, where it says it (that API is changing).
+
+    Wave size: ``job.wave_shards`` or ``job.plan.wave_shards`` if there is
+    one, else ``job.wave_schedule()``'s ``max_shards`` (and ``n_waves``),
+    with the default wave-task budget and this machine's threads.
+    """
     facts: dict[str, Any] = {}
     plan = getattr(job, "plan", None)
     for owner, names in (
@@ -110,6 +115,12 @@ def job_facts(job: Any) -> dict[str, Any]:
                 value = f"error: {err!r}"
             if isinstance(value, int | float | str) and facts.get(name) is None:
                 facts[name] = value
+    try:  # the lead's wave schedule, where the job has one
+        schedule = job.wave_schedule()
+        facts.setdefault("wave_shards", min(schedule.max_shards, facts.get("n_shards") or 2**62))
+        facts.setdefault("n_waves", schedule.n_waves)
+    except Exception as err:
+        facts.setdefault("wave_schedule", f"unknown: {err!r}")
     return facts
 
 

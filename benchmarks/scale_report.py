@@ -120,7 +120,7 @@ def _plan_section(records: list[dict[str, Any]]) -> list[str]:
         result, f = r.get("result") or {}, facts(r)
         lines.append(
             f"{size_name(r['nbytes']):>8} {tuple(r['shape'])!s:>24} {r['status'][:28]:>28} "
-            f"{num(result.get('plan_s'), '.1f'):>8} {num(result.get('repr_s'), '.2f'):>7} "
+            f"{num(result.get('plan_s'), '.2f'):>8} {num(result.get('repr_s'), '.2f'):>7} "
             f"{num(r.get('cpu_s'), '.1f'):>7} {gib(r['peak_rss']):>9} "
             f"{num(f.get('n_shards'), ','):>11} {num(f.get('num_tasks'), ','):>12} "
             f"{num(f.get('n_waves'), ','):>6}"
