@@ -10,8 +10,9 @@ on N workers, each as fast as the threads scheduler measured here in part
   layout), and the share of one scheduler core they take at
   ``--task-cost-us`` per task (an assumption; Dask documents about 200 µs
   per task for its local scheduler);
-* waves: ``ceil(shards / wave_shards)`` where the job says its wave size
-  (``job.wave_shards``), else unknown; the tasks one wave holds;
+* waves: ``ceil(shards / wave_shards)`` where the 1 PiB plan of part (a)
+  says its wave size (see :func:`benchmarks.scale_child.job_facts`), else
+  unknown; the tasks one wave holds;
 * client memory: the peak RSS of the 1 PiB plan (part a) and of the first
   minutes of the 1 PiB write on the threads scheduler (part b), as measured.
 """
@@ -74,7 +75,8 @@ def estimate(payload: dict[str, Any], workers: list[int], task_cost_us: float) -
         if known.get("num_tasks") and known.get("n_shards")
         else None
     )
-    wave_shards: int | None = known.get("wave_shards") or facts(big).get("wave_shards")
+    # a smaller array's waves are cut to its own size: only the 1 PiB plan's count
+    wave_shards: int | None = facts(plan).get("wave_shards") if plan else None
     rate: float | None = big.get("mb_per_s") if big else None
     threads = ((big or {}).get("result") or {}).get("threads")
     start = payload.get("start") or {}
@@ -212,7 +214,7 @@ def _estimate_section(e: dict[str, Any]) -> list[str]:
         + (
             f"{e['waves']:,} of {e['wave_shards']:,} shards ({e['wave_tasks']:,.0f} tasks each)"
             if e["waves"]
-            else "unknown (the job does not say its wave size)"
+            else "unknown (from the 1 PiB plan of part (a) only, where the job says them)"
         ),
         f"client memory: plan {gib(e['client_plan_peak_rss'])} GiB; threads write, first "
         f"minutes: {gib(e['client_write_peak_rss'])} GiB (distributed: plan + one wave's "
@@ -225,7 +227,7 @@ def _estimate_section(e: dict[str, Any]) -> list[str]:
         lines.append(
             f"{row['workers']:>8} {row['mb_per_s'] / 1000:>8.1f} {row['hours']:>8.1f} "
             f"{row['shards_per_s']:>9.1f} {num(row['tasks_per_s'], ',.0f'):>9} "
-            f"{num(row['scheduler_cores'], '.2f'):>12} {num(row['wave_s'], '.0f'):>8}"
+            f"{num(row['scheduler_cores'], '.2f'):>12} {num(row['wave_s'], '.1f'):>8}"
         )
     lines.append(f"sched cores: tasks/s x {e['task_cost_us']:.0f} µs per task (an assumption)")
     return lines

@@ -55,11 +55,18 @@ def test_the_estimate_scales_the_measured_rate() -> None:
     assert "waves: unknown" in scale_report.report({"meta": _meta(), "estimate": e})
 
 
-def test_the_estimate_counts_waves_where_the_job_says_its_size() -> None:
+def test_the_estimate_counts_the_waves_of_the_petabyte_plan() -> None:
     payload = _payload(20, 2, 250.0)
-    payload["null"][0]["result"]["facts"]["wave_shards"] = 1000
+    payload["null"][0]["result"]["facts"]["wave_shards"] = 2  # cut to the small array
+    assert scale_report.estimate(payload, [10], 200.0)["waves"] is None
+    facts = {"num_tasks": 12 * 2**20, "n_shards": 2**20, "wave_shards": 1000}
+    plan = {"nbytes": 2**50, "status": "ok", "peak_rss": 2**27, "result": {"facts": facts}}
+    payload["plan"] = [plan]
     e = scale_report.estimate(payload, [10], 200.0)
-    assert e["waves"] == math.ceil(2**20 / 1000) and e["wave_tasks"] == 10_000
+    assert e["waves"] == math.ceil(2**20 / 1000) and e["wave_tasks"] == 12_000
+    assert e["tasks_per_shard"] == 12 and e["tasks_per_shard_from"] == "the 1 PiB plan"
+    assert e["client_plan_peak_rss"] == 2**27
+    assert math.isclose(e["rows"][0]["wave_s"] * e["waves"], e["rows"][0]["hours"] * 3600)
 
 
 def test_null_ratios_use_the_median_of_the_small_runs() -> None:
