@@ -10,9 +10,10 @@ on N workers, each as fast as the threads scheduler measured here in part
   layout), and the share of one scheduler core they take at
   ``--task-cost-us`` per task (an assumption; Dask documents about 200 µs
   per task for its local scheduler);
-* waves: ``ceil(shards / wave_shards)`` where the 1 PiB plan of part (a)
-  says its wave size (see :func:`benchmarks.scale_child.job_facts`), else
-  unknown; the tasks one wave holds;
+* waves: as many as the 1 PiB plan of part (a) says (else ``ceil(shards /
+  wave_shards)``) where it says its wave size (see
+  :func:`benchmarks.scale_child.job_facts`), else unknown; the tasks one
+  wave holds on average;
 * client memory: the peak RSS of the 1 PiB plan (part a) and of the first
   minutes of the 1 PiB write on the threads scheduler (part b), as measured.
 """
@@ -77,6 +78,9 @@ def estimate(payload: dict[str, Any], workers: list[int], task_cost_us: float) -
     )
     # a smaller array's waves are cut to its own size: only the 1 PiB plan's count
     wave_shards: int | None = facts(plan).get("wave_shards") if plan else None
+    waves: int | None = facts(plan).get("n_waves") if plan else None
+    if wave_shards and not waves:
+        waves = math.ceil(shards / wave_shards)
     rate: float | None = big.get("mb_per_s") if big else None
     threads = ((big or {}).get("result") or {}).get("threads")
     start = payload.get("start") or {}
@@ -89,8 +93,8 @@ def estimate(payload: dict[str, Any], workers: list[int], task_cost_us: float) -
         "worker_mb_per_s": rate,
         "worker_threads": threads,
         "wave_shards": wave_shards,
-        "waves": math.ceil(shards / wave_shards) if wave_shards else None,
-        "wave_tasks": wave_shards * tasks_per_shard if wave_shards and tasks_per_shard else None,
+        "waves": waves,
+        "wave_tasks": shards / waves * tasks_per_shard if waves and tasks_per_shard else None,
         "task_cost_us": task_cost_us,
         "client_plan_peak_rss": plan["peak_rss"] if plan else None,
         "client_write_peak_rss": start.get("peak_rss") if start.get("nbytes") == PiB else None,
@@ -212,7 +216,8 @@ def _estimate_section(e: dict[str, Any]) -> list[str]:
         ),
         "waves: "
         + (
-            f"{e['waves']:,} of {e['wave_shards']:,} shards ({e['wave_tasks']:,.0f} tasks each)"
+            f"{e['waves']:,} of up to {e['wave_shards']:,} shards ({e['wave_tasks']:,.0f} tasks "
+            "each on average)"
             if e["waves"]
             else "unknown (from the 1 PiB plan of part (a) only, where the job says them)"
         ),
