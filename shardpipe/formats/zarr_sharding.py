@@ -19,7 +19,9 @@ chunks back to back plus, possibly, unused padding at its end; with the
 index at the start, the index is padded to the store's smallest part.
 
 Shard keys follow the array's chunk key encoding: ``c/0/1/2`` ("default",
-separator "/"), ``c.0.1.2`` ("default", "."), or ``0.1.2`` ("v2").
+separator "/"), ``c.0.1.2`` ("default", "."), or ``0.1.2`` ("v2");
+:meth:`ZarrShardingFormat.coords` reads a listed key back into shard
+coordinates, and tells keys that are no shard of the grid.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ __all__ = [
 CHECKSUM_NBYTES = 4
 IndexLocation = Literal["start", "end"]
 INDEX_LOCATIONS: tuple[IndexLocation, ...] = ("start", "end")
+_MAX_DIGITS = 19
+"""Digits of the largest shard coordinate a key can name (extents are below 2**63)."""
 
 
 def index_nbytes(n_slots: int, *, checksum: bool = True) -> int:
@@ -148,6 +152,47 @@ class ZarrShardingFormat:
         if self.key_prefix is None:
             return self.key_separator.join(map(str, shard)) if shard else "0"
         return self.key_separator.join([self.key_prefix, *map(str, shard)])
+
+    def coords(self, key: str, grid: Shape | None = None) -> Coords | None:
+        """The shard that ``key`` (relative to the array) names: the inverse of :meth:`key`.
+
+        Parameters
+        ----------
+        key : str
+            A key relative to the array, as a listing of its shard prefix gives.
+        grid : tuple of int, optional
+            Shards along each dimension: coordinates outside it name no shard.
+
+        Returns
+        -------
+        tuple of int or None
+            The shard's grid coordinates, or None when ``key`` is not exactly
+            the key :meth:`key` gives some shard (of ``grid``): another prefix
+            or separator, another number of components, a component that is
+            not a plain decimal number (signs, leading zeros, spaces), or a
+            position past the grid.
+        """
+        ndim = len(self.chunks_per_shard)
+        if ndim == 0:
+            return () if key == self.key(()) else None
+        if self.key_prefix is not None:
+            head = self.key_prefix + self.key_separator
+            if not key.startswith(head):
+                return None
+            key = key[len(head) :]
+        parts = key.split(self.key_separator, ndim)
+        if len(parts) != ndim:
+            return None
+        coords = []
+        for part in parts:
+            if not (0 < len(part) <= _MAX_DIGITS and part.isascii() and part.isdigit()):
+                return None
+            if part[0] == "0" and len(part) > 1:
+                return None
+            coords.append(int(part))
+        if grid is not None and any(c >= n for c, n in zip(coords, grid, strict=True)):
+            return None
+        return tuple(coords)
 
     @property
     def has_tail(self) -> bool:

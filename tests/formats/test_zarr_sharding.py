@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import crc32c
 import numpy as np
@@ -276,3 +277,88 @@ def test_zarr_format_index_from_metadata_matches_zarr() -> None:
     shard_format = format_of(array.metadata)
     assert shard_format == ZarrShardingFormat((2, 2), "start", checksum=True)
     assert shard_format.key((2, 0)) == array.metadata.encode_chunk_key((2, 0))
+
+
+KEY_NAMINGS = [
+    {"key_prefix": "c", "key_separator": "/"},
+    {"key_prefix": "c", "key_separator": "."},
+    {"key_prefix": None, "key_separator": "."},
+    {"key_prefix": None, "key_separator": "/"},
+]
+
+
+@given(
+    st.sampled_from(KEY_NAMINGS),
+    st.lists(st.integers(1, 2**62), min_size=0, max_size=5),
+    st.data(),
+)
+@SETTINGS
+def test_coords_reads_every_key_back(
+    naming: dict[str, Any], grid: list[int], data: st.DataObject
+) -> None:
+    shard_format = ZarrShardingFormat((1,) * len(grid), **naming)
+    shard = tuple(data.draw(st.integers(0, n - 1)) for n in grid)
+    key = shard_format.key(shard)
+    assert shard_format.coords(key, tuple(grid)) == shard
+    assert shard_format.coords(key) == shard
+    if grid:  # one past the end of a dimension names no shard of the grid
+        past = (*shard[:-1], grid[-1])
+        assert shard_format.coords(shard_format.key(past), tuple(grid)) is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "c/1",  # too few components
+        "c/1/2/3",  # too many
+        "c/01/2",  # leading zero: zarr would name it c/1/2
+        "c/+1/2",
+        "c/-1/2",
+        "c/1 /2",
+        "c/1/",
+        "c//2",
+        "c/\u0661/2",  # a digit, but not an ASCII one
+        "c/1e3/2",
+        "c.1.2",  # another separator
+        "d/1/2",  # another prefix
+        "1/2",
+        "c/" + "9" * 20 + "/0",  # past any extent
+        "c/1/2.shardpipe-tmp",
+        "c/1/.2.abc.shardpipe-tmp",
+        "c/1/2/",
+    ],
+)
+def test_coords_refuses_keys_that_name_no_shard(key: str) -> None:
+    assert ZarrShardingFormat((2, 2)).coords(key) is None
+
+
+def test_coords_of_a_zero_dimensional_array() -> None:
+    assert ZarrShardingFormat(()).coords("c") == ()
+    assert ZarrShardingFormat((), key_prefix=None).coords("0") == ()
+    assert ZarrShardingFormat(()).coords("c/0") is None
+
+
+def test_coords_agrees_with_zarr_on_every_chunk_key_encoding() -> None:
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+    from shardpipe.metadata import format_of
+
+    for encoding in [
+        {"name": "default", "separator": "/"},
+        {"name": "default", "separator": "."},
+        {"name": "v2", "separator": "."},
+        {"name": "v2", "separator": "/"},
+    ]:
+        array = zarr.create_array(
+            zarr.storage.MemoryStore(),
+            shape=(10, 30),
+            chunks=(2, 5),
+            shards=(4, 10),
+            dtype="uint8",
+            chunk_key_encoding=encoding,  # type: ignore[arg-type]
+        )
+        assert isinstance(array.metadata, ArrayV3Metadata)
+        shard_format = format_of(array.metadata)
+        for shard in [(0, 0), (2, 1), (1, 2)]:
+            key = array.metadata.encode_chunk_key(shard)
+            assert shard_format.coords(key, (3, 3)) == shard, (encoding, key)
