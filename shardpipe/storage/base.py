@@ -232,7 +232,13 @@ class ShardStore(ABC):
 
     @abstractmethod
     def list(self, prefix: str) -> Iterator[str]:
-        """Iterate over the keys that start with ``prefix``."""
+        """Iterate over the keys that start with ``prefix``, sorted as strings.
+
+        Backends stream the listing where they can (an object store's pages,
+        a file system's folders one at a time): the caller may stop early.
+        The order lets a listing that failed carry on after the last key it
+        gave (:class:`~shardpipe.storage.retry.RetryingStore`).
+        """
 
     # -- in-place updates ----------------------------------------------------
     def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:

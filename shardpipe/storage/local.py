@@ -55,9 +55,39 @@ from shardpipe.storage.base import (
 )
 from shardpipe.storage.writeback import Writeback
 
-_TMP_SUFFIX = ".shardpipe-tmp"
+TEMPORARY_SUFFIX = ".shardpipe-tmp"
+"""End of the names of the temporary files a ``put`` writes beside its key."""
 _IOV_MAX = 512
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
+
+
+def _sorted_keys(path: str, folder: str, start: str = "") -> Iterator[str]:
+    """Keys of the files under the folder at ``path`` (key ``folder``), sorted as strings.
+
+    Only names beginning with ``start`` are taken at the top. A folder sorts
+    by its name plus ``/``, which every key under it begins with, so the
+    keys come out in string order without being collected. A folder that
+    vanishes while listed, and a link to a folder, list nothing.
+    """
+    try:
+        with os.scandir(path) as it:
+            entries = []
+            for entry in it:
+                if not entry.name.startswith(start):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    entries.append((f"{entry.name}/", entry.path))
+                elif not entry.is_dir():
+                    entries.append((entry.name, ""))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    entries.sort()
+    base = f"{folder}/" if folder else ""
+    for name, sub in entries:
+        if sub:
+            yield from _sorted_keys(sub, base + name[:-1])
+        else:
+            yield base + name
 
 
 def _views(buffers: Sequence[Buffer]) -> list[memoryview]:
@@ -193,7 +223,9 @@ class LocalShardStore(ShardStore):
         final = self._path(key)
         folder = os.path.dirname(final)
         os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".{os.path.basename(final)}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
+        tmp = os.path.join(
+            folder, f".{os.path.basename(final)}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
+        )
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
@@ -387,25 +419,15 @@ class LocalShardStore(ShardStore):
             os.unlink(self._path(key))
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Iterate over the keys that start with ``prefix`` (a plain string prefix).
+        """Iterate over the keys that start with ``prefix`` (a plain string prefix), in order.
 
         ``"arr/c/1"`` lists ``arr/c/1``, ``arr/c/10`` and everything under the
-        folders ``arr/c/1/`` and ``arr/c/10/``, as on an object store.
+        folders ``arr/c/1/`` and ``arr/c/10/``, as on an object store, and in
+        the same order: sorted as strings. Folders are read one at a time as
+        the listing reaches them (each one's names are held while it is).
         """
         folder, _, start = prefix.rpartition("/")
-        try:
-            with os.scandir(self._path(folder) if folder else self.root) as it:
-                entries = sorted((e for e in it if e.name.startswith(start)), key=lambda e: e.name)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        for entry in entries:
-            if not entry.is_dir(follow_symlinks=False):
-                yield f"{folder}/{entry.name}" if folder else entry.name
-                continue
-            for sub, _, files in os.walk(entry.path):
-                rel = os.path.relpath(sub, self.root).replace(os.sep, "/")
-                for name in sorted(files):
-                    yield f"{rel}/{name}"
+        yield from _sorted_keys(self._path(folder) if folder else self.root, folder, start)
 
     # -- parts ---------------------------------------------------------------
     def _part_path(self, handle: PartsHandle, number: int) -> str:
@@ -492,7 +514,7 @@ class LocalShardStore(ShardStore):
         self.discard_staging(staging)
         array_folder = shard_prefix.rstrip("/").rpartition("/")[0]
         for key in self.list(f"{array_folder}/" if array_folder else ""):
-            if key.endswith(_TMP_SUFFIX):
+            if key.endswith(TEMPORARY_SUFFIX):
                 self.delete(key)
                 removed += 1
         return removed

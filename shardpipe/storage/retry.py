@@ -237,20 +237,24 @@ class RetryingStore(ShardStore):
                     before_retry()  # inside the try: its own faults are sorted too
                 return call()
             except OSError as err:
-                permanent = permanent_error(err, what)
-                if permanent is not None:
-                    raise permanent from err
-                if not is_transient(err):
-                    raise
-                if attempt == self.policy.attempts:
-                    raise TransientStorageError(
-                        f"{what} still failed after {attempt} tries ({err}); the storage may "
-                        "be overloaded or unreachable. Nothing half-written was published; "
-                        "run the same write with resume=True once it answers again"
-                    ) from err
-                self._sleep(self.policy.delay(attempt, rng))
-                _count_retry()
+                self._after_failure(err, what, attempt, rng)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _after_failure(self, err: OSError, what: str, attempt: int, rng: random.Random) -> None:
+        """Raise ``err`` in plain words unless it is transient and tries are left; else wait."""
+        permanent = permanent_error(err, what)
+        if permanent is not None:
+            raise permanent from err
+        if not is_transient(err):
+            raise err
+        if attempt == self.policy.attempts:
+            raise TransientStorageError(
+                f"{what} still failed after {attempt} tries ({err}); the storage may "
+                "be overloaded or unreachable. Nothing half-written was published; "
+                "run the same write with resume=True once it answers again"
+            ) from err
+        self._sleep(self.policy.delay(attempt, rng))
+        _count_retry()
 
     # -- whole objects -------------------------------------------------------
     def put(
@@ -351,8 +355,28 @@ class RetryingStore(ShardStore):
         self._call(f"deleting {key!r}", lambda: self.inner.delete(key))
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Iterate over the keys under ``prefix`` (listed whole, so a retry starts clean)."""
-        return iter(self._call(f"listing {prefix!r}", lambda: list(self.inner.list(prefix))))
+        """Iterate over the keys under ``prefix`` as the backend lists them (in string order).
+
+        The listing streams: a listing that fails transiently is started
+        again and carries on after the last key already given, so that no
+        key comes twice. Each try that gives at least one new key starts the
+        count of tries afresh.
+        """
+        last: str | None = None
+        rng = random.Random()
+        attempt = 1
+        while True:
+            after = last  # None on the first try: a listing out of order loses nothing then
+            try:
+                for key in self.inner.list(prefix):
+                    if after is not None and key <= after:
+                        continue
+                    last, attempt = key, 1
+                    yield key
+                return
+            except OSError as err:
+                self._after_failure(err, f"listing {prefix!r}", attempt, rng)
+                attempt += 1
 
     # -- in-place updates ----------------------------------------------------
     def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:

@@ -122,14 +122,15 @@ class ZarrShardStore(ShardStore):
         sync(self.store.delete(key))
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Iterate over the keys that start with ``prefix`` (a plain string prefix).
+        """Iterate over the keys that start with ``prefix`` (a plain string prefix), in order.
 
         Some zarr stores (``LocalStore``) take ``list_prefix``'s prefix as a
-        folder, so the folder holding ``prefix`` is listed and filtered.
+        folder, so the folder holding ``prefix`` is listed and filtered; the
+        keys are collected and sorted as strings.
         """
         folder = prefix.rpartition("/")[0]
 
         async def collect() -> list[str]:
             return [k async for k in self.store.list_prefix(folder) if k.startswith(prefix)]
 
-        yield from sync(collect())
+        yield from sorted(sync(collect()))

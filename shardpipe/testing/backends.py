@@ -99,6 +99,14 @@ class ShardStoreTests(UpdateContractTests):
         assert sorted(store.list("arr/c/10")) == ["arr/c/10"]
         assert list(store.list("arr/c/3")) == []
 
+    def test_list_is_in_string_order(self, store: ShardStore) -> None:
+        """Keys come sorted as strings (a retried listing carries on after the last one)."""
+        keys = ["arr/c/0/1", "arr/c/0.5", "arr/c/0/0", "arr/c/10/0", "arr/c/1-x", "arr/c/1", "a"]
+        for key in keys:
+            store.put(key, [b"x"])
+        assert list(store.list("arr/c/")) == sorted(keys[:-1])
+        assert list(store.list("")) == sorted(keys)
+
     def test_put_replaces_atomically(self, store: ShardStore) -> None:
         """Readers racing a writer see the old object or the new one, never a mix."""
         old, new = b"a" * MiB, b"b" * (MiB + MiB // 2)

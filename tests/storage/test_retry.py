@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,47 @@ def test_a_streamed_put_whose_producer_fails_is_not_retried(tmp_path: Path) -> N
     assert tries == ["c/0"]
     assert store.get("c/0") is None
     assert not list(tmp_path.rglob("*.shardpipe-tmp"))
+
+
+class _BrokenListing(LocalShardStore):
+    """The ``k``-th listing fails transiently after ``k * every`` keys, ``fails`` times in all."""
+
+    def __init__(self, root: Path, every: int, fails: int) -> None:
+        super().__init__(root, fsync=False)
+        self.every, self.fails, self.listings = every, fails, 0
+
+    def list(self, prefix: str) -> Iterator[str]:
+        self.listings += 1
+        for n, key in enumerate(super().list(prefix), 1):
+            yield key
+            if n == self.every * self.listings and self.fails:
+                self.fails -= 1
+                raise OSError(errno.ECONNRESET, "injected: connection reset while listing")
+
+
+def test_a_listing_streams_and_carries_on_after_the_last_key(tmp_path: Path) -> None:
+    keys = sorted(f"arr/c/{i}/{j}" for i in range(12) for j in range(10))
+    inner = _BrokenListing(tmp_path, every=25, fails=4)
+    for key in keys:
+        inner.put(key, [b"x"])
+    store = RetryingStore(inner, RetryPolicy(attempts=2), sleep=lambda s: None)
+    listing = store.list("arr/c/")
+    assert next(listing) == keys[0] and inner.listings == 1  # nothing listed ahead
+    assert [keys[0], *listing] == keys  # each key once, in order, after 4 faults
+    assert inner.listings == 5 and inner.fails == 0
+
+
+def test_a_listing_that_stops_bringing_keys_gives_up_after_the_policy(tmp_path: Path) -> None:
+    class Stuck(LocalShardStore):
+        def list(self, prefix: str) -> Iterator[str]:
+            yield from list(super().list(prefix))[:1]
+            raise OSError(errno.ECONNRESET, "injected: connection reset while listing")
+
+    inner = Stuck(tmp_path, fsync=False)
+    inner.put("arr/c/0", [b"x"])
+    inner.put("arr/c/1", [b"x"])
+    store = RetryingStore(inner, RetryPolicy(attempts=3), sleep=lambda s: None)
+    listing = store.list("arr/c/")
+    assert next(listing) == "arr/c/0"  # given as it came, before the listing failed
+    with pytest.raises(TransientStorageError, match="listing 'arr/c/' still failed after 3"):
+        next(listing)
