@@ -124,10 +124,12 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--overwrite", action="store_true", help="plan as if replacing STORE")
     check = commands.add_parser(
         "verify",
-        help="check every shard of a sharded Zarr v3 array",
+        help="check every shard present in a sharded Zarr v3 array",
         description="Check index CRC32C, ranges, overlaps and that every inner chunk decodes "
-        "(and its CRC32C, where the chunks have one). Traces of an unfinished write are noted; "
-        "with --complete they are problems. Exits 1 when a problem is found.",
+        "(and its CRC32C, where the chunks have one), in every shard present (found by "
+        "listing; absent shards are counted) and that every key among the shards names a shard "
+        "of the grid. Traces of an unfinished write are noted; with --complete they are "
+        "problems. Exits 1 when a problem is found.",
     )
     _add_store_arguments(check, "store")
     check.add_argument(
@@ -135,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also fail when a write is unfinished: its job record says so, staging data or "
         "a job marker is left",
+    )
+    check.add_argument(
+        "--progress", action="store_true", help="show a progress bar over the shards checked"
     )
     clean = commands.add_parser(
         "cleanup",
@@ -225,7 +230,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from shardpipe.verify import verify
 
         try:
-            report = verify(args.store, args.path, storage_options=options, complete=args.complete)
+            report = verify(
+                args.store,
+                args.path,
+                storage_options=options,
+                complete=args.complete,
+                progress=args.progress,
+            )
         except EXPECTED as err:
             return fail("verify", err, where=f"cannot check a sharded array at {where}")
         print(report)

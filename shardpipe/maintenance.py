@@ -8,13 +8,15 @@
 * :func:`compact` rewrites shards whose unused share (left by appends and
   in-place updates) is above a threshold, copying kept chunks as they are.
 
-Each holds the array's job marker while it changes anything.
+Each holds the array's job marker while it changes anything. The shards
+are found by listing the array's shard prefix (never by walking its grid,
+which may be vast and nearly empty); keys there that name no shard of the
+grid are skipped (``info`` counts them, ``verify`` reports them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,11 +24,10 @@ from shardpipe.checks import check_bool, check_int
 from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import read_metadata
-from shardpipe.formats.base import ShardFormat
-from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
-from shardpipe.metadata import check_walkable, format_of, layout_of
+from shardpipe.metadata import format_of, layout_of
+from shardpipe.shard_listing import Listed, over_shards
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_node_present
 from shardpipe.updating import StoredShard, read_shard, rewrite_shard
@@ -35,29 +36,31 @@ from shardpipe.verify import VerifyReport, verify
 
 def _each_shard[T](
     target: ResolvedStore,
-    shard_format: ShardFormat,
-    keys: list[str],
+    metadata: Any,
     workers: int,
     func: Callable[[StoredShard], T],
+    others: Callable[[Listed], None] | None = None,
 ) -> Iterator[T]:
-    """Apply ``func`` to every present shard among ``keys``, ``workers`` at a time."""
+    """Apply ``func`` to every shard present (found by listing), ``workers`` at a time.
 
-    def one(key: str) -> T | None:
-        stored = read_shard(target.shards, shard_format, key)
-        return None if stored is None else func(stored)
-
-    with ThreadPoolExecutor(workers) as pool:
-        for result in pool.map(one, keys):
-            if result is not None:
-                yield result
-
-
-def _shard_keys(target: ResolvedStore, parameter: str) -> tuple[Any, ZarrShardingFormat, list[str]]:
-    metadata, _ = read_metadata(target, parameter)
-    check_walkable(metadata, target.key("zarr.json"))  # before a list of every shard key
+    Keys under the shard prefix that name no shard of the grid are skipped
+    (given to ``others``); a shard deleted since it was listed is skipped.
+    """
     shard_format = format_of(metadata)
-    keys = [target.key(shard_format.key(c)) for c in layout_of(metadata).shard_coords()]
-    return metadata, shard_format, keys
+
+    def task(batch: list[Listed]) -> list[T | None]:
+        results: list[T | None] = []
+        for item in batch:
+            stored = read_shard(target.shards, shard_format, item.key)
+            results.append(None if stored is None else func(stored))
+        return results
+
+    grid = layout_of(metadata).shard_grid
+    for result in over_shards(
+        target, shard_format, grid, task, workers=workers, others=others, name="shardpipe"
+    ):
+        if result is not None:
+            yield result
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,9 @@ class ArrayInfo:
         The job holding the array's marker, if any.
     pending_undo : int
         Shards an interrupted update left mid-change (run :func:`repair`).
+    not_shards : int
+        Keys under the shard prefix that name no shard of the grid (and are
+        not temporary files of a write): ``verify`` reports them.
     """
 
     shape: tuple[int, ...]
@@ -102,6 +108,7 @@ class ArrayInfo:
     nbytes_unused: int
     job: str | None = None
     pending_undo: int = 0
+    not_shards: int = 0
 
     @property
     def unused_ratio(self) -> float:
@@ -124,6 +131,11 @@ class ArrayInfo:
             lines.append(f"held by: {self.job}")
         if self.pending_undo:
             lines.append(f"left mid-update: {self.pending_undo} shard(s); run `shardpipe repair`")
+        if self.not_shards:
+            lines.append(
+                f"not shards of the grid: {self.not_shards:,} key(s) under the shard prefix "
+                "(skipped; `shardpipe verify` names them)"
+            )
         return "\n".join(lines)
 
 
@@ -151,17 +163,23 @@ def info(
 
 
 def _array_info(target: ResolvedStore, workers: int) -> ArrayInfo:
-    metadata, shard_format, keys = _shard_keys(target, "store")
+    metadata, _ = read_metadata(target, "store")
     layout = layout_of(metadata)
-    sizes = list(
-        _each_shard(
-            target,
-            shard_format,
-            keys,
-            workers,
-            lambda s: (s.layout.size, len(s.stored), s.layout.unused_nbytes()),
-        )
-    )
+    shard_format = format_of(metadata)
+    present = chunks = nbytes = unused = strays = 0
+
+    def stray(listed: Listed) -> None:
+        nonlocal strays
+        strays += not listed.temporary
+
+    for size, stored, free in _each_shard(
+        target,
+        metadata,
+        workers,
+        lambda s: (s.layout.size, len(s.stored), s.layout.unused_nbytes()),
+        stray,
+    ):
+        present, chunks, nbytes, unused = present + 1, chunks + stored, nbytes + size, unused + free
     sharding = metadata.codecs[0]
     codecs = [str(c.to_dict()["name"]) for c in getattr(sharding, "codecs", ())]
     jobs = JobKeys(target.key(""))
@@ -173,13 +191,14 @@ def _array_info(target: ResolvedStore, workers: int) -> ArrayInfo:
         shards=layout.shard_shape,
         codecs=codecs,
         index_location=shard_format.index_location,
-        n_shards=len(keys),
-        shards_present=len(sizes),
-        chunks_stored=sum(n for _, n, _ in sizes),
-        nbytes_stored=sum(size for size, _, _ in sizes),
-        nbytes_unused=sum(u for _, _, u in sizes),
+        n_shards=layout.n_shards,
+        shards_present=present,
+        chunks_stored=chunks,
+        nbytes_stored=nbytes,
+        nbytes_unused=unused,
         job=None if marker is None else marker.describe(),
         pending_undo=sum(1 for _ in undo_records(target.shards, jobs)),
+        not_shards=strays,
     )
 
 
@@ -255,7 +274,7 @@ def repair(
         report.removed_marker = other.describe()
     with holding(shards, keys, "repair"):
         report.rolled_back += recover(shards, keys, None)
-    report.verify = verify(target.zarr_store, target.path or None)
+    report.verify = verify(target)
     return report
 
 
@@ -317,7 +336,8 @@ def compact(
     workers = check_int("workers", workers, example=4)
     target = resolve_store(store, path, storage_options)
     check_node_present(target, "path" if path else "store")
-    _, shard_format, keys = _shard_keys(target, "store")
+    metadata, _ = read_metadata(target, "store")
+    shard_format = format_of(metadata)
     report = CompactReport()
 
     def one(stored: StoredShard) -> tuple[int, int]:
@@ -328,7 +348,7 @@ def compact(
         return size, rewrite_shard(shard_format, stored, plan, {})
 
     with holding(target.shards, JobKeys(target.key("")), "compact"):
-        for before, after in _each_shard(target, shard_format, keys, workers, one):
+        for before, after in _each_shard(target, metadata, workers, one):
             report.shards_checked += 1
             if after >= 0:
                 report.shards_rewritten += 1

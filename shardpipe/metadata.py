@@ -9,10 +9,11 @@ The bytes of a stored ``zarr.json`` are untrusted: :func:`read_node_metadata`
 and :func:`parse_node_metadata` turn them into zarr metadata or raise
 :class:`~shardpipe.errors.MetadataError` naming the file and what is wrong
 (not JSON, not an object, a missing or mistyped key, a document zarr
-refuses, or sizes no array can have: see :data:`MAX_SHARD_SLOTS`,
-:data:`MAX_CHUNK_NBYTES` and, for the commands that visit every shard of the
-grid, :data:`MAX_WALKED_SHARDS`). Nothing is allocated in proportion to the
-sizes a document declares before they are checked.
+refuses, or sizes no array can have: see :data:`MAX_SHARD_SLOTS` and
+:data:`MAX_CHUNK_NBYTES`). Nothing is allocated in proportion to the sizes a
+document declares before they are checked; the shard grid may be of any
+size (the commands that look at shards list those present,
+:mod:`shardpipe.shard_listing`).
 """
 
 from __future__ import annotations
@@ -46,10 +47,6 @@ MAX_SHARD_SLOTS = 2**26
 
 MAX_CHUNK_NBYTES = 2**36
 """Most bytes an inner chunk may hold decoded (64 GiB)."""
-
-MAX_WALKED_SHARDS = 2**24
-"""Most shards in the grid of an array that ``verify``, ``info`` and ``compact`` visit one by
-one (16.8 million: 4 PiB at the default shard size of 256 MiB)."""
 
 ZARR_PARSE_ERRORS: tuple[type[Exception], ...] = (
     ValueError,
@@ -268,28 +265,6 @@ def _itemsize(metadata: ArrayV3Metadata) -> int:
         return 1
 
 
-def check_walkable(metadata: ArrayV3Metadata, key: str) -> None:
-    """Refuse a grid with more than :data:`MAX_WALKED_SHARDS` shards (before it is walked).
-
-    Raises
-    ------
-    MetadataError
-        Naming ``key``, the shape, the shard shape and the count.
-    """
-    outer = getattr(metadata.chunk_grid, "chunk_shape", None)
-    if outer is None:
-        return
-    count = math.prod(
-        ceildiv(int(n), int(s)) if s else 0 for n, s in zip(metadata.shape, outer, strict=False)
-    )
-    if count > MAX_WALKED_SHARDS:
-        raise MetadataError(
-            f"{key!r}: shape {tuple(metadata.shape)} in shards of {tuple(outer)} makes a grid of "
-            f"{count:,} shards, more than the {MAX_WALKED_SHARDS:,} shardpipe visits one by one; "
-            "the shape or the shard shape in it is wrong"
-        )
-
-
 def parse_array_metadata(document: dict[str, Any], key: str) -> ArrayV3Metadata:
     """Turn the ``zarr.json`` document of an array into zarr metadata, checked.
 
@@ -361,7 +336,7 @@ def read_node_metadata(store: ShardStore, key: str) -> ArrayV3Metadata | GroupMe
     return None if data is None else parse_node_metadata(data, key)
 
 
-def open_array_metadata(target: ResolvedStore, *, walk: bool = False) -> Any:
+def open_array_metadata(target: ResolvedStore) -> Any:
     """The metadata of the node at ``target``: from its ``zarr.json``, checked, or what zarr finds.
 
     A Zarr v3 node is read from its ``zarr.json`` by :func:`read_node_metadata`;
@@ -372,9 +347,6 @@ def open_array_metadata(target: ResolvedStore, *, walk: bool = False) -> Any:
     ----------
     target : ResolvedStore
         Where the node is.
-    walk : bool
-        The caller visits every shard of the grid: refuse grids of more than
-        :data:`MAX_WALKED_SHARDS` shards.
 
     Raises
     ------
@@ -393,8 +365,6 @@ def open_array_metadata(target: ResolvedStore, *, walk: bool = False) -> Any:
             raise MetadataError(
                 f"zarr cannot read the metadata of the node at {where!r} ({_describe(err)})"
             ) from err
-    if walk and isinstance(node, ArrayV3Metadata):
-        check_walkable(node, key)
     return node
 
 

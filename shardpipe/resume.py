@@ -256,6 +256,11 @@ def _brief(value: Any, limit: int = 120) -> str:
 def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -> frozenset[Coords]:
     """Shards of the array at ``target`` that are present and whose index verifies.
 
+    The shards are found by listing the array's shard prefix (never by
+    walking its grid, which may be vast and nearly empty); keys that name no
+    shard of the grid are left alone. Indexes are read on
+    :data:`RESUME_WORKERS` threads, a bounded number at a time.
+
     Parameters
     ----------
     target : ResolvedStore
@@ -271,13 +276,12 @@ def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -
         Present, index of the right size, CRC32C matching, every chunk range
         inside the object, outside the index and apart from the others.
     """
-    from shardpipe.verify import shard_checks
+    from shardpipe.verify import checked_shards
 
-    checks = shard_checks(target, metadata, RESUME_WORKERS, decode=False)
     return frozenset(
-        coords
-        for coords, check in zip(layout.shard_coords(), checks, strict=True)
-        if check.present and not check.problems
+        check.coords
+        for check in checked_shards(target, metadata, RESUME_WORKERS, decode=False)
+        if check.present and not check.problems and check.coords is not None
     )
 
 

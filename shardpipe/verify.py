@@ -1,4 +1,13 @@
-"""``verify``: check every shard of a sharded Zarr v3 array.
+"""``verify``: check every shard present in a sharded Zarr v3 array.
+
+The shards are found by listing the array's shard prefix
+(:mod:`shardpipe.shard_listing`), never by walking the grid, so that a
+sparse array of millions of shards, or a ``zarr.json`` declaring a shape of
+``2**40`` along each axis, costs what its stored shards cost; the absent
+ones are counted. A key under the prefix that names no shard of the grid is
+a problem. The checks run in batches on the ``distributed`` cluster when a
+client is active, else on threads; a report lists the shards with a problem
+and the first :data:`SHARD_ENTRIES` checked clean, and counts the rest.
 
 For each shard object: the index has the right size and its CRC32C
 matches; every stored inner chunk lies inside the object and outside the
@@ -18,8 +27,7 @@ be detected: many decode without error to wrong values.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +36,15 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.checks import check_bool, check_int
 from shardpipe.completeness import unfinished_work
-from shardpipe.core.grid import Coords, ShardLayout
+from shardpipe.core.grid import Coords, Shape, ShardLayout
 from shardpipe.encoding import ChunkCodec, ChunkDecodeError, describe_error
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
+from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import group_at, per_array
 from shardpipe.journal import JobKeys, undo_records
 from shardpipe.metadata import format_of, layout_of, open_array_metadata
+from shardpipe.shard_listing import Listed, over_shards
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_node_present
@@ -70,10 +80,11 @@ class ChunkFailure:
 
 @dataclass
 class ShardCheck:
-    """The outcome of checking one shard object.
+    """The outcome of checking one shard object (or one key that is no shard of the grid).
 
     ``chunk_failures`` lists the inner chunks that fail to decode; each is
-    also one of ``problems``, as text.
+    also one of ``problems``, as text. ``coords`` is the shard's position in
+    the shard grid (None for a key that names no shard of it).
     """
 
     key: str
@@ -83,16 +94,31 @@ class ShardCheck:
     unused_bytes: int = 0
     problems: list[str] = field(default_factory=list)
     chunk_failures: list[ChunkFailure] = field(default_factory=list)
+    coords: Coords | None = None
+
+
+SHARD_ENTRIES = 10_000
+"""Shards checked clean that a report lists one by one (per array); the others are only counted.
+
+Shards with a problem are always listed."""
 
 
 @dataclass
 class VerifyReport:
     """The outcome of :func:`verify`.
 
+    Only the shards present are checked (they are found by listing the
+    array's shard prefix); the absent ones are counted,
+    ``n_shards - shards_present``, and read as the fill value.
+
     Attributes
     ----------
     shards : list of ShardCheck
-        One entry per shard of the grid (of every array, for a group).
+        The shards checked, in grid order (of every array, for a group): every
+        one with a problem, and the first :data:`SHARD_ENTRIES` checked clean
+        (per array; ``shards_left_out`` counts the rest); then an entry per
+        key under the shard prefix that is no shard of the grid, and per
+        absent shard an interrupted update left (both problems).
     arrays : dict
         For a group: the report of each sharded array, by store path.
     skipped : dict
@@ -105,6 +131,18 @@ class VerifyReport:
     job_problems : list of (str, str)
         With ``complete``: ``(key, problem)`` for each trace of an unfinished
         job (:mod:`shardpipe.completeness`).
+    n_shards : int
+        Shards in the grid (of every array, for a group).
+    shards_present : int
+        Shard objects found and checked.
+    chunks_stored : int
+        Inner chunks their indexes point at.
+    nbytes : int
+        Bytes of all shard objects.
+    unused_nbytes : int
+        Of those, bytes no index points at (``compact`` reclaims them).
+    shards_left_out : int
+        Shards checked clean and not listed in ``shards``.
     """
 
     shards: list[ShardCheck]
@@ -112,6 +150,12 @@ class VerifyReport:
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     job_problems: list[tuple[str, str]] = field(default_factory=list)
+    n_shards: int = 0
+    shards_present: int = 0
+    chunks_stored: int = 0
+    nbytes: int = 0
+    unused_nbytes: int = 0
+    shards_left_out: int = 0
 
     @property
     def problems(self) -> list[tuple[str, str]]:
@@ -129,15 +173,14 @@ class VerifyReport:
         return not self.problems
 
     @property
-    def nbytes(self) -> int:
-        """Bytes of all shard objects."""
-        return sum(s.nbytes for s in self.shards if s.present)
+    def shards_absent(self) -> int:
+        """Shards of the grid with no object (they read as the fill value)."""
+        return self.n_shards - self.shards_present
 
     @property
     def unused_ratio(self) -> float:
         """Share of the shard bytes no index points at (``compact`` reclaims them)."""
-        unused = sum(s.unused_bytes for s in self.shards if s.present)
-        return unused / self.nbytes if self.nbytes else 0.0
+        return self.unused_nbytes / self.nbytes if self.nbytes else 0.0
 
     def __str__(self) -> str:
         if self.arrays or self.skipped:
@@ -147,10 +190,10 @@ class VerifyReport:
     def _group_str(self) -> str:
         lines = []
         for path, report in self.arrays.items():
-            present = sum(1 for s in report.shards if s.present)
             lines.append(
-                f"{path}: {present}/{len(report.shards)} shards, {report.nbytes} bytes, "
-                f"{len(report.problems)} problem(s) {'OK' if report.ok else 'FAILED'}"
+                f"{path}: {report.shards_present:,}/{report.n_shards:,} shards, "
+                f"{report.nbytes} bytes, {len(report.problems)} problem(s) "
+                f"{'OK' if report.ok else 'FAILED'}"
             )
             lines += [f"  note: {note}" for note in report.notes]
         lines += [f"{path}: skipped ({reason})" for path, reason in self.skipped.items()]
@@ -158,14 +201,17 @@ class VerifyReport:
         return "\n".join([*lines, f"total over {len(self.arrays)} sharded array(s):", *total])
 
     def _array_str(self) -> str:
-        present = [s for s in self.shards if s.present]
         lines = [
-            f"shards: {len(self.shards)} in grid, {len(present)} present, "
-            f"{len(self.shards) - len(present)} absent (read as fill value)",
-            f"inner chunks stored: {sum(s.chunks_stored for s in present)}",
-            f"bytes: {self.nbytes} ({sum(s.unused_bytes for s in present)} unused, "
-            f"{self.unused_ratio:.1%})",
+            f"shards: {self.n_shards:,} in grid, {self.shards_present:,} present, "
+            f"{self.shards_absent:,} absent (read as fill value)",
+            f"inner chunks stored: {self.chunks_stored:,}",
+            f"bytes: {self.nbytes} ({self.unused_nbytes} unused, {self.unused_ratio:.1%})",
         ]
+        if self.shards_left_out:
+            lines.append(
+                f"listed: every shard with a problem and the first {SHARD_ENTRIES:,} checked "
+                f"clean; {self.shards_left_out:,} more checked clean are only counted"
+            )
         if not self.arrays:
             lines += [f"note: {note}" for note in self.notes]
         bad = [s for s in self.shards if s.problems]
@@ -217,7 +263,7 @@ def check_shard(
     chunk be named by its coordinates in the array's grid of inner chunks;
     without it, by its coordinates inside the shard.
     """
-    check = ShardCheck(key)
+    check = ShardCheck(key, coords=coords)
     size = store.size(key)
     if size is None:
         return check
@@ -281,27 +327,162 @@ def checksum_note(codec: ChunkCodec) -> str | None:
     )
 
 
-def shard_checks(
-    target: Any, metadata: ArrayV3Metadata, workers: int, *, decode: bool = True
+@dataclass(frozen=True)
+class ShardChecker:
+    """Checks a batch of listed shards (a picklable task: it runs on cluster workers too).
+
+    Parameters
+    ----------
+    store : ShardStore
+        Where the shards are.
+    layout : ShardLayout
+        The array's grids.
+    codec : ChunkCodec
+        Its inner chunk codecs.
+    shard_format : ZarrShardingFormat
+        Its shard format.
+    decode : bool
+        Decode every inner chunk too (else only the index is checked).
+    """
+
+    store: ShardStore
+    layout: ShardLayout
+    codec: ChunkCodec
+    shard_format: ZarrShardingFormat
+    decode: bool = True
+
+    def __call__(self, batch: list[Listed]) -> list[ShardCheck]:
+        """The check of each shard of ``batch``, in order."""
+        return [
+            check_shard(
+                self.store,
+                item.key,
+                self.layout,
+                self.codec,
+                self.shard_format,
+                decode=self.decode,
+                coords=item.coords,
+            )
+            for item in batch
+        ]
+
+
+def checked_shards(
+    target: ResolvedStore,
+    metadata: ArrayV3Metadata,
+    workers: int,
+    *,
+    decode: bool = True,
+    cluster: bool = False,
+    progress: bool = False,
+    others: Callable[[Listed], None] | None = None,
 ) -> Iterator[ShardCheck]:
-    """Check every shard of the grid, in grid order (``layout.shard_coords()``)."""
+    """Check every shard present (found by listing), as the checks finish (not in grid order).
+
+    Keys under the shard prefix that are no shard of the grid go to
+    ``others``. See :func:`shardpipe.shard_listing.over_shards` for
+    ``workers``, ``cluster`` and ``progress``.
+    """
     layout = layout_of(metadata)
     shard_format = format_of(metadata)
-    codec = ChunkCodec.from_metadata(metadata)
-    coords = list(layout.shard_coords())
-    with ThreadPoolExecutor(workers) as pool:
-        yield from pool.map(
-            lambda c: check_shard(
-                target.shards,
-                target.key(shard_format.key(c)),
-                layout,
-                codec,
-                shard_format,
-                decode=decode,
-                coords=c,
-            ),
-            coords,
+    checker = ShardChecker(
+        target.shards, layout, ChunkCodec.from_metadata(metadata), shard_format, decode
+    )
+    return over_shards(
+        target,
+        shard_format,
+        layout.shard_grid,
+        checker,
+        workers=workers,
+        others=others,
+        cluster=cluster,
+        progress=progress,
+        name="shardpipe-verify",
+    )
+
+
+UNDO_PROBLEM = (
+    "left mid-update by an interrupted job (an undo record exists); run `shardpipe repair` "
+    "to restore it"
+)
+
+
+def _grid_order(check: ShardCheck) -> tuple[bool, Coords, str]:
+    return (check.coords is None, check.coords or (), check.key)
+
+
+class _Tally:
+    """Totals of the checks of one array, with the entries its report keeps.
+
+    Of the shards checked clean it keeps the first :data:`SHARD_ENTRIES` in
+    grid order (checks arrive in any order: past twice that many, the kept
+    ones are sorted and cut back).
+    """
+
+    def __init__(self, undone: set[str], grid: Shape) -> None:
+        self.report = VerifyReport([])
+        self.undone = undone
+        self.grid = grid
+        self.clean: list[ShardCheck] = []
+        self.temporaries = 0
+        self.temporary: list[str] = []  # the first few, named in the finding
+
+    def add(self, check: ShardCheck) -> None:
+        report = self.report
+        if check.key in self.undone:
+            self.undone.discard(check.key)
+            check.problems.append(UNDO_PROBLEM)
+        if check.present:
+            report.shards_present += 1
+            report.chunks_stored += check.chunks_stored
+            report.nbytes += check.nbytes
+            report.unused_nbytes += check.unused_bytes
+        if check.problems:
+            report.shards.append(check)
+            return
+        self.clean.append(check)
+        if len(self.clean) >= 2 * SHARD_ENTRIES:
+            self._cut()
+
+    def _cut(self) -> None:
+        if len(self.clean) > SHARD_ENTRIES:
+            self.clean.sort(key=_grid_order)
+            self.report.shards_left_out += len(self.clean) - SHARD_ENTRIES
+            del self.clean[SHARD_ENTRIES:]
+
+    def other(self, listed: Listed) -> None:
+        if listed.temporary:
+            self.temporaries += 1
+            if len(self.temporary) < 3:
+                self.temporary.append(listed.key)
+            return
+        problem = (
+            f"not a shard of the array: the key names no shard of its {self.grid} grid of "
+            "shards, so zarr never reads it; remove it if nothing else needs it"
         )
+        self.report.shards.append(ShardCheck(listed.key, problems=[problem]))
+
+    def finish(self, n_shards: int) -> VerifyReport:
+        report = self.report
+        report.n_shards = n_shards
+        self._cut()
+        report.shards += self.clean
+        report.shards += [ShardCheck(key, problems=[UNDO_PROBLEM]) for key in sorted(self.undone)]
+        report.shards.sort(key=_grid_order)
+        return report
+
+    def leftovers(self) -> list[tuple[str, str]]:
+        """``(key, finding)`` for the temporary files unfinished writes left among the shards."""
+        if not self.temporaries:
+            return []
+        more = ", ..." if self.temporaries > len(self.temporary) else ""
+        return [
+            (
+                self.temporary[0],
+                f"{self.temporaries} temporary file(s) of unfinished writes lie among the "
+                f"shards ({', '.join(self.temporary)}{more}); run `shardpipe cleanup`",
+            )
+        ]
 
 
 def verify(
@@ -311,8 +492,17 @@ def verify(
     storage_options: dict[str, Any] | None = None,
     workers: int = 8,
     complete: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
-    """Check every shard of the sharded array (or every array of the group) at ``path``.
+    """Check every shard present in the sharded array (or every array of the group) at ``path``.
+
+    The shards are found by listing the keys under the array's shard prefix,
+    so that the work and the memory grow with the shards stored, not with
+    the grid: absent shards are counted, not visited. A key under that
+    prefix that names no shard of the grid is a problem. When a
+    ``distributed`` client is active, the shards are checked on its cluster
+    in tasks of up to :data:`~shardpipe.shard_listing.TASK_SHARDS` shards;
+    otherwise on ``workers`` threads.
 
     Parameters
     ----------
@@ -323,49 +513,72 @@ def verify(
     storage_options : dict, optional
         fsspec options for URLs.
     workers : int
-        Shards checked concurrently.
+        Threads checking shards when no cluster is active.
     complete : bool
         Also require that no job is unfinished: a job record of a write that
-        did not finish, staging data or a job marker are problems (without
-        it they are notes). See :mod:`shardpipe.completeness`.
+        did not finish, staging data, temporary files among the shards or a
+        job marker are problems (without it they are notes). See
+        :mod:`shardpipe.completeness`.
+    progress : bool
+        Show a progress bar over the shards checked (``tqdm.auto``).
 
     Returns
     -------
     VerifyReport
         ``report.ok`` is False when any shard has a problem; ``str(report)``
-        is a short human-readable summary.
+        is a short human-readable summary. Past :data:`SHARD_ENTRIES` shards
+        checked clean, the report counts them without listing them.
     """
     complete = check_bool("complete", complete)
+    progress = check_bool("progress", progress)
     workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
     check_node_present(target, "path" if path else "store")
     group = group_at(target)
+
+    def one(array: ResolvedStore) -> VerifyReport:
+        return _verify_array(array, workers, complete, progress)
+
     if group is not None:
-        arrays, skipped = per_array(target, group, lambda t: _verify_array(t, workers, complete))
+        arrays, skipped = per_array(target, group, one)
         shards = [check for report in arrays.values() for check in report.shards]
         notes = [f"{path}: {note}" for path, report in arrays.items() for note in report.notes]
         job_problems = [p for report in arrays.values() for p in report.job_problems]
-        return VerifyReport(shards, arrays, skipped, notes, job_problems)
-    return _verify_array(target, workers, complete)
+        return VerifyReport(
+            shards,
+            arrays,
+            skipped,
+            notes,
+            job_problems,
+            n_shards=sum(r.n_shards for r in arrays.values()),
+            shards_present=sum(r.shards_present for r in arrays.values()),
+            chunks_stored=sum(r.chunks_stored for r in arrays.values()),
+            nbytes=sum(r.nbytes for r in arrays.values()),
+            unused_nbytes=sum(r.unused_nbytes for r in arrays.values()),
+            shards_left_out=sum(r.shards_left_out for r in arrays.values()),
+        )
+    return one(target)
 
 
-def _verify_array(target: ResolvedStore, workers: int, complete: bool = False) -> VerifyReport:
-    metadata = open_array_metadata(target, walk=True)  # MetadataError if zarr.json is broken
+def _verify_array(
+    target: ResolvedStore, workers: int, complete: bool = False, progress: bool = False
+) -> VerifyReport:
+    metadata = open_array_metadata(target)  # MetadataError if zarr.json is broken
     if not isinstance(metadata, ArrayV3Metadata):
         raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
-    report = VerifyReport(list(shard_checks(target, metadata, workers)))
+    layout = layout_of(metadata)
+    undone = {record.key for _, record in undo_records(target.shards, JobKeys(target.key("")))}
+    tally = _Tally(undone, layout.shard_grid)
+    checks = checked_shards(
+        target, metadata, workers, cluster=True, progress=progress, others=tally.other
+    )
+    for check in checks:
+        tally.add(check)
+    report = tally.finish(layout.n_shards)
     note = checksum_note(ChunkCodec.from_metadata(metadata))
-    if note is not None and any(check.chunks_stored for check in report.shards):
+    if note is not None and report.chunks_stored:
         report.notes.append(note)
-    by_key = {check.key: check for check in report.shards}
-    for _, record in undo_records(target.shards, JobKeys(target.key(""))):
-        check = by_key.setdefault(record.key, ShardCheck(record.key))
-        check.problems.append(
-            "left mid-update by an interrupted job (an undo record exists); run "
-            "`shardpipe repair` to restore it"
-        )
-    absent = sum(not check.present for check in report.shards)
-    findings = unfinished_work(target, absent, len(report.shards))
+    findings = tally.leftovers() + unfinished_work(target, report.shards_absent, report.n_shards)
     if complete:
         report.job_problems += findings
     else:

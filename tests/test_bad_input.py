@@ -453,6 +453,7 @@ def _maintenance() -> list[tuple[str, str, Any, str, Call]]:
             "got 'yes'",
             lambda p: shardpipe.verify(p.arr, complete="yes"),
         ),
+        ("verify", "progress", "no", "got 'no'", lambda p: shardpipe.verify(p.arr, progress="no")),
         ("repair", "force", "yes", "got 'yes'", lambda p: shardpipe.repair(p.arr, force="yes")),
         ("repair", "force", 1, "got 1 (int)", lambda p: shardpipe.repair(p.arr, force=1)),
     ]

@@ -90,3 +90,20 @@ def test_a_resumed_write_checks_its_record_again_when_it_runs(tmp_path: Path) ->
     with pytest.raises(InvalidArgumentError, match="written by another job: its source"):
         job.to_delayed().compute()
     assert np.array_equal(read_zarr(str(tmp_path)), b.compute())  # b's array untouched
+
+
+def test_complete_shards_lists_the_shards_present(tmp_path: Path) -> None:
+    """Resume looks at the shards listed, not at every position of a grid of a million."""
+    from shardpipe.metadata import layout_of, open_array_metadata
+    from shardpipe.resume import complete_shards
+    from tests.test_verify import MILLION, counted, damage, sparse_array
+
+    sparse_array(tmp_path, MILLION)
+    damage(tmp_path / "c/1/2")
+    (tmp_path / "c/0/07").write_bytes((tmp_path / "c/0/1").read_bytes())  # names no shard
+    (tmp_path / "c/0/.1.abc.shardpipe-tmp").write_bytes(b"partial")
+    target, store = counted(tmp_path)
+    metadata = open_array_metadata(target)
+    kept = complete_shards(target, metadata, layout_of(metadata))
+    assert kept == {(i, j) for i in (0, 1) for j in range(4)} - {(1, 2)}
+    assert store.requests < 100
