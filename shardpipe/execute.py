@@ -1,9 +1,13 @@
-"""Running write jobs: one Dask computation for one or several arrays.
+"""Running write jobs: one streamed computation for one or several arrays.
 
 :func:`execute_together` takes each job's marker, writes or checks its
-metadata, builds every graph, runs all publishing tasks at once, and on
-failure rolls back what the jobs left mid-update before the error is
-raised. ``ShardedWrite.execute`` is ``execute_together([job])``.
+metadata, then runs the jobs' waves one after another
+(:func:`~shardpipe.streaming.run_waves`: each wave's graph built while the
+one before runs, small waves of several jobs together), records each wave
+of a new array as done in its job record once it is (so that a resumed
+write starts at the first wave not done), and on failure rolls back what
+the jobs left mid-update before the error is raised.
+``ShardedWrite.execute`` is ``execute_together([job])``.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from dataclasses import replace
 from shardpipe.checks import check_bool
 from shardpipe.job import ShardedWrite, StartedJob
 from shardpipe.journal import release
-from shardpipe.progress import run_publishing
 from shardpipe.resume import forget_finished, save_record
+from shardpipe.streaming import WaveGraph, run_waves
 from shardpipe.tasks import WriteReport, finish_write
 
 log = logging.getLogger("shardpipe")
@@ -46,20 +50,30 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
     try:
         for number, job in enumerate(jobs):
             started.append(job._start(f"{token}-{number}"))
-        publishing = [task for s in started for task in s.graph.publishing]
+
+        def record_wave(wave: WaveGraph) -> None:
+            job = started[wave.job]
+            if job.job.identity is not None and job.schedule.n_waves > 1:
+                waves = {"shards_per_wave": job.schedule.max_shards, "done": wave.wave + 1}
+                save_record(job.job.target, job.job.identity, "running", waves=waves)
+
         try:
-            shards = sum(s.graph.n_shards for s in started)
-            reports = run_publishing(publishing, show=progress, token=token, shards=shards)
+            totals = run_waves(
+                (w for n, s in enumerate(started) for w in s.wave_graphs(n)),
+                len(started),
+                show=progress,
+                token=token,
+                total_shards=sum(s.n_shards_to_write for s in started),
+                total_waves=sum(len(s.waves_to_run) for s in started),
+                on_wave_done=record_wave,
+            )
         except BaseException as err:
             for s in started:
                 s.job._undo_failed(err)
             raise
         results = []
-        done = 0
-        for s in started:
-            count = len(s.graph.publishing)
-            report = finish_write(s.write_target, *reports[done : done + count])
-            done += count
+        for s, total in zip(started, totals, strict=True):
+            report = finish_write(s.write_target, total)
             existing = s.job.existing
             if existing is not None and existing.grown is not None:
                 s.job._publish_grown(existing)
@@ -67,7 +81,7 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
                 forget_finished(s.job.target)
             if s.job.identity is not None:
                 save_record(s.job.target, s.job.identity, "complete")
-            results.append(replace(report, shards_skipped=len(s.job.skip)))
+            results.append(replace(report, shards_skipped=s.job.n_shards_skipped))
     finally:
         for s in reversed(started):
             release(s.job.target.shards, s.job.keys, s.marker)

@@ -13,6 +13,11 @@ Dask scheduler. Task names read well on the dashboard::
     stamp-shard    write a large shard's index and publish it atomically
     write-done     remove the staging area, add up the reports
 
+A graph covers the whole write, or one wave of it (a box of shards:
+:mod:`shardpipe.core.waves`). A wave's blocks come from the source sliced
+to the box of blocks feeding it, so Dask culls the source's graph to them:
+no step walks every block of the array.
+
 A block that feeds a single task is computed inside that task
 (:func:`~shardpipe.fusion.fuse_blocks`): on ``distributed`` it is then born
 on the worker that encodes it, so no block travels between workers, and the
@@ -23,7 +28,8 @@ scheduler handles one task per shard instead of two. Every task runs inside
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -33,7 +39,8 @@ import numpy as np
 from dask.delayed import Delayed, delayed
 
 from shardpipe.core.grid import Box, Coords
-from shardpipe.core.plan import PartPlan, WritePlan
+from shardpipe.core.plan import PartPlan, ShardPlan, WritePlan
+from shardpipe.core.waves import Wave
 from shardpipe.fusion import fuse_blocks
 from shardpipe.heap import in_heap_scope
 from shardpipe.task_groups import group_publishing, shards_per_task
@@ -83,6 +90,7 @@ def build_write_graph(
     update: bool = False,
     skip: frozenset[Coords] = frozenset(),
     threads: int | None = None,
+    wave: Wave | None = None,
 ) -> WriteGraph:
     """Build the Dask graph that writes ``arr`` according to ``plan``.
 
@@ -115,8 +123,10 @@ def build_write_graph(
         Worker threads of the ``distributed`` cluster the graph will run on:
         small shards are then written several per task
         (:mod:`shardpipe.task_groups`).
+    wave : Wave, optional
+        Write only this box of shards (``token`` should then name the wave).
     """
-    blocks: np.ndarray = arr.to_delayed(optimize_graph=True)
+    blocks = SourceBlocks(arr, plan, wave)
     target_d = (
         target
         if isinstance(target, Delayed)
@@ -161,7 +171,7 @@ def build_write_graph(
 
     publishing = []
     n_shards = 0
-    for shard in plan.shards:
+    for shard in _shards(plan, wave):
         if shard.coords in skip:
             continue
         n_shards += 1
@@ -212,7 +222,7 @@ def build_write_graph(
     result = delayed(finish_write, pure=True)(
         target_d, *publishing, dask_key_name=f"write-done-{token}"
     )
-    fused = fuse_blocks(result, publishing, {b.key for b in blocks.flat}, token)
+    fused = fuse_blocks(result, publishing, blocks.keys(), token)
     if fused is not None:
         result, publishing = fused
         shard_nbytes = plan.nbytes_in // max(plan.n_shards, 1)
@@ -221,3 +231,56 @@ def build_write_graph(
         if grouped is not None:
             result, publishing = grouped
     return WriteGraph(result, publishing, n_shards)
+
+
+def _shards(plan: WritePlan, wave: Wave | None) -> Iterator[ShardPlan]:
+    """The shards to write, in C order: all of the plan's, or one wave's."""
+    if wave is None:
+        return plan.iter_shards()
+    return (plan.shard(coords) for coords in itertools.product(*wave.ranges))
+
+
+class SourceBlocks:
+    """The source's blocks feeding a write or one wave of it, as ``Delayed`` by block coordinates.
+
+    For a wave, the source is sliced to the box of blocks that feed its
+    shards, at block edges, so the slice has exactly those blocks and Dask
+    culls the rest of the source's graph away. A source with empty blocks
+    (which a slice could drop) is taken whole.
+    """
+
+    def __init__(self, arr: da.Array, plan: WritePlan, wave: Wave | None) -> None:
+        self.origin: Coords = (0,) * arr.ndim
+        if wave is not None and all(all(sizes) for sizes in plan.blocks.chunks):
+            first, stop = _block_ranges(plan, wave)
+            bounds = plan.blocks.bounds
+            index = tuple(
+                slice(bounds[d][a], bounds[d][b])
+                for d, (a, b) in enumerate(zip(first, stop, strict=True))
+            )
+            arr = arr[index]
+            self.origin = first
+        self._delayed: np.ndarray = arr.to_delayed(optimize_graph=True)
+
+    def __getitem__(self, block: Coords) -> Delayed:
+        local = tuple(b - o for b, o in zip(block, self.origin, strict=True))
+        found: Delayed = self._delayed[local]
+        return found
+
+    def keys(self) -> set[Any]:
+        """Keys of the blocks."""
+        return {b.key for b in self._delayed.flat}
+
+
+def _block_ranges(plan: WritePlan, wave: Wave) -> tuple[Coords, Coords]:
+    """Per dimension, the first block feeding ``wave`` and one past the last (source blocks)."""
+    layout, placement = plan.layout, plan.placement
+    first, stop = [], []
+    for d, shards in enumerate(wave.ranges):
+        size, (r0, r1) = layout.shard_shape[d], placement.region[d]
+        lo = max(shards.start * size, r0) - placement.offset[d]
+        hi = min(shards.stop * size, r1) - placement.offset[d]
+        bounds = plan.blocks.bounds[d]
+        first.append(bisect_right(bounds, lo) - 1)
+        stop.append(bisect_right(bounds, hi - 1))
+    return tuple(first), tuple(stop)

@@ -12,13 +12,20 @@ While it runs, a job holds the array's marker (:mod:`shardpipe.journal`): a
 new array is created after it is taken, an update checks that ``zarr.json``
 did not change since planning, and an append publishes the grown metadata
 after every shard.
+
+A job runs in waves of shards (:mod:`shardpipe.core.waves`,
+:mod:`shardpipe.streaming`): each wave's graph is built from the source when
+the wave is about to run, so neither the client nor the scheduler ever holds
+the graph of a whole petabyte array. A small write is one wave.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +37,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
-from shardpipe.core.sizes import format_bytes
+from shardpipe.core.waves import WaveSchedule, wave_shards
 from shardpipe.creation import (
     check_metadata_written,
     check_no_other_job,
@@ -48,7 +55,8 @@ from shardpipe.existing import (
     metadata_bytes,
 )
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.graph import WriteGraph, build_write_graph
+from shardpipe.graph import build_write_graph
+from shardpipe.job_summary import summary_rows
 from shardpipe.journal import (
     JobKeys,
     JobMarker,
@@ -65,6 +73,7 @@ from shardpipe.resume import (
     forget_finished,
 )
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.streaming import WAVES_PER_BATCH, WaveGraph, wave_tasks
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport, WriteTarget
 from shardpipe.updating import UpdateTarget
@@ -108,6 +117,12 @@ class ShardedWrite:
     resume : bool or "force"
         For a resumed write: how its job record is compared (again when it
         starts running: another job may have replaced the array meanwhile).
+    first_wave : int
+        For a resumed write: the first wave not recorded as done; the shards
+        of the waves before it are complete and not looked at again.
+    wave_size : int or None
+        Shards per wave; None chooses them when the job runs
+        (:meth:`wave_schedule`). A resumed write keeps its first run's.
 
     Notes
     -----
@@ -131,6 +146,8 @@ class ShardedWrite:
         skip: frozenset[Coords] = frozenset(),
         identity: dict[str, Any] | None = None,
         resume: Resume = False,
+        first_wave: int = 0,
+        wave_size: int | None = None,
     ) -> None:
         self.source = source
         self.target = target
@@ -144,6 +161,8 @@ class ShardedWrite:
         self.skip = skip
         self.identity = identity
         self.resume = resume
+        self.first_wave = first_wave
+        self.wave_size = wave_size
 
     @property
     def keys(self) -> JobKeys:
@@ -161,71 +180,35 @@ class ShardedWrite:
         """Shard and inner-chunk grids of the target array."""
         return self.plan.layout
 
+    def wave_schedule(self, threads: int | None = None) -> WaveSchedule:
+        """The waves the job runs in.
+
+        A wave holds as many shards as an eighth of ``shardpipe.wave-tasks``
+        tasks allow (:func:`~shardpipe.streaming.wave_tasks`, counting the
+        tasks of any scheduler; waves run in batches of about eight), and at
+        least two per worker thread (``threads``, or this machine's cores),
+        so that every thread has work.
+        """
+        plan = self.plan
+        size = self.wave_size
+        if size is None:
+            from dask.system import CPU_COUNT
+
+            per_shard = plan.num_tasks / max(plan.n_shards, 1)
+            tasks = wave_tasks() // WAVES_PER_BATCH
+            size = wave_shards(per_shard, tasks, 2 * (threads or CPU_COUNT), plan.n_shards)
+        return WaveSchedule(plan.placement.shard_ranges, size)
+
+    @property
+    def n_shards_skipped(self) -> int:
+        """Shards a resumed write leaves alone: those of its done waves and the complete others."""
+        schedule = self.wave_schedule()
+        done = sum(schedule.wave(k).n_shards for k in range(min(self.first_wave, schedule.n_waves)))
+        return done + len(self.skip)
+
     def summary_rows(self) -> list[tuple[str, str]]:
         """The plan's summary as ``(label, value)`` rows (what ``repr`` and the HTML show)."""
-        plan, meta = self.plan, self.metadata
-        location = self.target.path or "/"
-        codecs = [str(c.to_dict()["name"]) for c in self._chunk_codec().codecs]
-        peaks = {**plan.projected_peaks()}
-        for kind, peak in plan.projected_peaks(in_process=True).items():
-            if kind not in peaks or peak.nbytes > peaks[kind].nbytes:
-                peaks[kind] = peak
-        # an update's one task per shard is update-shard (planned like write-shard)
-        name = {"write-shard": "update-shard"} if self.existing else {}
-        memory = ", ".join(
-            f"{name.get(k, k)} {format_bytes(m.nbytes)}" for k, m in sorted(peaks.items())
-        )
-        tasks = ", ".join(f"{name.get(k, k)} {n:,}" for k, n in sorted(plan.task_counts.items()))
-        return [
-            ("target", f"{self.target.zarr_store} at {location!r}"),
-            (
-                "array",
-                f"shape {meta.shape}, dtype {self.source.dtype}, fill value {meta.fill_value}",
-            ),
-            (
-                "layout",
-                f"shards {plan.layout.shard_shape}, inner chunks {plan.layout.chunk_shape}, "
-                f"index at the {self.shard_format.index_location}",
-            ),
-            ("inner codecs", " -> ".join(codecs) or "none"),
-            (
-                "source",
-                f"{plan.blocks.shape} in {self.source.npartitions:,} Dask blocks "
-                f"(largest {format_bytes(plan.block_nbytes)})",
-            ),
-            (
-                "shards",
-                f"{plan.n_shards:,} ({plan.n_multipart_shards:,} in parts; "
-                + (f"{len(self.skip):,} complete already, skipped; " if self.skip else "")
-                + f"{plan.n_parts:,} parts of up to {plan.part_chunks} inner chunks)",
-            ),
-            *self._update_rows(),
-            ("tasks", f"{plan.num_tasks:,}: {tasks}"),
-            ("bytes in", f"{format_bytes(plan.nbytes_in)} raw"),
-            ("bytes out", f"at most {format_bytes(plan.nbytes_out_max)} encoded"),
-            ("peak memory per task", f"{memory} (max_mem {format_bytes(plan.max_mem)})"),
-        ]
-
-    def _update_rows(self) -> list[tuple[str, str]]:
-        existing = self.existing
-        if existing is None:
-            return []
-        plan = self.plan
-        what = "append" if existing.grown is not None else "region write"
-        old_shape = tuple(existing.metadata.shape)
-        return [
-            (
-                "update",
-                f"{what} at {plan.placement.region} of {old_shape}"
-                + (f" (grown to {tuple(self.metadata.shape)})" if existing.grown else "")
-                + f", write_strategy {existing.strategy!r}",
-            ),
-            (
-                "inner chunks",
-                f"{plan.n_chunks_full:,} replaced, {plan.n_chunks_partial:,} merged with "
-                "their old content",
-            ),
-        ]
+        return summary_rows(self)
 
     def __repr__(self) -> str:
         return text_table("ShardedWrite", self.summary_rows())
@@ -234,14 +217,15 @@ class ShardedWrite:
         return html_table("ShardedWrite", self.summary_rows())
 
     # -- running it ----------------------------------------------------------
-    def _chunk_codec(self) -> ChunkCodec:
+    def chunk_codec(self) -> ChunkCodec:
+        """The codec chain inner chunks are encoded with, and their fill value."""
         return ChunkCodec.from_metadata(self.metadata, write_empty_chunks=self._write_empty_chunks)
 
     def _write_target(self, token: str) -> WriteTarget:
         return WriteTarget(
             store=self.target.shards,
             layout=self.layout,
-            codec=self._chunk_codec(),
+            codec=self.chunk_codec(),
             shard_format=self.shard_format,
             staging=self.target.key(f"{STAGING_DIR}/{token}"),
         )
@@ -262,6 +246,9 @@ class ShardedWrite:
         :class:`~shardpipe.tasks.WriteReport`. Piece tasks encode where the
         blocks live, so the graph suits every scheduler. After a failed
         computation, :func:`shardpipe.cleanup` removes what it left.
+
+        The graph holds every shard of the write at once; :meth:`execute`
+        runs large writes wave by wave instead (see :attr:`wave_schedule`).
         """
         if self.existing is not None:
             raise InvalidArgumentError(
@@ -289,8 +276,13 @@ class ShardedWrite:
                 run=token,
                 dask_key_name=f"create-array-{token}",
             )
+        skip = self.skip
+        if self.first_wave:  # one graph: leave the done waves out shard by shard
+            schedule = self.wave_schedule()
+            waves = (schedule.wave(k) for k in range(min(self.first_wave, schedule.n_waves)))
+            skip = skip | {c for wave in waves for c in itertools.product(*wave.ranges)}
         graph = build_write_graph(
-            self.source, self.plan, target_d, self._key_of(), token, skip=self.skip
+            self.source, self.plan, target_d, self._key_of(), token, skip=skip
         )
         if self.identity is None:
             return graph.result
@@ -298,7 +290,7 @@ class ShardedWrite:
             graph.result,
             self.target,
             self.identity,
-            len(self.skip),
+            self.n_shards_skipped,
             dask_key_name=f"record-complete-{token}",
         )
         return done
@@ -332,7 +324,7 @@ class ShardedWrite:
         return execute_together([self], progress=progress)[0]
 
     def _start(self, token: str) -> StartedJob:
-        """Take the array's marker, write or check the metadata, build the graph."""
+        """Take the array's marker and write or check the metadata; the graphs come later."""
         store, keys = self.target.shards, self.keys
         marker = acquire(store, keys, "write" if self.existing is None else "update")
         try:
@@ -357,21 +349,13 @@ class ShardedWrite:
                     marker,
                     identity=self.identity,
                 )
-            graph = build_write_graph(
-                self.source,
-                self.plan,
-                target,
-                self._key_of(),
-                token,
-                in_process=runs_in_process(self.source),
-                update=self.existing is not None,
-                skip=self.skip,
-                threads=cluster_threads(),
-            )
         except BaseException:
             release(store, keys, marker)
             raise
-        return StartedJob(self, marker, write_target, graph)
+        threads = cluster_threads()
+        return StartedJob(
+            self, marker, write_target, target, token, threads, self.wave_schedule(threads)
+        )
 
     def _update_target(self, write_target: WriteTarget, marker: JobMarker) -> UpdateTarget:
         existing = self.existing
@@ -422,10 +406,18 @@ class ShardedWrite:
                 "data but the array was not grown. Check what else writes this array"
             ) from err
 
-    def resumed(self, skip: frozenset[Coords], resume: Resume = True) -> ShardedWrite:
+    def resumed(
+        self,
+        skip: frozenset[Coords],
+        resume: Resume = True,
+        *,
+        first_wave: int = 0,
+        wave_size: int | None = None,
+    ) -> ShardedWrite:
         """This write, into the array it already created, leaving the shards in ``skip`` alone.
 
-        ``resume`` is how the job record is compared when the write starts.
+        ``resume`` is how the job record is compared when the write starts;
+        ``first_wave`` and ``wave_size`` carry on the first run's waves.
         """
         return ShardedWrite(
             self.source,
@@ -438,6 +430,8 @@ class ShardedWrite:
             skip=skip,
             identity=self.identity,
             resume=resume,
+            first_wave=first_wave,
+            wave_size=wave_size,
         )
 
     def open(self) -> zarr.Array[Any]:
@@ -447,9 +441,63 @@ class ShardedWrite:
 
 @dataclass(frozen=True)
 class StartedJob:
-    """A job whose marker is taken and whose graph is built (see :mod:`shardpipe.execute`)."""
+    """A job whose marker is taken and whose metadata is written (see :mod:`shardpipe.execute`).
+
+    Parameters
+    ----------
+    job : ShardedWrite
+        The job.
+    marker : JobMarker
+        The array's marker it holds.
+    write_target : WriteTarget
+        Where and how its tasks write.
+    target : WriteTarget or UpdateTarget
+        What its graph's tasks get (an update's target for an update).
+    token : str
+        Unique id of this run of the job, in its tasks' names.
+    threads : int or None
+        Worker threads of the ``distributed`` cluster it runs on, if any.
+    schedule : WaveSchedule
+        Its waves.
+    """
 
     job: ShardedWrite
     marker: JobMarker
     write_target: WriteTarget
-    graph: WriteGraph
+    target: WriteTarget | UpdateTarget
+    token: str
+    threads: int | None
+    schedule: WaveSchedule
+
+    @property
+    def waves_to_run(self) -> range:
+        """Numbers of the waves this run writes (a resumed job skips the done ones)."""
+        return range(min(self.job.first_wave, self.schedule.n_waves), self.schedule.n_waves)
+
+    @property
+    def n_shards_to_write(self) -> int:
+        """Shards this run publishes."""
+        plan = self.job.plan
+        return plan.n_shards - self.job.n_shards_skipped
+
+    def wave_graphs(self, index: int) -> Iterator[WaveGraph]:
+        """Build each wave's graph when it is asked for; ``index`` is the job's position."""
+        job, plan = self.job, self.job.plan
+        per_shard = plan.num_tasks / max(plan.n_shards, 1)
+        in_process = runs_in_process(job.source)
+        whole = self.schedule.n_waves == 1
+        for number in self.waves_to_run:
+            wave = self.schedule.wave(number)
+            graph = build_write_graph(
+                job.source,
+                plan,
+                self.target,
+                job._key_of(),
+                self.token if whole else f"{self.token}-w{number}",
+                in_process=in_process,
+                update=job.existing is not None,
+                skip=job.skip,
+                threads=self.threads,
+                wave=None if whole else wave,
+            )
+            yield WaveGraph(index, number, graph.publishing, math.ceil(wave.n_shards * per_shard))

@@ -16,10 +16,11 @@ from typing import Any
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.checks import check_bool, check_int, check_json_dict
-from shardpipe.core.grid import BlockGrid, ShardLayout
+from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
 from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
+from shardpipe.core.waves import WaveSchedule
 from shardpipe.creation import check_no_other_job
 from shardpipe.encoding import ChunkCodec, checksummed_compressors
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
@@ -36,12 +37,14 @@ from shardpipe.existing import (
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.metadata import format_of, layout_of
 from shardpipe.resume import (
+    Resume,
     check_resume,
     check_same_job,
     complete_shards,
     finished_shards,
     job_identity,
     update_identity,
+    waves_done,
 )
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_source_is_not_target, check_store_reachable, check_target
@@ -203,9 +206,22 @@ def prepare_write(
         identity=identity,
     )
     if resuming:
-        check_same_job(target, identity, resume)
-        job = job.resumed(complete_shards(target, metadata, layout), resume)
+        record = check_same_job(target, identity, resume)
+        job = _resumed(job, record, complete_shards(target, metadata, layout), resume)
     return job
+
+
+def _resumed(
+    job: ShardedWrite, record: dict[str, Any], complete: frozenset[Coords], resume: Resume
+) -> ShardedWrite:
+    """``job`` carrying on the run its record describes: its waves, its complete shards."""
+    recorded = waves_done(record)
+    if recorded is None:
+        return job.resumed(complete, resume)
+    wave_size, first_wave = recorded
+    schedule = WaveSchedule(job.plan.placement.shard_ranges, wave_size)
+    later = frozenset(c for c in complete if schedule.wave_of(c) >= first_wave)
+    return job.resumed(later, resume, first_wave=first_wave, wave_size=wave_size)
 
 
 def prepare_fill(

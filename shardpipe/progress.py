@@ -1,25 +1,19 @@
-"""Run a write's publishing tasks and show progress over shards and bytes.
+"""Where a write runs, and its progress bar over shards, bytes and waves.
 
-On a ``distributed`` client the shards are submitted as futures and the bar
-advances as each completes; on Dask's local schedulers a scheduler callback
-does the same. The bar is ``tqdm.auto``: a console bar in a terminal, a
-widget in a notebook.
+On a ``distributed`` client the bar advances as reports are gathered
+(:mod:`shardpipe.streaming`); on Dask's local schedulers a scheduler
+callback advances it as publishing tasks end.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask
 import dask.base
-import dask.threaded
-from dask.base import compute
 from dask.callbacks import Callback
-from dask.delayed import Delayed
-from dask.system import CPU_COUNT
 
 from shardpipe.graph import PUBLISHING_TASKS
 from shardpipe.tasks import WriteReport
@@ -61,108 +55,84 @@ def runs_in_process(collection: Any) -> bool:
     return scheduler in (dask.threaded.get, dask.local.get_sync)
 
 
-def _bar(total: int, show: bool) -> Any:
-    from tqdm.auto import tqdm
+class ShardBar:
+    """A progress bar over the shards of a write, with bytes, waves and an ETA.
 
-    return tqdm(total=total, unit="shard", desc="shardpipe", disable=not show, dynamic_ncols=True)
+    ``tqdm.auto``: a console bar in a terminal, a widget in a notebook;
+    nothing when ``show`` is False. Safe to advance from several threads.
 
+    Parameters
+    ----------
+    total_shards : int
+        Shards the write publishes (the bar's total).
+    total_waves : int
+        Waves the write is run in (shown when more than one).
+    show : bool
+        Whether to show it.
+    """
 
-def _advance(bar: Any, report: WriteReport, done: list[int]) -> None:
-    done[0] += report.nbytes
-    bar.update(report.shards)
-    bar.set_postfix_str(f"{done[0] / 1e6:,.0f} MB written", refresh=False)
+    def __init__(self, total_shards: int, total_waves: int, show: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(
+            total=total_shards,
+            unit="shard",
+            desc="shardpipe",
+            disable=not show,
+            dynamic_ncols=True,
+        )
+        self._lock = threading.Lock()
+        self._nbytes = 0
+        self._waves = 0
+        self._total_waves = total_waves
+
+    def advance(self, report: WriteReport) -> None:
+        """Count a publishing task's shards and bytes."""
+        with self._lock:
+            self._nbytes += report.nbytes
+            self._bar.update(report.shards)
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+
+    def wave_done(self) -> None:
+        """Count a finished wave."""
+        with self._lock:
+            self._waves += 1
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+
+    def _postfix(self) -> str:
+        text = f"{self._nbytes / 1e6:,.0f} MB written"
+        if self._total_waves > 1:
+            text = f"wave {min(self._waves + 1, self._total_waves)}/{self._total_waves}, " + text
+        return text
+
+    def __enter__(self) -> ShardBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.close()
 
 
 class _LocalProgress(Callback):
-    def __init__(self, bar: Any) -> None:
+    def __init__(self, bar: ShardBar) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.bar = bar
-        self.done = [0]
 
     def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
         name = key[0] if isinstance(key, tuple) else str(key)
         if isinstance(result, WriteReport) and name.startswith(PUBLISHING_TASKS):
-            _advance(self.bar, result, self.done)
+            self.bar.advance(result)
 
 
-def run_publishing(
-    tasks: Sequence[Delayed], *, show: bool, token: str, shards: int | None = None
-) -> list[WriteReport]:
-    """Compute every publishing task and return their reports, in order.
+def local_progress(bar: ShardBar) -> Callback:
+    """A Dask callback advancing ``bar`` as publishing tasks end on a local scheduler.
 
-    ``shards`` is the number of shards the tasks write (the bar's total;
-    by default one per task).
-
-    If a task fails, no task of the write (``token`` is in every task's
-    name) is still running when this raises: tasks not started are cancelled
-    and running ones are waited for, so that the caller can roll back and
-    clean up without a task writing under it.
+    Use it as a context manager around the ``compute`` calls (callbacks are
+    process-wide: computations in other threads advance the bar too).
     """
-    client = distributed_client()
-    with _bar(len(tasks) if shards is None else shards, show) as bar:
-        if client is not None:
-            return _run_on_cluster(client, tasks, bar, token)
-        if dask.base.get_scheduler() is not dask.threaded.get:
-            with _LocalProgress(bar):
-                return list(compute(*tasks))
-        workers = dask.config.get("num_workers", None) or CPU_COUNT
-        pool = ThreadPoolExecutor(workers)
-        try:
-            with _LocalProgress(bar):
-                return list(compute(*tasks, scheduler="threads", pool=pool))
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+    return _LocalProgress(bar)
 
 
-GATHER_EVERY = 0.5
-"""Seconds between two collections of finished shards' reports on ``distributed``."""
-
-
-def _run_on_cluster(
-    client: Any, tasks: Sequence[Delayed], bar: Any, token: str
-) -> list[WriteReport]:
-    """Compute ``tasks`` on a ``distributed`` client, their reports in order.
-
-    Reports are collected from the workers in batches, at most every
-    :data:`GATHER_EVERY` seconds, at the end and at the first failure: one
-    request per worker and batch instead of one per task, each of which
-    costs the client's, the scheduler's and a worker's event loops time
-    taken from the workers on a small machine. The bar advances as reports
-    arrive.
-    """
-    from distributed import as_completed
-
-    futures = client.compute(list(tasks))
-    position = {f.key: i for i, f in enumerate(futures)}
-    reports: list[WriteReport | None] = [None] * len(futures)
-    pending: list[Any] = []
-    done = [0]
-
-    def collect() -> None:
-        for future, report in zip(pending, client.gather(pending), strict=True):
-            reports[position[future.key]] = report
-            _advance(bar, report, done)
-        pending.clear()
-
-    gathered = time.monotonic()
-    try:
-        finished = as_completed(futures)
-        for batch in finished.batches():
-            pending.extend(batch)
-            failed = any(f.status != "finished" for f in batch)
-            if failed or finished.is_empty() or time.monotonic() - gathered >= GATHER_EVERY:
-                collect()
-                gathered = time.monotonic()
-        if pending:
-            collect()
-    except BaseException:
-        client.cancel(futures)
-        _wait_idle(client, token)
-        raise
-    return [r for r in reports if r is not None]
-
-
-def _wait_idle(client: Any, token: str, timeout: float = 600.0) -> None:
+def wait_idle(client: Any, token: str, timeout: float = 600.0) -> None:
     """Wait until no task whose name holds ``token`` runs on the cluster's workers."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -128,9 +128,21 @@ def job_identity(source: dict[str, Any], metadata_document: dict[str, Any]) -> d
     return {"source": source, "target": metadata_document}
 
 
-def record_bytes(identity: dict[str, Any], state: str, run: str | None = None) -> bytes:
-    """The job record of a write with ``identity`` in ``state``, made by the run ``run``."""
-    return json.dumps({**identity, "state": state, "run": run}, sort_keys=True).encode()
+def record_bytes(
+    identity: dict[str, Any],
+    state: str,
+    run: str | None = None,
+    waves: dict[str, int] | None = None,
+) -> bytes:
+    """The job record of a write with ``identity`` in ``state``, made by the run ``run``.
+
+    ``waves`` (``{"shards_per_wave": n, "done": k}``) says that the first
+    ``k`` waves of ``n`` shards each are complete.
+    """
+    record = {**identity, "state": state, "run": run}
+    if waves is not None:
+        record["waves"] = waves
+    return json.dumps(record, sort_keys=True).encode()
 
 
 def read_record(target: ResolvedStore) -> dict[str, Any] | None:
@@ -163,15 +175,32 @@ def read_record(target: ResolvedStore) -> dict[str, Any] | None:
 
 
 def save_record(
-    target: ResolvedStore, identity: dict[str, Any], state: str, run: str | None = None
+    target: ResolvedStore,
+    identity: dict[str, Any],
+    state: str,
+    run: str | None = None,
+    *,
+    waves: dict[str, int] | None = None,
 ) -> None:
     """Save (or replace) the job record of the array at ``target``.
 
     ``run`` is a token unique to one run of the write: a task that creates the
     array and runs a second time (its first worker died after creating it)
-    finds its own token and leaves the array as it is.
+    finds its own token and leaves the array as it is. ``waves`` records the
+    waves done (see :func:`record_bytes`).
     """
-    target.shards.put(target.key(RECORD), [record_bytes(identity, state, run)])
+    target.shards.put(target.key(RECORD), [record_bytes(identity, state, run, waves)])
+
+
+def waves_done(record: dict[str, Any]) -> tuple[int, int] | None:
+    """``(shards per wave, waves done)`` of a job record, or None if it records none."""
+    waves = record.get("waves")
+    if not isinstance(waves, dict):
+        return None
+    size, done = waves.get("shards_per_wave"), waves.get("done")
+    if not isinstance(size, int) or not isinstance(done, int) or size < 1 or done < 0:
+        return None
+    return size, done
 
 
 def delete_record(target: ResolvedStore) -> None:
@@ -334,9 +363,9 @@ def finished_shards(
     keys = JobKeys(target.key(""))
     recorded = set(target.shards.list(f"{keys.done}{update}/"))
     return frozenset(
-        shard.coords
-        for shard in plan.shards
-        if keys.done_key(update, target.key(shard_format.key(shard.coords))) in recorded
+        coords
+        for coords in plan.placement.shards()
+        if keys.done_key(update, target.key(shard_format.key(coords))) in recorded
     )
 
 

@@ -1,0 +1,92 @@
+"""The summary of a write job: the rows ``print(job)`` and a notebook's table show."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from shardpipe.core.sizes import format_bytes
+
+if TYPE_CHECKING:
+    from shardpipe.job import ShardedWrite
+
+
+def summary_rows(job: ShardedWrite) -> list[tuple[str, str]]:
+    """The plan's summary as ``(label, value)`` rows (what ``repr`` and the HTML show)."""
+    plan, meta = job.plan, job.metadata
+    location = job.target.path or "/"
+    codecs = [str(c.to_dict()["name"]) for c in job.chunk_codec().codecs]
+    peaks = {**plan.projected_peaks()}
+    for kind, peak in plan.projected_peaks(in_process=True).items():
+        if kind not in peaks or peak.nbytes > peaks[kind].nbytes:
+            peaks[kind] = peak
+    # an update's one task per shard is update-shard (planned like write-shard)
+    name = {"write-shard": "update-shard"} if job.existing else {}
+    memory = ", ".join(
+        f"{name.get(k, k)} {format_bytes(m.nbytes)}" for k, m in sorted(peaks.items())
+    )
+    tasks = ", ".join(f"{name.get(k, k)} {n:,}" for k, n in sorted(plan.task_counts.items()))
+    return [
+        ("target", f"{job.target.zarr_store} at {location!r}"),
+        (
+            "array",
+            f"shape {meta.shape}, dtype {job.source.dtype}, fill value {meta.fill_value}",
+        ),
+        (
+            "layout",
+            f"shards {plan.layout.shard_shape}, inner chunks {plan.layout.chunk_shape}, "
+            f"index at the {job.shard_format.index_location}",
+        ),
+        ("inner codecs", " -> ".join(codecs) or "none"),
+        (
+            "source",
+            f"{plan.blocks.shape} in {job.source.npartitions:,} Dask blocks "
+            f"(largest {format_bytes(plan.block_nbytes)})",
+        ),
+        (
+            "shards",
+            f"{plan.n_shards:,} ({plan.n_multipart_shards:,} in parts; "
+            + (
+                f"{job.n_shards_skipped:,} complete already, skipped; "
+                if job.skip or job.first_wave
+                else ""
+            )
+            + f"{plan.n_parts:,} parts of up to {plan.part_chunks} inner chunks)",
+        ),
+        ("waves", _waves_row(job)),
+        *_update_rows(job),
+        ("tasks", f"{plan.num_tasks:,}: {tasks}"),
+        ("bytes in", f"{format_bytes(plan.nbytes_in)} raw"),
+        ("bytes out", f"at most {format_bytes(plan.nbytes_out_max)} encoded"),
+        ("peak memory per task", f"{memory} (max_mem {format_bytes(plan.max_mem)})"),
+    ]
+
+
+def _waves_row(job: ShardedWrite) -> str:
+    schedule = job.wave_schedule()
+    per_wave = min(schedule.max_shards, job.plan.n_shards)
+    tasks = math.ceil(job.plan.num_tasks / max(job.plan.n_shards, 1) * per_wave)
+    done = f", {job.first_wave:,} done" if job.first_wave else ""
+    return f"{schedule.n_waves:,} of up to {per_wave:,} shards (~{tasks:,} tasks){done}"
+
+
+def _update_rows(job: ShardedWrite) -> list[tuple[str, str]]:
+    existing = job.existing
+    if existing is None:
+        return []
+    plan = job.plan
+    what = "append" if existing.grown is not None else "region write"
+    old_shape = tuple(existing.metadata.shape)
+    return [
+        (
+            "update",
+            f"{what} at {plan.placement.region} of {old_shape}"
+            + (f" (grown to {tuple(job.metadata.shape)})" if existing.grown else "")
+            + f", write_strategy {existing.strategy!r}",
+        ),
+        (
+            "inner chunks",
+            f"{plan.n_chunks_full:,} replaced, {plan.n_chunks_partial:,} merged with "
+            "their old content",
+        ),
+    ]

@@ -1,0 +1,271 @@
+"""Run writes wave by wave: a bounded graph on the scheduler, the next one built meanwhile.
+
+A write's shards are cut into waves (:mod:`shardpipe.core.waves`) of about
+an eighth of :func:`wave_tasks` tasks each; each wave's graph is built only
+when it is needed. The first wave is submitted alone, as soon as it is
+built, so the first shards are written early; after it, waves are submitted
+in *batches* of at least :func:`wave_tasks` tasks (small waves, of the arrays
+of a dataset say, go in one batch so that they share the workers). While
+one batch runs, the next is built and submitted, so that the workers never
+wait for the client; at most two batches are on the scheduler at once.
+When a batch is done, each of its waves is reported done in order (a write
+records it, for resume).
+
+On ``distributed`` a batch is a set of futures; on Dask's threaded
+scheduler it is a ``compute`` call in a driver thread, every batch sharing
+one pool of worker threads (so no more tasks run at once than the pool
+has threads); on any other scheduler batches run one after the other.
+
+If a task fails, no task of the write (``token`` is in every task's name)
+is still running when the error is raised: tasks not started are
+cancelled and running ones are waited for, so that the caller can roll
+back and clean up without a task writing under it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import dask
+import dask.threaded
+from dask.base import compute
+from dask.delayed import Delayed
+from dask.system import CPU_COUNT
+
+from shardpipe.progress import ShardBar, distributed_client, local_progress, wait_idle
+from shardpipe.tasks import WriteReport
+
+WAVE_TASKS = 20_000
+"""Default most tasks of one batch of waves on the scheduler (``shardpipe.wave-tasks``)."""
+
+WAVES_PER_BATCH = 8
+"""A wave holds this fraction of a batch's tasks: the first wave, submitted alone, is
+built in an eighth of the time a batch takes, so the first shards are written early."""
+
+GATHER_EVERY = 0.5
+"""Seconds between two collections of finished shards' reports on ``distributed``."""
+
+
+def wave_tasks() -> int:
+    """Most tasks one batch of waves may put on the scheduler.
+
+    ``dask.config.set({"shardpipe.wave-tasks": n})`` changes it; the
+    default, :data:`WAVE_TASKS`, keeps a batch's graph to tens of megabytes
+    on the client and a fraction of a second of scheduler time per
+    thousand tasks.
+    """
+    value = dask.config.get("shardpipe.wave-tasks", WAVE_TASKS)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"dask config shardpipe.wave-tasks must be a positive int, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class WaveGraph:
+    """One wave of one job, ready to run.
+
+    Parameters
+    ----------
+    job : int
+        Index of the job it belongs to.
+    wave : int
+        Number of the wave in its job.
+    publishing : list of Delayed
+        Its publishing tasks, each computing to a :class:`~shardpipe.tasks.WriteReport`.
+    n_tasks : int
+        Tasks it puts on the scheduler (an estimate from the plan).
+    """
+
+    job: int
+    wave: int
+    publishing: list[Delayed]
+    n_tasks: int
+
+
+class _Runner(Protocol):
+    def submit(self, tasks: list[Delayed]) -> Any: ...
+
+    def collect(self, handle: Any) -> list[WriteReport]: ...
+
+    def close(self, *, failed: bool) -> None: ...
+
+
+def run_waves(
+    waves: Iterable[WaveGraph],
+    n_jobs: int,
+    *,
+    show: bool,
+    token: str,
+    total_shards: int,
+    total_waves: int,
+    on_wave_done: Callable[[WaveGraph], None] = lambda wave: None,
+) -> list[WriteReport]:
+    """Run every wave, at most two batches at once; return each job's summed report.
+
+    Parameters
+    ----------
+    waves : iterable of WaveGraph
+        The waves, in order; each is built when it is taken.
+    n_jobs : int
+        Number of jobs the waves belong to.
+    show : bool
+        Show a progress bar over shards and bytes, with waves and an ETA.
+    token : str
+        Unique id of the run, part of every task's name.
+    total_shards, total_waves : int
+        The bar's totals.
+    on_wave_done : callable
+        Called with each wave once it and every wave before it are done.
+    """
+    totals = [WriteReport() for _ in range(n_jobs)]
+    limit = wave_tasks()
+    with ShardBar(total_shards, total_waves, show) as bar:
+        runner = _runner_for_scheduler(bar, token)
+        in_flight: deque[tuple[Any, list[WaveGraph]]] = deque()
+
+        def finish_oldest() -> None:
+            handle, batch = in_flight.popleft()
+            reports = iter(runner.collect(handle))
+            for wave in batch:
+                for _ in wave.publishing:
+                    report = next(reports)
+                    totals[wave.job] = totals[wave.job] + report
+                bar.wave_done()
+                on_wave_done(wave)
+
+        try:
+            batch: list[WaveGraph] = []
+            tasks = 0
+            for wave in waves:
+                batch.append(wave)
+                tasks += wave.n_tasks
+                if tasks >= limit or not in_flight:  # the first wave starts at once
+                    in_flight.append((runner.submit(_publishing(batch)), batch))
+                    batch, tasks = [], 0
+                    while len(in_flight) > 1:
+                        finish_oldest()
+            if batch:
+                in_flight.append((runner.submit(_publishing(batch)), batch))
+            while in_flight:
+                finish_oldest()
+        except BaseException:
+            runner.close(failed=True)
+            raise
+        runner.close(failed=False)
+    return totals
+
+
+def _publishing(batch: Sequence[WaveGraph]) -> list[Delayed]:
+    return [task for wave in batch for task in wave.publishing]
+
+
+def _runner_for_scheduler(bar: ShardBar, token: str) -> _Runner:
+    client = distributed_client()
+    if client is not None:
+        return _ClusterRunner(client, bar, token)
+    if dask.base.get_scheduler() is dask.threaded.get:
+        return _ThreadsRunner(bar)
+    return _InlineRunner(bar)
+
+
+class _InlineRunner:
+    """Any other scheduler: each batch computed when submitted, one after the other."""
+
+    def __init__(self, bar: ShardBar) -> None:
+        self.bar = bar
+
+    def submit(self, tasks: list[Delayed]) -> list[WriteReport]:
+        with local_progress(self.bar):
+            return list(compute(*tasks))
+
+    def collect(self, handle: list[WriteReport]) -> list[WriteReport]:
+        return handle
+
+    def close(self, *, failed: bool) -> None:
+        pass
+
+
+class _ThreadsRunner:
+    """Dask's threaded scheduler: batches in driver threads, sharing one pool of workers."""
+
+    def __init__(self, bar: ShardBar) -> None:
+        workers = dask.config.get("num_workers", None) or CPU_COUNT
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="shardpipe-worker")
+        self.drivers = ThreadPoolExecutor(2, thread_name_prefix="shardpipe-wave")
+        self.progress = local_progress(bar)
+        self.progress.__enter__()
+
+    def _compute(self, tasks: list[Delayed]) -> list[WriteReport]:
+        return list(compute(*tasks, scheduler="threads", pool=self.pool))
+
+    def submit(self, tasks: list[Delayed]) -> Future[list[WriteReport]]:
+        return self.drivers.submit(self._compute, tasks)
+
+    def collect(self, handle: Future[list[WriteReport]]) -> list[WriteReport]:
+        return handle.result()
+
+    def close(self, *, failed: bool) -> None:
+        # after a failure, queued tasks are cancelled (the compute of their batch
+        # then raises in its driver) and running ones end before this returns
+        self.pool.shutdown(wait=True, cancel_futures=failed)
+        self.drivers.shutdown(wait=True, cancel_futures=failed)
+        self.progress.__exit__(None, None, None)
+
+
+class _ClusterRunner:
+    """``distributed``: each batch a set of futures, reports gathered in batches.
+
+    Reports are collected from the workers at most every
+    :data:`GATHER_EVERY` seconds, at the end of a batch and at the first
+    failure: one request per worker and gathering instead of one per task,
+    each of which costs the client's, the scheduler's and a worker's event
+    loops time taken from the workers on a small machine.
+    """
+
+    def __init__(self, client: Any, bar: ShardBar, token: str) -> None:
+        self.client = client
+        self.bar = bar
+        self.token = token
+        self.futures: list[list[Any]] = []
+
+    def submit(self, tasks: list[Delayed]) -> list[Any]:
+        futures: list[Any] = self.client.compute(tasks)
+        self.futures.append(futures)
+        return futures
+
+    def collect(self, futures: list[Any]) -> list[WriteReport]:
+        from distributed import as_completed
+
+        position = {f.key: i for i, f in enumerate(futures)}
+        reports: list[WriteReport | None] = [None] * len(futures)
+        pending: list[Any] = []
+
+        def gather() -> None:
+            for future, report in zip(pending, self.client.gather(pending), strict=True):
+                reports[position[future.key]] = report
+                self.bar.advance(report)
+            pending.clear()
+
+        gathered = time.monotonic()
+        finished = as_completed(futures)
+        for batch in finished.batches():
+            pending.extend(batch)
+            failed = any(f.status != "finished" for f in batch)
+            if failed or finished.is_empty() or time.monotonic() - gathered >= GATHER_EVERY:
+                gather()
+                gathered = time.monotonic()
+        if pending:
+            gather()
+        self.futures.remove(futures)
+        return [r for r in reports if r is not None]
+
+    def close(self, *, failed: bool) -> None:
+        if failed:
+            for futures in self.futures:
+                self.client.cancel(futures)
+            wait_idle(self.client, self.token)
