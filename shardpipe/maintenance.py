@@ -3,8 +3,9 @@
 * :func:`info` reads only shard indexes: shape, layout, codecs, shards
   present, inner chunks stored, bytes used and unused;
 * :func:`repair` rolls back every shard an interrupted update left behind
-  (from its undo records), removes staging leftovers and a dead job's
-  marker, then verifies the array;
+  (from its undo records), removes staging leftovers, a dead job's marker
+  and shards past the end of the grid (an append interrupted before it
+  published the grown ``zarr.json``), then verifies the array;
 * :func:`compact` rewrites shards whose unused share (left by appends and
   in-place updates) is above a threshold, copying kept chunks as they are.
 
@@ -27,7 +28,7 @@ from shardpipe.existing import read_metadata
 from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
 from shardpipe.metadata import format_of, layout_of
-from shardpipe.shard_listing import Listed, over_shards
+from shardpipe.shard_listing import Listed, list_shards, over_shards
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_node_present
 from shardpipe.updating import StoredShard, read_shard, rewrite_shard
@@ -213,12 +214,17 @@ class RepairReport:
         interrupted update).
     removed_marker : str or None
         The dead job whose marker was removed.
+    removed_past_grid : int
+        Shard objects removed that lay past the end of the array's grid:
+        written by an append interrupted before the grown ``zarr.json`` was
+        published, read by nothing until the array grows, and then stale.
     verify : VerifyReport
         The check of the whole array afterwards.
     """
 
     rolled_back: int = 0
     removed_marker: str | None = None
+    removed_past_grid: int = 0
     verify: VerifyReport = field(default_factory=lambda: VerifyReport([]))
 
     @property
@@ -230,6 +236,11 @@ class RepairReport:
         lines = [f"rolled back: {self.rolled_back} shard(s) left mid-update"]
         if self.removed_marker:
             lines.append(f"removed the marker of {self.removed_marker}")
+        if self.removed_past_grid:
+            lines.append(
+                f"removed {self.removed_past_grid} shard(s) past the end of the grid "
+                "(an interrupted append's)"
+            )
         return "\n".join([*lines, str(self.verify)])
 
 
@@ -274,8 +285,23 @@ def repair(
         report.removed_marker = other.describe()
     with holding(shards, keys, "repair"):
         report.rolled_back += recover(shards, keys, None)
+        report.removed_past_grid = _remove_past_grid(target)
     report.verify = verify(target)
     return report
+
+
+def _remove_past_grid(target: ResolvedStore) -> int:
+    """Delete the shard objects of ``target`` whose position lies past the end of its grid."""
+    metadata, _ = read_metadata(target, "store")
+    shard_format, grid = format_of(metadata), layout_of(metadata).shard_grid
+    base = target.key("")
+    removed = 0
+    for listed in list_shards(target, shard_format, grid):
+        relative = listed.key[len(base) :]
+        if listed.coords is None and shard_format.coords(relative) is not None:
+            target.shards.delete(listed.key)
+            removed += 1
+    return removed
 
 
 @dataclass

@@ -338,3 +338,22 @@ def test_a_memory_store_is_refused_when_worker_processes_would_write_it(
     with dask.config.set(scheduler="threads"):
         shardpipe.to_sharded_zarr(data, memory, shards=(8, 8))
     assert_same(np.asarray(zarr.open_array(memory, mode="r")[...]), np.ones((8, 8), "uint16"))
+
+
+def test_repair_removes_shards_past_the_grid_an_interrupted_append_left(tmp_path) -> None:
+    """An append killed after a shard of the grown array was published, before its zarr.json."""
+    import shutil
+
+    data = np.arange(40 * 6, dtype=np.int32).reshape(40, 6)
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "a"), shards=(10, 6), chunks=(5, 6))
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "b"), shards=(10, 6), chunks=(5, 6))
+    zarr.open_array(str(tmp_path / "b"), mode="r+").resize((50, 6))
+    zarr.open_array(str(tmp_path / "b"), mode="r+")[40:] = 7
+    (tmp_path / "a" / "c" / "4").mkdir()
+    shutil.copy(tmp_path / "b" / "c" / "4" / "0", tmp_path / "a" / "c" / "4" / "0")
+    assert not shardpipe.verify(str(tmp_path / "a")).ok  # a key past the grid
+    report = shardpipe.repair(str(tmp_path / "a"))
+    assert report.removed_past_grid == 1 and "past the end of the grid" in str(report)
+    assert report.ok
+    assert not (tmp_path / "a" / "c" / "4" / "0").exists()
+    assert (tmp_path / "a" / "c" / "3" / "0").exists()
