@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.storage import MemoryStore
 
 from shardpipe.checks import check_bool, check_int
 from shardpipe.completeness import unfinished_work
@@ -291,7 +292,8 @@ def verify(
     prefix that names no shard of the grid is a problem. When a
     ``distributed`` client is active, the shards are checked on its cluster
     in tasks of up to :data:`~shardpipe.shard_listing.TASK_SHARDS` shards;
-    otherwise on ``workers`` threads.
+    otherwise (and for a zarr ``MemoryStore``, which lives in this process)
+    on ``workers`` threads.
 
     Parameters
     ----------
@@ -358,8 +360,10 @@ def _verify_array(
     layout = layout_of(metadata)
     undone = {record.key for _, record in undo_records(target.shards, JobKeys(target.key("")))}
     tally = _Tally(undone, layout.shard_grid)
+    # a MemoryStore lives here: tasks on worker processes would each carry a copy of it
+    cluster = not isinstance(target.zarr_store, MemoryStore)
     checks = checked_shards(
-        target, metadata, workers, cluster=True, progress=progress, others=tally.other
+        target, metadata, workers, cluster=cluster, progress=progress, others=tally.other
     )
     for check in checks:
         tally.add(check)

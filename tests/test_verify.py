@@ -245,3 +245,16 @@ def test_verify_runs_on_the_cluster(cluster_client: Any, tmp_path: Path) -> None
     assert {t["worker"] for t in tasks} <= set(cluster_client.scheduler_info()["workers"])
     assert sorted(key for key, _ in report.problems) == ["c/1/2", "c/5000/0"]
     assert (report.n_shards, report.shards_present) == (10**6, 8)
+
+
+@pytest.mark.cluster
+def test_a_memory_store_is_checked_here_even_with_a_cluster(cluster_client: Any) -> None:
+    from distributed import get_task_stream
+
+    store = zarr.storage.MemoryStore()
+    with dask.config.set(scheduler="threads"):
+        shardpipe.to_sharded_zarr(np.arange(1, 9, dtype="u1"), store, shards=(2,), chunks=(1,))
+    with get_task_stream(cluster_client) as stream:
+        report = shardpipe.verify(store)
+    assert report.ok and report.shards_present == 4
+    assert not [t for t in stream.data if str(t["key"]).startswith("shardpipe-verify")]
