@@ -40,8 +40,11 @@ from dask.system import CPU_COUNT
 from shardpipe.progress import ShardBar, distributed_client, local_progress, wait_idle
 from shardpipe.tasks import WriteReport
 
-WAVE_TASKS = 20_000
-"""Default most tasks of one batch of waves on the scheduler (``shardpipe.wave-tasks``)."""
+WAVE_TASKS = 16_000
+"""Default most tasks of one batch of waves on the scheduler (``shardpipe.wave-tasks``).
+
+At about 550 bytes a task, a batch's graph stays under the 10 MiB above which
+``distributed`` warns of a large graph (20,000 tasks sent 11 MiB, measured)."""
 
 WAVES_PER_BATCH = 8
 """A wave holds this fraction of a batch's tasks: the first wave, submitted alone, is
