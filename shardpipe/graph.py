@@ -43,6 +43,7 @@ from shardpipe.core.plan import PartPlan, ShardPlan, WritePlan
 from shardpipe.core.waves import Wave
 from shardpipe.fusion import fuse_blocks
 from shardpipe.heap import in_heap_scope
+from shardpipe.source_window import read_window
 from shardpipe.task_groups import group_publishing, shards_per_task
 from shardpipe.tasks import (
     WriteTarget,
@@ -245,8 +246,10 @@ class SourceBlocks:
 
     For a wave, the source is sliced to the box of blocks that feed its
     shards, at block edges, so the slice has exactly those blocks and Dask
-    culls the rest of the source's graph away. A source with empty blocks
-    (which a slice could drop) is taken whole.
+    culls the rest of the source's graph away. A source that reads an
+    array-like directly (``da.from_zarr``, ``da.from_array``) is instead read
+    through a window on that array-like (:func:`read_window`). A source with
+    empty blocks (which a slice could drop) is taken whole.
     """
 
     def __init__(self, arr: da.Array, plan: WritePlan, wave: Wave | None) -> None:
@@ -258,7 +261,8 @@ class SourceBlocks:
                 slice(bounds[d][a], bounds[d][b])
                 for d, (a, b) in enumerate(zip(first, stop, strict=True))
             )
-            arr = arr[index]
+            window = read_window(arr, index)
+            arr = arr[index] if window is None else window
             self.origin = first
         self._delayed: np.ndarray = arr.to_delayed(optimize_graph=True)
 
