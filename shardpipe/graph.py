@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import dask.array as da
 import numpy as np
+from dask._task_spec import Task, TaskRef
 from dask.delayed import Delayed, delayed
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan, ShardPlan, WritePlan
@@ -137,19 +139,29 @@ def build_write_graph(
     if isinstance(target, UpdateTarget):
         piece_target = delayed(target.write, name=f"piece-target-{token}", traverse=False)
     counter = itertools.count()
+    tasks: dict[Any, Task] = {}
+    outside: dict[int, HighLevelGraph] = {}  # graphs of the Delayed inputs, by identity
 
-    def call(func: Callable[..., Any], name: str, *deps: Any, **static: Any) -> Delayed:
-        """One task: ``deps`` are graph dependencies, ``static`` plain values.
+    def ref(dep: Any) -> TaskRef:
+        if isinstance(dep, Delayed):
+            graph = dep.__dask_graph__()
+            if not isinstance(graph, HighLevelGraph):
+                graph = HighLevelGraph.from_collections(str(dep.key), graph)
+            outside.setdefault(id(graph), graph)
+            return TaskRef(dep.key)
+        return TaskRef(dep)
 
-        Static values are bound with ``functools.partial`` so that dask does
-        not walk through them (plans and boxes) for every task.
+    def call(func: Callable[..., Any], name: str, *deps: Any, **static: Any) -> Any:
+        """One task, returning its key: ``deps`` are its inputs, ``static`` plain values.
+
+        Tasks are made directly (no ``dask.delayed`` call per task, which
+        costs about 160 us each); static values are bound with
+        ``functools.partial`` so that nothing walks through them.
         """
         key = (f"{name}-{token}", next(counter))
         bound = partial(in_heap_scope, func, **static)
-        task: Delayed = delayed(bound, name=f"{name}-fn-{token}-{key[1]}", pure=True)(
-            *deps, dask_key_name=key
-        )
-        return task
+        tasks[key] = Task(key, bound, *(ref(dep) for dep in deps))
+        return key
 
     def sources(coords: Coords, part: PartPlan) -> tuple[list[Any], tuple[Box, ...] | None]:
         """The blocks feeding a part (with their boxes), or the pieces they make."""
@@ -220,9 +232,12 @@ def build_write_graph(
                 )
             )
         publishing.append(call(stamp_shard, "stamp-shard", target_d, handle, *reports))
-    result = delayed(finish_write, pure=True)(
-        target_d, *publishing, dask_key_name=f"write-done-{token}"
-    )
+    done_key = f"write-done-{token}"
+    tasks[done_key] = Task(done_key, finish_write, ref(target_d), *(ref(p) for p in publishing))
+    layer = f"shardpipe-tasks-{token}"
+    graph = _with_layer(outside.values(), layer, tasks)
+    result = Delayed(done_key, graph, layer=layer)
+    publishing = [Delayed(key, graph, layer=layer) for key in publishing]
     fused = fuse_blocks(result, publishing, blocks.keys(), token)
     if fused is not None:
         result, publishing = fused
@@ -232,6 +247,16 @@ def build_write_graph(
         if grouped is not None:
             result, publishing = grouped
     return WriteGraph(result, publishing, n_shards)
+
+
+def _with_layer(
+    graphs: Iterable[HighLevelGraph], name: str, tasks: dict[Any, Task]
+) -> HighLevelGraph:
+    """``graphs`` merged, with ``tasks`` as one more layer depending on all of them."""
+    merged = HighLevelGraph.merge(*graphs)
+    layers = {**merged.layers, name: MaterializedLayer(tasks)}
+    dependencies = {**merged.dependencies, name: set(merged.layers)}
+    return HighLevelGraph(layers, dependencies)
 
 
 def _shards(plan: WritePlan, wave: Wave | None) -> Iterator[ShardPlan]:
