@@ -1,7 +1,9 @@
 """Turn a :class:`~shardpipe.core.plan.WritePlan` into a Dask graph.
 
-Built with ``dask.delayed`` on the array's own blocks, so it runs on any
-Dask scheduler. Task names read well on the dashboard::
+The tasks are made directly (``dask._task_spec.Task``, one graph layer over
+the source's blocks from ``to_delayed``), so the graph runs on any Dask
+scheduler and building it costs no ``dask.delayed`` call per task. Task
+names read well on the dashboard::
 
     encode-piece   a block encodes the inner chunks it holds of a part
     write-shard    a shard that fits one task: encode (or gather) and publish
