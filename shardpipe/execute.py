@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from shardpipe.checks import check_bool
-from shardpipe.job import ShardedWrite, StartedJob
+from shardpipe.job import ShardedWrite
 from shardpipe.journal import release
 from shardpipe.resume import forget_finished, save_record
+from shardpipe.started_job import StartedJob
 from shardpipe.streaming import WaveGraph, run_waves
 from shardpipe.tasks import WriteReport, finish_write
 

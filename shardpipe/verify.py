@@ -9,19 +9,12 @@ a problem. The checks run in batches on the ``distributed`` cluster when a
 client is active, else on threads; a report lists the shards with a problem
 and the first :data:`SHARD_ENTRIES` checked clean, and counts the rest.
 
-For each shard object (:mod:`shardpipe.shard_check`): the index has the right size and its CRC32C
-matches; every stored inner chunk lies inside the object and outside the
-index; no two chunks overlap; an entry is either fully empty or fully set;
-and every stored chunk decodes to an inner chunk of the right shape.
-
-A chunk that fails is reported by its coordinates in the array's grid of
-inner chunks, its slot in the shard's index and the shard's key, with the
-cause in words (:class:`ChunkFailure`): a CRC32C mismatch, a zstd frame whose
-declared content size is not the chunk's (read from the frame header, never
-allocated), or the codec's own error. Where the inner chunks carry no
-checksum (arrays written with ``chunk_checksums=False`` or by other
-writers), the report says that bit flips inside compressed chunks cannot all
-be detected: many decode without error to wrong values.
+Each shard object is checked by :mod:`shardpipe.shard_check` (its index,
+its chunk ranges, every inner chunk; a failing chunk is named by its
+coordinates, slot and shard key, with the cause in words). Where the inner
+chunks carry no checksum (arrays written with ``chunk_checksums=False`` or
+by other writers), the report says that bit flips inside compressed chunks
+cannot all be detected: many decode without error to wrong values.
 """
 
 from __future__ import annotations

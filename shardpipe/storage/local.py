@@ -36,7 +36,6 @@ otherwise leave the same version (an old version would look current again).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import threading
@@ -53,12 +52,11 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.file_io import copy_into, fsync_dir, pwrite_all, write_all
 from shardpipe.storage.writeback import Writeback
 
 TEMPORARY_SUFFIX = ".shardpipe-tmp"
 """End of the names of the temporary files a ``put`` writes beside its key."""
-_IOV_MAX = 512
-_NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
 
 
 def _sorted_keys(path: str, folder: str, start: str = "") -> Iterator[str]:
@@ -88,74 +86,6 @@ def _sorted_keys(path: str, folder: str, start: str = "") -> Iterator[str]:
             yield from _sorted_keys(sub, base + name[:-1])
         else:
             yield base + name
-
-
-def _views(buffers: Sequence[Buffer]) -> list[memoryview]:
-    """Flat byte views of the non-empty buffers."""
-    return [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
-
-
-def _advance(views: list[memoryview], written: int) -> None:
-    """Drop the ``written`` leading bytes from ``views`` (a buffer may be cut in two)."""
-    while written and views:
-        n = views[0].nbytes
-        if written >= n:
-            written -= n
-            views.pop(0)
-        else:
-            views[0] = views[0][written:]
-            written = 0
-
-
-def _write_all(fd: int, buffers: Sequence[Buffer]) -> int:
-    """Write every buffer to ``fd`` with as few system calls as possible."""
-    views = _views(buffers)
-    total = 0
-    while views:
-        written = os.writev(fd, views[:_IOV_MAX])
-        total += written
-        _advance(views, written)
-    return total
-
-
-def _pwrite_all(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
-    """Write every buffer to ``fd`` from byte ``offset`` on (``pwritev``)."""
-    views = _views(buffers)
-    total = 0
-    while views:
-        written = os.pwritev(fd, views[:_IOV_MAX], offset + total)
-        total += written
-        _advance(views, written)
-    return total
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _copy_into(dst_fd: int, src_path: str, start: int = 0, stop: int | None = None) -> None:
-    """Append bytes ``[start, stop)`` of ``src_path`` to ``dst_fd`` (in the kernel if it can)."""
-    with open(src_path, "rb") as src:
-        size = os.fstat(src.fileno()).st_size
-        stop = size if stop is None else stop
-        if not 0 <= start <= stop <= size:
-            raise ValueError(f"byte range [{start}, {stop}) lies outside {src_path} ({size} bytes)")
-        offset, remaining = start, stop - start
-        while remaining:
-            try:
-                n = os.copy_file_range(src.fileno(), dst_fd, remaining, offset_src=offset)
-            except OSError as err:
-                if err.errno not in _NO_COPY_RANGE:
-                    raise
-                n = os.write(dst_fd, os.pread(src.fileno(), min(remaining, 16 << 20), offset))
-            if n == 0:
-                raise OSError(f"copying {src_path} made no progress")
-            offset += n
-            remaining -= n
 
 
 def _version_of(st: os.stat_result) -> ObjectVersion:
@@ -260,7 +190,7 @@ class LocalShardStore(ShardStore):
                 os.unlink(tmp)
             raise
         if self.fsync:
-            _fsync_dir(folder)
+            fsync_dir(folder)
 
     def put(
         self,
@@ -271,7 +201,7 @@ class LocalShardStore(ShardStore):
         if_version: ObjectVersion | None = None,
     ) -> None:
         """Publish the concatenation of ``buffers`` at ``key`` atomically."""
-        self._publish(key, lambda fd: _write_all(fd, buffers), if_absent, if_version)
+        self._publish(key, lambda fd: write_all(fd, buffers), if_absent, if_version)
 
     def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
         """Publish ``buffers`` at ``key`` atomically, writing each one as it is produced.
@@ -288,7 +218,7 @@ class LocalShardStore(ShardStore):
             nonlocal total
             writeback = Writeback(fd, enabled=self.fsync)
             for buffer in buffers:
-                n = _write_all(fd, [buffer])
+                n = write_all(fd, [buffer])
                 writeback.written(n)
                 total += n
 
@@ -312,7 +242,7 @@ class LocalShardStore(ShardStore):
                 os.close(fd)
             folders.add(os.path.dirname(path))
         for folder in sorted(folders):
-            _fsync_dir(folder)
+            fsync_dir(folder)
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""
@@ -371,7 +301,7 @@ class LocalShardStore(ShardStore):
         def change(fd: int, size: int) -> None:
             if not 0 <= offset <= size:
                 raise ValueError(f"offset {offset} lies outside {key!r} ({size} bytes)")
-            _pwrite_all(fd, buffers, offset)
+            pwrite_all(fd, buffers, offset)
 
         self._change(key, 0, change)
 
@@ -390,7 +320,7 @@ class LocalShardStore(ShardStore):
             for offset, buffers in ranges:
                 if not 0 <= offset <= size:
                     raise ValueError(f"offset {offset} lies outside {key!r} ({size} bytes)")
-                size = max(size, offset + _pwrite_all(fd, buffers, offset))
+                size = max(size, offset + pwrite_all(fd, buffers, offset))
 
         self._change(key, 0, change)
 
@@ -411,7 +341,7 @@ class LocalShardStore(ShardStore):
         FileNotFoundError
             If nothing is at ``key``.
         """
-        return self._change(key, os.O_APPEND, lambda fd, _: _write_all(fd, buffers))
+        return self._change(key, os.O_APPEND, lambda fd, _: write_all(fd, buffers))
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
@@ -446,7 +376,7 @@ class LocalShardStore(ShardStore):
         path = self._part_path(handle, number)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            size = _write_all(fd, buffers)
+            size = write_all(fd, buffers)
         finally:
             os.close(fd)
         return PartReceipt(number, size)
@@ -458,7 +388,7 @@ class LocalShardStore(ShardStore):
         path = self._part_path(handle, number)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _copy_into(fd, self._path(source), start, stop)
+            copy_into(fd, self._path(source), start, stop)
         finally:
             os.close(fd)
         return PartReceipt(number, stop - start)
@@ -477,15 +407,15 @@ class LocalShardStore(ShardStore):
 
         def join(fd: int) -> None:
             writeback = Writeback(fd, enabled=self.fsync)
-            writeback.written(_write_all(fd, [head]))
+            writeback.written(write_all(fd, [head]))
             for receipt in sorted(receipts, key=lambda r: r.number):
                 path = self._part_path(handle, receipt.number)
                 actual = os.stat(path).st_size
                 if actual != receipt.size:
                     raise OSError(f"part file {path} has {actual} bytes, expected {receipt.size}")
-                _copy_into(fd, path)
+                copy_into(fd, path)
                 writeback.written(actual)
-            _write_all(fd, [tail])
+            write_all(fd, [tail])
 
         if receipts or head or tail:
             self._publish(handle.key, join, if_absent, if_version)

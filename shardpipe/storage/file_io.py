@@ -1,0 +1,87 @@
+"""File primitives of the local backend: write every buffer, at an offset, copy a range, fsync.
+
+Plain functions over file descriptors and ``os`` calls, so that
+:mod:`shardpipe.storage.local` reads as what it does with them. Writes loop
+until every byte is written (a regular file takes a ``writev`` whole, but a
+short count is handled all the same), at most :data:`IOV_MAX` buffers a call.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Buffer, Sequence
+
+IOV_MAX = 512
+"""Most buffers handed to one ``writev`` / ``pwritev`` call."""
+
+_NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
+
+
+def _views(buffers: Sequence[Buffer]) -> list[memoryview]:
+    """Flat byte views of the non-empty buffers."""
+    return [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
+
+
+def _advance(views: list[memoryview], written: int) -> None:
+    """Drop the ``written`` leading bytes from ``views`` (a buffer may be cut in two)."""
+    while written and views:
+        n = views[0].nbytes
+        if written >= n:
+            written -= n
+            views.pop(0)
+        else:
+            views[0] = views[0][written:]
+            written = 0
+
+
+def write_all(fd: int, buffers: Sequence[Buffer]) -> int:
+    """Write every buffer to ``fd`` with as few system calls as possible."""
+    views = _views(buffers)
+    total = 0
+    while views:
+        written = os.writev(fd, views[:IOV_MAX])
+        total += written
+        _advance(views, written)
+    return total
+
+
+def pwrite_all(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
+    """Write every buffer to ``fd`` from byte ``offset`` on (``pwritev``)."""
+    views = _views(buffers)
+    total = 0
+    while views:
+        written = os.pwritev(fd, views[:IOV_MAX], offset + total)
+        total += written
+        _advance(views, written)
+    return total
+
+
+def fsync_dir(path: str) -> None:
+    """``fsync`` a directory: what makes a rename or a new entry in it durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def copy_into(dst_fd: int, src_path: str, start: int = 0, stop: int | None = None) -> None:
+    """Append bytes ``[start, stop)`` of ``src_path`` to ``dst_fd`` (in the kernel if it can)."""
+    with open(src_path, "rb") as src:
+        size = os.fstat(src.fileno()).st_size
+        stop = size if stop is None else stop
+        if not 0 <= start <= stop <= size:
+            raise ValueError(f"byte range [{start}, {stop}) lies outside {src_path} ({size} bytes)")
+        offset, remaining = start, stop - start
+        while remaining:
+            try:
+                n = os.copy_file_range(src.fileno(), dst_fd, remaining, offset_src=offset)
+            except OSError as err:
+                if err.errno not in _NO_COPY_RANGE:
+                    raise
+                n = os.write(dst_fd, os.pread(src.fileno(), min(remaining, 16 << 20), offset))
+            if n == 0:
+                raise OSError(f"copying {src_path} made no progress")
+            offset += n
+            remaining -= n
