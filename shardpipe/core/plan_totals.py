@@ -10,6 +10,7 @@ memory of each task kind with the task that reaches it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from shardpipe.core.grid import Coords
@@ -114,37 +115,29 @@ class TotalsBuilder:
 
     def _add_peaks(self, shard: ShardPlan, kind: str, count: int) -> None:
         model, padded = self._model, not shard.is_single_part
+        both = (self._peaks, self._peaks_in_process)
         if padded:
-            stamp = TaskMemory("stamp-shard", model.stamp(self._stamp_nbytes, 0), "")
-            self._note(stamp, f"shard {shard.coords}", self._peaks, self._peaks_in_process)
+            stamp = model.stamp(self._stamp_nbytes, 0)
+            _note(both, "stamp-shard", stamp, f"shard {shard.coords}")
         for part in shard.parts:
             where = f"shard {shard.coords}, part {part.number}"
             raw = part.chunks.n_chunks * self._chunk_nbytes
             blocks = part.blocks_nbytes
             if part.is_direct:
-                direct = TaskMemory(kind, model.direct(blocks[0], raw, padded=padded), "")
-                self._note(direct, where, self._peaks, self._peaks_in_process)
+                _note(both, kind, model.direct(blocks[0], raw, padded=padded), where)
                 continue
             self._n_gathered += count
             self._counts["encode-piece"] += len(part.blocks) * count
-            gathered = TaskMemory(kind, model.gathered(raw, padded=padded), "")
-            piece = TaskMemory("encode-piece", model.piece(max(blocks), raw), "")
-            self._note(gathered, where, self._peaks)
-            self._note(piece, where, self._peaks)
+            # pieces on any scheduler; in this process only where the task cannot cut its blocks
+            with_pieces = [self._peaks]
             if part.gather_in_task:
                 held = model.gathered_in_task(sum(blocks), raw, padded=padded)
-                self._note(TaskMemory(kind, held, ""), where, self._peaks_in_process)
+                _note([self._peaks_in_process], kind, held, where)
             else:
                 self._counts_in_process["encode-piece"] += len(part.blocks) * count
-                self._note(gathered, where, self._peaks_in_process)
-                self._note(piece, where, self._peaks_in_process)
-
-    @staticmethod
-    def _note(memory: TaskMemory, where: str, *peaks: dict[str, TaskMemory]) -> None:
-        for table in peaks:
-            known = table.get(memory.kind)
-            if known is None or memory.nbytes > known.nbytes:
-                table[memory.kind] = TaskMemory(memory.kind, memory.nbytes, where)
+                with_pieces.append(self._peaks_in_process)
+            _note(with_pieces, kind, model.gathered(raw, padded=padded), where)
+            _note(with_pieces, "encode-piece", model.piece(max(blocks), raw), where)
 
     def result(self) -> PlanTotals:
         """The totals of every shard plan added so far."""
@@ -162,3 +155,11 @@ class TotalsBuilder:
             peaks_in_process=self._peaks_in_process,
             n_classes=self._n_classes,
         )
+
+
+def _note(tables: Iterable[dict[str, TaskMemory]], kind: str, nbytes: int, where: str) -> None:
+    """Record ``nbytes`` for ``kind`` in each table where it is the largest so far."""
+    for table in tables:
+        known = table.get(kind)
+        if known is None or nbytes > known.nbytes:
+            table[kind] = TaskMemory(kind, nbytes, where)
