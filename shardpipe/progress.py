@@ -133,10 +133,21 @@ def local_progress(bar: ShardBar) -> Callback:
 
 
 def wait_idle(client: Any, token: str, timeout: float = 600.0) -> None:
-    """Wait until no task whose name holds ``token`` runs on the cluster's workers."""
+    """Wait until no task whose name holds ``token`` runs on the cluster's workers.
+
+    Asks the workers, not the scheduler: a task whose future was cancelled
+    is forgotten by the scheduler at once but keeps running in its worker's
+    thread until it returns, and may still be writing.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = client.processing()
-        if not any(token in str(key) for keys in running.values() for key in keys):
+        running = client.run(_running_keys)
+        if not any(token in key for keys in running.values() for key in keys):
             return
         time.sleep(0.05)
+
+
+def _running_keys(dask_worker: Any) -> list[str]:
+    """Keys of the tasks running in ``dask_worker``'s threads, cancelled ones included."""
+    state = dask_worker.state
+    return [str(ts.key) for ts in (*state.executing, *state.long_running)]

@@ -192,3 +192,28 @@ def test_a_petabyte_write_publishes_its_first_shards_at_once(tmp_path: Path) -> 
     assert 1 <= len(shards) <= 24
     record = json.loads((tmp_path / ".shardpipe" / "write.json").read_text())
     assert record["state"] == "running"
+
+
+def _slow_publish(path: str) -> WriteReport:
+    time.sleep(1.5)
+    with open(path, "w") as out:
+        out.write("done")
+    return WriteReport(shards=1)
+
+
+def _failing_publish() -> WriteReport:
+    time.sleep(0.2)
+    raise RuntimeError("injected on a worker")
+
+
+def test_on_a_cluster_a_failure_waits_for_running_tasks(tmp_path: Path, cluster_client) -> None:
+    """A cancelled task keeps running on its worker: the error waits for it to end."""
+    marker = tmp_path / "slow-done"
+    tasks = [
+        delayed(_slow_publish, pure=False)(str(marker), dask_key_name="write-shard-tokc-0"),
+        delayed(_failing_publish, pure=False)(dask_key_name="write-shard-tokc-1"),
+    ]
+    wave = WaveGraph(0, 0, tasks, n_tasks=2)
+    with pytest.raises(RuntimeError, match="injected on a worker"):
+        run_waves([wave], 1, show=False, token="tokc", total_shards=2, total_waves=1)
+    assert marker.exists()  # the slow task had ended before the error was raised
