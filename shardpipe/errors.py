@@ -169,3 +169,25 @@ class ShardConflictError(ConditionFailedError):
 
     def __reduce__(self) -> tuple[type[ShardConflictError], tuple[str, list[str]]]:
         return type(self), (str(self), self.keys)
+
+
+class TransactionConflictError(ShardpipeError):
+    """A commit lost a race: another commit reached the branch first.
+
+    Nothing was committed; the session still holds the write's changes.
+
+    Attributes
+    ----------
+    shards : dict of str to list of tuple of int
+        Per array path, the shards both commits changed (empty when not known:
+        the branch moved and no rebase was asked for).
+    """
+
+    def __init__(self, message: str, shards: dict[str, list[tuple[int, ...]]]) -> None:
+        super().__init__(message)
+        self.shards = shards
+
+    def __reduce__(
+        self,
+    ) -> tuple[type[TransactionConflictError], tuple[str, dict[str, list[tuple[int, ...]]]]]:
+        return type(self), (str(self), self.shards)

@@ -75,8 +75,12 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
         results = []
         for s, total in zip(started, totals, strict=True):
             report = finish_write(s.write_target, total)
+            if report.changes is not None:  # a transactional backend: into the session
+                s.job.target.shards.merge_changes(report.changes)
+                report = replace(report, changes=None)
             existing = s.job.existing
-            if existing is not None and existing.grown is not None:
+            transactional = s.job.target.transactional
+            if existing is not None and existing.grown is not None and not transactional:
                 s.job._publish_grown(existing)
             if existing is not None:
                 forget_finished(s.job.target)

@@ -13,7 +13,14 @@ names read well on the dashboard::
     begin-shard    start a shard written in parts (staging / multipart upload)
     write-part     encode (or gather) one part of a large shard and write it
     stamp-shard    write a large shard's index and publish it atomically
+    merge-changes  add up reports and merge their Icechunk forks, 16 at a time
     write-done     remove the staging area, add up the reports
+
+On a transactional backend (an Icechunk session) each publishing task
+writes through its own fork of the session
+(:func:`~shardpipe.tasks.collecting_changes`) and its report carries the
+fork back; ``merge-changes`` tasks merge them in a tree on the workers, so
+the client receives one merged fork per graph.
 
 A graph covers the whole write, or one wave of it (a box of shards:
 :mod:`shardpipe.core.waves`). A wave's blocks come from the source sliced
@@ -51,7 +58,9 @@ from shardpipe.source_window import read_window
 from shardpipe.task_groups import group_publishing, shards_per_task
 from shardpipe.tasks import (
     WriteTarget,
+    add_reports,
     begin_shard,
+    collecting_changes,
     encode_piece,
     finish_write,
     stamp_shard,
@@ -63,6 +72,9 @@ from shardpipe.updating import UpdateTarget, update_shard
 PUBLISHING_TASKS = ("write-shard", "update-shard", "stamp-shard")
 """Names of the tasks after which a shard is complete at its key."""
 
+MERGE_FAN_IN = 16
+"""Reports (and Icechunk forks) one ``merge-changes`` task adds up."""
+
 
 @dataclass(frozen=True)
 class WriteGraph:
@@ -73,8 +85,9 @@ class WriteGraph:
     result : Delayed
         Computes to a :class:`~shardpipe.tasks.WriteReport` for the whole array.
     publishing : list of Delayed
-        One per shard, or per group of shards (:mod:`shardpipe.task_groups`):
-        done once its shards are at their keys; computes to their report.
+        One per shard, or per group of shards (:mod:`shardpipe.task_groups`,
+        and the ``merge-changes`` tree of a transactional write): done once
+        its shards are at their keys; computes to their report.
     n_shards : int
         Shards the graph writes.
     """
@@ -132,6 +145,13 @@ def build_write_graph(
         Write only this box of shards (``token`` should then name the wave).
     """
     blocks = SourceBlocks(arr, plan, wave)
+    transactional = (
+        isinstance(target, WriteTarget | UpdateTarget) and target.store.abilities.transactional
+    )
+
+    def publisher(func: Callable[..., Any]) -> Callable[..., Any]:
+        return partial(collecting_changes, func) if transactional else func
+
     target_d = (
         target
         if isinstance(target, Delayed)
@@ -203,7 +223,7 @@ def build_write_graph(
             )
             publishing.append(
                 call(
-                    func,
+                    publisher(func),
                     name,
                     target_d,
                     *deps,
@@ -233,7 +253,7 @@ def build_write_graph(
                     is_last=is_last,
                 )
             )
-        publishing.append(call(stamp_shard, "stamp-shard", target_d, handle, *reports))
+        publishing.append(call(publisher(stamp_shard), "stamp-shard", target_d, handle, *reports))
     done_key = f"write-done-{token}"
     tasks[done_key] = Task(done_key, finish_write, ref(target_d), *(ref(p) for p in publishing))
     layer = f"shardpipe-tasks-{token}"
@@ -248,7 +268,37 @@ def build_write_graph(
         grouped = group_publishing(result, publishing, per_task, token)
         if grouped is not None:
             result, publishing = grouped
+    if transactional:
+        result, publishing = _merge_in_tree(result, publishing, token)
     return WriteGraph(result, publishing, n_shards)
+
+
+def _merge_in_tree(
+    result: Delayed, publishing: list[Delayed], token: str
+) -> tuple[Delayed, list[Delayed]]:
+    """``result`` adding up the publishing reports through ``merge-changes`` tasks.
+
+    Each adds up to :data:`MERGE_FAN_IN` reports (merging their Icechunk
+    forks), level by level, until at most that many are left: those become
+    the graph's publishing tasks (what a streamed run gathers) and
+    ``write-done``'s inputs.
+    """
+    dsk: dict[Any, Any] = dict(result.__dask_graph__())
+    done = dsk[result.key]
+    before = {p.key for p in publishing}
+    args = [a for a in done.args if not (isinstance(a, TaskRef) and a.key in before)]
+    level = [p.key for p in publishing]
+    counter = itertools.count()
+    while len(level) > MERGE_FAN_IN:
+        merged = []
+        for start in range(0, len(level), MERGE_FAN_IN):
+            key = (f"merge-changes-{token}", next(counter))
+            group = level[start : start + MERGE_FAN_IN]
+            dsk[key] = Task(key, add_reports, *(TaskRef(k) for k in group))
+            merged.append(key)
+        level = merged
+    dsk[result.key] = Task(result.key, done.func, *args, *(TaskRef(k) for k in level))
+    return Delayed(result.key, dsk), [Delayed(k, dsk) for k in level]
 
 
 def _with_layer(

@@ -25,6 +25,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import dask.array as da
@@ -256,6 +257,13 @@ class ShardedWrite:
                 "while it changes shards)",
                 "Use compute=True (or ShardedWrite.execute())",
             )
+        if self.target.transactional:
+            raise InvalidArgumentError(
+                "compute",
+                "False, but a write into an Icechunk session runs at once: the changes its "
+                "tasks make come back and are merged into the session in this process",
+                "Use compute=True (or ShardedWrite.execute())",
+            )
         token = uuid.uuid4().hex
         if self._create_kwargs is None:
             target_d = delayed(check_metadata_written, pure=False)(
@@ -294,7 +302,9 @@ class ShardedWrite:
         )
         return done
 
-    def execute(self, *, progress: bool = False) -> WriteReport:
+    def execute(
+        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
+    ) -> WriteReport:
         """Write the metadata, then every shard; return what was written.
 
         Parameters
@@ -302,6 +312,13 @@ class ShardedWrite:
         progress : bool
             Show a progress bar over shards and bytes (console or notebook),
             on any scheduler.
+        commit : str, optional
+            Into an Icechunk session: commit it with this message at the end
+            (the report's ``snapshot_id`` is the new snapshot). Without it the
+            session holds the changes for you to commit.
+        rebase : bool
+            With ``commit``: rebase onto commits that reached the branch
+            meanwhile when none changed a shard this write changed.
 
         Returns
         -------
@@ -313,14 +330,22 @@ class ShardedWrite:
         shardpipe.errors.ArrayExistsError
             If a node appeared at the target since planning and ``overwrite``
             is False.
+        shardpipe.errors.TransactionConflictError
+            If the commit lost a race with another (see :mod:`shardpipe.transaction`).
         Exception
             Whatever a task raised; shards already published stay, staging and
             unfinished uploads are removed first (a failure of that cleanup is
-            added to the error's notes, never in its place).
+            added to the error's notes, never in its place). Into an Icechunk
+            session, nothing of a failed write's shards reaches the session.
         """
         from shardpipe.execute import execute_together
+        from shardpipe.transaction import check_commit, commit_write
 
-        return execute_together([self], progress=progress)[0]
+        message, rebase = check_commit(commit, rebase, self.target)
+        report = execute_together([self], progress=progress)[0]
+        if message is None:
+            return report
+        return replace(report, snapshot_id=commit_write(self.target, message, rebase=rebase))
 
     def _start(self, token: str) -> StartedJob:
         """Take the array's marker and write or check the metadata; the graphs come later."""
@@ -335,6 +360,10 @@ class ShardedWrite:
                 # them vouches for them no longer, nor do other updates' records
                 delete_record(self.target)
                 forget_finished(self.target, keep=self.existing.update)
+                if self.target.transactional and self.existing.grown is not None:
+                    # inside a transaction nobody sees it early, and Icechunk takes
+                    # chunks only inside the array's shape
+                    self._publish_grown(self.existing)
             elif self._create_kwargs is None:
                 check_no_other_job(self.target, marker, "write the array")
                 if self.resume and self.identity is not None:

@@ -141,7 +141,7 @@ def prepare_write(
         layout_settings = dict(shards=shards, chunks=chunks, index_location=index_location)
         return _prepare_update(
             arr,
-            resolve_store(store, path, storage_options),
+            _resolved(store, path, storage_options, resume),
             {**layout_settings, **settings},
             overwrite=overwrite,
             write_empty_chunks=write_empty_chunks,
@@ -175,7 +175,7 @@ def prepare_write(
         **settings,
     )
     metadata = build_metadata(**create_kwargs)
-    target = resolve_store(store, path, storage_options)
+    target = _resolved(store, path, storage_options, resume)
     check_source_is_not_target(array, target)
     check_store_reachable(array, target)
     resuming = bool(resume) and target.shards.get(target.key("zarr.json")) is not None
@@ -209,6 +209,21 @@ def prepare_write(
         record = check_same_job(target, identity, resume)
         job = _resumed(job, record, complete_shards(target, metadata, layout), resume)
     return job
+
+
+def _resolved(
+    store: Any, path: str | None, storage_options: dict[str, Any] | None, resume: Resume
+) -> ResolvedStore:
+    """The write's target; ``resume`` refused where there is nothing to resume (Icechunk)."""
+    target = resolve_store(store, path, storage_options)
+    if resume and target.transactional:
+        raise InvalidArgumentError(
+            "resume",
+            f"{resume!r}, but an Icechunk write that did not finish left nothing to resume "
+            "(its changes never reached a commit)",
+            "Write again in a writable session, without resume",
+        )
+    return target
 
 
 def _resumed(

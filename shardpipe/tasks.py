@@ -10,8 +10,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Buffer, Iterable, Iterator, Mapping
+from collections.abc import Buffer, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -28,7 +29,7 @@ from shardpipe.formats.base import (
     stamp_index,
     stream_shard,
 )
-from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.base import Changes, PartReceipt, PartsHandle, ShardStore
 from shardpipe.storage.retry import retries_so_far
 
 
@@ -107,6 +108,12 @@ class WriteReport:
         :mod:`shardpipe.storage.retry`).
     shards_skipped : int
         Shards left alone because they were complete already (a resumed write).
+    snapshot_id : str or None
+        The Icechunk snapshot the write committed (``commit="message"``).
+    changes : Changes or None
+        What the tasks wrote into a transactional backend (an Icechunk
+        session), still to be merged into it; ``None`` once merged. Adding
+        reports merges their changes (the left one's are reused).
     """
 
     shards: int = 0
@@ -117,6 +124,8 @@ class WriteReport:
     strategies: Mapping[str, int] = field(default_factory=dict)
     retries: int = 0
     shards_skipped: int = 0
+    snapshot_id: str | None = None
+    changes: Changes | None = field(default=None, repr=False, compare=False)
 
     @property
     def shards_written(self) -> int:
@@ -133,6 +142,7 @@ class WriteReport:
             strategies=dict(Counter(self.strategies) + Counter(other.strategies)),
             retries=self.retries + other.retries,
             shards_skipped=self.shards_skipped + other.shards_skipped,
+            changes=_merged(self.changes, other.changes),
         )
 
     def __str__(self) -> str:
@@ -145,6 +155,7 @@ class WriteReport:
             + (f" ({how})" if how else "")
             + (f"; {self.shards_skipped} complete already, skipped" if self.shards_skipped else "")
             + (f"; {self.retries} storage retries" if self.retries else "")
+            + (f"; committed as snapshot {self.snapshot_id}" if self.snapshot_id else "")
         )
 
 
@@ -461,6 +472,29 @@ def stamp_shard(target: WriteTarget, handle: PartsHandle, *parts: WrittenPart) -
         chunks_stored=sum(len(m.slots) for m in manifests),
         retries=retries + retries_so_far() - before,
     )
+
+
+def _merged(first: Changes | None, second: Changes | None) -> Changes | None:
+    if first is None:
+        return second
+    return first if second is None else first.merged(second)
+
+
+def collecting_changes(
+    func: Callable[..., WriteReport], target: WriteTarget | Any, /, *args: Any, **kwargs: Any
+) -> WriteReport:
+    """Run a publishing task's ``func`` through its store's ``collecting``; keep the changes.
+
+    On a transactional backend (Icechunk) the task writes through its own
+    fork of the session, which its report carries back.
+    """
+    report, changes = target.store.collecting(partial(func, target, *args, **kwargs))
+    return report if changes is None else replace(report, changes=changes)
+
+
+def add_reports(*reports: WriteReport) -> WriteReport:
+    """Add up reports (one level of the tree that merges a transactional write's changes)."""
+    return sum(reports, WriteReport())
 
 
 def finish_write(target: WriteTarget, *reports: WriteReport) -> WriteReport:

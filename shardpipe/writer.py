@@ -14,6 +14,7 @@ from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR
 from shardpipe.journal import JOB_DIR
 from shardpipe.prepare import prepare_write
 from shardpipe.storage.resolve import resolve_store
+from shardpipe.transaction import check_commit
 
 __all__ = ["DEFAULT_MAX_MEM", "cleanup", "to_sharded_zarr"]
 
@@ -43,7 +44,9 @@ def to_sharded_zarr(
     resume: bool | str = False,
     progress: bool = False,
     compute: bool = True,
-) -> zarr.Array[Any] | Delayed:
+    commit: str | None = None,
+    rebase: bool = False,
+) -> zarr.Array[Any] | Delayed | str:
     """Write a Dask array to a Zarr v3 array sharded with ``sharding_indexed``.
 
     Every shard object has exactly one writing task; no locks are taken.
@@ -60,9 +63,14 @@ def to_sharded_zarr(
     ----------
     arr : dask.array.Array or numpy.ndarray
         The data. A NumPy array is wrapped in blocks of one shard.
-    store : str, os.PathLike, zarr Store or zarr Group
+    store : str, os.PathLike, zarr Store, zarr Group or icechunk.Session
         Where to write: a local path, an fsspec URL (``"s3://bucket/x.zarr"``),
-        a zarr ``Store``, or a ``Group`` (the array goes at ``path`` in it).
+        a zarr ``Store``, a ``Group`` (the array goes at ``path`` in it), or a
+        writable Icechunk ``Session`` (or its ``IcechunkStore``): every shard
+        is then written by one task through a fork of the session, the forks
+        are merged back in a tree, and the session holds the changes (see
+        ``commit``). Region writes and appends rewrite whole shards inside
+        the transaction.
     path : str, optional
         Path of the array inside ``store``; the store's root by default.
     shards : tuple of int, optional
@@ -135,13 +143,22 @@ def to_sharded_zarr(
     compute : bool
         Write now and return the array; with False, return a
         ``dask.delayed.Delayed`` that writes the metadata and then the shards
-        when computed.
+        when computed (not into an Icechunk session).
+    commit : str, optional
+        Into an Icechunk session: commit it with this message once every
+        shard is written, and return the new snapshot's id.
+    rebase : bool
+        With ``commit``: if other sessions committed to the branch meanwhile,
+        rebase onto their commits when none changed a shard this write
+        changed (else :class:`~shardpipe.errors.TransactionConflictError`,
+        naming the array and the shards; nothing is committed).
 
     Returns
     -------
-    zarr.Array or dask.delayed.Delayed
+    zarr.Array or dask.delayed.Delayed or str
         The written array, opened for reading and writing; or the delayed
-        write, which computes to a :class:`~shardpipe.WriteReport`.
+        write, which computes to a :class:`~shardpipe.WriteReport`; or, with
+        ``commit``, the id of the Icechunk snapshot committed.
 
     Raises
     ------
@@ -192,9 +209,12 @@ def to_sharded_zarr(
         chunk_checksums=chunk_checksums,
         resume=resume,
     )
+    check_commit(commit, rebase, job.target)
     if not compute:
         return job.to_delayed()
-    job.execute(progress=progress)
+    report = job.execute(progress=progress, commit=commit, rebase=rebase)
+    if report.snapshot_id is not None:
+        return report.snapshot_id
     return job.open()
 
 

@@ -36,6 +36,8 @@ class ShardAccessor:
         storage_options: dict[str, Any] | None = None,
         compute: bool = True,
         progress: bool = False,
+        commit: str | None = None,
+        rebase: bool = False,
     ) -> dict[Hashable, WriteReport] | Delayed:
         """Write to a Zarr v3 group whose data variables are sharded, whatever the Dask chunks.
 
@@ -49,8 +51,11 @@ class ShardAccessor:
 
         Parameters
         ----------
-        store : str, os.PathLike or zarr Store
-            A local path, an fsspec URL (``"s3://bucket/ds.zarr"``) or a zarr store.
+        store : str, os.PathLike, zarr Store or icechunk.Session
+            A local path, an fsspec URL (``"s3://bucket/ds.zarr"``), a zarr
+            store, or a writable Icechunk ``Session`` (see ``commit``;
+            ``consolidated`` is then off, and variables left unsharded are
+            written by xarray on local threads, through the session).
         shards : dict, optional
             Shard size per dimension name for every sharded variable, e.g.
             ``{"time": 365}``; ``-1`` is the whole dimension. A dimension left
@@ -100,6 +105,12 @@ class ShardAccessor:
             variables (new variables only: updates run at once).
         progress : bool
             Show a progress bar over the shards of all variables.
+        commit : str, optional
+            Into an Icechunk session: commit it with this message at the end;
+            every report's ``snapshot_id`` is the new snapshot.
+        rebase : bool
+            With ``commit``: rebase onto commits that reached the branch
+            meanwhile when none changed a shard this write changed.
 
         Returns
         -------
@@ -115,6 +126,8 @@ class ShardAccessor:
             With ``mode="w-"`` when something exists at the target.
         shardpipe.errors.JobConflictError
             When another shardpipe job is writing one of the arrays.
+        shardpipe.errors.TransactionConflictError
+            When the commit lost a race with another (nothing is committed).
         """
         from shardpipe.dataset.write import to_zarr
 
@@ -135,6 +148,8 @@ class ShardAccessor:
             storage_options=storage_options,
             compute=compute,
             progress=progress,
+            commit=commit,
+            rebase=rebase,
         )
 
 

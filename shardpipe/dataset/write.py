@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable, Mapping
+from dataclasses import replace
 from typing import Any, NoReturn, cast
 
 import dask.array as da
@@ -56,6 +57,7 @@ from shardpipe.prepare import prepare_fill, prepare_write
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_store_reachable, check_target
 from shardpipe.tasks import WriteReport
+from shardpipe.transaction import check_commit, commit_write
 from shardpipe.validate import check_dim_region, check_max_mem, check_variable_encoding
 
 MODES = ("w-", "w", "a", "r+")
@@ -93,6 +95,8 @@ def to_zarr(
     storage_options: dict[str, Any] | None = None,
     compute: bool = True,
     progress: bool = False,
+    commit: str | None = None,
+    rebase: bool = False,
 ) -> dict[Hashable, WriteReport] | Delayed:
     """Write ``obj`` to a Zarr v3 group whose data variables are sharded.
 
@@ -118,6 +122,16 @@ def to_zarr(
     chunk_sizes = check_dim_sizes("chunks", chunks, list(ds.dims))
     encoding = _check_encoding(encoding, ds)
     root, stored = _open_target(store, group, storage_options, mode)
+    message, rebase = check_commit(commit, rebase, root)
+    if root.transactional:
+        if not compute:
+            raise InvalidArgumentError(
+                "compute",
+                "False, but a write into an Icechunk session runs at once: the changes its "
+                "tasks make are merged into the session in this process",
+                "Use compute=True",
+            )
+        consolidated = False  # Icechunk lists its own metadata; it keeps no consolidated copy
     to_update = [name for name in ds.data_vars if name in stored.sharded and mode in ("a", "r+")]
     if to_update and not compute:
         raise InvalidArgumentError(
@@ -178,10 +192,15 @@ def to_zarr(
         )
         return finished
     reports = execute_together(list(jobs.values()), progress=progress)
-    writer.sync(compute=True)  # type: ignore[no-untyped-call]
+    # xarray's own writes go through the session itself, which stays in this process
+    local = {"scheduler": "threads"} if root.transactional else None
+    writer.sync(compute=True, chunkmanager_store_kwargs=local)  # type: ignore[no-untyped-call]
     zstore.close()
     if consolidated:
         _consolidate(root)
+    if message is not None:
+        snapshot = commit_write(root, message, rebase=rebase)
+        reports = [replace(report, snapshot_id=snapshot) for report in reports]
     return {_variable(ds, path): report for path, report in zip(jobs, reports, strict=True)}
 
 

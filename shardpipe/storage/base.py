@@ -20,13 +20,20 @@ at an offset, appends, and range copies. A method whose ability is missing
 raises :class:`~shardpipe.errors.AbilityNotSupportedError`.
 
 Backends are picklable: they travel to Dask workers inside tasks.
+
+A *transactional* backend (an Icechunk session) stages every write in a
+change set that belongs to the task making it: each publishing task runs
+through :meth:`ShardStore.collecting`, which hands back its :class:`Changes`;
+the graph merges them on the way back and the client applies the sum with
+:meth:`ShardStore.merge_changes`. Nothing is visible until the user commits.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Buffer, Iterable, Iterator, Sequence
+from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol, Self
 
 from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
 
@@ -75,6 +82,12 @@ class StoreAbilities:
         Smallest size of a part other than the last one (5 MiB on S3).
     max_parts : int or None
         Most parts one object may have, besides the head and the tail.
+    transactional : bool
+        Writes are staged in per-task change sets (:meth:`ShardStore.collecting`)
+        that must be merged back (:meth:`ShardStore.merge_changes`) to take effect.
+    parts_in_memory : bool
+        Parts are not staged in storage: ``write_part`` hands its bytes on in
+        its receipt, and ``finish_parts`` joins the whole object in memory.
     """
 
     parts: bool = False
@@ -87,6 +100,16 @@ class StoreAbilities:
     streams: bool = False
     min_part_size: int = 0
     max_parts: int | None = None
+    transactional: bool = False
+    parts_in_memory: bool = False
+
+
+class Changes(Protocol):
+    """What tasks wrote into a transactional backend, to be merged back and applied."""
+
+    def merged(self, other: Self) -> Self:
+        """Return the changes of both (may reuse ``self``; ``other`` is consumed)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -121,11 +144,15 @@ class PartReceipt:
         Bytes in the part.
     etag : str or None
         Object-store entity tag of the uploaded part.
+    payload : bytes or None
+        The part's bytes, where the backend keeps parts in memory
+        (``abilities.parts_in_memory``).
     """
 
     number: int
     size: int
     etag: str | None = None
+    payload: bytes | None = None
 
 
 class ShardStore(ABC):
@@ -153,6 +180,19 @@ class ShardStore(ABC):
     def supports_parts(self) -> bool:
         """Whether the ``*_parts`` methods are implemented."""
         return self.abilities.parts
+
+    # -- transactions --------------------------------------------------------
+    def collecting[R](self, work: Callable[[], R]) -> tuple[R, Changes | None]:
+        """Run ``work`` (a publishing task's body); return its result and the changes it made.
+
+        A backend that is not ``transactional`` writes through at once and
+        returns ``None`` as the changes.
+        """
+        return work(), None
+
+    def merge_changes(self, changes: Changes) -> None:
+        """Apply the merged changes of a write's tasks (transactional backends, in the client)."""
+        raise AbilityNotSupportedError(f"{type(self).__name__} is not transactional")
 
     # -- whole objects -------------------------------------------------------
     @abstractmethod

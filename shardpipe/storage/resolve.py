@@ -2,8 +2,9 @@
 
 Accepted: a local path (``str`` or ``os.PathLike``), an fsspec URL such as
 ``"s3://bucket/volume.zarr"`` (with ``storage_options``), a zarr ``Store``,
-a zarr ``Group`` (the array goes at ``path`` inside the group), or a
-:class:`ResolvedStore` already made (``path`` is then inside its path).
+a zarr ``Group`` (the array goes at ``path`` inside the group), a writable
+Icechunk ``Session`` or its ``IcechunkStore`` (:mod:`shardpipe.storage.icechunk`),
+or a :class:`ResolvedStore` already made (``path`` is then inside its path).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from zarr.storage import FsspecStore, LocalStore
 from shardpipe.checks import check_path
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.icechunk import icechunk_backend, is_icechunk
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.zarr_store import ZarrShardStore
@@ -41,6 +43,11 @@ class ResolvedStore:
     zarr_store: Store
     shards: ShardStore
     path: str
+
+    @property
+    def transactional(self) -> bool:
+        """Whether writes are staged in a transaction the user commits (Icechunk)."""
+        return self.shards.abilities.transactional
 
     def key(self, relative: str) -> str:
         """Return the store key of ``relative`` inside the array."""
@@ -137,8 +144,20 @@ def resolve_store(
     local_options = {"fsync": fsync}
     if isinstance(store, ResolvedStore):
         return ResolvedStore(store.zarr_store, store.shards, _join(store.path, path))
+    if is_icechunk(store):  # Icechunk retries its own storage calls
+        if options or not fsync:
+            raise InvalidArgumentError(
+                "storage_options",
+                f"{storage_options} do not apply to an Icechunk session",
+                "Configure storage on the Icechunk repository instead, and leave them out",
+            )
+        zarr_store, backend = icechunk_backend(store)
+        return ResolvedStore(zarr_store, backend, _join(path))
     if isinstance(store, zarr.Group):
         inner = store.store
+        if is_icechunk(inner):
+            zarr_store, backend = icechunk_backend(inner)
+            return ResolvedStore(zarr_store, backend, _join(store.path, path))
         return ResolvedStore(inner, _backend_for(inner, local_options), _join(store.path, path))
     if isinstance(store, Store):
         return ResolvedStore(store, _backend_for(store, local_options), _join(path))
@@ -168,7 +187,8 @@ def resolve_store(
         )
     raise InvalidArgumentError(
         "store",
-        f"expected a local path, an fsspec URL, a zarr Store or a zarr Group, got "
+        f"expected a local path, an fsspec URL, a zarr Store, a zarr Group or an Icechunk "
+        f"Session, got "
         f"{type(store).__name__}",
         "Pass e.g. '/data/volume.zarr' or 's3://bucket/volume.zarr'",
     )

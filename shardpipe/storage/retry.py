@@ -50,6 +50,7 @@ from shardpipe.errors import (
     TransientStorageError,
 )
 from shardpipe.storage.base import (
+    Changes,
     ObjectVersion,
     PartReceipt,
     PartsHandle,
@@ -326,6 +327,14 @@ class RetryingStore(ShardStore):
             return self._call(f"writing {key!r}", attempt)
         except _ProducerFailed as failed:
             raise failed.error from None
+
+    def collecting[R](self, work: Callable[[], R]) -> tuple[R, Changes | None]:
+        """The inner backend's :meth:`ShardStore.collecting`."""
+        return self.inner.collecting(work)
+
+    def merge_changes(self, changes: Changes) -> None:
+        """The inner backend's :meth:`ShardStore.merge_changes`."""
+        self.inner.merge_changes(changes)
 
     def make_durable(self, keys: Sequence[str]) -> None:
         """Make ``keys`` durable; see :meth:`ShardStore.make_durable`."""

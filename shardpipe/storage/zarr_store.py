@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 from collections.abc import Buffer, Iterator, Sequence
 
-from zarr.abc.store import Store
+from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import WrapperStore
@@ -105,6 +105,18 @@ class ZarrShardStore(ShardStore):
         """Return the bytes at ``key``, or ``None`` when absent."""
         value = sync(self.store.get(key, prototype=default_buffer_prototype()))
         return None if value is None else value.to_bytes()
+
+    def get_range(self, key: str, start: int, stop: int) -> bytes:
+        """Return ``[start, stop)`` of the object at ``key``, reading only those bytes."""
+        if stop <= start:
+            if self.size(key) is None:
+                raise FileNotFoundError(key)
+            return b""
+        request = RangeByteRequest(start, stop)
+        value = sync(self.store.get(key, prototype=default_buffer_prototype(), byte_range=request))
+        if value is None:
+            raise FileNotFoundError(key)
+        return value.to_bytes()
 
     def version(self, key: str) -> ObjectVersion | None:
         """Return a SHA-256 of the bytes at ``key``, or ``None`` when absent."""
