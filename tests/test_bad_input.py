@@ -582,6 +582,8 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
         ),
         ("to_zarr", "compute", "no", "got 'no'", new(compute="no")),
         ("to_zarr", "progress", "no", "got 'no'", new(progress="no")),
+        ("to_zarr", "commit", "on a path", "not an Icechunk session", new(commit="message")),
+        ("to_zarr", "rebase", "without commit", "without commit", new(rebase=True)),
         (
             "to_zarr",
             "progress",
@@ -607,6 +609,34 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
         0,
         "got 0 (int)",
         lambda p: tz(_source(), p.new, compute=0, **GOOD),
+    ),
+    (
+        "to_sharded_zarr",
+        "commit",
+        "on a path",
+        "not an Icechunk session",
+        lambda p: tz(_source(), p.new, commit="message", **GOOD),
+    ),
+    (
+        "to_sharded_zarr",
+        "commit",
+        "",
+        "expected a commit message",
+        lambda p: tz(_source(), p.new, commit="", **GOOD),
+    ),
+    (
+        "to_sharded_zarr",
+        "rebase",
+        "yes",
+        "got 'yes'",
+        lambda p: tz(_source(), p.new, rebase="yes", **GOOD),
+    ),
+    (
+        "to_sharded_zarr",
+        "rebase",
+        "without commit",
+        "without commit",
+        lambda p: tz(_source(), p.new, rebase=True, **GOOD),
     ),
     *_writes("prepare_write", pw),
     (
