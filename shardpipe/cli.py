@@ -81,6 +81,17 @@ def _add_storage_option(command: argparse.ArgumentParser) -> None:
     )
 
 
+def add_icechunk_reading(command: argparse.ArgumentParser) -> None:
+    """``--icechunk`` (the store is an Icechunk repository) and what to read of it."""
+    command.add_argument(
+        "--icechunk",
+        action="store_true",
+        help="the store is an Icechunk repository (local path or s3:// URL)",
+    )
+    command.add_argument("--branch", default=None, help="with --icechunk: branch to read (main)")
+    command.add_argument("--snapshot", default=None, help="with --icechunk: snapshot id to read")
+
+
 def _parser() -> argparse.ArgumentParser:
     from shardpipe import __version__
 
@@ -132,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         "problems. Exits 1 when a problem is found.",
     )
     _add_store_arguments(check, "store")
+    add_icechunk_reading(check)
     check.add_argument(
         "--complete",
         action="store_true",
@@ -153,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Reads zarr.json and every shard's index (no inner chunk).",
     )
     _add_store_arguments(about, "store")
+    add_icechunk_reading(about)
     fix = commands.add_parser(
         "repair",
         help="roll back shards an interrupted update left, remove leftovers, verify",
@@ -221,6 +234,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "rechunk":
         return run_rechunk(args, options, _options(args.source_storage_option) or None)
     where = args.store + (f" (path {args.path!r})" if args.path else "")
+    store: Any = args.store
+    if getattr(args, "icechunk", False):
+        from shardpipe.storage.icechunk_repo import open_session
+
+        try:
+            store = open_session(args.store, options, branch=args.branch, snapshot=args.snapshot)
+        except EXPECTED as err:
+            return fail(args.command, err, where=where)
+        options = None
     if args.command == "plan":
         try:
             return _plan(args, options)
@@ -231,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             report = verify(
-                args.store,
+                store,
                 args.path,
                 storage_options=options,
                 complete=args.complete,
@@ -246,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             if args.command == "info":
-                print(maintenance.info(args.store, args.path, storage_options=options))
+                print(maintenance.info(store, args.path, storage_options=options))
                 return 0
             if args.command == "compact":
                 print(

@@ -48,6 +48,7 @@ from shardpipe.resume import (
 )
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_source_is_not_target, check_store_reachable, check_target
+from shardpipe.transaction import check_writable
 from shardpipe.validate import (
     as_dask_array,
     build_metadata,
@@ -216,6 +217,7 @@ def _resolved(
 ) -> ResolvedStore:
     """The write's target; ``resume`` refused where there is nothing to resume (Icechunk)."""
     target = resolve_store(store, path, storage_options)
+    check_writable(target)
     if resume and target.transactional:
         raise InvalidArgumentError(
             "resume",

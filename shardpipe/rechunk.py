@@ -48,6 +48,7 @@ from shardpipe.resume import check_resume, check_same_job, complete_shards
 from shardpipe.store_checks import check_source_options, check_temp_store, resolve_named
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteReport
+from shardpipe.transaction import check_commit
 from shardpipe.validate import check_max_mem, resolve_shapes
 
 FIRST_BLOCK_SHARE = 2
@@ -136,19 +137,24 @@ class RechunkJob:
     def _repr_html_(self) -> str:
         return html_table("RechunkJob", self.summary_rows())
 
-    def execute(self, *, progress: bool = False) -> WriteReport:
+    def execute(
+        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
+    ) -> WriteReport:
         """Run the rechunk; return what was written.
 
         A two-pass rechunk copies the source into the intermediate first, then
-        writes the target from it, then deletes the copy.
+        writes the target from it, then deletes the copy. ``commit`` and
+        ``rebase`` are those of :meth:`ShardedWrite.execute` (Icechunk targets).
         """
         if self.intermediate is None:
-            return self.write.execute(progress=progress)
+            return self.write.execute(progress=progress, commit=commit, rebase=rebase)
         assert self.origin is not None and self.replan is not None
         inter = self.intermediate
         copy = inter.write(self.origin.blocks(inter.block_shape), self.origin.fill_value)
         written = Source(inter.store, copy, inter.chunk_shape)
-        report = self.replan(written, self.block_shape).execute(progress=progress)
+        report = self.replan(written, self.block_shape).execute(
+            progress=progress, commit=commit, rebase=rebase
+        )
         inter.remove()
         return report
 
@@ -322,7 +328,9 @@ def rechunk(
     temp_store: str | os.PathLike[str] | None = None,
     compute: bool = True,
     progress: bool = False,
-) -> zarr.Array[Any] | Delayed:
+    commit: str | None = None,
+    rebase: bool = False,
+) -> zarr.Array[Any] | Delayed | str:
     """Rechunk ``source`` into a sharded Zarr v3 array at ``target``, in bounded memory.
 
     Parameters
@@ -330,7 +338,7 @@ def rechunk(
     source : str, os.PathLike, zarr.Array or dask.array.Array
         A Zarr v2 or v3 array (sharded or not), its local path or fsspec
         URL, or any Dask array (read as it is blocked).
-    target : str, os.PathLike, zarr Store or zarr Group
+    target : str, os.PathLike, zarr Store, zarr Group or icechunk.Session
         Where to write, as for :func:`~shardpipe.to_sharded_zarr`.
     path : str, optional
         Path of the array inside ``target``.
@@ -369,10 +377,15 @@ def rechunk(
         Run now and return the target array, or return a ``Delayed``.
     progress : bool
         Show a progress bar.
+    commit, rebase
+        Into an Icechunk session: commit it at the end, as in
+        :func:`~shardpipe.to_sharded_zarr`.
 
     Returns
     -------
-    zarr.Array or dask.delayed.Delayed
+    zarr.Array or dask.delayed.Delayed or str
+        The target array; the delayed rechunk; or, with ``commit``, the
+        Icechunk snapshot's id.
     """
     progress, compute = check_progress(progress, compute)
     job = plan_rechunk(
@@ -395,7 +408,8 @@ def rechunk(
         resume=resume,
         temp_store=temp_store,
     )
+    check_commit(commit, rebase, job.write.target)
     if not compute:
         return job.to_delayed()
-    job.execute(progress=progress)
-    return job.write.open()
+    report = job.execute(progress=progress, commit=commit, rebase=rebase)
+    return report.snapshot_id or job.write.open()

@@ -73,6 +73,21 @@ def add_command(
     )
     add_storage_option(command)
     command.add_argument(
+        "--icechunk",
+        action="store_true",
+        help="TARGET is an Icechunk repository (local path or s3:// URL; created if absent): "
+        "the rechunk is one commit on --branch",
+    )
+    command.add_argument("--branch", default="main", help="with --icechunk: branch (main)")
+    command.add_argument(
+        "--commit", default=None, help="with --icechunk: commit message (default: the command)"
+    )
+    command.add_argument(
+        "--rebase",
+        action="store_true",
+        help="with --icechunk: rebase onto commits made meanwhile that changed other shards",
+    )
+    command.add_argument(
         "--source-storage-option",
         action="append",
         default=[],
@@ -87,6 +102,24 @@ def run(
     source_options: dict[str, Any] | None,
 ) -> int:
     """Run ``rechunk``; return the exit status (1: the rechunk failed, 2: it could not start)."""
+    target: Any = args.target
+    commit: dict[str, Any] = {}
+    if args.icechunk:
+        try:
+            target, options = _icechunk_target(args, options), None
+        except EXPECTED as err:
+            return fail("rechunk", err)
+        commit = {
+            "commit": args.commit or f"shardpipe rechunk {args.source}",
+            "rebase": args.rebase,
+        }
+    elif args.commit is not None or args.rebase:
+        return fail(
+            "rechunk",
+            InvalidArgumentError(
+                "--commit", "and --rebase apply to Icechunk targets", "Add --icechunk"
+            ),
+        )
     common: dict[str, Any] = dict(
         shards=args.shards,
         chunks=args.chunks,
@@ -111,12 +144,18 @@ def run(
             from shardpipe.rechunk_group import plan_group_rechunk
 
             arrays = _per_array_shapes(args.config)
-            job = plan_group_rechunk(args.source, args.target, arrays=arrays, **common)
+            if args.icechunk:
+                raise InvalidArgumentError(
+                    "--recursive",
+                    "is not yet supported with --icechunk",
+                    "Rechunk arrays one by one",
+                )
+            job = plan_group_rechunk(args.source, target, arrays=arrays, **common)
         else:
             from shardpipe.rechunk import plan_rechunk
 
             job = plan_rechunk(
-                args.source, args.target, path=args.path, temp_store=args.temp_store, **common
+                args.source, target, path=args.path, temp_store=args.temp_store, **common
             )
     except EXPECTED as err:
         return fail("rechunk", err)
@@ -125,16 +164,36 @@ def run(
         return 0
     try:
         with _scheduler(args.scheduler, args.workers):
-            report = job.execute(progress=not args.no_progress)
+            report = job.execute(progress=not args.no_progress, **commit)
     except Exception as err:  # a task's failure: say so, and how to carry on
+        carry_on = (
+            "nothing was committed; run the same command again"
+            if args.icechunk
+            else "complete shards are kept: run the same command with --resume to write the rest"
+        )
         print(
-            f"shardpipe rechunk: failed ({type(err).__name__}: {err}); complete shards are kept: "
-            "run the same command with --resume to write the rest",
+            f"shardpipe rechunk: failed ({type(err).__name__}: {err}); {carry_on}",
             file=sys.stderr,
         )
         return exit_status(err, during_work=True)
     print(report)
     return 0
+
+
+def _icechunk_target(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
+    """The writable session the rechunk goes into (a dry run creates no repository)."""
+    from shardpipe.storage.icechunk_repo import open_session
+
+    if not args.dry_run:
+        return open_session(args.target, options, branch=args.branch, writable=True, create=True)
+    import icechunk
+
+    from shardpipe.storage.icechunk_repo import quiet_logs, repository_storage
+
+    quiet_logs()
+    if icechunk.Repository.exists(repository_storage(args.target, options)):
+        return open_session(args.target, options, branch=args.branch, writable=True)
+    return icechunk.Repository.create(icechunk.in_memory_storage()).writable_session("main")
 
 
 def _per_array_shapes(config: str | None) -> dict[str, dict[str, tuple[int, ...]]]:

@@ -14,6 +14,18 @@ from shardpipe.storage.icechunk import IcechunkShardStore
 from shardpipe.storage.resolve import ResolvedStore
 
 
+def check_writable(target: ResolvedStore) -> None:
+    """Refuse a read-only Icechunk session as the target of a write (before anything is written)."""
+    if target.transactional and target.zarr_store.read_only:
+        shards = target.shards
+        assert isinstance(shards, IcechunkShardStore) and shards.session is not None
+        raise InvalidArgumentError(
+            "store",
+            f"the Icechunk session on snapshot {shards.session.snapshot_id} is read-only",
+            "Open a writable one: repo.writable_session('main') (or another branch)",
+        )
+
+
 def check_commit(commit: object, rebase: object, target: ResolvedStore) -> tuple[str | None, bool]:
     """Check ``commit`` and ``rebase`` against the write's ``target``; return them.
 

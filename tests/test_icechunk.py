@@ -370,3 +370,77 @@ def test_a_killed_write_leaves_the_last_commit(tmp_path: Path) -> None:
         commit="after the kill",
     )
     assert_same(_read(reopened, "a"), np.full((32, 32), 5, dtype="uint16"))
+
+
+def test_rechunk_into_a_session(tmp_path: Path) -> None:
+    source = zarr.create_array(tmp_path / "src.zarr", shape=(60, 50), chunks=(7, 50), dtype="u2")
+    data = _data((60, 50), seed=11)
+    source[...] = data
+    repo = _repo(tmp_path)
+    snapshot = shardpipe.rechunk(
+        str(tmp_path / "src.zarr"),
+        repo.writable_session("main"),
+        path="r",
+        shards=(32, 32),
+        chunks=(8, 8),
+        commit="rechunked",
+    )
+    assert snapshot == repo.lookup_branch("main")
+    assert_same(_read(repo, "r"), data)
+    report = shardpipe.verify(repo.readonly_session("main"), "r")
+    assert report.ok and report.shards_present == 4, report
+
+
+def test_command_line_rechunk_verify_info(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardpipe.cli import main
+
+    source = zarr.create_array(tmp_path / "src.zarr", shape=(40, 40), chunks=(10, 10), dtype="u2")
+    data = _data((40, 40), seed=12)
+    source[...] = data
+    repo_path, src = str(tmp_path / "repo"), str(tmp_path / "src.zarr")
+    rechunk = ["rechunk", src, repo_path, "--icechunk", "--path", "a", "--shards", "16,16"]
+    assert main([*rechunk, "--chunks", "8,8", "--dry-run"]) == 0
+    assert not (tmp_path / "repo").exists()  # a dry run creates no repository
+    assert main([*rechunk, "--chunks", "8,8", "--no-progress", "--commit", "cli"]) == 0
+    out = capsys.readouterr().out
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(repo_path))
+    assert f"committed as snapshot {repo.lookup_branch('main')}" in out
+    assert next(s.message for s in repo.ancestry(branch="main")) == "cli"
+    assert_same(_read(repo, "a"), data)
+    assert main(["verify", repo_path, "--icechunk", "--path", "a"]) == 0
+    assert "problems: 0" in capsys.readouterr().out
+    snapshot = repo.lookup_branch("main")
+    assert main(["info", repo_path, "--icechunk", "--path", "a", "--snapshot", snapshot]) == 0
+    assert "shards present: 9 of 9" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "none"), "--icechunk", "--path", "a"]) == 2
+    assert "no Icechunk repository" in capsys.readouterr().err
+    assert main(["rechunk", src, str(tmp_path / "plain.zarr"), "--commit", "x"]) == 2
+    assert "--icechunk" in capsys.readouterr().err
+
+
+@pytest.mark.s3
+def test_command_line_rechunk_into_s3(
+    tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardpipe.cli import main
+    from shardpipe.storage.icechunk_repo import open_session
+
+    bucket, options = s3_bucket
+    source = zarr.create_array(tmp_path / "src.zarr", shape=(30, 30), chunks=(7, 7), dtype="u2")
+    data = _data((30, 30), seed=13)
+    source[...] = data
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    url = f"s3://{bucket}/repo"
+    given = [
+        f"--storage-option=key={options['key']}",
+        f"--storage-option=secret={options['secret']}",
+        f"--storage-option=endpoint_url={endpoint}",
+        "--storage-option=region_name=us-east-1",
+    ]
+    argv = ["rechunk", str(tmp_path / "src.zarr"), url, "--icechunk", "--shards", "16,16"]
+    assert main([*argv, "--no-progress", *given]) == 0, capsys.readouterr().err
+    named = {"key": options["key"], "secret": options["secret"], "endpoint_url": endpoint}
+    session = open_session(url, {**named, "region_name": "us-east-1"})
+    assert_same(np.asarray(zarr.open_array(session.store, mode="r")[...]), data)

@@ -57,7 +57,7 @@ from shardpipe.prepare import prepare_fill, prepare_write
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_store_reachable, check_target
 from shardpipe.tasks import WriteReport
-from shardpipe.transaction import check_commit, commit_write
+from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_dim_region, check_max_mem, check_variable_encoding
 
 MODES = ("w-", "w", "a", "r+")
@@ -214,6 +214,7 @@ def _open_target(
     delete and ``"a"``/``"r+"`` would change under it).
     """
     root = resolve_store(store, group, storage_options)
+    check_writable(root)
     check_target(root, overwrite=True)
     stored = StoredVariables.read(root, mode)
     if mode == "w-" and stored.exists:

@@ -104,8 +104,9 @@ class IcechunkShardStore(ZarrShardStore):
     Parameters
     ----------
     session : icechunk.Session
-        A writable session (not a fork). Writes outside a publishing task
-        (the array's metadata, a grown ``zarr.json``) go to it directly.
+        A writable session (not a fork): writes outside a publishing task
+        (the array's metadata, a grown ``zarr.json``) go to it directly. A
+        read-only session serves reads (``verify``, ``info``) only.
     """
 
     abilities = StoreAbilities(
@@ -124,11 +125,16 @@ class IcechunkShardStore(ZarrShardStore):
         return f"IcechunkShardStore({where})"
 
     def __getstate__(self) -> dict[str, Any]:
-        """Travel as a fork of the session (taken once, after the metadata is written)."""
-        return {"base": self._fork_bytes(), "scratch": dict(self._scratch)}
+        """Travel as a fork of the session (taken once, after the metadata is written).
+
+        A read-only session travels as itself (Icechunk pickles those).
+        """
+        if self.session is not None and self.session.read_only:
+            return {"read_only": self.session, "base": None, "scratch": dict(self._scratch)}
+        return {"read_only": None, "base": self._fork_bytes(), "scratch": dict(self._scratch)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.session = None
+        self.session = state["read_only"]
         self._base = state["base"]
         self._base_fork = None
         self._lock = threading.Lock()
@@ -365,10 +371,13 @@ def is_icechunk(store: Any) -> bool:
 def icechunk_backend(store: Any) -> tuple[Store, IcechunkShardStore]:
     """The zarr store and the shard backend of an Icechunk ``Session`` or ``IcechunkStore``.
 
+    A read-only session is accepted here (reads); writes refuse it
+    (:func:`shardpipe.transaction.check_writable`).
+
     Raises
     ------
     shardpipe.errors.InvalidArgumentError
-        For a read-only session, or a fork (which cannot be committed).
+        For a fork (which cannot be committed).
     """
     from icechunk import ForkSession, IcechunkStore, Session
 
@@ -387,11 +396,5 @@ def icechunk_backend(store: Any) -> tuple[Store, IcechunkShardStore]:
             "store",
             "an Icechunk ForkSession cannot be committed, and shardpipe forks the session itself",
             "Pass the writable Session you would fork (repo.writable_session('main'))",
-        )
-    if store.read_only:
-        raise InvalidArgumentError(
-            "store",
-            f"the Icechunk session on snapshot {store.snapshot_id} is read-only",
-            "Open a writable one: repo.writable_session('main') (or another branch)",
         )
     return store.store, IcechunkShardStore(store)
