@@ -20,7 +20,7 @@ from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compac
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunk_group import plan_group_rechunk, rechunk_group
-from shardpipe.tasks import WriteReport
+from shardpipe.reports import WriteReport
 from shardpipe.verify import VerifyReport, verify
 from shardpipe.writer import cleanup, to_sharded_zarr
 

@@ -16,6 +16,7 @@ import zarr
 
 from shardpipe.errors import MetadataError
 from shardpipe.journal import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
+from shardpipe.reports import WriteReport
 from shardpipe.resume import (
     Resume,
     check_same_job,
@@ -26,7 +27,7 @@ from shardpipe.resume import (
 )
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.store_checks import check_target
-from shardpipe.tasks import WriteReport, WriteTarget
+from shardpipe.tasks import WriteTarget
 
 
 def create_array(

@@ -21,10 +21,11 @@ from dataclasses import replace
 from shardpipe.checks import check_bool
 from shardpipe.job import ShardedWrite
 from shardpipe.journal import release
+from shardpipe.reports import WriteReport
 from shardpipe.resume import forget_finished, save_record
 from shardpipe.started_job import StartedJob
 from shardpipe.streaming import WaveGraph, run_waves
-from shardpipe.tasks import WriteReport, finish_write
+from shardpipe.tasks import finish_write
 
 log = logging.getLogger("shardpipe")
 

@@ -54,11 +54,11 @@ from shardpipe.core.plan import PartPlan, ShardPlan, WritePlan
 from shardpipe.core.waves import Wave
 from shardpipe.fusion import fuse_blocks
 from shardpipe.heap import in_heap_scope
+from shardpipe.reports import add_reports
 from shardpipe.source_window import read_window
 from shardpipe.task_groups import group_publishing, shards_per_task
 from shardpipe.tasks import (
     WriteTarget,
-    add_reports,
     begin_shard,
     collecting_changes,
     encode_piece,
@@ -83,7 +83,7 @@ class WriteGraph:
     Parameters
     ----------
     result : Delayed
-        Computes to a :class:`~shardpipe.tasks.WriteReport` for the whole array.
+        Computes to a :class:`~shardpipe.reports.WriteReport` for the whole array.
     publishing : list of Delayed
         One per shard, or per group of shards (:mod:`shardpipe.task_groups`,
         and the ``merge-changes`` tree of a transactional write): done once

@@ -65,6 +65,7 @@ from shardpipe.journal import (
 )
 from shardpipe.metadata import format_of
 from shardpipe.progress import cluster_threads
+from shardpipe.reports import WriteReport
 from shardpipe.resume import (
     Resume,
     check_same_job,
@@ -75,7 +76,7 @@ from shardpipe.started_job import StartedJob
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.streaming import WAVES_PER_BATCH, wave_tasks
 from shardpipe.summary import html_table, text_table
-from shardpipe.tasks import WriteReport, WriteTarget
+from shardpipe.tasks import WriteTarget
 from shardpipe.updating import UpdateTarget
 
 DEFAULT_MAX_MEM = "1GiB"
@@ -243,7 +244,7 @@ class ShardedWrite:
 
         Its first task writes the metadata (after checking the target once
         more); every task touching storage waits for it. It computes to a
-        :class:`~shardpipe.tasks.WriteReport`. Piece tasks encode where the
+        :class:`~shardpipe.reports.WriteReport`. Piece tasks encode where the
         blocks live, so the graph suits every scheduler. After a failed
         computation, :func:`shardpipe.cleanup` removes what it left.
 

@@ -22,12 +22,16 @@ def summary_rows(job: ShardedWrite) -> list[tuple[str, str]]:
             peaks[kind] = peak
     # an update's one task per shard is update-shard (planned like write-shard)
     name = {"write-shard": "update-shard"} if job.existing else {}
-    memory = ", ".join(
-        f"{name.get(k, k)} {format_bytes(m.nbytes)}" for k, m in sorted(peaks.items())
-    )
+    sizes = {k: format_bytes(m.nbytes) for k, m in peaks.items()}
+    if plan.n_multipart_shards and job.target.shards.abilities.parts_in_memory:
+        # Icechunk: the stamp task joins the encoded parts into one object in memory
+        shard_nbytes = math.prod(plan.layout.shard_shape) * plan.itemsize
+        joined = peaks["stamp-shard"].nbytes + 2 * plan.model.encoded(shard_nbytes)
+        sizes["stamp-shard"] = f"{format_bytes(joined)} (joins the shard: beyond max_mem)"
+    memory = ", ".join(f"{name.get(k, k)} {size}" for k, size in sorted(sizes.items()))
     tasks = ", ".join(f"{name.get(k, k)} {n:,}" for k, n in sorted(plan.task_counts.items()))
     return [
-        ("target", f"{job.target.zarr_store} at {location!r}"),
+        ("target", f"{_place(job)} at {location!r}"),
         (
             "array",
             f"shape {meta.shape}, dtype {job.source.dtype}, fill value {meta.fill_value}",
@@ -60,6 +64,12 @@ def summary_rows(job: ShardedWrite) -> list[tuple[str, str]]:
         ("bytes out", f"at most {format_bytes(plan.nbytes_out_max)} encoded"),
         ("peak memory per task", f"{memory} (max_mem {format_bytes(plan.max_mem)})"),
     ]
+
+
+def _place(job: ShardedWrite) -> str:
+    """The target store in one line (an Icechunk session by its branch and snapshot)."""
+    target = job.target
+    return str(target.shards if target.transactional else target.zarr_store)
 
 
 def _waves_row(job: ShardedWrite) -> str:

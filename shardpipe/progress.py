@@ -16,7 +16,7 @@ import dask.base
 from dask.callbacks import Callback
 
 from shardpipe.graph import PUBLISHING_TASKS
-from shardpipe.tasks import WriteReport
+from shardpipe.reports import WriteReport
 
 
 def distributed_client() -> Any | None:

@@ -44,10 +44,10 @@ from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk_intermediate import Intermediate
 from shardpipe.rechunk_source import Source, open_source
+from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume, check_same_job, complete_shards
 from shardpipe.store_checks import check_source_options, check_temp_store, resolve_named
 from shardpipe.summary import html_table, text_table
-from shardpipe.tasks import WriteReport
 from shardpipe.transaction import check_commit
 from shardpipe.validate import check_max_mem, resolve_shapes
 

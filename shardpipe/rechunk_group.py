@@ -27,10 +27,10 @@ from shardpipe.execute import execute_together
 from shardpipe.job import DEFAULT_MAX_MEM
 from shardpipe.rechunk import RechunkJob, plan_rechunk
 from shardpipe.rechunk_source import open_source
+from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.store_checks import check_source_options, resolve_named
-from shardpipe.tasks import WriteReport
 from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES

@@ -26,7 +26,7 @@ from dask._task_spec import Task, TaskRef
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from shardpipe.tasks import WriteReport
+from shardpipe.reports import WriteReport
 
 TASK_BYTES = 16 * 2**20
 """Raw bytes a task should write at least, where shards are smaller."""

@@ -38,9 +38,10 @@ from shardpipe.core.shard_update import Abilities, ShardBytes, ShardUpdate, plan
 from shardpipe.errors import ConditionFailedError, PlanError, ShardConflictError
 from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard, read_checked_index
 from shardpipe.journal import JobKeys, JobMarker, UndoRecord, check_held
+from shardpipe.reports import WriteReport
 from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.retry import retries_so_far
-from shardpipe.tasks import WriteReport, WriteTarget, encode_part, stored_only
+from shardpipe.tasks import WriteTarget, encode_part, stored_only
 
 
 @dataclass(frozen=True)

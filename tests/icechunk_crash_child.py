@@ -26,14 +26,15 @@ def main(repo_path: str, progress: str) -> None:
         time.sleep(0.05)
         with Path(progress).open("a") as out:
             out.write(".")
-        return block + 1
+        noise = np.random.default_rng().integers(0, 60000, block.shape, dtype="uint16")
+        return block + noise  # incompressible: every shard is stored as an object
 
-    source = da.map_blocks(slow_block, da.zeros((32, 32), chunks=8, dtype="uint16"))
+    source = da.map_blocks(slow_block, da.zeros((256, 256), chunks=32, dtype="uint16"))
     shardpipe.to_sharded_zarr(
         source,
         repo.writable_session("main"),
         path="a",
-        region=(slice(0, 32), slice(0, 32)),
+        region=(slice(0, 256), slice(0, 256)),
         commit="never finished",
     )
 

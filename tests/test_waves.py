@@ -16,8 +16,8 @@ from dask.delayed import delayed
 
 import shardpipe
 from shardpipe.prepare import prepare_write
+from shardpipe.reports import WriteReport
 from shardpipe.streaming import WaveGraph, run_waves
-from shardpipe.tasks import WriteReport
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 SHAPE = (96, 80, 60)

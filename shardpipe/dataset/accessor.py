@@ -9,7 +9,7 @@ import xarray as xr
 from dask.delayed import Delayed
 
 from shardpipe.job import DEFAULT_MAX_MEM
-from shardpipe.tasks import WriteReport
+from shardpipe.reports import WriteReport
 
 
 class ShardAccessor:

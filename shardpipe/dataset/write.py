@@ -54,9 +54,9 @@ from shardpipe.existing import check_strategy
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.metadata import is_sharded
 from shardpipe.prepare import prepare_fill, prepare_write
+from shardpipe.reports import WriteReport
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_store_reachable, check_target
-from shardpipe.tasks import WriteReport
 from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_dim_region, check_max_mem, check_variable_encoding
 

@@ -121,8 +121,15 @@ class IcechunkShardStore(ZarrShardStore):
         self._scratch: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
-        where = self.session if self.session is not None else "a fork"
-        return f"IcechunkShardStore({where})"
+        return f"IcechunkShardStore({self})"
+
+    def __str__(self) -> str:
+        session = self.session
+        if session is None:
+            return "a fork of an Icechunk session"
+        mode = "read-only" if session.read_only else "writable"
+        branch = f"on branch {session.branch!r} " if session.branch else ""
+        return f"{mode} Icechunk session {branch}from snapshot {session.snapshot_id}"
 
     def __getstate__(self) -> dict[str, Any]:
         """Travel as a fork of the session (taken once, after the metadata is written).

@@ -1,0 +1,103 @@
+"""What writes report: :class:`WriteReport`, added up over tasks, waves and jobs.
+
+Adding reports also merges what their tasks wrote into a transactional
+backend (an Icechunk session: :mod:`shardpipe.storage.icechunk`), so the
+same sums that count shards carry the changes back to the client.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shardpipe.storage.base import Changes
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    """What a write (or one of its publishing tasks) did.
+
+    Attributes
+    ----------
+    shards : int
+        Shards handled: written, or left out because every inner chunk the
+        write gave them equals the fill value.
+    shards_empty : int
+        Of those, shards left out as empty (nothing written).
+    nbytes : int
+        Bytes written to shard objects (index and padding included): whole
+        new shards, or what updates wrote into existing ones.
+    chunks_stored : int
+        Inner chunks stored in the shards written.
+    seconds : float
+        Wall time of the whole write (0 in the reports of single tasks).
+    strategies : mapping of str to int
+        For updates of existing arrays: shards per way they were changed
+        (``"new"``, ``"in_place"``, ``"append"``, ``"rewrite"``,
+        ``"unchanged"``).
+    retries : int
+        Storage operations tried again after a transient fault (see
+        :mod:`shardpipe.storage.retry`).
+    shards_skipped : int
+        Shards left alone because they were complete already (a resumed write).
+    snapshot_id : str or None
+        The Icechunk snapshot the write committed (``commit="message"``).
+    changes : Changes or None
+        What the tasks wrote into a transactional backend (an Icechunk
+        session), still to be merged into it; ``None`` once merged. Adding
+        reports merges their changes (the left one's are reused).
+    """
+
+    shards: int = 0
+    shards_empty: int = 0
+    nbytes: int = 0
+    chunks_stored: int = 0
+    seconds: float = 0.0
+    strategies: Mapping[str, int] = field(default_factory=dict)
+    retries: int = 0
+    shards_skipped: int = 0
+    snapshot_id: str | None = None
+    changes: Changes | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def shards_written(self) -> int:
+        """Shards published at their keys."""
+        return self.shards - self.shards_empty
+
+    def __add__(self, other: WriteReport) -> WriteReport:
+        return WriteReport(
+            shards=self.shards + other.shards,
+            shards_empty=self.shards_empty + other.shards_empty,
+            nbytes=self.nbytes + other.nbytes,
+            chunks_stored=self.chunks_stored + other.chunks_stored,
+            seconds=max(self.seconds, other.seconds),
+            strategies=dict(Counter(self.strategies) + Counter(other.strategies)),
+            retries=self.retries + other.retries,
+            shards_skipped=self.shards_skipped + other.shards_skipped,
+            changes=_merged(self.changes, other.changes),
+        )
+
+    def __str__(self) -> str:
+        rate = f", {self.nbytes / 1e6 / self.seconds:,.0f} MB/s stored" if self.seconds else ""
+        how = ", ".join(f"{k} {n}" for k, n in sorted(self.strategies.items()))
+        return (
+            f"{self.shards_written} shard(s) written, {self.shards_empty} left out as empty, "
+            f"{self.chunks_stored} inner chunks, {self.nbytes:,} bytes"
+            + (f" in {self.seconds:.2f} s{rate}" if self.seconds else "")
+            + (f" ({how})" if how else "")
+            + (f"; {self.shards_skipped} complete already, skipped" if self.shards_skipped else "")
+            + (f"; {self.retries} storage retries" if self.retries else "")
+            + (f"; committed as snapshot {self.snapshot_id}" if self.snapshot_id else "")
+        )
+
+
+def _merged(first: Changes | None, second: Changes | None) -> Changes | None:
+    if first is None:
+        return second
+    return first if second is None else first.merged(second)
+
+
+def add_reports(*reports: WriteReport) -> WriteReport:
+    """Add up reports (one level of the tree that merges a transactional write's changes)."""
+    return sum(reports, WriteReport())
