@@ -20,7 +20,7 @@ On a transactional backend (an Icechunk session) each publishing task
 writes through its own fork of the session
 (:func:`~shardpipe.tasks.collecting_changes`) and its report carries the
 fork back; ``merge-changes`` tasks merge them in a tree on the workers, so
-the client receives one merged fork per graph.
+the client receives at most :data:`MERGE_FAN_IN` merged forks per graph.
 
 A graph covers the whole write, or one wave of it (a box of shards:
 :mod:`shardpipe.core.waves`). A wave's blocks come from the source sliced
