@@ -442,3 +442,25 @@ def test_command_line_rechunk_into_s3(
     named = {"key": options["key"], "secret": options["secret"], "endpoint_url": endpoint}
     session = open_session(url, {**named, "region_name": "us-east-1"})
     assert_same(np.asarray(zarr.open_array(session.store, mode="r")[...]), data)
+
+
+def test_a_failed_write_merges_no_shard_into_the_session(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    first = repo.lookup_branch("main")
+
+    def fail_on_one(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info[None]["chunk-location"] == (1, 1):
+            raise RuntimeError("a block that cannot be computed")
+        return block + 1
+
+    source = da.zeros((64, 64), chunks=16, dtype="uint16").map_blocks(fail_on_one, dtype="uint16")
+    session = repo.writable_session("main")
+    with pytest.raises(RuntimeError, match="cannot be computed"):
+        shardpipe.to_sharded_zarr(
+            source, session, path="a", shards=(16, 16), chunks=(8, 8), commit="never"
+        )
+    assert repo.lookup_branch("main") == first
+    assert not session.status().updated_chunks  # the shards that were written stay out
+    assert session.status().new_arrays == {"/a"}  # the metadata is in it: discard it
+    session.discard_changes()
+    assert not session.has_uncommitted_changes
