@@ -703,6 +703,20 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
         "compute=False",
         lambda p: shardpipe.rechunk(p.src, p.new, progress=True, compute=False),
     ),
+    (
+        "rechunk",
+        "commit",
+        "on a path",
+        "not an Icechunk session",
+        lambda p: shardpipe.rechunk(p.src, p.new, commit="message"),
+    ),
+    (
+        "rechunk",
+        "rebase",
+        "without commit",
+        "without commit",
+        lambda p: shardpipe.rechunk(p.src, p.new, rebase=True),
+    ),
     *_rechunks("plan_rechunk", shardpipe.plan_rechunk),
     (
         "RechunkJob.execute",
@@ -828,6 +842,12 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("compact --threshold x", lambda p: ["compact", p.arr, "--threshold", "x"], "--threshold"),
     ("cleanup missing", lambda p: ["cleanup", p.missing], "nothing to clean up"),
     ("rechunk --shards", lambda p: ["rechunk", p.src, p.new, "--shards", "x"], "--shards"),
+    ("rechunk --commit", lambda p: ["rechunk", p.src, p.new, "--commit", "m"], "--icechunk"),
+    (
+        "verify --icechunk",
+        lambda p: ["verify", p.missing, "--icechunk"],
+        "no Icechunk repository",
+    ),
     ("rechunk --max-mem", lambda p: ["rechunk", p.src, p.new, "--max-mem", "lots"], "max_mem"),
     (
         "rechunk --index-location",
