@@ -17,6 +17,7 @@ from shardpipe.errors import (
 )
 from shardpipe.job import ShardedWrite
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
+from shardpipe.precomputed_write import to_neuroglancer_precomputed
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunk_group import plan_group_rechunk, rechunk_group
@@ -51,6 +52,7 @@ __all__ = [
     "rechunk",
     "rechunk_group",
     "repair",
+    "to_neuroglancer_precomputed",
     "to_sharded_zarr",
     "verify",
 ]

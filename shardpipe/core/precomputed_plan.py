@@ -1,0 +1,171 @@
+"""Planning a sharded precomputed scale: chunk grid, chunk ids, shards, the ``auto`` rule.
+
+Pure: tuples and NumPy in and out. The volume is indexed ``(x, y, z)``;
+chunks are ``chunk_size`` voxels, clipped at the volume's end (the
+precomputed format stores edge chunks truncated). A chunk's id is its
+compressed Morton code; the sharding spec maps ids to shards.
+
+The ``auto`` rule (:func:`auto_sharding`): identity hash; the lowest
+``p`` bits of a chunk id (``preshift_bits + minishard_bits``) span an
+aligned box of chunks, chosen as the largest box whose raw bytes stay within
+``target_shard_nbytes``, so that every shard is one box and one task owns
+it; of those bits, ``preshift_bits`` is at most 6 (minishards of up to 64
+chunks: an index of 1.5 KiB before gzip) and the rest are minishard bits;
+``shard_bits`` is what remains of the ids, so no two boxes share a shard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardpipe.core.morton import low_bits_box, morton_bit_dims, morton_ids
+from shardpipe.formats.precomputed import PrecomputedSharding
+
+MAX_PRESHIFT_BITS = 6
+"""At most 2**6 chunks per minishard in the ``auto`` rule."""
+
+
+@dataclass(frozen=True)
+class ScaleGrid:
+    """The chunk grid of one scale.
+
+    Parameters
+    ----------
+    size : tuple of int
+        Voxels per dimension, ``(x, y, z)``.
+    chunk_size : tuple of int
+        Voxels per chunk and dimension.
+    """
+
+    size: tuple[int, ...]
+    chunk_size: tuple[int, ...]
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """Chunks per dimension."""
+        return tuple(-(-n // c) for n, c in zip(self.size, self.chunk_size, strict=True))
+
+    @property
+    def id_bits(self) -> int:
+        """Bits of the largest chunk id (the Morton code's length)."""
+        return len(morton_bit_dims(self.grid))
+
+    def chunk_box(self, coords: Sequence[int]) -> tuple[slice, ...]:
+        """Voxel slices of the chunk at grid ``coords`` (clipped at the volume's end)."""
+        return tuple(
+            slice(k * c, min((k + 1) * c, n))
+            for k, c, n in zip(coords, self.chunk_size, self.size, strict=True)
+        )
+
+    def all_coords(self) -> np.ndarray:
+        """Grid coordinates of every chunk, one row each, in C order."""
+        axes = np.meshgrid(*(np.arange(n) for n in self.grid), indexing="ij")
+        return np.stack([a.reshape(-1) for a in axes], axis=1)
+
+
+@dataclass(frozen=True)
+class ShardChunks:
+    """The chunks one shard file holds.
+
+    Parameters
+    ----------
+    shard : int
+        The shard's number.
+    ids : numpy.ndarray
+        Chunk ids (``uint64``), increasing.
+    coords : numpy.ndarray
+        Their grid coordinates, one row each.
+    box : tuple of slice or None
+        The voxel box the chunks fill, when they form one (identity hash with
+        boxes: see :func:`shard_boxes`); None when they are scattered.
+    """
+
+    shard: int
+    ids: np.ndarray
+    coords: np.ndarray
+    box: tuple[slice, ...] | None
+
+
+def box_bits(scale: ScaleGrid, sharding: PrecomputedSharding) -> int | None:
+    """Low id bits spanning one shard's box, or None when shards are not boxes.
+
+    Shards are aligned boxes of chunks when the hash is the identity and
+    the shard bits reach the top of the ids (no two boxes share a shard).
+    """
+    low = sharding.preshift_bits + sharding.minishard_bits
+    if sharding.hash != "identity" or low + sharding.shard_bits < scale.id_bits:
+        return None
+    return low
+
+
+def shards_of(scale: ScaleGrid, sharding: PrecomputedSharding) -> Iterator[ShardChunks]:
+    """Every shard that holds a chunk of the scale, in increasing shard number."""
+    low = box_bits(scale, sharding)
+    if low is not None:  # boxes: walk them, no per-chunk hashing
+        box = low_bits_box(scale.grid, low)
+        for origin in np.ndindex(*(-(-n // b) for n, b in zip(scale.grid, box, strict=True))):
+            start = [o * b for o, b in zip(origin, box, strict=True)]
+            stop = [min(s + b, n) for s, b, n in zip(start, box, scale.grid, strict=True)]
+            axes = np.meshgrid(*(np.arange(a, b) for a, b in zip(start, stop, strict=True)))
+            coords = np.stack([a.reshape(-1) for a in axes], axis=1)
+            ids = morton_ids(coords, scale.grid)
+            order = np.argsort(ids)
+            shard, _ = sharding.locate(ids[:1])
+            voxels = tuple(
+                slice(a * c, min(b * c, n))
+                for a, b, c, n in zip(start, stop, scale.chunk_size, scale.size, strict=True)
+            )
+            yield ShardChunks(int(shard[0]), ids[order], coords[order], voxels)
+        return
+    coords = scale.all_coords()
+    ids = morton_ids(coords, scale.grid)
+    shards, _ = sharding.locate(ids)
+    order = np.lexsort((ids, shards))
+    shards, ids, coords = shards[order], ids[order], coords[order]
+    bounds = np.flatnonzero(np.diff(shards)) + 1
+    for part in np.split(np.arange(len(ids)), bounds):
+        if len(part):
+            yield ShardChunks(int(shards[part[0]]), ids[part], coords[part], None)
+
+
+def largest_shard_chunks(scale: ScaleGrid, sharding: PrecomputedSharding) -> int:
+    """Most chunks any shard holds (an upper bound for scattered shards: the exact count)."""
+    low = box_bits(scale, sharding)
+    if low is not None:
+        return math.prod(low_bits_box(scale.grid, low))
+    return max((len(s.ids) for s in shards_of(scale, sharding)), default=0)
+
+
+def auto_sharding(
+    scale: ScaleGrid, chunk_nbytes: int, target_shard_nbytes: int
+) -> PrecomputedSharding:
+    """The ``sharding="auto"`` spec of a scale (the rule is in the module's docstring).
+
+    Parameters
+    ----------
+    scale : ScaleGrid
+        The scale's grid.
+    chunk_nbytes : int
+        Raw bytes of a whole chunk (all channels).
+    target_shard_nbytes : int
+        Most raw bytes of a shard's box.
+    """
+    bits = scale.id_bits
+    low = 0
+    while low < bits and chunk_nbytes * math.prod(low_bits_box(scale.grid, low + 1)) <= (
+        target_shard_nbytes
+    ):
+        low += 1
+    preshift = min(low, MAX_PRESHIFT_BITS)
+    return PrecomputedSharding(
+        preshift_bits=preshift,
+        minishard_bits=low - preshift,
+        shard_bits=bits - low,
+        hash="identity",
+        minishard_index_encoding="gzip",
+        data_encoding="raw",
+    )

@@ -1,0 +1,284 @@
+"""Neuroglancer's precomputed sharded format (``neuroglancer_uint64_sharded_v1``).
+
+A sibling of :mod:`shardpipe.formats.zarr_sharding`: it owns how chunk ids
+map to shards and minishards, how a shard file is laid out and named, and
+how its two-level index is encoded and read.
+
+A chunk's id (its compressed Morton code, :mod:`shardpipe.core.morton`) is
+shifted right by ``preshift_bits`` and hashed (``identity`` or
+``murmurhash3_x86_128``); bits ``[0, minishard_bits)`` of the hash give the
+minishard, the next ``shard_bits`` the shard. A shard file ``<hex>.shard``
+is::
+
+    shard index   2**minishard_bits entries of (start, end) uint64le, the
+                  byte range of each minishard's index, counted from the
+                  end of the shard index
+    chunk data    each chunk's bytes (gzip'd with data_encoding "gzip"),
+                  minishard by minishard, ids increasing inside each
+    minishard     per minishard, [3, n] uint64le (raw or gzip'd): ids,
+    indexes       data offsets and sizes, the first two delta-encoded
+
+shardpipe writes the data of all minishards first and their indexes after
+(tensorstore puts each minishard's index after its data; readers follow the
+offsets, so both are valid).
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardpipe.errors import InvalidArgumentError, ShardFormatError
+
+SHARDING_TYPE = "neuroglancer_uint64_sharded_v1"
+HASHES = ("identity", "murmurhash3_x86_128")
+ENCODINGS = ("raw", "gzip")
+ENTRY = 16  # bytes per shard-index entry
+GZIP_LEVEL = 6
+
+RangeReader = Callable[[int, int], bytes]
+
+
+@dataclass(frozen=True)
+class PrecomputedSharding:
+    """The ``sharding`` member of a precomputed scale.
+
+    Parameters
+    ----------
+    preshift_bits, minishard_bits, shard_bits : int
+        See the module's docstring.
+    hash : {"identity", "murmurhash3_x86_128"}
+        How shifted chunk ids are hashed.
+    minishard_index_encoding, data_encoding : {"raw", "gzip"}
+        Encodings of the minishard indexes and of the chunks' bytes.
+    """
+
+    preshift_bits: int
+    minishard_bits: int
+    shard_bits: int
+    hash: str = "identity"
+    minishard_index_encoding: str = "gzip"
+    data_encoding: str = "raw"
+
+    def __post_init__(self) -> None:
+        fix = "See the neuroglancer_uint64_sharded_v1 specification"
+        for name in ("preshift_bits", "minishard_bits", "shard_bits"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 64:
+                raise InvalidArgumentError(
+                    "sharding", f"{name} must be an integer in [0, 64], got {value!r}", fix
+                )
+        if self.minishard_bits + self.shard_bits > 64:
+            raise InvalidArgumentError(
+                "sharding",
+                f"minishard_bits + shard_bits is {self.minishard_bits + self.shard_bits}, "
+                "more than the 64 bits of a hashed id",
+                fix,
+            )
+        if self.hash not in HASHES:
+            raise InvalidArgumentError(
+                "sharding", f"hash {self.hash!r} is not one of {HASHES}", fix
+            )
+        for name in ("minishard_index_encoding", "data_encoding"):
+            if getattr(self, name) not in ENCODINGS:
+                raise InvalidArgumentError(
+                    "sharding", f"{name} {getattr(self, name)!r} is not one of {ENCODINGS}", fix
+                )
+
+    @classmethod
+    def from_json(cls, document: Any) -> PrecomputedSharding:
+        """Read a ``sharding`` JSON object (as in a scale of an ``info`` file).
+
+        Raises
+        ------
+        shardpipe.errors.InvalidArgumentError
+            For a document that is not a valid ``neuroglancer_uint64_sharded_v1`` object.
+        """
+        fix = f'Pass {{"@type": "{SHARDING_TYPE}", "preshift_bits": ..., "hash": ..., ...}}'
+        if not isinstance(document, Mapping) or document.get("@type") != SHARDING_TYPE:
+            raise InvalidArgumentError(
+                "sharding", f"expected a {SHARDING_TYPE} object, got {document!r}", fix
+            )
+        known = {
+            "@type",
+            "preshift_bits",
+            "minishard_bits",
+            "shard_bits",
+            "hash",
+            "minishard_index_encoding",
+            "data_encoding",
+        }
+        if unknown := sorted(set(document) - known):
+            raise InvalidArgumentError("sharding", f"unknown members {unknown}", fix)
+        missing = [k for k in ("preshift_bits", "minishard_bits", "shard_bits", "hash")]
+        if absent := [k for k in missing if k not in document]:
+            raise InvalidArgumentError("sharding", f"missing members {absent}", fix)
+        return cls(
+            preshift_bits=document["preshift_bits"],
+            minishard_bits=document["minishard_bits"],
+            shard_bits=document["shard_bits"],
+            hash=document["hash"],
+            minishard_index_encoding=document.get("minishard_index_encoding", "raw"),
+            data_encoding=document.get("data_encoding", "raw"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``sharding`` JSON object."""
+        return {
+            "@type": SHARDING_TYPE,
+            "preshift_bits": self.preshift_bits,
+            "hash": self.hash,
+            "minishard_bits": self.minishard_bits,
+            "shard_bits": self.shard_bits,
+            "minishard_index_encoding": self.minishard_index_encoding,
+            "data_encoding": self.data_encoding,
+        }
+
+    # -- where a chunk goes ----------------------------------------------------------
+    def hashed(self, ids: np.ndarray) -> np.ndarray:
+        """The hashed (shifted) ids, ``uint64``."""
+        shifted = np.asarray(ids, dtype=np.uint64) >> np.uint64(min(self.preshift_bits, 63))
+        if self.preshift_bits == 64:
+            shifted = np.zeros_like(shifted)
+        if self.hash == "identity":
+            return shifted
+        import mmh3
+
+        low = (1 << 64) - 1
+        return np.array(
+            [
+                mmh3.hash128(struct.pack("<Q", int(v)), 0, x64arch=False, signed=False) & low
+                for v in shifted
+            ],
+            dtype=np.uint64,
+        )
+
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shard and minishard numbers of chunk ``ids``."""
+        hashed = self.hashed(ids)
+        minishard = hashed & np.uint64((1 << self.minishard_bits) - 1)
+        shard = (hashed >> np.uint64(self.minishard_bits)) & np.uint64((1 << self.shard_bits) - 1)
+        return shard, minishard
+
+    def shard_key(self, shard: int) -> str:
+        """The file name of shard number ``shard``: lowercase hex, zero-padded, ``.shard``."""
+        digits = -(-self.shard_bits // 4)
+        return f"{shard:0{digits}x}.shard" if digits else f"{shard:x}.shard"
+
+    @property
+    def index_nbytes(self) -> int:
+        """Bytes of a shard's fixed-size shard index."""
+        return ENTRY << self.minishard_bits
+
+    # -- a whole shard ----------------------------------------------------------------
+    def encode_shard(self, chunks: Iterable[tuple[int, bytes]]) -> list[bytes]:
+        """The buffers of a shard file holding ``chunks``, ``(id, encoded bytes)`` pairs.
+
+        The chunks' bytes are gzip'd here with ``data_encoding="gzip"``. The
+        ids must all belong to one shard (not checked).
+        """
+        items = sorted(((int(i), data) for i, data in chunks), key=lambda item: item[0])
+        ids = np.array([i for i, _ in items], dtype=np.uint64)
+        _, minishards = self.locate(ids)
+        order = np.lexsort((ids, minishards))
+        payloads: list[bytes] = []
+        rows: dict[int, list[tuple[int, int, int]]] = {}
+        position = 0  # from the end of the shard index
+        for k in order:
+            chunk_id, data = items[int(k)]
+            if self.data_encoding == "gzip":
+                data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+            rows.setdefault(int(minishards[k]), []).append((chunk_id, position, len(data)))
+            payloads.append(data)
+            position += len(data)
+        index = np.zeros((1 << self.minishard_bits, 2), dtype="<u8")
+        tails: list[bytes] = []
+        for minishard, entries in sorted(rows.items()):
+            encoded = _encode_minishard(entries)
+            if self.minishard_index_encoding == "gzip":
+                encoded = gzip.compress(encoded, compresslevel=GZIP_LEVEL, mtime=0)
+            index[minishard] = (position, position + len(encoded))
+            tails.append(encoded)
+            position += len(encoded)
+        return [index.tobytes(), *payloads, *tails]
+
+    def read_shard_index(
+        self, read: RangeReader, shard_nbytes: int, where: str = "shard"
+    ) -> dict[int, tuple[int, int]]:
+        """Every chunk of a shard file: id to ``(start, stop)`` of its (encoded) bytes.
+
+        Raises
+        ------
+        shardpipe.errors.ShardFormatError
+            If an index lies outside the file, does not decode, or points outside it.
+        """
+        head = self.index_nbytes
+        if shard_nbytes < head:
+            raise ShardFormatError(
+                f"{where}: {shard_nbytes} bytes, shorter than its {head}-byte shard index"
+            )
+        entries = np.frombuffer(read(0, head), dtype="<u8").reshape(-1, 2)
+        found: dict[int, tuple[int, int]] = {}
+        for minishard, (start, end) in enumerate(entries.tolist()):
+            if start == end:
+                continue
+            if not start < end <= shard_nbytes - head:
+                raise ShardFormatError(
+                    f"{where}: minishard {minishard}'s index [{start}, {end}) lies outside "
+                    f"the file's {shard_nbytes - head} bytes after the shard index"
+                )
+            raw = read(head + start, head + end)
+            if self.minishard_index_encoding == "gzip":
+                try:
+                    raw = gzip.decompress(raw)
+                except (OSError, EOFError) as err:
+                    raise ShardFormatError(
+                        f"{where}: minishard {minishard}'s index does not gunzip ({err})"
+                    ) from err
+            for chunk_id, chunk_start, size in _decode_minishard(raw, where, minishard):
+                stop = head + chunk_start + size
+                if stop > shard_nbytes:
+                    raise ShardFormatError(
+                        f"{where}: chunk {chunk_id} ends at byte {stop}, past the file's "
+                        f"{shard_nbytes}"
+                    )
+                found[chunk_id] = (head + chunk_start, stop)
+        return found
+
+    def decode_chunk(self, data: bytes) -> bytes:
+        """A chunk's bytes as stored in a shard, without the shard's ``data_encoding``."""
+        return gzip.decompress(data) if self.data_encoding == "gzip" else data
+
+
+def _encode_minishard(entries: list[tuple[int, int, int]]) -> bytes:
+    """``[3, n]`` uint64le: delta ids, delta offsets (from the prior chunk's end), sizes."""
+    table = np.zeros((3, len(entries)), dtype="<u8")
+    previous_id, previous_end = 0, 0
+    for n, (chunk_id, start, size) in enumerate(entries):
+        table[0, n] = chunk_id - previous_id
+        table[1, n] = start - previous_end
+        table[2, n] = size
+        previous_id, previous_end = chunk_id, start + size
+    return table.tobytes()
+
+
+def _decode_minishard(raw: bytes, where: str, minishard: int) -> list[tuple[int, int, int]]:
+    """``(id, start, size)`` of each chunk listed in a decoded minishard index."""
+    if len(raw) % 24:
+        raise ShardFormatError(
+            f"{where}: minishard {minishard}'s index has {len(raw)} bytes, not a multiple of 24"
+        )
+    table = np.frombuffer(raw, dtype="<u8").reshape(3, -1).astype(object)
+    out = []
+    chunk_id, end = 0, 0
+    for delta_id, delta_start, size in zip(*table, strict=True):
+        chunk_id += int(delta_id)
+        start = end + int(delta_start)
+        end = start + int(size)
+        out.append((chunk_id, start, int(size)))
+    return out

@@ -1,0 +1,252 @@
+"""Sharded Neuroglancer precomputed volumes: written by shardpipe, read by tensorstore; and back.
+
+tensorstore's ``neuroglancer_precomputed`` driver is the independent reader
+(and writer, for the golden volumes decoded by shardpipe's own index reader).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pytest
+import tensorstore as ts
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shardpipe
+from shardpipe.core.morton import morton_ids
+from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, shards_of
+from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.formats.precomputed import PrecomputedSharding
+
+SPEC = "neuroglancer_uint64_sharded_v1"
+
+
+def _read_ts(path: Path) -> np.ndarray:
+    store = ts.open(
+        {"driver": "neuroglancer_precomputed", "kvstore": {"driver": "file", "path": str(path)}}
+    ).result()
+    return np.asarray(store.read().result())
+
+
+def _volume(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype == "float32":
+        return rng.standard_normal(shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(0, min(info.max, 2**62), shape, dtype=dtype, endpoint=True)
+
+
+def _sharding(
+    hash_: str, encoding: str, preshift: int = 1, minishard: int = 2, shard: int = 3
+) -> dict[str, Any]:
+    return {
+        "@type": SPEC,
+        "preshift_bits": preshift,
+        "hash": hash_,
+        "minishard_bits": minishard,
+        "shard_bits": shard,
+        "minishard_index_encoding": encoding,
+        "data_encoding": encoding,
+    }
+
+
+@pytest.mark.parametrize(
+    ("dtype", "channels"),
+    [("uint8", 1), ("uint16", 2), ("uint32", 3), ("uint64", 1), ("float32", 4)],
+)
+@pytest.mark.parametrize("sharding", ["auto", "murmurhash-gzip", "identity-raw"])
+def test_written_volumes_read_back_with_tensorstore(
+    tmp_path: Path, dtype: str, channels: int, sharding: str
+) -> None:
+    data = _volume((45, 38, 21, channels), dtype)
+    spec: Any = "auto"
+    if sharding != "auto":
+        hash_, encoding = sharding.split("-")
+        spec = _sharding("murmurhash3_x86_128" if hash_ == "murmurhash" else "identity", encoding)
+    source = da.from_array(data, chunks=(17, 13, 21, channels))  # straddling the chunks
+    report = shardpipe.to_neuroglancer_precomputed(
+        source,
+        tmp_path / "vol",
+        resolution=(4, 4, 40),
+        chunk_size=(16, 16, 8),
+        voxel_offset=(3, 0, 7),
+        sharding=spec,
+    )
+    assert isinstance(report, shardpipe.WriteReport)
+    assert report.chunks_stored == 3 * 3 * 3  # every chunk, edge chunks truncated
+    info = json.loads((tmp_path / "vol" / "info").read_text())
+    assert info["scales"][0]["voxel_offset"] == [3, 0, 7]
+    assert info["num_channels"] == channels and info["data_type"] == dtype
+    np.testing.assert_array_equal(_read_ts(tmp_path / "vol"), data, strict=True)
+
+
+def test_a_three_dimensional_source_and_a_zyx_volume(tmp_path: Path) -> None:
+    zyx = _volume((20, 30, 40), "uint8")
+    shardpipe.to_neuroglancer_precomputed(
+        da.from_array(zyx, chunks=9).transpose(2, 1, 0),
+        tmp_path / "vol",
+        resolution=(8, 8, 8),
+        chunk_size=(8, 8, 8),
+    )
+    back = _read_ts(tmp_path / "vol")
+    assert back.shape == (40, 30, 20, 1)
+    np.testing.assert_array_equal(back[..., 0], zyx.transpose(2, 1, 0))
+
+
+def test_volumes_written_by_tensorstore_decode_with_shardpipe(tmp_path: Path) -> None:
+    data = _volume((37, 29, 19, 2), "uint16", seed=4)
+    for n, (hash_, encoding) in enumerate(
+        [("identity", "raw"), ("identity", "gzip"), ("murmurhash3_x86_128", "gzip")]
+    ):
+        path = tmp_path / f"ts{n}"
+        spec = _sharding(hash_, encoding, preshift=0, minishard=2, shard=2)
+        store = ts.open(
+            {
+                "driver": "neuroglancer_precomputed",
+                "kvstore": {"driver": "file", "path": str(path)},
+                "multiscale_metadata": {"type": "image", "data_type": "uint16", "num_channels": 2},
+                "scale_metadata": {
+                    "size": [37, 29, 19],
+                    "resolution": [1, 1, 1],
+                    "encoding": "raw",
+                    "chunk_size": [8, 8, 8],
+                    "sharding": spec,
+                },
+                "create": True,
+            }
+        ).result()
+        store.write(data).result()
+        sharding = PrecomputedSharding.from_json(spec)
+        scale = ScaleGrid((37, 29, 19), (8, 8, 8))
+        seen = 0
+        for shard_file in sorted((path / "1_1_1").iterdir()):
+            raw = shard_file.read_bytes()
+            chunks = sharding.read_shard_index(lambda a, b, raw=raw: raw[a:b], len(raw))
+            ids = np.array(sorted(chunks), dtype=np.uint64)
+            assert (sharding.locate(ids)[0] == int(shard_file.stem, 16)).all()
+            for chunk_id, (start, stop) in chunks.items():
+                coords = _coords_of(chunk_id, scale)
+                box = scale.chunk_box(coords)
+                expected = data[(*box, slice(None))]
+                stored = sharding.decode_chunk(raw[start:stop])
+                assert stored == expected.tobytes(order="F"), (hash_, chunk_id)
+                seen += 1
+        assert seen == 5 * 4 * 3
+
+
+def _coords_of(chunk_id: int, scale: ScaleGrid) -> tuple[int, ...]:
+    coords = scale.all_coords()
+    ids = morton_ids(coords, scale.grid)
+    return tuple(int(v) for v in coords[int(np.flatnonzero(ids == chunk_id)[0])])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**40), st.binary(max_size=40)),
+        max_size=30,
+        unique_by=lambda t: t[0],
+    ),
+    st.integers(0, 4),
+    st.sampled_from(["raw", "gzip"]),
+    st.sampled_from(["identity", "murmurhash3_x86_128"]),
+)
+def test_shard_files_round_trip(
+    chunks: list[tuple[int, bytes]], minishard_bits: int, encoding: str, hash_: str
+) -> None:
+    sharding = PrecomputedSharding(
+        preshift_bits=0,
+        minishard_bits=minishard_bits,
+        shard_bits=0,
+        hash=hash_,
+        minishard_index_encoding=encoding,
+        data_encoding=encoding,
+    )
+    raw = b"".join(sharding.encode_shard(chunks))
+    found = sharding.read_shard_index(lambda a, b: raw[a:b], len(raw))
+    assert sorted(found) == sorted(i for i, _ in chunks)
+    for chunk_id, data in chunks:
+        start, stop = found[chunk_id]
+        assert sharding.decode_chunk(raw[start:stop]) == data
+
+
+def test_auto_shards_are_boxes_within_the_budget() -> None:
+    scale = ScaleGrid((1000, 700, 300), (64, 64, 64))
+    chunk_nbytes = 64**3
+    spec = auto_sharding(scale, chunk_nbytes, 32 * 2**20)
+    assert spec.hash == "identity" and spec.preshift_bits <= 6
+    shards = list(shards_of(scale, spec))
+    assert all(s.box is not None for s in shards)
+    assert max(len(s.ids) for s in shards) * chunk_nbytes <= 32 * 2**20
+    assert len({s.shard for s in shards}) == len(shards)  # one box per shard
+    assert sum(len(s.ids) for s in shards) == math.prod(scale.grid)
+
+
+@pytest.mark.cluster
+def test_on_a_local_cluster(tmp_path: Path, cluster_client: Any) -> None:
+    data = _volume((64, 48, 40, 1), "uint16", seed=8)
+    shardpipe.to_neuroglancer_precomputed(
+        da.from_array(data, chunks=(21, 17, 40, 1)),
+        tmp_path / "vol",
+        resolution=(1, 1, 1),
+        chunk_size=(16, 16, 16),
+        sharding=_sharding("murmurhash3_x86_128", "gzip"),
+    )
+    np.testing.assert_array_equal(_read_ts(tmp_path / "vol"), data)
+
+
+def test_bad_input_writes_nothing(tmp_path: Path) -> None:
+    source = da.zeros((20, 20, 20), dtype="uint16", chunks=10)
+    good: dict[str, Any] = {"resolution": (1, 1, 1), "chunk_size": (8, 8, 8)}
+    cases: list[tuple[dict[str, Any], str, type[Exception]]] = [
+        ({"chunk_size": (8, 0, 8)}, "chunk_size", InvalidArgumentError),
+        ({"chunk_size": (8, 8)}, "chunk_size", InvalidArgumentError),
+        ({"resolution": (1, -1, 1)}, "resolution", InvalidArgumentError),
+        ({"scales": [(1, 1, 1), (2, 2, 1)]}, "scales", InvalidArgumentError),
+        ({"encoding": "jpeg"}, "encoding", InvalidArgumentError),
+        ({"volume_type": "mesh"}, "volume_type", InvalidArgumentError),
+        (
+            {
+                "sharding": {
+                    "@type": SPEC,
+                    "preshift_bits": 0,
+                    "hash": "identity",
+                    "minishard_bits": 40,
+                    "shard_bits": 30,
+                }
+            },
+            "sharding",
+            InvalidArgumentError,
+        ),
+        (
+            {
+                "sharding": {
+                    "@type": SPEC,
+                    "preshift_bits": 0,
+                    "hash": "md5",
+                    "minishard_bits": 1,
+                    "shard_bits": 1,
+                }
+            },
+            "sharding",
+            InvalidArgumentError,
+        ),
+        ({"max_mem": 1000}, "max_mem", MemoryBudgetError),
+    ]
+    for kwargs, parameter, error in cases:
+        with pytest.raises(error) as caught:
+            shardpipe.to_neuroglancer_precomputed(source, tmp_path / "vol", **{**good, **kwargs})
+        assert parameter in str(caught.value), (kwargs, caught.value)
+        assert not (tmp_path / "vol").exists(), kwargs
+    with pytest.raises(InvalidArgumentError, match="dtype int16"):
+        shardpipe.to_neuroglancer_precomputed(source.astype("int16"), tmp_path / "vol", **good)
+    shardpipe.to_neuroglancer_precomputed(source, tmp_path / "vol", **good)
+    with pytest.raises(shardpipe.errors.ArrayExistsError):
+        shardpipe.to_neuroglancer_precomputed(source + 1, tmp_path / "vol", **good)
+    np.testing.assert_array_equal(_read_ts(tmp_path / "vol")[..., 0], np.zeros((20, 20, 20)))
