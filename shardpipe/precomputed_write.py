@@ -15,6 +15,7 @@ each chunk's voxels, which Dask slices out of the blocks holding them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import uuid
@@ -26,9 +27,12 @@ import numpy as np
 from dask.delayed import Delayed, delayed
 
 from shardpipe.checks import check_bool, check_progress
+from shardpipe.core.downsample import METHODS, downsample_block
+from shardpipe.core.morton import low_bits_box
 from shardpipe.core.precomputed_plan import (
     ScaleGrid,
     auto_sharding,
+    box_bits,
     largest_shard_chunks,
     shards_of,
 )
@@ -56,6 +60,7 @@ def to_neuroglancer_precomputed(
     encoding: str = "raw",
     sharding: Any = "auto",
     scales: Any = None,
+    downsample: str = "auto",
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
     max_mem: int | str = "1GiB",
@@ -84,11 +89,18 @@ def to_neuroglancer_precomputed(
         Chunk encoding. ``"jpeg"`` and ``"compressed_segmentation"`` are not
         written yet (a clear error). Compress chunks with
         ``sharding={..., "data_encoding": "gzip"}``.
-    sharding : "auto" or dict
-        ``"auto"`` (the rule in :mod:`shardpipe.core.precomputed_plan`) or a
-        ``neuroglancer_uint64_sharded_v1`` object.
-    scales : None
-        One scale (the source's resolution); pyramids are not written yet.
+    sharding : "auto", dict or list
+        ``"auto"`` (the rule in :mod:`shardpipe.core.precomputed_plan`, per
+        scale), a ``neuroglancer_uint64_sharded_v1`` object for every scale,
+        or a list of one (or ``"auto"``) per scale.
+    scales : list of (int, int, int), optional
+        Downsampling factors of the scales to write, e.g. ``[(1, 1, 1), (2, 2,
+        1), (4, 4, 2)]``: the first is the source, each a multiple of the one
+        before. Every scale is computed from the one before inside the same
+        Dask graph, so the source is read once. Default: the source alone.
+    downsample : {"auto", "mean", "mode"}
+        How a scale is made from the one before (:mod:`shardpipe.core.downsample`);
+        ``"auto"``: the mean for images, the mode for segmentations.
     overwrite : bool
         Replace a volume already at ``store`` (its ``info`` and this scale's shards).
     storage_options : dict, optional
@@ -130,53 +142,44 @@ def to_neuroglancer_precomputed(
             "Pass 'image' or 'segmentation'",
         )
     _check_encoding(encoding, source.dtype)
-    if scales is not None and [tuple(s) for s in scales] != [(1, 1, 1)]:
-        raise InvalidArgumentError(
-            "scales",
-            f"{scales!r}: pyramids are not written yet, only the source's own scale",
-            "Leave scales out (or pass [(1, 1, 1)])",
-        )
+    factors = _check_scales(scales, size)
+    method = _check_downsample(downsample, volume_type)
     budget = check_max_mem(max_mem)
-    scale = ScaleGrid(size, chunks)
     channels = int(source.shape[3])
     chunk_nbytes = math.prod(chunks) * channels * source.dtype.itemsize
-    spec = (
-        auto_sharding(scale, chunk_nbytes, budget // TASK_COPIES)
-        if isinstance(sharding, str) and sharding == "auto"
-        else PrecomputedSharding.from_json(sharding)
-    )
-    projected = TASK_COPIES * chunk_nbytes * largest_shard_chunks(scale, spec)
-    if projected > budget:
-        raise MemoryBudgetError(
-            "write-precomputed-shard",
-            projected,
-            budget,
-            "a shard's task holds its chunks about three times over; raise max_mem, or use "
-            "fewer preshift and minishard bits (smaller shards)",
-        )
+    specs = _check_sharding(sharding, len(factors))
+    levels = []
+    for factor, spec in zip(factors, specs, strict=True):
+        scaled = tuple(-(-n // f) for n, f in zip(size, factor, strict=True))
+        grid = ScaleGrid(scaled, chunks)
+        if spec is None:
+            spec = auto_sharding(grid, chunk_nbytes, budget // TASK_COPIES)
+        projected = TASK_COPIES * chunk_nbytes * largest_shard_chunks(grid, spec)
+        if projected > budget:
+            raise MemoryBudgetError(
+                f"write-precomputed-shard (scale {factor})",
+                projected,
+                budget,
+                "a shard's task holds its chunks about three times over; raise max_mem, or "
+                "use fewer preshift and minishard bits (smaller shards)",
+            )
+        levels.append((factor, grid, spec))
     target = resolve_store(store, None, storage_options)
-    key = _scale_key(res)
-    info = _info(
-        source.dtype, channels, volume_type, key, size, res, offset, chunks, encoding, spec
+    scale_infos = [
+        _scale_info(grid, res, factor, offset, encoding, spec) for factor, grid, spec in levels
+    ]
+    _write_info(
+        target, _info(source.dtype, channels, volume_type, scale_infos), scale_infos, overwrite
     )
-    _write_info(target, info, key, overwrite)
     token = uuid.uuid4().hex[:12]
-    ship = PrecomputedTarget(target.shards, target.key(f"{key}/"), scale, spec)
     parts = []
-    for n, shard in enumerate(shards_of(scale, spec)):
-        name = f"write-precomputed-shard-{token}-{n}"
-        if shard.box is not None:
-            box = source[(*shard.box, slice(None))]
-            parts.append(
-                delayed(write_box_shard, pure=False)(ship, box, shard=shard, dask_key_name=name)
-            )
-        else:
-            pieces = [source[(*scale.chunk_box(c), slice(None))] for c in shard.coords]
-            parts.append(
-                delayed(write_scattered_shard, pure=False)(
-                    ship, *pieces, shard=shard, dask_key_name=name
-                )
-            )
+    level: da.Array = source
+    previous: tuple[int, ...] = (1, 1, 1)
+    for (factor, grid, spec), scale_info in zip(levels, scale_infos, strict=True):
+        step = tuple(f // p for f, p in zip(factor, previous, strict=True))
+        level, previous = downsampled(level, step, method), factor
+        ship = PrecomputedTarget(target.shards, target.key(f"{scale_info['key']}/"), grid, spec)
+        parts.extend(_shard_tasks(level, ship, f"{token}-{scale_info['key']}"))
     total: Delayed = delayed(add_reports, pure=False)(*parts, dask_key_name=f"write-done-{token}")
     if not compute:
         return total
@@ -188,6 +191,126 @@ def to_neuroglancer_precomputed(
         return report
     computed: WriteReport = total.compute()
     return computed
+
+
+def _shard_tasks(level: da.Array, ship: PrecomputedTarget, token: str) -> list[Delayed]:
+    """One task per shard of a scale, fed by its box of ``level`` or its chunks' voxels.
+
+    ``level`` is first rechunked to one block per shard box (or per chunk,
+    when shards are scattered), and the blocks are taken with
+    ``to_delayed(optimize_graph=False)``: all tasks then share the source's
+    keys, so every source block is computed once for all shards and scales.
+    """
+    grid, spec = ship.scale, ship.sharding
+    low = box_bits(grid, spec)
+    unit = low_bits_box(grid.grid, low) if low is not None else (1, 1, 1)
+    voxels = tuple(u * c for u, c in zip(unit, grid.chunk_size, strict=True))
+    blocks = level.rechunk((*voxels, -1)).to_delayed(optimize_graph=False)
+    tasks = []
+    for n, shard in enumerate(shards_of(grid, spec)):
+        name = f"write-precomputed-shard-{token}-{n}"
+        if shard.box is not None:
+            index = tuple(s.start // v for s, v in zip(shard.box, voxels, strict=True))
+            tasks.append(
+                delayed(write_box_shard, pure=False)(
+                    ship, blocks[(*index, 0)], shard=shard, dask_key_name=name
+                )
+            )
+        else:
+            pieces = [blocks[(*(int(c) for c in coords), 0)] for coords in shard.coords]
+            tasks.append(
+                delayed(write_scattered_shard, pure=False)(
+                    ship, *pieces, shard=shard, dask_key_name=name
+                )
+            )
+    return tasks
+
+
+def _check_scales(scales: Any, size: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The scales' downsampling factors: the first (1, 1, 1), each a multiple of the one before."""
+    if scales is None:
+        return [(1, 1, 1)]
+    fix = (
+        "Pass e.g. scales=[(1, 1, 1), (2, 2, 1), (4, 4, 2)]: integer factors, each a multiple "
+        "of the one before"
+    )
+    try:
+        factors = [tuple(s) for s in scales]
+    except TypeError:
+        raise InvalidArgumentError(
+            "scales", f"expected a list of factors, got {scales!r}", fix
+        ) from None
+    for factor in factors:
+        if len(factor) != 3 or not all(
+            isinstance(f, int | np.integer) and not isinstance(f, bool) and f >= 1 for f in factor
+        ):
+            raise InvalidArgumentError(
+                "scales", f"{factor!r} is not three positive integer factors", fix
+            )
+    if not factors or factors[0] != (1, 1, 1):
+        raise InvalidArgumentError("scales", f"{scales!r} does not start with (1, 1, 1)", fix)
+    for before, after in itertools.pairwise(factors):
+        if any(a % b for a, b in zip(after, before, strict=True)) or after == before:
+            raise InvalidArgumentError(
+                "scales", f"{after} is not a larger multiple of the scale before it, {before}", fix
+            )
+    return [tuple(int(f) for f in factor) for factor in factors]
+
+
+def _check_downsample(downsample: Any, volume_type: str) -> str:
+    if downsample == "auto":
+        return "mode" if volume_type == "segmentation" else "mean"
+    if downsample not in METHODS:
+        raise InvalidArgumentError(
+            "downsample",
+            f"{downsample!r} is not one of {('auto', *METHODS)}",
+            "Pass 'mean' (images), 'mode' (segmentations) or 'auto'",
+        )
+    return str(downsample)
+
+
+def _check_sharding(sharding: Any, n_scales: int) -> list[PrecomputedSharding | None]:
+    """Per scale, the explicit spec, or None for ``auto``: one spec for all, or a list."""
+    if isinstance(sharding, str) and sharding == "auto":
+        return [None] * n_scales
+    if isinstance(sharding, list | tuple):
+        if len(sharding) != n_scales:
+            raise InvalidArgumentError(
+                "sharding",
+                f"{len(sharding)} specs for {n_scales} scales",
+                "Pass one spec (or 'auto') per scale, or one spec for all",
+            )
+        return [None if s == "auto" else PrecomputedSharding.from_json(s) for s in sharding]
+    return [PrecomputedSharding.from_json(sharding)] * n_scales
+
+
+def downsampled(level: da.Array, step: tuple[int, ...], method: str) -> da.Array:
+    """``level`` downsampled by ``step`` (blocks first aligned to multiples of it)."""
+    if all(s == 1 for s in step):
+        return level
+    spatial = zip(level.chunks[:3], step, strict=True)
+    source = level.rechunk((*(_aligned(sizes, s) for sizes, s in spatial), level.chunks[3]))
+    smaller = zip(source.chunks[:3], step, strict=True)
+    out_chunks = (*(tuple(-(-c // s) for c in sizes) for sizes, s in smaller), source.chunks[3])
+    result: da.Array = source.map_blocks(
+        downsample_block,
+        step,
+        method,
+        chunks=out_chunks,
+        dtype=source.dtype,
+        token=f"downsample-{method}",
+    )
+    return result
+
+
+def _aligned(sizes: tuple[int, ...], step: int) -> tuple[int, ...]:
+    """Block sizes near ``sizes`` whose boundaries are multiples of ``step`` (the last one free)."""
+    total = sum(sizes)
+    target = max(step, (max(sizes) // step) * step)
+    out = [target] * (total // target)
+    if total % target:
+        out.append(total % target)
+    return tuple(out)
 
 
 def _as_xyzc(arr: Any) -> da.Array:
@@ -281,39 +404,42 @@ def _scale_key(resolution: tuple[float, ...]) -> str:
     return "_".join(f"{int(r)}" if float(r).is_integer() else f"{r:g}" for r in resolution)
 
 
-def _info(
-    dtype: np.dtype[Any],
-    channels: int,
-    volume_type: str,
-    key: str,
-    size: tuple[int, ...],
+def _scale_info(
+    grid: ScaleGrid,
     resolution: tuple[float, ...],
+    factor: tuple[int, ...],
     offset: tuple[int, ...],
-    chunks: tuple[int, ...],
     encoding: str,
     sharding: PrecomputedSharding,
+) -> dict[str, Any]:
+    scaled = tuple(r * f for r, f in zip(resolution, factor, strict=True))
+    return {
+        "key": _scale_key(scaled),
+        "size": list(grid.size),
+        "resolution": list(scaled),
+        "voxel_offset": [o // f for o, f in zip(offset, factor, strict=True)],
+        "chunk_sizes": [list(grid.chunk_size)],
+        "encoding": encoding,
+        "sharding": sharding.to_json(),
+    }
+
+
+def _info(
+    dtype: np.dtype[Any], channels: int, volume_type: str, scales: list[dict[str, Any]]
 ) -> dict[str, Any]:
     return {
         "@type": "neuroglancer_multiscale_volume",
         "type": volume_type,
         "data_type": np.dtype(dtype).name,
         "num_channels": channels,
-        "scales": [
-            {
-                "key": key,
-                "size": list(size),
-                "resolution": list(resolution),
-                "voxel_offset": list(offset),
-                "chunk_sizes": [list(chunks)],
-                "encoding": encoding,
-                "sharding": sharding.to_json(),
-            }
-        ],
+        "scales": scales,
     }
 
 
-def _write_info(target: ResolvedStore, info: dict[str, Any], key: str, overwrite: bool) -> None:
-    """Write ``info`` (after removing an old volume's scale when ``overwrite``)."""
+def _write_info(
+    target: ResolvedStore, info: dict[str, Any], scales: list[dict[str, Any]], overwrite: bool
+) -> None:
+    """Write ``info``; with ``overwrite``, first remove the old shards of these scales."""
     store, info_key = target.shards, target.key("info")
     if store.get(info_key) is not None:
         if not overwrite:
@@ -321,6 +447,7 @@ def _write_info(target: ResolvedStore, info: dict[str, Any], key: str, overwrite
                 f"store: a precomputed volume already exists at {target.zarr_store} "
                 "(its info file); pass overwrite=True to replace it"
             )
-        for old in list(store.list(target.key(f"{key}/"))):
-            store.delete(old)
+        for scale in scales:
+            for old in list(store.list(target.key(f"{scale['key']}/"))):
+                store.delete(old)
     store.put(info_key, [json.dumps(info, indent=1).encode()])

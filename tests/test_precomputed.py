@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -208,7 +209,10 @@ def test_bad_input_writes_nothing(tmp_path: Path) -> None:
         ({"chunk_size": (8, 0, 8)}, "chunk_size", InvalidArgumentError),
         ({"chunk_size": (8, 8)}, "chunk_size", InvalidArgumentError),
         ({"resolution": (1, -1, 1)}, "resolution", InvalidArgumentError),
-        ({"scales": [(1, 1, 1), (2, 2, 1)]}, "scales", InvalidArgumentError),
+        ({"scales": [(1, 1, 1), (3, 2, 1), (2, 2, 1)]}, "scales", InvalidArgumentError),
+        ({"scales": [(2, 2, 1)]}, "scales", InvalidArgumentError),
+        ({"scales": [(1, 1, 1), (1.5, 2, 1)]}, "scales", InvalidArgumentError),
+        ({"downsample": "median"}, "downsample", InvalidArgumentError),
         ({"encoding": "jpeg"}, "encoding", InvalidArgumentError),
         ({"volume_type": "mesh"}, "volume_type", InvalidArgumentError),
         (
@@ -250,3 +254,48 @@ def test_bad_input_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(shardpipe.errors.ArrayExistsError):
         shardpipe.to_neuroglancer_precomputed(source + 1, tmp_path / "vol", **good)
     np.testing.assert_array_equal(_read_ts(tmp_path / "vol")[..., 0], np.zeros((20, 20, 20)))
+
+
+@pytest.mark.parametrize(("volume_type", "dtype"), [("image", "uint8"), ("segmentation", "uint64")])
+def test_a_pyramid_from_one_graph(tmp_path: Path, volume_type: str, dtype: str) -> None:
+    from shardpipe.core.downsample import downsample_block
+
+    data = _volume((70, 45, 22, 1), dtype, seed=5)
+    if volume_type == "segmentation":
+        data = (data % 7).astype(dtype)  # few labels, so that modes matter
+    calls = []
+
+    def counted(block: np.ndarray) -> np.ndarray:
+        calls.append(block.shape)
+        return block
+
+    source = da.from_array(data, chunks=(19, 23, 22, 1)).map_blocks(counted, dtype=data.dtype)
+    factors = [(1, 1, 1), (2, 2, 1), (4, 4, 2)]
+    with dask.config.set(scheduler="threads"):  # counted in this process
+        shardpipe.to_neuroglancer_precomputed(
+            source,
+            tmp_path / "vol",
+            resolution=(4, 4, 40),
+            chunk_size=(8, 8, 8),
+            volume_type=volume_type,
+            scales=factors,
+        )
+    computed = [shape for shape in calls if 0 not in shape]  # not Dask's meta probe
+    assert len(computed) == source.npartitions  # every block computed once for all scales
+    info = json.loads((tmp_path / "vol" / "info").read_text())
+    assert [s["key"] for s in info["scales"]] == ["4_4_40", "8_8_40", "16_16_80"]
+    method = "mode" if volume_type == "segmentation" else "mean"
+    expected = data
+    previous = (1, 1, 1)
+    for scale, factor in zip(info["scales"], factors, strict=True):
+        step = tuple(f // p for f, p in zip(factor, previous, strict=True))
+        expected, previous = downsample_block(expected, step, method), factor
+        store = ts.open(
+            {
+                "driver": "neuroglancer_precomputed",
+                "kvstore": {"driver": "file", "path": str(tmp_path / "vol")},
+                "scale_index": info["scales"].index(scale),
+            }
+        ).result()
+        assert scale["size"] == list(expected.shape[:3])
+        np.testing.assert_array_equal(np.asarray(store.read().result()), expected, strict=True)
