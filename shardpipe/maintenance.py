@@ -28,6 +28,7 @@ from shardpipe.existing import read_metadata
 from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
 from shardpipe.metadata import format_of, layout_of
+from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
 from shardpipe.shard_listing import Listed, list_shards, over_shards
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_node_present
@@ -146,8 +147,11 @@ def info(
     *,
     storage_options: dict[str, Any] | None = None,
     workers: int = 8,
-) -> ArrayInfo | GroupInfo:
+) -> ArrayInfo | GroupInfo | PrecomputedReport:
     """Describe the sharded array at ``path`` from its metadata and shard indexes.
+
+    A Neuroglancer precomputed volume (an ``info`` file) is described scale
+    by scale (:func:`shardpipe.precomputed_verify.check_volume`, chunks not decoded).
 
     Reads each shard's index only (no inner chunk is read or decoded). For a
     group, returns a :class:`~shardpipe.groups.GroupInfo` with the
@@ -155,6 +159,8 @@ def info(
     """
     workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
+    if (precomputed := read_info(target)) is not None:
+        return check_volume(target, precomputed, decode=False)
     check_node_present(target, "path" if path else "store")
     group = group_at(target)
     if group is not None:
@@ -286,7 +292,9 @@ def repair(
     with holding(shards, keys, "repair"):
         report.rolled_back += recover(shards, keys, None)
         report.removed_past_grid = _remove_past_grid(target)
-    report.verify = verify(target)
+    checked = verify(target)
+    assert isinstance(checked, VerifyReport)  # a zarr array: its metadata was read above
+    report.verify = checked
     return report
 
 

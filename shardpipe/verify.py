@@ -33,6 +33,7 @@ from shardpipe.errors import ShardFormatError
 from shardpipe.groups import group_at, per_array
 from shardpipe.journal import JobKeys, undo_records
 from shardpipe.metadata import layout_of, open_array_metadata
+from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
 from shardpipe.shard_check import (
     ChunkFailure,
     ShardCheck,
@@ -276,8 +277,12 @@ def verify(
     workers: int = 8,
     complete: bool = False,
     progress: bool = False,
-) -> VerifyReport:
+) -> VerifyReport | PrecomputedReport:
     """Check every shard present in the sharded array (or every array of the group) at ``path``.
+
+    A sharded Neuroglancer precomputed volume (an ``info`` file at ``path``)
+    is checked by :func:`shardpipe.precomputed_verify.check_volume` and gives
+    a :class:`~shardpipe.precomputed_verify.PrecomputedReport`.
 
     The shards are found by listing the keys under the array's shard prefix,
     so that the work and the memory grow with the shards stored, not with
@@ -317,6 +322,8 @@ def verify(
     progress = check_bool("progress", progress)
     workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
+    if (precomputed := read_info(target)) is not None:
+        return check_volume(target, precomputed, decode=True)
     check_node_present(target, "path" if path else "store")
     group = group_at(target)
 

@@ -299,3 +299,48 @@ def test_a_pyramid_from_one_graph(tmp_path: Path, volume_type: str, dtype: str) 
         ).result()
         assert scale["size"] == list(expected.shape[:3])
         np.testing.assert_array_equal(np.asarray(store.read().result()), expected, strict=True)
+
+
+def test_verify_and_info_read_precomputed_volumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardpipe.cli import main
+
+    data = _volume((40, 40, 24, 1), "uint16", seed=9)
+    path = tmp_path / "vol"
+    shardpipe.to_neuroglancer_precomputed(
+        da.from_array(data, chunks=20),
+        path,
+        resolution=(1, 1, 1),
+        chunk_size=(8, 8, 8),
+        sharding=_sharding("identity", "gzip", preshift=2, minishard=2, shard=4),
+        scales=[(1, 1, 1), (2, 2, 2)],
+    )
+    report = shardpipe.verify(path)
+    assert report.ok, report
+    assert [s.chunks_present for s in report.scales] == [5 * 5 * 3, 3 * 3 * 2]
+    assert main(["verify", str(path)]) == 0
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1_1_1: size [40, 40, 24]" in out and "2_2_2: size [20, 20, 12]" in out
+    shards = sorted((path / "1_1_1").iterdir())
+    # a shard renamed to another shard's number: its chunks hash elsewhere
+    shards[0].rename(path / "1_1_1" / "f.shard")
+    # a chunk's gzip'd bytes damaged
+    damaged = bytearray(shards[1].read_bytes())
+    spec = PrecomputedSharding.from_json(_sharding("identity", "gzip", 2, 2, 4))
+    chunks = spec.read_shard_index(lambda a, b: bytes(damaged[a:b]), len(damaged))
+    start, _ = next(iter(chunks.values()))
+    damaged[start + 10 : start + 14] = b"\xff\xff\xff\xff"
+    shards[1].write_bytes(bytes(damaged))
+    shards[2].write_bytes(shards[2].read_bytes()[:40])  # cut inside its shard index
+    (path / "1_1_1" / "notes.txt").write_text("stray")
+    report = shardpipe.verify(path)
+    assert not report.ok
+    problems = "\n".join(report.scales[0].problems)
+    assert "hashes to shard" in problems, problems
+    assert "does not decode" in problems or "bytes, its box holds" in problems, problems
+    assert "shorter than its" in problems, problems
+    assert "notes.txt: not a shard file" in problems, problems
+    assert report.scales[1].n_problems == 0
+    assert main(["verify", str(path)]) == 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -207,10 +208,10 @@ class PrecomputedSharding:
             position += len(encoded)
         return [index.tobytes(), *payloads, *tails]
 
-    def read_shard_index(
+    def read_minishards(
         self, read: RangeReader, shard_nbytes: int, where: str = "shard"
-    ) -> dict[int, tuple[int, int]]:
-        """Every chunk of a shard file: id to ``(start, stop)`` of its (encoded) bytes.
+    ) -> dict[int, list[tuple[int, int, int]]]:
+        """Per minishard listed in a shard file, its chunks: ``(id, start, stop)`` in the file.
 
         Raises
         ------
@@ -223,7 +224,7 @@ class PrecomputedSharding:
                 f"{where}: {shard_nbytes} bytes, shorter than its {head}-byte shard index"
             )
         entries = np.frombuffer(read(0, head), dtype="<u8").reshape(-1, 2)
-        found: dict[int, tuple[int, int]] = {}
+        found: dict[int, list[tuple[int, int, int]]] = {}
         for minishard, (start, end) in enumerate(entries.tolist()):
             if start == end:
                 continue
@@ -236,10 +237,11 @@ class PrecomputedSharding:
             if self.minishard_index_encoding == "gzip":
                 try:
                     raw = gzip.decompress(raw)
-                except (OSError, EOFError) as err:
+                except (OSError, EOFError, zlib.error) as err:
                     raise ShardFormatError(
                         f"{where}: minishard {minishard}'s index does not gunzip ({err})"
                     ) from err
+            listed = []
             for chunk_id, chunk_start, size in _decode_minishard(raw, where, minishard):
                 stop = head + chunk_start + size
                 if stop > shard_nbytes:
@@ -247,8 +249,22 @@ class PrecomputedSharding:
                         f"{where}: chunk {chunk_id} ends at byte {stop}, past the file's "
                         f"{shard_nbytes}"
                     )
-                found[chunk_id] = (head + chunk_start, stop)
+                listed.append((chunk_id, head + chunk_start, stop))
+            found[minishard] = listed
         return found
+
+    def read_shard_index(
+        self, read: RangeReader, shard_nbytes: int, where: str = "shard"
+    ) -> dict[int, tuple[int, int]]:
+        """Every chunk of a shard file: id to ``(start, stop)`` of its (encoded) bytes.
+
+        Raises
+        ------
+        shardpipe.errors.ShardFormatError
+            As :meth:`read_minishards`.
+        """
+        minishards = self.read_minishards(read, shard_nbytes, where)
+        return {i: (a, b) for listed in minishards.values() for i, a, b in listed}
 
     def decode_chunk(self, data: bytes) -> bytes:
         """A chunk's bytes as stored in a shard, without the shard's ``data_encoding``."""

@@ -1,0 +1,239 @@
+"""Checking and describing sharded Neuroglancer precomputed volumes (``verify``, ``info``).
+
+:func:`shardpipe.verify` and :func:`shardpipe.info` come here when the path
+holds a precomputed ``info`` file instead of ``zarr.json``. Every shard
+file of every sharded scale is read:
+
+* its name is a shard number the spec has (``<hex>.shard``);
+* its shard index lies inside the file and every minishard index decodes;
+* every chunk listed is a chunk of the scale's grid, in the shard and the
+  minishard its id hashes to, listed once, inside the file;
+* with ``decode`` (``verify``), every chunk's bytes decode (``gzip``) and a
+  ``raw`` chunk has exactly the bytes its (truncated) box holds.
+
+Chunks absent from every shard read as zeros, as Neuroglancer reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardpipe.core.morton import morton_coords
+from shardpipe.core.precomputed_plan import ScaleGrid
+from shardpipe.errors import ShardFormatError
+from shardpipe.formats.precomputed import PrecomputedSharding
+from shardpipe.storage.resolve import ResolvedStore
+
+MOST_PROBLEMS = 50
+"""Problems listed per scale; the rest are counted."""
+
+
+@dataclass
+class ScaleReport:
+    """What one scale holds and what is wrong with it.
+
+    Attributes
+    ----------
+    key : str
+        The scale's directory.
+    size, chunk_size : tuple of int
+        Voxels, and voxels per chunk.
+    sharding : dict or None
+        Its sharding spec (None: an unsharded scale, not checked).
+    n_chunks : int
+        Chunks in the scale's grid.
+    chunks_present, shards_present, nbytes : int
+        Chunks stored, shard files, their bytes.
+    problems : list of str
+        The first :data:`MOST_PROBLEMS` problems.
+    n_problems : int
+        All problems.
+    """
+
+    key: str
+    size: tuple[int, ...]
+    chunk_size: tuple[int, ...]
+    sharding: dict[str, Any] | None
+    n_chunks: int
+    chunks_present: int = 0
+    shards_present: int = 0
+    nbytes: int = 0
+    problems: list[str] = field(default_factory=list)
+    n_problems: int = 0
+
+    def problem(self, text: str) -> None:
+        """Record a problem."""
+        self.n_problems += 1
+        if len(self.problems) < MOST_PROBLEMS:
+            self.problems.append(text)
+
+
+@dataclass
+class PrecomputedReport:
+    """The report on a precomputed volume: one :class:`ScaleReport` per scale."""
+
+    volume_type: str
+    data_type: str
+    num_channels: int
+    scales: list[ScaleReport]
+    checked_chunks: bool
+
+    @property
+    def ok(self) -> bool:
+        """True when no scale has a problem."""
+        return not any(s.n_problems for s in self.scales)
+
+    def __str__(self) -> str:
+        lines = [
+            f"neuroglancer precomputed {self.volume_type}: {self.data_type}, "
+            f"{self.num_channels} channel(s), {len(self.scales)} scale(s)"
+        ]
+        for s in self.scales:
+            how = "unsharded (not checked)" if s.sharding is None else _describe(s.sharding)
+            lines.append(
+                f"  {s.key}: size {list(s.size)}, chunks {list(s.chunk_size)}, {how}; "
+                f"{s.shards_present} shard file(s), {s.chunks_present} of {s.n_chunks} chunks, "
+                f"{s.nbytes:,} bytes"
+            )
+            lines += [f"    problem: {p}" for p in s.problems]
+            if s.n_problems > len(s.problems):
+                lines.append(f"    ... and {s.n_problems - len(s.problems)} more problems")
+        if self.checked_chunks:
+            lines.append("OK" if self.ok else "PROBLEMS FOUND")
+        return "\n".join(lines)
+
+
+def _describe(spec: dict[str, Any]) -> str:
+    return (
+        f"{spec['hash']} hash, preshift {spec['preshift_bits']}, minishard "
+        f"{spec['minishard_bits']}, shard {spec['shard_bits']} bits"
+    )
+
+
+def read_info(target: ResolvedStore) -> dict[str, Any] | None:
+    """The precomputed ``info`` document at the target, or None when there is none."""
+    raw = target.shards.get(target.key("info"))
+    if raw is None:
+        return None
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or document.get("@type") != "neuroglancer_multiscale_volume":
+        return None
+    return document
+
+
+def check_volume(
+    target: ResolvedStore, info: dict[str, Any], *, decode: bool = True
+) -> PrecomputedReport:
+    """Check (``decode``: down to every chunk's bytes) or describe the volume at ``target``."""
+    dtype = np.dtype(info.get("data_type", "uint8"))
+    channels = int(info.get("num_channels", 1))
+    scales = []
+    for scale in info.get("scales", []):
+        grid = ScaleGrid(tuple(scale["size"]), tuple(scale["chunk_sizes"][0]))
+        sharding = scale.get("sharding")
+        report = ScaleReport(
+            scale["key"], grid.size, grid.chunk_size, sharding, math.prod(grid.grid)
+        )
+        if sharding is not None:
+            spec = PrecomputedSharding.from_json(sharding)
+            raw = scale.get("encoding") == "raw"
+            _check_scale(target, report, grid, spec, dtype.itemsize * channels, raw and decode)
+        scales.append(report)
+    return PrecomputedReport(
+        str(info.get("type")), dtype.name, channels, scales, checked_chunks=decode
+    )
+
+
+def _check_scale(
+    target: ResolvedStore,
+    report: ScaleReport,
+    grid: ScaleGrid,
+    spec: PrecomputedSharding,
+    voxel_nbytes: int,
+    decode: bool,
+) -> None:
+    store, prefix = target.shards, target.key(f"{report.key}/")
+    digits = -(-spec.shard_bits // 4)
+    name = re.compile(rf"^[0-9a-f]{{{max(digits, 1)}}}\.shard$")
+    seen: set[int] = set()
+    for key in store.list(prefix):
+        file = key[len(prefix) :]
+        if "/" in file or not name.match(file) or int(file[:-6], 16) >> spec.shard_bits:
+            report.problem(f"{key}: not a shard file of this scale's sharding")
+            continue
+        shard = int(file[:-6], 16)
+        size = store.size(key)
+        if size is None:
+            continue
+        report.shards_present += 1
+        report.nbytes += size
+
+        def read(start: int, stop: int, key: str = key) -> bytes:
+            return store.get_range(key, start, stop)
+
+        try:
+            minishards = spec.read_minishards(read, size, key)
+        except ShardFormatError as err:
+            report.problem(str(err))
+            continue
+        for minishard, listed in minishards.items():
+            ids = np.array([i for i, _, _ in listed], dtype=np.uint64)
+            coords = morton_coords(ids, grid.grid)
+            inside = (coords < np.array(grid.grid)).all(axis=1) & (
+                ids < np.uint64(1 << max(grid.id_bits, 0))
+            )
+            shards, minis = spec.locate(ids)
+            for n, (chunk_id, start, stop) in enumerate(listed):
+                where = f"{key}: chunk {chunk_id}"
+                if not inside[n]:
+                    report.problem(f"{where} is not a chunk of the {list(grid.grid)} grid")
+                    continue
+                if int(shards[n]) != shard or int(minis[n]) != minishard:
+                    report.problem(
+                        f"{where} is listed in minishard {minishard} but hashes to shard "
+                        f"{int(shards[n])}, minishard {int(minis[n])}"
+                    )
+                if chunk_id in seen:
+                    report.problem(f"{where} is listed twice")
+                seen.add(chunk_id)
+                report.chunks_present += 1
+                if decode:
+                    _check_chunk(
+                        store.get_range(key, start, stop),
+                        spec,
+                        grid,
+                        coords[n],
+                        voxel_nbytes,
+                        where,
+                        report,
+                    )
+
+
+def _check_chunk(
+    data: bytes,
+    spec: PrecomputedSharding,
+    grid: ScaleGrid,
+    coords: np.ndarray,
+    voxel_nbytes: int,
+    where: str,
+    report: ScaleReport,
+) -> None:
+    try:
+        decoded = spec.decode_chunk(data)
+    except (OSError, EOFError, zlib.error) as err:
+        report.problem(f"{where} does not decode ({err})")
+        return
+    box = grid.chunk_box([int(c) for c in coords])
+    expected = math.prod(s.stop - s.start for s in box) * voxel_nbytes
+    if len(decoded) != expected:
+        report.problem(f"{where} has {len(decoded)} bytes, its box holds {expected}")
