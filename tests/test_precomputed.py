@@ -85,6 +85,14 @@ def test_written_volumes_read_back_with_tensorstore(
     assert info["scales"][0]["voxel_offset"] == [3, 0, 7]
     assert info["num_channels"] == channels and info["data_type"] == dtype
     np.testing.assert_array_equal(_read_ts(tmp_path / "vol"), data, strict=True)
+    np.testing.assert_array_equal(_read_cloudvolume(tmp_path / "vol"), data, strict=True)
+
+
+def _read_cloudvolume(path: Path, mip: int = 0) -> np.ndarray:
+    from cloudvolume import CloudVolume
+
+    volume = CloudVolume(f"file://{path}", mip=mip, progress=False, fill_missing=False)
+    return np.asarray(volume[:, :, :])
 
 
 def test_a_three_dimensional_source_and_a_zyx_volume(tmp_path: Path) -> None:
@@ -299,6 +307,8 @@ def test_a_pyramid_from_one_graph(tmp_path: Path, volume_type: str, dtype: str) 
         ).result()
         assert scale["size"] == list(expected.shape[:3])
         np.testing.assert_array_equal(np.asarray(store.read().result()), expected, strict=True)
+        mip = info["scales"].index(scale)
+        np.testing.assert_array_equal(_read_cloudvolume(tmp_path / "vol", mip), expected)
 
 
 def test_verify_and_info_read_precomputed_volumes(
