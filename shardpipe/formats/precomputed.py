@@ -28,7 +28,7 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Buffer, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,7 +177,7 @@ class PrecomputedSharding:
         return ENTRY << self.minishard_bits
 
     # -- a whole shard ----------------------------------------------------------------
-    def encode_shard(self, chunks: Iterable[tuple[int, bytes]]) -> list[bytes]:
+    def encode_shard(self, chunks: Iterable[tuple[int, Buffer]]) -> list[Buffer]:
         """The buffers of a shard file holding ``chunks``, ``(id, encoded bytes)`` pairs.
 
         The chunks' bytes are gzip'd here with ``data_encoding="gzip"``. The
@@ -187,18 +187,19 @@ class PrecomputedSharding:
         ids = np.array([i for i, _ in items], dtype=np.uint64)
         _, minishards = self.locate(ids)
         order = np.lexsort((ids, minishards))
-        payloads: list[bytes] = []
+        payloads: list[Buffer] = []
         rows: dict[int, list[tuple[int, int, int]]] = {}
         position = 0  # from the end of the shard index
         for k in order:
             chunk_id, data = items[int(k)]
             if self.data_encoding == "gzip":
-                data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
-            rows.setdefault(int(minishards[k]), []).append((chunk_id, position, len(data)))
+                data = gzip.compress(memoryview(data).cast("B"), compresslevel=GZIP_LEVEL, mtime=0)
+            size = memoryview(data).nbytes
+            rows.setdefault(int(minishards[k]), []).append((chunk_id, position, size))
             payloads.append(data)
-            position += len(data)
+            position += size
         index = np.zeros((1 << self.minishard_bits, 2), dtype="<u8")
-        tails: list[bytes] = []
+        tails: list[Buffer] = []
         for minishard, entries in sorted(rows.items()):
             encoded = _encode_minishard(entries)
             if self.minishard_index_encoding == "gzip":

@@ -17,9 +17,7 @@ def _brute(block: np.ndarray, factor: tuple[int, ...], method: str) -> np.ndarra
     out_shape = tuple(-(-n // f) for n, f in zip(block.shape[:3], factor, strict=True))
     out = np.zeros((*out_shape, block.shape[3]), dtype=block.dtype)
     for index in itertools.product(*(range(n) for n in out_shape)):
-        window = block[
-            tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, factor, strict=True))
-        ]
+        window = block[tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, factor, strict=True))]
         for c in range(block.shape[3]):
             values = window[..., c].reshape(-1)
             if method == "mean" and block.dtype.kind in "iu":
