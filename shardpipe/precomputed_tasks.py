@@ -1,18 +1,17 @@
 """The task of a precomputed write: gather a shard's chunks from the blocks, publish the file.
 
-A chunk of a precomputed volume is stored as its voxels with ``x`` varying
-fastest, then ``y``, ``z`` and the channel (``encoding: "raw"``), little
-endian, truncated at the volume's end: the chunk array in Fortran order.
-Each chunk is assembled once, straight into a Fortran-ordered buffer, from
-the source blocks that overlap it, and that buffer is the chunk's bytes: no
-other copy is made. One task writes each shard file in one atomic ``put``
-of the storage backend; it holds the shard's raw chunks (and the blocks it
-was given) while it runs.
+Each chunk is assembled once, straight into a Fortran-ordered buffer (x
+varying fastest, as the ``raw`` encoding stores it: that buffer is then
+the chunk's bytes, with no other copy), from the source blocks that
+overlap it, then encoded (:mod:`shardpipe.formats.precomputed_chunks`).
+One task writes each shard file in one atomic ``put`` of the storage
+backend; it holds the shard's chunks (and the blocks it was given) while
+it runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Buffer, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from shardpipe.core.grid import Box, intersect
 from shardpipe.core.precomputed_plan import ScaleGrid, ShardChunks
 from shardpipe.formats.precomputed import PrecomputedSharding
+from shardpipe.formats.precomputed_chunks import encode_chunk
 from shardpipe.reports import WriteReport
 from shardpipe.storage.base import ShardStore
 
@@ -39,16 +39,21 @@ class PrecomputedTarget:
         The scale's chunk grid.
     sharding : PrecomputedSharding
         Its sharding spec.
+    encoding : str
+        The chunk encoding.
     """
 
     store: ShardStore
     prefix: str
     scale: ScaleGrid
     sharding: PrecomputedSharding
+    encoding: str = "raw"
 
 
-def raw_chunk(box: Box, blocks: Sequence[np.ndarray], block_boxes: Sequence[Box]) -> Buffer:
-    """The ``raw`` bytes of the chunk at voxel ``box``, cut from the blocks overlapping it.
+def assemble_chunk(
+    box: Box, blocks: Sequence[np.ndarray], block_boxes: Sequence[Box]
+) -> np.ndarray:
+    """The chunk at voxel ``box``, Fortran-ordered, cut from the blocks overlapping it.
 
     ``blocks`` are ``(x, y, z, channel)`` arrays at ``block_boxes``; together
     they must cover ``box``.
@@ -65,8 +70,7 @@ def raw_chunk(box: Box, blocks: Sequence[np.ndarray], block_boxes: Sequence[Box]
         # a C-ordered copy of the piece first, then the transposing copy inside the cache:
         # 3.6x faster than one strided copy from the block (measured, uint8 64^3 chunks)
         out[into] = np.ascontiguousarray(block[take])
-    flat: np.ndarray = out.reshape(-1, order="F")  # a view: the buffer is Fortran-ordered
-    return memoryview(flat).cast("B")
+    return out
 
 
 def write_shard(
@@ -81,8 +85,8 @@ def write_shard(
     for chunk_id, coords in zip(shard.ids.tolist(), shard.coords, strict=True):
         box = tuple((s.start, s.stop) for s in scale.chunk_box(coords))
         near = [i for i, where in enumerate(block_boxes) if intersect(box, where) is not None]
-        data = raw_chunk(box, [blocks[i] for i in near], [block_boxes[i] for i in near])
-        chunks.append((int(chunk_id), data))
+        chunk = assemble_chunk(box, [blocks[i] for i in near], [block_boxes[i] for i in near])
+        chunks.append((int(chunk_id), encode_chunk(chunk, target.encoding)))
     buffers = target.sharding.encode_shard(chunks)
     key = target.prefix + target.sharding.shard_key(shard.shard)
     target.store.put(key, buffers)

@@ -36,6 +36,7 @@ from shardpipe.core.precomputed_plan import (
 )
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
 from shardpipe.formats.precomputed import PrecomputedSharding
+from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
 from shardpipe.precomputed_tasks import PrecomputedTarget, write_shard
 from shardpipe.reports import WriteReport, add_reports
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -83,10 +84,11 @@ def to_neuroglancer_precomputed(
         Where the volume starts, in voxels.
     volume_type : {"image", "segmentation"}
         The ``type`` of the ``info`` file.
-    encoding : {"raw"}
-        Chunk encoding. ``"jpeg"`` and ``"compressed_segmentation"`` are not
-        written yet (a clear error). Compress chunks with
-        ``sharding={..., "data_encoding": "gzip"}``.
+    encoding : {"raw", "jpeg", "compressed_segmentation"}
+        Chunk encoding (:mod:`shardpipe.formats.precomputed_chunks`): ``raw``
+        for any data type (compress it with ``sharding={...,
+        "data_encoding": "gzip"}``), ``jpeg`` for uint8 images of 1 or 3
+        channels, ``compressed_segmentation`` for uint32/uint64 labels.
     sharding : "auto", dict or list
         ``"auto"`` (the rule in :mod:`shardpipe.core.precomputed_plan`, per
         scale), a ``neuroglancer_uint64_sharded_v1`` object for every scale,
@@ -139,7 +141,7 @@ def to_neuroglancer_precomputed(
             f"{volume_type!r} is not one of {VOLUME_TYPES}",
             "Pass 'image' or 'segmentation'",
         )
-    _check_encoding(encoding, source.dtype)
+    encoding = check_encoding(encoding, source.dtype, int(source.shape[3]))
     factors = _check_scales(scales, size)
     method = _check_downsample(downsample, volume_type)
     budget = check_max_mem(max_mem)
@@ -176,7 +178,8 @@ def to_neuroglancer_precomputed(
     for (factor, grid, spec), scale_info in zip(levels, scale_infos, strict=True):
         step = tuple(f // p for f, p in zip(factor, previous, strict=True))
         level, previous = downsampled(level, step, method), factor
-        ship = PrecomputedTarget(target.shards, target.key(f"{scale_info['key']}/"), grid, spec)
+        prefix = target.key(f"{scale_info['key']}/")
+        ship = PrecomputedTarget(target.shards, prefix, grid, spec, encoding)
         parts.extend(_shard_tasks(level, ship, f"{token}-{scale_info['key']}"))
     total: Delayed = delayed(add_reports, pure=False)(*parts, dask_key_name=f"write-done-{token}")
     if not compute:
@@ -393,20 +396,6 @@ def _resolution(value: Any) -> tuple[float, ...]:
     return tuple(items)
 
 
-def _check_encoding(encoding: Any, dtype: np.dtype[Any]) -> None:
-    if encoding == "raw":
-        return
-    if encoding in ("jpeg", "compressed_segmentation", "png"):
-        raise InvalidArgumentError(
-            "encoding",
-            f"{encoding!r} chunks are not written yet (dtype {dtype})",
-            "Use encoding='raw', with sharding data_encoding 'gzip' to compress",
-        )
-    raise InvalidArgumentError(
-        "encoding", f"{encoding!r} is not a precomputed chunk encoding", "Use encoding='raw'"
-    )
-
-
 def _scale_key(resolution: tuple[float, ...]) -> str:
     """The scale's directory: its resolution joined by ``_`` (``8_8_40``), as tensorstore does."""
     return "_".join(f"{int(r)}" if float(r).is_integer() else f"{r:g}" for r in resolution)
@@ -421,6 +410,7 @@ def _scale_info(
     sharding: PrecomputedSharding,
 ) -> dict[str, Any]:
     scaled = tuple(r * f for r, f in zip(resolution, factor, strict=True))
+    extra = {"compressed_segmentation_block_size": list(CSEG_BLOCK)}
     return {
         "key": _scale_key(scaled),
         "size": list(grid.size),
@@ -429,6 +419,7 @@ def _scale_info(
         "chunk_sizes": [list(grid.chunk_size)],
         "encoding": encoding,
         "sharding": sharding.to_json(),
+        **(extra if encoding == "compressed_segmentation" else {}),
     }
 
 

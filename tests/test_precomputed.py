@@ -221,7 +221,7 @@ def test_bad_input_writes_nothing(tmp_path: Path) -> None:
         ({"scales": [(2, 2, 1)]}, "scales", InvalidArgumentError),
         ({"scales": [(1, 1, 1), (1.5, 2, 1)]}, "scales", InvalidArgumentError),
         ({"downsample": "median"}, "downsample", InvalidArgumentError),
-        ({"encoding": "jpeg"}, "encoding", InvalidArgumentError),
+        ({"encoding": "jpeg"}, "encoding", InvalidArgumentError),  # uint16
         ({"volume_type": "mesh"}, "volume_type", InvalidArgumentError),
         (
             {
@@ -388,3 +388,63 @@ def test_volumes_written_by_cloudvolume_verify_and_decode(tmp_path: Path) -> Non
         ).items():
             box = scale.chunk_box(_coords_of(chunk_id, scale))
             assert sharding.decode_chunk(raw[start:stop]) == data[box].tobytes(order="F")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "dtype", "channels"),
+    [
+        ("compressed_segmentation", "uint32", 1),
+        ("compressed_segmentation", "uint64", 1),
+        ("jpeg", "uint8", 1),
+        ("jpeg", "uint8", 3),
+    ],
+)
+def test_jpeg_and_compressed_segmentation_chunks(
+    tmp_path: Path, encoding: str, dtype: str, channels: int
+) -> None:
+    rng = np.random.default_rng(11)
+    if encoding == "jpeg":  # smooth, so that the lossy round trip stays close
+        x = np.linspace(0, 3, 45)[:, None, None, None]
+        y = np.linspace(0, 2, 38)[None, :, None, None]
+        z = np.linspace(0, 1, 21)[None, None, :, None]
+        c = np.arange(channels)[None, None, None, :]
+        data = (120 + 60 * np.sin(x + y + z + c)).astype(dtype)
+    else:
+        data = (rng.integers(0, 5, (45, 38, 21, channels)) * 1_000_003).astype(dtype)
+    path = tmp_path / "vol"
+    shardpipe.to_neuroglancer_precomputed(
+        da.from_array(data, chunks=(17, 13, 21, channels)),
+        path,
+        resolution=(4, 4, 40),
+        chunk_size=(16, 16, 8),
+        encoding=encoding,
+        volume_type="segmentation" if encoding != "jpeg" else "image",
+        sharding=_sharding("murmurhash3_x86_128", "gzip"),
+    )
+    by_tensorstore = _read_ts(path)
+    if channels == 1:  # cloud-volume 12.15 reads 3-channel jpeg chunks in another pixel order
+        np.testing.assert_array_equal(by_tensorstore, _read_cloudvolume(path))
+    if encoding == "jpeg":
+        assert np.abs(by_tensorstore.astype(int) - data.astype(int)).mean() < 3
+    else:
+        np.testing.assert_array_equal(by_tensorstore, data, strict=True)
+    report = shardpipe.verify(path)
+    assert report.ok, report
+
+
+def test_encodings_the_data_cannot_take_are_refused(tmp_path: Path) -> None:
+    good: dict[str, Any] = {"resolution": (1, 1, 1), "chunk_size": (8, 8, 8)}
+    for dtype, channels, encoding, words in [
+        ("uint16", 1, "jpeg", "uint8 images of 1 or 3 channels"),
+        ("uint8", 2, "jpeg", "uint8 images of 1 or 3 channels"),
+        ("uint8", 1, "compressed_segmentation", "uint32 or uint64"),
+        ("uint32", 2, "compressed_segmentation", "one channel"),
+        ("uint8", 1, "png", "not a precomputed chunk encoding"),
+    ]:
+        source = da.zeros((16, 16, 16, channels), dtype=dtype, chunks=8)
+        with pytest.raises(InvalidArgumentError, match=words) as caught:
+            shardpipe.to_neuroglancer_precomputed(
+                source, tmp_path / "vol", encoding=encoding, **good
+            )
+        assert caught.value.parameter == "encoding"
+        assert not (tmp_path / "vol").exists()
