@@ -190,11 +190,15 @@ def test_auto_shards_are_boxes_within_the_budget() -> None:
     chunk_nbytes = 64**3
     spec = auto_sharding(scale, chunk_nbytes, 32 * 2**20)
     assert spec.hash == "identity" and spec.preshift_bits <= 6
+    assert spec.index_nbytes <= 8192
     shards = list(shards_of(scale, spec))
     assert all(s.box is not None for s in shards)
     assert max(len(s.ids) for s in shards) * chunk_nbytes <= 32 * 2**20
     assert len({s.shard for s in shards}) == len(shards)  # one box per shard
     assert sum(len(s.ids) for s in shards) == math.prod(scale.grid)
+    large = auto_sharding(ScaleGrid((2**14,) * 3, (16, 16, 16)), 4096, 2**40)
+    assert large.minishard_bits == 9 and large.index_nbytes == 8192  # capped
+    assert large.preshift_bits + large.minishard_bits + large.shard_bits == 30
 
 
 @pytest.mark.cluster
