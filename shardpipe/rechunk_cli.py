@@ -163,7 +163,7 @@ def run(
     if args.dry_run:
         return 0
     try:
-        with _scheduler(args.scheduler, args.workers):
+        with scheduler(args.scheduler, args.workers):
             report = job.execute(progress=not args.no_progress, **commit)
     except Exception as err:  # a task's failure: say so, and how to carry on
         carry_on = (
@@ -218,7 +218,7 @@ def _per_array_shapes(config: str | None) -> dict[str, dict[str, tuple[int, ...]
 
 
 @contextlib.contextmanager
-def _scheduler(address: str | None, workers: int | None) -> Iterator[None]:
+def scheduler(address: str | None, workers: int | None) -> Iterator[None]:
     """Compute on the given scheduler, on a LocalCluster of ``workers`` processes, or threads."""
     if address is None and workers is None:
         yield

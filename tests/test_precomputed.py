@@ -452,3 +452,28 @@ def test_encodings_the_data_cannot_take_are_refused(tmp_path: Path) -> None:
             )
         assert caught.value.parameter == "encoding"
         assert not (tmp_path / "vol").exists()
+
+
+def test_command_line_write_precomputed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import zarr
+
+    from shardpipe.cli import main
+
+    zyx = _volume((21, 38, 45), "uint16", seed=12)
+    source = zarr.create_array(
+        tmp_path / "src.zarr", shape=zyx.shape, chunks=(7, 20, 45), dtype="u2"
+    )
+    source[...] = zyx
+    out = tmp_path / "vol"
+    argv = ["write-precomputed", str(tmp_path / "src.zarr"), str(out), "--resolution", "4,4,40"]
+    assert main([*argv, "--chunk-size", "0,16,8"]) == 2
+    assert "chunk_size" in capsys.readouterr().err and not out.exists()
+    assert main([*argv, "--chunk-size", "16,16,8", "--sharding", "{nope"]) == 2
+    assert "--sharding" in capsys.readouterr().err and not out.exists()
+    done = [*argv, "--chunk-size", "16,16,8", "--zyx", "--scales", "1,1,1:2,2,1", "--no-progress"]
+    assert main(done) == 0, capsys.readouterr().err
+    assert "shard(s) written" in capsys.readouterr().out
+    np.testing.assert_array_equal(_read_ts(out)[..., 0], zyx.transpose(2, 1, 0))
+    assert main(["verify", str(out)]) == 0
+    assert main(done) == 2  # the volume exists: --overwrite replaces it
+    assert "overwrite" in capsys.readouterr().err

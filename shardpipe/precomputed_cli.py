@@ -1,0 +1,126 @@
+"""The ``shardpipe write-precomputed`` command: a Zarr array as a sharded precomputed volume."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from shardpipe.cli_errors import EXPECTED, exit_status, fail
+from shardpipe.errors import InvalidArgumentError
+
+
+def add_command(
+    commands: Any,
+    ints: Callable[[str], tuple[int, ...]],
+    add_storage_option: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """Add ``write-precomputed`` to the subcommands of the parser."""
+    command = commands.add_parser(
+        "write-precomputed",
+        help="write a Zarr array as a sharded Neuroglancer precomputed volume (and pyramid)",
+        description="Read SOURCE (a Zarr v2/v3 array, local path or fsspec URL) indexed "
+        "(x, y, z[, channel]) -- or (z, y, x) with --zyx -- and write TARGET as a sharded "
+        "precomputed volume: the info file, then one task per shard file.",
+    )
+    command.add_argument("source", help="local path or fsspec URL of the Zarr array to read")
+    command.add_argument("target", help="directory or fsspec URL of the volume to write")
+    command.add_argument("--resolution", type=_floats, required=True, help="nm per voxel, x,y,z")
+    command.add_argument("--chunk-size", type=ints, required=True, help="voxels per chunk, x,y,z")
+    command.add_argument("--voxel-offset", type=ints, default=(0, 0, 0), help="x,y,z (0,0,0)")
+    command.add_argument(
+        "--scales", type=_scales, default=None, help="factors, e.g. 1,1,1:2,2,1:4,4,2"
+    )
+    command.add_argument("--encoding", default="raw", help="raw, jpeg or compressed_segmentation")
+    command.add_argument("--volume-type", default="image", choices=["image", "segmentation"])
+    command.add_argument("--downsample", default="auto", choices=["auto", "mean", "mode"])
+    command.add_argument(
+        "--sharding", default="auto", help="auto, or a neuroglancer_uint64_sharded_v1 JSON object"
+    )
+    command.add_argument("--zyx", action="store_true", help="SOURCE is indexed (z, y, x)")
+    command.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
+    command.add_argument("--overwrite", action="store_true", help="replace a volume at TARGET")
+    command.add_argument("--no-progress", action="store_true", help="no progress bar")
+    where = command.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, help="address of a Dask scheduler to use")
+    where.add_argument(
+        "--workers", type=int, default=None, help="start a LocalCluster of N worker processes"
+    )
+    add_storage_option(command)
+    command.add_argument(
+        "--source-storage-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fsspec option for SOURCE; repeatable",
+    )
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers such as 8,8,40, got {text!r}") from None
+
+
+def _scales(text: str) -> list[tuple[int, ...]]:
+    try:
+        return [tuple(int(v) for v in level.split(",")) for level in text.split(":")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected factors such as 1,1,1:2,2,1:4,4,2, got {text!r}"
+        ) from None
+
+
+def run(
+    args: argparse.Namespace,
+    options: dict[str, Any] | None,
+    source_options: dict[str, Any] | None,
+) -> int:
+    """Run ``write-precomputed``; return the exit status."""
+    import dask.array as da
+
+    from shardpipe.precomputed_write import to_neuroglancer_precomputed
+    from shardpipe.rechunk_cli import scheduler
+    from shardpipe.rechunk_source import open_source
+
+    try:
+        sharding: Any = args.sharding
+        if sharding != "auto":
+            try:
+                sharding = json.loads(sharding)
+            except ValueError as err:
+                raise InvalidArgumentError(
+                    "--sharding",
+                    f"{args.sharding!r} is not JSON ({err})",
+                    "Pass auto or a JSON object",
+                ) from None
+        source = da.from_zarr(open_source(args.source, source_options).array)
+        if args.zyx:
+            source = source.transpose(2, 1, 0, *range(3, source.ndim))
+        with scheduler(args.scheduler, args.workers):
+            report = to_neuroglancer_precomputed(
+                source,
+                args.target,
+                resolution=args.resolution,
+                chunk_size=args.chunk_size,
+                voxel_offset=args.voxel_offset,
+                volume_type=args.volume_type,
+                encoding=args.encoding,
+                sharding=sharding,
+                scales=args.scales,
+                downsample=args.downsample,
+                overwrite=args.overwrite,
+                storage_options=options,
+                max_mem=args.max_mem,
+                progress=not args.no_progress,
+            )
+    except EXPECTED as err:
+        if isinstance(err, InvalidArgumentError):
+            return fail("write-precomputed", err)
+        print(f"shardpipe write-precomputed: failed ({type(err).__name__}: {err})", file=sys.stderr)
+        return exit_status(err, during_work=True)
+    print(report)
+    return 0
