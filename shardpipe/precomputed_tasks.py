@@ -11,7 +11,7 @@ it runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Buffer, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +21,7 @@ from shardpipe.core.precomputed_plan import ScaleGrid, ShardChunks
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import encode_chunk
 from shardpipe.reports import WriteReport
-from shardpipe.storage.base import ShardStore
+from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
 
 
 @dataclass(frozen=True)
@@ -94,4 +94,95 @@ def write_shard(
         shards=1,
         nbytes=sum(memoryview(b).nbytes for b in buffers),
         chunks_stored=len(chunks),
+    )
+
+
+# -- shards larger than a task's budget: parts, then a stamp --------------------------------
+@dataclass(frozen=True)
+class WrittenChunks:
+    """What a part task hands the stamp task: its receipt and where its chunks lie.
+
+    Parameters
+    ----------
+    receipt : PartReceipt or None
+        The part as the store took it (None: no chunk).
+    ids : tuple of int
+        The part's chunk ids, increasing, in the order their bytes lie.
+    sizes : tuple of int
+        Their encoded sizes.
+    size : int
+        Bytes of the part, padding to the store's minimum part size included.
+    """
+
+    receipt: PartReceipt | None
+    ids: tuple[int, ...]
+    sizes: tuple[int, ...]
+    size: int
+
+
+def begin_shard(target: PrecomputedTarget, *, shard: int, staging: str) -> PartsHandle:
+    """Start writing shard file number ``shard`` in parts."""
+    key = target.prefix + target.sharding.shard_key(shard)
+    return target.store.begin_parts(key, staging)
+
+
+def write_part(
+    target: PrecomputedTarget,
+    handle: PartsHandle,
+    *blocks: np.ndarray,
+    number: int,
+    ids: tuple[int, ...],
+    coords: tuple[tuple[int, ...], ...],
+    block_boxes: tuple[Box, ...],
+) -> WrittenChunks:
+    """Gather, encode and write one part of a shard: chunks ``ids`` (increasing), back to back.
+
+    A part shorter than the store's minimum part size is padded with zeros,
+    the last one too (the minishard indexes follow it, in the stamp's tail);
+    a reader skips padding, since every chunk's offset is listed.
+    """
+    sharding, scale = target.sharding, target.scale
+    encoded: list[Buffer] = []
+    for c in coords:
+        box = tuple((s.start, s.stop) for s in scale.chunk_box(c))
+        near = [i for i, where in enumerate(block_boxes) if intersect(box, where) is not None]
+        chunk = assemble_chunk(box, [blocks[i] for i in near], [block_boxes[i] for i in near])
+        data = encode_chunk(chunk, target.encoding)
+        encoded.append(sharding.encode_data(data))
+    sizes = tuple(memoryview(b).nbytes for b in encoded)
+    total = sum(sizes)
+    padding = max(target.store.min_part_size - total, 0) if total else 0
+    buffers = [*encoded, bytes(padding)] if padding else encoded
+    receipt = target.store.write_part(handle, number, buffers) if total else None
+    return WrittenChunks(receipt, ids, sizes, total + padding)
+
+
+def stamp_shard(
+    target: PrecomputedTarget, handle: PartsHandle, *parts: WrittenChunks
+) -> WriteReport:
+    """Write the shard index (head) and the minishard indexes (tail) and publish the shard."""
+    sharding = target.sharding
+    written = [p for p in parts if p.receipt is not None]
+    if not written:
+        target.store.abort_parts(handle)
+        return WriteReport(shards=1, shards_empty=1)
+    # an object store's parts (the head among them) have a minimum size: zeros after the
+    # shard index fill it, and every offset, counted from the index's end, skips them
+    padding = max(target.store.min_part_size - sharding.index_nbytes, 0)
+    located: list[tuple[int, int, int]] = []  # id, start (after the shard index), size
+    position = padding
+    for part in written:
+        start = position
+        for chunk_id, size in zip(part.ids, part.sizes, strict=True):
+            located.append((chunk_id, start, size))
+            start += size
+        position += part.size
+    index, tail = sharding.encode_indexes(located, position)
+    head = index + bytes(padding)
+    receipts = [p.receipt for p in written if p.receipt is not None]
+    target.store.finish_parts(handle, receipts, head, tail)
+    return WriteReport(
+        shards=1,
+        nbytes=len(index) + position + len(tail),
+        chunks_stored=len(located),
     )

@@ -27,18 +27,19 @@ import numpy as np
 from dask.delayed import Delayed, delayed
 
 from shardpipe.checks import check_bool, check_progress
-from shardpipe.core.downsample import METHODS, downsample_block
+from shardpipe.core.downsample import METHODS
 from shardpipe.core.precomputed_plan import (
     ScaleGrid,
     auto_sharding,
-    largest_shard_chunks,
-    shards_of,
 )
-from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
+from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
-from shardpipe.precomputed_tasks import PrecomputedTarget, write_shard
+from shardpipe.job import STAGING_DIR
+from shardpipe.precomputed_graph import downsampled, part_bits, shard_tasks
+from shardpipe.precomputed_tasks import PrecomputedTarget
 from shardpipe.reports import WriteReport, add_reports
+from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.validate import check_max_mem
 
@@ -148,93 +149,61 @@ def to_neuroglancer_precomputed(
     channels = int(source.shape[3])
     chunk_nbytes = math.prod(chunks) * channels * source.dtype.itemsize
     specs = _check_sharding(sharding, len(factors))
+    target = resolve_store(store, None, storage_options)  # nothing written yet
     levels = []
     for factor, spec in zip(factors, specs, strict=True):
         scaled = tuple(-(-n // f) for n, f in zip(size, factor, strict=True))
         grid = ScaleGrid(scaled, chunks)
         if spec is None:
             spec = auto_sharding(grid, chunk_nbytes, budget // TASK_COPIES)
-        projected = TASK_COPIES * chunk_nbytes * largest_shard_chunks(grid, spec)
-        if projected > budget:
-            raise MemoryBudgetError(
-                f"write-precomputed-shard (scale {factor})",
-                projected,
-                budget,
-                "a shard's task holds its chunks about three times over; raise max_mem, or "
-                "use fewer preshift and minishard bits (smaller shards)",
-            )
-        levels.append((factor, grid, spec))
-    target = resolve_store(store, None, storage_options)
+        parts = part_bits(grid, spec, TASK_COPIES * chunk_nbytes, budget, factor, target)
+        levels.append((factor, grid, spec, parts))
     scale_infos = [
-        _scale_info(grid, res, factor, offset, encoding, spec) for factor, grid, spec in levels
+        _scale_info(grid, res, factor, offset, encoding, spec) for factor, grid, spec, _ in levels
     ]
     _write_info(
         target, _info(source.dtype, channels, volume_type, scale_infos), scale_infos, overwrite
     )
     token = uuid.uuid4().hex[:12]
-    parts = []
+    staging = target.key(f"{STAGING_DIR}/{token}")
+    tasks = []
+    prefixes = []
     level: da.Array = source
     previous: tuple[int, ...] = (1, 1, 1)
-    for (factor, grid, spec), scale_info in zip(levels, scale_infos, strict=True):
+    for (factor, grid, spec, parts), scale_info in zip(levels, scale_infos, strict=True):
         step = tuple(f // p for f, p in zip(factor, previous, strict=True))
         level, previous = downsampled(level, step, method), factor
         prefix = target.key(f"{scale_info['key']}/")
+        prefixes.append(prefix)
         ship = PrecomputedTarget(target.shards, prefix, grid, spec, encoding)
-        parts.extend(_shard_tasks(level, ship, f"{token}-{scale_info['key']}"))
-    total: Delayed = delayed(add_reports, pure=False)(*parts, dask_key_name=f"write-done-{token}")
+        tasks.extend(shard_tasks(level, ship, f"{token}-{scale_info['key']}", parts, staging))
+    total: Delayed = delayed(_finish, pure=False)(
+        target.shards, staging, *tasks, dask_key_name=f"write-done-{token}"
+    )
     if not compute:
         return total
-    if progress:
-        from dask.diagnostics.progress import ProgressBar
+    try:
+        if progress:
+            from dask.diagnostics.progress import ProgressBar
 
-        with ProgressBar():
-            report: WriteReport = total.compute()
-        return report
-    computed: WriteReport = total.compute()
+            with ProgressBar():
+                report: WriteReport = total.compute()
+            return report
+        computed: WriteReport = total.compute()
+    except BaseException as err:
+        try:
+            for prefix in prefixes:
+                target.shards.cleanup(staging, prefix)
+        except Exception as cleanup_err:
+            err.add_note(f"shardpipe: removing the staging data failed too ({cleanup_err!r})")
+        raise
     return computed
 
 
-def _shard_tasks(level: da.Array, ship: PrecomputedTarget, token: str) -> list[Delayed]:
-    """One task per shard of a scale, given the blocks of ``level`` that overlap its chunks.
-
-    The blocks are taken with ``to_delayed(optimize_graph=False)``, so all
-    tasks share the source's keys: every block is computed once for all
-    shards and scales, and no rechunk copies the data on the way.
-    """
-    blocks = level.to_delayed(optimize_graph=False)
-    bounds = [np.cumsum((0, *sizes)) for sizes in level.chunks[:3]]
-    tasks = []
-    for n, shard in enumerate(shards_of(ship.scale, ship.sharding)):
-        regions = (
-            [shard.box]
-            if shard.box is not None
-            else [ship.scale.chunk_box(c) for c in shard.coords]
-        )
-        index: set[tuple[int, ...]] = set()
-        for region in regions:
-            ranges = [
-                range(
-                    int(np.searchsorted(edges, r.start, side="right")) - 1,
-                    int(np.searchsorted(edges, r.stop, side="left")),
-                )
-                for r, edges in zip(region, bounds, strict=True)
-            ]
-            index.update(itertools.product(*ranges))
-        chosen = sorted(index)
-        boxes = tuple(
-            tuple((int(bounds[d][i]), int(bounds[d][i + 1])) for d, i in enumerate(b))
-            for b in chosen
-        )
-        tasks.append(
-            delayed(write_shard, pure=False)(
-                ship,
-                *(blocks[(*b, 0)] for b in chosen),
-                shard=shard,
-                block_boxes=boxes,
-                dask_key_name=f"write-precomputed-shard-{token}-{n}",
-            )
-        )
-    return tasks
+def _finish(store: ShardStore, staging: str, *reports: WriteReport) -> WriteReport:
+    """Last task: remove the (empty) staging area, add up the reports."""
+    store.discard_staging(staging)
+    return add_reports(*reports)
 
 
 def _check_scales(scales: Any, size: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -293,35 +262,6 @@ def _check_sharding(sharding: Any, n_scales: int) -> list[PrecomputedSharding | 
             )
         return [None if s == "auto" else PrecomputedSharding.from_json(s) for s in sharding]
     return [PrecomputedSharding.from_json(sharding)] * n_scales
-
-
-def downsampled(level: da.Array, step: tuple[int, ...], method: str) -> da.Array:
-    """``level`` downsampled by ``step`` (blocks first aligned to multiples of it)."""
-    if all(s == 1 for s in step):
-        return level
-    spatial = zip(level.chunks[:3], step, strict=True)
-    source = level.rechunk((*(_aligned(sizes, s) for sizes, s in spatial), level.chunks[3]))
-    smaller = zip(source.chunks[:3], step, strict=True)
-    out_chunks = (*(tuple(-(-c // s) for c in sizes) for sizes, s in smaller), source.chunks[3])
-    result: da.Array = source.map_blocks(
-        downsample_block,
-        step,
-        method,
-        chunks=out_chunks,
-        dtype=source.dtype,
-        token=f"downsample-{method}",
-    )
-    return result
-
-
-def _aligned(sizes: tuple[int, ...], step: int) -> tuple[int, ...]:
-    """Block sizes near ``sizes`` whose boundaries are multiples of ``step`` (the last one free)."""
-    total = sum(sizes)
-    target = max(step, (max(sizes) // step) * step)
-    out = [target] * (total // target)
-    if total % target:
-        out.append(total % target)
-    return tuple(out)
 
 
 def _as_xyzc(arr: Any) -> da.Array:

@@ -477,3 +477,55 @@ def test_command_line_write_precomputed(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["verify", str(out)]) == 0
     assert main(done) == 2  # the volume exists: --overwrite replaces it
     assert "overwrite" in capsys.readouterr().err
+
+
+def _part_written(path: Path | str, data: np.ndarray, **kwargs: Any) -> Any:
+    return shardpipe.to_neuroglancer_precomputed(
+        da.from_array(data, chunks=(40, 24, 64, 1)),
+        path,
+        resolution=(1, 1, 1),
+        chunk_size=(16, 16, 16),
+        sharding=_sharding("identity", "gzip", preshift=3, minishard=3, shard=2),
+        max_mem="600KB",  # a shard (64 chunks of 8 KiB, held 3 times) does not fit
+        **kwargs,
+    )
+
+
+def test_shards_larger_than_max_mem_are_written_in_parts(tmp_path: Path) -> None:
+    data = _volume((128, 64, 64, 1), "uint16", seed=13)
+    names: list[str] = []
+
+    def record(key: Any, *args: Any) -> None:
+        names.append(str(key[0] if isinstance(key, tuple) else key))
+
+    from dask.callbacks import Callback
+
+    with dask.config.set(scheduler="threads"), Callback(pretask=record):
+        report = _part_written(tmp_path / "vol", data)
+    assert report.shards == 2 and report.chunks_stored == 128
+    assert sum(n.startswith("write-precomputed-part") for n in names) == 2 * 4  # 16 chunks each
+    assert sum(n.startswith("stamp-precomputed-shard") for n in names) == 2
+    np.testing.assert_array_equal(_read_ts(tmp_path / "vol"), data, strict=True)
+    np.testing.assert_array_equal(_read_cloudvolume(tmp_path / "vol"), data)
+    assert shardpipe.verify(tmp_path / "vol").ok
+    assert not (tmp_path / "vol" / ".shardpipe").exists() or not any(
+        (tmp_path / "vol" / ".shardpipe").rglob("*")
+    )
+
+
+@pytest.mark.s3
+def test_parts_on_s3_are_padded_to_its_minimum(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    bucket, options = s3_bucket
+    data = _volume((64, 64, 64, 1), "uint16", seed=14)
+    url = f"s3://{bucket}/vol"
+    report = _part_written(url, data, storage_options=options)
+    assert report.shards == 1
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    store = ts.open(
+        {
+            "driver": "neuroglancer_precomputed",
+            "kvstore": {"driver": "s3", "bucket": bucket, "path": "vol/", "endpoint": endpoint},
+        }
+    ).result()
+    np.testing.assert_array_equal(np.asarray(store.read().result()), data, strict=True)
+    assert shardpipe.verify(url, storage_options=options).ok

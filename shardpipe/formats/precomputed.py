@@ -177,29 +177,36 @@ class PrecomputedSharding:
         return ENTRY << self.minishard_bits
 
     # -- a whole shard ----------------------------------------------------------------
-    def encode_shard(self, chunks: Iterable[tuple[int, Buffer]]) -> list[Buffer]:
-        """The buffers of a shard file holding ``chunks``, ``(id, encoded bytes)`` pairs.
+    def encode_data(self, data: Buffer) -> Buffer:
+        """A chunk's bytes as a shard stores them (gzip'd with ``data_encoding="gzip"``)."""
+        if self.data_encoding == "gzip":
+            return gzip.compress(memoryview(data).cast("B"), compresslevel=GZIP_LEVEL, mtime=0)
+        return data
 
-        The chunks' bytes are gzip'd here with ``data_encoding="gzip"``. The
-        ids must all belong to one shard (not checked).
+    def encode_indexes(
+        self, chunks: Iterable[tuple[int, int, int]], data_nbytes: int
+    ) -> tuple[bytes, bytes]:
+        """``(head, tail)`` of a shard: its shard index and its minishard indexes.
+
+        Parameters
+        ----------
+        chunks : iterable of (id, start, size)
+            Where each chunk's (stored) bytes lie, ``start`` counted from the
+            end of the shard index. Within a minishard, chunks in increasing
+            id must lie at increasing offsets (the format stores deltas).
+        data_nbytes : int
+            Bytes between the shard index and the minishard indexes, which
+            follow the data.
         """
-        items = sorted(((int(i), data) for i, data in chunks), key=lambda item: item[0])
-        ids = np.array([i for i, _ in items], dtype=np.uint64)
+        listed = sorted((int(i), s, n) for i, s, n in chunks)
+        ids = np.array([i for i, _, _ in listed], dtype=np.uint64)
         _, minishards = self.locate(ids)
-        order = np.lexsort((ids, minishards))
-        payloads: list[Buffer] = []
         rows: dict[int, list[tuple[int, int, int]]] = {}
-        position = 0  # from the end of the shard index
-        for k in order:
-            chunk_id, data = items[int(k)]
-            if self.data_encoding == "gzip":
-                data = gzip.compress(memoryview(data).cast("B"), compresslevel=GZIP_LEVEL, mtime=0)
-            size = memoryview(data).nbytes
-            rows.setdefault(int(minishards[k]), []).append((chunk_id, position, size))
-            payloads.append(data)
-            position += size
+        for k, entry in enumerate(listed):
+            rows.setdefault(int(minishards[k]), []).append(entry)
         index = np.zeros((1 << self.minishard_bits, 2), dtype="<u8")
-        tails: list[Buffer] = []
+        tails: list[bytes] = []
+        position = data_nbytes
         for minishard, entries in sorted(rows.items()):
             encoded = _encode_minishard(entries)
             if self.minishard_index_encoding == "gzip":
@@ -207,7 +214,30 @@ class PrecomputedSharding:
             index[minishard] = (position, position + len(encoded))
             tails.append(encoded)
             position += len(encoded)
-        return [index.tobytes(), *payloads, *tails]
+        return index.tobytes(), b"".join(tails)
+
+    def encode_shard(self, chunks: Iterable[tuple[int, Buffer]]) -> list[Buffer]:
+        """The buffers of a shard file holding ``chunks``, ``(id, encoded bytes)`` pairs.
+
+        The chunks are laid out minishard by minishard, ids increasing; their
+        bytes are gzip'd here with ``data_encoding="gzip"``. The ids must all
+        belong to one shard (not checked).
+        """
+        items = sorted(((int(i), data) for i, data in chunks), key=lambda item: item[0])
+        ids = np.array([i for i, _ in items], dtype=np.uint64)
+        _, minishards = self.locate(ids)
+        payloads: list[Buffer] = []
+        located: list[tuple[int, int, int]] = []
+        position = 0  # from the end of the shard index
+        for k in np.lexsort((ids, minishards)):
+            chunk_id, data = items[int(k)]
+            stored = self.encode_data(data)
+            size = memoryview(stored).nbytes
+            located.append((chunk_id, position, size))
+            payloads.append(stored)
+            position += size
+        head, tail = self.encode_indexes(located, position)
+        return [head, *payloads, tail]
 
     def read_minishards(
         self, read: RangeReader, shard_nbytes: int, where: str = "shard"
