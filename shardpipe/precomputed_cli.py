@@ -10,6 +10,7 @@ from typing import Any
 
 from shardpipe.cli_errors import EXPECTED, exit_status, fail
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.rechunk_cli import add_compute_options
 
 
 def add_command(
@@ -43,19 +44,7 @@ def add_command(
     command.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
     command.add_argument("--overwrite", action="store_true", help="replace a volume at TARGET")
     command.add_argument("--no-progress", action="store_true", help="no progress bar")
-    where = command.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", default=None, help="address of a Dask scheduler to use")
-    where.add_argument(
-        "--workers", type=int, default=None, help="start a LocalCluster of N worker processes"
-    )
-    add_storage_option(command)
-    command.add_argument(
-        "--source-storage-option",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="fsspec option for SOURCE; repeatable",
-    )
+    add_compute_options(command, add_storage_option)
 
 
 def _floats(text: str) -> tuple[float, ...]:

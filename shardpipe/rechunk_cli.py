@@ -66,12 +66,7 @@ def add_command(
         help='with --recursive: a JSON file {"arrays": {"PATH": {"shards": [...], '
         '"chunks": [...]}}} of per-array shapes',
     )
-    where = command.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", default=None, help="address of a Dask scheduler to use")
-    where.add_argument(
-        "--workers", type=int, default=None, help="start a LocalCluster of N worker processes"
-    )
-    add_storage_option(command)
+    add_compute_options(command, add_storage_option)
     command.add_argument(
         "--icechunk",
         action="store_true",
@@ -87,6 +82,19 @@ def add_command(
         action="store_true",
         help="with --icechunk: rebase onto commits made meanwhile that changed other shards",
     )
+
+
+def add_compute_options(
+    command: argparse.ArgumentParser,
+    add_storage_option: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """``--scheduler`` or ``--workers``, and the storage options of TARGET and SOURCE."""
+    where = command.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, help="address of a Dask scheduler to use")
+    where.add_argument(
+        "--workers", type=int, default=None, help="start a LocalCluster of N worker processes"
+    )
+    add_storage_option(command)
     command.add_argument(
         "--source-storage-option",
         action="append",

@@ -278,7 +278,12 @@ class IcechunkShardStore(ZarrShardStore):
         if _is_scratch(key):
             with self._lock:
                 return self._scratch.get(key)
-        return super().get(key)
+        import icechunk
+
+        try:
+            return super().get(key)
+        except icechunk.InvalidInputError:  # not a Zarr key: nothing can be there
+            return None
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""
