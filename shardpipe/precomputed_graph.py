@@ -4,6 +4,8 @@ Task names::
 
     downsample-mean / downsample-mode   a block of a scale from the scale before
     write-precomputed-shard             gather a shard's chunks from the blocks, publish it
+    encode-precomputed-block            (scattered shards) encode the chunks inside a block
+    pick-precomputed-chunks             (scattered shards) a block's share for one shard
     begin-precomputed-shard             start a shard too large for one task (parts)
     write-precomputed-part              gather, encode and write one part of it
     stamp-precomputed-shard             its shard and minishard indexes; publish it
@@ -33,7 +35,10 @@ from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.precomputed_tasks import (
     PrecomputedTarget,
     begin_shard,
+    encode_block_chunks,
+    for_shard,
     stamp_shard,
+    write_gathered_shard,
     write_part,
     write_shard,
 )
@@ -103,6 +108,8 @@ def shard_tasks(
         )
         return [blocks[(*b, 0)] for b in chosen], boxes
 
+    if parts is None and box_bits(grid, ship.sharding) is None:
+        return _gathered_tasks(ship, token, blocks, bounds)
     tasks = []
     for n, shard in enumerate(shards_of(grid, ship.sharding)):
         if parts is None:
@@ -150,6 +157,53 @@ def shard_tasks(
             )
         )
     return tasks
+
+
+def _gathered_tasks(
+    ship: PrecomputedTarget, token: str, blocks: np.ndarray, bounds: Sequence[np.ndarray]
+) -> list[Delayed]:
+    """Scattered shards (murmurhash): chunks encoded where their blocks are, grouped by shard.
+
+    One ``encode-precomputed-block`` task per source block encodes the chunks
+    wholly inside it and cuts the pieces of the others; a small
+    ``pick-precomputed-chunks`` task per block and shard it feeds takes that
+    shard's share; one ``write-precomputed-shard`` task per shard assembles
+    the straddling chunks from their pieces and publishes the file. Only
+    encoded chunks and the pieces of straddling chunks travel.
+    """
+    grid = ship.scale
+    shards = list(shards_of(grid, ship.sharding))
+    feeds: dict[tuple[int, ...], list[tuple[int, int, tuple[int, ...]]]] = {}
+    for shard in shards:
+        for chunk_id, coords in zip(shard.ids.tolist(), shard.coords, strict=True):
+            c = tuple(int(v) for v in coords)
+            for b in _overlapping(bounds, [grid.chunk_box(c)]):
+                feeds.setdefault(b, []).append((int(chunk_id), shard.shard, c))
+    picks: dict[int, list[Delayed]] = {}
+    for n, (b, chunks) in enumerate(sorted(feeds.items())):
+        box = tuple((int(bounds[d][i]), int(bounds[d][i + 1])) for d, i in enumerate(b))
+        held = delayed(encode_block_chunks, pure=False)(
+            ship,
+            blocks[(*b, 0)],
+            block_box=box,
+            chunks=tuple(chunks),
+            dask_key_name=f"encode-precomputed-block-{token}-{n}",
+        )
+        for number in sorted({shard for _, shard, _ in chunks}):
+            picks.setdefault(number, []).append(
+                delayed(for_shard, pure=True)(
+                    held, number, dask_key_name=f"pick-precomputed-chunks-{token}-{n}-{number}"
+                )
+            )
+    return [
+        delayed(write_gathered_shard, pure=False)(
+            ship,
+            *picks.get(shard.shard, []),
+            shard=shard,
+            dask_key_name=f"write-precomputed-shard-{token}-{n}",
+        )
+        for n, shard in enumerate(shards)
+    ]
 
 
 def _overlapping(

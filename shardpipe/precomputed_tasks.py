@@ -186,3 +186,78 @@ def stamp_shard(
         nbytes=len(index) + position + len(tail),
         chunks_stored=len(located),
     )
+
+
+# -- scattered shards (murmurhash): chunks encoded where their blocks are ------------------
+@dataclass(frozen=True)
+class BlockChunks:
+    """What one source block holds of a scale's scattered shards, by shard number.
+
+    Parameters
+    ----------
+    encoded : dict
+        Shard number to ``[(id, stored bytes)]`` of the chunks wholly inside
+        the block, encoded (and gzip'd, with ``data_encoding="gzip"``) here.
+    pieces : dict
+        Shard number to ``[(id, voxel box, voxels)]`` of the chunks the block
+        holds only part of (raw: they are encoded once whole).
+    """
+
+    encoded: dict[int, list[tuple[int, Buffer]]]
+    pieces: dict[int, list[tuple[int, Box, np.ndarray]]]
+
+
+def encode_block_chunks(
+    target: PrecomputedTarget,
+    block: np.ndarray,
+    *,
+    block_box: Box,
+    chunks: tuple[tuple[int, int, tuple[int, ...]], ...],
+) -> BlockChunks:
+    """Encode the chunks wholly inside ``block``; cut the pieces of the others.
+
+    ``chunks`` are ``(id, shard, grid coordinates)`` of every chunk the block overlaps.
+    """
+    encoded: dict[int, list[tuple[int, Buffer]]] = {}
+    pieces: dict[int, list[tuple[int, Box, np.ndarray]]] = {}
+    for chunk_id, shard, coords in chunks:
+        box = tuple((s.start, s.stop) for s in target.scale.chunk_box(coords))
+        common = intersect(box, block_box)
+        if common is None:
+            continue
+        take = tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(common, block_box, strict=True))
+        if common == box:
+            chunk = assemble_chunk(box, [block], [block_box])
+            data = target.sharding.encode_data(encode_chunk(chunk, target.encoding))
+            encoded.setdefault(shard, []).append((chunk_id, data))
+        else:
+            pieces.setdefault(shard, []).append((chunk_id, common, np.array(block[take])))
+    return BlockChunks(encoded, pieces)
+
+
+def for_shard(held: BlockChunks, shard: int) -> BlockChunks:
+    """The part of a block's chunks that goes to shard number ``shard``."""
+    return BlockChunks({shard: held.encoded.get(shard, [])}, {shard: held.pieces.get(shard, [])})
+
+
+def write_gathered_shard(
+    target: PrecomputedTarget, *held: BlockChunks, shard: ShardChunks
+) -> WriteReport:
+    """Publish a scattered shard from its chunks' encoded bytes and pieces."""
+    number = shard.shard
+    stored: list[tuple[int, Buffer]] = []
+    parts: dict[int, list[tuple[Box, np.ndarray]]] = {}
+    for h in held:
+        stored.extend(h.encoded.get(number, []))
+        for chunk_id, box, voxels in h.pieces.get(number, []):
+            parts.setdefault(chunk_id, []).append((box, voxels))
+    coords = dict(zip(shard.ids.tolist(), shard.coords, strict=True))
+    for chunk_id, pieces in parts.items():
+        box = tuple((s.start, s.stop) for s in target.scale.chunk_box(coords[chunk_id]))
+        chunk = assemble_chunk(box, [p for _, p in pieces], [b for b, _ in pieces])
+        stored.append((chunk_id, target.sharding.encode_data(encode_chunk(chunk, target.encoding))))
+    buffers = target.sharding.encode_shard(stored, stored=True)
+    target.store.put(target.prefix + target.sharding.shard_key(number), buffers)
+    return WriteReport(
+        shards=1, nbytes=sum(memoryview(b).nbytes for b in buffers), chunks_stored=len(stored)
+    )

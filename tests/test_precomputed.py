@@ -529,3 +529,35 @@ def test_parts_on_s3_are_padded_to_its_minimum(s3_bucket: tuple[str, dict[str, A
     ).result()
     np.testing.assert_array_equal(np.asarray(store.read().result()), data, strict=True)
     assert shardpipe.verify(url, storage_options=options).ok
+
+
+def test_scattered_shards_receive_encoded_chunks(tmp_path: Path) -> None:
+    from dask.callbacks import Callback
+
+    from shardpipe.precomputed_tasks import BlockChunks
+
+    data = _volume((64, 64, 48, 1), "uint16", seed=15)
+    shares: list[BlockChunks] = []
+
+    def keep(key: Any, result: Any, *args: Any) -> None:
+        if str(key).startswith("pick-precomputed-chunks"):
+            shares.append(result)
+
+    for blocks, straddling in [((32, 32, 16, 1), False), ((24, 40, 16, 1), True)]:
+        shares.clear()
+        with dask.config.set(scheduler="threads"), Callback(posttask=keep):
+            shardpipe.to_neuroglancer_precomputed(
+                da.from_array(data, chunks=blocks),
+                tmp_path / f"vol{straddling}",
+                resolution=(1, 1, 1),
+                chunk_size=(16, 16, 16),
+                sharding=_sharding("murmurhash3_x86_128", "gzip"),
+            )
+        encoded = sum(len(v) for s in shares for v in s.encoded.values())
+        pieces = sum(len(v) for s in shares for v in s.pieces.values())
+        assert shares
+        if not straddling:  # blocks made of whole chunks: only encoded bytes travel
+            assert pieces == 0 and encoded == 4 * 4 * 3
+        else:
+            assert pieces > 0 and encoded < 4 * 4 * 3
+        np.testing.assert_array_equal(_read_ts(tmp_path / f"vol{straddling}"), data)

@@ -216,11 +216,14 @@ class PrecomputedSharding:
             position += len(encoded)
         return index.tobytes(), b"".join(tails)
 
-    def encode_shard(self, chunks: Iterable[tuple[int, Buffer]]) -> list[Buffer]:
+    def encode_shard(
+        self, chunks: Iterable[tuple[int, Buffer]], *, stored: bool = False
+    ) -> list[Buffer]:
         """The buffers of a shard file holding ``chunks``, ``(id, encoded bytes)`` pairs.
 
         The chunks are laid out minishard by minishard, ids increasing; their
-        bytes are gzip'd here with ``data_encoding="gzip"``. The ids must all
+        bytes are gzip'd here with ``data_encoding="gzip"``, unless ``stored``
+        (they went through :meth:`encode_data` already). The ids must all
         belong to one shard (not checked).
         """
         items = sorted(((int(i), data) for i, data in chunks), key=lambda item: item[0])
@@ -231,10 +234,10 @@ class PrecomputedSharding:
         position = 0  # from the end of the shard index
         for k in np.lexsort((ids, minishards)):
             chunk_id, data = items[int(k)]
-            stored = self.encode_data(data)
-            size = memoryview(stored).nbytes
+            kept = data if stored else self.encode_data(data)
+            size = memoryview(kept).nbytes
             located.append((chunk_id, position, size))
-            payloads.append(stored)
+            payloads.append(kept)
             position += size
         head, tail = self.encode_indexes(located, position)
         return [head, *payloads, tail]
