@@ -29,6 +29,7 @@ from shardpipe.core.precomputed_plan import ScaleGrid
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import decode_chunk
+from shardpipe.storage.local import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 
 MOST_PROBLEMS = 50
@@ -55,6 +56,9 @@ class ScaleReport:
         The first :data:`MOST_PROBLEMS` problems.
     n_problems : int
         All problems.
+    leftovers : int
+        Temporary files of writes that did not finish (``*.shardpipe-tmp``):
+        not shards, not problems.
     """
 
     key: str
@@ -67,6 +71,7 @@ class ScaleReport:
     nbytes: int = 0
     problems: list[str] = field(default_factory=list)
     n_problems: int = 0
+    leftovers: int = 0
 
     def problem(self, text: str) -> None:
         """Record a problem."""
@@ -101,6 +106,11 @@ class PrecomputedReport:
                 f"  {s.key}: size {list(s.size)}, chunks {list(s.chunk_size)}, {how}; "
                 f"{s.shards_present} shard file(s), {s.chunks_present} of {s.n_chunks} chunks, "
                 f"{s.nbytes:,} bytes"
+                + (
+                    f"; {s.leftovers} temporary file(s) of an unfinished write"
+                    if s.leftovers
+                    else ""
+                )
             )
             lines += [f"    problem: {p}" for p in s.problems]
             if s.n_problems > len(s.problems):
@@ -182,6 +192,9 @@ def _check_scale(
     seen: set[int] = set()
     for key in store.list(prefix):
         file = key[len(prefix) :]
+        if file.endswith(TEMPORARY_SUFFIX):
+            report.leftovers += 1
+            continue
         if "/" in file or not name.match(file) or int(file[:-6], 16) >> spec.shard_bits:
             report.problem(f"{key}: not a shard file of this scale's sharding")
             continue

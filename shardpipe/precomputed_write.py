@@ -1,16 +1,18 @@
 """``to_neuroglancer_precomputed``: a Dask array as a sharded Neuroglancer precomputed volume.
 
-The ``info`` file is written first, then every shard file, each by one
-task in one atomic put (temporary file and rename locally, one PUT on S3):
-a viewer opening the volume during the write sees every shard absent (read
-as zeros) or complete. A ``kill -9`` leaves the shards published so far,
-each complete.
+The ``info`` file is written first, then every shard file, each published
+by one task atomically (a temporary file and a rename locally, one PUT or a
+completed multipart upload on S3): a viewer opening the volume during the
+write sees every shard absent (read as zeros) or complete. A ``kill -9``
+leaves the shards published so far, each complete, and at most one
+temporary file per shard in flight (``verify`` notes them; ``shardpipe
+cleanup`` does not know precomputed volumes: delete ``*.shardpipe-tmp``).
 
-With the identity hash and shard bits reaching the top of the chunk ids
-(``sharding="auto"`` always), every shard is an aligned box of chunks: its
-task takes that box of the source and cuts the chunks itself. Otherwise
-(murmurhash) a shard's chunks are scattered over the volume; its task takes
-each chunk's voxels, which Dask slices out of the blocks holding them.
+The graph is :mod:`shardpipe.precomputed_graph`'s: with the identity hash
+and shard bits reaching the top of the chunk ids (``sharding="auto"``
+always), every shard is an aligned box of chunks, cut by its own task from
+the blocks overlapping it; with murmurhash, chunks are encoded where their
+blocks are and grouped by shard.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def to_neuroglancer_precomputed(
             "Pass 'image' or 'segmentation'",
         )
     encoding = check_encoding(encoding, source.dtype, int(source.shape[3]))
-    factors = _check_scales(scales, size)
+    factors = _check_scales(scales)
     method = _check_downsample(downsample, volume_type)
     budget = check_max_mem(max_mem)
     channels = int(source.shape[3])
@@ -206,7 +208,7 @@ def _finish(store: ShardStore, staging: str, *reports: WriteReport) -> WriteRepo
     return add_reports(*reports)
 
 
-def _check_scales(scales: Any, size: tuple[int, ...]) -> list[tuple[int, ...]]:
+def _check_scales(scales: Any) -> list[tuple[int, ...]]:
     """The scales' downsampling factors: the first (1, 1, 1), each a multiple of the one before."""
     if scales is None:
         return [(1, 1, 1)]

@@ -6,6 +6,7 @@ tensorstore's ``neuroglancer_precomputed`` driver is the independent reader
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -561,3 +562,44 @@ def test_scattered_shards_receive_encoded_chunks(tmp_path: Path) -> None:
         else:
             assert pieces > 0 and encoded < 4 * 4 * 3
         np.testing.assert_array_equal(_read_ts(tmp_path / f"vol{straddling}"), data)
+
+
+def test_a_killed_write_leaves_complete_shards(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.crash_child import wait_for
+    from tests.precomputed_crash_child import volume
+
+    root = Path(__file__).parent.parent
+    path, progress = tmp_path / "vol", tmp_path / "progress"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.precomputed_crash_child", str(path), str(progress)],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    try:
+        wait_for(progress, ".", child)  # the write has started
+        deadline = time.monotonic() + 60
+        while not list((path / "1_1_1").glob("*.shard")):  # the first shard is out
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    report = shardpipe.verify(path)
+    assert report.ok, report  # every shard file present is complete
+    present = report.scales[0].shards_present
+    assert 0 < present < 4, report  # killed mid-write: some of the 4 shards out, not all
+    data, back = volume(), _read_ts(path)
+    complete = 0
+    for x, y in itertools.product((0, 64), (0, 64)):  # each shard: 4 x 4 x 4 chunks of 16
+        got, want = back[x : x + 64, y : y + 64], data[x : x + 64, y : y + 64]
+        if got.any():
+            np.testing.assert_array_equal(got, want)  # a shard present is complete
+            complete += 1
+    assert complete == present
