@@ -292,6 +292,8 @@ def _as_xyzc(arr: Any) -> da.Array:
         )
     if source.ndim == 3:
         source = source[..., None]
+    if source.numblocks[3] > 1:  # a chunk holds every channel: so does each block
+        source = source.rechunk({3: -1})
     if any(n == 0 for n in source.shape):
         raise InvalidArgumentError("arr", f"shape {arr.shape} has an empty dimension", "Pass data")
     return source

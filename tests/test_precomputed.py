@@ -96,6 +96,17 @@ def _read_cloudvolume(path: Path, mip: int = 0) -> np.ndarray:
     return np.asarray(volume[:, :, :])
 
 
+def test_channels_in_separate_blocks(tmp_path: Path) -> None:
+    data = _volume((30, 20, 10, 3), "uint8", seed=16)
+    shardpipe.to_neuroglancer_precomputed(
+        da.from_array(data, chunks=(16, 16, 10, 1)),  # one Dask block per channel
+        tmp_path / "vol",
+        resolution=(1, 1, 1),
+        chunk_size=(8, 8, 8),
+    )
+    np.testing.assert_array_equal(_read_ts(tmp_path / "vol"), data, strict=True)
+
+
 def test_a_three_dimensional_source_and_a_zyx_volume(tmp_path: Path) -> None:
     zyx = _volume((20, 30, 40), "uint8")
     shardpipe.to_neuroglancer_precomputed(
