@@ -73,6 +73,19 @@ def assemble_chunk(
     return out
 
 
+def chunk_bytes(
+    target: PrecomputedTarget,
+    coords: Sequence[int],
+    blocks: Sequence[np.ndarray],
+    block_boxes: Sequence[Box],
+) -> Buffer:
+    """The encoded bytes of the chunk at grid ``coords``, cut from the blocks overlapping it."""
+    box = tuple((s.start, s.stop) for s in target.scale.chunk_box(coords))
+    near = [i for i, where in enumerate(block_boxes) if intersect(box, where) is not None]
+    chunk = assemble_chunk(box, [blocks[i] for i in near], [block_boxes[i] for i in near])
+    return encode_chunk(chunk, target.encoding)
+
+
 def write_shard(
     target: PrecomputedTarget,
     *blocks: np.ndarray,
@@ -80,13 +93,10 @@ def write_shard(
     block_boxes: tuple[Box, ...],
 ) -> WriteReport:
     """Gather every chunk of ``shard`` from ``blocks`` (at ``block_boxes``) and publish the file."""
-    scale = target.scale
-    chunks = []
-    for chunk_id, coords in zip(shard.ids.tolist(), shard.coords, strict=True):
-        box = tuple((s.start, s.stop) for s in scale.chunk_box(coords))
-        near = [i for i, where in enumerate(block_boxes) if intersect(box, where) is not None]
-        chunk = assemble_chunk(box, [blocks[i] for i in near], [block_boxes[i] for i in near])
-        chunks.append((int(chunk_id), encode_chunk(chunk, target.encoding)))
+    chunks = [
+        (int(chunk_id), chunk_bytes(target, coords, blocks, block_boxes))
+        for chunk_id, coords in zip(shard.ids.tolist(), shard.coords, strict=True)
+    ]
     buffers = target.sharding.encode_shard(chunks)
     key = target.prefix + target.sharding.shard_key(shard.shard)
     target.store.put(key, buffers)
@@ -141,14 +151,9 @@ def write_part(
     the last one too (the minishard indexes follow it, in the stamp's tail);
     a reader skips padding, since every chunk's offset is listed.
     """
-    sharding, scale = target.sharding, target.scale
-    encoded: list[Buffer] = []
-    for c in coords:
-        box = tuple((s.start, s.stop) for s in scale.chunk_box(c))
-        near = [i for i, where in enumerate(block_boxes) if intersect(box, where) is not None]
-        chunk = assemble_chunk(box, [blocks[i] for i in near], [block_boxes[i] for i in near])
-        data = encode_chunk(chunk, target.encoding)
-        encoded.append(sharding.encode_data(data))
+    encoded = [
+        target.sharding.encode_data(chunk_bytes(target, c, blocks, block_boxes)) for c in coords
+    ]
     sizes = tuple(memoryview(b).nbytes for b in encoded)
     total = sum(sizes)
     padding = max(target.store.min_part_size - total, 0) if total else 0
