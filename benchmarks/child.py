@@ -84,6 +84,17 @@ def rss(field: str = "VmRSS") -> int:
     return maxrss if sys.platform == "darwin" else maxrss * 1024
 
 
+def run_module_child(module: str, small: bool, *child: str) -> Any:
+    """Run ``python -m module [--small] --child *child`` from the repository; return its JSON.
+
+    The child prints one JSON document as its last line of output (the
+    standalone benchmarks' ``--child`` mode); a failing child raises.
+    """
+    command = [sys.executable, "-m", module, *(["--small"] if small else []), "--child", *child]
+    done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO_ROOT)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def reset_peak() -> bool:
     """Reset the kernel's peak-RSS mark to the current RSS; False where impossible."""
     try:

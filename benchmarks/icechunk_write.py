@@ -27,14 +27,12 @@ import argparse
 import json
 import platform
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.child import REPO_ROOT, reset_peak, rss
+from benchmarks.child import REPO_ROOT, reset_peak, rss, run_module_child
 
 SHAPE = (512, 1024, 1024)
 SMALL = (128, 512, 512)
@@ -141,13 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps):
             for writer in WRITERS:
                 where = Path(tmp) / writer
-                command = [sys.executable, "-m", "benchmarks.icechunk_write"]
-                command += ["--small"] if args.small else []
-                command += ["--child", writer, str(where)]
-                done = subprocess.run(
-                    command, check=True, capture_output=True, text=True, cwd=REPO_ROOT
+                record = run_module_child(
+                    "benchmarks.icechunk_write", args.small, writer, str(where)
                 )
-                record = json.loads(done.stdout.strip().splitlines()[-1])
                 record["rep"] = rep
                 results.append(record)
                 print(

@@ -31,8 +31,6 @@ import argparse
 import json
 import platform
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.child import REPO_ROOT, reset_peak, rss
+from benchmarks.child import REPO_ROOT, reset_peak, rss, run_module_child
 
 SHAPE = (1024, 1024, 1024)
 SMALL = (256, 256, 256)
@@ -212,13 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps):
             for writer, pyramid in cases:
                 where = Path(tmp) / f"{writer}-{int(pyramid)}"
-                command = [sys.executable, "-m", "benchmarks.precomputed_write"]
-                command += ["--small"] if args.small else []
-                command += ["--child", writer, str(where), str(int(pyramid))]
-                done = subprocess.run(
-                    command, check=True, capture_output=True, text=True, cwd=REPO_ROOT
-                )
-                record = json.loads(done.stdout.strip().splitlines()[-1])
+                child_args = (writer, str(where), str(int(pyramid)))
+                record = run_module_child("benchmarks.precomputed_write", args.small, *child_args)
                 record["rep"] = rep
                 results.append(record)
                 label = f"{writer}{' pyramid' if pyramid else ''}"

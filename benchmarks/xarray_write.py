@@ -27,14 +27,12 @@ import argparse
 import json
 import platform
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.child import REPO_ROOT, reset_peak, rss
+from benchmarks.child import REPO_ROOT, reset_peak, rss, run_module_child
 
 GRID = {"years": 4, "nlat": 240, "nlon": 384}
 SMALL = {"years": 1, "nlat": 120, "nlon": 192}
@@ -138,20 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps):
             for writer in ("shardpipe", "xarray"):
                 path = Path(tmp) / f"{writer}.zarr"
-                command = [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.xarray_write",
-                    "--child",
-                    writer,
-                    str(path),
-                ]
-                if args.small:
-                    command.insert(3, "--small")
-                done = subprocess.run(
-                    command, check=True, capture_output=True, text=True, cwd=REPO_ROOT
-                )
-                record = json.loads(done.stdout.strip().splitlines()[-1])
+                record = run_module_child("benchmarks.xarray_write", args.small, writer, str(path))
                 record["rep"] = rep
                 results.append(record)
                 print(
@@ -173,11 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         f"xarray {peak['xarray'] / 2**20:.0f} MiB"
     )
     with tempfile.TemporaryDirectory(dir=REPO_ROOT / "benchmarks") as tmp:
-        command = [sys.executable, "-m", "benchmarks.xarray_write", "--child", "read", tmp]
-        if args.small:
-            command.insert(3, "--small")
-        done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO_ROOT)
-        reads = json.loads(done.stdout.strip().splitlines()[-1])
+        reads = run_module_child("benchmarks.xarray_write", args.small, "read", tmp)
     for r in reads:
         print(
             f"mean over time, {r['layout']}: {r['opener']} {r['seconds']:.2f} s "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import dask.array as da
+import icechunk  # in the test extra: a missing one must fail, not skip
 import numpy as np
 import pytest
 import xarray as xr
@@ -24,7 +25,6 @@ from shardpipe.errors import InvalidArgumentError, TransactionConflictError
 from tests.crash_child import wait_for
 from tests.readers import assert_same
 
-icechunk = pytest.importorskip("icechunk")
 icechunk.set_logs_filter("error")  # its warnings about local storage go to stderr
 
 
