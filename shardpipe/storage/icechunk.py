@@ -44,7 +44,7 @@ from shardpipe.storage.base import (
     PartsHandle,
     StoreAbilities,
 )
-from shardpipe.storage.zarr_store import ZarrShardStore
+from shardpipe.storage.zarr_store import ZarrShardStore, content_version
 
 if TYPE_CHECKING:
     from icechunk import ForkSession, Session
@@ -258,20 +258,14 @@ class IcechunkShardStore(ZarrShardStore):
         with self._lock:
             found = self._scratch.get(key)
             if (if_absent and found is not None) or (
-                if_version is not None and (found is None or self._digest(found) != if_version)
+                if_version is not None and (found is None or content_version(found) != if_version)
             ):
                 raise self._condition_failed(
                     key,
                     "no object" if if_absent else f"version {if_version}",
-                    None if found is None else self._digest(found),
+                    None if found is None else content_version(found),
                 )
             self._scratch[key] = data
-
-    @staticmethod
-    def _digest(data: bytes) -> str:
-        import hashlib
-
-        return hashlib.sha256(data).hexdigest()
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key`` as the transaction sees them, or ``None``."""

@@ -34,7 +34,8 @@ from shardpipe.errors import ConditionFailedError
 from shardpipe.storage.base import ObjectVersion, ShardStore, StoreAbilities
 
 
-def _sha256(data: bytes) -> str:
+def content_version(data: bytes) -> str:
+    """The version (:data:`~shardpipe.storage.base.ObjectVersion`) of bytes: a SHA-256."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -87,7 +88,7 @@ class ZarrShardStore(ShardStore):
                 now = self.get(key)
                 if now == data:
                     return
-                found = None if now is None else _sha256(now)
+                found = None if now is None else content_version(now)
             raise self._condition_failed(key, "no object (create-only write)", found)
         if if_version is not None and (found := self.version(key)) != if_version:
             raise self._condition_failed(key, f"version {if_version}", found)
@@ -121,7 +122,7 @@ class ZarrShardStore(ShardStore):
     def version(self, key: str) -> ObjectVersion | None:
         """Return a SHA-256 of the bytes at ``key``, or ``None`` when absent."""
         data = self.get(key)
-        return None if data is None else _sha256(data)
+        return None if data is None else content_version(data)
 
     def size(self, key: str) -> int | None:
         """Return the size of the object at ``key``, or ``None`` when absent."""
