@@ -253,7 +253,16 @@ def build_write_graph(
                     is_last=is_last,
                 )
             )
-        publishing.append(call(publisher(stamp_shard), "stamp-shard", target_d, handle, *reports))
+        publishing.append(
+            call(
+                publisher(stamp_shard),
+                "stamp-shard",
+                target_d,
+                handle,
+                *reports,
+                shard=shard.coords,
+            )
+        )
     done_key = f"write-done-{token}"
     tasks[done_key] = Task(done_key, finish_write, ref(target_d), *(ref(p) for p in publishing))
     layer = f"shardpipe-tasks-{token}"

@@ -53,7 +53,8 @@ def _each_shard[T](
     def task(batch: list[Listed]) -> list[T | None]:
         results: list[T | None] = []
         for item in batch:
-            stored = read_shard(target.shards, shard_format, item.key)
+            assert item.coords is not None  # over_shards hands on only the grid's shards
+            stored = read_shard(target.shards, shard_format, item.key, shard=item.coords)
             results.append(None if stored is None else func(stored))
         return results
 

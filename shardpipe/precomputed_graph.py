@@ -6,6 +6,7 @@ Task names::
     write-precomputed-shard             gather a shard's chunks from the blocks, publish it
     encode-precomputed-block            (scattered shards) encode the chunks inside a block
     pick-precomputed-chunks             (scattered shards) a block's share for one shard
+                                        (one part of it, when it is written in parts)
     begin-precomputed-shard             start a shard too large for one task (parts)
     write-precomputed-part              gather, encode and write one part of it
     stamp-precomputed-shard             its shard and minishard indexes; publish it
@@ -19,7 +20,6 @@ shards, parts and scales, and no rechunk copies the data on the way.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 
 import dask.array as da
@@ -28,8 +28,13 @@ from dask.delayed import Delayed, delayed
 
 from shardpipe.core.downsample import downsample_block
 from shardpipe.core.grid import Box
-from shardpipe.core.morton import low_bits_box
-from shardpipe.core.precomputed_plan import ScaleGrid, box_bits, largest_shard_chunks, shards_of
+from shardpipe.core.precomputed_plan import (
+    ScaleGrid,
+    ShardChunks,
+    box_bits,
+    largest_shard_chunks,
+    shards_of,
+)
 from shardpipe.errors import MemoryBudgetError
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.precomputed_tasks import (
@@ -38,6 +43,7 @@ from shardpipe.precomputed_tasks import (
     encode_block_chunks,
     for_shard,
     stamp_shard,
+    write_gathered_part,
     write_gathered_shard,
     write_part,
     write_shard,
@@ -45,7 +51,7 @@ from shardpipe.precomputed_tasks import (
 from shardpipe.storage.resolve import ResolvedStore
 
 
-def part_bits(
+def part_chunks(
     grid: ScaleGrid,
     spec: PrecomputedSharding,
     per_chunk: int,
@@ -53,43 +59,46 @@ def part_bits(
     factor: tuple[int, ...],
     target: ResolvedStore,
 ) -> int | None:
-    """Low id bits of one part when a scale's shards do not fit a task, else None.
+    """Most chunks of one part when a scale's shards do not fit a task, else None.
 
-    ``per_chunk`` is what a task holds per chunk. A shard that is a box is
-    cut into parts that are aligned boxes of ``2**bits`` chunks (contiguous,
-    increasing id ranges), the largest that fit.
+    ``per_chunk`` is what a task holds per chunk. A shard too large is cut
+    into runs of consecutive chunks in slot (id) order; the run length is a
+    power of two, so that the runs of a whole box are aligned boxes.
 
     Raises
     ------
     shardpipe.errors.MemoryBudgetError
-        When a shard does not fit and cannot be written in parts (scattered
-        chunks, a store without parts), or a single chunk does not fit.
+        When a shard does not fit and the store cannot write a file in
+        parts, or a single chunk does not fit.
     """
     projected = per_chunk * largest_shard_chunks(grid, spec)
     if projected <= budget:
         return None
     task = f"write-precomputed-shard (scale {factor})"
-    low = box_bits(grid, spec)
-    if low is None or not target.shards.supports_parts:
-        why = (
-            "its chunks are scattered (not an identity-hashed box)"
-            if low is None
-            else f"{type(target.shards).__name__} cannot write a file in parts"
-        )
+    if not target.shards.supports_parts:
         raise MemoryBudgetError(
             task,
             projected,
             budget,
-            f"a shard's task holds its chunks about three times over, and this shard cannot "
-            f"be written in parts: {why}; raise max_mem, or use fewer preshift and "
-            "minishard bits (smaller shards)",
+            f"a shard's task holds its chunks about three times over, and "
+            f"{type(target.shards).__name__} cannot write a file in parts; raise max_mem, "
+            "or use fewer preshift and minishard bits (smaller shards)",
         )
-    for bits in range(low - 1, -1, -1):
-        if per_chunk * math.prod(low_bits_box(grid.grid, bits)) <= budget:
-            return bits
-    raise MemoryBudgetError(
-        task, per_chunk, budget, "a single chunk does not fit; raise max_mem or use smaller chunks"
-    )
+    most = budget // per_chunk
+    if most < 1:
+        raise MemoryBudgetError(
+            task,
+            per_chunk,
+            budget,
+            "a single chunk does not fit; raise max_mem or use smaller chunks",
+        )
+    return 1 << (most.bit_length() - 1)
+
+
+def _runs(n_chunks: int, parts: int | None) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each part's run of a shard's ``n_chunks`` chunks (one: no parts)."""
+    step = n_chunks if parts is None else parts
+    return [(a, min(a + step, n_chunks)) for a in range(0, n_chunks, max(step, 1))]
 
 
 def shard_tasks(
@@ -108,15 +117,13 @@ def shard_tasks(
         )
         return [blocks[(*b, 0)] for b in chosen], boxes
 
-    if parts is None and box_bits(grid, ship.sharding) is None:
-        return _gathered_tasks(ship, token, blocks, bounds)
+    if box_bits(grid, ship.sharding) is None:
+        return _gathered_tasks(ship, token, blocks, bounds, parts, staging)
     tasks = []
     for n, shard in enumerate(shards_of(grid, ship.sharding)):
         if parts is None:
-            regions = (
-                [shard.box] if shard.box is not None else [grid.chunk_box(c) for c in shard.coords]
-            )
-            feed, boxes = fed_by(regions)
+            assert shard.box is not None
+            feed, boxes = fed_by([shard.box])
             tasks.append(
                 delayed(write_shard, pure=False)(
                     ship,
@@ -133,77 +140,121 @@ def shard_tasks(
             staging=staging,
             dask_key_name=f"begin-precomputed-shard-{token}-{n}",
         )
-        groups = shard.ids >> np.uint64(parts)  # ids are increasing: so are the groups
-        edges = np.flatnonzero(np.diff(groups)) + 1
+        slots, _ = ship.shard_format(shard).slots((shard.shard,), shard.ids)
         written = []
-        pieces = list(zip(np.split(shard.ids, edges), np.split(shard.coords, edges), strict=True))
-        for k, (ids, coords) in enumerate(pieces):
-            feed, boxes = fed_by([grid.chunk_box(c) for c in coords])
+        for k, (a, b) in enumerate(_runs(len(shard.ids), parts)):
+            feed, boxes = fed_by([grid.chunk_box(c) for c in shard.coords[a:b]])
             written.append(
                 delayed(write_part, pure=False)(
                     ship,
                     handle,
                     *feed,
                     number=k,
-                    ids=tuple(int(i) for i in ids),
-                    coords=tuple(tuple(int(v) for v in c) for c in coords),
+                    slots=tuple(slots[a:b].tolist()),
+                    coords=tuple(tuple(int(v) for v in c) for c in shard.coords[a:b]),
                     block_boxes=boxes,
                     dask_key_name=f"write-precomputed-part-{token}-{n}-{k}",
                 )
             )
-        tasks.append(
-            delayed(stamp_shard, pure=False)(
-                ship, handle, *written, dask_key_name=f"stamp-precomputed-shard-{token}-{n}"
-            )
-        )
+        tasks.append(_stamp(ship, handle, written, shard, f"{token}-{n}"))
     return tasks
 
 
+def _stamp(
+    ship: PrecomputedTarget, handle: Delayed, written: list[Delayed], shard: ShardChunks, name: str
+) -> Delayed:
+    """The task stamping and publishing a shard written in parts."""
+    task: Delayed = delayed(stamp_shard, pure=False)(
+        ship, handle, *written, shard=shard, dask_key_name=f"stamp-precomputed-shard-{name}"
+    )
+    return task
+
+
 def _gathered_tasks(
-    ship: PrecomputedTarget, token: str, blocks: np.ndarray, bounds: Sequence[np.ndarray]
+    ship: PrecomputedTarget,
+    token: str,
+    blocks: np.ndarray,
+    bounds: Sequence[np.ndarray],
+    parts: int | None,
+    staging: str,
 ) -> list[Delayed]:
     """Scattered shards (murmurhash): chunks encoded where their blocks are, grouped by shard.
 
     One ``encode-precomputed-block`` task per source block encodes the chunks
     wholly inside it and cuts the pieces of the others; a small
-    ``pick-precomputed-chunks`` task per block and shard it feeds takes that
-    shard's share; one ``write-precomputed-shard`` task per shard assembles
-    the straddling chunks from their pieces and publishes the file. Only
-    encoded chunks and the pieces of straddling chunks travel.
+    ``pick-precomputed-chunks`` task per block and shard (per part of a
+    shard, with ``parts``) takes that shard's share; one
+    ``write-precomputed-shard`` task per shard (``write-precomputed-part``
+    per part, then ``stamp-precomputed-shard``) assembles the straddling
+    chunks from their pieces and writes the file. Only encoded chunks and
+    the pieces of straddling chunks travel.
     """
     grid = ship.scale
     shards = list(shards_of(grid, ship.sharding))
+    runs = [_runs(len(shard.ids), parts) for shard in shards]
     feeds: dict[tuple[int, ...], list[tuple[int, int, tuple[int, ...]]]] = {}
-    for shard in shards:
-        for chunk_id, coords in zip(shard.ids.tolist(), shard.coords, strict=True):
-            c = tuple(int(v) for v in coords)
-            for b in _overlapping(bounds, [grid.chunk_box(c)]):
-                feeds.setdefault(b, []).append((int(chunk_id), shard.shard, c))
-    picks: dict[int, list[Delayed]] = {}
-    for n, (b, chunks) in enumerate(sorted(feeds.items())):
-        box = tuple((int(bounds[d][i]), int(bounds[d][i + 1])) for d, i in enumerate(b))
+    fed: dict[tuple[int, ...], set[tuple[int, int]]] = {}  # block: (shard index, run) it feeds
+    for s, shard in enumerate(shards):
+        for k, (a, b) in enumerate(runs[s]):
+            for chunk_id, coords in zip(shard.ids[a:b].tolist(), shard.coords[a:b], strict=True):
+                c = tuple(int(v) for v in coords)
+                for block in _overlapping(bounds, [grid.chunk_box(c)]):
+                    feeds.setdefault(block, []).append((int(chunk_id), shard.shard, c))
+                    fed.setdefault(block, set()).add((s, k))
+    picks: dict[tuple[int, int], list[Delayed]] = {}
+    for n, (block, chunks) in enumerate(sorted(feeds.items())):
+        box = tuple((int(bounds[d][i]), int(bounds[d][i + 1])) for d, i in enumerate(block))
         held = delayed(encode_block_chunks, pure=False)(
             ship,
-            blocks[(*b, 0)],
+            blocks[(*block, 0)],
             block_box=box,
             chunks=tuple(chunks),
             dask_key_name=f"encode-precomputed-block-{token}-{n}",
         )
-        for number in sorted({shard for _, shard, _ in chunks}):
-            picks.setdefault(number, []).append(
+        for s, k in sorted(fed[block]):
+            a, b = runs[s][k]
+            ids = shards[s].ids
+            picks.setdefault((s, k), []).append(
                 delayed(for_shard, pure=True)(
-                    held, number, dask_key_name=f"pick-precomputed-chunks-{token}-{n}-{number}"
+                    held,
+                    shards[s].shard,
+                    int(ids[a]),
+                    int(ids[b - 1]),
+                    dask_key_name=f"pick-precomputed-chunks-{token}-{n}-{s}-{k}",
                 )
             )
-    return [
-        delayed(write_gathered_shard, pure=False)(
+    tasks = []
+    for s, shard in enumerate(shards):
+        if parts is None:
+            tasks.append(
+                delayed(write_gathered_shard, pure=False)(
+                    ship,
+                    *picks.get((s, 0), []),
+                    shard=shard,
+                    dask_key_name=f"write-precomputed-shard-{token}-{s}",
+                )
+            )
+            continue
+        handle = delayed(begin_shard, pure=False)(
             ship,
-            *picks.get(shard.shard, []),
-            shard=shard,
-            dask_key_name=f"write-precomputed-shard-{token}-{n}",
+            shard=shard.shard,
+            staging=staging,
+            dask_key_name=f"begin-precomputed-shard-{token}-{s}",
         )
-        for n, shard in enumerate(shards)
-    ]
+        written = [
+            delayed(write_gathered_part, pure=False)(
+                ship,
+                handle,
+                *picks.get((s, k), []),
+                number=k,
+                chunks=ShardChunks(shard.shard, shard.ids[a:b], shard.coords[a:b], None),
+                first_slot=a,
+                dask_key_name=f"write-precomputed-part-{token}-{s}-{k}",
+            )
+            for k, (a, b) in enumerate(runs[s])
+        ]
+        tasks.append(_stamp(ship, handle, written, shard, f"{token}-{s}"))
+    return tasks
 
 
 def _overlapping(

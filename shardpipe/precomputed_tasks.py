@@ -1,17 +1,19 @@
-"""The task of a precomputed write: gather a shard's chunks from the blocks, publish the file.
+"""The tasks of a precomputed write: gather a shard's chunks from the blocks, publish the file.
 
 Each chunk is assembled once, straight into a Fortran-ordered buffer (x
 varying fastest, as the ``raw`` encoding stores it: that buffer is then
 the chunk's bytes, with no other copy), from the source blocks that
 overlap it, then encoded (:mod:`shardpipe.formats.precomputed_chunks`).
-One task writes each shard file in one atomic ``put`` of the storage
-backend; it holds the shard's chunks (and the blocks it was given) while
-it runs.
+Shard files are laid out through the shard-format protocol
+(:mod:`shardpipe.formats.precomputed_shards`) with the helpers the zarr
+writer uses: a whole shard is streamed to one atomic ``put``; a shard too
+large for one task is written in parts (consecutive runs of its chunks in
+slot order) and stamped by :func:`shardpipe.tasks.stamp_parts`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Buffer, Sequence
+from collections.abc import Buffer, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,8 +22,10 @@ from shardpipe.core.grid import Box, intersect
 from shardpipe.core.precomputed_plan import ScaleGrid, ShardChunks
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import encode_chunk
+from shardpipe.formats.precomputed_shards import PrecomputedShards, shard_format_of
 from shardpipe.reports import WriteReport
-from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.base import PartsHandle, ShardStore
+from shardpipe.tasks import WrittenPart, put_part, put_shard, stamp_parts
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,14 @@ class PrecomputedTarget:
     scale: ScaleGrid
     sharding: PrecomputedSharding
     encoding: str = "raw"
+
+    def shard_format(self, shard: ShardChunks) -> PrecomputedShards:
+        """The format of ``shard``'s file: the scale's boxes, or that one scattered shard."""
+        return shard_format_of(self.scale, self.sharding, shard)
+
+    def key(self, shard: int) -> str:
+        """The key of shard file number ``shard``."""
+        return self.prefix + self.sharding.shard_key(shard)
 
 
 def assemble_chunk(
@@ -86,54 +98,50 @@ def chunk_bytes(
     return encode_chunk(chunk, target.encoding)
 
 
+def _published(
+    target: PrecomputedTarget, shard: ShardChunks, ids: np.ndarray, stored: Iterable[Buffer]
+) -> WriteReport:
+    """Stream the ``stored`` bytes of chunks ``ids`` (increasing) into ``shard``'s file."""
+    shard_format = target.shard_format(shard)
+    slots, _ = shard_format.slots((shard.shard,), ids)
+    encoded = zip(slots.tolist(), stored, strict=True)
+    return put_shard(
+        target.store, target.key(shard.shard), shard_format, encoded, shard=(shard.shard,)
+    )
+
+
 def write_shard(
     target: PrecomputedTarget,
     *blocks: np.ndarray,
     shard: ShardChunks,
     block_boxes: tuple[Box, ...],
 ) -> WriteReport:
-    """Gather every chunk of ``shard`` from ``blocks`` (at ``block_boxes``) and publish the file."""
-    chunks = [
-        (int(chunk_id), chunk_bytes(target, coords, blocks, block_boxes))
-        for chunk_id, coords in zip(shard.ids.tolist(), shard.coords, strict=True)
-    ]
-    buffers = target.sharding.encode_shard(chunks)
-    key = target.prefix + target.sharding.shard_key(shard.shard)
-    target.store.put(key, buffers)
-    return WriteReport(
-        shards=1,
-        nbytes=sum(memoryview(b).nbytes for b in buffers),
-        chunks_stored=len(chunks),
+    """Gather every chunk of ``shard`` from ``blocks`` (at ``block_boxes``) and publish the file.
+
+    Chunks are encoded one after the other as the file is written.
+    """
+    stored = (
+        target.sharding.encode_data(chunk_bytes(target, c, blocks, block_boxes))
+        for c in shard.coords
     )
+    return _published(target, shard, shard.ids, stored)
 
 
 # -- shards larger than a task's budget: parts, then a stamp --------------------------------
-@dataclass(frozen=True)
-class WrittenChunks:
-    """What a part task hands the stamp task: its receipt and where its chunks lie.
-
-    Parameters
-    ----------
-    receipt : PartReceipt or None
-        The part as the store took it (None: no chunk).
-    ids : tuple of int
-        The part's chunk ids, increasing, in the order their bytes lie.
-    sizes : tuple of int
-        Their encoded sizes.
-    size : int
-        Bytes of the part, padding to the store's minimum part size included.
-    """
-
-    receipt: PartReceipt | None
-    ids: tuple[int, ...]
-    sizes: tuple[int, ...]
-    size: int
-
-
 def begin_shard(target: PrecomputedTarget, *, shard: int, staging: str) -> PartsHandle:
     """Start writing shard file number ``shard`` in parts."""
-    key = target.prefix + target.sharding.shard_key(shard)
-    return target.store.begin_parts(key, staging)
+    return target.store.begin_parts(target.key(shard), staging)
+
+
+def _write_laid_out(
+    target: PrecomputedTarget, handle: PartsHandle, number: int, stored: list[tuple[int, Buffer]]
+) -> WrittenPart:
+    """Write one part: ``stored`` ``(slot, bytes)`` back to back, padded to the store's minimum.
+
+    The last part is padded too (the minishard indexes follow it, in the
+    stamp's tail); a reader skips padding, since every chunk's offset is listed.
+    """
+    return put_part(target.store, handle, number, stored, min_size=target.store.min_part_size)
 
 
 def write_part(
@@ -141,55 +149,24 @@ def write_part(
     handle: PartsHandle,
     *blocks: np.ndarray,
     number: int,
-    ids: tuple[int, ...],
+    slots: tuple[int, ...],
     coords: tuple[tuple[int, ...], ...],
     block_boxes: tuple[Box, ...],
-) -> WrittenChunks:
-    """Gather, encode and write one part of a shard: chunks ``ids`` (increasing), back to back.
-
-    A part shorter than the store's minimum part size is padded with zeros,
-    the last one too (the minishard indexes follow it, in the stamp's tail);
-    a reader skips padding, since every chunk's offset is listed.
-    """
-    encoded = [
-        target.sharding.encode_data(chunk_bytes(target, c, blocks, block_boxes)) for c in coords
+) -> WrittenPart:
+    """Gather, encode and write part ``number`` of a shard: the chunks at ``slots`` (increasing)."""
+    stored = [
+        (slot, target.sharding.encode_data(chunk_bytes(target, c, blocks, block_boxes)))
+        for slot, c in zip(slots, coords, strict=True)
     ]
-    sizes = tuple(memoryview(b).nbytes for b in encoded)
-    total = sum(sizes)
-    padding = max(target.store.min_part_size - total, 0) if total else 0
-    buffers = [*encoded, bytes(padding)] if padding else encoded
-    receipt = target.store.write_part(handle, number, buffers) if total else None
-    return WrittenChunks(receipt, ids, sizes, total + padding)
+    return _write_laid_out(target, handle, number, stored)
 
 
 def stamp_shard(
-    target: PrecomputedTarget, handle: PartsHandle, *parts: WrittenChunks
+    target: PrecomputedTarget, handle: PartsHandle, *parts: WrittenPart, shard: ShardChunks
 ) -> WriteReport:
-    """Write the shard index (head) and the minishard indexes (tail) and publish the shard."""
-    sharding = target.sharding
-    written = [p for p in parts if p.receipt is not None]
-    if not written:
-        target.store.abort_parts(handle)
-        return WriteReport(shards=1, shards_empty=1)
-    # an object store's parts (the head among them) have a minimum size: zeros after the
-    # shard index fill it, and every offset, counted from the index's end, skips them
-    padding = max(target.store.min_part_size - sharding.index_nbytes, 0)
-    located: list[tuple[int, int, int]] = []  # id, start (after the shard index), size
-    position = padding
-    for part in written:
-        start = position
-        for chunk_id, size in zip(part.ids, part.sizes, strict=True):
-            located.append((chunk_id, start, size))
-            start += size
-        position += part.size
-    index, tail = sharding.encode_indexes(located, position)
-    head = index + bytes(padding)
-    receipts = [p.receipt for p in written if p.receipt is not None]
-    target.store.finish_parts(handle, receipts, head, tail)
-    return WriteReport(
-        shards=1,
-        nbytes=len(index) + position + len(tail),
-        chunks_stored=len(located),
+    """Write the shard index (head) and the minishard indexes (tail); publish the file."""
+    return stamp_parts(
+        target.store, target.shard_format(shard), handle, parts, shard=(shard.shard,)
     )
 
 
@@ -240,29 +217,64 @@ def encode_block_chunks(
     return BlockChunks(encoded, pieces)
 
 
-def for_shard(held: BlockChunks, shard: int) -> BlockChunks:
-    """The part of a block's chunks that goes to shard number ``shard``."""
-    return BlockChunks({shard: held.encoded.get(shard, [])}, {shard: held.pieces.get(shard, [])})
+def for_shard(held: BlockChunks, shard: int, first: int, last: int) -> BlockChunks:
+    """What of a block's chunks goes to shard number ``shard`` with ids in ``[first, last]``."""
+
+    def within(chunk_id: int) -> bool:
+        return first <= chunk_id <= last
+
+    return BlockChunks(
+        {shard: [c for c in held.encoded.get(shard, []) if within(c[0])]},
+        {shard: [c for c in held.pieces.get(shard, []) if within(c[0])]},
+    )
+
+
+def _gathered(
+    target: PrecomputedTarget, shard: ShardChunks, held: Sequence[BlockChunks]
+) -> tuple[np.ndarray, list[Buffer]]:
+    """Ids (increasing) and stored bytes of the chunks ``held`` sends to ``shard``.
+
+    The chunks a block held whole arrive encoded; the others are put
+    together from their pieces and encoded here.
+    """
+    number = shard.shard
+    stored: dict[int, Buffer] = {}
+    pieces: dict[int, list[tuple[Box, np.ndarray]]] = {}
+    for h in held:
+        stored.update(h.encoded.get(number, []))
+        for chunk_id, box, voxels in h.pieces.get(number, []):
+            pieces.setdefault(chunk_id, []).append((box, voxels))
+    if pieces:
+        coords = dict(zip(shard.ids.tolist(), shard.coords, strict=True))
+        for chunk_id, parts in pieces.items():
+            box = tuple((s.start, s.stop) for s in target.scale.chunk_box(coords[chunk_id]))
+            chunk = assemble_chunk(box, [p for _, p in parts], [b for b, _ in parts])
+            stored[chunk_id] = target.sharding.encode_data(encode_chunk(chunk, target.encoding))
+    ids = sorted(stored)
+    return np.array(ids, dtype=np.uint64), [stored[i] for i in ids]
 
 
 def write_gathered_shard(
     target: PrecomputedTarget, *held: BlockChunks, shard: ShardChunks
 ) -> WriteReport:
     """Publish a scattered shard from its chunks' encoded bytes and pieces."""
-    number = shard.shard
-    stored: list[tuple[int, Buffer]] = []
-    parts: dict[int, list[tuple[Box, np.ndarray]]] = {}
-    for h in held:
-        stored.extend(h.encoded.get(number, []))
-        for chunk_id, box, voxels in h.pieces.get(number, []):
-            parts.setdefault(chunk_id, []).append((box, voxels))
-    coords = dict(zip(shard.ids.tolist(), shard.coords, strict=True))
-    for chunk_id, pieces in parts.items():
-        box = tuple((s.start, s.stop) for s in target.scale.chunk_box(coords[chunk_id]))
-        chunk = assemble_chunk(box, [p for _, p in pieces], [b for b, _ in pieces])
-        stored.append((chunk_id, target.sharding.encode_data(encode_chunk(chunk, target.encoding))))
-    buffers = target.sharding.encode_shard(stored, stored=True)
-    target.store.put(target.prefix + target.sharding.shard_key(number), buffers)
-    return WriteReport(
-        shards=1, nbytes=sum(memoryview(b).nbytes for b in buffers), chunks_stored=len(stored)
-    )
+    ids, stored = _gathered(target, shard, held)
+    return _published(target, shard, ids, stored)
+
+
+def write_gathered_part(
+    target: PrecomputedTarget,
+    handle: PartsHandle,
+    *held: BlockChunks,
+    number: int,
+    chunks: ShardChunks,
+    first_slot: int,
+) -> WrittenPart:
+    """Write part ``number`` of a scattered shard: the chunks ``held`` sends to it.
+
+    ``chunks`` are the part's chunks, a run of the shard's members starting
+    at slot ``first_slot``.
+    """
+    ids, stored = _gathered(target, chunks, held)
+    slots = first_slot + np.searchsorted(chunks.ids, ids)
+    return _write_laid_out(target, handle, number, list(zip(slots.tolist(), stored, strict=True)))

@@ -5,9 +5,12 @@ holds a precomputed ``info`` file instead of ``zarr.json``. Every shard
 file of every sharded scale is read:
 
 * its name is a shard number the spec has (``<hex>.shard``);
-* its shard index lies inside the file and every minishard index decodes;
-* every chunk listed is a chunk of the scale's grid, in the shard and the
-  minishard its id hashes to, listed once, inside the file;
+* its index is read through the shard-format protocol
+  (:mod:`shardpipe.formats.precomputed_shards`): the shard index lies
+  inside the file and every minishard index decodes; every chunk listed is
+  a chunk of the scale's grid, in the shard and the minishard its id hashes
+  to, listed once, inside the file, apart from the indexes and from every
+  other chunk;
 * with ``decode`` (``verify``), every chunk's bytes decode (``gzip``) and a
   ``raw`` chunk has exactly the bytes its (truncated) box holds.
 
@@ -16,9 +19,11 @@ Chunks absent from every shard read as zeros, as Neuroglancer reads them.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +32,10 @@ import numpy as np
 from shardpipe.core.morton import morton_coords
 from shardpipe.core.precomputed_plan import ScaleGrid
 from shardpipe.errors import ShardFormatError
+from shardpipe.formats.base import read_checked_index
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import decode_chunk
+from shardpipe.formats.precomputed_shards import ScaleShardFormats
 from shardpipe.storage.local import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 
@@ -47,11 +54,11 @@ class ScaleReport:
     size, chunk_size : tuple of int
         Voxels, and voxels per chunk.
     sharding : dict or None
-        Its sharding spec (None: an unsharded scale, not checked).
+        Its sharding spec (None: an unsharded scale, one file per chunk).
     n_chunks : int
         Chunks in the scale's grid.
     chunks_present, shards_present, nbytes : int
-        Chunks stored, shard files, their bytes.
+        Chunks stored, shard files, the bytes of the files (shards or chunk files).
     problems : list of str
         The first :data:`MOST_PROBLEMS` problems.
     n_problems : int
@@ -101,7 +108,7 @@ class PrecomputedReport:
             f"{self.num_channels} channel(s), {len(self.scales)} scale(s)"
         ]
         for s in self.scales:
-            how = "unsharded (not checked)" if s.sharding is None else _describe(s.sharding)
+            how = "unsharded" if s.sharding is None else _describe(s.sharding)
             lines.append(
                 f"  {s.key}: size {list(s.size)}, chunks {list(s.chunk_size)}, {how}; "
                 f"{s.shards_present} shard file(s), {s.chunks_present} of {s.n_chunks} chunks, "
@@ -160,14 +167,68 @@ def check_volume(
         report = ScaleReport(
             scale["key"], grid.size, grid.chunk_size, sharding, math.prod(grid.grid)
         )
+        chunks = _Chunks(str(scale.get("encoding", "raw")), dtype, channels) if decode else None
         if sharding is not None:
             spec = PrecomputedSharding.from_json(sharding)
-            chunks = _Chunks(str(scale.get("encoding", "raw")), dtype, channels) if decode else None
             _check_scale(target, report, grid, spec, chunks)
+        else:
+            offset = tuple(int(v) for v in scale.get("voxel_offset", (0,) * len(grid.size)))
+            _check_unsharded(target, report, grid, offset, chunks)
         scales.append(report)
     return PrecomputedReport(
         str(info.get("type")), dtype.name, channels, scales, checked_chunks=decode
     )
+
+
+_CHUNK_FILE = re.compile(r"^(-?\d+)-(-?\d+)_(-?\d+)-(-?\d+)_(-?\d+)-(-?\d+)(\.gz)?$")
+
+
+def _check_unsharded(
+    target: ResolvedStore,
+    report: ScaleReport,
+    grid: ScaleGrid,
+    offset: tuple[int, ...],
+    chunks: _Chunks | None,
+) -> None:
+    """An unsharded scale: one file per chunk, ``x0-x1_y0-y1_z0-z1`` (``.gz``: gzip'd)."""
+    store, prefix = target.shards, target.key(f"{report.key}/")
+    for key in store.list(prefix):
+        file = key[len(prefix) :]
+        if file.endswith(TEMPORARY_SUFFIX):
+            report.leftovers += 1
+            continue
+        coords = _chunk_of(file, grid, offset)
+        size = store.size(key)
+        if coords is None:
+            report.problem(f"{key}: not a chunk file of this scale's grid")
+            continue
+        if size is None:
+            continue
+        report.chunks_present += 1
+        report.nbytes += size
+        data = store.get(key) if chunks is not None else None
+        if chunks is None or data is None:
+            continue
+        try:
+            data = gzip.decompress(data) if file.endswith(".gz") else data
+        except (OSError, EOFError, zlib.error) as err:
+            report.problem(f"{key} does not gunzip ({err})")
+            continue
+        _check_chunk(data, None, grid, np.array(coords), chunks, key, report)
+
+
+def _chunk_of(file: str, grid: ScaleGrid, offset: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Grid coordinates of the chunk an unsharded chunk file is named for, or None."""
+    match = _CHUNK_FILE.match(file)
+    if match is None:
+        return None
+    bounds = [int(v) for v in match.groups()[:6]]
+    starts, stops = bounds[0::2], bounds[1::2]
+    coords = tuple((a - o) // c for a, o, c in zip(starts, offset, grid.chunk_size, strict=True))
+    if any(not 0 <= c < n for c, n in zip(coords, grid.grid, strict=True)):
+        return None
+    box = [(s.start + o, s.stop + o) for s, o in zip(grid.chunk_box(coords), offset, strict=True)]
+    return coords if box == list(zip(starts, stops, strict=True)) else None
 
 
 @dataclass(frozen=True)
@@ -189,7 +250,7 @@ def _check_scale(
     store, prefix = target.shards, target.key(f"{report.key}/")
     digits = -(-spec.shard_bits // 4)
     name = re.compile(rf"^[0-9a-f]{{{max(digits, 1)}}}\.shard$")
-    seen: set[int] = set()
+    shard_formats = ScaleShardFormats(grid, spec)
     for key in store.list(prefix):
         file = key[len(prefix) :]
         if file.endswith(TEMPORARY_SUFFIX):
@@ -198,7 +259,7 @@ def _check_scale(
         if "/" in file or not name.match(file) or int(file[:-6], 16) >> spec.shard_bits:
             report.problem(f"{key}: not a shard file of this scale's sharding")
             continue
-        shard = int(file[:-6], 16)
+        shard = (int(file[:-6], 16),)
         size = store.size(key)
         if size is None:
             continue
@@ -208,40 +269,27 @@ def _check_scale(
         def read(start: int, stop: int, key: str = key) -> bytes:
             return store.get_range(key, start, stop)
 
+        shard_format = shard_formats.of(shard[0])
         try:
-            minishards = spec.read_minishards(read, size, key)
+            index, _ = read_checked_index(shard_format, read, size, key, shard=shard)
         except ShardFormatError as err:
             report.problem(str(err))
             continue
-        for minishard, listed in minishards.items():
-            ids = np.array([i for i, _, _ in listed], dtype=np.uint64)
-            coords = morton_coords(ids, grid.grid)
-            inside = (coords < np.array(grid.grid)).all(axis=1) & (
-                ids < np.uint64(1 << max(grid.id_bits, 0))
-            )
-            shards, minis = spec.locate(ids)
-            for n, (chunk_id, start, stop) in enumerate(listed):
-                where = f"{key}: chunk {chunk_id}"
-                if not inside[n]:
-                    report.problem(f"{where} is not a chunk of the {list(grid.grid)} grid")
-                    continue
-                if int(shards[n]) != shard or int(minis[n]) != minishard:
-                    report.problem(
-                        f"{where} is listed in minishard {minishard} but hashes to shard "
-                        f"{int(shards[n])}, minishard {int(minis[n])}"
-                    )
-                if chunk_id in seen:
-                    report.problem(f"{where} is listed twice")
-                seen.add(chunk_id)
-                report.chunks_present += 1
-                if chunks is not None:
-                    data = store.get_range(key, start, stop)
-                    _check_chunk(data, spec, grid, coords[n], chunks, where, report)
+        slots = np.flatnonzero(index.stored())
+        report.chunks_present += len(slots)
+        if chunks is None:
+            continue
+        ids = shard_format.ids(shard, slots)
+        for chunk_id, coords, (start, nbytes) in zip(
+            ids.tolist(), morton_coords(ids, grid.grid), index.entries[slots].tolist(), strict=True
+        ):
+            data = store.get_range(key, start, start + nbytes)
+            _check_chunk(data, spec, grid, coords, chunks, f"{key}: chunk {chunk_id}", report)
 
 
 def _check_chunk(
     data: bytes,
-    spec: PrecomputedSharding,
+    spec: PrecomputedSharding | None,
     grid: ScaleGrid,
     coords: np.ndarray,
     chunks: _Chunks,
@@ -251,7 +299,8 @@ def _check_chunk(
     box = grid.chunk_box([int(c) for c in coords])
     shape = (*(s.stop - s.start for s in box), chunks.channels)
     try:
-        decode_chunk(spec.decode_chunk(data), chunks.encoding, shape, chunks.dtype)
+        stored = data if spec is None else spec.decode_chunk(data)
+        decode_chunk(stored, chunks.encoding, shape, chunks.dtype)
     except ImportError:
         return  # jpeg or compressed_segmentation without their package: not decoded
     except Exception as err:  # each decoder has its own errors: any of them is a finding

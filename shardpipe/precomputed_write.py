@@ -38,7 +38,7 @@ from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
 from shardpipe.job import STAGING_DIR
-from shardpipe.precomputed_graph import downsampled, part_bits, shard_tasks
+from shardpipe.precomputed_graph import downsampled, part_chunks, shard_tasks
 from shardpipe.precomputed_tasks import PrecomputedTarget
 from shardpipe.reports import WriteReport, add_reports
 from shardpipe.storage.base import ShardStore
@@ -158,7 +158,7 @@ def to_neuroglancer_precomputed(
         grid = ScaleGrid(scaled, chunks)
         if spec is None:
             spec = auto_sharding(grid, chunk_nbytes, budget // TASK_COPIES)
-        parts = part_bits(grid, spec, TASK_COPIES * chunk_nbytes, budget, factor, target)
+        parts = part_chunks(grid, spec, TASK_COPIES * chunk_nbytes, budget, factor, target)
         levels.append((factor, grid, spec, parts))
     scale_infos = [
         _scale_info(grid, res, factor, offset, encoding, spec) for factor, grid, spec, _ in levels

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Buffer, Callable, Iterable, Iterator
+from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple, Protocol
@@ -24,8 +24,8 @@ from shardpipe.encoding import ChunkCodec
 from shardpipe.formats.base import (
     PartManifest,
     ShardFormat,
+    encode_stamped,
     lay_out_part,
-    stamp_index,
     stream_shard,
 )
 from shardpipe.reports import WriteReport
@@ -56,11 +56,6 @@ class WriteTarget:
     codec: ChunkCodec
     shard_format: ShardFormat
     staging: str
-
-    @property
-    def head_nbytes(self) -> int:
-        """Bytes before the first part of a shard written in parts."""
-        return self.shard_format.head_nbytes(self.store.min_part_size)
 
 
 @dataclass
@@ -322,11 +317,30 @@ def write_shard(
     first = next(encoded, None)
     if first is None:
         return EMPTY_SHARD
-    shard_bytes = stream_shard(target.shard_format, itertools.chain([first], encoded))
+    return put_shard(
+        target.store, key, target.shard_format, itertools.chain([first], encoded), shard=shard
+    )
+
+
+def put_shard(
+    store: ShardStore,
+    key: str,
+    shard_format: ShardFormat,
+    encoded: Iterable[tuple[int, Buffer]],
+    *,
+    shard: Coords,
+) -> WriteReport:
+    """Publish shard ``shard`` at ``key`` in one atomic write, laying chunks out as they come.
+
+    ``encoded`` are ``(slot, bytes)`` pairs in the order the chunks are to
+    lie, produced on demand (encoding the next chunk overlaps writing the
+    last). Serves every shard format.
+    """
+    streamed = stream_shard(shard_format, encoded, shard=shard)
     before = retries_so_far()
-    nbytes = target.store.put_streamed(key, shard_bytes.buffers())
+    nbytes = store.put_streamed(key, streamed.buffers())
     return WriteReport(
-        shards=1, nbytes=nbytes, chunks_stored=shard_bytes.chunks, retries=retries_so_far() - before
+        shards=1, nbytes=nbytes, chunks_stored=streamed.chunks, retries=retries_so_far() - before
     )
 
 
@@ -354,11 +368,26 @@ def write_part(
     encoded = list(stored_only(encode_part(target, shard, part, sources, block_boxes)))
     last_bytes = is_last and not target.shard_format.has_tail
     min_size = 0 if last_bytes else target.store.min_part_size
+    return put_part(target.store, handle, part.number, encoded, min_size=min_size)
+
+
+def put_part(
+    store: ShardStore,
+    handle: PartsHandle,
+    number: int,
+    encoded: list[tuple[int, Buffer]],
+    *,
+    min_size: int,
+) -> WrittenPart:
+    """Write part ``number``: ``encoded`` ``(slot, bytes)`` back to back, padded to ``min_size``.
+
+    A part with no chunk writes nothing. Serves every shard format.
+    """
     buffers, manifest = lay_out_part(encoded, min_size=min_size)
     if manifest.size == 0:
         return WrittenPart(manifest, None)
     before = retries_so_far()
-    receipt = target.store.write_part(handle, part.number, buffers)
+    receipt = store.write_part(handle, number, buffers)
     return WrittenPart(manifest, receipt, retries_so_far() - before)
 
 
@@ -373,20 +402,37 @@ class WrittenPart(NamedTuple):
     """Storage retries made while writing it."""
 
 
-def stamp_shard(target: WriteTarget, handle: PartsHandle, *parts: WrittenPart) -> WriteReport:
-    """Write the index of a shard made of parts and publish the shard atomically."""
+def stamp_shard(
+    target: WriteTarget, handle: PartsHandle, *parts: WrittenPart, shard: Coords
+) -> WriteReport:
+    """Write the index of shard ``shard``, made of parts, and publish it atomically."""
+    return stamp_parts(target.store, target.shard_format, handle, parts, shard=shard)
+
+
+def stamp_parts(
+    store: ShardStore,
+    shard_format: ShardFormat,
+    handle: PartsHandle,
+    parts: Sequence[WrittenPart],
+    *,
+    shard: Coords,
+) -> WriteReport:
+    """Stamp the head and tail of shard ``shard`` around its written ``parts``; publish it.
+
+    Serves every shard format: a shard with no stored chunk is not published
+    (its parts are aborted).
+    """
     receipts = [p.receipt for p in parts if p.receipt is not None]
     manifests = [p.manifest for p in parts]
     retries = sum(p.retries for p in parts)
     before = retries_so_far()
     if not receipts:
-        target.store.abort_parts(handle)
+        store.abort_parts(handle)
         return replace(EMPTY_SHARD, retries=retries + retries_so_far() - before)
-    shard_format = target.shard_format
-    head_nbytes = target.head_nbytes
-    index = stamp_index(shard_format.n_slots, manifests, first_offset=head_nbytes)
-    head, tail = shard_format.encode_index(index, head_nbytes)
-    target.store.finish_parts(handle, receipts, head, tail)
+    head, tail = encode_stamped(
+        shard_format, manifests, shard=shard, min_part_size=store.min_part_size
+    )
+    store.finish_parts(handle, receipts, head, tail)
     nbytes = len(head) + sum(m.size for m in manifests) + len(tail)
     return WriteReport(
         shards=1,

@@ -100,6 +100,8 @@ class StoredShard:
     ----------
     key : str
         Its key.
+    shard : tuple of int
+        Its coordinates in the shard grid.
     version : ObjectVersion
         Its version when its index was read.
     layout : ShardBytes
@@ -109,6 +111,7 @@ class StoredShard:
     """
 
     key: str
+    shard: Coords
     version: ObjectVersion
     layout: ShardBytes
     store: ShardStore
@@ -141,8 +144,10 @@ class _OldChunks:
         return self._target.codec.decode(self._shard.read(slot))
 
 
-def read_shard(store: ShardStore, shard_format: ShardFormat, key: str) -> StoredShard | None:
-    """Read the version and index of the shard at ``key`` (None when absent)."""
+def read_shard(
+    store: ShardStore, shard_format: ShardFormat, key: str, *, shard: Coords
+) -> StoredShard | None:
+    """Read the version and index of shard ``shard`` at ``key`` (None when absent)."""
     version = store.version(key)
     if version is None:
         return None
@@ -150,10 +155,10 @@ def read_shard(store: ShardStore, shard_format: ShardFormat, key: str) -> Stored
     if size is None:
         raise _conflict([key], "it was deleted while being read")
     index, where = read_checked_index(  # every entry checked: chunks are sliced by them
-        shard_format, lambda start, stop: store.get_range(key, start, stop), size, key
+        shard_format, lambda start, stop: store.get_range(key, start, stop), size, key, shard=shard
     )
     at_start = shard_format.head_nbytes() > 0
-    return StoredShard(key, version, ShardBytes(size, index.entries, where, at_start), store)
+    return StoredShard(key, shard, version, ShardBytes(size, index.entries, where, at_start), store)
 
 
 def _conflict(keys: list[str], why: str) -> ShardConflictError:
@@ -200,11 +205,11 @@ def _update_shard(
     coverage: ShardCoverage,
 ) -> WriteReport:
     write = target.write
-    old = read_shard(write.store, write.shard_format, key)
+    old = read_shard(write.store, write.shard_format, key, shard=shard)
     partial = frozenset(coverage.partial_chunks())
     encoded = encode_part(write, shard, part, sources, block_boxes, _OldChunks(write, old, partial))
     if old is None:
-        return _write_new(target, key, list(stored_only(encoded)))
+        return _write_new(target, key, shard, list(stored_only(encoded)))
     new = {slot: data for slot, data in encoded if data is not None or slot in old.stored}
     if not new:
         return WriteReport(shards=1, strategies={"unchanged": 1})
@@ -233,11 +238,13 @@ def _update_shard(
     return WriteReport(shards=1, nbytes=nbytes, chunks_stored=stored, strategies={plan.strategy: 1})
 
 
-def _write_new(target: UpdateTarget, key: str, encoded: list[tuple[int, Buffer]]) -> WriteReport:
+def _write_new(
+    target: UpdateTarget, key: str, shard: Coords, encoded: list[tuple[int, Buffer]]
+) -> WriteReport:
     """A shard that did not exist: publish it create-only."""
     if not encoded:
         return WriteReport(shards=1, shards_empty=1, strategies={"unchanged": 1})
-    buffers = assemble_shard(target.write.shard_format, encoded)
+    buffers = assemble_shard(target.write.shard_format, encoded, shard=shard)
     check_held(target.store, target.keys, target.marker)
     try:
         target.store.put(key, buffers, if_absent=True)
@@ -247,9 +254,16 @@ def _write_new(target: UpdateTarget, key: str, encoded: list[tuple[int, Buffer]]
     return WriteReport(shards=1, nbytes=nbytes, chunks_stored=len(encoded), strategies={"new": 1})
 
 
-def _index_bytes(shard_format: ShardFormat, plan: ShardUpdate) -> bytes:
+def _index_bytes(shard_format: ShardFormat, plan: ShardUpdate, shard: Coords) -> bytes:
+    """The encoded index of an updated shard (a format whose one index is its head or tail)."""
     head_nbytes = shard_format.head_nbytes()
-    head, tail = shard_format.encode_index(ShardIndex(plan.entries), head_nbytes)
+    data_stop = plan.index_offset if shard_format.has_tail else plan.new_size
+    head, tail = shard_format.encode_index(
+        ShardIndex(plan.entries),
+        shard=shard,
+        head_nbytes=head_nbytes,
+        data_nbytes=data_stop - head_nbytes,
+    )
     return head or tail
 
 
@@ -275,7 +289,7 @@ def rewrite_shard(
             offset, nbytes = old.stored[slot]
             data = view[offset : offset + nbytes]
         chunks.append(data)
-    index = _index_bytes(shard_format, plan)
+    index = _index_bytes(shard_format, plan, old.shard)
     buffers = [index, *chunks] if old.layout.index_at_start else [*chunks, index]
     try:
         store.put(old.key, buffers, if_version=old.version)
@@ -307,7 +321,7 @@ def _positioned(
     appended = [new[slot] for slot in plan.appended]
     if appended:
         ranges.append((plan.append_offset, [d for d in appended if d is not None]))
-    index = _index_bytes(target.write.shard_format, plan)
+    index = _index_bytes(target.write.shard_format, plan, old.shard)
     ranges.append((plan.index_offset, [index]))
     store.write_ranges(key, ranges)
     store.delete(record_key)
@@ -319,7 +333,7 @@ def _compose(
 ) -> int:
     """Append on an object store: copy the kept bytes server side, add chunks and index."""
     store, key = target.store, old.key
-    index = _index_bytes(target.write.shard_format, plan)
+    index = _index_bytes(target.write.shard_format, plan, old.shard)
     appended = [d for d in (new[slot] for slot in plan.appended) if d is not None]
     size = old.layout.size
     handle = store.begin_parts(key, target.write.staging)

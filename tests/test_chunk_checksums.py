@@ -57,7 +57,7 @@ def chunk_ranges(path: Path, key: str = "c/0/0") -> list[tuple[int, int, int]]:
     """``(slot, start, stop)`` of the stored inner chunks of the shard at ``key``."""
     metadata = zarr.open_array(str(path), mode="r").metadata
     blob = (path / key).read_bytes()
-    index, _ = format_of(metadata).read_index(lambda a, b: blob[a:b], len(blob))
+    index, _ = format_of(metadata).read_index(lambda a, b: blob[a:b], len(blob), shard=(0,))
     stored = np.flatnonzero(index.stored())
     return [(int(s), int(index.entries[s, 0]), int(sum(index.entries[s]))) for s in stored]
 

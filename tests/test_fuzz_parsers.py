@@ -97,7 +97,7 @@ def valid_shards(draw: st.DrawFn) -> tuple[ZarrShardingFormat, bytes]:
     fmt = draw(st.sampled_from(FORMATS))
     slots = draw(st.lists(st.integers(0, fmt.n_slots - 1), unique=True))
     encoded = [(slot, draw(st.binary(min_size=1, max_size=24))) for slot in slots]
-    return fmt, b"".join(bytes(b) for b in assemble_shard(fmt, encoded))
+    return fmt, b"".join(bytes(b) for b in assemble_shard(fmt, encoded, shard=(0, 0)))
 
 
 def stamp(entries: list[tuple[int, int]]) -> bytes:
@@ -130,7 +130,7 @@ def entries_ok(entries: list[tuple[int, int]], size: int, index_range: tuple[int
 def read_checked(fmt: ZarrShardingFormat, data: bytes) -> tuple[ShardIndex, tuple[int, int]]:
     from shardpipe.formats.base import read_checked_index
 
-    return read_checked_index(fmt, lambda a, b: data[a:b], len(data), KEY)
+    return read_checked_index(fmt, lambda a, b: data[a:b], len(data), KEY, shard=(0, 0))
 
 
 def _entries(index: ShardIndex) -> list[tuple[int, int]]:
@@ -198,7 +198,7 @@ def test_forged_indexes_with_a_valid_crc_are_refused_exactly_when_wrong(case: An
     fmt, data, entries = case
     MUTATIONS["shard index (forged, valid CRC)"] += 1
     where = fmt.index_range(len(data))
-    index, _ = fmt.read_index(lambda a, b: data[a:b], len(data))  # the CRC is valid
+    index, _ = fmt.read_index(lambda a, b: data[a:b], len(data), shard=(0, 0))  # the CRC is valid
     assert _entries(index) == entries
     if entries_ok(entries, len(data), where):
         assert _entries(read_checked(fmt, data)[0]) == entries
@@ -241,7 +241,7 @@ def test_huge_slot_counts_are_refused_without_reading_or_allocating() -> None:
             MUTATIONS["shard index (huge slot count)"] += 1
             fmt = ZarrShardingFormat(tuple(per_axis))
             with pytest.raises(ShardFormatError, match="too short"):
-                fmt.read_index(read, 10_000)
+                fmt.read_index(read, 10_000, shard=(0, 0))
             with pytest.raises(ShardFormatError, match="expected"):
                 decode_index(bytes(100), fmt.n_slots)
         peak = tracemalloc.get_traced_memory()[1]
@@ -577,7 +577,7 @@ def _forge(store: Path, shard: str, change: Any) -> bytes:
     path = store / shard
     data = path.read_bytes()
     fmt = ZarrShardingFormat((2, 2, 1), "end")
-    index, _ = fmt.read_index(lambda a, b: data[a:b], len(data))
+    index, _ = fmt.read_index(lambda a, b: data[a:b], len(data), shard=(0, 0))
     entries = _entries(index)
     change(entries, len(data))
     forged = splice_index(fmt, data, stamp(entries))
@@ -634,7 +634,9 @@ def test_a_zstd_chunk_declaring_2_40_bytes_is_reported_without_allocating_them(
     if names[-1] == "crc32c":  # chunk checksums: the frame sits under a valid CRC32C
         chunk += crc32c.crc32c(chunk).to_bytes(4, "little")
     fmt = ZarrShardingFormat((2, 2, 1), "end")
-    (store / "c/0/0/0").write_bytes(b"".join(bytes(b) for b in assemble_shard(fmt, [(0, chunk)])))
+    (store / "c/0/0/0").write_bytes(
+        b"".join(bytes(b) for b in assemble_shard(fmt, [(0, chunk)], shard=(0, 0, 0)))
+    )
     MUTATIONS["zstd frame (declared 2**40 bytes)"] += 1
     tracemalloc.start()
     try:

@@ -24,7 +24,9 @@ import shardpipe
 from shardpipe.core.morton import morton_ids
 from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, shards_of
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.formats.base import ShardFormat, assemble_shard
 from shardpipe.formats.precomputed import PrecomputedSharding
+from shardpipe.formats.precomputed_shards import ScaleShardFormats, ScatteredShard
 
 SPEC = "neuroglancer_uint64_sharded_v1"
 
@@ -42,6 +44,20 @@ def _volume(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
         return rng.standard_normal(shape).astype(dtype)
     info = np.iinfo(dtype)
     return rng.integers(0, min(info.max, 2**62), shape, dtype=dtype, endpoint=True)
+
+
+def _shard_chunks(
+    raw: bytes, file: Path, scale: ScaleGrid, sharding: PrecomputedSharding
+) -> dict[int, tuple[int, int]]:
+    """Chunk id to ``(start, stop)`` of every chunk of the shard ``file``, by shardpipe's reader."""
+    number = int(file.stem, 16)
+    shard_format = ScaleShardFormats(scale, sharding).of(number)
+    index, _ = shard_format.read_index(lambda a, b: raw[a:b], len(raw), shard=(number,))
+    slots = np.flatnonzero(index.stored())
+    ids = shard_format.ids((number,), slots)
+    return {
+        int(i): (int(a), int(a + n)) for i, (a, n) in zip(ids, index.entries[slots], strict=True)
+    }
 
 
 def _sharding(
@@ -148,7 +164,7 @@ def test_volumes_written_by_tensorstore_decode_with_shardpipe(tmp_path: Path) ->
         seen = 0
         for shard_file in sorted((path / "1_1_1").iterdir()):
             raw = shard_file.read_bytes()
-            chunks = sharding.read_shard_index(lambda a, b, raw=raw: raw[a:b], len(raw))
+            chunks = _shard_chunks(raw, shard_file, scale, sharding)
             ids = np.array(sorted(chunks), dtype=np.uint64)
             assert (sharding.locate(ids)[0] == int(shard_file.stem, 16)).all()
             for chunk_id, (start, stop) in chunks.items():
@@ -189,12 +205,15 @@ def test_shard_files_round_trip(
         minishard_index_encoding=encoding,
         data_encoding=encoding,
     )
-    raw = b"".join(sharding.encode_shard(chunks))
-    found = sharding.read_shard_index(lambda a, b: raw[a:b], len(raw))
-    assert sorted(found) == sorted(i for i, _ in chunks)
-    for chunk_id, data in chunks:
-        start, stop = found[chunk_id]
-        assert sharding.decode_chunk(raw[start:stop]) == data
+    members = np.array(sorted(i for i, _ in chunks), dtype=np.uint64)
+    shard_format: ShardFormat = ScatteredShard(sharding, (1, 1, 1), 0, members)
+    by_id = dict(chunks)
+    stored = [(k, sharding.encode_data(by_id[int(i)])) for k, i in enumerate(members)]
+    raw = b"".join(bytes(b) for b in assemble_shard(shard_format, stored, shard=(0,)))
+    index, _ = shard_format.read_index(lambda a, b: raw[a:b], len(raw), shard=(0,))
+    assert index.stored().all()
+    for k, (start, nbytes) in enumerate(index.entries.tolist()):
+        assert sharding.decode_chunk(raw[start : start + nbytes]) == by_id[int(members[k])]
 
 
 def test_auto_shards_are_boxes_within_the_budget() -> None:
@@ -355,8 +374,8 @@ def test_verify_and_info_read_precomputed_volumes(
     # a chunk's gzip'd bytes damaged
     damaged = bytearray(shards[1].read_bytes())
     spec = PrecomputedSharding.from_json(_sharding("identity", "gzip", 2, 2, 4))
-    chunks = spec.read_shard_index(lambda a, b: bytes(damaged[a:b]), len(damaged))
-    start, _ = next(iter(chunks.values()))
+    chunks = spec.read_minishards(lambda a, b: bytes(damaged[a:b]), len(damaged))
+    _, start, _ = next(iter(chunks.values()))[0]
     damaged[start + 10 : start + 14] = b"\xff\xff\xff\xff"
     shards[1].write_bytes(bytes(damaged))
     shards[2].write_bytes(shards[2].read_bytes()[:40])  # cut inside its shard index
@@ -364,7 +383,7 @@ def test_verify_and_info_read_precomputed_volumes(
     report = shardpipe.verify(path)
     assert not report.ok
     problems = "\n".join(report.scales[0].problems)
-    assert "hashes to shard" in problems, problems
+    assert "is not a chunk of this shard" in problems, problems
     assert "does not decode" in problems or "bytes, its box holds" in problems, problems
     assert "shorter than its" in problems, problems
     assert "notes.txt: not a shard file" in problems, problems
@@ -399,11 +418,40 @@ def test_volumes_written_by_cloudvolume_verify_and_decode(tmp_path: Path) -> Non
     scale = ScaleGrid((64, 64, 32), (8, 8, 8))
     for shard_file in (tmp_path / "cv" / "1_1_1").iterdir():
         raw = shard_file.read_bytes()
-        for chunk_id, (start, stop) in sharding.read_shard_index(
-            lambda a, b, raw=raw: raw[a:b], len(raw)
-        ).items():
+        for chunk_id, (start, stop) in _shard_chunks(raw, shard_file, scale, sharding).items():
             box = scale.chunk_box(_coords_of(chunk_id, scale))
             assert sharding.decode_chunk(raw[start:stop]) == data[box].tobytes(order="F")
+
+
+def test_unsharded_scales_written_by_cloudvolume_are_checked(tmp_path: Path) -> None:
+    from cloudvolume import CloudVolume
+
+    data = _volume((40, 24, 16), "uint16", seed=12)
+    info = CloudVolume.create_new_info(
+        num_channels=1,
+        layer_type="image",
+        data_type="uint16",
+        encoding="raw",
+        resolution=[1, 1, 1],
+        voxel_offset=[8, 0, 4],
+        chunk_size=[16, 16, 16],
+        volume_size=[40, 24, 16],
+    )
+    volume = CloudVolume(f"file://{tmp_path / 'cv'}", info=info, progress=False)
+    volume.commit_info()
+    volume[8:48, 0:24, 4:20] = data  # gzip'd chunk files (.gz), named with the offset
+    report = shardpipe.verify(tmp_path / "cv")
+    assert report.ok and report.scales[0].chunks_present == 3 * 2 * 1, report
+    assert "unsharded" in str(report)
+    scale = tmp_path / "cv" / "1_1_1"
+    files = sorted(scale.iterdir())
+    assert files[0].name.endswith(".gz")
+    files[0].write_bytes(files[0].read_bytes()[:20])  # cut
+    (scale / "0-16_0-16_0-16.gz").write_bytes(b"")  # a chunk the offset grid does not have
+    report = shardpipe.verify(tmp_path / "cv")
+    problems = "\n".join(report.scales[0].problems)
+    assert report.scales[0].n_problems == 2, problems
+    assert "does not gunzip" in problems and "not a chunk file" in problems
 
 
 @pytest.mark.parametrize(
@@ -411,6 +459,8 @@ def test_volumes_written_by_cloudvolume_verify_and_decode(tmp_path: Path) -> Non
     [
         ("compressed_segmentation", "uint32", 1),
         ("compressed_segmentation", "uint64", 1),
+        ("compressed_segmentation", "uint32", 2),
+        ("compressed_segmentation", "uint64", 4),
         ("jpeg", "uint8", 1),
         ("jpeg", "uint8", 3),
     ],
@@ -427,6 +477,7 @@ def test_jpeg_and_compressed_segmentation_chunks(
         data = (120 + 60 * np.sin(x + y + z + c)).astype(dtype)
     else:
         data = (rng.integers(0, 5, (45, 38, 21, channels)) * 1_000_003).astype(dtype)
+        data += np.arange(channels, dtype=dtype) * 7  # channels differ
     path = tmp_path / "vol"
     shardpipe.to_neuroglancer_precomputed(
         da.from_array(data, chunks=(17, 13, 21, channels)),
@@ -438,7 +489,8 @@ def test_jpeg_and_compressed_segmentation_chunks(
         sharding=_sharding("murmurhash3_x86_128", "gzip"),
     )
     by_tensorstore = _read_ts(path)
-    if channels == 1:  # cloud-volume 12.15 reads 3-channel jpeg chunks in another pixel order
+    if channels == 1 or encoding != "jpeg":  # cloud-volume 12.15 reads 3-channel jpeg chunks
+        # in another pixel order
         np.testing.assert_array_equal(by_tensorstore, _read_cloudvolume(path))
     if encoding == "jpeg":
         assert np.abs(by_tensorstore.astype(int) - data.astype(int)).mean() < 3
@@ -454,7 +506,6 @@ def test_encodings_the_data_cannot_take_are_refused(tmp_path: Path) -> None:
         ("uint16", 1, "jpeg", "uint8 images of 1 or 3 channels"),
         ("uint8", 2, "jpeg", "uint8 images of 1 or 3 channels"),
         ("uint8", 1, "compressed_segmentation", "uint32 or uint64"),
-        ("uint32", 2, "compressed_segmentation", "one channel"),
         ("uint8", 1, "png", "not a precomputed chunk encoding"),
     ]:
         source = da.zeros((16, 16, 16, channels), dtype=dtype, chunks=8)
@@ -523,6 +574,34 @@ def test_shards_larger_than_max_mem_are_written_in_parts(tmp_path: Path) -> None
     assert not (tmp_path / "vol" / ".shardpipe").exists() or not any(
         (tmp_path / "vol" / ".shardpipe").rglob("*")
     )
+
+
+def test_scattered_shards_larger_than_max_mem_are_written_in_parts(tmp_path: Path) -> None:
+    data = _volume((128, 64, 64, 1), "uint16", seed=16)
+    names: list[str] = []
+
+    def record(key: Any, *args: Any) -> None:
+        names.append(str(key[0] if isinstance(key, tuple) else key))
+
+    from dask.callbacks import Callback
+
+    # murmurhash over 128 chunks of 8 KiB in 2 shards: about 64 each, held 3 times, in 600 KB
+    with dask.config.set(scheduler="threads"), Callback(pretask=record):
+        report = shardpipe.to_neuroglancer_precomputed(
+            da.from_array(data, chunks=(48, 40, 64, 1)),
+            tmp_path / "vol",
+            resolution=(1, 1, 1),
+            chunk_size=(16, 16, 16),
+            sharding=_sharding("murmurhash3_x86_128", "gzip", preshift=0, minishard=2, shard=1),
+            max_mem="600KB",
+        )
+    assert report.shards == 2 and report.chunks_stored == 128
+    parts = sum(n.startswith("write-precomputed-part") for n in names)
+    assert parts >= 2 * 3  # runs of at most 16 chunks
+    assert sum(n.startswith("stamp-precomputed-shard") for n in names) == 2
+    np.testing.assert_array_equal(_read_ts(tmp_path / "vol"), data, strict=True)
+    np.testing.assert_array_equal(_read_cloudvolume(tmp_path / "vol"), data)
+    assert shardpipe.verify(tmp_path / "vol").ok
 
 
 @pytest.mark.s3

@@ -81,8 +81,8 @@ def test_a_shard_changed_by_another_writer_is_never_overwritten(
     shardpipe.to_sharded_zarr(data, str(path), shards=(16, 16), chunks=(4, 4))
     real = updating.read_shard
 
-    def read_then_interfere(*args: Any) -> StoredShard | None:
-        stored = real(*args)
+    def read_then_interfere(*args: Any, **kwargs: Any) -> StoredShard | None:
+        stored = real(*args, **kwargs)
         zarr.open_array(str(path), mode="r+")[0:16, 0:16] = 7  # the other writer
         return stored
 

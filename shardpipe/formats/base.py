@@ -4,8 +4,8 @@ A *shard format* says how the encoded inner chunks of one shard, plus an
 index of where each lies, become the bytes of one storage object, and under
 which key that object lives. Writers and readers work only through
 :class:`ShardFormat`, so formats are siblings: zarr's ``sharding_indexed``
-(:mod:`shardpipe.formats.zarr_sharding`), and in time the Neuroglancer
-precomputed shard and the sharding storage-transformer draft.
+(:mod:`shardpipe.formats.zarr_sharding`) and the Neuroglancer precomputed
+shard file (:mod:`shardpipe.formats.precomputed_shards`).
 
 The shape every format shares::
 
@@ -22,8 +22,11 @@ The shape every format shares::
   (Neuroglancer), or nothing.
 
 Chunks are addressed by *slot*: the position of an inner chunk in the
-shard's index (:meth:`ShardFormat.slot`); a format that keys chunks by id
-maps slots to ids itself. Nothing here does I/O.
+shard's index (:meth:`ShardFormat.slot`). A format whose index names
+chunks by an id (Neuroglancer's minishard indexes list absolute chunk ids)
+maps slots to ids itself, which is why encoding and reading an index take
+the shard's coordinates: the same slots mean other chunks in another
+shard. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -138,11 +141,14 @@ class ShardFormat(Protocol):
         """
         ...
 
-    def encode_index(self, index: ShardIndex, head_nbytes: int) -> tuple[bytes, bytes]:
-        """Return ``(head, tail)`` of a shard whose chunks lie as ``index`` says.
+    def encode_index(
+        self, index: ShardIndex, *, shard: Coords, head_nbytes: int, data_nbytes: int
+    ) -> tuple[bytes, bytes]:
+        """Return ``(head, tail)`` of shard ``shard`` whose chunks lie as ``index`` says.
 
         ``head`` has exactly ``head_nbytes`` bytes (the offsets in ``index``
-        already count them).
+        already count them); the chunk data (padding included) takes the
+        next ``data_nbytes`` bytes, and ``tail`` follows it.
         """
         ...
 
@@ -151,11 +157,13 @@ class ShardFormat(Protocol):
         ...
 
     def read_index(
-        self, read: RangeReader, shard_nbytes: int
+        self, read: RangeReader, shard_nbytes: int, *, shard: Coords
     ) -> tuple[ShardIndex, tuple[int, int]]:
-        """Read and decode the index of a shard of ``shard_nbytes`` bytes.
+        """Read and decode the index of shard ``shard``, an object of ``shard_nbytes`` bytes.
 
-        Returns the index and the byte range the index occupies.
+        Returns the index and the byte range the index occupies (for a
+        format with more than one index, the first; the format checks that
+        no chunk overlaps the others).
 
         Raises
         ------
@@ -249,7 +257,7 @@ def check_entries(index: ShardIndex, shard_nbytes: int, index_range: tuple[int, 
 
 
 def read_checked_index(
-    shard_format: ShardFormat, read: RangeReader, shard_nbytes: int, key: str
+    shard_format: ShardFormat, read: RangeReader, shard_nbytes: int, key: str, *, shard: Coords
 ) -> tuple[ShardIndex, tuple[int, int]]:
     """Read the index of the shard at ``key`` and check every entry before any is used.
 
@@ -263,7 +271,7 @@ def read_checked_index(
         Naming ``key``, when the index does not decode or an entry is wrong.
     """
     try:
-        index, where = shard_format.read_index(read, shard_nbytes)
+        index, where = shard_format.read_index(read, shard_nbytes, shard=shard)
         if index.entries.shape != (shard_format.n_slots, 2):
             raise ShardFormatError(
                 f"the index has {index.entries.shape[0]} entries, the shard "
@@ -339,18 +347,21 @@ def stamp_index(n_slots: int, parts: Sequence[PartManifest], *, first_offset: in
 
 
 def assemble_shard(
-    shard_format: ShardFormat, encoded: Iterable[tuple[int, Buffer]]
+    shard_format: ShardFormat, encoded: Iterable[tuple[int, Buffer]], *, shard: Coords
 ) -> list[Buffer]:
-    """Return the buffers whose concatenation is a complete shard of ``shard_format``.
+    """Return the buffers whose concatenation is the complete shard ``shard``.
 
     Parameters
     ----------
     shard_format : ShardFormat
         The format.
     encoded : iterable of (slot, bytes-like)
-        Index slot and encoded bytes of every stored inner chunk.
+        Index slot and encoded bytes of every stored inner chunk, in the
+        order they are to lie.
+    shard : tuple of int
+        The shard's coordinates.
     """
-    return list(stream_shard(shard_format, encoded).buffers())
+    return list(stream_shard(shard_format, encoded, shard=shard).buffers())
 
 
 @dataclass
@@ -363,6 +374,8 @@ class StreamedShard:
         The format.
     encoded : iterable of (slot, bytes-like)
         The stored chunks, produced on demand.
+    shard : tuple of int
+        The shard's coordinates.
     manifest : PartManifest
         Where the chunks produced so far lie (after the head); complete once
         :meth:`buffers` is exhausted.
@@ -370,6 +383,7 @@ class StreamedShard:
 
     shard_format: ShardFormat
     encoded: Iterable[tuple[int, Buffer]]
+    shard: Coords
     manifest: PartManifest = field(default_factory=PartManifest)
 
     def buffers(self) -> Iterator[Buffer]:
@@ -382,11 +396,11 @@ class StreamedShard:
         laid_out = _laid_out(self.encoded, self.manifest)
         if self.shard_format.head_nbytes():
             chunks = list(laid_out)
-            head, tail = _index_around(self.shard_format, self.manifest)
+            head, tail = self._index_around()
             yield from (b for b in (head, *chunks, tail) if memoryview(b).nbytes)
             return
         yield from laid_out
-        _, tail = _index_around(self.shard_format, self.manifest)
+        _, tail = self._index_around()
         if tail:
             yield tail
 
@@ -395,19 +409,32 @@ class StreamedShard:
         """Chunks laid out so far."""
         return len(self.manifest.slots)
 
-
-def _index_around(shard_format: ShardFormat, manifest: PartManifest) -> tuple[bytes, bytes]:
-    """Head and tail of a shard made of one part laid out as ``manifest`` says."""
-    head_nbytes = shard_format.head_nbytes()
-    index = stamp_index(shard_format.n_slots, [manifest], first_offset=head_nbytes)
-    return shard_format.encode_index(index, head_nbytes)
+    def _index_around(self) -> tuple[bytes, bytes]:
+        """Head and tail of the shard, once every chunk is laid out."""
+        return encode_stamped(self.shard_format, [self.manifest], shard=self.shard, min_part_size=0)
 
 
-def stream_shard(shard_format: ShardFormat, encoded: Iterable[tuple[int, Buffer]]) -> StreamedShard:
-    """Lay out a whole shard lazily from ``encoded`` (slot, bytes) pairs, produced on demand.
+def encode_stamped(
+    shard_format: ShardFormat, parts: Sequence[PartManifest], *, shard: Coords, min_part_size: int
+) -> tuple[bytes, bytes]:
+    """Head and tail of shard ``shard`` made of ``parts`` laid out in order after the head.
+
+    ``min_part_size`` is the store's smallest part, to which the head is padded.
+    """
+    head_nbytes = shard_format.head_nbytes(min_part_size)
+    index = stamp_index(shard_format.n_slots, parts, first_offset=head_nbytes)
+    return shard_format.encode_index(
+        index, shard=shard, head_nbytes=head_nbytes, data_nbytes=sum(p.size for p in parts)
+    )
+
+
+def stream_shard(
+    shard_format: ShardFormat, encoded: Iterable[tuple[int, Buffer]], *, shard: Coords
+) -> StreamedShard:
+    """Lay out shard ``shard`` lazily from ``encoded`` (slot, bytes) pairs, produced on demand.
 
     Use ``stream_shard(...).buffers()`` as the argument of
     :meth:`~shardpipe.storage.base.ShardStore.put_streamed`: encoding the
     next chunk and writing the previous one then overlap.
     """
-    return StreamedShard(shard_format, encoded)
+    return StreamedShard(shard_format, encoded, shard)

@@ -1,8 +1,10 @@
 """Neuroglancer's precomputed sharded format (``neuroglancer_uint64_sharded_v1``).
 
-A sibling of :mod:`shardpipe.formats.zarr_sharding`: it owns how chunk ids
-map to shards and minishards, how a shard file is laid out and named, and
-how its two-level index is encoded and read.
+The sharding spec (:class:`PrecomputedSharding`): how chunk ids map to
+shards and minishards, how a shard file is named, and how its two-level
+index is encoded and read. The shard formats built on it, siblings of
+:mod:`shardpipe.formats.zarr_sharding` behind the shard-format protocol,
+are in :mod:`shardpipe.formats.precomputed_shards`.
 
 A chunk's id (its compressed Morton code, :mod:`shardpipe.core.morton`) is
 shifted right by ``preshift_bits`` and hashed (``identity`` or
@@ -13,8 +15,9 @@ is::
     shard index   2**minishard_bits entries of (start, end) uint64le, the
                   byte range of each minishard's index, counted from the
                   end of the shard index
-    chunk data    each chunk's bytes (gzip'd with data_encoding "gzip"),
-                  minishard by minishard, ids increasing inside each
+    chunk data    each chunk's bytes (gzip'd with data_encoding "gzip");
+                  a minishard's chunks, in increasing id order, lie at
+                  increasing offsets
     minishard     per minishard, [3, n] uint64le (raw or gzip'd): ids,
     indexes       data offsets and sizes, the first two delta-encoded
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
-from collections.abc import Buffer, Callable, Iterable, Mapping
+from collections.abc import Buffer, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,31 +187,50 @@ class PrecomputedSharding:
         return data
 
     def encode_indexes(
-        self, chunks: Iterable[tuple[int, int, int]], data_nbytes: int
+        self, ids: np.ndarray, starts: np.ndarray, sizes: np.ndarray, *, data_stop: int
     ) -> tuple[bytes, bytes]:
-        """``(head, tail)`` of a shard: its shard index and its minishard indexes.
+        """The shard index and the minishard indexes of a shard holding chunks ``ids``.
 
         Parameters
         ----------
-        chunks : iterable of (id, start, size)
-            Where each chunk's (stored) bytes lie, ``start`` counted from the
-            end of the shard index. Within a minishard, chunks in increasing
-            id must lie at increasing offsets (the format stores deltas).
-        data_nbytes : int
-            Bytes between the shard index and the minishard indexes, which
-            follow the data.
+        ids, starts, sizes : numpy.ndarray
+            Each chunk's id, the start of its (stored) bytes counted from the
+            end of the shard index, and their length.
+        data_stop : int
+            Where the minishard indexes begin, counted from the end of the
+            shard index: they follow the chunk data.
+
+        Raises
+        ------
+        shardpipe.errors.ShardFormatError
+            If the chunks of a minishard, in increasing id order, do not lie
+            at increasing offsets (the format stores the gaps as unsigned
+            deltas), or one lies past ``data_stop``.
         """
-        listed = sorted((int(i), s, n) for i, s, n in chunks)
-        ids = np.array([i for i, _, _ in listed], dtype=np.uint64)
+        ids = np.asarray(ids, dtype=np.uint64)
+        starts = np.asarray(starts, dtype=np.uint64)
+        sizes = np.asarray(sizes, dtype=np.uint64)
         _, minishards = self.locate(ids)
-        rows: dict[int, list[tuple[int, int, int]]] = {}
-        for k, entry in enumerate(listed):
-            rows.setdefault(int(minishards[k]), []).append(entry)
+        order = np.lexsort((ids, minishards))
+        ids, starts, sizes, minishards = ids[order], starts[order], sizes[order], minishards[order]
+        if len(ids) and int((starts + sizes).max()) > data_stop:
+            raise ShardFormatError(f"a chunk ends past the chunk data's end ({data_stop})")
         index = np.zeros((1 << self.minishard_bits, 2), dtype="<u8")
         tails: list[bytes] = []
-        position = data_nbytes
-        for minishard, entries in sorted(rows.items()):
-            encoded = _encode_minishard(entries)
+        position = data_stop
+        edges = np.flatnonzero(np.diff(minishards)) + 1
+        for rows in np.split(np.arange(len(ids)), edges) if len(ids) else []:
+            minishard = int(minishards[rows[0]])
+            ends = starts[rows] + sizes[rows]
+            if (starts[rows][1:] < ends[:-1]).any():
+                raise ShardFormatError(
+                    f"minishard {minishard}'s chunks do not lie in increasing id order"
+                )
+            table = np.zeros((3, len(rows)), dtype="<u8")
+            table[0] = np.diff(ids[rows], prepend=np.uint64(0))
+            table[1] = starts[rows] - np.concatenate(([np.uint64(0)], ends[:-1]))
+            table[2] = sizes[rows]
+            encoded = table.tobytes()
             if self.minishard_index_encoding == "gzip":
                 encoded = gzip.compress(encoded, compresslevel=GZIP_LEVEL, mtime=0)
             index[minishard] = (position, position + len(encoded))
@@ -216,34 +238,8 @@ class PrecomputedSharding:
             position += len(encoded)
         return index.tobytes(), b"".join(tails)
 
-    def encode_shard(
-        self, chunks: Iterable[tuple[int, Buffer]], *, stored: bool = False
-    ) -> list[Buffer]:
-        """The buffers of a shard file holding ``chunks``, ``(id, encoded bytes)`` pairs.
-
-        The chunks are laid out minishard by minishard, ids increasing; their
-        bytes are gzip'd here with ``data_encoding="gzip"``, unless ``stored``
-        (they went through :meth:`encode_data` already). The ids must all
-        belong to one shard (not checked).
-        """
-        items = sorted(((int(i), data) for i, data in chunks), key=lambda item: item[0])
-        ids = np.array([i for i, _ in items], dtype=np.uint64)
-        _, minishards = self.locate(ids)
-        payloads: list[Buffer] = []
-        located: list[tuple[int, int, int]] = []
-        position = 0  # from the end of the shard index
-        for k in np.lexsort((ids, minishards)):
-            chunk_id, data = items[int(k)]
-            kept = data if stored else self.encode_data(data)
-            size = memoryview(kept).nbytes
-            located.append((chunk_id, position, size))
-            payloads.append(kept)
-            position += size
-        head, tail = self.encode_indexes(located, position)
-        return [head, *payloads, tail]
-
     def read_minishards(
-        self, read: RangeReader, shard_nbytes: int, where: str = "shard"
+        self, read: RangeReader, shard_nbytes: int
     ) -> dict[int, list[tuple[int, int, int]]]:
         """Per minishard listed in a shard file, its chunks: ``(id, start, stop)`` in the file.
 
@@ -255,7 +251,7 @@ class PrecomputedSharding:
         head = self.index_nbytes
         if shard_nbytes < head:
             raise ShardFormatError(
-                f"{where}: {shard_nbytes} bytes, shorter than its {head}-byte shard index"
+                f"{shard_nbytes} bytes, shorter than its {head}-byte shard index"
             )
         entries = np.frombuffer(read(0, head), dtype="<u8").reshape(-1, 2)
         found: dict[int, list[tuple[int, int, int]]] = {}
@@ -264,7 +260,7 @@ class PrecomputedSharding:
                 continue
             if not start < end <= shard_nbytes - head:
                 raise ShardFormatError(
-                    f"{where}: minishard {minishard}'s index [{start}, {end}) lies outside "
+                    f"minishard {minishard}'s index [{start}, {end}) lies outside "
                     f"the file's {shard_nbytes - head} bytes after the shard index"
                 )
             raw = read(head + start, head + end)
@@ -273,55 +269,29 @@ class PrecomputedSharding:
                     raw = gzip.decompress(raw)
                 except (OSError, EOFError, zlib.error) as err:
                     raise ShardFormatError(
-                        f"{where}: minishard {minishard}'s index does not gunzip ({err})"
+                        f"minishard {minishard}'s index does not gunzip ({err})"
                     ) from err
             listed = []
-            for chunk_id, chunk_start, size in _decode_minishard(raw, where, minishard):
+            for chunk_id, chunk_start, size in _decode_minishard(raw, minishard):
                 stop = head + chunk_start + size
                 if stop > shard_nbytes:
                     raise ShardFormatError(
-                        f"{where}: chunk {chunk_id} ends at byte {stop}, past the file's "
-                        f"{shard_nbytes}"
+                        f"chunk {chunk_id} ends at byte {stop}, past the file's {shard_nbytes}"
                     )
                 listed.append((chunk_id, head + chunk_start, stop))
             found[minishard] = listed
         return found
-
-    def read_shard_index(
-        self, read: RangeReader, shard_nbytes: int, where: str = "shard"
-    ) -> dict[int, tuple[int, int]]:
-        """Every chunk of a shard file: id to ``(start, stop)`` of its (encoded) bytes.
-
-        Raises
-        ------
-        shardpipe.errors.ShardFormatError
-            As :meth:`read_minishards`.
-        """
-        minishards = self.read_minishards(read, shard_nbytes, where)
-        return {i: (a, b) for listed in minishards.values() for i, a, b in listed}
 
     def decode_chunk(self, data: bytes) -> bytes:
         """A chunk's bytes as stored in a shard, without the shard's ``data_encoding``."""
         return gzip.decompress(data) if self.data_encoding == "gzip" else data
 
 
-def _encode_minishard(entries: list[tuple[int, int, int]]) -> bytes:
-    """``[3, n]`` uint64le: delta ids, delta offsets (from the prior chunk's end), sizes."""
-    table = np.zeros((3, len(entries)), dtype="<u8")
-    previous_id, previous_end = 0, 0
-    for n, (chunk_id, start, size) in enumerate(entries):
-        table[0, n] = chunk_id - previous_id
-        table[1, n] = start - previous_end
-        table[2, n] = size
-        previous_id, previous_end = chunk_id, start + size
-    return table.tobytes()
-
-
-def _decode_minishard(raw: bytes, where: str, minishard: int) -> list[tuple[int, int, int]]:
+def _decode_minishard(raw: bytes, minishard: int) -> list[tuple[int, int, int]]:
     """``(id, start, size)`` of each chunk listed in a decoded minishard index."""
     if len(raw) % 24:
         raise ShardFormatError(
-            f"{where}: minishard {minishard}'s index has {len(raw)} bytes, not a multiple of 24"
+            f"minishard {minishard}'s index has {len(raw)} bytes, not a multiple of 24"
         )
     table = np.frombuffer(raw, dtype="<u8").reshape(3, -1).astype(object)
     out = []

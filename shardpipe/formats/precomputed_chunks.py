@@ -9,12 +9,14 @@ A chunk is an ``(x, y, z, channel)`` array, truncated at the volume's end.
   with interleaved channels (``simplejpeg``), as tensorstore reads them.
   Lossy. (cloud-volume 12.15 reads 3-channel jpeg chunks in another pixel
   order, so its values differ from tensorstore's for them.)
-* ``compressed_segmentation``: one channel of ``uint32`` or ``uint64``
-  labels, compressed in blocks (``compressed_segmentation_block_size`` in
-  the scale's ``info``, 8 x 8 x 8 here), with the ``compressed-segmentation``
-  package. Several channels are refused: written through that package they
-  did not read back right (tensorstore and cloud-volume agreed with each
-  other, not with the data), and cloud-volume writes one channel only.
+* ``compressed_segmentation``: ``uint32`` or ``uint64`` labels, any number
+  of channels, compressed in blocks (``compressed_segmentation_block_size``
+  in the scale's ``info``, 8 x 8 x 8 here). Each channel is compressed on
+  its own with the ``compressed-segmentation`` package; the chunk is one
+  32-bit word per channel, the offset (in words, from the chunk's start)
+  of that channel's data, followed by the channels' data. (The package's
+  own four-dimensional call crashed or wrote channels that did not read
+  back right in Fortran order.)
 
 ``jpeg`` and ``compressed_segmentation`` need the ``neuroglancer`` extra
 (``pip install "shardpipe[neuroglancer]"``).
@@ -48,14 +50,11 @@ def check_encoding(encoding: Any, dtype: np.dtype[Any], channels: int) -> str:
             f"'jpeg' takes uint8 images of 1 or 3 channels, not {dtype} with {channels}",
             "Use encoding='raw', or cast to uint8",
         )
-    if encoding == "compressed_segmentation" and (
-        dtype not in (np.uint32, np.uint64) or channels != 1
-    ):
+    if encoding == "compressed_segmentation" and dtype not in (np.uint32, np.uint64):
         raise InvalidArgumentError(
             "encoding",
-            f"'compressed_segmentation' takes one channel of uint32 or uint64 labels, not "
-            f"{channels} of {dtype}",
-            "Use encoding='raw', or write one channel of uint32 or uint64 labels",
+            f"'compressed_segmentation' takes uint32 or uint64 labels, not {dtype}",
+            "Use encoding='raw', or cast the labels to uint32 or uint64",
         )
     package = {"jpeg": "simplejpeg", "compressed_segmentation": "compressed_segmentation"}
     if encoding in package:
@@ -93,9 +92,15 @@ def encode_chunk(chunk: np.ndarray, encoding: str) -> Buffer:
         return encoded
     import compressed_segmentation
 
-    labels = np.asfortranarray(chunk)
-    out: bytes = compressed_segmentation.compress(labels, block_size=CSEG_BLOCK, order="F")
-    return out
+    channels = chunk.shape[3]
+    words = []
+    for c in range(channels):  # each channel alone: a one-word header (1), then its data
+        one = compressed_segmentation.compress(
+            np.asfortranarray(chunk[..., c]), block_size=CSEG_BLOCK, order="F"
+        )
+        words.append(np.frombuffer(one, dtype="<u4")[1:])
+    offsets = np.cumsum([channels] + [len(w) for w in words[:-1]], dtype="<u4")
+    return b"".join([offsets.tobytes(), *(w.tobytes() for w in words)])
 
 
 def decode_chunk(
@@ -118,7 +123,18 @@ def decode_chunk(
         return decoded
     import compressed_segmentation
 
-    labels: np.ndarray = compressed_segmentation.decompress(
-        data, shape, dtype, block_size=CSEG_BLOCK, order="F"
-    )
+    channels = shape[3]
+    words = np.frombuffer(data, dtype="<u4")
+    starts = words[:channels].tolist()
+    stops = [*starts[1:], len(words)]
+    if len(starts) != channels or not all(
+        channels <= a <= b for a, b in zip(starts, stops, strict=True)
+    ):
+        raise ValueError(f"channel offsets {starts} do not fit {len(words)} words")
+    labels = np.empty(shape, dtype=dtype, order="F")
+    for c, (start, stop) in enumerate(zip(starts, stops, strict=True)):
+        one = b"".join([np.array([1], dtype="<u4").tobytes(), words[start:stop].tobytes()])
+        labels[..., c] = compressed_segmentation.decompress(
+            one, (*shape[:3], 1), dtype, block_size=CSEG_BLOCK, order="F"
+        ).reshape(shape[:3], order="F")
     return labels

@@ -209,8 +209,14 @@ class ZarrShardingFormat:
             return 0
         return max(self.index_nbytes(), min_part_size)
 
-    def encode_index(self, index: ShardIndex, head_nbytes: int) -> tuple[bytes, bytes]:
-        """Return ``(head, tail)``: the encoded index before or after the chunks."""
+    def encode_index(
+        self, index: ShardIndex, *, shard: Coords, head_nbytes: int, data_nbytes: int
+    ) -> tuple[bytes, bytes]:
+        """Return ``(head, tail)``: the encoded index before or after the chunks.
+
+        The index is the same whichever the shard and wherever the data ends:
+        ``shard`` and ``data_nbytes`` are not used.
+        """
         if self.endian != "little":
             raise ShardFormatError("shardpipe writes shard indexes in little endian only")
         encoded = encode_index(index, checksum=self.checksum)
@@ -232,9 +238,9 @@ class ZarrShardingFormat:
         return (0, size) if self.index_location == "start" else (shard_nbytes - size, shard_nbytes)
 
     def read_index(
-        self, read: RangeReader, shard_nbytes: int
+        self, read: RangeReader, shard_nbytes: int, *, shard: Coords
     ) -> tuple[ShardIndex, tuple[int, int]]:
-        """Read and decode the index of a shard of ``shard_nbytes`` bytes."""
+        """Read and decode the index of a shard of ``shard_nbytes`` bytes (any ``shard``)."""
         where = self.index_range(shard_nbytes)
         index = decode_index(read(*where), self.n_slots, checksum=self.checksum, endian=self.endian)
         return index, where
