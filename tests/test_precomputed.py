@@ -542,19 +542,31 @@ def test_command_line_write_precomputed(tmp_path: Path, capsys: pytest.CaptureFi
     assert "overwrite" in capsys.readouterr().err
 
 
-def _part_written(path: Path | str, data: np.ndarray, **kwargs: Any) -> Any:
+IDENTITY_PARTS = _sharding("identity", "gzip", preshift=3, minishard=3, shard=2)
+
+
+def _part_written(
+    path: Path | str, data: np.ndarray, sharding: dict[str, Any] = IDENTITY_PARTS, **kwargs: Any
+) -> Any:
     return shardpipe.to_neuroglancer_precomputed(
         da.from_array(data, chunks=(40, 24, 64, 1)),
         path,
         resolution=(1, 1, 1),
         chunk_size=(16, 16, 16),
-        sharding=_sharding("identity", "gzip", preshift=3, minishard=3, shard=2),
-        max_mem="600KB",  # a shard (64 chunks of 8 KiB, held 3 times) does not fit
+        sharding=sharding,
+        max_mem="600KB",  # a shard (about 64 chunks of 8 KiB, held 3 times) does not fit
         **kwargs,
     )
 
 
-def test_shards_larger_than_max_mem_are_written_in_parts(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "sharding",
+    [IDENTITY_PARTS, _sharding("murmurhash3_x86_128", "gzip", preshift=0, minishard=2, shard=1)],
+    ids=["identity-boxes", "murmurhash-scattered"],
+)
+def test_shards_larger_than_max_mem_are_written_in_parts(
+    tmp_path: Path, sharding: dict[str, Any]
+) -> None:
     data = _volume((128, 64, 64, 1), "uint16", seed=13)
     names: list[str] = []
 
@@ -564,9 +576,12 @@ def test_shards_larger_than_max_mem_are_written_in_parts(tmp_path: Path) -> None
     from dask.callbacks import Callback
 
     with dask.config.set(scheduler="threads"), Callback(pretask=record):
-        report = _part_written(tmp_path / "vol", data)
+        report = _part_written(tmp_path / "vol", data, sharding)
     assert report.shards == 2 and report.chunks_stored == 128
-    assert sum(n.startswith("write-precomputed-part") for n in names) == 2 * 4  # 16 chunks each
+    spec = PrecomputedSharding.from_json(sharding)
+    shards = list(shards_of(ScaleGrid((128, 64, 64), (16, 16, 16)), spec))
+    runs = sum(-(-len(s.ids) // 16) for s in shards)  # runs of 16 chunks: 24 KiB each in 600 KB
+    assert sum(n.startswith("write-precomputed-part") for n in names) == runs >= 2 * 4
     assert sum(n.startswith("stamp-precomputed-shard") for n in names) == 2
     np.testing.assert_array_equal(_read_ts(tmp_path / "vol"), data, strict=True)
     np.testing.assert_array_equal(_read_cloudvolume(tmp_path / "vol"), data)
@@ -574,34 +589,6 @@ def test_shards_larger_than_max_mem_are_written_in_parts(tmp_path: Path) -> None
     assert not (tmp_path / "vol" / ".shardpipe").exists() or not any(
         (tmp_path / "vol" / ".shardpipe").rglob("*")
     )
-
-
-def test_scattered_shards_larger_than_max_mem_are_written_in_parts(tmp_path: Path) -> None:
-    data = _volume((128, 64, 64, 1), "uint16", seed=16)
-    names: list[str] = []
-
-    def record(key: Any, *args: Any) -> None:
-        names.append(str(key[0] if isinstance(key, tuple) else key))
-
-    from dask.callbacks import Callback
-
-    # murmurhash over 128 chunks of 8 KiB in 2 shards: about 64 each, held 3 times, in 600 KB
-    with dask.config.set(scheduler="threads"), Callback(pretask=record):
-        report = shardpipe.to_neuroglancer_precomputed(
-            da.from_array(data, chunks=(48, 40, 64, 1)),
-            tmp_path / "vol",
-            resolution=(1, 1, 1),
-            chunk_size=(16, 16, 16),
-            sharding=_sharding("murmurhash3_x86_128", "gzip", preshift=0, minishard=2, shard=1),
-            max_mem="600KB",
-        )
-    assert report.shards == 2 and report.chunks_stored == 128
-    parts = sum(n.startswith("write-precomputed-part") for n in names)
-    assert parts >= 2 * 3  # runs of at most 16 chunks
-    assert sum(n.startswith("stamp-precomputed-shard") for n in names) == 2
-    np.testing.assert_array_equal(_read_ts(tmp_path / "vol"), data, strict=True)
-    np.testing.assert_array_equal(_read_cloudvolume(tmp_path / "vol"), data)
-    assert shardpipe.verify(tmp_path / "vol").ok
 
 
 @pytest.mark.s3
