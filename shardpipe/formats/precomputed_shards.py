@@ -127,21 +127,23 @@ class PrecomputedShards(ABC):
         found = np.array([row[0] for row in listed], dtype=np.uint64)
         slots, member = self.slots(shard, ids)
         _, minishard = self.sharding.locate(ids)
-        problems = [f"chunk {int(i)} is not a chunk of this shard" for i in ids[~member]]
-        problems += [
-            f"chunk {int(i)} is listed in minishard {int(m)} but hashes to minishard {int(h)}"
-            for i, m, h in zip(ids, found, minishard, strict=True)
-            if m != h
-        ]
         unique, counts = np.unique(ids, return_counts=True)
-        twice = counts > 1
+        misplaced = np.flatnonzero(found != minishard)
+        repeated = np.flatnonzero(counts > 1)
+        problems = [f"chunk {int(i)} is not a chunk of this shard" for i in ids[~member][:3]]
         problems += [
-            f"chunk {int(i)} is listed {int(n)} times"
-            for i, n in zip(unique[twice], counts[twice], strict=True)
+            f"chunk {int(ids[k])} is listed in minishard {int(found[k])} but hashes to "
+            f"minishard {int(minishard[k])}"
+            for k in misplaced[:3]
         ]
-        problems += self._on_minishard_indexes(read, ids, starts, stops)
-        if problems:
-            more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        problems += [
+            f"chunk {int(unique[k])} is listed {int(counts[k])} times" for k in repeated[:3]
+        ]
+        overlapping = self._on_minishard_indexes(read, ids, starts, stops)
+        problems += [f"chunk {int(i)} overlaps a minishard index" for i in overlapping[:3]]
+        count = int((~member).sum()) + len(misplaced) + len(repeated) + len(overlapping)
+        if count:
+            more = f"; and {count - 3} more" if count > 3 else ""
             raise ShardFormatError("; ".join(problems[:3]) + more)
         index = ShardIndex.empty(self.n_slots)
         index.entries[slots, 0] = starts
@@ -150,18 +152,18 @@ class PrecomputedShards(ABC):
 
     def _on_minishard_indexes(
         self, read: RangeReader, ids: np.ndarray, starts: np.ndarray, stops: np.ndarray
-    ) -> list[str]:
-        """Chunks whose bytes overlap a minishard index."""
+    ) -> np.ndarray:
+        """The ids of the chunks whose bytes overlap a minishard index."""
         table = self.sharding.index_nbytes
         ranges = np.frombuffer(read(0, table), dtype="<u8").reshape(-1, 2).astype(np.uint64)
         ranges = ranges[ranges[:, 0] < ranges[:, 1]] + np.uint64(table)
         if not len(ranges) or not len(ids):
-            return []
+            return ids[:0]
         ranges = ranges[np.argsort(ranges[:, 0])]
         reach = np.maximum.accumulate(ranges[:, 1])
         last = np.searchsorted(ranges[:, 0], stops, side="left") - 1  # last index starting before
         hit = (last >= 0) & (reach[np.maximum(last, 0)] > starts)
-        return [f"chunk {int(i)} overlaps a minishard index" for i in ids[hit]]
+        return ids[hit]
 
 
 @dataclass(frozen=True, eq=False)
