@@ -13,10 +13,12 @@ from shardpipe.errors import (
     ShardpipeError,
     SourceOverlapsTargetError,
     StoreNotWritableError,
+    UnsupportedLegacyError,
     VerificationError,
 )
 from shardpipe.job import ShardedWrite
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
+from shardpipe.migrate import MigrateReport, migrate
 from shardpipe.precomputed_write import to_neuroglancer_precomputed
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk import RechunkJob, plan_rechunk, rechunk
@@ -32,6 +34,7 @@ __all__ = [
     "InvalidArgumentError",
     "JobConflictError",
     "MemoryBudgetError",
+    "MigrateReport",
     "RechunkJob",
     "RepairReport",
     "ShardConflictError",
@@ -39,12 +42,14 @@ __all__ = [
     "ShardpipeError",
     "SourceOverlapsTargetError",
     "StoreNotWritableError",
+    "UnsupportedLegacyError",
     "VerificationError",
     "VerifyReport",
     "WriteReport",
     "cleanup",
     "compact",
     "info",
+    "migrate",
     "open_dataset",
     "plan_group_rechunk",
     "plan_rechunk",

@@ -15,6 +15,8 @@ from typing import Any
 from shardpipe.cli_errors import EXPECTED, fail
 from shardpipe.dataset.commands import add_commands as add_dataset_commands
 from shardpipe.dataset.commands import run as run_dataset_command
+from shardpipe.migrate_cli import add_command as add_migrate_command
+from shardpipe.migrate_cli import run as run_migrate
 from shardpipe.precomputed_cli import add_command as add_precomputed_command
 from shardpipe.precomputed_cli import run as run_precomputed
 from shardpipe.rechunk_cli import add_command as add_rechunk_command
@@ -192,6 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_rechunk_command(commands, _ints, parse_compressor, _add_storage_option)
     add_precomputed_command(commands, _ints, _add_storage_option)
+    add_migrate_command(commands, _add_storage_option)
     add_dataset_commands(commands, _add_storage_option)
     return parser
 
@@ -238,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_rechunk(args, options, _options(args.source_storage_option) or None)
     if args.command == "write-precomputed":
         return run_precomputed(args, options, _options(args.source_storage_option) or None)
+    if args.command == "migrate":
+        return run_migrate(args, options)
     where = args.store + (f" (path {args.path!r})" if args.path else "")
     store: Any = args.store
     if getattr(args, "icechunk", False):

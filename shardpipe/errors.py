@@ -36,6 +36,28 @@ class InvalidArgumentError(ShardpipeError, ValueError):
         return type(self), (self.parameter, self.problem, self.fix)
 
 
+class UnsupportedLegacyError(InvalidArgumentError):
+    """An array of the sharding storage-transformer draft uses what Zarr v3 cannot express.
+
+    Parameters
+    ----------
+    path : str
+        The array's path in its hierarchy (``""``: the root).
+    what : str
+        The feature, with its value.
+    fix : str
+        What to do instead.
+    """
+
+    def __init__(self, path: str, what: str, fix: str) -> None:
+        super().__init__("source", f"array {path or '/'!r}: {what}", fix)
+        self.path = path
+        self.what = what
+
+    def __reduce__(self) -> tuple[type[InvalidArgumentError], tuple[str, str, str]]:
+        return type(self), (self.path, self.what, self.fix)
+
+
 class ArrayExistsError(ShardpipeError, FileExistsError):
     """Something already exists where the array would go and overwrite is off."""
 

@@ -21,13 +21,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from zarr.core.metadata.v3 import ArrayV3Metadata
+
 from shardpipe.checks import check_bool, check_int
 from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import read_metadata
+from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
-from shardpipe.metadata import format_of, layout_of
+from shardpipe.legacy_hierarchy import read_draft, shard_target
+from shardpipe.metadata import format_of, layout_of, parse_array_metadata
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
 from shardpipe.shard_listing import Listed, list_shards, over_shards
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -42,13 +46,16 @@ def _each_shard[T](
     workers: int,
     func: Callable[[StoredShard], T],
     others: Callable[[Listed], None] | None = None,
+    *,
+    shard_format: ZarrShardingFormat | None = None,
 ) -> Iterator[T]:
     """Apply ``func`` to every shard present (found by listing), ``workers`` at a time.
 
     Keys under the shard prefix that name no shard of the grid are skipped
     (given to ``others``); a shard deleted since it was listed is skipped.
+    ``shard_format`` replaces the format ``metadata`` gives (a draft array's).
     """
-    shard_format = format_of(metadata)
+    shard_format = format_of(metadata) if shard_format is None else shard_format
 
     def task(batch: list[Listed]) -> list[T | None]:
         results: list[T | None] = []
@@ -162,6 +169,17 @@ def info(
     target = resolve_store(store, path, storage_options)
     if (precomputed := read_info(target)) is not None:
         return check_volume(target, precomputed, decode=False)
+    if (draft := read_draft(target, strict=False)) is not None:
+        arrays = {
+            a.path: _array_info(
+                shard_target(target, a),
+                workers,
+                metadata=parse_array_metadata(a.document, repr(a.path)),
+                shard_format=a.shard_format,
+            )
+            for a in draft.arrays
+        }
+        return GroupInfo(arrays, dict(draft.unsupported))
     check_node_present(target, "path" if path else "store")
     group = group_at(target)
     if group is not None:
@@ -170,10 +188,18 @@ def info(
     return _array_info(target, workers)
 
 
-def _array_info(target: ResolvedStore, workers: int) -> ArrayInfo:
-    metadata, _ = read_metadata(target, "store")
+def _array_info(
+    target: ResolvedStore,
+    workers: int,
+    *,
+    metadata: ArrayV3Metadata | None = None,
+    shard_format: ZarrShardingFormat | None = None,
+) -> ArrayInfo:
+    """Describe the array at ``target``; ``metadata`` and ``shard_format`` are a draft array's."""
+    if metadata is None:
+        metadata, _ = read_metadata(target, "store")
     layout = layout_of(metadata)
-    shard_format = format_of(metadata)
+    shard_format = format_of(metadata) if shard_format is None else shard_format
     present = chunks = nbytes = unused = strays = 0
 
     def stray(listed: Listed) -> None:
@@ -186,6 +212,7 @@ def _array_info(target: ResolvedStore, workers: int) -> ArrayInfo:
         workers,
         lambda s: (s.layout.size, len(s.stored), s.layout.unused_nbytes()),
         stray,
+        shard_format=shard_format,
     ):
         present, chunks, nbytes, unused = present + 1, chunks + stored, nbytes + size, unused + free
     sharding = metadata.codecs[0]

@@ -236,15 +236,18 @@ def checked_shards(
     cluster: bool = False,
     progress: bool = False,
     others: Callable[[Listed], None] | None = None,
+    shard_format: ZarrShardingFormat | None = None,
 ) -> Iterator[ShardCheck]:
     """Check every shard present (found by listing), as the checks finish (not in grid order).
 
     Keys under the shard prefix that are no shard of the grid go to
     ``others``. See :func:`shardpipe.shard_listing.over_shards` for
-    ``workers``, ``cluster`` and ``progress``.
+    ``workers``, ``cluster`` and ``progress``. ``shard_format`` replaces the
+    format ``metadata`` gives (a draft array's shards: see
+    :mod:`shardpipe.legacy_hierarchy`).
     """
     layout = layout_of(metadata)
-    shard_format = format_of(metadata)
+    shard_format = format_of(metadata) if shard_format is None else shard_format
     checker = ShardChecker(
         target.shards, layout, ChunkCodec.from_metadata(metadata), shard_format, decode
     )

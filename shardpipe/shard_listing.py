@@ -64,9 +64,8 @@ def shard_prefix(target: ResolvedStore, shard_format: ZarrShardingFormat) -> str
     """
     if not shard_format.chunks_per_shard:
         return target.key(shard_format.key(()))
-    if shard_format.key_prefix is None:
-        return target.key("")
-    return target.key(shard_format.key_prefix + shard_format.key_separator)
+    head = shard_format.key_head
+    return target.key("") if head is None else target.key(head)
 
 
 def list_shards(

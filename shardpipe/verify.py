@@ -15,6 +15,12 @@ coordinates, slot and shard key, with the cause in words). Where the inner
 chunks carry no checksum (arrays written with ``chunk_checksums=False`` or
 by other writers), the report says that bit flips inside compressed chunks
 cannot all be detected: many decode without error to wrong values.
+
+A hierarchy of the sharding storage-transformer draft (before ``migrate``)
+is checked the same way: each array's draft document is translated to the
+v3 metadata it would get, and its shards under ``data/root/`` are read with
+the draft's shard format (:mod:`shardpipe.legacy_hierarchy`); arrays v3
+cannot express are reported as skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from shardpipe.completeness import unfinished_work
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import ShardFormatError
+from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import group_at, per_array
 from shardpipe.journal import JobKeys, undo_records
-from shardpipe.metadata import layout_of, open_array_metadata
+from shardpipe.legacy_hierarchy import read_draft, shard_target
+from shardpipe.metadata import layout_of, open_array_metadata, parse_array_metadata
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
 from shardpipe.shard_check import (
     ChunkFailure,
@@ -324,14 +332,31 @@ def verify(
     target = resolve_store(store, path, storage_options)
     if (precomputed := read_info(target)) is not None:
         return check_volume(target, precomputed, decode=True)
-    check_node_present(target, "path" if path else "store")
-    group = group_at(target)
+    draft = read_draft(target, strict=False)
+    if draft is None:
+        check_node_present(target, "path" if path else "store")
+    group = group_at(target) if draft is None else None
 
     def one(array: ResolvedStore) -> VerifyReport:
         return _verify_array(array, workers, complete, progress)
 
-    if group is not None:
-        arrays, skipped = per_array(target, group, one)
+    if draft is not None or group is not None:
+        if draft is not None:
+            arrays = {
+                a.path: _verify_array(
+                    shard_target(target, a),
+                    workers,
+                    complete,
+                    progress,
+                    metadata=parse_array_metadata(a.document, repr(a.path)),
+                    shard_format=a.shard_format,
+                )
+                for a in draft.arrays
+            }
+            skipped = dict(draft.unsupported)
+        else:
+            assert group is not None
+            arrays, skipped = per_array(target, group, one)
         shards = [check for report in arrays.values() for check in report.shards]
         notes = [f"{path}: {note}" for path, report in arrays.items() for note in report.notes]
         job_problems = [p for report in arrays.values() for p in report.job_problems]
@@ -352,9 +377,17 @@ def verify(
 
 
 def _verify_array(
-    target: ResolvedStore, workers: int, complete: bool = False, progress: bool = False
+    target: ResolvedStore,
+    workers: int,
+    complete: bool = False,
+    progress: bool = False,
+    *,
+    metadata: ArrayV3Metadata | None = None,
+    shard_format: ZarrShardingFormat | None = None,
 ) -> VerifyReport:
-    metadata = open_array_metadata(target)  # MetadataError if zarr.json is broken
+    """Check the array at ``target``; ``metadata`` and ``shard_format`` are a draft array's."""
+    if metadata is None:
+        metadata = open_array_metadata(target)  # MetadataError if zarr.json is broken
     if not isinstance(metadata, ArrayV3Metadata):
         raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
     layout = layout_of(metadata)
@@ -363,7 +396,13 @@ def _verify_array(
     # a MemoryStore lives here: tasks on worker processes would each carry a copy of it
     cluster = not isinstance(target.zarr_store, MemoryStore)
     checks = checked_shards(
-        target, metadata, workers, cluster=cluster, progress=progress, others=tally.other
+        target,
+        metadata,
+        workers,
+        cluster=cluster,
+        progress=progress,
+        others=tally.other,
+        shard_format=shard_format,
     )
     for check in checks:
         tally.add(check)

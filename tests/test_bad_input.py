@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,7 @@ class Places:
         self.src = str(root / "src.zarr")  # an unsharded zarr v3 array
         self.grp = str(root / "grp.zarr")  # a group with one large array
         self.ds = str(root / "ds.zarr")  # a dataset written by ds.shard.to_zarr
+        self.draft = str(root / "draft")  # a hierarchy of the storage-transformer draft
         self.new = str(root / "new.zarr")  # never exists
         self.missing = str(root / "missing.zarr")  # never exists
 
@@ -244,6 +246,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Places:
         group = zarr.open_group(str(root / "grp.zarr"), mode="w")
         group.create_array("big", shape=(600, 600), chunks=(100, 100), dtype="float64")[...] = 1.0
         _dataset().shard.to_zarr(str(root / "ds.zarr"), shards={"time": 20}, chunks={"time": 10})
+    shutil.copytree(Path(__file__).parent / "legacy_fixtures" / "hierarchy", root / "draft")
     return Places(root)
 
 
@@ -594,6 +597,24 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
     ]
 
 
+def _migrations() -> list[tuple[str, str, Any, str, Call]]:
+    m = shardpipe.migrate
+    return [
+        ("migrate", "source", "a v3 array", "no hierarchy of the sharding", lambda p: m(p.arr)),
+        ("migrate", "target", "an array", "is not empty", lambda p: m(p.draft, p.arr)),
+        ("migrate", "add_crc32c", "yes", "got 'yes'", lambda p: m(p.draft, add_crc32c="yes")),
+        ("migrate", "dry_run", 1, "got 1", lambda p: m(p.draft, p.new, dry_run=1)),
+        ("migrate", "workers", 0, "got 0", lambda p: m(p.draft, p.new, workers=0)),
+        (
+            "migrate",
+            "storage_options",
+            {"fsync": 1},
+            "got 1",
+            lambda p: m(p.draft, p.new, storage_options={"fsync": 1}),
+        ),
+    ]
+
+
 ROWS: list[tuple[str, str, Any, str, Call]] = [
     *_writes("to_sharded_zarr", tz),
     (
@@ -736,6 +757,7 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
     *_groups("plan_group_rechunk", shardpipe.plan_group_rechunk),
     *_maintenance(),
     *_datasets(),
+    *_migrations(),
 ]
 
 
@@ -841,6 +863,8 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("compact --threshold", lambda p: ["compact", p.arr, "--threshold", "2.0"], "threshold"),
     ("compact --threshold x", lambda p: ["compact", p.arr, "--threshold", "x"], "--threshold"),
     ("cleanup missing", lambda p: ["cleanup", p.missing], "nothing to clean up"),
+    ("migrate missing", lambda p: ["migrate", p.missing], "no hierarchy of the sharding"),
+    ("migrate --workers", lambda p: ["migrate", p.draft, p.new, "--workers", "0"], "workers"),
     ("rechunk --shards", lambda p: ["rechunk", p.src, p.new, "--shards", "x"], "--shards"),
     ("rechunk --commit", lambda p: ["rechunk", p.src, p.new, "--commit", "m"], "--icechunk"),
     (
@@ -964,6 +988,7 @@ def test_rows_cover_every_parameter() -> None:
         "repair": shardpipe.repair,
         "compact": shardpipe.compact,
         "cleanup": shardpipe.cleanup,
+        "migrate": shardpipe.migrate,
         "open_dataset": shardpipe.open_dataset,
         "repair_dataset": repair_dataset,
         "to_zarr": to_zarr,

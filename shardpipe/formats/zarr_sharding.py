@@ -195,6 +195,11 @@ class ZarrShardingFormat:
         return tuple(coords)
 
     @property
+    def key_head(self) -> str | None:
+        """What every shard key starts with (``c/`` or ``c.``); None for "v2" keys."""
+        return None if self.key_prefix is None else self.key_prefix + self.key_separator
+
+    @property
     def has_tail(self) -> bool:
         """Whether the index follows the chunks."""
         return self.index_location == "end"

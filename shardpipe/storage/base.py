@@ -358,6 +358,13 @@ class ShardStore(ABC):
         """Remove the (by now empty) staging area of a write that succeeded."""
         return None
 
+    def prune(self, prefix: str) -> None:
+        """Remove the empty folders under ``prefix`` (and it, when empty).
+
+        The default does nothing: an object store has no folders.
+        """
+        return None
+
     def cleanup(self, staging: str, shard_prefix: str) -> int:
         """Remove every leftover of the write whose staging prefix is ``staging``.
 

@@ -432,6 +432,15 @@ class LocalShardStore(ShardStore):
         with contextlib.suppress(OSError):  # still in use by another write, or gone
             os.rmdir(os.path.dirname(folder))
 
+    def prune(self, prefix: str) -> None:
+        """Remove the empty folders under the folder ``prefix`` names, and it when empty."""
+        top = self._path(prefix.rstrip("/"))
+        if not os.path.isdir(top):
+            return
+        for folder, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+            with contextlib.suppress(OSError):  # not empty
+                os.rmdir(folder)
+
     def cleanup(self, staging: str, shard_prefix: str) -> int:
         """Remove the staging folder and temporary files a failed write left.
 

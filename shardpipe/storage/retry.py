@@ -467,6 +467,10 @@ class RetryingStore(ShardStore):
         """Remove the staging area of a write that succeeded."""
         self._call(f"removing {staging!r}", lambda: self.inner.discard_staging(staging))
 
+    def prune(self, prefix: str) -> None:
+        """Remove the empty folders under ``prefix``."""
+        self._call(f"pruning {prefix!r}", lambda: self.inner.prune(prefix))
+
     def cleanup(self, staging: str, shard_prefix: str) -> int:
         """Remove every leftover of the write whose staging prefix is ``staging``."""
         return self._call(

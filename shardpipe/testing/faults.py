@@ -260,6 +260,10 @@ class FaultyStore(ShardStore):
         """See :meth:`ShardStore.discard_staging`."""
         self._call("discard_staging", lambda: self.inner.discard_staging(staging))
 
+    def prune(self, prefix: str) -> None:
+        """See :meth:`ShardStore.prune`."""
+        self._call("prune", lambda: self.inner.prune(prefix))
+
     def cleanup(self, staging: str, shard_prefix: str) -> int:
         """See :meth:`ShardStore.cleanup`."""
         return self._call("cleanup", lambda: self.inner.cleanup(staging, shard_prefix))

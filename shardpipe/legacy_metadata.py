@@ -1,0 +1,238 @@
+"""The metadata of the sharding storage-transformer draft, and its Zarr v3 translation.
+
+A draft hierarchy (zarr-python 2.x, experimental v3) has an entry point
+``zarr.json`` whose ``zarr_format`` is the core protocol URL, and one
+document per node: ``meta/root.group.json`` or ``meta/root.array.json`` for
+the root, ``meta/root/<path>.group.json`` and ``meta/root/<path>.array.json``
+for the others. Its arrays keep their shards under ``data/root/<path>/``.
+
+:func:`translate_array` turns an array's document into the ``zarr.json`` of
+a Zarr v3 array sharded with ``sharding_indexed`` whose shards are the same
+bytes: the inner chunks are the draft's chunks, the shard shape is
+``chunk_shape * chunks_per_shard``, the index codecs are ``bytes`` (little
+endian), plus ``crc32c`` when asked (the index is then followed by its
+checksum). The compressor becomes the v3 codec that reads the same bytes:
+``blosc``, ``gzip`` and ``zstd`` (read by every v3 reader) and ``zlib`` as
+``numcodecs.zlib`` (zarr-python reads it; tensorstore has no zlib codec).
+A ``chunk_memory_layout`` of ``F`` becomes a ``transpose`` codec.
+
+What v3 cannot say (filters, other storage transformers or extensions,
+data types without a v3 name, a non-regular grid) raises
+:class:`UnsupportedLegacyError` naming the array and the feature. Pure: JSON
+in, JSON out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardpipe.core.grid import Coords
+from shardpipe.errors import UnsupportedLegacyError
+from shardpipe.formats.legacy_sharding import LegacyShardingFormat, legacy_format
+from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+
+DRAFT_FORMAT = "https://purl.org/zarr/spec/protocol/core/3.0"
+SHARDING = "https://purl.org/zarr/spec/storage_transformers/sharding/1.0"
+CODECS = "https://purl.org/zarr/spec/codec/"
+BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
+_ARRAY_MEMBERS = {
+    "attributes",
+    "chunk_grid",
+    "chunk_memory_layout",
+    "compressor",
+    "data_type",
+    "dimension_separator",
+    "extensions",
+    "fill_value",
+    "shape",
+    "storage_transformers",
+}
+
+
+@dataclass(frozen=True)
+class LegacyArray:
+    """One draft array and what it becomes.
+
+    Attributes
+    ----------
+    path : str
+        Its path in the hierarchy (``""`` for the root).
+    shard_format : LegacyShardingFormat
+        How its draft shards are named and laid out.
+    shard_grid : tuple of int
+        Shards along each dimension.
+    document : dict
+        Its Zarr v3 ``zarr.json``.
+    """
+
+    path: str
+    shard_format: LegacyShardingFormat
+    shard_grid: tuple[int, ...]
+    document: dict[str, Any]
+
+    @property
+    def n_slots(self) -> int:
+        """Inner chunks per shard."""
+        return self.shard_format.n_slots
+
+    def v3_key(self, shard: Coords) -> str:
+        """The key of shard ``shard`` in the v3 array, relative to it (``c/0/1``)."""
+        fmt = self.shard_format
+        return ZarrShardingFormat(fmt.chunks_per_shard, key_separator=fmt.key_separator).key(shard)
+
+
+def is_draft_entry_point(document: Any) -> bool:
+    """Whether ``document`` (a parsed ``zarr.json``) is a draft hierarchy's entry point."""
+    return isinstance(document, dict) and document.get("zarr_format") == DRAFT_FORMAT
+
+
+def translate_group(document: dict[str, Any]) -> dict[str, Any]:
+    """The v3 ``zarr.json`` of a draft group (its attributes kept)."""
+    return {
+        "zarr_format": 3,
+        "node_type": "group",
+        "attributes": dict(document.get("attributes", {})),
+    }
+
+
+def translate_array(
+    path: str, document: dict[str, Any], *, add_crc32c: bool = False
+) -> LegacyArray:
+    """Translate a draft array's document (see the module docstring).
+
+    Raises
+    ------
+    UnsupportedLegacyError
+        Naming the array and what v3 cannot express.
+    """
+    fix = "Read it with the tool that wrote it and write it again (shardpipe.to_sharded_zarr)"
+    if unknown := sorted(set(document) - _ARRAY_MEMBERS):
+        raise UnsupportedLegacyError(path, f"has members v3 has no place for: {unknown}", fix)
+    attributes = dict(document.get("attributes", {}))
+    if "filters" in attributes:
+        ids = [f.get("id") for f in attributes["filters"] if isinstance(f, dict)]
+        raise UnsupportedLegacyError(
+            path, f"filters {ids} (numcodecs filters have no Zarr v3 core codec)", fix
+        )
+    if document.get("extensions"):
+        raise UnsupportedLegacyError(path, f"extensions {document['extensions']!r}", fix)
+    grid = document.get("chunk_grid", {})
+    if grid.get("type") != "regular":
+        raise UnsupportedLegacyError(path, f"chunk grid {grid.get('type')!r}", fix)
+    chunks = [int(c) for c in grid["chunk_shape"]]
+    shape = [int(n) for n in document["shape"]]
+    per_shard = _chunks_per_shard(path, document.get("storage_transformers", []), len(shape), fix)
+    separator = str(grid.get("separator", document.get("dimension_separator", "/")))
+    if separator not in ("/", "."):
+        raise UnsupportedLegacyError(path, f"chunk key separator {separator!r}", fix)
+    dtype, endian = _data_type(path, document["data_type"], fix)
+    inner: list[dict[str, Any]] = []
+    layout = document.get("chunk_memory_layout", "C")
+    if layout == "F" and len(shape) > 1:
+        inner.append(
+            {"name": "transpose", "configuration": {"order": list(range(len(shape)))[::-1]}}
+        )
+    elif layout not in ("C", "F"):
+        raise UnsupportedLegacyError(path, f"chunk_memory_layout {layout!r}", fix)
+    inner.append({"name": "bytes", "configuration": {"endian": endian}})
+    if document.get("compressor") is not None:
+        inner.append(_compressor(path, document["compressor"], np.dtype(dtype).itemsize, fix))
+    index_codecs: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    if add_crc32c:
+        index_codecs.append({"name": "crc32c"})
+    shard_shape = [c * k for c, k in zip(chunks, per_shard, strict=True)]
+    v3 = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": dtype,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": shard_shape}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": separator}},
+        "fill_value": _fill_value(document.get("fill_value"), dtype),
+        "codecs": [
+            {
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": chunks,
+                    "codecs": inner,
+                    "index_codecs": index_codecs,
+                    "index_location": "end",
+                },
+            }
+        ],
+        "attributes": attributes,
+    }
+    shard_grid = tuple(-(-n // s) for n, s in zip(shape, shard_shape, strict=True))
+    return LegacyArray(path, legacy_format(tuple(per_shard), separator), shard_grid, v3)
+
+
+def _chunks_per_shard(path: str, transformers: Any, ndim: int, fix: str) -> list[int]:
+    sharding = [t for t in transformers if t.get("extension") == SHARDING]
+    others = [t.get("extension") for t in transformers if t.get("extension") != SHARDING]
+    if others:
+        raise UnsupportedLegacyError(path, f"storage transformers {others}", fix)
+    if not sharding:
+        raise UnsupportedLegacyError(
+            path, "no sharding storage transformer (an unsharded draft array)", fix
+        )
+    config = sharding[0]
+    if config.get("type", "indexed") != "indexed":
+        raise UnsupportedLegacyError(path, f"binary shard format {config.get('type')!r}", fix)
+    per_shard = [int(k) for k in config.get("configuration", {}).get("chunks_per_shard", [])]
+    if len(per_shard) != ndim or min(per_shard, default=1) < 1:
+        raise UnsupportedLegacyError(path, f"chunks_per_shard {per_shard} for {ndim} dims", fix)
+    return per_shard
+
+
+def _data_type(path: str, name: Any, fix: str) -> tuple[str, str]:
+    """The v3 data type name and the ``bytes`` codec's endian."""
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        raise UnsupportedLegacyError(path, f"data type {name!r}", fix) from None
+    kinds = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
+    if dtype.kind not in kinds:
+        raise UnsupportedLegacyError(path, f"data type {name!r} has no Zarr v3 name", fix)
+    v3 = "bool" if dtype.kind == "b" else f"{kinds[dtype.kind]}{8 * dtype.itemsize}"
+    return v3, "big" if dtype.byteorder == ">" else "little"
+
+
+def _compressor(path: str, compressor: Any, itemsize: int, fix: str) -> dict[str, Any]:
+    """The v3 codec reading the bytes the draft compressor wrote."""
+    codec = str(compressor.get("codec", ""))
+    config = dict(compressor.get("configuration", {}))
+    name = codec.removeprefix(CODECS).split("/")[0]
+    if name == "blosc":
+        return {
+            "name": "blosc",
+            "configuration": {
+                "cname": config["cname"],
+                "clevel": int(config["clevel"]),
+                "shuffle": BLOSC_SHUFFLE[int(config.get("shuffle", 1))],
+                "typesize": itemsize,
+                "blocksize": int(config.get("blocksize", 0)),
+            },
+        }
+    if name == "gzip":
+        return {"name": "gzip", "configuration": {"level": int(config.get("level", 5))}}
+    if name == "zstd":
+        return {
+            "name": "zstd",
+            "configuration": {
+                "level": int(config.get("level", 0)),
+                "checksum": bool(config.get("checksum", False)),
+            },
+        }
+    if name == "zlib":
+        return {"name": "numcodecs.zlib", "configuration": {"level": int(config.get("level", 1))}}
+    raise UnsupportedLegacyError(path, f"compressor {codec!r}", fix)
+
+
+def _fill_value(value: Any, dtype: str) -> Any:
+    """The v3 fill value (the draft's JSON is v3's, but for ``null``: zero)."""
+    if value is None:
+        return False if dtype == "bool" else 0
+    return value

@@ -1,0 +1,150 @@
+"""Write the golden arrays of the sharding storage-transformer draft (run once, by hand).
+
+The arrays in ``hierarchy/`` and ``unsupported/`` beside this script were
+written by zarr-python 2.18.3 through its experimental v3 API
+(``zarr._storage.v3_storage_transformers.ShardingStorageTransformer``); no
+tool in the test environment can write them, so they are kept in the
+repository with the data they hold (``expected.npz``, by array path).
+
+To write them again::
+
+    python3.11 -m venv /tmp/zarr2 && /tmp/zarr2/bin/pip install "zarr==2.18.3" \\
+        "numcodecs<0.16" "numpy<2"
+    ZARR_V3_EXPERIMENTAL_API=1 ZARR_V3_SHARDING=1 /tmp/zarr2/bin/python \\
+        tests/legacy_fixtures/make_fixtures.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import zarr
+from zarr._storage.v3 import DirectoryStoreV3
+from zarr._storage.v3_storage_transformers import ShardingStorageTransformer
+
+HERE = Path(__file__).parent
+warnings.simplefilter("ignore", FutureWarning)
+
+
+def sharded(per_shard: tuple[int, ...]) -> list[ShardingStorageTransformer]:
+    return [ShardingStorageTransformer("indexed", chunks_per_shard=per_shard)]
+
+
+def values(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.dtype(dtype).kind == "f":
+        return (rng.standard_normal(shape) * 100).astype(dtype)
+    return rng.integers(0, 100, shape).astype(dtype)
+
+
+def main() -> None:
+    out = HERE / "hierarchy"
+    shutil.rmtree(out, ignore_errors=True)
+    store = DirectoryStoreV3(str(out))
+    root = zarr.group(store=store, zarr_version=3)
+    root.attrs["title"] = "legacy fixtures"
+    a = root.create_group("a")
+    a.attrs["level"] = 1
+    a.create_group("b")
+    expected: dict[str, np.ndarray] = {}
+    arrays = [
+        # path, dtype, shape, chunks, per shard, separator, order, compressor, fill
+        (
+            "a/blosc_i4",
+            "<i4",
+            (9, 11),
+            (2, 3),
+            (2, 3),
+            "/",
+            "C",
+            numcodecs.Blosc("zstd", 3, numcodecs.Blosc.SHUFFLE),
+            7,
+        ),
+        ("a/zlib_u2", "<u2", (10, 7), (3, 2), (2, 2), ".", "C", numcodecs.Zlib(1), 0),
+        ("a/none_f4", "<f4", (6, 5), (2, 2), (2, 1), "/", "C", None, float("nan")),
+        ("a/b/gzip_u1", "|u1", (17,), (4,), (3,), "/", "C", numcodecs.GZip(5), 3),
+        ("a/b/zstd_big_f8", ">f8", (5, 6), (2, 2), (2, 2), ".", "C", numcodecs.Zstd(3), 0.5),
+        ("a/b/forder_i8", "<i8", (7, 9), (3, 4), (2, 2), "/", "F", None, -1),
+        (
+            "flags",
+            "|b1",
+            (12, 12),
+            (4, 4),
+            (2, 2),
+            "/",
+            "C",
+            numcodecs.Blosc("lz4", 5, numcodecs.Blosc.BITSHUFFLE),
+            False,
+        ),
+        (
+            "volume",
+            "<u2",
+            (10, 9, 8),
+            (3, 3, 3),
+            (2, 2, 2),
+            "/",
+            "C",
+            numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE),
+            0,
+        ),
+    ]
+    for seed, (path, dtype, shape, chunks, per_shard, sep, order, compressor, fill) in enumerate(
+        arrays
+    ):
+        array = root.create(
+            path,
+            shape=shape,
+            chunks=chunks,
+            dtype=dtype,
+            compressor=compressor,
+            order=order,
+            fill_value=fill,
+            dimension_separator=sep,
+            storage_transformers=sharded(per_shard),
+        )
+        data = values(shape, dtype, seed)
+        array[...] = data
+        expected[path] = data
+    # some chunks never written (empty index entries), a shard absent, partial edge shards
+    sparse = root.create(
+        "a/sparse",
+        shape=(13, 10),
+        chunks=(2, 2),
+        dtype="<i4",
+        fill_value=-5,
+        compressor=numcodecs.Zlib(3),
+        storage_transformers=sharded((3, 2)),
+    )
+    data = np.full((13, 10), -5, dtype="<i4")
+    data[0:2, 0:2] = 1
+    data[5:8, 3:5] = 2
+    data[12, 9] = 3
+    sparse[0:2, 0:2] = data[0:2, 0:2]
+    sparse[5:8, 3:5] = data[5:8, 3:5]
+    sparse[12, 9] = 3
+    expected["a/sparse"] = data
+    np.savez(HERE / "expected.npz", **{k.replace("/", "__"): v for k, v in expected.items()})
+
+    bad = HERE / "unsupported"
+    shutil.rmtree(bad, ignore_errors=True)
+    bad_store = DirectoryStoreV3(str(bad))
+    group = zarr.group(store=bad_store, zarr_version=3)
+    filtered = group.create(
+        "filtered",
+        shape=(8,),
+        chunks=(2,),
+        dtype="<i4",
+        filters=[numcodecs.Delta("<i4")],
+        storage_transformers=sharded((2,)),
+    )
+    filtered[...] = np.arange(8)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+"""Migrating arrays of the sharding storage-transformer draft to Zarr v3 (``shardpipe.migrate``).
+
+The golden hierarchies under ``tests/legacy_fixtures`` were written by
+zarr-python 2.18.3 (``make_fixtures.py`` there); the data they hold is in
+``expected.npz``. Migrated arrays are read back by zarr-python 3 and
+tensorstore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import numpy as np
+import pytest
+import tensorstore as ts
+import zarr
+
+import shardpipe
+from shardpipe.cli import main
+from shardpipe.errors import InvalidArgumentError, ShardFormatError, UnsupportedLegacyError
+from shardpipe.formats.legacy_sharding import legacy_format
+from shardpipe.legacy_metadata import translate_array
+
+FIXTURES = Path(__file__).parent / "legacy_fixtures"
+EXPECTED = {k.replace("__", "/"): v for k, v in np.load(FIXTURES / "expected.npz").items()}
+ZLIB = {"a/zlib_u2", "a/sparse"}  # numcodecs.zlib: zarr-python reads it, tensorstore cannot
+
+
+def _draft(tmp_path: Path, name: str = "hierarchy") -> Path:
+    path = tmp_path / "draft"
+    shutil.copytree(FIXTURES / name, path)
+    return path
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def _draft_shards(path: Path) -> dict[str, bytes]:
+    """Draft shard bytes by array path and shard coordinates, ``a/x:0,1``."""
+    out = {}
+    for array in EXPECTED:
+        meta = json.loads((path / "meta/root" / f"{array}.array.json").read_text())
+        fmt = legacy_format(
+            tuple(meta["storage_transformers"][0]["configuration"]["chunks_per_shard"]),
+            meta["chunk_grid"]["separator"],
+        )
+        folder = path / "data/root" / array
+        for shard in folder.rglob("*"):
+            if shard.is_file():
+                coords = fmt.coords(str(shard.relative_to(folder)))
+                assert coords is not None
+                out[f"{array}:{','.join(map(str, coords))}"] = shard.read_bytes()
+    return out
+
+
+def _v3_shard(path: Path, name: str) -> bytes:
+    """The bytes of the v3 shard named ``a/x:0,1`` (as :func:`_draft_shards` names them)."""
+    array, coords = name.split(":")
+    meta = json.loads((path / array / "zarr.json").read_text())
+    separator = meta["chunk_key_encoding"]["configuration"]["separator"]
+    return (path / array / separator.join(["c", *coords.split(",")])).read_bytes()
+
+
+def _check_migrated(path: Path, before: dict[str, bytes], *, crc: bool) -> None:
+    """Every array equal (zarr-python, tensorstore), every shard's bytes the draft's."""
+    for array, expected in EXPECTED.items():
+        back = zarr.open_array(str(path), path=array, mode="r")[...]
+        np.testing.assert_array_equal(back, expected)
+        assert back.dtype == expected.dtype.newbyteorder("="), array  # big endian read native
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path / array)}}
+        if array in ZLIB:
+            with pytest.raises(ValueError, match=r"numcodecs\.zlib"):
+                ts.open(spec).result()
+        else:
+            np.testing.assert_array_equal(
+                np.asarray(ts.open(spec).result().read().result()), expected
+            )
+    for name, old in before.items():
+        data = _v3_shard(path, name)
+        assert (data[:-4] if crc else data) == old, name
+    report = shardpipe.verify(path)
+    assert report.ok, report
+
+
+@pytest.mark.parametrize("add_crc32c", [False, True])
+def test_a_copy_reads_back_with_payload_unchanged(tmp_path: Path, add_crc32c: bool) -> None:
+    draft = _draft(tmp_path)
+    before_tree = _tree(draft)
+    shards = _draft_shards(draft)
+    report = shardpipe.migrate(draft, tmp_path / "v3", add_crc32c=add_crc32c)
+    assert (len(report.arrays), len(report.groups), report.shards) == (9, 3, 43)
+    assert _tree(draft) == before_tree  # the source is untouched
+    target = tmp_path / "v3"
+    _check_migrated(target, shards, crc=add_crc32c)
+    group = zarr.open_group(str(target), mode="r")
+    assert group.attrs["title"] == "legacy fixtures" and group["a"].attrs["level"] == 1
+    codecs = json.loads((target / "a/blosc_i4/zarr.json").read_text())["codecs"][0]
+    index_codecs = [c["name"] for c in codecs["configuration"]["index_codecs"]]
+    assert index_codecs == (["bytes", "crc32c"] if add_crc32c else ["bytes"])
+    if add_crc32c:  # the CRC32C covers the index: the draft shard's last 16 bytes per slot
+        for name, old in shards.items():
+            meta = json.loads((target / name.split(":")[0] / "zarr.json").read_text())
+            inner = meta["codecs"][0]["configuration"]["chunk_shape"]
+            outer = meta["chunk_grid"]["configuration"]["chunk_shape"]
+            slots = int(np.prod([o // c for o, c in zip(outer, inner, strict=True)]))
+            crc = crc32c.crc32c(old[-16 * slots :]).to_bytes(4, "little")
+            assert _v3_shard(target, name) == old + crc, name
+
+
+def test_in_place_leaves_only_the_v3_hierarchy(tmp_path: Path) -> None:
+    draft = _draft(tmp_path)
+    shards = _draft_shards(draft)
+    report = shardpipe.migrate(draft)
+    assert report.in_place and report.shards == 43
+    assert sorted(p.name for p in draft.iterdir()) == ["a", "flags", "volume", "zarr.json"]
+    _check_migrated(draft, shards, crc=False)
+    with pytest.raises(InvalidArgumentError, match="no hierarchy of the sharding storage"):
+        shardpipe.migrate(draft)  # nothing left to migrate
+
+
+def test_a_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    draft = _draft(tmp_path)
+    before = _tree(draft)
+    report = shardpipe.migrate(draft, tmp_path / "v3", dry_run=True)
+    assert report.dry_run and report.shards == 43 and "would migrate 9 array(s)" in str(report)
+    assert main(["migrate", str(draft), "--dry-run"]) == 0
+    assert "would migrate" in capsys.readouterr().out
+    assert _tree(draft) == before and not (tmp_path / "v3").exists()
+
+
+def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    draft = _draft(tmp_path)
+    shards = _draft_shards(draft)
+    assert main(["migrate", str(draft), str(tmp_path / "v3"), "--add-crc32c"]) == 0
+    assert "migrated 9 array(s) and 3 group(s) to the target" in capsys.readouterr().out
+    _check_migrated(tmp_path / "v3", shards, crc=True)
+    assert main(["migrate", str(draft), str(tmp_path / "v3")]) == 2  # not empty now
+    assert "is not empty" in capsys.readouterr().err
+
+
+def test_verify_and_info_read_draft_hierarchies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    draft = _draft(tmp_path)
+    report = shardpipe.verify(draft)
+    assert report.ok and report.shards_present == 43 and report.chunks_stored == 119, report
+    described = shardpipe.info(draft)
+    assert "volume: shape (10, 9, 8), uint16, shards (6, 6, 6)" in str(described)
+    assert main(["verify", str(draft)]) == 0 and main(["info", str(draft)]) == 0
+    capsys.readouterr()
+    shard = draft / "data/root/a/blosc_i4/c1/1"
+    shard.write_bytes(shard.read_bytes()[:-20])  # the index cut
+    assert not shardpipe.verify(draft).ok
+    before = _tree(draft)
+    with pytest.raises(ShardFormatError, match="c1/1"):
+        shardpipe.migrate(draft, tmp_path / "v3")
+    assert _tree(draft) == before and not (tmp_path / "v3").exists()
+
+
+def test_what_v3_cannot_express_is_refused_before_any_write(tmp_path: Path) -> None:
+    draft = _draft(tmp_path, "unsupported")
+    before = _tree(draft)
+    with pytest.raises(UnsupportedLegacyError, match=r"array 'filtered': filters \['delta'\]"):
+        shardpipe.migrate(draft)
+    assert _tree(draft) == before
+    info = shardpipe.info(draft)
+    assert "filtered: skipped" in str(info)
+
+
+BASE: dict[str, Any] = {
+    "attributes": {},
+    "chunk_grid": {"chunk_shape": [2], "separator": "/", "type": "regular"},
+    "chunk_memory_layout": "C",
+    "data_type": "<i4",
+    "extensions": [],
+    "fill_value": 0,
+    "shape": [8],
+    "storage_transformers": [
+        {
+            "extension": "https://purl.org/zarr/spec/storage_transformers/sharding/1.0",
+            "type": "indexed",
+            "configuration": {"chunks_per_shard": [2]},
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"data_type": "<M8[ns]"}, "no Zarr v3 name"),
+        ({"data_type": "|S4"}, "no Zarr v3 name"),
+        ({"extensions": [{"x": 1}]}, "extensions"),
+        ({"chunk_grid": {"type": "rectilinear", "chunk_shape": [2]}}, "chunk grid"),
+        ({"storage_transformers": []}, "no sharding storage transformer"),
+        ({"storage_transformers": [{"extension": "https://example.org/other"}]}, "transformers"),
+        ({"compressor": {"codec": "https://purl.org/zarr/spec/codec/lz4/1.0"}}, "compressor"),
+        ({"chunk_memory_layout": "K"}, "chunk_memory_layout"),
+        ({"dimension_names": ["x"]}, "members v3 has no place for"),
+    ],
+)
+def test_translation_refusals_name_the_array(change: dict[str, Any], words: str) -> None:
+    with pytest.raises(UnsupportedLegacyError, match=words) as caught:
+        translate_array("g/x", {**BASE, **change})
+    assert "array 'g/x'" in str(caught.value) and caught.value.path == "g/x"
+
+
+def test_a_target_that_is_not_empty_is_refused(tmp_path: Path) -> None:
+    draft = _draft(tmp_path)
+    (tmp_path / "v3").mkdir()
+    (tmp_path / "v3" / "precious.txt").write_text("keep")
+    with pytest.raises(InvalidArgumentError, match="is not empty"):
+        shardpipe.migrate(draft, tmp_path / "v3")
+    assert [p.name for p in (tmp_path / "v3").iterdir()] == ["precious.txt"]
+
+
+def _write_draft_array(
+    root: Path, path: str, data: np.ndarray, chunks: int, per_shard: int
+) -> None:
+    """A one-dimensional uncompressed draft array, its shards laid out as the draft says."""
+    meta = {
+        **BASE,
+        "shape": [len(data)],
+        "data_type": data.dtype.str,
+        "chunk_grid": {"chunk_shape": [chunks], "separator": "/", "type": "regular"},
+    }
+    meta["storage_transformers"] = [
+        {**BASE["storage_transformers"][0], "configuration": {"chunks_per_shard": [per_shard]}}
+    ]
+    (root / "meta/root").mkdir(parents=True, exist_ok=True)
+    (root / "zarr.json").write_text(
+        json.dumps({"zarr_format": "https://purl.org/zarr/spec/protocol/core/3.0"})
+    )
+    (root / "meta/root" / f"{path}.array.json").write_text(json.dumps(meta))
+    shard_len = chunks * per_shard
+    for s in range(-(-len(data) // shard_len)):
+        body, index = b"", []
+        for c in range(per_shard):
+            piece = data[s * shard_len + c * chunks : s * shard_len + (c + 1) * chunks]
+            if len(piece) < chunks:
+                piece = np.concatenate([piece, np.zeros(chunks - len(piece), data.dtype)])
+            index.append((len(body), piece.nbytes))
+            body += piece.tobytes()
+        key = root / "data/root" / path / f"c{s}"
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.write_bytes(body + np.array(index, dtype="<u8").tobytes())
+
+
+def test_large_shards_are_copied_without_passing_through_memory_on_s3(
+    s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    import s3fs
+
+    bucket, options = s3_bucket
+    data = np.arange(3 << 20, dtype="<u4")  # 12 MiB: shards of 6 MiB, copied server side
+    _write_draft_array(tmp_path / "big", "big", data, chunks=1 << 19, per_shard=3)
+    fs = s3fs.S3FileSystem(**options)
+    fs.put(str(tmp_path / "big") + "/", f"{bucket}/draft/", recursive=True)
+    shutil.copytree(FIXTURES / "hierarchy", tmp_path / "fixture")
+    (tmp_path / "fixture" / "zarr.json").unlink()
+    fs.put(str(tmp_path / "fixture") + "/", f"{bucket}/draft/", recursive=True)
+    url = f"s3://{bucket}/draft"
+    report = shardpipe.migrate(url, storage_options=options, add_crc32c=True)
+    assert report.shards == 43 + 2
+    back = zarr.open_array(url, path="big", mode="r", storage_options=options)[...]
+    np.testing.assert_array_equal(back, data)
+    for array, expected in EXPECTED.items():
+        got = zarr.open_array(url, path=array, mode="r", storage_options=options)[...]
+        np.testing.assert_array_equal(got, expected)
+    assert not fs.find(f"{bucket}/draft/meta") and not fs.find(f"{bucket}/draft/data")
+    assert shardpipe.verify(url, storage_options=options).ok
+
+
+def test_local_in_place_copies_large_shards(tmp_path: Path) -> None:
+    data = np.arange(1 << 16, dtype="<u2")
+    _write_draft_array(tmp_path / "d", "x", data, chunks=1 << 12, per_shard=4)
+    shardpipe.migrate(tmp_path / "d", add_crc32c=True)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "d"), path="x")[...], data)
+    assert shardpipe.verify(tmp_path / "d").ok
+
+
+@pytest.mark.parametrize("phase", ["copy", "delete"])
+def test_an_interrupted_migration_finishes_when_run_again(tmp_path: Path, phase: str) -> None:
+    from tests.crash_child import wait_for
+
+    draft = _draft(tmp_path)
+    shards = _draft_shards(draft)
+    draft_docs = {k: v for k, v in _tree(draft).items() if k.startswith("meta/")}
+    progress = tmp_path / "progress"
+    root = Path(__file__).parent.parent
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.migrate_crash_child", str(draft), str(progress), phase],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    try:
+        wait_for(progress, "...", child)  # three copies (or deletions) under way
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    entry = json.loads((draft / "zarr.json").read_text())
+    if phase == "copy":  # the draft is untouched: the old tool still reads it
+        assert entry["zarr_format"] == "https://purl.org/zarr/spec/protocol/core/3.0"
+        assert {k: v for k, v in _tree(draft).items() if k.startswith("meta/")} == draft_docs
+        assert shardpipe.verify(draft).ok
+    else:  # the v3 hierarchy is written; the draft's leftovers remain
+        assert entry["zarr_format"] == 3
+        assert (draft / ".shardpipe" / "migrate.json").exists()
+    report = shardpipe.migrate(draft)
+    assert report.finished_earlier == (phase == "delete")
+    assert sorted(p.name for p in draft.iterdir()) == ["a", "flags", "volume", "zarr.json"]
+    _check_migrated(draft, shards, crc=False)
