@@ -55,7 +55,11 @@ def read_json(store: ShardStore, key: str) -> dict[str, Any] | None:
 
 
 def read_draft(
-    target: ResolvedStore, *, add_crc32c: bool = False, strict: bool = True
+    target: ResolvedStore,
+    *,
+    add_crc32c: bool = False,
+    zlib_as_gzip: bool = False,
+    strict: bool = True,
 ) -> Draft | None:
     """The draft hierarchy at ``target``, or None when there is none.
 
@@ -65,6 +69,8 @@ def read_draft(
         The hierarchy's root (where the entry point ``zarr.json`` is).
     add_crc32c : bool
         Translate arrays with a CRC32C after their shard index.
+    zlib_as_gzip : bool
+        Translate zlib arrays to ``gzip`` (their chunks to be re-wrapped).
     strict : bool
         Raise on the first array v3 cannot express; else list it in
         :attr:`Draft.unsupported`.
@@ -84,7 +90,9 @@ def read_draft(
             draft.groups[path] = translate_group(document)
             continue
         try:
-            draft.arrays.append(translate_array(path, document, add_crc32c=add_crc32c))
+            draft.arrays.append(
+                translate_array(path, document, add_crc32c=add_crc32c, zlib_as_gzip=zlib_as_gzip)
+            )
         except UnsupportedLegacyError as err:
             if strict:
                 raise

@@ -13,7 +13,8 @@ bytes: the inner chunks are the draft's chunks, the shard shape is
 endian), plus ``crc32c`` when asked (the index is then followed by its
 checksum). The compressor becomes the v3 codec that reads the same bytes:
 ``blosc``, ``gzip`` and ``zstd`` (read by every v3 reader) and ``zlib`` as
-``numcodecs.zlib`` (zarr-python reads it; tensorstore has no zlib codec).
+``numcodecs.zlib`` (zarr-python reads it; tensorstore has no zlib codec), or
+as ``gzip`` when its chunks are to be re-wrapped (``zlib_as_gzip``).
 A ``chunk_memory_layout`` of ``F`` becomes a ``transpose`` codec.
 
 What v3 cannot say (filters, other storage transformers or extensions,
@@ -66,12 +67,16 @@ class LegacyArray:
         Shards along each dimension.
     document : dict
         Its Zarr v3 ``zarr.json``.
+    zlib_to_gzip : bool
+        Its zlib chunks become gzip members (:mod:`shardpipe.zlib_rewrap`):
+        the shards are rebuilt, not copied.
     """
 
     path: str
     shard_format: LegacyShardingFormat
     shard_grid: tuple[int, ...]
     document: dict[str, Any]
+    zlib_to_gzip: bool = False
 
     @property
     def n_slots(self) -> int:
@@ -99,9 +104,13 @@ def translate_group(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def translate_array(
-    path: str, document: dict[str, Any], *, add_crc32c: bool = False
+    path: str, document: dict[str, Any], *, add_crc32c: bool = False, zlib_as_gzip: bool = False
 ) -> LegacyArray:
     """Translate a draft array's document (see the module docstring).
+
+    With ``zlib_as_gzip``, a zlib compressor becomes ``gzip`` (the chunks
+    are to be re-wrapped, :mod:`shardpipe.zlib_rewrap`) instead of
+    ``numcodecs.zlib``.
 
     Raises
     ------
@@ -138,8 +147,12 @@ def translate_array(
     elif layout not in ("C", "F"):
         raise UnsupportedLegacyError(path, f"chunk_memory_layout {layout!r}", fix)
     inner.append({"name": "bytes", "configuration": {"endian": endian}})
+    rewrap = False
     if document.get("compressor") is not None:
-        inner.append(_compressor(path, document["compressor"], np.dtype(dtype).itemsize, fix))
+        codec = _compressor(path, document["compressor"], np.dtype(dtype).itemsize, fix)
+        if codec["name"] == "numcodecs.zlib" and zlib_as_gzip:
+            codec, rewrap = {"name": "gzip", "configuration": codec["configuration"]}, True
+        inner.append(codec)
     index_codecs: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
     if add_crc32c:
         index_codecs.append({"name": "crc32c"})
@@ -166,7 +179,8 @@ def translate_array(
         "attributes": attributes,
     }
     shard_grid = tuple(-(-n // s) for n, s in zip(shape, shard_shape, strict=True))
-    return LegacyArray(path, legacy_format(tuple(per_shard), separator), shard_grid, v3)
+    fmt = legacy_format(tuple(per_shard), separator)
+    return LegacyArray(path, fmt, shard_grid, v3, zlib_to_gzip=rewrap)
 
 
 def _chunks_per_shard(path: str, transformers: Any, ndim: int, fix: str) -> list[int]:

@@ -5,7 +5,10 @@ A hierarchy written with the sharding storage-transformer draft (see
 use the ``sharding_indexed`` codec, without decoding or re-encoding a
 chunk: every shard object is copied byte for byte to its v3 key
 (``data/root/a/x/c0/1`` to ``a/x/c/0/1``), with a 4-byte CRC32C of its
-index appended when ``add_crc32c``.
+index appended when ``add_crc32c``. With ``zlib_as_gzip`` the shards of
+zlib arrays are rebuilt instead: each chunk's DEFLATE data is kept and
+re-wrapped as a gzip member (:mod:`shardpipe.zlib_rewrap`), so that
+tensorstore (which has no zlib codec) reads them too.
 
 Order of the steps, and what a reader sees (``kill -9`` at any instant):
 
@@ -39,15 +42,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import crc32c
+import numpy as np
 
 from shardpipe.checks import check_bool, check_int
 from shardpipe.core.grid import Coords
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
-from shardpipe.formats.base import read_checked_index
-from shardpipe.formats.zarr_sharding import CHECKSUM_NBYTES
+from shardpipe.formats.base import assemble_shard, read_checked_index
+from shardpipe.formats.zarr_sharding import CHECKSUM_NBYTES, ZarrShardingFormat
 from shardpipe.legacy_hierarchy import read_draft, read_json, shard_target
 from shardpipe.legacy_metadata import LegacyArray, is_draft_entry_point
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.zlib_rewrap import zlib_to_gzip
 
 MARKER = ".shardpipe/migrate.json"
 STAGING = ".shardpipe/migrate-staging"
@@ -67,6 +72,9 @@ class MigrateReport:
         Shard objects copied.
     nbytes : int
         Their bytes (as stored in the draft).
+    rebuilt : int
+        Of those, shards of zlib arrays rebuilt with their chunks re-wrapped
+        as gzip (``zlib_as_gzip``); the others are copied byte for byte.
     dry_run : bool
         Nothing was written.
     in_place : bool
@@ -80,6 +88,7 @@ class MigrateReport:
     groups: list[str] = field(default_factory=list)
     shards: int = 0
     nbytes: int = 0
+    rebuilt: int = 0
     dry_run: bool = False
     in_place: bool = True
     finished_earlier: bool = False
@@ -89,9 +98,15 @@ class MigrateReport:
         where = "in place" if self.in_place else "to the target"
         if self.finished_earlier:
             return "the v3 hierarchy was already written; the draft's leftovers were deleted"
+        rebuilt = (
+            f"; {self.rebuilt} zlib shard(s) rebuilt, chunks re-wrapped as gzip with their "
+            "DEFLATE data unchanged"
+            if self.rebuilt
+            else ""
+        )
         return (
             f"{verb} {len(self.arrays)} array(s) and {len(self.groups)} group(s) {where}: "
-            f"{self.shards} shard(s), {self.nbytes:,} bytes, payload unchanged"
+            f"{self.shards} shard(s), {self.nbytes:,} bytes, payload unchanged{rebuilt}"
         )
 
 
@@ -117,6 +132,7 @@ def migrate(
     target: Any = None,
     *,
     add_crc32c: bool = False,
+    zlib_as_gzip: bool = False,
     storage_options: dict[str, Any] | None = None,
     dry_run: bool = False,
     workers: int = 8,
@@ -133,6 +149,11 @@ def migrate(
     add_crc32c : bool
         Append a CRC32C to every shard index (the index codecs become
         ``bytes`` + ``crc32c``); chunk bytes are never touched.
+    zlib_as_gzip : bool
+        Give zlib arrays the ``gzip`` codec and re-wrap their chunks (the
+        DEFLATE data unchanged; a gzip header and trailer instead of zlib's),
+        rebuilding their shards; without it they get ``numcodecs.zlib``,
+        which zarr-python reads and tensorstore does not.
     storage_options : dict, optional
         fsspec options for URLs (both source and target).
     dry_run : bool
@@ -154,6 +175,7 @@ def migrate(
         When a shard's index is broken. Nothing is written.
     """
     add_crc32c = check_bool("add_crc32c", add_crc32c)
+    zlib_as_gzip = check_bool("zlib_as_gzip", zlib_as_gzip)
     dry_run = check_bool("dry_run", dry_run)
     workers = check_int("workers", workers, example=8)
     src = resolve_store(source, None, storage_options)
@@ -173,7 +195,7 @@ def migrate(
             "Pass the folder or URL whose zarr.json names "
             "https://purl.org/zarr/spec/protocol/core/3.0",
         )
-    plan = _plan(src, add_crc32c)
+    plan = _plan(src, add_crc32c, zlib_as_gzip)
     if in_place:
         _refuse_clashes(plan)
     else:
@@ -183,6 +205,7 @@ def migrate(
         groups=sorted(plan.groups),
         shards=len(plan.shards),
         nbytes=sum(s.size for s in plan.shards),
+        rebuilt=sum(s.array.zlib_to_gzip for s in plan.shards),
         dry_run=dry_run,
         in_place=in_place,
     )
@@ -207,9 +230,9 @@ def _drop_marker(dst: ResolvedStore) -> None:
     dst.shards.prune(dst.key(".shardpipe/"))
 
 
-def _plan(src: ResolvedStore, add_crc32c: bool) -> _Plan:
+def _plan(src: ResolvedStore, add_crc32c: bool, zlib_as_gzip: bool) -> _Plan:
     """Translate every node and read every shard's index (nothing written)."""
-    draft = read_draft(src, add_crc32c=add_crc32c, strict=True)
+    draft = read_draft(src, add_crc32c=add_crc32c, zlib_as_gzip=zlib_as_gzip, strict=True)
     assert draft is not None  # the entry point was read just now
     shards = [shard for array in draft.arrays for shard in _shards(src, array)]
     return _Plan(draft.arrays, draft.groups, shards)
@@ -266,6 +289,9 @@ def _copy(src: ResolvedStore, dst: ResolvedStore, shard: _Shard, add_crc32c: boo
     array = shard.array
     new = array.v3_key(shard.coords)
     key = dst.key(f"{array.path}/{new}" if array.path else new)
+    if array.zlib_to_gzip:
+        _rewrap(src, dst, shard, key, add_crc32c)
+        return
     tail = b""
     if add_crc32c:
         index = src.shards.get_range(shard.key, shard.size - 16 * array.n_slots, shard.size)
@@ -290,6 +316,28 @@ def _copy(src: ResolvedStore, dst: ResolvedStore, shard: _Shard, add_crc32c: boo
         for n, (a, b) in enumerate(itertools.pairwise(bounds))
     ]
     store.finish_parts(handle, receipts, b"", tail)
+
+
+def _rewrap(src: ResolvedStore, dst: ResolvedStore, shard: _Shard, key: str, crc: bool) -> None:
+    """Rebuild a zlib shard with its chunks re-wrapped as gzip members, in stored order."""
+    data = src.shards.get(shard.key)
+    if data is None:
+        raise FileNotFoundError(shard.key)
+    legacy = shard.array.shard_format
+    index, _ = read_checked_index(
+        legacy, lambda a, b: data[a:b], len(data), shard.key, shard=shard.coords
+    )
+    slots = np.flatnonzero(index.stored())
+    slots = slots[np.argsort(index.entries[slots, 0], kind="stable")]
+    encoded = []
+    for slot in slots.tolist():
+        start, nbytes = (int(v) for v in index.entries[slot])
+        try:
+            encoded.append((slot, zlib_to_gzip(data[start : start + nbytes])))
+        except ShardFormatError as err:
+            raise ShardFormatError(f"shard {shard.key!r}, slot {slot}: {err}") from err
+    v3 = ZarrShardingFormat(legacy.chunks_per_shard, "end", checksum=crc)
+    dst.shards.put(key, assemble_shard(v3, encoded, shard=shard.coords))
 
 
 def _delete_draft(src: ResolvedStore) -> None:

@@ -28,6 +28,11 @@ def add_command(
     command.add_argument(
         "--add-crc32c", action="store_true", help="append a CRC32C to every shard index"
     )
+    command.add_argument(
+        "--zlib-as-gzip",
+        action="store_true",
+        help="re-wrap zlib chunks as gzip (DEFLATE data kept) so tensorstore reads them too",
+    )
     command.add_argument("--dry-run", action="store_true", help="report, write nothing")
     command.add_argument("--workers", type=int, default=8, help="shards copied at once (8)")
     add_storage_option(command)
@@ -42,6 +47,7 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             args.source,
             args.target,
             add_crc32c=args.add_crc32c,
+            zlib_as_gzip=args.zlib_as_gzip,
             storage_options=options,
             dry_run=args.dry_run,
             workers=args.workers,

@@ -116,6 +116,34 @@ def test_a_copy_reads_back_with_payload_unchanged(tmp_path: Path, add_crc32c: bo
             assert _v3_shard(target, name) == old + crc, name
 
 
+def test_zlib_chunks_rewrapped_as_gzip_read_with_tensorstore(tmp_path: Path) -> None:
+    draft = _draft(tmp_path)
+    shards = _draft_shards(draft)
+    report = shardpipe.migrate(draft, tmp_path / "v3", zlib_as_gzip=True)
+    assert report.rebuilt == 4 + 5 and "9 zlib shard(s) rebuilt" in str(report)
+    target = tmp_path / "v3"
+    for array, expected in EXPECTED.items():
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(target / array)}}
+        np.testing.assert_array_equal(np.asarray(ts.open(spec).result().read().result()), expected)
+        np.testing.assert_array_equal(zarr.open_array(str(target / array), mode="r")[...], expected)
+    fmt = legacy_format((2, 2), ".")  # a/zlib_u2
+    for name, old in shards.items():
+        array, coords = name.split(":")
+        if array not in ZLIB:
+            assert _v3_shard(target, name) == old, name  # copied byte for byte
+            continue
+        if array != "a/zlib_u2":
+            continue
+        new = _v3_shard(target, name)
+        shard = tuple(int(c) for c in coords.split(","))
+        old_index, _ = fmt.read_index(lambda a, b, o=old: o[a:b], len(old), shard=shard)
+        new_index, _ = fmt.read_index(lambda a, b, n=new: n[a:b], len(new), shard=shard)
+        for slot in np.flatnonzero(old_index.stored()):
+            (a, n), (b, m) = old_index.entries[slot].tolist(), new_index.entries[slot].tolist()
+            assert new[b + 10 : b + m - 8] == old[a + 2 : a + n - 4]  # the same DEFLATE data
+    assert shardpipe.verify(target).ok
+
+
 def test_in_place_leaves_only_the_v3_hierarchy(tmp_path: Path) -> None:
     draft = _draft(tmp_path)
     shards = _draft_shards(draft)

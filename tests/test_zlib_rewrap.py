@@ -1,0 +1,37 @@
+"""zlib streams re-wrapped as gzip members: the same DEFLATE data, any reader's gzip."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardpipe.errors import ShardFormatError
+from shardpipe.zlib_rewrap import zlib_to_gzip
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=5000), st.integers(0, 9))
+def test_the_deflate_data_is_kept_and_gzip_decodes_it(data: bytes, level: int) -> None:
+    stream = zlib.compress(data, level)
+    member = zlib_to_gzip(stream)
+    assert gzip.decompress(member) == data
+    assert member[10:-8] == stream[2:-4]
+
+
+def test_what_is_not_one_whole_zlib_stream_is_refused() -> None:
+    stream = zlib.compress(b"some bytes" * 50)
+    dictionary = zlib.compressobj(zdict=b"some bytes")
+    with_dictionary = dictionary.compress(b"some bytes") + dictionary.flush()
+    for bad, words in [
+        (b"\x1f\x8b\x08\x00" + stream, "bad header"),
+        (with_dictionary, "preset dictionary"),
+        (stream[:-6], "cut short"),
+        (stream + b"x", "followed by other bytes"),
+        (stream[:2] + b"\xff" * 20, "does not decompress"),
+    ]:
+        with pytest.raises(ShardFormatError, match=words):
+            zlib_to_gzip(bad)
