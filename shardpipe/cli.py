@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "write-precomputed":
         return run_precomputed(args, options, _options(args.source_storage_option) or None)
     if args.command == "migrate":
-        return run_migrate(args, options)
+        return run_migrate(args, options, _options(args.target_storage_option) or None)
     where = args.store + (f" (path {args.path!r})" if args.path else "")
     store: Any = args.store
     if getattr(args, "icechunk", False):

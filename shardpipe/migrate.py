@@ -16,9 +16,11 @@ Order of the steps, and what a reader sees (``kill -9`` at any instant):
    read, before anything is written: what v3 cannot express, or a shard
    whose index is broken, stops the migration with nothing written.
 2. A marker (``.shardpipe/migrate.json``) is written at the target.
-3. Every shard is copied to its new key (server side on S3 for shards of at
-   least 5 MiB: ``UploadPartCopy``; a copy of the file locally), each copy
-   atomic.
+3. Every shard is copied to its new key, each copy atomic: inside one store
+   without passing through this process (a hard link on a local disk, a
+   file copy with ``add_crc32c``; S3 ``UploadPartCopy`` for shards of at
+   least 5 MiB); to another store in parts of at most 8 MiB (a multipart
+   upload on S3), one part in memory per copy.
 4. The ``zarr.json`` of every array and group but the root is written,
    then the root's last, replacing the draft's entry point when migrating
    in place. Until this step the source is untouched and the old tool
@@ -58,6 +60,8 @@ MARKER = ".shardpipe/migrate.json"
 STAGING = ".shardpipe/migrate-staging"
 COPY_PIECE = 4 << 30
 """Most bytes of one server-side copied part (S3 allows 5 GiB)."""
+STREAM_PIECE = 8 << 20
+"""Most bytes of one part when a shard is copied through this process (S3's least is 5 MiB)."""
 
 
 @dataclass
@@ -134,6 +138,7 @@ def migrate(
     add_crc32c: bool = False,
     zlib_as_gzip: bool = False,
     storage_options: dict[str, Any] | None = None,
+    target_storage_options: dict[str, Any] | None = None,
     dry_run: bool = False,
     workers: int = 8,
 ) -> MigrateReport:
@@ -155,7 +160,10 @@ def migrate(
         rebuilding their shards; without it they get ``numcodecs.zlib``,
         which zarr-python reads and tensorstore does not.
     storage_options : dict, optional
-        fsspec options for URLs (both source and target).
+        fsspec options for the source (and the target, unless
+        ``target_storage_options`` are given).
+    target_storage_options : dict, optional
+        fsspec options for a target elsewhere (a local draft to ``s3://``).
     dry_run : bool
         Read and translate everything, report, write nothing.
     workers : int
@@ -179,7 +187,15 @@ def migrate(
     dry_run = check_bool("dry_run", dry_run)
     workers = check_int("workers", workers, example=8)
     src = resolve_store(source, None, storage_options)
-    dst = src if target is None else resolve_store(target, None, storage_options)
+    if target is None and target_storage_options is not None:
+        raise InvalidArgumentError(
+            "target_storage_options",
+            "given without a target (an in-place migration uses storage_options)",
+            "Pass a target, or leave target_storage_options out",
+        )
+    if target_storage_options is None:
+        target_storage_options = storage_options
+    dst = src if target is None else resolve_store(target, None, target_storage_options)
     in_place = target is None
     entry = read_json(src.shards, src.key("zarr.json"))
     if not is_draft_entry_point(entry):
@@ -297,25 +313,39 @@ def _copy(src: ResolvedStore, dst: ResolvedStore, shard: _Shard, add_crc32c: boo
         index = src.shards.get_range(shard.key, shard.size - 16 * array.n_slots, shard.size)
         tail = crc32c.crc32c(index).to_bytes(CHECKSUM_NBYTES, "little")
     store = dst.shards
-    server_side = (
-        src.shards is store
-        and store.abilities.copy_range
-        and shard.size >= max(store.min_part_size, 1)
-    )
-    if not server_side:
+    if src.shards is store and store.abilities.hard_links and not tail:  # no byte copied
+        store.link(shard.key, key)
+    elif src.shards is store and store.abilities.copy_range and shard.size >= store.min_part_size:
+        bounds = _bounds(shard.size, COPY_PIECE, store.min_part_size)  # not through here
+        handle = store.begin_parts(key, dst.key(STAGING))
+        receipts = [
+            store.copy_part(handle, n, shard.key, a, b)
+            for n, (a, b) in enumerate(itertools.pairwise(bounds))
+        ]
+        store.finish_parts(handle, receipts, b"", tail)
+    elif store.supports_parts and shard.size > STREAM_PIECE:  # one piece in memory at a time
+        bounds = _bounds(shard.size, STREAM_PIECE, store.min_part_size)
+        handle = store.begin_parts(key, dst.key(STAGING))
+        receipts = [
+            store.write_part(handle, n, [src.shards.get_range(shard.key, a, b)])
+            for n, (a, b) in enumerate(itertools.pairwise(bounds))
+        ]
+        store.finish_parts(handle, receipts, b"", tail)
+    else:
         data = src.shards.get(shard.key)
         if data is None:
             raise FileNotFoundError(shard.key)
         store.put(key, [data, tail])
-        return
-    handle = store.begin_parts(key, dst.key(STAGING))
-    pieces = -(-shard.size // COPY_PIECE)
-    bounds = [shard.size * k // pieces for k in range(pieces + 1)]
-    receipts = [
-        store.copy_part(handle, n, shard.key, a, b)
-        for n, (a, b) in enumerate(itertools.pairwise(bounds))
-    ]
-    store.finish_parts(handle, receipts, b"", tail)
+
+
+def _bounds(size: int, most: int, least: int) -> list[int]:
+    """Edges of equal pieces of ``size`` bytes: at most ``most`` bytes, at least ``least``.
+
+    ``least`` (the store's smallest part) wins: a shard too small to be cut
+    is one piece.
+    """
+    n = max(1, min(-(-size // most), size // max(least, 1)))
+    return [size * k // n for k in range(n + 1)]
 
 
 def _rewrap(src: ResolvedStore, dst: ResolvedStore, shard: _Shard, key: str, crc: bool) -> None:

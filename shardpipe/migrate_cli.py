@@ -36,9 +36,20 @@ def add_command(
     command.add_argument("--dry-run", action="store_true", help="report, write nothing")
     command.add_argument("--workers", type=int, default=8, help="shards copied at once (8)")
     add_storage_option(command)
+    command.add_argument(
+        "--target-storage-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fsspec option for a TARGET elsewhere (default: those of SOURCE); repeatable",
+    )
 
 
-def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
+def run(
+    args: argparse.Namespace,
+    options: dict[str, Any] | None,
+    target_options: dict[str, Any] | None,
+) -> int:
     """Run ``migrate``; return the exit status."""
     from shardpipe.migrate import migrate
 
@@ -49,6 +60,7 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             add_crc32c=args.add_crc32c,
             zlib_as_gzip=args.zlib_as_gzip,
             storage_options=options,
+            target_storage_options=target_options,
             dry_run=args.dry_run,
             workers=args.workers,
         )

@@ -613,6 +613,13 @@ def _migrations() -> list[tuple[str, str, Any, str, Call]]:
             "got 1",
             lambda p: m(p.draft, p.new, storage_options={"fsync": 1}),
         ),
+        (
+            "migrate",
+            "target_storage_options",
+            {"fsync": True},
+            "without a target",
+            lambda p: m(p.draft, target_storage_options={"fsync": True}),
+        ),
     ]
 
 

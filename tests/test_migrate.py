@@ -147,7 +147,9 @@ def test_zlib_chunks_rewrapped_as_gzip_read_with_tensorstore(tmp_path: Path) -> 
 def test_in_place_leaves_only_the_v3_hierarchy(tmp_path: Path) -> None:
     draft = _draft(tmp_path)
     shards = _draft_shards(draft)
+    inode = (draft / "data/root/volume/c1/0/1").stat().st_ino
     report = shardpipe.migrate(draft)
+    assert (draft / "volume/c/1/0/1").stat().st_ino == inode  # a hard link: no byte copied
     assert report.in_place and report.shards == 43
     assert sorted(p.name for p in draft.iterdir()) == ["a", "flags", "volume", "zarr.json"]
     _check_migrated(draft, shards, crc=False)
@@ -306,6 +308,32 @@ def test_large_shards_are_copied_without_passing_through_memory_on_s3(
         np.testing.assert_array_equal(got, expected)
     assert not fs.find(f"{bucket}/draft/meta") and not fs.find(f"{bucket}/draft/data")
     assert shardpipe.verify(url, storage_options=options).ok
+
+
+def test_a_local_draft_migrates_to_s3_in_parts(
+    s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    bucket, options = s3_bucket
+    data = np.arange(3 << 20, dtype="<u4")[::-1].copy()  # one 12 MiB shard: 2 parts of 6 MiB
+    _write_draft_array(tmp_path / "d", "x", data, chunks=1 << 20, per_shard=3)
+    url = f"s3://{bucket}/v3"
+    report = shardpipe.migrate(tmp_path / "d", url, target_storage_options=options, add_crc32c=True)
+    assert report.shards == 1 and not report.in_place
+    back = zarr.open_array(url, path="x", mode="r", storage_options=options)[...]
+    np.testing.assert_array_equal(back, data)
+    assert shardpipe.verify(url, storage_options=options).ok
+
+
+@pytest.mark.parametrize(
+    ("size", "most", "least", "pieces"),
+    [(9, 8, 5, [0, 9]), (16, 8, 5, [0, 8, 16]), (17, 8, 5, [0, 5, 11, 17]), (3, 8, 5, [0, 3])],
+)
+def test_copies_are_cut_into_parts_the_store_takes(
+    size: int, most: int, least: int, pieces: list[int]
+) -> None:
+    from shardpipe.migrate import _bounds
+
+    assert _bounds(size, most, least) == pieces
 
 
 def test_local_in_place_copies_large_shards(tmp_path: Path) -> None:

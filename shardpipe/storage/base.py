@@ -88,6 +88,9 @@ class StoreAbilities:
     parts_in_memory : bool
         Parts are not staged in storage: ``write_part`` hands its bytes on in
         its receipt, and ``finish_parts`` joins the whole object in memory.
+    hard_links : bool
+        ``link`` gives a key the bytes of another without copying them (a
+        hard link on a file system).
     """
 
     parts: bool = False
@@ -102,6 +105,7 @@ class StoreAbilities:
     max_parts: int | None = None
     transactional: bool = False
     parts_in_memory: bool = False
+    hard_links: bool = False
 
 
 class Changes(Protocol):
@@ -357,6 +361,18 @@ class ShardStore(ABC):
     def discard_staging(self, staging: str) -> None:
         """Remove the (by now empty) staging area of a write that succeeded."""
         return None
+
+    def link(self, source: str, key: str) -> None:
+        """Publish at ``key`` the bytes of the object at ``source``, atomically.
+
+        Without the ``hard_links`` ability this is a copy through memory
+        (``get``, then ``put``); a file system makes a hard link instead. A
+        missing ``source`` raises ``FileNotFoundError``.
+        """
+        data = self.get(source)
+        if data is None:
+            raise FileNotFoundError(source)
+        self.put(key, [data])
 
     def prune(self, prefix: str) -> None:
         """Remove the empty folders under ``prefix`` (and it, when empty).

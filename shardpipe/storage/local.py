@@ -122,7 +122,13 @@ class LocalShardStore(ShardStore):
     """
 
     abilities = StoreAbilities(
-        parts=True, copy_range=True, create_only=True, write_at=True, append=True, streams=True
+        parts=True,
+        copy_range=True,
+        create_only=True,
+        write_at=True,
+        append=True,
+        streams=True,
+        hard_links=True,
     )
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
@@ -431,6 +437,24 @@ class LocalShardStore(ShardStore):
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):  # still in use by another write, or gone
             os.rmdir(os.path.dirname(folder))
+
+    def link(self, source: str, key: str) -> None:
+        """Hard-link ``key`` to the file at ``source`` (a temporary link, then a rename)."""
+        final = self._path(key)
+        folder = os.path.dirname(final)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(
+            folder, f".{os.path.basename(final)}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
+        )
+        os.link(self._path(source), tmp)
+        try:
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        if self.fsync:
+            fsync_dir(folder)
 
     def prune(self, prefix: str) -> None:
         """Remove the empty folders under the folder ``prefix`` names, and it when empty."""

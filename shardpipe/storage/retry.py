@@ -467,6 +467,10 @@ class RetryingStore(ShardStore):
         """Remove the staging area of a write that succeeded."""
         self._call(f"removing {staging!r}", lambda: self.inner.discard_staging(staging))
 
+    def link(self, source: str, key: str) -> None:
+        """Publish at ``key`` the bytes at ``source``."""
+        self._call(f"linking {key!r} to {source!r}", lambda: self.inner.link(source, key))
+
     def prune(self, prefix: str) -> None:
         """Remove the empty folders under ``prefix``."""
         self._call(f"pruning {prefix!r}", lambda: self.inner.prune(prefix))

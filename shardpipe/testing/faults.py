@@ -260,6 +260,10 @@ class FaultyStore(ShardStore):
         """See :meth:`ShardStore.discard_staging`."""
         self._call("discard_staging", lambda: self.inner.discard_staging(staging))
 
+    def link(self, source: str, key: str) -> None:
+        """See :meth:`ShardStore.link`."""
+        self._call("link", lambda: self.inner.link(source, key))
+
     def prune(self, prefix: str) -> None:
         """See :meth:`ShardStore.prune`."""
         self._call("prune", lambda: self.inner.prune(prefix))
