@@ -142,6 +142,16 @@ class LocalShardStore(ShardStore):
         return os.path.join(self.root, *key.split("/"))
 
     # -- whole objects -------------------------------------------------------
+    def _temporary(self, key: str) -> tuple[str, str, str]:
+        """The file of ``key``, its folder (made if missing) and a fresh temporary name beside it."""
+        final = self._path(key)
+        folder = os.path.dirname(final)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(
+            folder, f".{os.path.basename(final)}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
+        )
+        return final, folder, tmp
+
     def _publish(
         self,
         key: str,
@@ -156,12 +166,7 @@ class LocalShardStore(ShardStore):
         """
         if if_absent and if_version is not None:
             raise ValueError("if_absent and if_version exclude each other")
-        final = self._path(key)
-        folder = os.path.dirname(final)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(
-            folder, f".{os.path.basename(final)}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
-        )
+        final, folder, tmp = self._temporary(key)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
@@ -440,12 +445,7 @@ class LocalShardStore(ShardStore):
 
     def link(self, source: str, key: str) -> None:
         """Hard-link ``key`` to the file at ``source`` (a temporary link, then a rename)."""
-        final = self._path(key)
-        folder = os.path.dirname(final)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(
-            folder, f".{os.path.basename(final)}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
-        )
+        final, folder, tmp = self._temporary(key)
         os.link(self._path(source), tmp)
         try:
             os.replace(tmp, final)
