@@ -143,7 +143,7 @@ class LocalShardStore(ShardStore):
 
     # -- whole objects -------------------------------------------------------
     def _temporary(self, key: str) -> tuple[str, str, str]:
-        """The file of ``key``, its folder (made if missing) and a fresh temporary name beside it."""
+        """The file of ``key``, its folder (made if missing), a fresh temporary name in it."""
         final = self._path(key)
         folder = os.path.dirname(final)
         os.makedirs(folder, exist_ok=True)
