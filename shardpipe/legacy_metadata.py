@@ -196,6 +196,8 @@ def _chunks_per_shard(path: str, transformers: Any, ndim: int, fix: str) -> list
     if config.get("type", "indexed") != "indexed":
         raise UnsupportedLegacyError(path, f"binary shard format {config.get('type')!r}", fix)
     per_shard = [int(k) for k in config.get("configuration", {}).get("chunks_per_shard", [])]
+    if ndim == 0 and per_shard == [1]:  # zarr-python 2.x writes [1] for a scalar array
+        return []
     if len(per_shard) != ndim or min(per_shard, default=1) < 1:
         raise UnsupportedLegacyError(path, f"chunks_per_shard {per_shard} for {ndim} dims", fix)
     return per_shard

@@ -13,7 +13,8 @@ so :class:`LegacyShardingFormat` is
 ``index_location="end"`` and ``checksum=False``; only the keys differ. A
 shard key of the draft's core spec is ``c`` followed directly by the
 coordinates joined by the separator: ``c0/1/2`` or ``c0.1.2`` (the codec's
-"default" encoding writes ``c/0/1/2``).
+"default" encoding writes ``c/0/1/2``); zarr-python 2.x names the one
+shard of a zero-dimensional array ``c0``.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ class LegacyShardingFormat(ZarrShardingFormat):
     """
 
     def key(self, shard: Coords) -> str:
-        """``c`` and the coordinates joined by the separator (``c0/1``)."""
-        return "c" + self.key_separator.join(map(str, shard))
+        """``c`` and the coordinates joined by the separator (``c0/1``; ``c0`` for ``()``)."""
+        return "c" + (self.key_separator.join(map(str, shard)) if shard else "0")
 
     def coords(self, key: str, grid: Shape | None = None) -> Coords | None:
         """The shard ``key`` names (the inverse of :meth:`key`), or None."""
+        if not self.chunks_per_shard:
+            return () if key == "c0" else None
         if not key.startswith("c") or key.startswith("c" + self.key_separator):
             return None
         return super().coords("c" + self.key_separator + key[1:], grid)

@@ -111,6 +111,12 @@ def main() -> None:
         data = values(shape, dtype, seed)
         array[...] = data
         expected[path] = data
+    scalar = root.create(
+        "scalar", shape=(), chunks=(), dtype="<f8", fill_value=0.0, compressor=None,
+        storage_transformers=sharded(()),
+    )
+    scalar[...] = 2.5
+    expected["scalar"] = np.array(2.5)
     # some chunks never written (empty index entries), a shard absent, partial edge shards
     sparse = root.create(
         "a/sparse",
