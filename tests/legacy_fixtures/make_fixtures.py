@@ -112,7 +112,12 @@ def main() -> None:
         array[...] = data
         expected[path] = data
     scalar = root.create(
-        "scalar", shape=(), chunks=(), dtype="<f8", fill_value=0.0, compressor=None,
+        "scalar",
+        shape=(),
+        chunks=(),
+        dtype="<f8",
+        fill_value=0.0,
+        compressor=None,
         storage_transformers=sharded(()),
     )
     scalar[...] = 2.5
