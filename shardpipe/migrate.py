@@ -141,6 +141,7 @@ def migrate(
     target_storage_options: dict[str, Any] | None = None,
     dry_run: bool = False,
     workers: int = 8,
+    progress: bool = False,
 ) -> MigrateReport:
     """Turn a hierarchy written with the sharding storage-transformer draft into Zarr v3.
 
@@ -168,6 +169,8 @@ def migrate(
         Read and translate everything, report, write nothing.
     workers : int
         Shards copied at the same time.
+    progress : bool
+        Show a ``tqdm.auto`` bar over the bytes of the shards copied.
 
     Returns
     -------
@@ -186,6 +189,7 @@ def migrate(
     zlib_as_gzip = check_bool("zlib_as_gzip", zlib_as_gzip)
     dry_run = check_bool("dry_run", dry_run)
     workers = check_int("workers", workers, example=8)
+    progress = check_bool("progress", progress)
     src = resolve_store(source, None, storage_options)
     if target is None and target_storage_options is not None:
         raise InvalidArgumentError(
@@ -229,7 +233,8 @@ def migrate(
         return report
     dst.shards.put(dst.key(MARKER), [json.dumps({"source": str(source)}).encode()])
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda shard: _copy(src, dst, shard, add_crc32c), plan.shards))
+        copies = pool.map(lambda shard: _copy(src, dst, shard, add_crc32c), plan.shards)
+        _follow(copies, plan.shards, progress)
     documents = {a.path: a.document for a in plan.arrays} | plan.groups
     for path in sorted(documents, key=lambda p: (p == "", p)):  # the root's last
         key = dst.key(f"{path}/zarr.json" if path else "zarr.json")
@@ -239,6 +244,16 @@ def migrate(
         _delete_draft(src)
     _drop_marker(dst)
     return report
+
+
+def _follow(copies: Iterator[None], shards: list[_Shard], progress: bool) -> None:
+    """Wait for every copy (in order), a bar counting their bytes with ``progress``."""
+    from tqdm.auto import tqdm
+
+    total = sum(s.size for s in shards)
+    with tqdm(total=total, unit="B", unit_scale=True, desc="migrate", disable=not progress) as bar:
+        for shard, _ in zip(shards, copies, strict=True):
+            bar.update(shard.size)
 
 
 def _drop_marker(dst: ResolvedStore) -> None:

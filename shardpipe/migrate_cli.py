@@ -35,6 +35,7 @@ def add_command(
     )
     command.add_argument("--dry-run", action="store_true", help="report, write nothing")
     command.add_argument("--workers", type=int, default=8, help="shards copied at once (8)")
+    command.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_storage_option(command)
     command.add_argument(
         "--target-storage-option",
@@ -63,6 +64,7 @@ def run(
             target_storage_options=target_options,
             dry_run=args.dry_run,
             workers=args.workers,
+            progress=not args.no_progress,
         )
     except EXPECTED as err:
         if isinstance(err, InvalidArgumentError):

@@ -606,6 +606,7 @@ def _migrations() -> list[tuple[str, str, Any, str, Call]]:
         ("migrate", "dry_run", 1, "got 1", lambda p: m(p.draft, p.new, dry_run=1)),
         ("migrate", "zlib_as_gzip", "y", "got 'y'", lambda p: m(p.draft, zlib_as_gzip="y")),
         ("migrate", "workers", 0, "got 0", lambda p: m(p.draft, p.new, workers=0)),
+        ("migrate", "progress", "y", "got 'y'", lambda p: m(p.draft, p.new, progress="y")),
         (
             "migrate",
             "storage_options",
