@@ -71,10 +71,21 @@ def part_chunks(
         When a shard does not fit and the store cannot write a file in
         parts, or a single chunk does not fit.
     """
+    task = f"write-precomputed-shard (scale {factor})"
+    low = box_bits(grid, spec)
+    slots = largest_shard_chunks(grid, spec) if low is None else 1 << min(low, grid.id_bits)
+    index = 40 * slots  # the stamp's index by slot (16 B) and minishard entries (24 B)
+    if index > budget:
+        raise MemoryBudgetError(
+            task,
+            index,
+            budget,
+            f"a shard spans {slots:,} chunk ids, whose index alone a task cannot hold; use "
+            "fewer preshift and minishard bits (smaller shards)",
+        )
     projected = per_chunk * largest_shard_chunks(grid, spec)
     if projected <= budget:
         return None
-    task = f"write-precomputed-shard (scale {factor})"
     if not target.shards.supports_parts:
         raise MemoryBudgetError(
             task,

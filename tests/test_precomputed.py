@@ -285,6 +285,21 @@ def test_bad_input_writes_nothing(tmp_path: Path) -> None:
             InvalidArgumentError,
         ),
         ({"max_mem": 1000}, "max_mem", MemoryBudgetError),
+        (  # one shard of 2**12 chunk ids: its index alone passes max_mem
+            {
+                "chunk_size": (1, 1, 1),
+                "max_mem": 100_000,
+                "sharding": {
+                    "@type": SPEC,
+                    "preshift_bits": 9,
+                    "hash": "identity",
+                    "minishard_bits": 3,
+                    "shard_bits": 1,
+                },
+            },
+            "index alone",
+            MemoryBudgetError,
+        ),
     ]
     for kwargs, parameter, error in cases:
         with pytest.raises(error) as caught:
