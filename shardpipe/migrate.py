@@ -218,6 +218,7 @@ def migrate(
     plan = _plan(src, add_crc32c, zlib_as_gzip)
     if in_place:
         _refuse_clashes(plan)
+        _refuse_strays(src, plan)
     else:
         _refuse_occupied(dst, target)
     report = MigrateReport(
@@ -300,6 +301,27 @@ def _refuse_clashes(plan: _Plan) -> None:
                 f"node {path!r} would lie under the draft's own {path.split('/')[0]}/ folder, "
                 "which an in-place migration deletes",
                 "Migrate to another target",
+            )
+
+
+def _refuse_strays(src: ResolvedStore, plan: _Plan) -> None:
+    """In place, every key under ``meta/`` and ``data/`` must be a planned document or shard.
+
+    The last step deletes those folders: anything else there would be lost.
+    """
+    meta = src.key("meta/")
+    shard_keys = {shard.key for shard in plan.shards}
+    for prefix in ("meta/", "data/"):
+        for key in src.shards.list(src.key(prefix)):
+            name = key[len(meta) :] if key.startswith(meta) else ""
+            document = name.startswith("root") and name.endswith((".array.json", ".group.json"))
+            if key in shard_keys or (key.startswith(meta) and document):
+                continue
+            raise InvalidArgumentError(
+                "source",
+                f"{key!r} lies under the draft's {prefix} folder but is no document or shard of "
+                "it; an in-place migration deletes that folder",
+                "Move it away, or migrate to another target",
             )
 
 

@@ -248,6 +248,28 @@ def test_translation_refusals_name_the_array(change: dict[str, Any], words: str)
     assert "array 'g/x'" in str(caught.value) and caught.value.path == "g/x"
 
 
+def test_in_place_refuses_strays_it_would_delete(tmp_path: Path) -> None:
+    for stray in ["data/root/orphan/c0", "data/root/a/blosc_i4/notes.txt", "meta/x.array.json.bak"]:
+        draft = tmp_path / stray.replace("/", "_")
+        shutil.copytree(FIXTURES / "hierarchy", draft)
+        (draft / stray).parent.mkdir(parents=True, exist_ok=True)
+        (draft / stray).write_text("keep me")
+        before = _tree(draft)
+        with pytest.raises(InvalidArgumentError, match="no document or shard"):
+            shardpipe.migrate(draft)
+        assert _tree(draft) == before, stray
+        shardpipe.migrate(draft, tmp_path / f"{draft.name}-v3")  # a copy deletes nothing
+
+
+def test_files_with_other_links_are_copied_not_linked(tmp_path: Path) -> None:
+    draft = _draft(tmp_path)
+    shard = draft / "data/root/volume/c1/0/1"
+    os.link(shard, tmp_path / "backup")  # a backup sharing the file (cp -al, rsync)
+    shardpipe.migrate(draft)
+    assert (draft / "volume/c/1/0/1").stat().st_ino != (tmp_path / "backup").stat().st_ino
+    assert not list(draft.rglob("*.shardpipe-tmp"))
+
+
 def test_a_target_that_is_not_empty_is_refused(tmp_path: Path) -> None:
     draft = _draft(tmp_path)
     (tmp_path / "v3").mkdir()
@@ -377,6 +399,7 @@ def test_an_interrupted_migration_finishes_when_run_again(tmp_path: Path, phase:
         assert entry["zarr_format"] == 3
         assert (draft / ".shardpipe" / "migrate.json").exists()
     report = shardpipe.migrate(draft)
+    assert not list(draft.rglob("*.shardpipe-tmp"))  # re-linking leaves no temporary file
     assert report.finished_earlier == (phase == "delete")
     assert sorted(p.name for p in draft.iterdir()) == V3_TOP
     _check_migrated(draft, shards, crc=False)

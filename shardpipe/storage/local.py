@@ -444,15 +444,28 @@ class LocalShardStore(ShardStore):
             os.rmdir(os.path.dirname(folder))
 
     def link(self, source: str, key: str) -> None:
-        """Hard-link ``key`` to the file at ``source`` (a temporary link, then a rename)."""
+        """Give ``key`` the bytes of ``source``: a hard link, or a copy where that is unsafe.
+
+        A hard link shares the file: a file that already has other links (a
+        ``cp -al`` copy, a backup) or a file system without hard links gets
+        a copy instead, so that a later in-place write to ``key`` changes
+        nothing else. Atomic either way (a temporary name, then a rename).
+        """
         final, folder, tmp = self._temporary(key)
-        os.link(self._path(source), tmp)
+        origin = self._path(source)
+        try:
+            if os.stat(origin).st_nlink > 1 or (
+                os.path.exists(final) and os.path.samefile(origin, final)
+            ):
+                raise OSError("shared")  # copy: never add a link to a shared file
+            os.link(origin, tmp)
+        except OSError:
+            shutil.copyfile(origin, tmp)
         try:
             os.replace(tmp, final)
-        except BaseException:
+        finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+                os.unlink(tmp)  # left when tmp and final were links of one file
         if self.fsync:
             fsync_dir(folder)
 
