@@ -11,12 +11,13 @@ draft's shard format (:class:`~shardpipe.formats.legacy_sharding.LegacyShardingF
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.errors import InvalidArgumentError, UnsupportedLegacyError
 from shardpipe.legacy_metadata import (
+    FIX,
     LegacyArray,
     is_draft_entry_point,
     translate_array,
@@ -85,11 +86,15 @@ def read_draft(
     if not is_draft_entry_point(read_json(target.shards, target.key("zarr.json"))):
         return None
     draft = Draft()
-    for path, kind, document in _nodes(target):
-        if kind == "group":
-            draft.groups[path] = translate_group(document)
-            continue
+    nodes = list(_nodes(target))
+    misplaced = _misplaced(nodes)
+    for path, kind, document in nodes:
         try:
+            if path in misplaced:
+                raise UnsupportedLegacyError(path, misplaced[path], FIX)
+            if kind == "group":
+                draft.groups[path] = translate_group(document)
+                continue
             draft.arrays.append(
                 translate_array(path, document, add_crc32c=add_crc32c, zlib_as_gzip=zlib_as_gzip)
             )
@@ -108,6 +113,21 @@ def read_draft(
             if parent not in draft.groups and parent != path:
                 draft.groups[parent] = translate_group({})
     return draft
+
+
+def _misplaced(nodes: list[tuple[str, str, dict[str, Any]]]) -> dict[str, str]:
+    """Path to why, for nodes a v3 hierarchy cannot hold: twice named, or under an array."""
+    kinds: dict[str, list[str]] = {}
+    for path, kind, _ in nodes:
+        kinds.setdefault(path, []).append(kind)
+    why = {path: "is both an array and a group" for path, k in kinds.items() if len(k) > 1}
+    arrays = {path for path, k in kinds.items() if k == ["array"]}
+    for path in kinds:
+        parts = path.split("/") if path else []
+        ancestors = ["/".join(parts[:depth]) for depth in range(len(parts))]
+        if under := [a for a in ancestors if a in arrays]:
+            why.setdefault(path, f"lies under the array {under[0] or '/'!r}")
+    return why
 
 
 def _nodes(target: ResolvedStore) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -131,3 +151,10 @@ def shard_target(target: ResolvedStore, array: LegacyArray) -> ResolvedStore:
     """The folder of ``array``'s draft shards (``data/root/<path>``) as a target."""
     data = f"data/root/{array.path}" if array.path else "data/root"
     return ResolvedStore(target.zarr_store, target.shards, target.key(data))
+
+
+def each_array[T](
+    target: ResolvedStore, draft: Draft, check: Callable[[ResolvedStore, LegacyArray], T]
+) -> dict[str, T]:
+    """``check(shard folder, array)`` of every array of ``draft``, by path."""
+    return {array.path: check(shard_target(target, array), array) for array in draft.arrays}

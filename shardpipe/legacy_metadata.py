@@ -29,16 +29,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from zarr.core.metadata import ArrayV3Metadata
 
 from shardpipe.core.grid import Coords
-from shardpipe.errors import UnsupportedLegacyError
+from shardpipe.errors import MetadataError, UnsupportedLegacyError
 from shardpipe.formats.legacy_sharding import LegacyShardingFormat, legacy_format
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.metadata import parse_array_metadata
 
 DRAFT_FORMAT = "https://purl.org/zarr/spec/protocol/core/3.0"
 SHARDING = "https://purl.org/zarr/spec/storage_transformers/sharding/1.0"
 CODECS = "https://purl.org/zarr/spec/codec/"
 BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
+BLOSC_AUTOSHUFFLE = -1
+"""numcodecs' default: bit shuffle for 1-byte items, byte shuffle for larger ones."""
+FIX = "Read it with the tool that wrote it and write it again (shardpipe.to_sharded_zarr)"
 _ARRAY_MEMBERS = {
     "attributes",
     "chunk_grid",
@@ -67,6 +72,8 @@ class LegacyArray:
         Shards along each dimension.
     document : dict
         Its Zarr v3 ``zarr.json``.
+    metadata : ArrayV3Metadata
+        ``document`` as zarr reads it (checked when translated).
     zlib_to_gzip : bool
         Its zlib chunks become gzip members (:mod:`shardpipe.zlib_rewrap`):
         the shards are rebuilt, not copied.
@@ -76,6 +83,7 @@ class LegacyArray:
     shard_format: LegacyShardingFormat
     shard_grid: tuple[int, ...]
     document: dict[str, Any]
+    metadata: ArrayV3Metadata
     zlib_to_gzip: bool = False
 
     @property
@@ -85,8 +93,19 @@ class LegacyArray:
 
     def v3_key(self, shard: Coords) -> str:
         """The key of shard ``shard`` in the v3 array, relative to it (``c/0/1``)."""
+        return self._v3_format.key(shard)
+
+    @property
+    def v3_shard_head(self) -> str:
+        """What the keys of its v3 shards start with, relative to it (``c/``; ``c`` at 0-d)."""
+        head = self._v3_format.key_head
+        assert head is not None  # the default chunk key encoding
+        return head if self.shard_grid else self._v3_format.key(())
+
+    @property
+    def _v3_format(self) -> ZarrShardingFormat:
         fmt = self.shard_format
-        return ZarrShardingFormat(fmt.chunks_per_shard, key_separator=fmt.key_separator).key(shard)
+        return ZarrShardingFormat(fmt.chunks_per_shard, key_separator=fmt.key_separator)
 
 
 def is_draft_entry_point(document: Any) -> bool:
@@ -110,34 +129,54 @@ def translate_array(
 
     With ``zlib_as_gzip``, a zlib compressor becomes ``gzip`` (the chunks
     are to be re-wrapped, :mod:`shardpipe.zlib_rewrap`) instead of
-    ``numcodecs.zlib``.
+    ``numcodecs.zlib``. The v3 document is checked as zarr reads it.
 
     Raises
     ------
     UnsupportedLegacyError
-        Naming the array and what v3 cannot express.
+        Naming the array and what v3 cannot express, or what is malformed
+        in its document (a member missing or of the wrong type).
     """
-    fix = "Read it with the tool that wrote it and write it again (shardpipe.to_sharded_zarr)"
+    try:
+        fmt, shard_grid, v3, rewrap = _translate(path, document, add_crc32c, zlib_as_gzip)
+    except UnsupportedLegacyError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as err:
+        what = f"missing member {err}" if isinstance(err, KeyError) else str(err)
+        raise UnsupportedLegacyError(path, f"a malformed document ({what})", FIX) from err
+    try:
+        metadata = parse_array_metadata(v3, f"{path or '/'} (translated)")
+    except MetadataError as err:
+        raise UnsupportedLegacyError(path, f"a translation zarr refuses ({err})", FIX) from err
+    return LegacyArray(path, fmt, shard_grid, v3, metadata, zlib_to_gzip=rewrap)
+
+
+def _translate(
+    path: str, document: dict[str, Any], add_crc32c: bool, zlib_as_gzip: bool
+) -> tuple[LegacyShardingFormat, tuple[int, ...], dict[str, Any], bool]:
+    """The shard format, shard grid, v3 document and whether chunks are re-wrapped."""
     if unknown := sorted(set(document) - _ARRAY_MEMBERS):
-        raise UnsupportedLegacyError(path, f"has members v3 has no place for: {unknown}", fix)
+        raise UnsupportedLegacyError(path, f"has members v3 has no place for: {unknown}", FIX)
     attributes = dict(document.get("attributes", {}))
     if "filters" in attributes:
         ids = [f.get("id") for f in attributes["filters"] if isinstance(f, dict)]
         raise UnsupportedLegacyError(
-            path, f"filters {ids} (numcodecs filters have no Zarr v3 core codec)", fix
+            path, f"filters {ids} (numcodecs filters have no Zarr v3 core codec)", FIX
         )
     if document.get("extensions"):
-        raise UnsupportedLegacyError(path, f"extensions {document['extensions']!r}", fix)
+        raise UnsupportedLegacyError(path, f"extensions {document['extensions']!r}", FIX)
     grid = document.get("chunk_grid", {})
     if grid.get("type") != "regular":
-        raise UnsupportedLegacyError(path, f"chunk grid {grid.get('type')!r}", fix)
+        raise UnsupportedLegacyError(path, f"chunk grid {grid.get('type')!r}", FIX)
     chunks = [int(c) for c in grid["chunk_shape"]]
     shape = [int(n) for n in document["shape"]]
-    per_shard = _chunks_per_shard(path, document.get("storage_transformers", []), len(shape), fix)
+    if len(chunks) != len(shape) or min(chunks, default=1) < 1 or min(shape, default=0) < 0:
+        raise UnsupportedLegacyError(path, f"chunk shape {chunks} for shape {shape}", FIX)
+    per_shard = _chunks_per_shard(path, document.get("storage_transformers", []), len(shape))
     separator = str(grid.get("separator", document.get("dimension_separator", "/")))
     if separator not in ("/", "."):
-        raise UnsupportedLegacyError(path, f"chunk key separator {separator!r}", fix)
-    dtype, endian = _data_type(path, document["data_type"], fix)
+        raise UnsupportedLegacyError(path, f"chunk key separator {separator!r}", FIX)
+    dtype, endian = _data_type(path, document["data_type"])
     inner: list[dict[str, Any]] = []
     layout = document.get("chunk_memory_layout", "C")
     if layout == "F" and len(shape) > 1:
@@ -145,11 +184,11 @@ def translate_array(
             {"name": "transpose", "configuration": {"order": list(range(len(shape)))[::-1]}}
         )
     elif layout not in ("C", "F"):
-        raise UnsupportedLegacyError(path, f"chunk_memory_layout {layout!r}", fix)
+        raise UnsupportedLegacyError(path, f"chunk_memory_layout {layout!r}", FIX)
     inner.append({"name": "bytes", "configuration": {"endian": endian}})
     rewrap = False
     if document.get("compressor") is not None:
-        codec = _compressor(path, document["compressor"], np.dtype(dtype).itemsize, fix)
+        codec = _compressor(path, document["compressor"], np.dtype(dtype).itemsize)
         if codec["name"] == "numcodecs.zlib" and zlib_as_gzip:
             codec, rewrap = {"name": "gzip", "configuration": codec["configuration"]}, True
         inner.append(codec)
@@ -179,44 +218,47 @@ def translate_array(
         "attributes": attributes,
     }
     shard_grid = tuple(-(-n // s) for n, s in zip(shape, shard_shape, strict=True))
-    fmt = legacy_format(tuple(per_shard), separator)
-    return LegacyArray(path, fmt, shard_grid, v3, zlib_to_gzip=rewrap)
+    return legacy_format(tuple(per_shard), separator), shard_grid, v3, rewrap
 
 
-def _chunks_per_shard(path: str, transformers: Any, ndim: int, fix: str) -> list[int]:
+def _chunks_per_shard(path: str, transformers: Any, ndim: int) -> list[int]:
     sharding = [t for t in transformers if t.get("extension") == SHARDING]
     others = [t.get("extension") for t in transformers if t.get("extension") != SHARDING]
     if others:
-        raise UnsupportedLegacyError(path, f"storage transformers {others}", fix)
+        raise UnsupportedLegacyError(path, f"storage transformers {others}", FIX)
     if not sharding:
         raise UnsupportedLegacyError(
-            path, "no sharding storage transformer (an unsharded draft array)", fix
+            path, "no sharding storage transformer (an unsharded draft array)", FIX
+        )
+    if len(sharding) > 1:
+        raise UnsupportedLegacyError(
+            path, f"{len(sharding)} sharding storage transformers (shards of shards)", FIX
         )
     config = sharding[0]
     if config.get("type", "indexed") != "indexed":
-        raise UnsupportedLegacyError(path, f"binary shard format {config.get('type')!r}", fix)
+        raise UnsupportedLegacyError(path, f"binary shard format {config.get('type')!r}", FIX)
     per_shard = [int(k) for k in config.get("configuration", {}).get("chunks_per_shard", [])]
     if ndim == 0 and per_shard == [1]:  # zarr-python 2.x writes [1] for a scalar array
         return []
     if len(per_shard) != ndim or min(per_shard, default=1) < 1:
-        raise UnsupportedLegacyError(path, f"chunks_per_shard {per_shard} for {ndim} dims", fix)
+        raise UnsupportedLegacyError(path, f"chunks_per_shard {per_shard} for {ndim} dims", FIX)
     return per_shard
 
 
-def _data_type(path: str, name: Any, fix: str) -> tuple[str, str]:
+def _data_type(path: str, name: Any) -> tuple[str, str]:
     """The v3 data type name and the ``bytes`` codec's endian."""
     try:
         dtype = np.dtype(name)
     except TypeError:
-        raise UnsupportedLegacyError(path, f"data type {name!r}", fix) from None
+        raise UnsupportedLegacyError(path, f"data type {name!r}", FIX) from None
     kinds = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
     if dtype.kind not in kinds:
-        raise UnsupportedLegacyError(path, f"data type {name!r} has no Zarr v3 name", fix)
+        raise UnsupportedLegacyError(path, f"data type {name!r} has no Zarr v3 name", FIX)
     v3 = "bool" if dtype.kind == "b" else f"{kinds[dtype.kind]}{8 * dtype.itemsize}"
     return v3, "big" if dtype.byteorder == ">" else "little"
 
 
-def _compressor(path: str, compressor: Any, itemsize: int, fix: str) -> dict[str, Any]:
+def _compressor(path: str, compressor: Any, itemsize: int) -> dict[str, Any]:
     """The v3 codec reading the bytes the draft compressor wrote."""
     codec = str(compressor.get("codec", ""))
     config = dict(compressor.get("configuration", {}))
@@ -227,7 +269,7 @@ def _compressor(path: str, compressor: Any, itemsize: int, fix: str) -> dict[str
             "configuration": {
                 "cname": config["cname"],
                 "clevel": int(config["clevel"]),
-                "shuffle": BLOSC_SHUFFLE[int(config.get("shuffle", 1))],
+                "shuffle": _blosc_shuffle(path, config.get("shuffle", 1), itemsize),
                 "typesize": itemsize,
                 "blocksize": int(config.get("blocksize", 0)),
             },
@@ -244,7 +286,16 @@ def _compressor(path: str, compressor: Any, itemsize: int, fix: str) -> dict[str
         }
     if name == "zlib":
         return {"name": "numcodecs.zlib", "configuration": {"level": int(config.get("level", 1))}}
-    raise UnsupportedLegacyError(path, f"compressor {codec!r}", fix)
+    raise UnsupportedLegacyError(path, f"compressor {codec!r}", FIX)
+
+
+def _blosc_shuffle(path: str, shuffle: Any, itemsize: int) -> str:
+    """The v3 ``shuffle`` name of a numcodecs Blosc ``shuffle`` number."""
+    if shuffle == BLOSC_AUTOSHUFFLE:
+        return "bitshuffle" if itemsize == 1 else "shuffle"
+    if shuffle not in BLOSC_SHUFFLE:
+        raise UnsupportedLegacyError(path, f"blosc shuffle {shuffle!r}", FIX)
+    return BLOSC_SHUFFLE[shuffle]
 
 
 def _fill_value(value: Any, dtype: str) -> Any:

@@ -30,8 +30,8 @@ from shardpipe.existing import read_metadata
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
-from shardpipe.legacy_hierarchy import read_draft, shard_target
-from shardpipe.metadata import format_of, layout_of, parse_array_metadata
+from shardpipe.legacy_hierarchy import each_array, read_draft
+from shardpipe.metadata import format_of, layout_of
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
 from shardpipe.shard_listing import Listed, list_shards, over_shards
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -170,15 +170,13 @@ def info(
     if (precomputed := read_info(target)) is not None:
         return check_volume(target, precomputed, decode=False)
     if (draft := read_draft(target, strict=False)) is not None:
-        arrays = {
-            a.path: _array_info(
-                shard_target(target, a),
-                workers,
-                metadata=parse_array_metadata(a.document, repr(a.path)),
-                shard_format=a.shard_format,
-            )
-            for a in draft.arrays
-        }
+        arrays = each_array(
+            target,
+            draft,
+            lambda folder, a: _array_info(
+                folder, workers, metadata=a.metadata, shard_format=a.shard_format
+            ),
+        )
         return GroupInfo(arrays, dict(draft.unsupported))
     check_node_present(target, "path" if path else "store")
     group = group_at(target)

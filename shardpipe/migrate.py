@@ -12,15 +12,22 @@ tensorstore (which has no zlib codec) reads them too.
 
 Order of the steps, and what a reader sees (``kill -9`` at any instant):
 
-1. Every draft document is read and translated, and every shard's index
-   read, before anything is written: what v3 cannot express, or a shard
-   whose index is broken, stops the migration with nothing written.
-2. A marker (``.shardpipe/migrate.json``) is written at the target.
+1. Every draft document is read and translated (and the translation
+   checked as zarr reads it), and every shard's index read, before anything
+   is written: what v3 cannot express, or a shard whose index is broken,
+   stops the migration with nothing written. So does a key where the
+   migration would write (a target that is not empty; in place, a key
+   under the v3 folder of an array, or a group's ``zarr.json``).
+2. A marker (``.shardpipe/migrate.json``) is written at the target. It
+   names the source and every key prefix the migration writes under.
 3. Every shard is copied to its new key, each copy atomic: inside one store
    without passing through this process (a hard link on a local disk, a
    file copy with ``add_crc32c``; S3 ``UploadPartCopy`` for shards of at
    least 5 MiB); to another store in parts of at most 8 MiB (a multipart
-   upload on S3), one part in memory per copy.
+   upload on S3), one part in memory per copy. With ``zlib_as_gzip`` a
+   chunk that is not a whole zlib stream stops the migration here (the
+   source untouched); running it again without ``zlib_as_gzip`` copies the
+   shards unchanged.
 4. The ``zarr.json`` of every array and group but the root is written,
    then the root's last, replacing the draft's entry point when migrating
    in place. Until this step the source is untouched and the old tool
@@ -29,39 +36,35 @@ Order of the steps, and what a reader sees (``kill -9`` at any instant):
 5. In place only: the draft's keys (``meta/``, ``data/``) are deleted.
 6. The marker is deleted.
 
-Running ``migrate`` again after an interruption finishes the job: before
-step 4 it starts over (the copies are repeated, the same bytes); after it,
-it only deletes what is left of the draft (step 5) and the marker.
+Running ``migrate`` again after an interruption finishes the job. Before
+step 4 it starts over: the open multipart uploads of the interrupted run
+are aborted, what it wrote that the new run would not write (shards the
+draft no longer has, documents of nodes gone) is deleted, and the copies
+are repeated, with the options of the new run. After step 4 (in place) it
+only deletes what is left of the draft (step 5) and the marker. A target
+holding the marker of another source's migration is refused.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import crc32c
-import numpy as np
-
 from shardpipe.checks import check_bool, check_int
-from shardpipe.core.grid import Coords
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
-from shardpipe.formats.base import assemble_shard, read_checked_index
-from shardpipe.formats.zarr_sharding import CHECKSUM_NBYTES, ZarrShardingFormat
+from shardpipe.formats.base import read_checked_index
 from shardpipe.legacy_hierarchy import read_draft, read_json, shard_target
 from shardpipe.legacy_metadata import LegacyArray, is_draft_entry_point
+from shardpipe.migrate_copy import DraftShard, copy_shard
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.zlib_rewrap import zlib_to_gzip
 
 MARKER = ".shardpipe/migrate.json"
 STAGING = ".shardpipe/migrate-staging"
-COPY_PIECE = 4 << 30
-"""Most bytes of one server-side copied part (S3 allows 5 GiB)."""
-STREAM_PIECE = 8 << 20
-"""Most bytes of one part when a shard is copied through this process (S3's least is 5 MiB)."""
 
 
 @dataclass
@@ -101,7 +104,8 @@ class MigrateReport:
         verb = "would migrate" if self.dry_run else "migrated"
         where = "in place" if self.in_place else "to the target"
         if self.finished_earlier:
-            return "the v3 hierarchy was already written; the draft's leftovers were deleted"
+            done = "would be" if self.dry_run else "were"
+            return f"the v3 hierarchy was already written; the draft's leftovers {done} deleted"
         rebuilt = (
             f"; {self.rebuilt} zlib shard(s) rebuilt, chunks re-wrapped as gzip with their "
             "DEFLATE data unchanged"
@@ -114,21 +118,23 @@ class MigrateReport:
         )
 
 
-@dataclass(frozen=True)
-class _Shard:
-    """One draft shard to copy."""
-
-    array: LegacyArray
-    key: str
-    coords: Coords
-    size: int
-
-
 @dataclass
 class _Plan:
     arrays: list[LegacyArray]
     groups: dict[str, dict[str, Any]]
-    shards: list[_Shard]
+    shards: list[DraftShard]
+
+    def documents(self) -> dict[str, dict[str, Any]]:
+        """The v3 ``zarr.json`` of every node by key (relative), the root's last."""
+        nodes = {a.path: a.document for a in self.arrays} | self.groups
+        return {
+            f"{path}/zarr.json" if path else "zarr.json": nodes[path]
+            for path in sorted(nodes, key=lambda p: (p == "", p))
+        }
+
+    def shard_prefixes(self) -> list[str]:
+        """What the v3 keys of each array's shards start with (relative to the root)."""
+        return [(f"{a.path}/" if a.path else "") + a.v3_shard_head for a in self.arrays]
 
 
 def migrate(
@@ -216,11 +222,19 @@ def migrate(
             "https://purl.org/zarr/spec/protocol/core/3.0",
         )
     plan = _plan(src, add_crc32c, zlib_as_gzip)
+    earlier = read_json(dst.shards, dst.key(MARKER))
     if in_place:
         _refuse_clashes(plan)
         _refuse_strays(src, plan)
-    else:
-        _refuse_occupied(dst, target)
+    if earlier is None:
+        _refuse_occupied(dst, target, plan)
+    elif not in_place and earlier.get("source") != _name(source):
+        raise InvalidArgumentError(
+            "target",
+            f"{target!r} holds an interrupted migration of {earlier.get('source')!r}, "
+            f"not of {_name(source)!r}",
+            "Run migrate again with that source to finish it, or pass an empty target",
+        )
     report = MigrateReport(
         arrays=[a.path for a in plan.arrays],
         groups=sorted(plan.groups),
@@ -232,14 +246,14 @@ def migrate(
     )
     if dry_run:
         return report
-    dst.shards.put(dst.key(MARKER), [json.dumps({"source": str(source)}).encode()])
+    _start(dst, _name(source), plan, earlier)
     with ThreadPoolExecutor(workers) as pool:
-        copies = pool.map(lambda shard: _copy(src, dst, shard, add_crc32c), plan.shards)
+        copies = pool.map(
+            lambda shard: copy_shard(src, dst, shard, add_crc32c, STAGING), plan.shards
+        )
         _follow(copies, plan.shards, progress)
-    documents = {a.path: a.document for a in plan.arrays} | plan.groups
-    for path in sorted(documents, key=lambda p: (p == "", p)):  # the root's last
-        key = dst.key(f"{path}/zarr.json" if path else "zarr.json")
-        dst.shards.put(key, [json.dumps(documents[path], indent=2).encode()])
+    for key, document in plan.documents().items():  # the root's last
+        dst.shards.put(dst.key(key), [json.dumps(document, indent=2).encode()])
     dst.shards.discard_staging(dst.key(STAGING))
     if in_place:
         _delete_draft(src)
@@ -247,7 +261,51 @@ def migrate(
     return report
 
 
-def _follow(copies: Iterator[None], shards: list[_Shard], progress: bool) -> None:
+def _name(source: Any) -> str:
+    """How the marker names a source: a URL as given, a local path made absolute."""
+    text = os.fspath(source) if isinstance(source, os.PathLike) else str(source)
+    return text if "://" in text else os.path.abspath(text)
+
+
+def _start(dst: ResolvedStore, source: str, plan: _Plan, earlier: dict[str, Any] | None) -> None:
+    """Write the marker; after an interrupted run, clear what it left that this one won't write.
+
+    The marker lists every document and shard prefix of this run and of the
+    interrupted one before anything is deleted, so a run killed while
+    clearing is cleared by the next.
+    """
+    documents = list(plan.documents())
+    prefixes = plan.shard_prefixes()
+    if earlier is not None:
+        old_documents = [str(k) for k in earlier.get("documents", [])]
+        old_prefixes = [str(p) for p in earlier.get("shard_prefixes", [])]
+        documents = sorted(set(documents) | set(old_documents))
+        prefixes = sorted(set(prefixes) | set(old_prefixes))
+    marker = {"source": source, "documents": documents, "shard_prefixes": prefixes}
+    dst.shards.put(dst.key(MARKER), [json.dumps(marker, indent=2).encode()])
+    if earlier is not None:
+        _clear_leftovers(dst, plan, prefixes, old_documents)
+
+
+def _clear_leftovers(
+    dst: ResolvedStore, plan: _Plan, prefixes: list[str], documents: list[str]
+) -> None:
+    """Abort open uploads; delete what is under ``prefixes`` or at ``documents``, not planned."""
+    for prefix in prefixes:  # open uploads aborted, temporary files removed
+        dst.shards.cleanup(dst.key(STAGING), dst.key(prefix))
+    planned = {dst.key(shard.v3_key) for shard in plan.shards}
+    for prefix in prefixes:
+        stale = [key for key in dst.shards.list(dst.key(prefix)) if key not in planned]
+        for key in stale:
+            dst.shards.delete(key)
+        if stale and "/" in prefix:
+            dst.shards.prune(dst.key(prefix.rpartition("/")[0]))
+    for key in set(documents) - set(plan.documents()):
+        dst.shards.delete(dst.key(key))
+        dst.shards.prune(dst.key(key.rpartition("/")[0]))
+
+
+def _follow(copies: Iterator[None], shards: list[DraftShard], progress: bool) -> None:
     """Wait for every copy (in order), a bar counting their bytes with ``progress``."""
     from tqdm.auto import tqdm
 
@@ -270,7 +328,7 @@ def _plan(src: ResolvedStore, add_crc32c: bool, zlib_as_gzip: bool) -> _Plan:
     return _Plan(draft.arrays, draft.groups, shards)
 
 
-def _shards(src: ResolvedStore, array: LegacyArray) -> Iterator[_Shard]:
+def _shards(src: ResolvedStore, array: LegacyArray) -> Iterator[DraftShard]:
     """Every shard of ``array``, its index read and checked."""
     prefix = shard_target(src, array).key("")
     fmt = array.shard_format
@@ -289,7 +347,7 @@ def _shards(src: ResolvedStore, array: LegacyArray) -> Iterator[_Shard]:
             return src.shards.get_range(key, start, stop)
 
         read_checked_index(fmt, read, size, key, shard=coords)
-        yield _Shard(array, key, coords, size)
+        yield DraftShard(array, key, coords, size)
 
 
 def _refuse_clashes(plan: _Plan) -> None:
@@ -325,86 +383,31 @@ def _refuse_strays(src: ResolvedStore, plan: _Plan) -> None:
             )
 
 
-def _refuse_occupied(dst: ResolvedStore, target: Any) -> None:
-    """A target must be empty, or hold the marker of an interrupted migration."""
-    if dst.shards.size(dst.key(MARKER)) is not None:
-        return
-    for key in dst.shards.list(dst.key("")):
-        raise InvalidArgumentError(
-            "target",
-            f"{target!r} is not empty (it holds {key!r})",
-            "Pass an empty folder or URL, or leave target out to migrate in place",
-        )
+def _refuse_occupied(dst: ResolvedStore, target: Any, plan: _Plan) -> None:
+    """Refuse a key where a first run would write.
 
-
-def _copy(src: ResolvedStore, dst: ResolvedStore, shard: _Shard, add_crc32c: bool) -> None:
-    """Copy one shard byte for byte to its v3 key (plus its index's CRC32C)."""
-    array = shard.array
-    new = array.v3_key(shard.coords)
-    key = dst.key(f"{array.path}/{new}" if array.path else new)
-    if array.zlib_to_gzip:
-        _rewrap(src, dst, shard, key, add_crc32c)
-        return
-    tail = b""
-    if add_crc32c:
-        index = src.shards.get_range(shard.key, shard.size - 16 * array.n_slots, shard.size)
-        tail = crc32c.crc32c(index).to_bytes(CHECKSUM_NBYTES, "little")
-    store = dst.shards
-    if src.shards is store and store.abilities.hard_links and not tail:  # no byte copied
-        store.link(shard.key, key)
-    elif src.shards is store and store.abilities.copy_range and shard.size >= store.min_part_size:
-        bounds = _bounds(shard.size, COPY_PIECE, store.min_part_size)  # not through here
-        handle = store.begin_parts(key, dst.key(STAGING))
-        receipts = [
-            store.copy_part(handle, n, shard.key, a, b)
-            for n, (a, b) in enumerate(itertools.pairwise(bounds))
-        ]
-        store.finish_parts(handle, receipts, b"", tail)
-    elif store.supports_parts and shard.size > STREAM_PIECE:  # one piece in memory at a time
-        bounds = _bounds(shard.size, STREAM_PIECE, store.min_part_size)
-        handle = store.begin_parts(key, dst.key(STAGING))
-        receipts = [
-            store.write_part(handle, n, [src.shards.get_range(shard.key, a, b)])
-            for n, (a, b) in enumerate(itertools.pairwise(bounds))
-        ]
-        store.finish_parts(handle, receipts, b"", tail)
-    else:
-        data = src.shards.get(shard.key)
-        if data is None:
-            raise FileNotFoundError(shard.key)
-        store.put(key, [data, tail])
-
-
-def _bounds(size: int, most: int, least: int) -> list[int]:
-    """Edges of equal pieces of ``size`` bytes: at most ``most`` bytes, at least ``least``.
-
-    ``least`` (the store's smallest part) wins: a shard too small to be cut
-    is one piece.
+    A target must be empty. In place, no key may lie under the v3 shard
+    prefix of an array, nor at a node's ``zarr.json`` (but the root's, the
+    draft's entry point).
     """
-    n = max(1, min(-(-size // most), size // max(least, 1)))
-    return [size * k // n for k in range(n + 1)]
-
-
-def _rewrap(src: ResolvedStore, dst: ResolvedStore, shard: _Shard, key: str, crc: bool) -> None:
-    """Rebuild a zlib shard with its chunks re-wrapped as gzip members, in stored order."""
-    data = src.shards.get(shard.key)
-    if data is None:
-        raise FileNotFoundError(shard.key)
-    legacy = shard.array.shard_format
-    index, _ = read_checked_index(
-        legacy, lambda a, b: data[a:b], len(data), shard.key, shard=shard.coords
-    )
-    slots = np.flatnonzero(index.stored())
-    slots = slots[np.argsort(index.entries[slots, 0], kind="stable")]
-    encoded = []
-    for slot in slots.tolist():
-        start, nbytes = (int(v) for v in index.entries[slot])
-        try:
-            encoded.append((slot, zlib_to_gzip(data[start : start + nbytes])))
-        except ShardFormatError as err:
-            raise ShardFormatError(f"shard {shard.key!r}, slot {slot}: {err}") from err
-    v3 = ZarrShardingFormat(legacy.chunks_per_shard, "end", checksum=crc)
-    dst.shards.put(key, assemble_shard(v3, encoded, shard=shard.coords))
+    if target is not None:
+        for key in dst.shards.list(dst.key("")):
+            raise InvalidArgumentError(
+                "target",
+                f"{target!r} is not empty (it holds {key!r})",
+                "Pass an empty folder or URL, or leave target out to migrate in place",
+            )
+        return
+    documents = [dst.key(key) for key in plan.documents() if key != "zarr.json"]
+    taken = [key for key in documents if dst.shards.size(key) is not None]
+    for prefix in plan.shard_prefixes():
+        taken += itertools.islice(dst.shards.list(dst.key(prefix)), 1)
+    for key in taken:
+        raise InvalidArgumentError(
+            "source",
+            f"{key!r} lies where the v3 hierarchy would be written",
+            "Move it away, or migrate to another target",
+        )
 
 
 def _delete_draft(src: ResolvedStore) -> None:

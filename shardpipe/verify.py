@@ -39,8 +39,8 @@ from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import group_at, per_array
 from shardpipe.journal import JobKeys, undo_records
-from shardpipe.legacy_hierarchy import read_draft, shard_target
-from shardpipe.metadata import layout_of, open_array_metadata, parse_array_metadata
+from shardpipe.legacy_hierarchy import each_array, read_draft
+from shardpipe.metadata import layout_of, open_array_metadata
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
 from shardpipe.shard_check import (
     ChunkFailure,
@@ -342,17 +342,18 @@ def verify(
 
     if draft is not None or group is not None:
         if draft is not None:
-            arrays = {
-                a.path: _verify_array(
-                    shard_target(target, a),
+            arrays = each_array(
+                target,
+                draft,
+                lambda folder, a: _verify_array(
+                    folder,
                     workers,
                     complete,
                     progress,
-                    metadata=parse_array_metadata(a.document, repr(a.path)),
+                    metadata=a.metadata,
                     shard_format=a.shard_format,
-                )
-                for a in draft.arrays
-            }
+                ),
+            )
             skipped = dict(draft.unsupported)
         else:
             assert group is not None

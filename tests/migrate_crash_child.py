@@ -28,13 +28,13 @@ def main(path: str, progress: str, phase: str) -> None:
         time.sleep(0.2)
 
     if phase == "copy":
-        copy = migrating._copy
+        copy = migrating.copy_shard
 
         def slow_copy(*args: Any) -> None:
             mark()
             copy(*args)
 
-        migrating._copy = slow_copy  # type: ignore[assignment]
+        migrating.copy_shard = slow_copy
     else:
         delete = LocalShardStore.delete
 

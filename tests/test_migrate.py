@@ -8,6 +8,7 @@ tensorstore.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -27,18 +28,20 @@ import shardpipe
 from shardpipe.cli import main
 from shardpipe.errors import InvalidArgumentError, ShardFormatError, UnsupportedLegacyError
 from shardpipe.formats.legacy_sharding import legacy_format
+from shardpipe.groups import GroupInfo
 from shardpipe.legacy_metadata import translate_array
+from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.s3 import S3ShardStore
 
 FIXTURES = Path(__file__).parent / "legacy_fixtures"
 EXPECTED = {k.replace("__", "/"): v for k, v in np.load(FIXTURES / "expected.npz").items()}
-ZLIB = {"a/zlib_u2", "a/sparse"}
-V3_TOP = [
-    "a",
-    "flags",
-    "scalar",
-    "volume",
-    "zarr.json",
-]  # what a migrated root folder holds  # numcodecs.zlib: zarr-python reads it, tensorstore cannot
+ZLIB = {"a/zlib_u2", "a/sparse"}  # numcodecs.zlib: zarr-python reads it, tensorstore cannot
+V3_TOP = ["a", "flags", "scalar", "volume", "zarr.json"]  # what a migrated root folder holds
+MIGRATING = importlib.import_module("shardpipe.migrate")  # the module, not the function
+
+
+class Killed(Exception):
+    """Stands for a kill -9 in the middle of a run."""
 
 
 def _draft(tmp_path: Path, name: str = "hierarchy") -> Path:
@@ -228,6 +231,11 @@ BASE: dict[str, Any] = {
 }
 
 
+def _blosc(shuffle: int) -> dict[str, Any]:
+    config = {"cname": "lz4", "clevel": 5, "shuffle": shuffle, "blocksize": 0}
+    return {"codec": "https://purl.org/zarr/spec/codec/blosc/1.0", "configuration": config}
+
+
 @pytest.mark.parametrize(
     ("change", "words"),
     [
@@ -240,12 +248,54 @@ BASE: dict[str, Any] = {
         ({"compressor": {"codec": "https://purl.org/zarr/spec/codec/lz4/1.0"}}, "compressor"),
         ({"chunk_memory_layout": "K"}, "chunk_memory_layout"),
         ({"dimension_names": ["x"]}, "members v3 has no place for"),
+        ({"shape": None}, "malformed document"),
+        ({"chunk_grid": {"type": "regular"}}, "malformed document .missing member 'chunk_shape'"),
+        ({"chunk_grid": {"type": "regular", "chunk_shape": [0]}}, "chunk shape"),
+        ({"chunk_grid": {"type": "regular", "chunk_shape": [2, 2]}}, "chunk shape"),
+        ({"storage_transformers": BASE["storage_transformers"] * 2}, "2 sharding storage"),
+        ({"compressor": _blosc(shuffle=7)}, "blosc shuffle 7"),
+        (
+            {
+                "compressor": {
+                    "codec": "https://purl.org/zarr/spec/codec/gzip/1.0",
+                    "configuration": {"level": "x"},
+                }
+            },
+            "malformed",
+        ),
+        ({"fill_value": "not a number"}, "translation zarr refuses"),
     ],
 )
 def test_translation_refusals_name_the_array(change: dict[str, Any], words: str) -> None:
     with pytest.raises(UnsupportedLegacyError, match=words) as caught:
         translate_array("g/x", {**BASE, **change})
     assert "array 'g/x'" in str(caught.value) and caught.value.path == "g/x"
+
+
+@pytest.mark.parametrize(("dtype", "shuffle"), [("|u1", "bitshuffle"), ("<i4", "shuffle")])
+def test_blosc_autoshuffle_is_what_numcodecs_chose(dtype: str, shuffle: str) -> None:
+    document = {**BASE, "data_type": dtype, "compressor": _blosc(shuffle=-1)}
+    codecs = translate_array("x", document).document["codecs"][0]["configuration"]["codecs"]
+    assert codecs[-1]["configuration"]["shuffle"] == shuffle
+
+
+@pytest.mark.parametrize(
+    ("node", "words"),
+    [("volume.group.json", "both an array and a group"), ("volume/inner.group.json", "under")],
+)
+def test_nodes_a_v3_hierarchy_cannot_hold_are_refused(
+    tmp_path: Path, node: str, words: str
+) -> None:
+    draft = _draft(tmp_path)
+    (draft / "meta/root" / node).parent.mkdir(exist_ok=True)
+    (draft / "meta/root" / node).write_text(json.dumps({"attributes": {}}))
+    before = _tree(draft)
+    with pytest.raises(UnsupportedLegacyError, match=words):
+        shardpipe.migrate(draft)
+    assert _tree(draft) == before
+    info = shardpipe.info(draft)  # verify and info skip them, naming why
+    assert isinstance(info, GroupInfo)
+    assert words in info.skipped[node.removesuffix(".group.json")]
 
 
 def test_in_place_refuses_strays_it_would_delete(tmp_path: Path) -> None:
@@ -311,10 +361,19 @@ def _write_draft_array(
         key.write_bytes(body + np.array(index, dtype="<u8").tobytes())
 
 
-def test_large_shards_are_copied_without_passing_through_memory_on_s3(
-    s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+def test_large_shards_are_copied_server_side_on_s3(
+    s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import s3fs
+
+    copied: list[tuple[int, int]] = []
+    copy_part = S3ShardStore.copy_part
+
+    def counted(self: S3ShardStore, handle: Any, n: int, source: str, a: int, b: int) -> Any:
+        copied.append((a, b))
+        return copy_part(self, handle, n, source, a, b)
+
+    monkeypatch.setattr(S3ShardStore, "copy_part", counted)
 
     bucket, options = s3_bucket
     data = np.arange(3 << 20, dtype="<u4")  # 12 MiB: shards of 6 MiB, copied server side
@@ -327,6 +386,7 @@ def test_large_shards_are_copied_without_passing_through_memory_on_s3(
     url = f"s3://{bucket}/draft"
     report = shardpipe.migrate(url, storage_options=options, add_crc32c=True)
     assert report.shards == 44 + 2
+    assert copied == [(0, (6 << 20) + 48)] * 2  # one part per big shard
     back = zarr.open_array(url, path="big", mode="r", storage_options=options)[...]
     np.testing.assert_array_equal(back, data)
     for array, expected in EXPECTED.items():
@@ -357,7 +417,7 @@ def test_a_local_draft_migrates_to_s3_in_parts(
 def test_copies_are_cut_into_parts_the_store_takes(
     size: int, most: int, least: int, pieces: list[int]
 ) -> None:
-    from shardpipe.migrate import _bounds
+    from shardpipe.migrate_copy import _bounds
 
     assert _bounds(size, most, least) == pieces
 
@@ -403,3 +463,139 @@ def test_an_interrupted_migration_finishes_when_run_again(tmp_path: Path, phase:
     assert report.finished_earlier == (phase == "delete")
     assert sorted(p.name for p in draft.iterdir()) == V3_TOP
     _check_migrated(draft, shards, crc=False)
+
+
+def _interrupt_copies(monkeypatch: pytest.MonkeyPatch, after: int) -> None:
+    """Make ``migrate`` stop (as if killed) after ``after`` shard copies (run with one worker)."""
+    copy, done = MIGRATING.copy_shard, []
+
+    def copy_then_stop(*args: Any) -> None:
+        if len(done) == after:
+            raise Killed
+        copy(*args)
+        done.append(1)
+
+    monkeypatch.setattr(MIGRATING, "copy_shard", copy_then_stop)
+
+
+def test_a_rerun_deletes_what_the_interrupted_run_wrote_and_the_draft_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    draft = _draft(tmp_path)
+    put = LocalShardStore.put
+
+    def put_but_not_the_root(self: LocalShardStore, key: str, pieces: Any) -> None:
+        if key == "zarr.json":
+            raise Killed  # every shard copied, every document but the root's written
+        put(self, key, pieces)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalShardStore, "put", put_but_not_the_root)
+        with pytest.raises(Killed):
+            shardpipe.migrate(draft)
+    assert (draft / "volume/c/1/0/1").exists() and (draft / "a/b/gzip_u1/zarr.json").exists()
+    # before the rerun, the old tool deletes a shard and an array
+    (draft / "data/root/volume/c1/0/1").unlink()
+    (draft / "meta/root/a/b/gzip_u1.array.json").unlink()
+    shutil.rmtree(draft / "data/root/a/b/gzip_u1")
+    shardpipe.migrate(draft)
+    assert not (draft / "volume/c/1/0/1").exists() and not (draft / "a/b/gzip_u1").exists()
+    volume = zarr.open_array(str(draft), path="volume", mode="r")
+    expected = EXPECTED["volume"].copy()
+    shard = tuple(
+        slice(k * n, (k + 1) * n) for k, n in zip((1, 0, 1), volume.shards or (), strict=True)
+    )
+    expected[shard] = volume.fill_value
+    np.testing.assert_array_equal(volume[...], expected)
+    for array in set(EXPECTED) - {"volume", "a/b/gzip_u1"}:
+        np.testing.assert_array_equal(zarr.open_array(str(draft), path=array)[...], EXPECTED[array])
+    assert shardpipe.verify(draft).ok
+
+
+def test_a_rerun_may_change_the_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    draft = _draft(tmp_path)
+    shards = _draft_shards(draft)
+    with monkeypatch.context() as patch:
+        _interrupt_copies(patch, after=20)
+        with pytest.raises(Killed):
+            shardpipe.migrate(draft, add_crc32c=True, workers=1)
+    shardpipe.migrate(draft)  # without CRC32C: no shard keeps one
+    _check_migrated(draft, shards, crc=False)
+
+
+def test_a_chunk_zlib_as_gzip_cannot_rewrap_stops_before_the_v3_hierarchy_appears(
+    tmp_path: Path,
+) -> None:
+    draft = _draft(tmp_path)
+    shard = draft / "data/root/a/zlib_u2/c0.0"
+    data = bytearray(shard.read_bytes())
+    n_slots = 2 * 2
+    first = int.from_bytes(data[-16 * n_slots : -16 * n_slots + 8], "little")
+    data[first] = 0  # no longer a zlib header
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ShardFormatError, match="without zlib_as_gzip"):
+        shardpipe.migrate(draft, zlib_as_gzip=True)
+    entry = json.loads((draft / "zarr.json").read_text())
+    assert entry["zarr_format"] == "https://purl.org/zarr/spec/protocol/core/3.0"
+    report = shardpipe.migrate(draft)  # copied unchanged
+    assert report.rebuilt == 0 and not (draft / ".shardpipe").exists()
+    np.testing.assert_array_equal(
+        zarr.open_array(str(draft), path="volume")[...], EXPECTED["volume"]
+    )
+
+
+def test_a_target_holding_another_sources_migration_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    draft, other, target = _draft(tmp_path), tmp_path / "other", tmp_path / "v3"
+    shutil.copytree(FIXTURES / "hierarchy", other)
+    with monkeypatch.context() as patch:
+        _interrupt_copies(patch, after=5)
+        with pytest.raises(Killed):
+            shardpipe.migrate(draft, target, workers=1)
+    before = _tree(target)
+    with pytest.raises(InvalidArgumentError, match="holds an interrupted migration of"):
+        shardpipe.migrate(other, target)
+    assert _tree(target) == before
+    shardpipe.migrate(draft, target)
+    _check_migrated(target, _draft_shards(draft), crc=False)
+
+
+@pytest.mark.parametrize("key", ["volume/c/0/0/0", "a/b/zarr.json", "scalar/c"])
+def test_in_place_refuses_keys_where_the_v3_hierarchy_goes(tmp_path: Path, key: str) -> None:
+    draft = _draft(tmp_path)
+    (draft / key).parent.mkdir(parents=True, exist_ok=True)
+    (draft / key).write_text("keep me")
+    before = _tree(draft)
+    with pytest.raises(InvalidArgumentError, match="where the v3 hierarchy would be written"):
+        shardpipe.migrate(draft)
+    assert _tree(draft) == before
+
+
+def test_a_rerun_aborts_the_uploads_an_interrupted_run_left_open_on_s3(
+    s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import s3fs
+
+    bucket, options = s3_bucket
+    data = np.arange(3 << 20, dtype="<u4")  # two 6 MiB shards: copied server side
+    _write_draft_array(tmp_path / "d", "x", data, chunks=1 << 19, per_shard=3)
+    fs = s3fs.S3FileSystem(**options)
+    fs.put(str(tmp_path / "d") + "/", f"{bucket}/d/", recursive=True)
+    url = f"s3://{bucket}/d"
+
+    def killed(*args: Any, **kwargs: Any) -> None:
+        raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(S3ShardStore, "finish_parts", killed)
+        patch.setattr(S3ShardStore, "abort_parts", lambda *args: None)  # no time to abort
+        with pytest.raises(Killed):
+            shardpipe.migrate(url, storage_options=options)
+    assert len(fs.list_multipart_uploads(bucket)) == 2
+    fs.rm(f"{bucket}/d/data/root/x/c1")  # the rerun does not copy that shard again
+    shardpipe.migrate(url, storage_options=options)
+    assert not fs.list_multipart_uploads(bucket)
+    back = zarr.open_array(url, path="x", storage_options=options)[...]
+    np.testing.assert_array_equal(back[: len(data) // 2], data[: len(data) // 2])
+    assert not back[len(data) // 2 :].any()  # the fill value
