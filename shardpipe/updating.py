@@ -264,6 +264,7 @@ def _index_bytes(shard_format: ShardFormat, plan: ShardUpdate, shard: Coords) ->
         head_nbytes=head_nbytes,
         data_nbytes=data_stop - head_nbytes,
     )
+    assert not (head and tail), "an index both before and after the chunks is not updated in place"
     return head or tail
 
 

@@ -411,15 +411,22 @@ def test_a_local_draft_migrates_to_s3_in_parts(
 
 
 @pytest.mark.parametrize(
-    ("size", "most", "least", "pieces"),
-    [(9, 8, 5, [0, 9]), (16, 8, 5, [0, 8, 16]), (17, 8, 5, [0, 5, 11, 17]), (3, 8, 5, [0, 3])],
+    ("size", "most", "least", "max_parts", "pieces"),
+    [
+        (9, 8, 5, None, [0, 9]),
+        (16, 8, 5, None, [0, 8, 16]),
+        (17, 8, 5, None, [0, 5, 11, 17]),
+        (3, 8, 5, None, [0, 3]),
+        (0, 8, 5, None, [0, 0]),
+        (100, 8, 5, 4, [0, 25, 50, 75, 100]),  # pieces grow past most rather than outnumber
+    ],
 )
 def test_copies_are_cut_into_parts_the_store_takes(
-    size: int, most: int, least: int, pieces: list[int]
+    size: int, most: int, least: int, max_parts: int | None, pieces: list[int]
 ) -> None:
     from shardpipe.migrate_copy import _bounds
 
-    assert _bounds(size, most, least) == pieces
+    assert _bounds(size, most, least, max_parts) == pieces
 
 
 def test_local_in_place_copies_large_shards(tmp_path: Path) -> None:
