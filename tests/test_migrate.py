@@ -465,6 +465,9 @@ def test_an_interrupted_migration_finishes_when_run_again(tmp_path: Path, phase:
     else:  # the v3 hierarchy is written; the draft's leftovers remain
         assert entry["zarr_format"] == 3
         assert (draft / ".shardpipe" / "migrate.json").exists()
+        before = _tree(draft)
+        dry = shardpipe.migrate(draft, dry_run=True)
+        assert dry.finished_earlier and "would be deleted" in str(dry) and _tree(draft) == before
     report = shardpipe.migrate(draft)
     assert not list(draft.rglob("*.shardpipe-tmp"))  # re-linking leaves no temporary file
     assert report.finished_earlier == (phase == "delete")
