@@ -96,13 +96,6 @@ class LegacyArray:
         return self._v3_format.key(shard)
 
     @property
-    def v3_shard_head(self) -> str:
-        """What the keys of its v3 shards start with, relative to it (``c/``; ``c`` at 0-d)."""
-        head = self._v3_format.key_head
-        assert head is not None  # the default chunk key encoding
-        return head if self.shard_grid else self._v3_format.key(())
-
-    @property
     def _v3_format(self) -> ZarrShardingFormat:
         fmt = self.shard_format
         return ZarrShardingFormat(fmt.chunks_per_shard, key_separator=fmt.key_separator)
@@ -246,7 +239,16 @@ def _chunks_per_shard(path: str, transformers: Any, ndim: int) -> list[int]:
 
 
 def _data_type(path: str, name: Any) -> tuple[str, str]:
-    """The v3 data type name and the ``bytes`` codec's endian."""
+    """The v3 data type name and the ``bytes`` codec's endian.
+
+    The draft names complex types through an extension (``{"extension":
+    ".../complex-dtypes/v1.0.html", "type": "<c8", ...}``); v3 has them.
+    """
+    if isinstance(name, dict):
+        extension = str(name.get("extension", ""))
+        if "complex-dtypes" not in extension or not isinstance(name.get("type"), str):
+            raise UnsupportedLegacyError(path, f"data type extension {extension!r}", FIX)
+        name = name["type"]
     try:
         dtype = np.dtype(name)
     except TypeError:

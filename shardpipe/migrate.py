@@ -19,7 +19,8 @@ Order of the steps, and what a reader sees (``kill -9`` at any instant):
    migration would write (a target that is not empty; in place, a key
    under the v3 folder of an array, or a group's ``zarr.json``).
 2. A marker (``.shardpipe/migrate.json``) is written at the target. It
-   names the source and every key prefix the migration writes under.
+   names the source, whether in place, and every document and array the
+   migration writes.
 3. Every shard is copied to its new key, each copy atomic: inside one store
    without passing through this process (a hard link on a local disk, a
    file copy with ``add_crc32c``; S3 ``UploadPartCopy`` for shards of at
@@ -40,9 +41,11 @@ Running ``migrate`` again after an interruption finishes the job. Before
 step 4 it starts over: the open multipart uploads of the interrupted run
 are aborted, what it wrote that the new run would not write (shards the
 draft no longer has, documents of nodes gone) is deleted, and the copies
-are repeated, with the options of the new run. After step 4 (in place) it
-only deletes what is left of the draft (step 5) and the marker. A target
-holding the marker of another source's migration is refused.
+are repeated, with the options of the new run; keys where a node added to
+the draft since would go are refused, as at a first run. After step 4 (in
+place, the marker naming this source) it only deletes what is left of the
+draft (step 5) and the marker. A target holding the marker of another
+source's migration is refused.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -63,6 +67,8 @@ from shardpipe.legacy_metadata import LegacyArray, is_draft_entry_point
 from shardpipe.migrate_copy import DraftShard, copy_shard
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 
+SHARD_KEY = re.compile(r"c(?:[./][0-9]+)*")
+"""A shard key of the default chunk key encoding, relative to its array."""
 MARKER = ".shardpipe/migrate.json"
 STAGING = ".shardpipe/migrate-staging"
 
@@ -132,9 +138,9 @@ class _Plan:
             for path in sorted(nodes, key=lambda p: (p == "", p))
         }
 
-    def shard_prefixes(self) -> list[str]:
-        """What the v3 keys of each array's shards start with (relative to the root)."""
-        return [(f"{a.path}/" if a.path else "") + a.v3_shard_head for a in self.arrays]
+    def array_paths(self) -> list[str]:
+        """The paths of its arrays."""
+        return [a.path for a in self.arrays]
 
 
 def migrate(
@@ -209,7 +215,8 @@ def migrate(
     in_place = target is None
     entry = read_json(src.shards, src.key("zarr.json"))
     if not is_draft_entry_point(entry):
-        if in_place and src.shards.size(src.key(MARKER)) is not None and entry is not None:
+        marker = read_json(src.shards, src.key(MARKER)) if in_place else None
+        if marker and marker.get("in_place") is True and marker.get("source") == _name(source):
             if not dry_run:
                 _delete_draft(src)
                 _drop_marker(src)
@@ -226,15 +233,14 @@ def migrate(
     if in_place:
         _refuse_clashes(plan)
         _refuse_strays(src, plan)
-    if earlier is None:
-        _refuse_occupied(dst, target, plan)
-    elif not in_place and earlier.get("source") != _name(source):
+    if earlier is not None and not in_place and earlier.get("source") != _name(source):
         raise InvalidArgumentError(
             "target",
             f"{target!r} holds an interrupted migration of {earlier.get('source')!r}, "
             f"not of {_name(source)!r}",
             "Run migrate again with that source to finish it, or pass an empty target",
         )
+    _refuse_occupied(dst, target, plan, earlier)
     report = MigrateReport(
         arrays=[a.path for a in plan.arrays],
         groups=sorted(plan.groups),
@@ -246,12 +252,16 @@ def migrate(
     )
     if dry_run:
         return report
-    _start(dst, _name(source), plan, earlier)
+    _start(dst, {"source": _name(source), "in_place": in_place}, plan, earlier)
     with ThreadPoolExecutor(workers) as pool:
         copies = pool.map(
             lambda shard: copy_shard(src, dst, shard, add_crc32c, STAGING), plan.shards
         )
-        _follow(copies, plan.shards, progress)
+        try:
+            _follow(copies, plan.shards, progress)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # the copies not started yet
+            raise
     for key, document in plan.documents().items():  # the root's last
         dst.shards.put(dst.key(key), [json.dumps(document, indent=2).encode()])
     dst.shards.discard_staging(dst.key(STAGING))
@@ -264,42 +274,55 @@ def migrate(
 def _name(source: Any) -> str:
     """How the marker names a source: a URL as given, a local path made absolute."""
     text = os.fspath(source) if isinstance(source, os.PathLike) else str(source)
-    return text if "://" in text else os.path.abspath(text)
+    return text.rstrip("/") if "://" in text else os.path.abspath(text)
 
 
-def _start(dst: ResolvedStore, source: str, plan: _Plan, earlier: dict[str, Any] | None) -> None:
+def _shard_keys(dst: ResolvedStore, array: str) -> Iterator[str]:
+    """The keys naming a shard (``c``, ``c/0/1``, ``c.0.1``) in the v3 folder of ``array``.
+
+    Only those: at the root (a root array) other keys may start with ``c``.
+    """
+    folder = dst.key(f"{array}/" if array else "")
+    for key in dst.shards.list(f"{folder}c"):
+        if SHARD_KEY.fullmatch(key[len(folder) :]):
+            yield key
+
+
+def _start(
+    dst: ResolvedStore, run: dict[str, Any], plan: _Plan, earlier: dict[str, Any] | None
+) -> None:
     """Write the marker; after an interrupted run, clear what it left that this one won't write.
 
-    The marker lists every document and shard prefix of this run and of the
-    interrupted one before anything is deleted, so a run killed while
-    clearing is cleared by the next.
+    The marker holds ``run`` (the source and whether in place) and lists
+    every document and array of this run and of the interrupted one, before
+    anything is deleted: a run killed while clearing is cleared by the next.
     """
-    documents = list(plan.documents())
-    prefixes = plan.shard_prefixes()
-    if earlier is not None:
-        old_documents = [str(k) for k in earlier.get("documents", [])]
-        old_prefixes = [str(p) for p in earlier.get("shard_prefixes", [])]
-        documents = sorted(set(documents) | set(old_documents))
-        prefixes = sorted(set(prefixes) | set(old_prefixes))
-    marker = {"source": source, "documents": documents, "shard_prefixes": prefixes}
+    documents, arrays = list(plan.documents()), plan.array_paths()
+    old_documents = [str(k) for k in (earlier or {}).get("documents", [])]
+    old_arrays = [str(p) for p in (earlier or {}).get("arrays", [])]
+    marker = {
+        **run,
+        "documents": sorted(set(documents) | set(old_documents)),
+        "arrays": sorted(set(arrays) | set(old_arrays)),
+    }
     dst.shards.put(dst.key(MARKER), [json.dumps(marker, indent=2).encode()])
     if earlier is not None:
-        _clear_leftovers(dst, plan, prefixes, old_documents)
+        _clear_leftovers(dst, plan, marker["arrays"], old_documents)
 
 
 def _clear_leftovers(
-    dst: ResolvedStore, plan: _Plan, prefixes: list[str], documents: list[str]
+    dst: ResolvedStore, plan: _Plan, arrays: list[str], documents: list[str]
 ) -> None:
-    """Abort open uploads; delete what is under ``prefixes`` or at ``documents``, not planned."""
-    for prefix in prefixes:  # open uploads aborted, temporary files removed
-        dst.shards.cleanup(dst.key(STAGING), dst.key(prefix))
+    """Abort open uploads; delete the shards of ``arrays`` and the ``documents`` not planned."""
+    for array in arrays:  # open uploads aborted, temporary files removed
+        dst.shards.cleanup(dst.key(STAGING), dst.key(f"{array}/c" if array else "c"))
     planned = {dst.key(shard.v3_key) for shard in plan.shards}
-    for prefix in prefixes:
-        stale = [key for key in dst.shards.list(dst.key(prefix)) if key not in planned]
+    for array in arrays:
+        stale = [key for key in _shard_keys(dst, array) if key not in planned]
         for key in stale:
             dst.shards.delete(key)
-        if stale and "/" in prefix:
-            dst.shards.prune(dst.key(prefix.rpartition("/")[0]))
+        if stale and array:
+            dst.shards.prune(dst.key(f"{array}/c"))
     for key in set(documents) - set(plan.documents()):
         dst.shards.delete(dst.key(key))
         dst.shards.prune(dst.key(key.rpartition("/")[0]))
@@ -355,7 +378,7 @@ def _refuse_clashes(plan: _Plan) -> None:
     for path in [a.path for a in plan.arrays] + list(plan.groups):
         if path.split("/")[0] in ("meta", "data"):
             raise InvalidArgumentError(
-                "target",
+                "source",
                 f"node {path!r} would lie under the draft's own {path.split('/')[0]}/ folder, "
                 "which an in-place migration deletes",
                 "Migrate to another target",
@@ -383,14 +406,17 @@ def _refuse_strays(src: ResolvedStore, plan: _Plan) -> None:
             )
 
 
-def _refuse_occupied(dst: ResolvedStore, target: Any, plan: _Plan) -> None:
-    """Refuse a key where a first run would write.
+def _refuse_occupied(
+    dst: ResolvedStore, target: Any, plan: _Plan, earlier: dict[str, Any] | None
+) -> None:
+    """Refuse a key where this run would write that no run of this migration wrote.
 
-    A target must be empty. In place, no key may lie under the v3 shard
-    prefix of an array, nor at a node's ``zarr.json`` (but the root's, the
+    A target must be empty at the first run. In place (and at a re-run, for
+    the nodes the interrupted run did not plan) no shard key may lie in the
+    v3 folder of an array, nor a node's ``zarr.json`` (but the root's, the
     draft's entry point).
     """
-    if target is not None:
+    if target is not None and earlier is None:
         for key in dst.shards.list(dst.key("")):
             raise InvalidArgumentError(
                 "target",
@@ -398,21 +424,23 @@ def _refuse_occupied(dst: ResolvedStore, target: Any, plan: _Plan) -> None:
                 "Pass an empty folder or URL, or leave target out to migrate in place",
             )
         return
-    documents = [dst.key(key) for key in plan.documents() if key != "zarr.json"]
-    taken = [key for key in documents if dst.shards.size(key) is not None]
-    for prefix in plan.shard_prefixes():
-        taken += itertools.islice(dst.shards.list(dst.key(prefix)), 1)
+    known_documents = set((earlier or {}).get("documents", []))
+    known_arrays = set((earlier or {}).get("arrays", []))
+    documents = [k for k in plan.documents() if k != "zarr.json" and k not in known_documents]
+    taken = [dst.key(k) for k in documents if dst.shards.size(dst.key(k)) is not None]
+    for array in set(plan.array_paths()) - known_arrays:
+        taken += itertools.islice(_shard_keys(dst, array), 1)
     for key in taken:
         raise InvalidArgumentError(
-            "source",
+            "target" if target is not None else "source",
             f"{key!r} lies where the v3 hierarchy would be written",
             "Move it away, or migrate to another target",
         )
 
 
 def _delete_draft(src: ResolvedStore) -> None:
-    """Delete every key of the draft (``meta/`` and ``data/``)."""
-    for prefix in ("meta/", "data/"):
+    """Delete every key of the draft (``meta/root*``, ``data/root/``)."""
+    for prefix, folder in (("meta/root", "meta/"), ("data/root/", "data/")):
         for key in list(src.shards.list(src.key(prefix))):
             src.shards.delete(key)
-        src.shards.prune(src.key(prefix))
+        src.shards.prune(src.key(folder))

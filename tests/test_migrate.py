@@ -35,6 +35,7 @@ from shardpipe.storage.s3 import S3ShardStore
 
 FIXTURES = Path(__file__).parent / "legacy_fixtures"
 EXPECTED = {k.replace("__", "/"): v for k, v in np.load(FIXTURES / "expected.npz").items()}
+EDGE = dict(np.load(FIXTURES / "edge.npz").items())  # in FIXTURES / "edge"; root0d holds 42
 ZLIB = {"a/zlib_u2", "a/sparse"}  # numcodecs.zlib: zarr-python reads it, tensorstore cannot
 V3_TOP = ["a", "flags", "scalar", "volume", "zarr.json"]  # what a migrated root folder holds
 MIGRATING = importlib.import_module("shardpipe.migrate")  # the module, not the function
@@ -264,6 +265,10 @@ def _blosc(shuffle: int) -> dict[str, Any]:
             "malformed",
         ),
         ({"fill_value": "not a number"}, "translation zarr refuses"),
+        (
+            {"data_type": {"extension": "https://example.org/datetime-dtypes", "type": "<M8"}},
+            "extension",
+        ),
     ],
 )
 def test_translation_refusals_name_the_array(change: dict[str, Any], words: str) -> None:
@@ -609,3 +614,88 @@ def test_a_rerun_aborts_the_uploads_an_interrupted_run_left_open_on_s3(
     back = zarr.open_array(url, path="x", storage_options=options)[...]
     np.testing.assert_array_equal(back[: len(data) // 2], data[: len(data) // 2])
     assert not back[len(data) // 2 :].any()  # the fill value
+
+
+@pytest.mark.parametrize("add_crc32c", [False, True])
+def test_complex_autoshuffle_and_fortran_edges_read_back(tmp_path: Path, add_crc32c: bool) -> None:
+    draft = _draft(tmp_path, "edge")
+    before = {
+        str(p.relative_to(draft)): p.read_bytes()
+        for p in (draft / "data").rglob("*")
+        if p.is_file()
+    }
+    report = shardpipe.migrate(draft, tmp_path / "v3", add_crc32c=add_crc32c)
+    assert sorted(report.arrays) == sorted(EDGE)
+    for array, expected in EDGE.items():
+        back = zarr.open_array(str(tmp_path / "v3"), path=array, mode="r")[...]
+        np.testing.assert_array_equal(back, expected)
+        spec = {
+            "driver": "zarr3",
+            "kvstore": {"driver": "file", "path": str(tmp_path / "v3" / array)},
+        }
+        if array != "c16_zlib":  # numcodecs.zlib: tensorstore has no zlib codec
+            np.testing.assert_array_equal(
+                np.asarray(ts.open(spec).result().read().result()), expected
+            )
+    assert len(before) == report.shards
+    assert shardpipe.verify(tmp_path / "v3").ok
+
+
+def test_a_root_array_owns_only_its_shard_keys_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    draft = _draft(tmp_path, "root0d")
+    (draft / "calibration.txt").write_text("keep me")  # starts with c, as the shard key "c"
+    (draft / "config").mkdir()
+    (draft / "config" / "settings.yaml").write_text("keep me too")
+    with monkeypatch.context() as patch:
+        _interrupt_copies(patch, after=0)
+        with pytest.raises(Killed):
+            shardpipe.migrate(draft, workers=1)
+    (draft / "c").write_bytes(b"a shard left by the interrupted run")
+    shardpipe.migrate(draft)
+    assert (draft / "calibration.txt").read_text() == "keep me"
+    assert (draft / "config" / "settings.yaml").read_text() == "keep me too"
+    assert zarr.open_array(str(draft), mode="r")[...] == 42
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(draft)}}
+    assert ts.open(spec).result().read().result() == 42
+
+
+def test_an_in_place_rerun_refuses_keys_where_nodes_added_since_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    draft = _draft(tmp_path)
+    with monkeypatch.context() as patch:
+        _interrupt_copies(patch, after=3)
+        with pytest.raises(Killed):
+            shardpipe.migrate(draft, workers=1)
+    # the old tool adds an array where the user keeps a folder of the same name
+    shutil.copy(draft / "meta/root/flags.array.json", draft / "meta/root/labels.array.json")
+    (draft / "labels").mkdir()
+    (draft / "labels" / "zarr.json").write_text("{}")
+    before = _tree(draft)
+    with pytest.raises(InvalidArgumentError, match="where the v3 hierarchy would be written"):
+        shardpipe.migrate(draft)
+    assert _tree(draft) == before
+
+
+def test_leftovers_are_deleted_only_after_an_in_place_run_of_this_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    draft, target = _draft(tmp_path), tmp_path / "v3"
+    put = LocalShardStore.put
+
+    def put_but_not_the_marker_drop(self: LocalShardStore, key: str, pieces: Any) -> None:
+        put(self, key, pieces)
+        if key == "zarr.json" and self.root == str(target):
+            raise Killed  # the target's root written, its marker left
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalShardStore, "put", put_but_not_the_marker_drop)
+        with pytest.raises(Killed):
+            shardpipe.migrate(draft, target)
+    (target / "data").mkdir()  # a v3 group named data, which a target may hold
+    (target / "data" / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group"}))
+    with pytest.raises(InvalidArgumentError, match="holds no hierarchy of the sharding"):
+        shardpipe.migrate(target)  # the marker is a target's: nothing to finish in place
+    assert (target / "data" / "zarr.json").exists()

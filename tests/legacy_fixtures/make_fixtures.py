@@ -1,10 +1,11 @@
 """Write the golden arrays of the sharding storage-transformer draft (run once, by hand).
 
-The arrays in ``hierarchy/`` and ``unsupported/`` beside this script were
-written by zarr-python 2.18.3 through its experimental v3 API
-(``zarr._storage.v3_storage_transformers.ShardingStorageTransformer``); no
-tool in the test environment can write them, so they are kept in the
-repository with the data they hold (``expected.npz``, by array path).
+The arrays in ``hierarchy/``, ``edge/``, ``root0d/`` and ``unsupported/``
+beside this script were written by zarr-python 2.18.3 through its
+experimental v3 API (``zarr._storage.v3_storage_transformers.ShardingStorageTransformer``);
+no tool in the test environment can write them, so they are kept in the
+repository with the data they hold (``expected.npz`` and ``edge.npz``, by
+array path; ``root0d`` holds 42).
 
 To write them again::
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import shutil
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numcodecs
 import numpy as np
@@ -32,6 +34,23 @@ warnings.simplefilter("ignore", FutureWarning)
 
 def sharded(per_shard: tuple[int, ...]) -> list[ShardingStorageTransformer]:
     return [ShardingStorageTransformer("indexed", chunks_per_shard=per_shard)]
+
+
+def create(group: Any, row: tuple[Any, ...]) -> Any:
+    """The draft array of a table row: path, dtype, shape, chunks, chunks per shard,
+    separator, order, compressor, fill value."""
+    path, dtype, shape, chunks, per_shard, sep, order, compressor, fill = row
+    return group.create(
+        path,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        compressor=compressor,
+        order=order,
+        fill_value=fill,
+        dimension_separator=sep,
+        storage_transformers=sharded(per_shard),
+    )
 
 
 def values(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
@@ -94,22 +113,10 @@ def main() -> None:
             0,
         ),
     ]
-    for seed, (path, dtype, shape, chunks, per_shard, sep, order, compressor, fill) in enumerate(
-        arrays
-    ):
-        array = root.create(
-            path,
-            shape=shape,
-            chunks=chunks,
-            dtype=dtype,
-            compressor=compressor,
-            order=order,
-            fill_value=fill,
-            dimension_separator=sep,
-            storage_transformers=sharded(per_shard),
-        )
+    for seed, row in enumerate(arrays):
+        path, dtype, shape = row[:3]
         data = values(shape, dtype, seed)
-        array[...] = data
+        create(root, row)[...] = data
         expected[path] = data
     scalar = root.create(
         "scalar",
@@ -155,6 +162,63 @@ def main() -> None:
         storage_transformers=sharded((2,)),
     )
     filtered[...] = np.arange(8)
+    edge()
+
+
+def edge() -> None:
+    """Complex numbers (a dtype extension in the draft), blosc's autoshuffle, Fortran order
+    in one dimension, chunks never written; and a hierarchy whose root is a 0-d array."""
+    out = HERE / "edge"
+    shutil.rmtree(out, ignore_errors=True)
+    root = zarr.group(store=DirectoryStoreV3(str(out)), zarr_version=3)
+    rng = np.random.default_rng(15)
+    expected: dict[str, np.ndarray] = {}
+    arrays = [
+        # path, dtype, shape, chunks, per shard, separator, order, compressor, fill
+        ("c8_big", ">c8", (5,), (2,), (2,), "/", "C", None, 1 + 2j),
+        ("c16_zlib", "<c16", (4, 3), (2, 2), (1, 2), "/", "C", numcodecs.Zlib(2), 0j),
+        ("u1_autoshuffle", "|u1", (30,), (4,), (2,), "/", "C", numcodecs.Blosc("lz4", 5, -1), 0),
+        (
+            "i2_autoshuffle_big",
+            ">i2",
+            (7, 5),
+            (2, 2),
+            (2, 2),
+            "/",
+            "C",
+            numcodecs.Blosc("lz4", 5, -1),
+            -2,
+        ),
+        ("f1d_forder", "<f8", (11,), (3,), (2,), "/", "F", None, float("inf")),
+    ]
+    for row in arrays:
+        path, dtype, shape = row[:3]
+        fill = row[-1]
+        array = create(root, row)
+        if np.dtype(dtype).kind == "c":
+            data = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+        elif np.dtype(dtype).kind == "f":
+            data = np.full(shape, fill, dtype)
+            data[:2] = rng.standard_normal(2)  # the later chunks never written
+        else:
+            data = rng.integers(0, 100, shape).astype(dtype)
+        array[...] = data
+        expected[path] = data
+    np.savez(HERE / "edge.npz", **expected)
+    out = HERE / "root0d"
+    shutil.rmtree(out, ignore_errors=True)
+    scalar = zarr.create(
+        shape=(),
+        chunks=(),
+        dtype=">i8",
+        compressor=numcodecs.Zstd(1),
+        fill_value=1,
+        store=DirectoryStoreV3(str(out)),
+        path="",
+        zarr_version=3,
+        storage_transformers=sharded(()),
+    )
+    scalar[...] = 42
 
 
 if __name__ == "__main__":
