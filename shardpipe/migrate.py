@@ -339,7 +339,9 @@ def _follow(copies: Iterator[None], shards: list[DraftShard], progress: bool) ->
 
 
 def _drop_marker(dst: ResolvedStore) -> None:
+    """Delete the marker, and what a kill while writing it may have left beside it."""
     dst.shards.delete(dst.key(MARKER))
+    dst.shards.cleanup(dst.key(STAGING), dst.key(MARKER))  # a temporary file of the marker
     dst.shards.prune(dst.key(".shardpipe/"))
 
 
@@ -417,7 +419,10 @@ def _refuse_occupied(
     draft's entry point).
     """
     if target is not None and earlier is None:
-        for key in dst.shards.list(dst.key("")):
+        ours = dst.key(".shardpipe/")  # a marker being written when a first run was killed
+        for key in itertools.filterfalse(
+            lambda k: k.startswith(ours), dst.shards.list(dst.key(""))
+        ):
             raise InvalidArgumentError(
                 "target",
                 f"{target!r} is not empty (it holds {key!r})",

@@ -334,6 +334,14 @@ def test_a_target_that_is_not_empty_is_refused(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "v3").iterdir()] == ["precious.txt"]
 
 
+def test_a_marker_half_written_does_not_block_the_target(tmp_path: Path) -> None:
+    draft, target = _draft(tmp_path), tmp_path / "v3"
+    (target / ".shardpipe").mkdir(parents=True)  # killed while the first run wrote its marker
+    (target / ".shardpipe" / ".migrate.json.1234.shardpipe-tmp").write_text('{"sour')
+    shardpipe.migrate(draft, target)
+    assert sorted(p.name for p in target.iterdir()) == V3_TOP
+
+
 def _write_draft_array(
     root: Path, path: str, data: np.ndarray, chunks: int, per_shard: int
 ) -> None:
