@@ -73,7 +73,8 @@ def part_chunks(
     """
     task = f"write-precomputed-shard (scale {factor})"
     low = box_bits(grid, spec)
-    slots = largest_shard_chunks(grid, spec) if low is None else 1 << min(low, grid.id_bits)
+    largest = largest_shard_chunks(grid, spec)  # scattered shards: every chunk id hashed
+    slots = largest if low is None else 1 << min(low, grid.id_bits)
     index = 40 * slots  # the stamp's index by slot (16 B) and minishard entries (24 B)
     if index > budget:
         raise MemoryBudgetError(
@@ -83,7 +84,7 @@ def part_chunks(
             f"a shard spans {slots:,} chunk ids, whose index alone a task cannot hold; use "
             "fewer preshift and minishard bits (smaller shards)",
         )
-    projected = per_chunk * largest_shard_chunks(grid, spec)
+    projected = per_chunk * largest
     if projected <= budget:
         return None
     if not target.shards.supports_parts:
