@@ -15,6 +15,7 @@ from typing import Any
 from shardpipe.cli_errors import EXPECTED, fail
 from shardpipe.dataset.commands import add_commands as add_dataset_commands
 from shardpipe.dataset.commands import run as run_dataset_command
+from shardpipe.icechunk_cli import add_reading as add_icechunk_reading
 from shardpipe.migrate_cli import add_command as add_migrate_command
 from shardpipe.migrate_cli import run as run_migrate
 from shardpipe.precomputed_cli import add_command as add_precomputed_command
@@ -83,17 +84,6 @@ def _add_storage_option(command: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="fsspec option (VALUE parsed as JSON when it can be); repeatable",
     )
-
-
-def add_icechunk_reading(command: argparse.ArgumentParser) -> None:
-    """``--icechunk`` (the store is an Icechunk repository) and what to read of it."""
-    command.add_argument(
-        "--icechunk",
-        action="store_true",
-        help="the store is an Icechunk repository (local path or s3:// URL)",
-    )
-    command.add_argument("--branch", default=None, help="with --icechunk: branch to read (main)")
-    command.add_argument("--snapshot", default=None, help="with --icechunk: snapshot id to read")
 
 
 def _parser() -> argparse.ArgumentParser:

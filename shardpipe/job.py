@@ -404,12 +404,25 @@ class ShardedWrite:
         )
 
     def _undo_failed(self, err: BaseException) -> None:
-        """After a failed run: roll back shards left mid-update, remove staging data."""
-        if self.identity is not None:
-            err.add_note(
+        """After a failed run: roll back shards left mid-update, remove staging data.
+
+        Say what is left and what to do, once per error (jobs run together
+        share it).
+        """
+        if self.target.transactional:
+            what_now: str | None = (
+                "shardpipe: the write did not finish; none of its shards reached the Icechunk "
+                "session (the metadata it wrote did: session.discard_changes() drops it)"
+            )
+        elif self.identity is not None:
+            what_now = (
                 "shardpipe: the write did not finish; the shards it published are complete "
                 "and kept. Run the same write with resume=True to write only the rest"
             )
+        else:
+            what_now = None
+        if what_now is not None and what_now not in getattr(err, "__notes__", ()):
+            err.add_note(what_now)
         try:
             rolled = recover(self.target.shards, self.keys, None)
             if rolled:

@@ -11,6 +11,8 @@ from typing import Any
 from shardpipe.checks import check_int
 from shardpipe.cli_errors import EXPECTED, exit_status, fail
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.icechunk_cli import add_writing as add_icechunk_writing
+from shardpipe.icechunk_cli import commit_arguments, planning_session, writable_session
 from shardpipe.validate import check_array_overrides
 
 
@@ -67,21 +69,7 @@ def add_command(
         '"chunks": [...]}}} of per-array shapes',
     )
     add_compute_options(command, add_storage_option)
-    command.add_argument(
-        "--icechunk",
-        action="store_true",
-        help="TARGET is an Icechunk repository (local path or s3:// URL; created if absent): "
-        "the rechunk is one commit on --branch",
-    )
-    command.add_argument("--branch", default="main", help="with --icechunk: branch (main)")
-    command.add_argument(
-        "--commit", default=None, help="with --icechunk: commit message (default: the command)"
-    )
-    command.add_argument(
-        "--rebase",
-        action="store_true",
-        help="with --icechunk: rebase onto commits made meanwhile that changed other shards",
-    )
+    add_icechunk_writing(command, "the rechunk")
 
 
 def add_compute_options(
@@ -111,23 +99,21 @@ def run(
 ) -> int:
     """Run ``rechunk``; return the exit status (1: the rechunk failed, 2: it could not start)."""
     target: Any = args.target
-    commit: dict[str, Any] = {}
-    if args.icechunk:
-        try:
-            target, options = _icechunk_target(args, options), None
-        except EXPECTED as err:
-            return fail("rechunk", err)
-        commit = {
-            "commit": args.commit or f"shardpipe rechunk {args.source}",
-            "rebase": args.rebase,
-        }
-    elif args.commit is not None or args.rebase:
-        return fail(
-            "rechunk",
-            InvalidArgumentError(
-                "--commit", "and --rebase apply to Icechunk targets", "Add --icechunk"
-            ),
-        )
+    exists, repository_options = True, options
+    try:
+        if args.workers is not None:
+            check_int("--workers", args.workers, example=4)
+        if args.config is not None and not args.recursive:
+            raise InvalidArgumentError(
+                "--config", "gives per-array shapes of a group", "Add --recursive, or leave it out"
+            )
+        arrays = _per_array_shapes(args.config)
+        commit = commit_arguments(args, "rechunk")
+        if args.icechunk:  # plan first: a new repository is created once the plan is accepted
+            target, exists = planning_session(args, options)
+            options = None
+    except EXPECTED as err:
+        return fail("rechunk", err)
     common: dict[str, Any] = dict(
         shards=args.shards,
         chunks=args.chunks,
@@ -140,31 +126,22 @@ def run(
         overwrite=args.overwrite,
         resume=args.resume,
     )
-    job: Any
-    try:
-        if args.workers is not None:
-            check_int("--workers", args.workers, example=4)
-        if args.config is not None and not args.recursive:
-            raise InvalidArgumentError(
-                "--config", "gives per-array shapes of a group", "Add --recursive, or leave it out"
-            )
+
+    def plan(target: Any) -> Any:
         if args.recursive:
             from shardpipe.rechunk_group import plan_group_rechunk
 
-            arrays = _per_array_shapes(args.config)
-            if args.icechunk:
-                raise InvalidArgumentError(
-                    "--recursive",
-                    "is not yet supported with --icechunk",
-                    "Rechunk arrays one by one",
-                )
-            job = plan_group_rechunk(args.source, target, arrays=arrays, **common)
-        else:
-            from shardpipe.rechunk import plan_rechunk
+            return plan_group_rechunk(args.source, target, arrays=arrays, **common)
+        from shardpipe.rechunk import plan_rechunk
 
-            job = plan_rechunk(
-                args.source, target, path=args.path, temp_store=args.temp_store, **common
-            )
+        return plan_rechunk(
+            args.source, target, path=args.path, temp_store=args.temp_store, **common
+        )
+
+    try:
+        job = plan(target)
+        if args.icechunk and not exists and not args.dry_run:
+            job = plan(writable_session(args, repository_options))
     except EXPECTED as err:
         return fail("rechunk", err)
     print(job)
@@ -186,22 +163,6 @@ def run(
         return exit_status(err, during_work=True)
     print(report)
     return 0
-
-
-def _icechunk_target(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
-    """The writable session the rechunk goes into (a dry run creates no repository)."""
-    from shardpipe.storage.icechunk_repo import open_session
-
-    if not args.dry_run:
-        return open_session(args.target, options, branch=args.branch, writable=True, create=True)
-    import icechunk
-
-    from shardpipe.storage.icechunk_repo import quiet_logs, repository_storage
-
-    quiet_logs()
-    if icechunk.Repository.exists(repository_storage(args.target, options)):
-        return open_session(args.target, options, branch=args.branch, writable=True)
-    return icechunk.Repository.create(icechunk.in_memory_storage()).writable_session("main")
 
 
 def _per_array_shapes(config: str | None) -> dict[str, dict[str, tuple[int, ...]]]:

@@ -31,6 +31,7 @@ from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.store_checks import check_source_options, resolve_named
+from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
@@ -49,11 +50,14 @@ class GroupRechunkReport:
         Small arrays copied unsharded.
     groups : list of str
         Groups created.
+    snapshot_id : str or None
+        The Icechunk snapshot the rechunk committed (``commit="message"``).
     """
 
     rechunked: dict[str, WriteReport] = field(default_factory=dict)
     copied: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
+    snapshot_id: str | None = None
 
     def __str__(self) -> str:
         lines = [f"{path}: {report}" for path, report in self.rechunked.items()]
@@ -62,6 +66,7 @@ class GroupRechunkReport:
         lines.append(
             f"total: {len(self.rechunked)} array(s) rechunked ({format_bytes(stored)} stored), "
             f"{len(self.copied)} copied, {len(self.groups)} group(s)"
+            + (f"; committed as snapshot {self.snapshot_id}" if self.snapshot_id else "")
         )
         return "\n".join(lines)
 
@@ -102,8 +107,23 @@ class GroupRechunkJob:
         ]
         return "\n".join(lines)
 
-    def execute(self, *, progress: bool = False) -> GroupRechunkReport:
-        """Create the groups, copy the small arrays, rechunk the others in one computation."""
+    def execute(
+        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
+    ) -> GroupRechunkReport:
+        """Create the groups, copy the small arrays, rechunk the others in one computation.
+
+        Parameters
+        ----------
+        progress : bool
+            Show one progress bar over the shards of every array.
+        commit, rebase
+            Into an Icechunk session: commit the whole hierarchy at the end, as
+            in :meth:`~shardpipe.ShardedWrite.execute`. A failed rechunk merges
+            none of its shards into the session; the groups, the small copies
+            and the arrays' metadata stay in it until ``discard_changes()``.
+        """
+        progress = check_bool("progress", progress)
+        message, rebase = check_commit(commit, rebase, self.target)
         report = GroupRechunkReport()
         root = self.target
         zarr.open_group(
@@ -128,6 +148,8 @@ class GroupRechunkJob:
             report.copied.append(path)
         reports = execute_together([job.write for job in self.jobs.values()], progress=progress)
         report.rechunked = dict(zip(self.jobs, reports, strict=True))
+        if message is not None:
+            report.snapshot_id = commit_write(root, message, rebase=rebase)
         return report
 
 
@@ -153,8 +175,9 @@ def plan_group_rechunk(
     ----------
     source : str, os.PathLike or zarr.Group
         A Zarr v2 or v3 group (path, fsspec URL or object).
-    target : str, os.PathLike or zarr Store
-        Where to write the Zarr v3 hierarchy.
+    target : str, os.PathLike, zarr Store or icechunk.Session
+        Where to write the Zarr v3 hierarchy; into a writable Icechunk session,
+        the hierarchy is one transaction (see :meth:`GroupRechunkJob.execute`).
     shards, chunks : tuple of int, optional
         Shapes for every array with as many dimensions (others get the defaults).
     arrays : dict, optional
@@ -172,6 +195,7 @@ def plan_group_rechunk(
     check_resume(resume, check_bool("overwrite", overwrite))
     group = _open_group(source, check_source_options(source, source_storage_options))
     root = resolve_named("target", target, None, storage_options)
+    check_writable(root)
     members = dict(group.members(max_depth=None))
     unknown = sorted(set(overrides) - {p for p, n in members.items() if isinstance(n, zarr.Array)})
     if unknown:
@@ -210,11 +234,22 @@ def plan_group_rechunk(
 
 
 def rechunk_group(
-    source: Any, target: Any, *, progress: bool = False, **kwargs: Any
+    source: Any,
+    target: Any,
+    *,
+    progress: bool = False,
+    commit: str | None = None,
+    rebase: bool = False,
+    **kwargs: Any,
 ) -> GroupRechunkReport:
-    """Rechunk every array of a group: ``plan_group_rechunk(...).execute(progress=...)``."""
+    """Rechunk every array of a group.
+
+    ``plan_group_rechunk(source, target, **kwargs).execute(progress=...,
+    commit=..., rebase=...)``; ``target`` may be a writable Icechunk session.
+    """
     progress = check_bool("progress", progress)
-    return plan_group_rechunk(source, target, **kwargs).execute(progress=progress)
+    job = plan_group_rechunk(source, target, **kwargs)
+    return job.execute(progress=progress, commit=commit, rebase=rebase)
 
 
 def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Group:

@@ -763,6 +763,20 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
         "got 'yes'",
         lambda p: shardpipe.rechunk_group(p.grp, p.new, progress="yes"),
     ),
+    (
+        "rechunk_group",
+        "commit",
+        "on a path",
+        "not an Icechunk session",
+        lambda p: shardpipe.rechunk_group(p.grp, p.new, commit="message"),
+    ),
+    (
+        "rechunk_group",
+        "rebase",
+        "without commit",
+        "without commit",
+        lambda p: shardpipe.rechunk_group(p.grp, p.new, rebase=True),
+    ),
     *_groups("plan_group_rechunk", shardpipe.plan_group_rechunk),
     *_maintenance(),
     *_datasets(),
@@ -876,6 +890,23 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("migrate --workers", lambda p: ["migrate", p.draft, p.new, "--workers", "0"], "workers"),
     ("rechunk --shards", lambda p: ["rechunk", p.src, p.new, "--shards", "x"], "--shards"),
     ("rechunk --commit", lambda p: ["rechunk", p.src, p.new, "--commit", "m"], "--icechunk"),
+    # into a repository that does not exist yet: refused before it is created
+    (
+        "rechunk --icechunk --shards",
+        lambda p: ["rechunk", p.src, p.new, "--icechunk", "--shards", "3"],
+        "shards",
+    ),
+    (
+        "rechunk --icechunk --workers",
+        lambda p: ["rechunk", p.src, p.new, "--icechunk", "--workers", "0"],
+        "workers",
+    ),
+    (
+        "rechunk --recursive --icechunk",
+        lambda p: ["rechunk", p.grp, p.new, "--recursive", "--icechunk", "--chunks", "0,10"],
+        "zero or negative",
+    ),
+    ("write-dataset --rebase", lambda p: ["write-dataset", p.ds, p.new, "--rebase"], "--icechunk"),
     (
         "verify --icechunk",
         lambda p: ["verify", p.missing, "--icechunk"],

@@ -389,35 +389,6 @@ def test_rechunk_into_a_session(tmp_path: Path) -> None:
     assert report.ok and report.shards_present == 4, report
 
 
-def test_command_line_rechunk_verify_info(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from shardpipe.cli import main
-
-    source = zarr.create_array(tmp_path / "src.zarr", shape=(40, 40), chunks=(10, 10), dtype="u2")
-    data = _data((40, 40), seed=12)
-    source[...] = data
-    repo_path, src = str(tmp_path / "repo"), str(tmp_path / "src.zarr")
-    rechunk = ["rechunk", src, repo_path, "--icechunk", "--path", "a", "--shards", "16,16"]
-    assert main([*rechunk, "--chunks", "8,8", "--dry-run"]) == 0
-    assert not (tmp_path / "repo").exists()  # a dry run creates no repository
-    assert main([*rechunk, "--chunks", "8,8", "--no-progress", "--commit", "cli"]) == 0
-    out = capsys.readouterr().out
-    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(repo_path))
-    assert f"committed as snapshot {repo.lookup_branch('main')}" in out
-    assert next(s.message for s in repo.ancestry(branch="main")) == "cli"
-    assert_same(_read(repo, "a"), data)
-    assert main(["verify", repo_path, "--icechunk", "--path", "a"]) == 0
-    assert "problems: 0" in capsys.readouterr().out
-    snapshot = repo.lookup_branch("main")
-    assert main(["info", repo_path, "--icechunk", "--path", "a", "--snapshot", snapshot]) == 0
-    assert "shards present: 9 of 9" in capsys.readouterr().out
-    assert main(["verify", str(tmp_path / "none"), "--icechunk", "--path", "a"]) == 2
-    assert "no Icechunk repository" in capsys.readouterr().err
-    assert main(["rechunk", src, str(tmp_path / "plain.zarr"), "--commit", "x"]) == 2
-    assert "--icechunk" in capsys.readouterr().err
-
-
 @pytest.mark.s3
 def test_command_line_rechunk_into_s3(
     tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]

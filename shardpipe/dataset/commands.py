@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from typing import Any
 
 from shardpipe.cli_errors import EXPECTED, fail
+from shardpipe.icechunk_cli import add_writing as add_icechunk_writing
+from shardpipe.icechunk_cli import commit_arguments, writable_session
 
 
 def dim_sizes(text: str) -> dict[str, int]:
@@ -34,7 +37,11 @@ def add_commands(commands: Any, add_store_options: Any) -> None:
         "coordinates, attributes and CF encoding as xarray writes them.",
     )
     write.add_argument("source", help="local path or fsspec URL of the dataset to read")
-    write.add_argument("target", help="local path or fsspec URL of the Zarr v3 store to write")
+    write.add_argument(
+        "target",
+        help="local path or fsspec URL of the Zarr v3 store to write (with --icechunk: the "
+        "repository)",
+    )
     write.add_argument("--source-group", default=None, help="group inside SOURCE")
     write.add_argument("--group", default=None, help="group inside TARGET")
     write.add_argument("--shards", type=dim_sizes, help="shard size per dimension: time=365,...")
@@ -52,6 +59,7 @@ def add_commands(commands: Any, add_store_options: Any) -> None:
         "--no-consolidated", action="store_true", help="do not write consolidated metadata"
     )
     write.add_argument("--progress", action="store_true", help="show a progress bar")
+    add_icechunk_writing(write, "the write")
     add_store_options(write)
     fix = commands.add_parser(
         "repair-dataset",
@@ -81,12 +89,16 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         return 0 if repaired.ok else 1
     from shardpipe.dataset.write import keep_cf_encoding, to_zarr
 
+    target: Any = args.target
     try:
+        commit = commit_arguments(args, "write-dataset")
         # the source's layout and codecs are not the target's: keep only its CF encoding
         ds = keep_cf_encoding(_open_source(args.source, args.source_group))
+        if args.icechunk:
+            target, options = writable_session(args, options), None
         reports = to_zarr(
             ds,
-            args.target,
+            target,
             shards=args.shards,
             chunks=args.chunks,
             mode=args.mode,
@@ -98,6 +110,7 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             max_mem=args.max_mem,
             storage_options=options,
             progress=args.progress,
+            **commit,
         )
     except EXPECTED as err:
         return fail("write-dataset", err, during_work=True)
@@ -116,7 +129,11 @@ def _open_source(source: str, group: str | None) -> Any:
     try:
         mapper = fsspec.get_mapper(source)
         if any(key in mapper for key in ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")):
-            return xr.open_zarr(source, group=group, chunks={})
+            with warnings.catch_warnings():
+                # without consolidated metadata xarray reads the source key by key and advises
+                # consolidating it: the source is only read here, so that advice is noise
+                warnings.filterwarnings("ignore", "Failed to open Zarr store with consolidated")
+                return xr.open_zarr(source, group=group, chunks={})
         return xr.open_dataset(source, group=group, chunks={})
     except (FileNotFoundError, KeyError, ValueError) as err:  # nothing (readable) there
         raise InvalidArgumentError(
