@@ -86,6 +86,12 @@ def _add_storage_option(command: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_progress(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--progress", action="store_true", help="show a progress bar over the shards checked"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     from shardpipe import __version__
 
@@ -144,9 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         help="also fail when a write is unfinished: its job record says so, staging data or "
         "a job marker is left",
     )
-    check.add_argument(
-        "--progress", action="store_true", help="show a progress bar over the shards checked"
-    )
+    _add_progress(check)
     clean = commands.add_parser(
         "cleanup",
         help="remove staging files and abort uploads left by failed writes",
@@ -160,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_store_arguments(about, "store")
     add_icechunk_reading(about)
+    _add_progress(about)
     fix = commands.add_parser(
         "repair",
         help="roll back shards an interrupted update left, remove leftovers, verify",
@@ -173,6 +178,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take over from a job shardpipe cannot prove dead (it ran on another machine)",
     )
+    _add_progress(fix)
     pack = commands.add_parser(
         "compact",
         help="rewrite shards whose unused space is above a threshold",
@@ -182,6 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument(
         "--threshold", type=float, default=0.1, help="unused share above which to rewrite (0.1)"
     )
+    _add_progress(pack)
     add_rechunk_command(commands, _ints, parse_compressor, _add_storage_option)
     add_precomputed_command(commands, _ints, _add_storage_option)
     add_migrate_command(commands, _add_storage_option)
@@ -267,19 +274,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from shardpipe import maintenance
 
         try:
+            common: dict[str, Any] = dict(storage_options=options, progress=args.progress)
             if args.command == "info":
-                print(maintenance.info(store, args.path, storage_options=options))
+                print(maintenance.info(store, args.path, **common))
                 return 0
             if args.command == "compact":
-                print(
-                    maintenance.compact(
-                        args.store, args.path, threshold=args.threshold, storage_options=options
-                    )
+                compacted = maintenance.compact(
+                    args.store, args.path, threshold=args.threshold, **common
                 )
+                print(compacted)
                 return 0
-            fixed = maintenance.repair(
-                args.store, args.path, storage_options=options, force=args.force
-            )
+            fixed = maintenance.repair(args.store, args.path, force=args.force, **common)
         except EXPECTED as err:
             return fail(args.command, err, where=where)
         print(fixed)

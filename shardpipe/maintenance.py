@@ -48,12 +48,15 @@ def _each_shard[T](
     others: Callable[[Listed], None] | None = None,
     *,
     shard_format: ZarrShardingFormat | None = None,
+    progress: bool = False,
+    name: str = "shardpipe",
 ) -> Iterator[T]:
     """Apply ``func`` to every shard present (found by listing), ``workers`` at a time.
 
     Keys under the shard prefix that name no shard of the grid are skipped
     (given to ``others``); a shard deleted since it was listed is skipped.
     ``shard_format`` replaces the format ``metadata`` gives (a draft array's).
+    ``progress`` shows a bar labelled ``name`` over the shards.
     """
     shard_format = format_of(metadata) if shard_format is None else shard_format
 
@@ -67,7 +70,14 @@ def _each_shard[T](
 
     grid = layout_of(metadata).shard_grid
     for result in over_shards(
-        target, shard_format, grid, task, workers=workers, others=others, name="shardpipe"
+        target,
+        shard_format,
+        grid,
+        task,
+        workers=workers,
+        others=others,
+        progress=progress,
+        name=name,
     ):
         if result is not None:
             yield result
@@ -155,6 +165,7 @@ def info(
     *,
     storage_options: dict[str, Any] | None = None,
     workers: int = 8,
+    progress: bool = False,
 ) -> ArrayInfo | GroupInfo | PrecomputedReport:
     """Describe the sharded array at ``path`` from its metadata and shard indexes.
 
@@ -163,9 +174,11 @@ def info(
 
     Reads each shard's index only (no inner chunk is read or decoded). For a
     group, returns a :class:`~shardpipe.groups.GroupInfo` with the
-    :class:`ArrayInfo` of each sharded array in it.
+    :class:`ArrayInfo` of each sharded array in it. ``progress`` shows a bar
+    over the shards of each array (``tqdm.auto``).
     """
     workers = check_int("workers", workers, example=8)
+    progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
     if (precomputed := read_info(target)) is not None:
         return check_volume(target, precomputed, decode=False)
@@ -174,21 +187,22 @@ def info(
             target,
             draft,
             lambda folder, a: _array_info(
-                folder, workers, metadata=a.metadata, shard_format=a.shard_format
+                folder, workers, progress, metadata=a.metadata, shard_format=a.shard_format
             ),
         )
         return GroupInfo(arrays, dict(draft.unsupported))
     check_node_present(target, "path" if path else "store")
     group = group_at(target)
     if group is not None:
-        arrays, skipped = per_array(target, group, lambda t: _array_info(t, workers))
+        arrays, skipped = per_array(target, group, lambda t: _array_info(t, workers, progress))
         return GroupInfo(arrays, skipped)
-    return _array_info(target, workers)
+    return _array_info(target, workers, progress)
 
 
 def _array_info(
     target: ResolvedStore,
     workers: int,
+    progress: bool = False,
     *,
     metadata: ArrayV3Metadata | None = None,
     shard_format: ZarrShardingFormat | None = None,
@@ -211,6 +225,8 @@ def _array_info(
         lambda s: (s.layout.size, len(s.stored), s.layout.unused_nbytes()),
         stray,
         shard_format=shard_format,
+        progress=progress,
+        name=f"info {target.path}" if target.path else "info",
     ):
         present, chunks, nbytes, unused = present + 1, chunks + stored, nbytes + size, unused + free
     sharding = metadata.codecs[0]
@@ -282,6 +298,7 @@ def repair(
     *,
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
+    progress: bool = False,
 ) -> RepairReport:
     """Undo what interrupted writes left, so that every inner chunk holds its old or new content.
 
@@ -298,6 +315,8 @@ def repair(
         Take over from a job whose marker is present although shardpipe
         cannot tell that it stopped (it ran on another machine). Never use
         it while that job may still run.
+    progress : bool
+        Show a bar over the shards of the final check (``tqdm.auto``).
 
     Raises
     ------
@@ -305,6 +324,7 @@ def repair(
         If a job that may still run holds the array (and not ``force``).
     """
     force = check_bool("force", force)
+    progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
     check_node_present(target, "path" if path else "store", records=True)
     shards, keys = target.shards, JobKeys(target.key(""))
@@ -318,7 +338,7 @@ def repair(
     with holding(shards, keys, "repair"):
         report.rolled_back += recover(shards, keys, None)
         report.removed_past_grid = _remove_past_grid(target)
-    checked = verify(target)
+    checked = verify(target, progress=progress)
     assert isinstance(checked, VerifyReport)  # a zarr array: its metadata was read above
     report.verify = checked
     return report
@@ -372,6 +392,7 @@ def compact(
     threshold: float = 0.1,
     storage_options: dict[str, Any] | None = None,
     workers: int = 4,
+    progress: bool = False,
 ) -> CompactReport:
     """Rewrite every shard whose unused share of bytes is above ``threshold``.
 
@@ -388,12 +409,15 @@ def compact(
         (``0`` rewrites every shard with any unused byte).
     workers : int
         Shards rewritten concurrently.
+    progress : bool
+        Show a bar over the shards checked (``tqdm.auto``).
     """
     if not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
         raise InvalidArgumentError(
             "threshold", f"{threshold!r} is not in [0, 1)", "Use e.g. threshold=0.1"
         )
     workers = check_int("workers", workers, example=4)
+    progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
     check_node_present(target, "path" if path else "store")
     metadata, _ = read_metadata(target, "store")
@@ -408,7 +432,8 @@ def compact(
         return size, rewrite_shard(shard_format, stored, plan, {})
 
     with holding(target.shards, JobKeys(target.key("")), "compact"):
-        for before, after in _each_shard(target, metadata, workers, one):
+        shards = _each_shard(target, metadata, workers, one, progress=progress, name="compact")
+        for before, after in shards:
             report.shards_checked += 1
             if after >= 0:
                 report.shards_rewritten += 1

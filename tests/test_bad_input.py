@@ -457,6 +457,15 @@ def _maintenance() -> list[tuple[str, str, Any, str, Call]]:
             lambda p: shardpipe.verify(p.arr, complete="yes"),
         ),
         ("verify", "progress", "no", "got 'no'", lambda p: shardpipe.verify(p.arr, progress="no")),
+        ("info", "progress", "no", "got 'no'", lambda p: shardpipe.info(p.arr, progress="no")),
+        ("repair", "progress", "no", "got 'no'", lambda p: shardpipe.repair(p.arr, progress="no")),
+        (
+            "compact",
+            "progress",
+            "no",
+            "got 'no'",
+            lambda p: shardpipe.compact(p.arr, progress="no"),
+        ),
         ("repair", "force", "yes", "got 'yes'", lambda p: shardpipe.repair(p.arr, force="yes")),
         ("repair", "force", 1, "got 1 (int)", lambda p: shardpipe.repair(p.arr, force=1)),
     ]

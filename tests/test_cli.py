@@ -122,3 +122,23 @@ def test_info_compact_and_repair(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["repair", str(tmp_path), "--force"]) == 0
     assert not (tmp_path / ".shardpipe" / "job.json").exists()
     assert main(["info", str(tmp_path / "nothing")]) == 2
+
+
+def test_info_compact_and_repair_show_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path)
+    shardpipe.to_sharded_zarr(
+        np.full((10, 25), 1, "int32"),
+        str(tmp_path),
+        region=(slice(0, 10), slice(0, 25)),
+        write_strategy="append",
+    )
+    for command in ("info", "compact", "repair"):
+        assert main([command, str(tmp_path)]) == 0
+        assert "4/4" not in capsys.readouterr().err  # no bar unless asked
+        assert main([command, str(tmp_path), "--progress"]) == 0
+        bar = capsys.readouterr().err
+        assert "4/4" in bar and ("verify" if command == "repair" else command) in bar, bar
+    assert shardpipe.compact(str(tmp_path), threshold=0, progress=True).shards_checked == 4
+    assert "compact" in capsys.readouterr().err
