@@ -917,6 +917,16 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ),
     ("write-dataset --rebase", lambda p: ["write-dataset", p.ds, p.new, "--rebase"], "--icechunk"),
     (
+        "write-dataset --icechunk --shards",
+        lambda p: ["write-dataset", p.ds, p.new, "--icechunk", "--shards", "nope=5"],
+        "nope",
+    ),
+    (
+        "write-dataset --icechunk --append-dim",
+        lambda p: ["write-dataset", p.ds, p.new, "--icechunk", "--append-dim", "nope"],
+        "append_dim",
+    ),
+    (
         "verify --icechunk",
         lambda p: ["verify", p.missing, "--icechunk"],
         "no Icechunk repository",

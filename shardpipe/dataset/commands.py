@@ -87,31 +87,30 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             return fail("repair-dataset", err, where=args.store)
         print(repaired)
         return 0 if repaired.ok else 1
+    from shardpipe.dataset.arguments import check_arguments
     from shardpipe.dataset.write import keep_cf_encoding, to_zarr
 
     target: Any = args.target
+    given: dict[str, Any] = dict(
+        shards=args.shards,
+        chunks=args.chunks,
+        mode=args.mode,
+        append_dim=args.append_dim,
+        group=args.group,
+        consolidated=not args.no_consolidated,
+        write_strategy=args.write_strategy,
+        chunk_checksums=not args.no_chunk_checksums,
+        max_mem=args.max_mem,
+        progress=args.progress,
+    )
     try:
         commit = commit_arguments(args, "write-dataset")
         # the source's layout and codecs are not the target's: keep only its CF encoding
         ds = keep_cf_encoding(_open_source(args.source, args.source_group))
-        if args.icechunk:
+        if args.icechunk:  # check first: a refused write creates no repository
+            check_arguments(ds, **given)
             target, options = writable_session(args, options), None
-        reports = to_zarr(
-            ds,
-            target,
-            shards=args.shards,
-            chunks=args.chunks,
-            mode=args.mode,
-            append_dim=args.append_dim,
-            group=args.group,
-            consolidated=not args.no_consolidated,
-            write_strategy=args.write_strategy,
-            chunk_checksums=not args.no_chunk_checksums,
-            max_mem=args.max_mem,
-            storage_options=options,
-            progress=args.progress,
-            **commit,
-        )
+        reports = to_zarr(ds, target, storage_options=options, **given, **commit)
     except EXPECTED as err:
         return fail("write-dataset", err, during_work=True)
     assert isinstance(reports, dict)

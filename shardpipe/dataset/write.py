@@ -38,19 +38,17 @@ from xarray.backends.common import ArrayWriter
 from xarray.backends.writers import dump_to_store
 from xarray.backends.zarr import ZarrStore
 
-from shardpipe.checks import check_bool, check_path, check_progress
 from shardpipe.creation import check_no_other_job
+from shardpipe.dataset.arguments import check_arguments
 from shardpipe.dataset.existing import StoredVariables, check_compatible
 from shardpipe.dataset.layout import (
     VariableShape,
-    check_dim_sizes,
     grid_aligned_chunks,
     variable_layout,
 )
 from shardpipe.encoding import checksummed_compressors
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.execute import execute_together
-from shardpipe.existing import check_strategy
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.metadata import is_sharded
 from shardpipe.prepare import prepare_fill, prepare_write
@@ -58,10 +56,6 @@ from shardpipe.reports import WriteReport
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.store_checks import check_store_reachable, check_target
 from shardpipe.transaction import check_commit, check_writable, commit_write
-from shardpipe.validate import check_dim_region, check_max_mem, check_variable_encoding
-
-MODES = ("w-", "w", "a", "r+")
-"""Write modes, as in ``xarray.Dataset.to_zarr``."""
 
 CARRIED_ENCODING = frozenset(
     {"dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units", "calendar"}
@@ -104,23 +98,26 @@ def to_zarr(
     parameters.
     """
     ds = as_dataset(obj)
-    mode = _check_mode(mode, append_dim, region)
-    check_dim_region(region, ds.dims)
-    check_path("group", group)
-    progress, compute = check_progress(progress, compute)
-    consolidated = check_bool("consolidated", consolidated)
-    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
-    strategy = check_strategy(write_strategy)
-    budget = check_max_mem(max_mem)
-    if append_dim is not None and append_dim not in ds.dims:
-        raise InvalidArgumentError(
-            "append_dim",
-            f"{append_dim!r} is not a dimension of the dataset (it has {list(ds.dims)})",
-            "Name the dimension to append along",
-        )
-    shard_sizes = check_dim_sizes("shards", shards, list(ds.dims))
-    chunk_sizes = check_dim_sizes("chunks", chunks, list(ds.dims))
-    encoding = _check_encoding(encoding, ds)
+    checked = check_arguments(
+        ds,
+        shards=shards,
+        chunks=chunks,
+        encoding=encoding,
+        mode=mode,
+        append_dim=append_dim,
+        region=region,
+        group=group,
+        consolidated=consolidated,
+        write_strategy=write_strategy,
+        chunk_checksums=chunk_checksums,
+        max_mem=max_mem,
+        compute=compute,
+        progress=progress,
+    )
+    mode, progress, compute = checked.mode, checked.progress, checked.compute
+    consolidated, chunk_checksums = checked.consolidated, checked.chunk_checksums
+    strategy, budget, encoding = checked.strategy, checked.budget, checked.encoding
+    shard_sizes, chunk_sizes = checked.shard_sizes, checked.chunk_sizes
     root, stored = _open_target(store, group, storage_options, mode)
     message, rebase = check_commit(commit, rebase, root)
     if root.transactional:
@@ -313,49 +310,6 @@ def _xarray_store(
         safe_chunks=False,  # shardpipe writes shards whatever the Dask chunks
         zarr_format=3,
     )
-
-
-def _check_mode(mode: Any, append_dim: Any, region: Any) -> str:
-    if mode is None:
-        mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
-    if mode not in MODES:
-        raise InvalidArgumentError(
-            "mode", f"unknown value {mode!r}", f"Use one of {', '.join(map(repr, MODES))}"
-        )
-    if append_dim is not None and region is not None:
-        raise InvalidArgumentError(
-            "region", "region and append_dim were both given", "Pass one of them"
-        )
-    if append_dim is not None and mode != "a":
-        raise InvalidArgumentError(
-            "mode", f"{mode!r} cannot append (append_dim={append_dim!r})", "Use mode='a'"
-        )
-    if region is not None and mode not in ("a", "r+"):
-        raise InvalidArgumentError(
-            "mode", f"{mode!r} cannot write a region", "Use mode='r+' (or 'a')"
-        )
-    return str(mode)
-
-
-def _check_encoding(
-    encoding: Mapping[Hashable, Mapping[str, Any]] | None, ds: xr.Dataset
-) -> dict[Hashable, dict[str, Any]]:
-    if encoding is None:
-        return {}
-    if not isinstance(encoding, Mapping):
-        raise InvalidArgumentError(
-            "encoding",
-            f"expected a dict of variable name to encoding dict, got {encoding!r}",
-            'Pass e.g. encoding={"t2m": {"dtype": "int16", "scale_factor": 0.01}}',
-        )
-    unknown = [name for name in encoding if name not in ds.variables]
-    if unknown:
-        raise InvalidArgumentError(
-            "encoding",
-            f"names variable(s) {unknown} that the dataset lacks",
-            f"Give encodings for variables of the dataset ({list(ds.variables)})",
-        )
-    return {name: check_variable_encoding(name, value) for name, value in encoding.items()}
 
 
 def _shardable(var: xr.Variable, encoding: Mapping[str, Any]) -> bool:

@@ -1,0 +1,132 @@
+"""Checking the arguments of ``ds.shard.to_zarr`` that need no target (before anything is opened).
+
+:func:`check_arguments` is called by :func:`shardpipe.dataset.write.to_zarr`
+and, before it creates an Icechunk repository, by ``shardpipe write-dataset``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import xarray as xr
+
+from shardpipe.checks import check_bool, check_path, check_progress
+from shardpipe.dataset.layout import check_dim_sizes
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.existing import check_strategy
+from shardpipe.job import DEFAULT_MAX_MEM
+from shardpipe.validate import check_dim_region, check_max_mem, check_variable_encoding
+
+MODES = ("w-", "w", "a", "r+")
+"""Write modes, as in ``xarray.Dataset.to_zarr``."""
+
+
+@dataclass(frozen=True)
+class CheckedArguments:
+    """The arguments of :func:`to_zarr` that need no target, checked against the dataset."""
+
+    mode: str
+    progress: bool
+    compute: bool
+    consolidated: bool
+    chunk_checksums: bool
+    strategy: str
+    budget: int
+    shard_sizes: dict[Hashable, int]
+    chunk_sizes: dict[Hashable, int]
+    encoding: dict[Hashable, dict[str, Any]]
+
+
+def check_arguments(
+    ds: xr.Dataset,
+    *,
+    shards: Mapping[Hashable, int] | None = None,
+    chunks: Mapping[Hashable, int] | None = None,
+    encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
+    mode: str | None = None,
+    append_dim: Hashable | None = None,
+    region: Mapping[Hashable, Any] | str | None = None,
+    group: str | None = None,
+    consolidated: bool = True,
+    write_strategy: str = "auto",
+    chunk_checksums: bool = True,
+    max_mem: int | str = DEFAULT_MAX_MEM,
+    compute: bool = True,
+    progress: bool = False,
+) -> CheckedArguments:
+    """Check what :func:`to_zarr` can check before it looks at the target.
+
+    The command line calls it before it creates an Icechunk repository.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        Naming the first argument refused.
+    """
+    mode = _check_mode(mode, append_dim, region)
+    check_dim_region(region, ds.dims)
+    check_path("group", group)
+    progress, compute = check_progress(progress, compute)
+    if append_dim is not None and append_dim not in ds.dims:
+        raise InvalidArgumentError(
+            "append_dim",
+            f"{append_dim!r} is not a dimension of the dataset (it has {list(ds.dims)})",
+            "Name the dimension to append along",
+        )
+    return CheckedArguments(
+        mode=mode,
+        progress=progress,
+        compute=compute,
+        consolidated=check_bool("consolidated", consolidated),
+        chunk_checksums=check_bool("chunk_checksums", chunk_checksums),
+        strategy=check_strategy(write_strategy),
+        budget=check_max_mem(max_mem),
+        shard_sizes=check_dim_sizes("shards", shards, list(ds.dims)),
+        chunk_sizes=check_dim_sizes("chunks", chunks, list(ds.dims)),
+        encoding=_check_encoding(encoding, ds),
+    )
+
+
+def _check_mode(mode: Any, append_dim: Any, region: Any) -> str:
+    if mode is None:
+        mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
+    if mode not in MODES:
+        raise InvalidArgumentError(
+            "mode", f"unknown value {mode!r}", f"Use one of {', '.join(map(repr, MODES))}"
+        )
+    if append_dim is not None and region is not None:
+        raise InvalidArgumentError(
+            "region", "region and append_dim were both given", "Pass one of them"
+        )
+    if append_dim is not None and mode != "a":
+        raise InvalidArgumentError(
+            "mode", f"{mode!r} cannot append (append_dim={append_dim!r})", "Use mode='a'"
+        )
+    if region is not None and mode not in ("a", "r+"):
+        raise InvalidArgumentError(
+            "mode", f"{mode!r} cannot write a region", "Use mode='r+' (or 'a')"
+        )
+    return str(mode)
+
+
+def _check_encoding(
+    encoding: Mapping[Hashable, Mapping[str, Any]] | None, ds: xr.Dataset
+) -> dict[Hashable, dict[str, Any]]:
+    if encoding is None:
+        return {}
+    if not isinstance(encoding, Mapping):
+        raise InvalidArgumentError(
+            "encoding",
+            f"expected a dict of variable name to encoding dict, got {encoding!r}",
+            'Pass e.g. encoding={"t2m": {"dtype": "int16", "scale_factor": 0.01}}',
+        )
+    unknown = [name for name in encoding if name not in ds.variables]
+    if unknown:
+        raise InvalidArgumentError(
+            "encoding",
+            f"names variable(s) {unknown} that the dataset lacks",
+            f"Give encodings for variables of the dataset ({list(ds.variables)})",
+        )
+    return {name: check_variable_encoding(name, value) for name, value in encoding.items()}
