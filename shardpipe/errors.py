@@ -123,6 +123,38 @@ class MetadataError(ShardpipeError, ValueError):
     """
 
 
+class UnsafeKeyError(ShardpipeError, ValueError):
+    """A key would lead outside the store (``..``, an absolute path, a NUL, a link out).
+
+    Keys that come from stored bytes (metadata documents, listings, markers,
+    records, a precomputed ``info``) are checked before any read, write, link
+    or delete; one that could reach outside the store is refused with this
+    error, which names the key and where it came from.
+
+    Parameters
+    ----------
+    key : str
+        The refused key.
+    origin : str
+        Where the key came from (a document's key, ``"a listing"``...).
+    why : str
+        What makes it unsafe.
+    """
+
+    def __init__(self, key: str, origin: str, why: str) -> None:
+        self.key = key
+        self.origin = origin
+        self.why = why
+        where = f" (from {origin})" if origin else ""
+        super().__init__(
+            f"refused the key {key!r}{where}: {why}; keys must stay inside the store. "
+            "The stored data may have been tampered with: inspect it before writing again"
+        )
+
+    def __reduce__(self) -> tuple[type[UnsafeKeyError], tuple[str, str, str]]:
+        return type(self), (self.key, self.origin, self.why)
+
+
 class StorageError(ShardpipeError, OSError):
     """A storage operation failed (after retries, when the fault was transient)."""
 
