@@ -695,3 +695,34 @@ def test_a_killed_write_leaves_complete_shards(tmp_path: Path) -> None:
             np.testing.assert_array_equal(got, want)  # a shard present is complete
             complete += 1
     assert complete == present
+
+
+def _read_scale(path: Path, scale: int) -> np.ndarray:
+    store = ts.open(
+        {
+            "driver": "neuroglancer_precomputed",
+            "kvstore": {"driver": "file", "path": str(path)},
+            "scale_index": scale,
+        }
+    ).result()
+    return np.asarray(store.read().result())
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [("uint64", 2**63), ("uint64", 2**64 - 1), ("uint32", 2**32 - 1), ("float32", np.inf)],
+)
+def test_a_pyramid_at_the_top_of_the_range(tmp_path: Path, dtype: str, value: Any) -> None:
+    """Issue 32: a uint64 volume of 2**63 raised a raw OverflowError mid-write."""
+    data = np.full((64, 64, 64), value, dtype=dtype)
+    shardpipe.to_neuroglancer_precomputed(
+        data,
+        tmp_path / "vol",
+        resolution=(1, 1, 1),
+        chunk_size=(32, 32, 32),
+        scales=[(1, 1, 1), (2, 2, 2)],
+    )
+    for scale, size in ((0, 64), (1, 32)):
+        back = _read_scale(tmp_path / "vol", scale)
+        np.testing.assert_array_equal(back, np.full((size, size, size, 1), value, dtype=dtype))
+    assert shardpipe.verify(tmp_path / "vol").ok
