@@ -20,7 +20,6 @@ Chunks absent from every shard read as zeros, as Neuroglancer reads them.
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import re
 import zlib
@@ -31,10 +30,12 @@ import numpy as np
 
 from shardpipe.core.morton import morton_coords
 from shardpipe.core.precomputed_plan import ScaleGrid
-from shardpipe.errors import ShardFormatError
+from shardpipe.errors import MetadataError, ShardFormatError
 from shardpipe.formats.base import read_checked_index
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.formats.precomputed_chunks import decode_chunk
+from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, decode_chunk
+from shardpipe.formats.precomputed_chunks import ENCODINGS as DECODED
+from shardpipe.formats.precomputed_info import MAX_INFO_NBYTES, VolumeInfo, parse_info
 from shardpipe.formats.precomputed_shards import ScaleShardFormats
 from shardpipe.storage.local import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
@@ -66,6 +67,9 @@ class ScaleReport:
     leftovers : int
         Temporary files of writes that did not finish (``*.shardpipe-tmp``):
         not shards, not problems.
+    notes : list of str
+        What was not checked, and why (chunks of an encoding shardpipe does
+        not decode).
     """
 
     key: str
@@ -79,6 +83,7 @@ class ScaleReport:
     problems: list[str] = field(default_factory=list)
     n_problems: int = 0
     leftovers: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def problem(self, text: str) -> None:
         """Record a problem."""
@@ -119,6 +124,7 @@ class PrecomputedReport:
                     else ""
                 )
             )
+            lines += [f"    note: {n}" for n in s.notes]
             lines += [f"    problem: {p}" for p in s.problems]
             if s.n_problems > len(s.problems):
                 lines.append(f"    ... and {s.n_problems - len(s.problems)} more problems")
@@ -134,49 +140,57 @@ def _describe(spec: dict[str, Any]) -> str:
     )
 
 
-def read_info(target: ResolvedStore) -> dict[str, Any] | None:
-    """The precomputed ``info`` document at the target, or None when there is none."""
-    raw = target.shards.get(target.key("info"))
-    if raw is None:
+def read_info(target: ResolvedStore) -> VolumeInfo | None:
+    """The checked ``info`` file at the target, or None when it holds no precomputed volume.
+
+    Raises
+    ------
+    shardpipe.errors.MetadataError
+        When the ``info`` file claims a precomputed volume but a member is
+        wrong (:func:`~shardpipe.formats.precomputed_info.parse_info`).
+    shardpipe.errors.UnsafeKeyError
+        When a scale's key would lead outside the volume.
+    """
+    key = target.key("info")
+    size = target.shards.size(key)
+    if size is None:
         return None
-    try:
-        document = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(document, dict):
-        return None
-    kind = document.get("@type")
-    if kind == "neuroglancer_multiscale_volume":
-        return document
-    # "@type" is optional (cloud-volume leaves it out): a data type and scales will do
-    if kind is None and "data_type" in document and isinstance(document.get("scales"), list):
-        return document
-    return None
+    if size > MAX_INFO_NBYTES:
+        raise MetadataError(
+            f"{key!r} has {size:,} bytes, more than the {MAX_INFO_NBYTES:,} an info file may have"
+        )
+    raw = target.shards.get(key)
+    return None if raw is None else parse_info(raw, key)
 
 
 def check_volume(
-    target: ResolvedStore, info: dict[str, Any], *, decode: bool = True
+    target: ResolvedStore, info: VolumeInfo, *, decode: bool = True
 ) -> PrecomputedReport:
     """Check (``decode``: down to every chunk's bytes) or describe the volume at ``target``."""
-    dtype = np.dtype(info.get("data_type", "uint8"))
-    channels = int(info.get("num_channels", 1))
     scales = []
-    for scale in info.get("scales", []):
-        grid = ScaleGrid(tuple(scale["size"]), tuple(scale["chunk_sizes"][0]))
-        sharding = scale.get("sharding")
+    for scale in info.scales:
+        grid = scale.grid
+        spec = scale.sharding
         report = ScaleReport(
-            scale["key"], grid.size, grid.chunk_size, sharding, math.prod(grid.grid)
+            scale.key,
+            grid.size,
+            grid.chunk_size,
+            None if spec is None else spec.to_json(),
+            math.prod(grid.grid),
         )
-        chunks = _Chunks(str(scale.get("encoding", "raw")), dtype, channels) if decode else None
-        if sharding is not None:
-            spec = PrecomputedSharding.from_json(sharding)
+        chunks = None
+        if decode and scale.encoding in DECODED:
+            block = scale.block_size or CSEG_BLOCK
+            chunks = _Chunks(scale.encoding, info.dtype, info.num_channels, block)
+        elif decode:
+            report.notes.append(f"chunks encoded as {scale.encoding!r} are not decoded")
+        if spec is not None:
             _check_scale(target, report, grid, spec, chunks)
         else:
-            offset = tuple(int(v) for v in scale.get("voxel_offset", (0,) * len(grid.size)))
-            _check_unsharded(target, report, grid, offset, chunks)
+            _check_unsharded(target, report, grid, scale.voxel_offset, chunks)
         scales.append(report)
     return PrecomputedReport(
-        str(info.get("type")), dtype.name, channels, scales, checked_chunks=decode
+        info.volume_type, info.data_type, info.num_channels, scales, checked_chunks=decode
     )
 
 
@@ -238,6 +252,7 @@ class _Chunks:
     encoding: str
     dtype: np.dtype[Any]
     channels: int
+    block_size: tuple[int, ...]
 
 
 def _check_scale(
@@ -300,7 +315,7 @@ def _check_chunk(
     shape = (*(s.stop - s.start for s in box), chunks.channels)
     try:
         stored = data if spec is None else spec.decode_chunk(data)
-        decode_chunk(stored, chunks.encoding, shape, chunks.dtype)
+        decode_chunk(stored, chunks.encoding, shape, chunks.dtype, chunks.block_size)
     except ImportError:
         return  # jpeg or compressed_segmentation without their package: not decoded
     except Exception as err:  # each decoder has its own errors: any of them is a finding

@@ -104,9 +104,16 @@ def encode_chunk(chunk: np.ndarray, encoding: str) -> Buffer:
 
 
 def decode_chunk(
-    data: bytes, encoding: str, shape: tuple[int, ...], dtype: np.dtype[Any]
+    data: bytes,
+    encoding: str,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    block_size: tuple[int, ...] = CSEG_BLOCK,
 ) -> np.ndarray:
-    """The ``(x, y, z, channel)`` array of a chunk's bytes (raises on bytes that do not decode)."""
+    """The ``(x, y, z, channel)`` array of a chunk's bytes (raises on bytes that do not decode).
+
+    ``block_size`` is the ``compressed_segmentation`` block size of the scale.
+    """
     if encoding == "raw":
         expected = int(np.prod(shape)) * dtype.itemsize
         if len(data) != expected:
@@ -121,6 +128,8 @@ def decode_chunk(
             raise ValueError(f"a {image.shape[:2]} image, the chunk is {(nz * ny, nx)}")
         decoded: np.ndarray = image.reshape(nz, ny, nx, channels).transpose(2, 1, 0, 3)
         return decoded
+    if encoding != "compressed_segmentation":
+        raise ValueError(f"shardpipe does not decode {encoding!r} chunks")
     import compressed_segmentation
 
     channels = shape[3]
@@ -135,6 +144,6 @@ def decode_chunk(
     for c, (start, stop) in enumerate(zip(starts, stops, strict=True)):
         one = b"".join([np.array([1], dtype="<u4").tobytes(), words[start:stop].tobytes()])
         labels[..., c] = compressed_segmentation.decompress(
-            one, (*shape[:3], 1), dtype, block_size=CSEG_BLOCK, order="F"
+            one, (*shape[:3], 1), dtype, block_size=block_size, order="F"
         ).reshape(shape[:3], order="F")
     return labels
