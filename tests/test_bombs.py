@@ -1,0 +1,167 @@
+"""Decompression bombs: every one fails fast, within memory, with a ShardpipeError naming sizes.
+
+Issue 28 measured a 495 KB shard whose gzip'd minishard index inflated to
+2.7 GB in ``verify``, a 510 KB ``.gz`` chunk file to 1.1 GB, and a 510 KB
+zarr gzip chunk to 1.1 GB in ``verify`` and in a region write. Each case
+here plants a bomb (512 MiB of zeros in about 510 KB of gzip, or a header
+that declares gigabytes) where a writer would put a small chunk or index,
+then runs the command in a child process that reports its time and the
+growth of its peak RSS: each must end in a ``ShardpipeError`` naming the
+file and the sizes, in under 2 s and 256 MB (the Done-when of issue 28;
+the bounds below are that, the timing with slack for a loaded machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import numpy as np
+import pytest
+import zarr
+
+import shardpipe
+from shardpipe.formats.base import assemble_shard
+from shardpipe.metadata import format_of, open_array_metadata
+from shardpipe.storage.resolve import resolve_store
+
+BOMB_NBYTES = 512 << 20
+MOST_SECONDS = 2.0
+MOST_RSS_MIB = 256
+
+CHILD = r"""
+import json, resource, sys, time, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import shardpipe
+from shardpipe.errors import ShardpipeError
+
+case, path = sys.argv[1], sys.argv[2]
+
+def run():
+    if case == "verify":
+        report = shardpipe.verify(path)
+        return "ok" if report.ok else str(report)
+    if case == "region":
+        shardpipe.to_sharded_zarr(
+            np.ones((10, 10, 10), dtype="uint8"), path, region=(slice(0, 10),) * 3
+        )
+        return "written"
+    raise ValueError(case)
+
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+def now():
+    with open("/proc/self/status") as status:
+        line = next(l for l in status if l.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+before = now()  # the peak after, less the RSS now: an upper bound of the growth
+start = time.perf_counter()
+try:
+    outcome = {"returned": run()}
+except ShardpipeError as err:
+    outcome = {"error": type(err).__name__, "message": str(err)}
+except BaseException as err:  # anything else is a finding
+    outcome = {"raw": type(err).__name__, "message": str(err)[:500]}
+outcome["seconds"] = time.perf_counter() - start
+outcome["rss_mib"] = peak() - before
+print(json.dumps(outcome))
+"""
+
+
+def run_child(case: str, path: Path) -> dict[str, Any]:
+    """Run ``case`` on ``path`` in a fresh process; its outcome, seconds and RSS growth."""
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, case, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    outcome: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return outcome
+
+
+def assert_refused_fast(outcome: dict[str, Any], *words: str) -> str:
+    """The outcome is a ShardpipeError (or a report) naming ``words``, fast and small."""
+    message = outcome.get("message") or outcome.get("returned", "")
+    assert "raw" not in outcome, outcome
+    for word in words:
+        assert word in message, (word, outcome)
+    assert outcome["seconds"] < MOST_SECONDS, outcome
+    assert outcome["rss_mib"] < MOST_RSS_MIB, outcome
+    return str(message)
+
+
+@pytest.fixture(scope="module")
+def gzip_bomb() -> bytes:
+    """512 MiB of zeros as one gzip member (about 510 KB)."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    parts = [deflate.compress(zeros) for _ in range(BOMB_NBYTES >> 20)]
+    return b"".join([*parts, deflate.flush()])
+
+
+# -- zarr inner chunks ----------------------------------------------------------------------------
+def _zarr_with_bomb(path: Path, compressors: Any, chunk: bytes) -> Path:
+    """A 128^3 uint8 array in one shard of 64^3 chunks; inner chunk 0 replaced by ``chunk``."""
+    data = np.arange(128**3, dtype="uint32").reshape(128, 128, 128).astype("uint8")
+    shardpipe.to_sharded_zarr(
+        data, str(path), shards=(128, 128, 128), chunks=(64, 64, 64), compressors=compressors
+    )
+    metadata = open_array_metadata(resolve_store(str(path)))
+    names = [c.to_dict()["name"] for c in metadata.codecs[0].codecs]  # type: ignore[attr-defined]
+    if names[-1] == "crc32c":  # chunk checksums: the bomb sits under a valid CRC32C
+        chunk += crc32c.crc32c(chunk).to_bytes(4, "little")
+    fmt = format_of(metadata)
+    shard = path / "c" / "0" / "0" / "0"
+    raw = shard.read_bytes()
+    index, _ = fmt.read_index(lambda a, b: raw[a:b], len(raw), shard=(0, 0, 0))
+    chunks = [
+        (slot, raw[int(a) : int(a) + int(n)])
+        for slot, (a, n) in enumerate(index.entries.tolist())
+        if slot
+    ]
+    shard.write_bytes(
+        b"".join(bytes(b) for b in assemble_shard(fmt, [(0, chunk), *chunks], shard=(0, 0, 0)))
+    )
+    return path
+
+
+@pytest.mark.parametrize("case", ["verify", "region"])
+def test_a_zarr_gzip_chunk_bomb(tmp_path: Path, gzip_bomb: bytes, case: str) -> None:
+    path = _zarr_with_bomb(tmp_path / "a.zarr", zarr.codecs.GzipCodec(), gzip_bomb)
+    shard = (path / "c" / "0" / "0" / "0").read_bytes()
+    outcome = run_child(case, path)
+    message = assert_refused_fast(outcome, "c/0/0/0", "262,144 bytes expected")
+    assert "inflate to more than" in message, message
+    if case == "region":
+        assert outcome["error"] == "ChunkDecodeError", outcome
+        assert (path / "c" / "0" / "0" / "0").read_bytes() == shard  # left as it was
+
+
+def test_a_zarr_zlib_chunk_bomb(tmp_path: Path) -> None:
+    from zarr.codecs.numcodecs import Zlib
+
+    deflate = zlib.compressobj(9)
+    bomb = b"".join([deflate.compress(bytes(1 << 20)) for _ in range(256)] + [deflate.flush()])
+    path = _zarr_with_bomb(tmp_path / "z.zarr", Zlib(level=1), bomb)
+    assert_refused_fast(run_child("verify", path), "c/0/0/0", "zlib data inflate to more than")
+
+
+def test_a_blosc_header_declaring_gigabytes(tmp_path: Path) -> None:
+    from numcodecs import Blosc
+
+    frame = bytearray(Blosc().encode(np.zeros(64**3, dtype="uint8")))
+    frame[4:8] = (3 << 30).to_bytes(4, "little")  # declares 3 GiB decoded
+    path = _zarr_with_bomb(tmp_path / "b.zarr", zarr.codecs.BloscCodec(), bytes(frame))
+    assert_refused_fast(run_child("verify", path), "c/0/0/0", "declares 3,221,225,472 decoded")
