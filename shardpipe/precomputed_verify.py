@@ -19,24 +19,23 @@ Chunks absent from every shard read as zeros, as Neuroglancer reads them.
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from shardpipe.bounded_decode import gunzip
 from shardpipe.core.morton import morton_coords
 from shardpipe.core.precomputed_plan import ScaleGrid
-from shardpipe.errors import MetadataError, ShardFormatError
+from shardpipe.errors import ChunkDecodeError, MetadataError, ShardFormatError
 from shardpipe.formats.base import read_checked_index
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, decode_chunk
+from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, decode_chunk, max_encoded_nbytes
 from shardpipe.formats.precomputed_chunks import ENCODINGS as DECODED
 from shardpipe.formats.precomputed_info import MAX_INFO_NBYTES, VolumeInfo, parse_info
-from shardpipe.formats.precomputed_shards import ScaleShardFormats
+from shardpipe.formats.precomputed_shards import listed_shard_format
 from shardpipe.storage.local import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 
@@ -223,11 +222,14 @@ def _check_unsharded(
         data = store.get(key) if chunks is not None else None
         if chunks is None or data is None:
             continue
-        try:
-            data = gzip.decompress(data) if file.endswith(".gz") else data
-        except (OSError, EOFError, zlib.error) as err:
-            report.problem(f"{key} does not gunzip ({err})")
-            continue
+        if file.endswith(".gz"):
+            box = grid.chunk_box(coords)
+            shape = (*(s.stop - s.start for s in box), chunks.channels)
+            try:  # never past what the chunk's encoding can take
+                data = gunzip(data, max_encoded_nbytes(shape, chunks.dtype, chunks.encoding))
+            except ChunkDecodeError as err:
+                report.problem(f"{key} does not gunzip ({err})")
+                continue
         _check_chunk(data, None, grid, np.array(coords), chunks, key, report)
 
 
@@ -265,7 +267,6 @@ def _check_scale(
     store, prefix = target.shards, target.key(f"{report.key}/")
     digits = -(-spec.shard_bits // 4)
     name = re.compile(rf"^[0-9a-f]{{{max(digits, 1)}}}\.shard$")
-    shard_formats = ScaleShardFormats(grid, spec)
     for key in store.list(prefix):
         file = key[len(prefix) :]
         if file.endswith(TEMPORARY_SUFFIX):
@@ -284,8 +285,11 @@ def _check_scale(
         def read(start: int, stop: int, key: str = key) -> bytes:
             return store.get_range(key, start, stop)
 
-        shard_format = shard_formats.of(shard[0])
-        try:
+        try:  # the shard as its own indexes list it: the grid is never enumerated
+            try:
+                shard_format = listed_shard_format(grid, spec, shard[0], read, size)
+            except ShardFormatError as err:
+                raise ShardFormatError(f"shard {key!r}: {err}") from err
             index, _ = read_checked_index(shard_format, read, size, key, shard=shard)
         except ShardFormatError as err:
             report.problem(str(err))
@@ -314,7 +318,8 @@ def _check_chunk(
     box = grid.chunk_box([int(c) for c in coords])
     shape = (*(s.stop - s.start for s in box), chunks.channels)
     try:
-        stored = data if spec is None else spec.decode_chunk(data)
+        limit = max_encoded_nbytes(shape, chunks.dtype, chunks.encoding)
+        stored = data if spec is None else spec.decode_chunk(data, limit)
         decode_chunk(stored, chunks.encoding, shape, chunks.dtype, chunks.block_size)
     except ImportError:
         return  # jpeg or compressed_segmentation without their package: not decoded

@@ -37,6 +37,7 @@ MOST_RSS_MIB = 256
 
 CHILD = r"""
 import json, resource, sys, time, warnings
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # the old code: MemoryError, no swap
 warnings.simplefilter("ignore")
 import numpy as np
 import shardpipe
@@ -45,9 +46,8 @@ from shardpipe.errors import ShardpipeError
 case, path = sys.argv[1], sys.argv[2]
 
 def run():
-    if case == "verify":
-        report = shardpipe.verify(path)
-        return "ok" if report.ok else str(report)
+    if case in ("verify", "info"):
+        return str(getattr(shardpipe, case)(path))
     if case == "region":
         shardpipe.to_sharded_zarr(
             np.ones((10, 10, 10), dtype="uint8"), path, region=(slice(0, 10),) * 3
@@ -165,3 +165,114 @@ def test_a_blosc_header_declaring_gigabytes(tmp_path: Path) -> None:
     frame[4:8] = (3 << 30).to_bytes(4, "little")  # declares 3 GiB decoded
     path = _zarr_with_bomb(tmp_path / "b.zarr", zarr.codecs.BloscCodec(), bytes(frame))
     assert_refused_fast(run_child("verify", path), "c/0/0/0", "declares 3,221,225,472 decoded")
+
+
+# -- precomputed volumes --------------------------------------------------------------------------
+SHARDING = {
+    "@type": "neuroglancer_uint64_sharded_v1",
+    "preshift_bits": 2,
+    "hash": "identity",
+    "minishard_bits": 2,
+    "shard_bits": 3,
+    "minishard_index_encoding": "gzip",
+    "data_encoding": "gzip",
+}
+
+
+def _volume(path: Path) -> Path:
+    """32 x 32 x 16 uint16 in 8^3 chunks (1,024 bytes each), identity shards of 16 chunks."""
+    data = np.arange(32 * 32 * 16, dtype="uint16").reshape(32, 32, 16)
+    shardpipe.to_neuroglancer_precomputed(
+        data, path, resolution=(1, 1, 1), chunk_size=(8, 8, 8), sharding=SHARDING
+    )
+    return path
+
+
+@pytest.mark.parametrize("case", ["verify", "info"])
+def test_a_gzip_minishard_index_bomb(tmp_path: Path, gzip_bomb: bytes, case: str) -> None:
+    """A 510 KB shard file whose first minishard index inflates to 512 MiB."""
+    from shardpipe.formats.precomputed import PrecomputedSharding
+
+    path = _volume(tmp_path / "vol")
+    spec = PrecomputedSharding.from_json(SHARDING)
+    index = np.zeros((1 << spec.minishard_bits, 2), dtype="<u8")
+    index[0] = (0, len(gzip_bomb))
+    (path / "1_1_1" / "0.shard").write_bytes(index.tobytes() + gzip_bomb)
+    outcome = run_child(case, path)
+    message = assert_refused_fast(outcome, "1_1_1/0.shard", "inflate to more than the")
+    assert "minishard 0's index" in message, message
+    assert "for at most" in message, message  # the bound, in chunks
+
+
+def test_a_gzip_chunk_bomb_in_a_shard(tmp_path: Path, gzip_bomb: bytes) -> None:
+    """A shard (data_encoding gzip) whose chunk 0 inflates to 512 MiB instead of 1,024 bytes."""
+    from shardpipe.formats.precomputed import PrecomputedSharding
+
+    path = _volume(tmp_path / "vol")
+    spec = PrecomputedSharding.from_json(SHARDING)
+    ids = np.array([0], dtype=np.uint64)
+    head, tail = spec.encode_indexes(
+        ids, np.array([0]), np.array([len(gzip_bomb)]), data_stop=len(gzip_bomb)
+    )
+    (path / "1_1_1" / "0.shard").write_bytes(head + gzip_bomb + tail)
+    outcome = run_child("verify", path)
+    assert_refused_fast(outcome, "1_1_1/0.shard: chunk 0", "more than the 1,024 bytes expected")
+
+
+def test_a_gz_chunk_file_bomb(tmp_path: Path, gzip_bomb: bytes) -> None:
+    """An unsharded scale whose ``.gz`` chunk file inflates to 512 MiB instead of 512 bytes."""
+    import gzip
+
+    path = tmp_path / "vol"
+    (path / "s0").mkdir(parents=True)
+    info = {
+        "@type": "neuroglancer_multiscale_volume",
+        "type": "image",
+        "data_type": "uint8",
+        "num_channels": 1,
+        "scales": [
+            {
+                "key": "s0",
+                "size": [16, 8, 8],
+                "chunk_sizes": [[8, 8, 8]],
+                "resolution": [1, 1, 1],
+                "voxel_offset": [0, 0, 0],
+                "encoding": "raw",
+            }
+        ],
+    }
+    (path / "info").write_text(json.dumps(info))
+    (path / "s0" / "0-8_0-8_0-8.gz").write_bytes(gzip.compress(bytes(512)))
+    (path / "s0" / "8-16_0-8_0-8.gz").write_bytes(gzip_bomb)
+    outcome = run_child("verify", path)
+    message = assert_refused_fast(outcome, "s0/8-16_0-8_0-8.gz", "the 512 bytes expected")
+    assert "s0/0-8_0-8_0-8.gz" not in message  # the good chunk is fine
+
+
+# -- absurd grids: valid info files whose grids no check may enumerate ----------------------------
+GRIDS = {
+    # issue 28: a 456-byte info, size 400^3 in chunks of 1: 6.1 GB and 31 s (a mesh of 64 M chunks)
+    "400^3 chunks of 1, identity": ([400] * 3, "identity", 3),
+    "400^3 chunks of 1, murmurhash": ([400] * 3, "murmurhash3_x86_128", 3),
+    "2**57 chunks, identity": ([2**19] * 3, "identity", 10),
+    "2**64 chunks, murmurhash": ([2**22, 2**21, 2**21], "murmurhash3_x86_128", 20),
+}
+
+
+@pytest.mark.parametrize("case", ["verify", "info"])
+@pytest.mark.parametrize("grid", sorted(GRIDS))
+def test_absurd_grids_cost_what_the_files_hold(tmp_path: Path, grid: str, case: str) -> None:
+    """The info says a vast grid of 1-voxel chunks; one real shard file is present."""
+    size, hash_, shard_bits = GRIDS[grid]
+    path = _volume(tmp_path / "vol")
+    info = json.loads((path / "info").read_text())
+    scale = info["scales"][0]
+    scale.update(size=size, chunk_sizes=[[1, 1, 1]])
+    scale["sharding"].update(hash=hash_, shard_bits=shard_bits)
+    (path / "info").write_text(json.dumps(info))
+    (path / "1_1_1" / "0.shard").rename(path / "1_1_1" / f"{0:0{-(-shard_bits // 4)}x}.shard")
+    for other in (path / "1_1_1").glob("[1-9a-f]*.shard"):
+        other.unlink()
+    outcome = run_child(case, path)
+    message = assert_refused_fast(outcome)
+    assert f"size {size}" in message and "1 shard file(s)" in message, message

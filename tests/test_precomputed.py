@@ -26,7 +26,7 @@ from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, shards_of
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.formats.base import ShardFormat, assemble_shard
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.formats.precomputed_shards import ScaleShardFormats, ScatteredShard
+from shardpipe.formats.precomputed_shards import ScatteredShard, listed_shard_format
 
 SPEC = "neuroglancer_uint64_sharded_v1"
 
@@ -51,7 +51,7 @@ def _shard_chunks(
 ) -> dict[int, tuple[int, int]]:
     """Chunk id to ``(start, stop)`` of every chunk of the shard ``file``, by shardpipe's reader."""
     number = int(file.stem, 16)
-    shard_format = ScaleShardFormats(scale, sharding).of(number)
+    shard_format = listed_shard_format(scale, sharding, number, lambda a, b: raw[a:b], len(raw))
     index, _ = shard_format.read_index(lambda a, b: raw[a:b], len(raw), shard=(number,))
     slots = np.flatnonzero(index.stored())
     ids = shard_format.ids((number,), slots)
@@ -171,7 +171,7 @@ def test_volumes_written_by_tensorstore_decode_with_shardpipe(tmp_path: Path) ->
                 coords = _coords_of(chunk_id, scale)
                 box = scale.chunk_box(coords)
                 expected = data[(*box, slice(None))]
-                stored = sharding.decode_chunk(raw[start:stop])
+                stored = sharding.decode_chunk(raw[start:stop], 1 << 30)
                 assert stored == expected.tobytes(order="F"), (hash_, chunk_id)
                 seen += 1
         assert seen == 5 * 4 * 3
@@ -213,7 +213,7 @@ def test_shard_files_round_trip(
     index, _ = shard_format.read_index(lambda a, b: raw[a:b], len(raw), shard=(0,))
     assert index.stored().all()
     for k, (start, nbytes) in enumerate(index.entries.tolist()):
-        assert sharding.decode_chunk(raw[start : start + nbytes]) == by_id[int(members[k])]
+        assert sharding.decode_chunk(raw[start : start + nbytes], 1 << 30) == by_id[int(members[k])]
 
 
 def test_auto_shards_are_boxes_within_the_budget() -> None:
@@ -435,7 +435,7 @@ def test_volumes_written_by_cloudvolume_verify_and_decode(tmp_path: Path) -> Non
         raw = shard_file.read_bytes()
         for chunk_id, (start, stop) in _shard_chunks(raw, shard_file, scale, sharding).items():
             box = scale.chunk_box(_coords_of(chunk_id, scale))
-            assert sharding.decode_chunk(raw[start:stop]) == data[box].tobytes(order="F")
+            assert sharding.decode_chunk(raw[start:stop], 1 << 30) == data[box].tobytes(order="F")
 
 
 def test_unsharded_scales_written_by_cloudvolume_are_checked(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ A chunk is an ``(x, y, z, channel)`` array, truncated at the volume's end.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Buffer
 from typing import Any
 
@@ -67,6 +68,18 @@ def check_encoding(encoding: Any, dtype: np.dtype[Any], channels: int) -> str:
                 'Install it with pip install "shardpipe[neuroglancer]"',
             ) from None
     return str(encoding)
+
+
+def max_encoded_nbytes(shape: tuple[int, ...], dtype: np.dtype[Any], encoding: str) -> int:
+    """Most bytes a chunk of ``shape`` can take in ``encoding`` (bounds its decompression).
+
+    ``raw``: exactly its voxels' bytes. ``jpeg`` and ``compressed_segmentation``
+    stay well within three times that plus 64 KiB (a segmentation block
+    stores at most a table of its values and 32 bits per voxel, with an
+    8-byte header).
+    """
+    nbytes = math.prod(shape) * dtype.itemsize
+    return nbytes if encoding == "raw" else 3 * nbytes + (64 << 10)
 
 
 def encode_chunk(chunk: np.ndarray, encoding: str) -> Buffer:
