@@ -30,10 +30,7 @@ from dask.delayed import Delayed, delayed
 
 from shardpipe.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
-from shardpipe.core.precomputed_plan import (
-    ScaleGrid,
-    auto_sharding,
-)
+from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, check_scattered
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
@@ -158,6 +155,7 @@ def to_neuroglancer_precomputed(
         grid = ScaleGrid(scaled, chunks)
         if spec is None:
             spec = auto_sharding(grid, chunk_nbytes, budget // TASK_COPIES)
+        check_scattered(grid, spec, factor)  # before any per-chunk plan
         parts = part_chunks(grid, spec, TASK_COPIES * chunk_nbytes, budget, factor, target)
         levels.append((factor, grid, spec, parts))
     scale_infos = [

@@ -726,3 +726,40 @@ def test_a_pyramid_at_the_top_of_the_range(tmp_path: Path, dtype: str, value: An
         back = _read_scale(tmp_path / "vol", scale)
         np.testing.assert_array_equal(back, np.full((size, size, size, 1), value, dtype=dtype))
     assert shardpipe.verify(tmp_path / "vol").ok
+
+
+@pytest.mark.parametrize(
+    ("hash_", "shard_bits"), [("murmurhash3_x86_128", 4), ("identity", 4), ("identity", 1)]
+)
+def test_scattered_shards_of_more_chunks_than_a_plan_lists_are_refused(
+    tmp_path: Path, hash_: str, shard_bits: int
+) -> None:
+    """2**21 chunks in shards that are not boxes: every chunk would be hashed and listed in the
+    graph (about 256 bytes each); refused by name, fast, before anything is written."""
+    import time
+    import tracemalloc
+
+    source = da.zeros((128 * 4,) * 3, dtype="uint8", chunks=128)
+    sharding = _sharding(hash_, "gzip", preshift=0, minishard=4, shard=shard_bits)
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(InvalidArgumentError, match="2,097,152 chunks") as caught:
+            shardpipe.to_neuroglancer_precomputed(
+                source,
+                tmp_path / "vol",
+                resolution=(1, 1, 1),
+                chunk_size=(4, 4, 4),
+                sharding=sharding,
+                compute=False,
+            )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.parameter == "sharding" and "sharding='auto'" in str(caught.value)
+    assert time.perf_counter() - start < 5 and peak < 32 << 20
+    assert not (tmp_path / "vol").exists()
+    # boxes (the "auto" rule) plan the same grid without a per-chunk list
+    shardpipe.to_neuroglancer_precomputed(
+        source, tmp_path / "vol", resolution=(1, 1, 1), chunk_size=(4, 4, 4), compute=False
+    )
