@@ -34,12 +34,14 @@ from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, check_scat
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
+from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES
 from shardpipe.job import STAGING_DIR
 from shardpipe.precomputed_graph import downsampled, part_chunks, shard_tasks
 from shardpipe.precomputed_tasks import PrecomputedTarget
 from shardpipe.reports import WriteReport, add_reports
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.store_checks import check_not_a_file, check_target
 from shardpipe.validate import check_max_mem
 
 DATA_TYPES = ("uint8", "uint16", "uint32", "uint64", "float32")
@@ -147,8 +149,18 @@ def to_neuroglancer_precomputed(
     budget = check_max_mem(max_mem)
     channels = int(source.shape[3])
     chunk_nbytes = math.prod(chunks) * channels * source.dtype.itemsize
+    if (largest := chunk_nbytes_of(size, chunks, channels, source.dtype)) > MAX_CHUNK_NBYTES:
+        raise InvalidArgumentError(
+            "chunk_size",
+            f"{list(chunks)} makes chunks of {largest:,} bytes, more than the "
+            f"{MAX_CHUNK_NBYTES:,} a precomputed chunk may hold (viewers decode whole "
+            "chunks; verify refuses larger)",
+            "Pass smaller chunks, e.g. [64, 64, 64]",
+        )
     specs = _check_sharding(sharding, len(factors))
     target = resolve_store(store, None, storage_options)  # nothing written yet
+    check_not_a_file(target, "store")
+    check_target(target, overwrite=True)  # writable (an existing volume is checked below)
     levels = []
     for factor, spec in zip(factors, specs, strict=True):
         scaled = tuple(-(-n // f) for n, f in zip(size, factor, strict=True))
@@ -325,17 +337,37 @@ def _ints(name: str, value: Any) -> tuple[int, ...]:
 
 
 def _resolution(value: Any) -> tuple[float, ...]:
+    """Three positive finite numbers; strings and booleans are refused, never coerced."""
+    fix = "Pass three numbers, e.g. [8, 8, 40]"
     try:
-        items = [float(v) for v in value]
-    except (TypeError, ValueError):
+        items = list(value)
+    except TypeError:
         items = []
-    if len(items) != 3 or not all(v > 0 and math.isfinite(v) for v in items):
+    for item in items:
+        if isinstance(item, bool | np.bool_) or not isinstance(
+            item, int | float | np.integer | np.floating
+        ):
+            raise InvalidArgumentError(
+                "resolution",
+                f"{item!r} ({type(item).__name__}) in {value!r} is not a number",
+                fix,
+            )
+    if len(items) != 3 or not all(0 < float(v) < math.inf for v in items):
         raise InvalidArgumentError(
             "resolution",
             f"expected three positive numbers (nm per voxel along x, y, z), got {value!r}",
-            "Pass e.g. [8, 8, 40]",
+            fix,
         )
-    return tuple(items)
+    return tuple(float(v) for v in items)
+
+
+def chunk_nbytes_of(
+    size: tuple[int, ...], chunks: tuple[int, ...], channels: int, dtype: np.dtype[Any]
+) -> int:
+    """Bytes of the largest chunk: its box clipped to the volume, every channel."""
+    return math.prod(min(c, n) for c, n in zip(chunks, size, strict=True)) * (
+        channels * np.dtype(dtype).itemsize
+    )
 
 
 def _scale_key(resolution: tuple[float, ...]) -> str:

@@ -127,7 +127,11 @@ HOSTILE: list[tuple[str, Mutation, str]] = [
     ("chunk_sizes zero", _scale("chunk_sizes", [[0, 8, 8]]), "scales[0].chunk_sizes[0]"),
     ("chunk_sizes flat", _scale("chunk_sizes", [8, 8, 8]), "scales[0].chunk_sizes[0]"),
     ("chunk_sizes float", _scale("chunk_sizes", [[8.5, 8, 8]]), "scales[0].chunk_sizes[0]"),
-    ("chunk of 2 TiB", _scale("chunk_sizes", [[2**14] * 3]), "scales[0].chunk_sizes[0]"),
+    (
+        "chunk of 8 TiB",
+        _both(_scale("size", [2**14] * 3), _scale("chunk_sizes", [[2**14] * 3])),
+        "scales[0].chunk_sizes[0]",
+    ),
     ("second chunk size", _scale("chunk_sizes", [[8, 8, 8], [8, -8, 8]]), "chunk_sizes[1]"),
     ("voxel_offset float", _scale("voxel_offset", [0.5, 0, 0]), "scales[0].voxel_offset"),
     ("voxel_offset string", _scale("voxel_offset", "x"), "scales[0].voxel_offset"),
@@ -259,3 +263,13 @@ def test_an_encoding_shardpipe_does_not_decode_is_noted(volume: Path, tmp_path: 
     assert report.ok, report
     assert report.scales[0].notes == ["chunks encoded as 'png' are not decoded"]
     assert "note: chunks encoded as 'png'" in str(report)
+
+
+def test_a_chunk_larger_than_the_volume_is_stored_clipped(volume: Path) -> None:
+    """The chunk limit applies to the box a chunk holds: clipped to the scale's size."""
+    from shardpipe.formats.precomputed_info import parse_info
+
+    info = json.loads((volume / "info").read_text())
+    info["scales"][0]["chunk_sizes"] = [[2**14] * 3]  # 8 TiB unclipped, 32 KiB clipped
+    parsed = parse_info(json.dumps(info).encode(), "vol/info")
+    assert parsed is not None and parsed.scales[0].chunk_size == (2**14,) * 3

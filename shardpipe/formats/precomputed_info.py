@@ -28,9 +28,9 @@ value and what is allowed:
 
 Limits, so that no ``info`` file can make a check run out of memory:
 
-* a chunk's decoded bytes (all channels) at most :data:`MAX_CHUNK_NBYTES`
-  (256 MiB; a viewer decodes whole chunks): every decompression of a chunk
-  is bounded by what its box holds;
+* a chunk's decoded bytes (all channels; its box clipped to the scale's
+  size) at most :data:`MAX_CHUNK_NBYTES` (256 MiB; a viewer decodes whole
+  chunks): every decompression of a chunk is bounded by what its box holds;
 * the chunk ids of a scale fit 64 bits, as the format stores them (a grid
   of at most ``2**64`` chunks). ``verify`` and ``info`` never enumerate a
   grid: they list the files present and read what those files list, so
@@ -243,8 +243,8 @@ class _Checker:
         if not isinstance(sizes, list) or not sizes:
             raise self.fail(f"{where}.chunk_sizes", sizes, "expected a list of [x, y, z] sizes")
         chunk_sizes = [self.triple(s, f"{where}.chunk_sizes[{j}]", 1) for j, s in enumerate(sizes)]
-        for j, chunk in enumerate(chunk_sizes):
-            nbytes = math.prod(chunk) * voxel_nbytes
+        for j, chunk in enumerate(chunk_sizes):  # edge chunks are stored clipped to the size
+            nbytes = math.prod(min(c, n) for c, n in zip(chunk, size, strict=True)) * voxel_nbytes
             if nbytes > MAX_CHUNK_NBYTES:
                 raise self.fail(
                     f"{where}.chunk_sizes[{j}]",
