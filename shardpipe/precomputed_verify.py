@@ -19,9 +19,11 @@ Chunks absent from every shard read as zeros, as Neuroglancer reads them.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -34,7 +36,12 @@ from shardpipe.formats.base import read_checked_index
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, decode_chunk, max_encoded_nbytes
 from shardpipe.formats.precomputed_chunks import ENCODINGS as DECODED
-from shardpipe.formats.precomputed_info import MAX_INFO_NBYTES, VolumeInfo, parse_info
+from shardpipe.formats.precomputed_info import (
+    MAX_INFO_NBYTES,
+    UNFINISHED_KEY,
+    VolumeInfo,
+    parse_info,
+)
 from shardpipe.formats.precomputed_shards import listed_shard_format
 from shardpipe.storage.local import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
@@ -93,24 +100,30 @@ class ScaleReport:
 
 @dataclass
 class PrecomputedReport:
-    """The report on a precomputed volume: one :class:`ScaleReport` per scale."""
+    """The report on a precomputed volume: one :class:`ScaleReport` per scale.
+
+    ``problems`` are the volume's own: the marker of a write that did not
+    finish (its shards may be missing, or be the old volume's).
+    """
 
     volume_type: str
     data_type: str
     num_channels: int
     scales: list[ScaleReport]
     checked_chunks: bool
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when no scale has a problem."""
-        return not any(s.n_problems for s in self.scales)
+        """True when neither the volume nor a scale has a problem."""
+        return not self.problems and not any(s.n_problems for s in self.scales)
 
     def __str__(self) -> str:
         lines = [
             f"neuroglancer precomputed {self.volume_type}: {self.data_type}, "
             f"{self.num_channels} channel(s), {len(self.scales)} scale(s)"
         ]
+        lines += [f"  problem: {p}" for p in self.problems]
         for s in self.scales:
             how = "unsharded" if s.sharding is None else _describe(s.sharding)
             lines.append(
@@ -188,8 +201,29 @@ def check_volume(
         else:
             _check_unsharded(target, report, grid, scale.voxel_offset, chunks)
         scales.append(report)
-    return PrecomputedReport(
+    volume = PrecomputedReport(
         info.volume_type, info.data_type, info.num_channels, scales, checked_chunks=decode
+    )
+    marker = target.key(UNFINISHED_KEY)
+    if (size := target.shards.size(marker)) is not None:
+        volume.problems.append(f"{marker}: {_unfinished(target, marker, size)}")
+    return volume
+
+
+def _unfinished(target: ResolvedStore, marker: str, size: int) -> str:
+    """What the marker of an unfinished write says, in words (its bytes are untrusted)."""
+    when = ""
+    if size <= 4096:
+        try:
+            started = json.loads(target.shards.get(marker) or b"{}").get("started")
+            if isinstance(started, int | float) and 0 < started < 1e11:
+                stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+                when = f" (started {stamp})"
+        except (ValueError, AttributeError, RecursionError, OverflowError, OSError):
+            pass
+    return (
+        f"an unfinished write{when} left this volume: its shards may be missing or be the "
+        "old volume's; write it again with overwrite=True"
     )
 
 

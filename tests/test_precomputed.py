@@ -684,7 +684,9 @@ def test_a_killed_write_leaves_complete_shards(tmp_path: Path) -> None:
     finally:
         child.wait()
     report = shardpipe.verify(path)
-    assert report.ok, report  # every shard file present is complete
+    assert not report.ok and len(report.problems) == 1, report  # the volume is unfinished,
+    assert "unfinished write" in report.problems[0], report
+    assert report.scales[0].n_problems == 0, report  # but every shard file present is complete
     present = report.scales[0].shards_present
     assert 0 < present < 4, report  # killed mid-write: some of the 4 shards out, not all
     data, back = volume(), _read_ts(path)
@@ -763,3 +765,46 @@ def test_scattered_shards_of_more_chunks_than_a_plan_lists_are_refused(
     shardpipe.to_neuroglancer_precomputed(
         source, tmp_path / "vol", resolution=(1, 1, 1), chunk_size=(4, 4, 4), compute=False
     )
+
+
+def test_a_pyramid_that_fails_mid_write_is_never_called_clean(tmp_path: Path) -> None:
+    """Issue 32: a pyramid that failed mid-write left its info and some shards, which verify
+    called OK. Now the error is a ShardpipeError, and verify reports the unfinished write
+    until the volume is written again."""
+    import time
+
+    from shardpipe.cli import main
+
+    data = _volume((64, 64, 64, 1), "uint16", seed=3)
+    path = tmp_path / "vol"
+
+    def fails_late(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][:3] == (1, 1, 1):
+            deadline = time.monotonic() + 30  # fail once another block's shard is out
+            while not list((path / "1_1_1").glob("*.shard")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            raise ValueError("a source block could not be read")
+        return block
+
+    source = da.from_array(data, chunks=(32, 32, 32, 1)).map_blocks(fails_late, dtype=data.dtype)
+    kwargs: dict[str, Any] = {
+        "resolution": (1, 1, 1),
+        "chunk_size": (16, 16, 16),
+        "scales": [(1, 1, 1), (2, 2, 2)],
+        "sharding": _sharding("identity", "gzip", preshift=3, minishard=0, shard=3),
+    }
+    threads = dask.config.set(scheduler="threads", num_workers=4)
+    with threads, pytest.raises(shardpipe.ShardpipeError) as caught:
+        shardpipe.to_neuroglancer_precomputed(source, path, **kwargs)
+    assert "a source block could not be read" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert list((path / "1_1_1").glob("*.shard")), "some shards were published before the error"
+    for report in (shardpipe.verify(path), shardpipe.info(path)):
+        assert not report.ok
+        assert "unfinished write" in str(report) and "overwrite=True" in str(report)
+    assert main(["verify", str(path)]) == 1
+    with pytest.raises(shardpipe.errors.ArrayExistsError, match="unfinished write"):
+        shardpipe.to_neuroglancer_precomputed(data, path, **kwargs)
+    shardpipe.to_neuroglancer_precomputed(data, path, overwrite=True, **kwargs)
+    assert shardpipe.verify(path).ok
+    np.testing.assert_array_equal(_read_ts(path), data)

@@ -273,3 +273,31 @@ def test_a_chunk_larger_than_the_volume_is_stored_clipped(volume: Path) -> None:
     info["scales"][0]["chunk_sizes"] = [[2**14] * 3]  # 8 TiB unclipped, 32 KiB clipped
     parsed = parse_info(json.dumps(info).encode(), "vol/info")
     assert parsed is not None and parsed.scales[0].chunk_size == (2**14,) * 3
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        b"",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"started": 1e300}',
+        b'{"started": "today"}',
+        b"[" * 10**5,
+        b'{"started": 1700000000}',
+        b" " * 10_000,
+    ],
+)
+def test_any_unfinished_write_marker_is_reported(
+    volume: Path, tmp_path: Path, marker: bytes
+) -> None:
+    """The marker's bytes are untrusted too: whatever they hold, the volume is unfinished."""
+    path = tmp_path / "vol"
+    shutil.copytree(volume, path)
+    (path / ".shardpipe").mkdir(exist_ok=True)
+    (path / ".shardpipe" / "precomputed-write.json").write_bytes(marker)
+    for report in (shardpipe.verify(path), shardpipe.info(path)):
+        assert not report.ok
+        assert report.problems[0].startswith(".shardpipe/precomputed-write.json: an unfinished")
+    if marker == b'{"started": 1700000000}':
+        assert "(started 2023-11-14 22:13:20 UTC)" in str(report)

@@ -77,6 +77,10 @@ MAX_CHUNK_NBYTES = 2**28
 MAX_ID_BITS = 64
 """Chunk ids are stored as uint64."""
 
+UNFINISHED_KEY = ".shardpipe/precomputed-write.json"
+"""Beside the ``info`` of a volume being written, from before the ``info`` until the last
+shard is published: a volume that holds it is not complete (``verify`` says so)."""
+
 
 @dataclass(frozen=True)
 class ScaleInfo:
