@@ -36,6 +36,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
+from shardpipe.bounded_decode import check_blosc_header, gunzip, unzlib
 from shardpipe.core.grid import Shape
 from shardpipe.errors import ChunkDecodeError, InvalidArgumentError
 from shardpipe.metadata import sharding_codec_of
@@ -321,10 +322,17 @@ class ChunkCodec:
             if isinstance(codec, Crc32cCodec):
                 value = self._check_crc32c(value, spec)
                 continue
+            name, size = self._names[i], sizes[i]
             try:
                 if isinstance(codec, ZstdCodec):
-                    value = self._decode_zstd(codec, value, spec, sizes[i])
+                    value = self._decode_zstd(codec, value, spec, size)
+                elif name in INFLATED:
+                    value = self._inflate(name, value, spec, size)
                 else:
+                    if name in BLOSC:
+                        raw = value.as_numpy_array().view(np.uint8).reshape(-1)
+                        limit = self.step_limit if size is None else size
+                        check_blosc_header(raw, limit, exact=size is not None)
                     value = run_codec(codec, "decode", value, spec)
             except ChunkDecodeError:
                 raise
@@ -357,6 +365,28 @@ class ChunkCodec:
             )
         return spec.prototype.buffer.from_array_like(body)
 
+    @property
+    def step_limit(self) -> int:
+        """Most bytes any step of the chain can hold for one chunk (:attr:`expansion`)."""
+        factor, overhead = self.expansion
+        return int(math.prod(self.chunk_shape) * self.dtype.itemsize * factor) + overhead
+
+    @cached_property
+    def _names(self) -> list[str]:
+        """The name of each codec of the chain, as array metadata spells it."""
+        return [_name(codec) for codec in self.codecs]
+
+    def _inflate(self, name: str, value: Any, spec: ArraySpec, size: int | None) -> Any:
+        """Decode a gzip or zlib step into at most the bytes that step holds (bounded).
+
+        ``size`` is the number of bytes the step must produce (None if the
+        codecs before it make it data-dependent: then :attr:`step_limit`).
+        """
+        raw = value.as_numpy_array().view(np.uint8).reshape(-1)
+        limit = self.step_limit if size is None else size
+        out = unzlib(raw, limit) if name == "numcodecs.zlib" else gunzip(raw, limit)
+        return spec.prototype.buffer.from_bytes(out)
+
     def _decode_zstd(self, codec: ZstdCodec, value: Any, spec: ArraySpec, size: int | None) -> Any:
         """Decode a zstd step after checking what its frames declare against ``size``.
 
@@ -369,9 +399,13 @@ class ChunkCodec:
         frames = zstd_frames(raw.data)
         which = "zstd frame declares" if frames.frames == 1 else "zstd frames declare"
         if size is None:
-            factor, overhead = self.expansion
-            limit = int(math.prod(self.chunk_shape) * self.dtype.itemsize * factor) + overhead
-            if frames.declared is not None and frames.declared > limit:
+            limit = self.step_limit
+            if frames.declared is None:  # nothing bounds what it would inflate to
+                raise ChunkDecodeError(
+                    "a zstd frame declares no content size where the chunk's size at that "
+                    "step is not known: it cannot be decoded within a bound"
+                )
+            if frames.declared > limit:
                 raise ChunkDecodeError(
                     f"{which} {frames.declared} bytes of content, more than the {limit} an "
                     "inner chunk can take at that step"
@@ -389,6 +423,21 @@ class ChunkCodec:
             Zstd().decode(raw, out=out)
             return spec.prototype.buffer.from_array_like(out)
         return run_codec(codec, "decode", value, spec)
+
+
+INFLATED = ("gzip", "numcodecs.gzip", "numcodecs.zlib")
+"""Codecs whose DEFLATE data are inflated here, bounded (:mod:`shardpipe.bounded_decode`)."""
+
+BLOSC = ("blosc", "numcodecs.blosc")
+"""Codecs whose frame header is checked before blosc allocates what it declares."""
+
+
+def _name(codec: Codec) -> str:
+    """The codec's name in array metadata (``"gzip"``, ``"numcodecs.zlib"``...)."""
+    try:
+        return str(codec.to_dict()["name"])
+    except (AttributeError, KeyError, TypeError, NotImplementedError):
+        return type(codec).__name__
 
 
 def describe_error(err: BaseException) -> str:

@@ -193,6 +193,15 @@ class VerificationError(ShardpipeError):
     """``verify`` found damaged shards."""
 
 
+class WriteFailedError(ShardpipeError):
+    """A write stopped part way on an error that is not shardpipe's own.
+
+    A task raised something else (a source block that could not be computed,
+    a bug): that error is this one's ``__cause__``, and the message says
+    what was left behind and how to finish the write.
+    """
+
+
 class JobConflictError(ShardpipeError):
     """Another shardpipe job holds the array (its job marker is present).
 

@@ -21,6 +21,7 @@ import crc32c
 import numpy as np
 
 from shardpipe.core.grid import Coords
+from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import assemble_shard, read_checked_index
 from shardpipe.formats.zarr_sharding import CHECKSUM_NBYTES, ZarrShardingFormat
@@ -146,11 +147,12 @@ def _rewrap(src: ResolvedStore, dst: ResolvedStore, shard: DraftShard, key: str,
     )
     slots = np.flatnonzero(index.stored())
     slots = slots[np.argsort(index.entries[slots, 0], kind="stable")]
+    limit = ChunkCodec.from_metadata(shard.array.metadata).step_limit  # bounds every inflate
     encoded = []
     for slot in slots.tolist():
         start, nbytes = (int(v) for v in index.entries[slot])
         try:
-            encoded.append((slot, zlib_to_gzip(data[start : start + nbytes])))
+            encoded.append((slot, zlib_to_gzip(data[start : start + nbytes], limit)))
         except ShardFormatError as err:
             raise ShardFormatError(
                 f"shard {shard.key!r}, slot {slot}: {err}; run migrate again without "

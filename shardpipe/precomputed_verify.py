@@ -19,23 +19,30 @@ Chunks absent from every shard read as zeros, as Neuroglancer reads them.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
-import zlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
+from shardpipe.bounded_decode import gunzip
 from shardpipe.core.morton import morton_coords
 from shardpipe.core.precomputed_plan import ScaleGrid
-from shardpipe.errors import ShardFormatError
+from shardpipe.errors import ChunkDecodeError, MetadataError, ShardFormatError
 from shardpipe.formats.base import read_checked_index
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.formats.precomputed_chunks import decode_chunk
-from shardpipe.formats.precomputed_shards import ScaleShardFormats
+from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, decode_chunk, max_encoded_nbytes
+from shardpipe.formats.precomputed_chunks import ENCODINGS as DECODED
+from shardpipe.formats.precomputed_info import (
+    MAX_INFO_NBYTES,
+    UNFINISHED_KEY,
+    VolumeInfo,
+    parse_info,
+)
+from shardpipe.formats.precomputed_shards import listed_shard_format
 from shardpipe.storage.local import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 
@@ -66,6 +73,9 @@ class ScaleReport:
     leftovers : int
         Temporary files of writes that did not finish (``*.shardpipe-tmp``):
         not shards, not problems.
+    notes : list of str
+        What was not checked, and why (chunks of an encoding shardpipe does
+        not decode).
     """
 
     key: str
@@ -79,6 +89,7 @@ class ScaleReport:
     problems: list[str] = field(default_factory=list)
     n_problems: int = 0
     leftovers: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def problem(self, text: str) -> None:
         """Record a problem."""
@@ -89,24 +100,30 @@ class ScaleReport:
 
 @dataclass
 class PrecomputedReport:
-    """The report on a precomputed volume: one :class:`ScaleReport` per scale."""
+    """The report on a precomputed volume: one :class:`ScaleReport` per scale.
+
+    ``problems`` are the volume's own: the marker of a write that did not
+    finish (its shards may be missing, or be the old volume's).
+    """
 
     volume_type: str
     data_type: str
     num_channels: int
     scales: list[ScaleReport]
     checked_chunks: bool
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when no scale has a problem."""
-        return not any(s.n_problems for s in self.scales)
+        """True when neither the volume nor a scale has a problem."""
+        return not self.problems and not any(s.n_problems for s in self.scales)
 
     def __str__(self) -> str:
         lines = [
             f"neuroglancer precomputed {self.volume_type}: {self.data_type}, "
             f"{self.num_channels} channel(s), {len(self.scales)} scale(s)"
         ]
+        lines += [f"  problem: {p}" for p in self.problems]
         for s in self.scales:
             how = "unsharded" if s.sharding is None else _describe(s.sharding)
             lines.append(
@@ -119,6 +136,7 @@ class PrecomputedReport:
                     else ""
                 )
             )
+            lines += [f"    note: {n}" for n in s.notes]
             lines += [f"    problem: {p}" for p in s.problems]
             if s.n_problems > len(s.problems):
                 lines.append(f"    ... and {s.n_problems - len(s.problems)} more problems")
@@ -134,49 +152,78 @@ def _describe(spec: dict[str, Any]) -> str:
     )
 
 
-def read_info(target: ResolvedStore) -> dict[str, Any] | None:
-    """The precomputed ``info`` document at the target, or None when there is none."""
-    raw = target.shards.get(target.key("info"))
-    if raw is None:
+def read_info(target: ResolvedStore) -> VolumeInfo | None:
+    """The checked ``info`` file at the target, or None when it holds no precomputed volume.
+
+    Raises
+    ------
+    shardpipe.errors.MetadataError
+        When the ``info`` file claims a precomputed volume but a member is
+        wrong (:func:`~shardpipe.formats.precomputed_info.parse_info`).
+    shardpipe.errors.UnsafeKeyError
+        When a scale's key would lead outside the volume.
+    """
+    key = target.key("info")
+    size = target.shards.size(key)
+    if size is None:
         return None
-    try:
-        document = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(document, dict):
-        return None
-    kind = document.get("@type")
-    if kind == "neuroglancer_multiscale_volume":
-        return document
-    # "@type" is optional (cloud-volume leaves it out): a data type and scales will do
-    if kind is None and "data_type" in document and isinstance(document.get("scales"), list):
-        return document
-    return None
+    if size > MAX_INFO_NBYTES:
+        raise MetadataError(
+            f"{key!r} has {size:,} bytes, more than the {MAX_INFO_NBYTES:,} an info file may have"
+        )
+    raw = target.shards.get(key)
+    return None if raw is None else parse_info(raw, key)
 
 
 def check_volume(
-    target: ResolvedStore, info: dict[str, Any], *, decode: bool = True
+    target: ResolvedStore, info: VolumeInfo, *, decode: bool = True
 ) -> PrecomputedReport:
     """Check (``decode``: down to every chunk's bytes) or describe the volume at ``target``."""
-    dtype = np.dtype(info.get("data_type", "uint8"))
-    channels = int(info.get("num_channels", 1))
     scales = []
-    for scale in info.get("scales", []):
-        grid = ScaleGrid(tuple(scale["size"]), tuple(scale["chunk_sizes"][0]))
-        sharding = scale.get("sharding")
+    for scale in info.scales:
+        grid = scale.grid
+        spec = scale.sharding
         report = ScaleReport(
-            scale["key"], grid.size, grid.chunk_size, sharding, math.prod(grid.grid)
+            scale.key,
+            grid.size,
+            grid.chunk_size,
+            None if spec is None else spec.to_json(),
+            math.prod(grid.grid),
         )
-        chunks = _Chunks(str(scale.get("encoding", "raw")), dtype, channels) if decode else None
-        if sharding is not None:
-            spec = PrecomputedSharding.from_json(sharding)
+        chunks = None
+        if decode and scale.encoding in DECODED:
+            block = scale.block_size or CSEG_BLOCK
+            chunks = _Chunks(scale.encoding, info.dtype, info.num_channels, block)
+        elif decode:
+            report.notes.append(f"chunks encoded as {scale.encoding!r} are not decoded")
+        if spec is not None:
             _check_scale(target, report, grid, spec, chunks)
         else:
-            offset = tuple(int(v) for v in scale.get("voxel_offset", (0,) * len(grid.size)))
-            _check_unsharded(target, report, grid, offset, chunks)
+            _check_unsharded(target, report, grid, scale.voxel_offset, chunks)
         scales.append(report)
-    return PrecomputedReport(
-        str(info.get("type")), dtype.name, channels, scales, checked_chunks=decode
+    volume = PrecomputedReport(
+        info.volume_type, info.data_type, info.num_channels, scales, checked_chunks=decode
+    )
+    marker = target.key(UNFINISHED_KEY)
+    if (size := target.shards.size(marker)) is not None:
+        volume.problems.append(f"{marker}: {_unfinished(target, marker, size)}")
+    return volume
+
+
+def _unfinished(target: ResolvedStore, marker: str, size: int) -> str:
+    """What the marker of an unfinished write says, in words (its bytes are untrusted)."""
+    when = ""
+    if size <= 4096:
+        try:
+            started = json.loads(target.shards.get(marker) or b"{}").get("started")
+            if isinstance(started, int | float) and 0 < started < 1e11:
+                stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+                when = f" (started {stamp})"
+        except (ValueError, AttributeError, RecursionError, OverflowError, OSError):
+            pass
+    return (
+        f"an unfinished write{when} left this volume: its shards may be missing or be the "
+        "old volume's; write it again with overwrite=True"
     )
 
 
@@ -209,11 +256,14 @@ def _check_unsharded(
         data = store.get(key) if chunks is not None else None
         if chunks is None or data is None:
             continue
-        try:
-            data = gzip.decompress(data) if file.endswith(".gz") else data
-        except (OSError, EOFError, zlib.error) as err:
-            report.problem(f"{key} does not gunzip ({err})")
-            continue
+        if file.endswith(".gz"):
+            box = grid.chunk_box(coords)
+            shape = (*(s.stop - s.start for s in box), chunks.channels)
+            try:  # never past what the chunk's encoding can take
+                data = gunzip(data, max_encoded_nbytes(shape, chunks.dtype, chunks.encoding))
+            except ChunkDecodeError as err:
+                report.problem(f"{key} does not gunzip ({err})")
+                continue
         _check_chunk(data, None, grid, np.array(coords), chunks, key, report)
 
 
@@ -238,6 +288,7 @@ class _Chunks:
     encoding: str
     dtype: np.dtype[Any]
     channels: int
+    block_size: tuple[int, ...]
 
 
 def _check_scale(
@@ -250,7 +301,6 @@ def _check_scale(
     store, prefix = target.shards, target.key(f"{report.key}/")
     digits = -(-spec.shard_bits // 4)
     name = re.compile(rf"^[0-9a-f]{{{max(digits, 1)}}}\.shard$")
-    shard_formats = ScaleShardFormats(grid, spec)
     for key in store.list(prefix):
         file = key[len(prefix) :]
         if file.endswith(TEMPORARY_SUFFIX):
@@ -269,8 +319,11 @@ def _check_scale(
         def read(start: int, stop: int, key: str = key) -> bytes:
             return store.get_range(key, start, stop)
 
-        shard_format = shard_formats.of(shard[0])
-        try:
+        try:  # the shard as its own indexes list it: the grid is never enumerated
+            try:
+                shard_format = listed_shard_format(grid, spec, shard[0], read, size)
+            except ShardFormatError as err:
+                raise ShardFormatError(f"shard {key!r}: {err}") from err
             index, _ = read_checked_index(shard_format, read, size, key, shard=shard)
         except ShardFormatError as err:
             report.problem(str(err))
@@ -299,8 +352,9 @@ def _check_chunk(
     box = grid.chunk_box([int(c) for c in coords])
     shape = (*(s.stop - s.start for s in box), chunks.channels)
     try:
-        stored = data if spec is None else spec.decode_chunk(data)
-        decode_chunk(stored, chunks.encoding, shape, chunks.dtype)
+        limit = max_encoded_nbytes(shape, chunks.dtype, chunks.encoding)
+        stored = data if spec is None else spec.decode_chunk(data, limit)
+        decode_chunk(stored, chunks.encoding, shape, chunks.dtype, chunks.block_size)
     except ImportError:
         return  # jpeg or compressed_segmentation without their package: not decoded
     except Exception as err:  # each decoder has its own errors: any of them is a finding

@@ -1,12 +1,17 @@
 """``to_neuroglancer_precomputed``: a Dask array as a sharded Neuroglancer precomputed volume.
 
-The ``info`` file is written first, then every shard file, each published
-by one task atomically (a temporary file and a rename locally, one PUT or a
-completed multipart upload on S3): a viewer opening the volume during the
-write sees every shard absent (read as zeros) or complete. A ``kill -9``
-leaves the shards published so far, each complete, and at most one
-temporary file per shard in flight (``verify`` notes them; ``shardpipe
-cleanup`` does not know precomputed volumes: delete ``*.shardpipe-tmp``).
+A marker (``.shardpipe/precomputed-write.json``) is written first, then the
+``info`` file, then every shard file, each published by one task
+atomically (a temporary file and a rename locally, one PUT or a completed
+multipart upload on S3): a viewer opening the volume during the write sees
+every shard absent (read as zeros) or complete. The last task removes the
+marker. A write that fails (or a ``kill -9``) leaves the marker, the shards
+published so far, each complete, and at most one temporary file per shard
+in flight: ``verify`` reports the unfinished write as a problem until the
+volume is written again with ``overwrite=True`` (it notes the temporary
+files; ``shardpipe cleanup`` does not know precomputed volumes: delete
+``*.shardpipe-tmp``). A task's error that is not a ``ShardpipeError`` is
+raised as a :class:`~shardpipe.errors.WriteFailedError` whose cause it is.
 
 The graph is :mod:`shardpipe.precomputed_graph`'s: with the identity hash
 and shard bits reaching the top of the chunk ids (``sharding="auto"``
@@ -20,6 +25,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import socket
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -30,19 +38,23 @@ from dask.delayed import Delayed, delayed
 
 from shardpipe.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
-from shardpipe.core.precomputed_plan import (
-    ScaleGrid,
-    auto_sharding,
+from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, check_scattered
+from shardpipe.errors import (
+    ArrayExistsError,
+    InvalidArgumentError,
+    ShardpipeError,
+    WriteFailedError,
 )
-from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
+from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES, UNFINISHED_KEY
 from shardpipe.job import STAGING_DIR
 from shardpipe.precomputed_graph import downsampled, part_chunks, shard_tasks
 from shardpipe.precomputed_tasks import PrecomputedTarget
 from shardpipe.reports import WriteReport, add_reports
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.store_checks import check_not_a_file, check_target
 from shardpipe.validate import check_max_mem
 
 DATA_TYPES = ("uint8", "uint16", "uint32", "uint64", "float32")
@@ -113,7 +125,8 @@ def to_neuroglancer_precomputed(
         three times over (raw, encoded, joined).
     compute : bool
         Write now and return the report, or return a ``Delayed`` that writes
-        the shards (the ``info`` file is written at once either way).
+        the shards (the ``info`` file and the unfinished-write marker are
+        written at once either way; the ``Delayed`` removes the marker last).
     progress : bool
         Show Dask's progress bar (local schedulers).
 
@@ -130,6 +143,10 @@ def to_neuroglancer_precomputed(
         If a shard's task cannot fit ``max_mem``.
     shardpipe.errors.ArrayExistsError
         If a volume is at ``store`` and ``overwrite`` is False.
+    shardpipe.errors.WriteFailedError
+        If a task failed part way with an error that is not a ``ShardpipeError``
+        (its cause); shardpipe's own errors are raised as they are. Either way the
+        volume is left marked unfinished (``verify`` reports it).
     """
     progress, compute = check_progress(progress, compute)
     overwrite = check_bool("overwrite", overwrite)
@@ -150,23 +167,39 @@ def to_neuroglancer_precomputed(
     budget = check_max_mem(max_mem)
     channels = int(source.shape[3])
     chunk_nbytes = math.prod(chunks) * channels * source.dtype.itemsize
+    if (largest := chunk_nbytes_of(size, chunks, channels, source.dtype)) > MAX_CHUNK_NBYTES:
+        raise InvalidArgumentError(
+            "chunk_size",
+            f"{list(chunks)} makes chunks of {largest:,} bytes, more than the "
+            f"{MAX_CHUNK_NBYTES:,} a precomputed chunk may hold (viewers decode whole "
+            "chunks; verify refuses larger)",
+            "Pass smaller chunks, e.g. [64, 64, 64]",
+        )
     specs = _check_sharding(sharding, len(factors))
     target = resolve_store(store, None, storage_options)  # nothing written yet
+    check_not_a_file(target, "store")
+    check_target(target, overwrite=True)  # writable (an existing volume is checked below)
     levels = []
     for factor, spec in zip(factors, specs, strict=True):
         scaled = tuple(-(-n // f) for n, f in zip(size, factor, strict=True))
         grid = ScaleGrid(scaled, chunks)
         if spec is None:
             spec = auto_sharding(grid, chunk_nbytes, budget // TASK_COPIES)
+        check_scattered(grid, spec, factor)  # before any per-chunk plan
         parts = part_chunks(grid, spec, TASK_COPIES * chunk_nbytes, budget, factor, target)
         levels.append((factor, grid, spec, parts))
     scale_infos = [
         _scale_info(grid, res, factor, offset, encoding, spec) for factor, grid, spec, _ in levels
     ]
-    _write_info(
-        target, _info(source.dtype, channels, volume_type, scale_infos), scale_infos, overwrite
-    )
     token = uuid.uuid4().hex[:12]
+    marker = target.key(UNFINISHED_KEY)
+    _write_info(
+        target,
+        _info(source.dtype, channels, volume_type, scale_infos),
+        scale_infos,
+        overwrite,
+        _unfinished(token, scale_infos),
+    )
     staging = target.key(f"{STAGING_DIR}/{token}")
     tasks = []
     prefixes = []
@@ -180,7 +213,7 @@ def to_neuroglancer_precomputed(
         ship = PrecomputedTarget(target.shards, prefix, grid, spec, encoding)
         tasks.extend(shard_tasks(level, ship, f"{token}-{scale_info['key']}", parts, staging))
     total: Delayed = delayed(_finish, pure=False)(
-        target.shards, staging, *tasks, dask_key_name=f"write-done-{token}"
+        target.shards, staging, marker, *tasks, dask_key_name=f"write-done-{token}"
     )
     if not compute:
         return total
@@ -198,14 +231,35 @@ def to_neuroglancer_precomputed(
                 target.shards.cleanup(staging, prefix)
         except Exception as cleanup_err:
             err.add_note(f"shardpipe: removing the staging data failed too ({cleanup_err!r})")
-        raise
+        left = (
+            f"the volume at {target.zarr_store} is left unfinished (its info and the shards "
+            "published so far; verify reports it): write it again with overwrite=True"
+        )
+        if isinstance(err, ShardpipeError) or not isinstance(err, Exception):
+            err.add_note(f"shardpipe: {left}")
+            raise
+        raise WriteFailedError(
+            f"the precomputed write failed part way ({type(err).__name__}: {err}); {left}"
+        ) from err
     return computed
 
 
-def _finish(store: ShardStore, staging: str, *reports: WriteReport) -> WriteReport:
-    """Last task: remove the (empty) staging area, add up the reports."""
+def _finish(store: ShardStore, staging: str, marker: str, *reports: WriteReport) -> WriteReport:
+    """Last task: remove the (empty) staging area and the unfinished-write marker; add up."""
     store.discard_staging(staging)
+    store.delete(marker)  # every shard is published: the volume is complete
     return add_reports(*reports)
+
+
+def _unfinished(token: str, scales: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document of the unfinished-write marker (what ``verify`` reports)."""
+    return {
+        "job": token,
+        "started": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "scales": [scale["key"] for scale in scales],
+    }
 
 
 def _check_scales(scales: Any) -> list[tuple[int, ...]]:
@@ -327,17 +381,37 @@ def _ints(name: str, value: Any) -> tuple[int, ...]:
 
 
 def _resolution(value: Any) -> tuple[float, ...]:
+    """Three positive finite numbers; strings and booleans are refused, never coerced."""
+    fix = "Pass three numbers, e.g. [8, 8, 40]"
     try:
-        items = [float(v) for v in value]
-    except (TypeError, ValueError):
+        items = list(value)
+    except TypeError:
         items = []
-    if len(items) != 3 or not all(v > 0 and math.isfinite(v) for v in items):
+    for item in items:
+        if isinstance(item, bool | np.bool_) or not isinstance(
+            item, int | float | np.integer | np.floating
+        ):
+            raise InvalidArgumentError(
+                "resolution",
+                f"{item!r} ({type(item).__name__}) in {value!r} is not a number",
+                fix,
+            )
+    if len(items) != 3 or not all(0 < float(v) < math.inf for v in items):
         raise InvalidArgumentError(
             "resolution",
             f"expected three positive numbers (nm per voxel along x, y, z), got {value!r}",
-            "Pass e.g. [8, 8, 40]",
+            fix,
         )
-    return tuple(items)
+    return tuple(float(v) for v in items)
+
+
+def chunk_nbytes_of(
+    size: tuple[int, ...], chunks: tuple[int, ...], channels: int, dtype: np.dtype[Any]
+) -> int:
+    """Bytes of the largest chunk: its box clipped to the volume, every channel."""
+    return math.prod(min(c, n) for c, n in zip(chunks, size, strict=True)) * (
+        channels * np.dtype(dtype).itemsize
+    )
 
 
 def _scale_key(resolution: tuple[float, ...]) -> str:
@@ -380,16 +454,26 @@ def _info(
 
 
 def _write_info(
-    target: ResolvedStore, info: dict[str, Any], scales: list[dict[str, Any]], overwrite: bool
+    target: ResolvedStore,
+    info: dict[str, Any],
+    scales: list[dict[str, Any]],
+    overwrite: bool,
+    unfinished: dict[str, Any],
 ) -> None:
-    """Write ``info``; with ``overwrite``, first remove the old shards of these scales."""
-    store, info_key = target.shards, target.key("info")
-    if store.get(info_key) is not None:
-        if not overwrite:
-            raise ArrayExistsError(
-                f"store: a precomputed volume already exists at {target.zarr_store} "
-                "(its info file); pass overwrite=True to replace it"
-            )
+    """Mark the volume unfinished, then write ``info`` (with ``overwrite``, after removing
+    the old shards of these scales). The marker goes first: from then until the last
+    shard is published, ``verify`` reports an unfinished write."""
+    store, info_key, marker = target.shards, target.key("info"), target.key(UNFINISHED_KEY)
+    exists = store.get(info_key) is not None
+    if exists and not overwrite:
+        left = store.size(marker) is not None
+        raise ArrayExistsError(
+            f"store: a precomputed volume already exists at {target.zarr_store} (its info "
+            + ("file, left by an unfinished write" if left else "file")
+            + "); pass overwrite=True to replace it"
+        )
+    store.put(marker, [json.dumps(unfinished).encode()])
+    if exists:
         for scale in scales:
             for old in list(store.list(target.key(f"{scale['key']}/"))):
                 store.delete(old)

@@ -75,6 +75,36 @@ def check_target(target: ResolvedStore, overwrite: bool) -> None:
         )
 
 
+def check_not_a_file(target: ResolvedStore, parameter: str) -> None:
+    """Refuse a local target that is a file, or lies under one (a folder is expected).
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        Naming ``parameter`` and the file.
+    """
+    store = target.zarr_store
+    if not isinstance(store, LocalStore):
+        return
+    where = os.path.join(str(store.root), target.path) if target.path else str(store.root)
+    probe = where
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return
+        probe = parent
+    if os.path.isdir(probe):
+        return
+    problem = (
+        f"{where!r} is a file, not a folder"
+        if probe == where
+        else f"{where!r} lies under the file {probe!r}, not under a folder"
+    )
+    raise InvalidArgumentError(
+        parameter, problem, "Pass a folder (it is created when absent), or move the file away"
+    )
+
+
 def check_store_reachable(arr: da.Array, target: ResolvedStore) -> None:
     """Refuse a zarr ``MemoryStore`` that worker processes would write copies of.
 

@@ -35,7 +35,7 @@ from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan
 from shardpipe.core.region import ShardCoverage
 from shardpipe.core.shard_update import Abilities, ShardBytes, ShardUpdate, plan_shard_update
-from shardpipe.errors import ConditionFailedError, PlanError, ShardConflictError
+from shardpipe.errors import ChunkDecodeError, ConditionFailedError, PlanError, ShardConflictError
 from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard, read_checked_index
 from shardpipe.journal import JobKeys, JobMarker, UndoRecord, check_held
 from shardpipe.reports import WriteReport
@@ -141,7 +141,12 @@ class _OldChunks:
         slot = self._target.shard_format.slot(local)
         if self._shard is None or slot not in self._shard.stored:
             return None
-        return self._target.codec.decode(self._shard.read(slot))
+        try:
+            return self._target.codec.decode(self._shard.read(slot))
+        except ChunkDecodeError as err:  # name the chunk: the codec knows only its bytes
+            raise ChunkDecodeError(
+                f"shard {self._shard.key!r}, inner chunk {tuple(local)} (slot {slot}): {err}"
+            ) from err
 
 
 def read_shard(

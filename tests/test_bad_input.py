@@ -217,6 +217,9 @@ class Places:
         self.draft = str(root / "draft")  # a hierarchy of the storage-transformer draft
         self.new = str(root / "new.zarr")  # never exists
         self.missing = str(root / "missing.zarr")  # never exists
+        self.file = str(root / "a-file.txt")  # a file where a folder is expected
+        self.vol = str(root / "vol")  # a Neuroglancer precomputed volume
+        self.src3 = str(root / "src3.zarr")  # a (x, y, z) uint16 zarr v3 array
 
 
 def _source() -> da.Array:
@@ -247,7 +250,17 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Places:
         group.create_array("big", shape=(600, 600), chunks=(100, 100), dtype="float64")[...] = 1.0
         _dataset().shard.to_zarr(str(root / "ds.zarr"), shards={"time": 20}, chunks={"time": 10})
     shutil.copytree(Path(__file__).parent / "legacy_fixtures" / "hierarchy", root / "draft")
+    (root / "a-file.txt").write_text("a file, not a folder")
+    shardpipe.to_neuroglancer_precomputed(_volume(), str(root / "vol"), **PRECOMPUTED)
+    zarr.create_array(str(root / "src3.zarr"), shape=(20, 20, 20), chunks=(10, 10, 10), dtype="u2")
     return Places(root)
+
+
+def _volume() -> da.Array:
+    return da.from_array(np.arange(20**3, dtype="uint16").reshape(20, 20, 20), chunks=10)
+
+
+PRECOMPUTED: dict[str, Any] = {"resolution": (1, 1, 1), "chunk_size": (8, 8, 8)}
 
 
 Call = Any  # Callable[[Places], object]
@@ -606,6 +619,104 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
     ]
 
 
+def _precomputed() -> list[tuple[str, str, Any, str, Call]]:
+    f, name = shardpipe.to_neuroglancer_precomputed, "to_neuroglancer_precomputed"
+    spec = {
+        "@type": "neuroglancer_uint64_sharded_v1",
+        "preshift_bits": 0,
+        "hash": "identity",
+        "minishard_bits": 1,
+        "shard_bits": 1,
+    }
+
+    def new(**kwargs: Any) -> Call:
+        return lambda p: f(_volume(), p.new, **{**PRECOMPUTED, **kwargs})
+
+    huge = da.zeros((1024, 1024, 1024), dtype="uint16", chunks=512)
+    return [
+        (name, "arr", [1, 2], "got list", lambda p: f([1, 2], p.new, **PRECOMPUTED)),
+        (name, "arr", "2-D", "2 dimensions", lambda p: f(_source(), p.new, **PRECOMPUTED)),
+        (
+            name,
+            "arr",
+            "int64",
+            "dtype int64",
+            lambda p: f(_volume().astype("int64"), p.new, **PRECOMPUTED),
+        ),
+        (name, "store", 5, "got int", lambda p: f(_volume(), 5, **PRECOMPUTED)),
+        (name, "store", "a file", "is a file", lambda p: f(_volume(), p.file, **PRECOMPUTED)),
+        (
+            name,
+            "store",
+            "under a file",
+            "lies under the file",
+            lambda p: f(_volume(), p.file + "/vol", **PRECOMPUTED),
+        ),
+        (name, "store", "existing", "already exists", lambda p: f(_volume(), p.vol, **PRECOMPUTED)),
+        (name, "resolution", ("8", 8, 8), "'8' (str)", new(resolution=("8", 8, 8))),
+        (name, "resolution", "888", "'8' (str)", new(resolution="888")),
+        (name, "resolution", (True, 8, 8), "True (bool)", new(resolution=(True, 8, 8))),
+        (
+            name,
+            "resolution",
+            "numpy strings",
+            "(str_)",
+            new(resolution=np.array(["8", "8", "8"])),
+        ),
+        (name, "resolution", (0, 8, 8), "positive", new(resolution=(0, 8, 8))),
+        (name, "resolution", (np.nan, 8, 8), "positive", new(resolution=(np.nan, 8, 8))),
+        (name, "resolution", (8, 8), "three", new(resolution=(8, 8))),
+        (name, "chunk_size", ("8", 8, 8), "three integers", new(chunk_size=("8", 8, 8))),
+        (name, "chunk_size", (8.0, 8, 8), "three integers", new(chunk_size=(8.0, 8, 8))),
+        (name, "chunk_size", (0, 8, 8), "below 1", new(chunk_size=(0, 8, 8))),
+        (
+            name,
+            "chunk_size",
+            (1024, 1024, 1024),
+            "268,435,456",
+            lambda p: f(huge, p.new, resolution=(1, 1, 1), chunk_size=(1024,) * 3, max_mem="9GiB"),
+        ),
+        (name, "voxel_offset", ("0", 0, 0), "three integers", new(voxel_offset=("0", 0, 0))),
+        (name, "voxel_offset", (0.5, 0, 0), "three integers", new(voxel_offset=(0.5, 0, 0))),
+        (name, "volume_type", "mesh", "'mesh'", new(volume_type="mesh")),
+        (name, "volume_type", 5, "5 is not one of", new(volume_type=5)),
+        (name, "encoding", "png", "'png'", new(encoding="png")),
+        (name, "encoding", "jpeg", "uint8 images", new(encoding="jpeg")),
+        (name, "sharding", "yes", "got 'yes'", new(sharding="yes")),
+        (
+            name,
+            "sharding",
+            "preshift_bits '1'",
+            "got '1'",
+            new(sharding={**spec, "preshift_bits": "1"}),
+        ),
+        (name, "sharding", [spec, spec], "2 specs for 1 scales", new(sharding=[spec, spec])),
+        (name, "sharding", [5], "got 5", new(sharding=[5])),
+        (name, "scales", 5, "got 5", new(scales=5)),
+        (name, "scales", [("1", "1", "1")], "integer factors", new(scales=[("1", "1", "1")])),
+        (name, "scales", [(2, 2, 2)], "does not start with", new(scales=[(2, 2, 2)])),
+        (
+            name,
+            "scales",
+            [(1, 1, 1), (3, 3, 3), (2, 2, 2)],
+            "not a larger multiple",
+            new(scales=[(1, 1, 1), (3, 3, 3), (2, 2, 2)]),
+        ),
+        (name, "downsample", "median", "'median'", new(downsample="median")),
+        (name, "downsample", 5, "5 is not one of", new(downsample=5)),
+        (name, "overwrite", "yes", "got 'yes'", new(overwrite="yes")),
+        (name, "storage_options", "x", "got str", new(storage_options="x")),
+        (name, "storage_options", {"anon": True}, "['anon']", new(storage_options={"anon": True})),
+        (name, "max_mem", "lots", "'lots'", new(max_mem="lots")),
+        (name, "max_mem", 0, "positive, got 0", new(max_mem=0)),
+        (name, "max_mem", True, "got True", new(max_mem=True)),
+        (name, "max_mem", 1000, "more than max_mem=1,000", new(max_mem=1000)),
+        (name, "compute", "no", "got 'no'", new(compute="no")),
+        (name, "progress", "no", "got 'no'", new(progress="no")),
+        (name, "progress", "without compute", "compute=False", new(progress=True, compute=False)),
+    ]
+
+
 def _migrations() -> list[tuple[str, str, Any, str, Call]]:
     m = shardpipe.migrate
     return [
@@ -790,6 +901,7 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
     *_maintenance(),
     *_datasets(),
     *_migrations(),
+    *_precomputed(),
 ]
 
 
@@ -1000,8 +1112,41 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
         "--source-group",
     ),
     ("repair-dataset missing", lambda p: ["repair-dataset", p.missing], "no Zarr array or group"),
+    *(
+        (f"write-precomputed {what}", lambda p, extra=extra: _write_precomputed(p, extra), words)
+        for what, extra, words in [
+            ("a file", {"target": "file"}, "is a file"),
+            ("existing", {"target": "vol"}, "overwrite"),
+            ("source", {"source": "missing"}, "source"),
+            ("--resolution x", {"--resolution": "8,x,8"}, "--resolution"),
+            ("--resolution 2", {"--resolution": "8,8"}, "resolution"),
+            ("--resolution 0", {"--resolution": "0,8,8"}, "resolution"),
+            ("--chunk-size", {"--chunk-size": "0,8,8"}, "chunk_size"),
+            ("--chunk-size x", {"--chunk-size": "8.5,8,8"}, "--chunk-size"),
+            ("--voxel-offset", {"--voxel-offset": "a,0,0"}, "--voxel-offset"),
+            ("--scales", {"--scales": "1,1"}, "scales"),
+            ("--scales x", {"--scales": "1,1,x"}, "--scales"),
+            ("--encoding", {"--encoding": "png"}, "encoding"),
+            ("--volume-type", {"--volume-type": "mesh"}, "--volume-type"),
+            ("--downsample", {"--downsample": "median"}, "--downsample"),
+            ("--sharding", {"--sharding": "{"}, "--sharding"),
+            ("--sharding spec", {"--sharding": '{"@type": "x"}'}, "sharding"),
+            ("--max-mem", {"--max-mem": "lots"}, "max_mem"),
+            ("--storage-option", {"--storage-option": "anon=true"}, "['anon']"),
+        ]
+    ),
     ("repair-dataset --group", lambda p: ["repair-dataset", p.ds, "--group", "nope"], "group"),
 ]
+
+
+def _write_precomputed(p: Places, extra: dict[str, str]) -> list[str]:
+    """``write-precomputed`` argv: good values, then ``extra`` (flags, or source/target)."""
+    flags = {"--resolution": "1,1,1", "--chunk-size": "8,8,8"}
+    flags.update((k, v) for k, v in extra.items() if k.startswith("--"))
+    places = {"file": p.file, "vol": p.vol, "missing": p.missing}
+    source = places.get(extra.get("source", ""), p.src3)
+    target = places.get(extra.get("target", ""), p.new)
+    return ["write-precomputed", source, target, *(x for kv in flags.items() for x in kv)]
 
 
 @pytest.mark.parametrize(("what", "argv", "words"), CLI_ROWS, ids=[r[0] for r in CLI_ROWS])
@@ -1051,6 +1196,7 @@ def test_rows_cover_every_parameter() -> None:
         "open_dataset": shardpipe.open_dataset,
         "repair_dataset": repair_dataset,
         "to_zarr": to_zarr,
+        "to_neuroglancer_precomputed": shardpipe.to_neuroglancer_precomputed,
     }
     covered = {(r[0], r[1]) for r in ROWS}
     missing = [

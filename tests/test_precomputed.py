@@ -26,7 +26,7 @@ from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, shards_of
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.formats.base import ShardFormat, assemble_shard
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.formats.precomputed_shards import ScaleShardFormats, ScatteredShard
+from shardpipe.formats.precomputed_shards import ScatteredShard, listed_shard_format
 
 SPEC = "neuroglancer_uint64_sharded_v1"
 
@@ -51,7 +51,7 @@ def _shard_chunks(
 ) -> dict[int, tuple[int, int]]:
     """Chunk id to ``(start, stop)`` of every chunk of the shard ``file``, by shardpipe's reader."""
     number = int(file.stem, 16)
-    shard_format = ScaleShardFormats(scale, sharding).of(number)
+    shard_format = listed_shard_format(scale, sharding, number, lambda a, b: raw[a:b], len(raw))
     index, _ = shard_format.read_index(lambda a, b: raw[a:b], len(raw), shard=(number,))
     slots = np.flatnonzero(index.stored())
     ids = shard_format.ids((number,), slots)
@@ -171,7 +171,7 @@ def test_volumes_written_by_tensorstore_decode_with_shardpipe(tmp_path: Path) ->
                 coords = _coords_of(chunk_id, scale)
                 box = scale.chunk_box(coords)
                 expected = data[(*box, slice(None))]
-                stored = sharding.decode_chunk(raw[start:stop])
+                stored = sharding.decode_chunk(raw[start:stop], 1 << 30)
                 assert stored == expected.tobytes(order="F"), (hash_, chunk_id)
                 seen += 1
         assert seen == 5 * 4 * 3
@@ -213,7 +213,7 @@ def test_shard_files_round_trip(
     index, _ = shard_format.read_index(lambda a, b: raw[a:b], len(raw), shard=(0,))
     assert index.stored().all()
     for k, (start, nbytes) in enumerate(index.entries.tolist()):
-        assert sharding.decode_chunk(raw[start : start + nbytes]) == by_id[int(members[k])]
+        assert sharding.decode_chunk(raw[start : start + nbytes], 1 << 30) == by_id[int(members[k])]
 
 
 def test_auto_shards_are_boxes_within_the_budget() -> None:
@@ -435,7 +435,7 @@ def test_volumes_written_by_cloudvolume_verify_and_decode(tmp_path: Path) -> Non
         raw = shard_file.read_bytes()
         for chunk_id, (start, stop) in _shard_chunks(raw, shard_file, scale, sharding).items():
             box = scale.chunk_box(_coords_of(chunk_id, scale))
-            assert sharding.decode_chunk(raw[start:stop]) == data[box].tobytes(order="F")
+            assert sharding.decode_chunk(raw[start:stop], 1 << 30) == data[box].tobytes(order="F")
 
 
 def test_unsharded_scales_written_by_cloudvolume_are_checked(tmp_path: Path) -> None:
@@ -684,7 +684,9 @@ def test_a_killed_write_leaves_complete_shards(tmp_path: Path) -> None:
     finally:
         child.wait()
     report = shardpipe.verify(path)
-    assert report.ok, report  # every shard file present is complete
+    assert not report.ok and len(report.problems) == 1, report  # the volume is unfinished,
+    assert "unfinished write" in report.problems[0], report
+    assert report.scales[0].n_problems == 0, report  # but every shard file present is complete
     present = report.scales[0].shards_present
     assert 0 < present < 4, report  # killed mid-write: some of the 4 shards out, not all
     data, back = volume(), _read_ts(path)
@@ -695,3 +697,114 @@ def test_a_killed_write_leaves_complete_shards(tmp_path: Path) -> None:
             np.testing.assert_array_equal(got, want)  # a shard present is complete
             complete += 1
     assert complete == present
+
+
+def _read_scale(path: Path, scale: int) -> np.ndarray:
+    store = ts.open(
+        {
+            "driver": "neuroglancer_precomputed",
+            "kvstore": {"driver": "file", "path": str(path)},
+            "scale_index": scale,
+        }
+    ).result()
+    return np.asarray(store.read().result())
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [("uint64", 2**63), ("uint64", 2**64 - 1), ("uint32", 2**32 - 1), ("float32", np.inf)],
+)
+def test_a_pyramid_at_the_top_of_the_range(tmp_path: Path, dtype: str, value: Any) -> None:
+    """Issue 32: a uint64 volume of 2**63 raised a raw OverflowError mid-write."""
+    data = np.full((64, 64, 64), value, dtype=dtype)
+    shardpipe.to_neuroglancer_precomputed(
+        data,
+        tmp_path / "vol",
+        resolution=(1, 1, 1),
+        chunk_size=(32, 32, 32),
+        scales=[(1, 1, 1), (2, 2, 2)],
+    )
+    for scale, size in ((0, 64), (1, 32)):
+        back = _read_scale(tmp_path / "vol", scale)
+        np.testing.assert_array_equal(back, np.full((size, size, size, 1), value, dtype=dtype))
+    assert shardpipe.verify(tmp_path / "vol").ok
+
+
+@pytest.mark.parametrize(
+    ("hash_", "shard_bits"), [("murmurhash3_x86_128", 4), ("identity", 4), ("identity", 1)]
+)
+def test_scattered_shards_of_more_chunks_than_a_plan_lists_are_refused(
+    tmp_path: Path, hash_: str, shard_bits: int
+) -> None:
+    """2**21 chunks in shards that are not boxes: every chunk would be hashed and listed in the
+    graph (about 256 bytes each); refused by name, fast, before anything is written."""
+    import time
+    import tracemalloc
+
+    source = da.zeros((128 * 4,) * 3, dtype="uint8", chunks=128)
+    sharding = _sharding(hash_, "gzip", preshift=0, minishard=4, shard=shard_bits)
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(InvalidArgumentError, match="2,097,152 chunks") as caught:
+            shardpipe.to_neuroglancer_precomputed(
+                source,
+                tmp_path / "vol",
+                resolution=(1, 1, 1),
+                chunk_size=(4, 4, 4),
+                sharding=sharding,
+                compute=False,
+            )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.parameter == "sharding" and "sharding='auto'" in str(caught.value)
+    assert time.perf_counter() - start < 5 and peak < 32 << 20
+    assert not (tmp_path / "vol").exists()
+    # boxes (the "auto" rule) plan the same grid without a per-chunk list
+    shardpipe.to_neuroglancer_precomputed(
+        source, tmp_path / "vol", resolution=(1, 1, 1), chunk_size=(4, 4, 4), compute=False
+    )
+
+
+def test_a_pyramid_that_fails_mid_write_is_never_called_clean(tmp_path: Path) -> None:
+    """Issue 32: a pyramid that failed mid-write left its info and some shards, which verify
+    called OK. Now the error is a ShardpipeError, and verify reports the unfinished write
+    until the volume is written again."""
+    import time
+
+    from shardpipe.cli import main
+
+    data = _volume((64, 64, 64, 1), "uint16", seed=3)
+    path = tmp_path / "vol"
+
+    def fails_late(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][:3] == (1, 1, 1):
+            deadline = time.monotonic() + 30  # fail once another block's shard is out
+            while not list((path / "1_1_1").glob("*.shard")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            raise ValueError("a source block could not be read")
+        return block
+
+    source = da.from_array(data, chunks=(32, 32, 32, 1)).map_blocks(fails_late, dtype=data.dtype)
+    kwargs: dict[str, Any] = {
+        "resolution": (1, 1, 1),
+        "chunk_size": (16, 16, 16),
+        "scales": [(1, 1, 1), (2, 2, 2)],
+        "sharding": _sharding("identity", "gzip", preshift=3, minishard=0, shard=3),
+    }
+    threads = dask.config.set(scheduler="threads", num_workers=4)
+    with threads, pytest.raises(shardpipe.ShardpipeError) as caught:
+        shardpipe.to_neuroglancer_precomputed(source, path, **kwargs)
+    assert "a source block could not be read" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert list((path / "1_1_1").glob("*.shard")), "some shards were published before the error"
+    for report in (shardpipe.verify(path), shardpipe.info(path)):
+        assert not report.ok
+        assert "unfinished write" in str(report) and "overwrite=True" in str(report)
+    assert main(["verify", str(path)]) == 1
+    with pytest.raises(shardpipe.errors.ArrayExistsError, match="unfinished write"):
+        shardpipe.to_neuroglancer_precomputed(data, path, **kwargs)
+    shardpipe.to_neuroglancer_precomputed(data, path, overwrite=True, **kwargs)
+    assert shardpipe.verify(path).ok
+    np.testing.assert_array_equal(_read_ts(path), data)

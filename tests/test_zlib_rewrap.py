@@ -17,7 +17,7 @@ from shardpipe.zlib_rewrap import zlib_to_gzip
 @given(st.binary(max_size=5000), st.integers(0, 9))
 def test_the_deflate_data_is_kept_and_gzip_decodes_it(data: bytes, level: int) -> None:
     stream = zlib.compress(data, level)
-    member = zlib_to_gzip(stream)
+    member = zlib_to_gzip(stream, len(data))
     assert gzip.decompress(member) == data
     assert member[10:-8] == stream[2:-4]
 
@@ -34,4 +34,13 @@ def test_what_is_not_one_whole_zlib_stream_is_refused() -> None:
         (stream[:2] + b"\xff" * 20, "does not decompress"),
     ]:
         with pytest.raises(ShardFormatError, match=words):
-            zlib_to_gzip(bad)
+            zlib_to_gzip(bad, 1 << 20)
+
+
+def test_a_zlib_bomb_is_refused_at_the_size_expected() -> None:
+    """256 MiB of zeros in 255 KB of zlib: refused one byte past the chunk's size."""
+    deflate = zlib.compressobj(9)
+    bomb = b"".join([deflate.compress(bytes(1 << 20)) for _ in range(256)] + [deflate.flush()])
+    with pytest.raises(ShardFormatError, match="inflates to more than the 65,536 bytes"):
+        zlib_to_gzip(bomb, 65_536)
+    assert gzip.decompress(zlib_to_gzip(zlib.compress(bytes(65_536)), 65_536)) == bytes(65_536)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardpipe.core.morton import low_bits_box, morton_bit_dims, morton_ids
+from shardpipe.errors import InvalidArgumentError
 from shardpipe.formats.precomputed import PrecomputedSharding
 
 MINISHARD_CHUNKS_BITS = 6
@@ -40,6 +41,12 @@ MINISHARD_CHUNKS_BITS = 6
 
 MAX_MINISHARD_BITS = 9
 """At most 2**9 minishards: a shard index of 8 KiB."""
+
+MAX_SCATTERED_CHUNKS = 2**20
+"""Most chunks of a scale whose shards are not boxes (murmurhash, or identity bits that do
+not reach the top of the ids). Each chunk is hashed and listed in the write's graph, about
+256 bytes and 30 us apiece (measured: 2**18 chunks, +67 MiB, 7.5 s), so 2**20 plan in about
+256 MiB and half a minute; boxes need no per-chunk plan."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,29 @@ def box_bits(scale: ScaleGrid, sharding: PrecomputedSharding) -> int | None:
     if sharding.hash != "identity" or low + sharding.shard_bits < scale.id_bits:
         return None
     return low
+
+
+def check_scattered(scale: ScaleGrid, sharding: PrecomputedSharding, factor: Sequence[int]) -> None:
+    """Refuse a scale of scattered shards with more chunks than a plan lists.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        Naming ``sharding``, when the shards are not boxes and the grid has
+        more than :data:`MAX_SCATTERED_CHUNKS` chunks.
+    """
+    n_chunks = math.prod(scale.grid)
+    if box_bits(scale, sharding) is None and n_chunks > MAX_SCATTERED_CHUNKS:
+        raise InvalidArgumentError(
+            "sharding",
+            f"scale {tuple(factor)} has {n_chunks:,} chunks in shards that are not boxes "
+            f"({sharding.hash} hash, {sharding.shard_bits} shard bits for ids of "
+            f"{scale.id_bits} bits): each chunk would be hashed and listed in the graph, and "
+            f"a write plans at most {MAX_SCATTERED_CHUNKS:,} that way",
+            "Use sharding='auto' (identity-hashed boxes, one task per shard, no per-chunk "
+            "plan), an identity spec whose preshift, minishard and shard bits cover the ids, "
+            "or larger chunks",
+        )
 
 
 def shards_of(scale: ScaleGrid, sharding: PrecomputedSharding) -> Iterator[ShardChunks]:

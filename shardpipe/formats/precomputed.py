@@ -30,19 +30,20 @@ from __future__ import annotations
 
 import gzip
 import struct
-import zlib
 from collections.abc import Buffer, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from shardpipe.errors import InvalidArgumentError, ShardFormatError
+from shardpipe.bounded_decode import gunzip
+from shardpipe.errors import ChunkDecodeError, InvalidArgumentError, ShardFormatError
 
 SHARDING_TYPE = "neuroglancer_uint64_sharded_v1"
 HASHES = ("identity", "murmurhash3_x86_128")
 ENCODINGS = ("raw", "gzip")
 ENTRY = 16  # bytes per shard-index entry
+MINISHARD_ENTRY = 24  # bytes per chunk in a decoded minishard index
 GZIP_LEVEL = 6
 
 RangeReader = Callable[[int, int], bytes]
@@ -238,67 +239,158 @@ class PrecomputedSharding:
             position += len(encoded)
         return index.tobytes(), b"".join(tails)
 
-    def read_minishards(
-        self, read: RangeReader, shard_nbytes: int
-    ) -> dict[int, list[tuple[int, int, int]]]:
-        """Per minishard listed in a shard file, its chunks: ``(id, start, stop)`` in the file.
+    def read_listing(self, read: RangeReader, shard_nbytes: int, *, max_chunks: int) -> Listing:
+        """Every chunk a shard file's minishard indexes list, checked and bounded.
+
+        Parameters
+        ----------
+        read : callable
+            ``read(start, stop)`` returns those bytes of the file.
+        shard_nbytes : int
+            The file's size.
+        max_chunks : int
+            Most chunks the shard can hold (its grid's). A valid shard lists
+            each chunk once and stores at least one byte for it, so its
+            minishard indexes decode to at most 24 bytes per chunk, for at
+            most ``min(max_chunks, bytes after the shard index)`` chunks:
+            decoding stops there (a gzip bomb costs that much, no more).
 
         Raises
         ------
         shardpipe.errors.ShardFormatError
-            If an index lies outside the file, does not decode, or points outside it.
+            If an index lies outside the file, does not decode, decodes to
+            more than that bound, or lists a chunk outside the file or an id
+            past ``2**64``.
         """
         head = self.index_nbytes
         if shard_nbytes < head:
             raise ShardFormatError(
                 f"{shard_nbytes} bytes, shorter than its {head}-byte shard index"
             )
+        body = shard_nbytes - head
+        most = min(max_chunks, body)
+        budget = MINISHARD_ENTRY * most  # decoded bytes left for this shard's indexes
         entries = np.frombuffer(read(0, head), dtype="<u8").reshape(-1, 2)
-        found: dict[int, list[tuple[int, int, int]]] = {}
-        for minishard, (start, end) in enumerate(entries.tolist()):
-            if start == end:
-                continue
-            if not start < end <= shard_nbytes - head:
+        parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        for minishard in np.flatnonzero(entries[:, 0] != entries[:, 1]).tolist():
+            start, end = (int(v) for v in entries[minishard])
+            if not start < end <= body:
                 raise ShardFormatError(
                     f"minishard {minishard}'s index [{start}, {end}) lies outside "
-                    f"the file's {shard_nbytes - head} bytes after the shard index"
+                    f"the file's {body} bytes after the shard index"
                 )
-            raw = read(head + start, head + end)
+            bound = f"(24 bytes per chunk, for at most {most:,} chunks in this shard)"
             if self.minishard_index_encoding == "gzip":
                 try:
-                    raw = gzip.decompress(raw)
-                except (OSError, EOFError, zlib.error) as err:
-                    raise ShardFormatError(
-                        f"minishard {minishard}'s index does not gunzip ({err})"
-                    ) from err
-            listed = []
-            for chunk_id, chunk_start, size in _decode_minishard(raw, minishard):
-                stop = head + chunk_start + size
-                if stop > shard_nbytes:
-                    raise ShardFormatError(
-                        f"chunk {chunk_id} ends at byte {stop}, past the file's {shard_nbytes}"
-                    )
-                listed.append((chunk_id, head + chunk_start, stop))
-            found[minishard] = listed
+                    raw = gunzip(read(head + start, head + end), budget)
+                except ChunkDecodeError as err:
+                    raise ShardFormatError(f"minishard {minishard}'s index: {err} {bound}") from err
+            elif end - start > budget:
+                raise ShardFormatError(
+                    f"minishard {minishard}'s index has {end - start:,} bytes, more than the "
+                    f"{budget:,} left {bound}"
+                )
+            else:
+                raw = read(head + start, head + end)
+            budget -= len(raw)
+            ids, starts, stops = _decode_minishard(raw, minishard, head, shard_nbytes)
+            parts.append((minishard, ids, starts, stops))
+        return Listing.of(parts)
+
+    def read_minishards(
+        self, read: RangeReader, shard_nbytes: int, *, max_chunks: int | None = None
+    ) -> dict[int, list[tuple[int, int, int]]]:
+        """Per minishard listed in a shard file, its chunks: ``(id, start, stop)`` in the file.
+
+        :meth:`read_listing` as Python lists (``max_chunks`` None: bounded
+        by the file's size alone).
+
+        Raises
+        ------
+        shardpipe.errors.ShardFormatError
+            If an index lies outside the file, does not decode, or points outside it.
+        """
+        listing = self.read_listing(
+            read, shard_nbytes, max_chunks=shard_nbytes if max_chunks is None else max_chunks
+        )
+        found: dict[int, list[tuple[int, int, int]]] = {}
+        for row in zip(*(a.tolist() for a in listing.columns()), strict=True):
+            found.setdefault(row[0], []).append(row[1:])
         return found
 
-    def decode_chunk(self, data: bytes) -> bytes:
-        """A chunk's bytes as stored in a shard, without the shard's ``data_encoding``."""
-        return gzip.decompress(data) if self.data_encoding == "gzip" else data
+    def decode_chunk(self, data: bytes, limit: int) -> bytes:
+        """A chunk's bytes as stored in a shard, without the shard's ``data_encoding``.
+
+        ``limit`` bounds what gzip'd data may inflate to (the most bytes the
+        chunk's encoding can take).
+
+        Raises
+        ------
+        shardpipe.errors.ChunkDecodeError
+            If gzip'd data do not inflate, or inflate past ``limit``.
+        """
+        return gunzip(data, limit) if self.data_encoding == "gzip" else data
 
 
-def _decode_minishard(raw: bytes, minishard: int) -> list[tuple[int, int, int]]:
-    """``(id, start, size)`` of each chunk listed in a decoded minishard index."""
-    if len(raw) % 24:
+@dataclass(frozen=True)
+class Listing:
+    """The chunks a shard file lists, in minishard order, one entry per listed chunk.
+
+    Attributes
+    ----------
+    minishards, ids, starts, stops : numpy.ndarray
+        ``uint64``: the minishard that lists the chunk, its id, and the byte
+        range of its data in the file.
+    """
+
+    minishards: np.ndarray
+    ids: np.ndarray
+    starts: np.ndarray
+    stops: np.ndarray
+
+    @classmethod
+    def of(cls, parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> Listing:
+        """Join ``(minishard, ids, starts, stops)`` of each minishard."""
+        if not parts:
+            empty = np.zeros(0, dtype=np.uint64)
+            return cls(empty, empty, empty, empty)
+        return cls(
+            np.concatenate([np.full(len(p[1]), p[0], dtype=np.uint64) for p in parts]),
+            *(np.concatenate([p[k] for p in parts]) for k in (1, 2, 3)),
+        )
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(minishards, ids, starts, stops)``."""
+        return self.minishards, self.ids, self.starts, self.stops
+
+
+def _decode_minishard(
+    raw: bytes, minishard: int, head: int, shard_nbytes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ids and ``[start, stop)`` in the file of each chunk a decoded minishard index lists.
+
+    Vectorised in uint64, with every sum that could wrap checked: ids and
+    offsets are delta-encoded with unsigned deltas, so both only grow; a
+    running sum that falls is one that passed ``2**64``.
+    """
+    if len(raw) % MINISHARD_ENTRY:
         raise ShardFormatError(
             f"minishard {minishard}'s index has {len(raw)} bytes, not a multiple of 24"
         )
-    table = np.frombuffer(raw, dtype="<u8").reshape(3, -1).astype(object)
-    out = []
-    chunk_id, end = 0, 0
-    for delta_id, delta_start, size in zip(*table, strict=True):
-        chunk_id += int(delta_id)
-        start = end + int(delta_start)
-        end = start + int(size)
-        out.append((chunk_id, start, int(size)))
-    return out
+    table = np.frombuffer(raw, dtype="<u8").reshape(3, -1).astype(np.uint64)
+    ids = np.cumsum(table[0], dtype=np.uint64)
+    if (ids[1:] < ids[:-1]).any():
+        raise ShardFormatError(f"minishard {minishard}'s index lists chunk ids past 2**64")
+    body = np.uint64(shard_nbytes - head)
+    gaps, sizes = table[1], table[2]
+    past = (gaps > body) | (sizes > body)
+    ends = np.cumsum(np.where(past, 0, gaps + sizes), dtype=np.uint64)  # each term < 2**64
+    past |= np.concatenate(([False], ends[1:] < ends[:-1])) | (ends > body)
+    if past.any():
+        k = int(np.argmax(past))
+        raise ShardFormatError(
+            f"minishard {minishard}'s index lists chunk {int(ids[k])} ending past the file's "
+            f"{shard_nbytes} bytes"
+        )
+    starts = ends - sizes + np.uint64(head)
+    return ids, starts, ends + np.uint64(head)

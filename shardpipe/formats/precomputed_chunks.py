@@ -24,6 +24,7 @@ A chunk is an ``(x, y, z, channel)`` array, truncated at the volume's end.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Buffer
 from typing import Any
 
@@ -69,6 +70,18 @@ def check_encoding(encoding: Any, dtype: np.dtype[Any], channels: int) -> str:
     return str(encoding)
 
 
+def max_encoded_nbytes(shape: tuple[int, ...], dtype: np.dtype[Any], encoding: str) -> int:
+    """Most bytes a chunk of ``shape`` can take in ``encoding`` (bounds its decompression).
+
+    ``raw``: exactly its voxels' bytes. ``jpeg`` and ``compressed_segmentation``
+    stay well within three times that plus 64 KiB (a segmentation block
+    stores at most a table of its values and 32 bits per voxel, with an
+    8-byte header).
+    """
+    nbytes = math.prod(shape) * dtype.itemsize
+    return nbytes if encoding == "raw" else 3 * nbytes + (64 << 10)
+
+
 def encode_chunk(chunk: np.ndarray, encoding: str) -> Buffer:
     """The bytes of an ``(x, y, z, channel)`` chunk in ``encoding``.
 
@@ -104,9 +117,16 @@ def encode_chunk(chunk: np.ndarray, encoding: str) -> Buffer:
 
 
 def decode_chunk(
-    data: bytes, encoding: str, shape: tuple[int, ...], dtype: np.dtype[Any]
+    data: bytes,
+    encoding: str,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    block_size: tuple[int, ...] = CSEG_BLOCK,
 ) -> np.ndarray:
-    """The ``(x, y, z, channel)`` array of a chunk's bytes (raises on bytes that do not decode)."""
+    """The ``(x, y, z, channel)`` array of a chunk's bytes (raises on bytes that do not decode).
+
+    ``block_size`` is the ``compressed_segmentation`` block size of the scale.
+    """
     if encoding == "raw":
         expected = int(np.prod(shape)) * dtype.itemsize
         if len(data) != expected:
@@ -121,6 +141,8 @@ def decode_chunk(
             raise ValueError(f"a {image.shape[:2]} image, the chunk is {(nz * ny, nx)}")
         decoded: np.ndarray = image.reshape(nz, ny, nx, channels).transpose(2, 1, 0, 3)
         return decoded
+    if encoding != "compressed_segmentation":
+        raise ValueError(f"shardpipe does not decode {encoding!r} chunks")
     import compressed_segmentation
 
     channels = shape[3]
@@ -135,6 +157,6 @@ def decode_chunk(
     for c, (start, stop) in enumerate(zip(starts, stops, strict=True)):
         one = b"".join([np.array([1], dtype="<u4").tobytes(), words[start:stop].tobytes()])
         labels[..., c] = compressed_segmentation.decompress(
-            one, (*shape[:3], 1), dtype, block_size=CSEG_BLOCK, order="F"
+            one, (*shape[:3], 1), dtype, block_size=block_size, order="F"
         ).reshape(shape[:3], order="F")
     return labels

@@ -17,10 +17,17 @@ tail); they differ in which chunks a shard holds, and so in what a slot is:
 Either way, laying chunks out in slot order lists every minishard's chunks
 at increasing offsets in increasing id order, as the format's delta
 encoding needs. A shard is named by ``(number,)``, its shard number.
+
+Readers of shard files someone else wrote (``verify``) use
+:class:`ListedShard`: one shard described by what its own minishard
+indexes list (:func:`listed_shard_format`), so that reading it never
+enumerates the grid, whatever its size, and decodes its indexes within the
+bound of :meth:`~shardpipe.formats.precomputed.PrecomputedSharding.read_listing`.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -28,10 +35,10 @@ import numpy as np
 
 from shardpipe.core.grid import Coords
 from shardpipe.core.morton import low_bits_box, morton_bit_dims, morton_coords, morton_ids
-from shardpipe.core.precomputed_plan import ScaleGrid, ShardChunks, box_bits, shards_of
+from shardpipe.core.precomputed_plan import ScaleGrid, ShardChunks, box_bits
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import RangeReader, ShardIndex
-from shardpipe.formats.precomputed import PrecomputedSharding
+from shardpipe.formats.precomputed import Listing, PrecomputedSharding
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +68,15 @@ class PrecomputedShards(ABC):
     @abstractmethod
     def slots(self, shard: Coords, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Slots of chunk ``ids`` in ``shard``, and which ids are chunks of it at all."""
+
+    @property
+    def max_chunks(self) -> int:
+        """Most chunks a shard file of this format can list (bounds its minishard indexes)."""
+        return self.n_slots
+
+    def _listing(self, read: RangeReader, shard_nbytes: int) -> Listing:
+        """What the shard file's minishard indexes list (read, bounded by :attr:`max_chunks`)."""
+        return self.sharding.read_listing(read, shard_nbytes, max_chunks=self.max_chunks)
 
     def key(self, shard: Coords) -> str:
         """The shard file's name (shard ``(number,)``)."""
@@ -111,7 +127,7 @@ class PrecomputedShards(ABC):
         """Read the shard and minishard indexes of ``shard``; return the index by slot.
 
         Returns the index and the byte range of the shard index. Besides
-        what :meth:`PrecomputedSharding.read_minishards` checks, every listed
+        what :meth:`PrecomputedSharding.read_listing` checks, every listed
         chunk must be a chunk of this shard, listed once, in the minishard
         its id hashes to, and apart from every minishard index.
 
@@ -120,11 +136,7 @@ class PrecomputedShards(ABC):
         shardpipe.errors.ShardFormatError
             Naming the first problems found.
         """
-        minishards = self.sharding.read_minishards(read, shard_nbytes)
-        listed = [(m, i, a, b) for m, rows in minishards.items() for i, a, b in rows]
-        table = np.array([row[1:] for row in listed], dtype=np.uint64).reshape(-1, 3)
-        ids, starts, stops = table[:, 0], table[:, 1], table[:, 2]
-        found = np.array([row[0] for row in listed], dtype=np.uint64)
+        found, ids, starts, stops = self._listing(read, shard_nbytes).columns()
         slots, member = self.slots(shard, ids)
         _, minishard = self.sharding.locate(ids)
         unique, counts = np.unique(ids, return_counts=True)
@@ -192,6 +204,11 @@ class BoxShards(PrecomputedShards):
     def chunks_per_shard(self) -> tuple[int, ...]:
         """The box of chunks one shard spans (edge shards are clipped by the grid)."""
         return low_bits_box(self.grid, self.slot_bits)
+
+    @property
+    def max_chunks(self) -> int:
+        """The ids a shard spans, or fewer: the grid's chunks."""
+        return min(self.n_slots, math.prod(self.grid))
 
     def slot(self, local: Coords) -> int:
         """The low id bits of the chunk at ``local`` inside its shard's box."""
@@ -275,28 +292,49 @@ def shard_format_of(
     return ScatteredShard(sharding, scale.grid, shard.shard, shard.ids)
 
 
-class ScaleShardFormats:
-    """The format of any shard of a scale, by shard number (for readers of a whole scale).
+@dataclass(frozen=True, eq=False)
+class ListedShard(ScatteredShard):
+    """One shard file as its own minishard indexes describe it (for readers: ``verify``).
 
-    A scale of boxes has one format; a scattered scale's members are found
-    by hashing every chunk id once, on the first shard asked for.
+    Its members are the listed ids that are chunks of the grid and hash to
+    this shard: found from the file, never by hashing the grid's chunks, so
+    reading a shard costs what the file lists (bounded by its size), for
+    grids of any size. Listed ids that are not members are reported by
+    :meth:`read_index` as chunks of another shard.
+
+    Parameters
+    ----------
+    listing : Listing
+        What the file lists, already read.
     """
 
-    def __init__(self, scale: ScaleGrid, sharding: PrecomputedSharding) -> None:
-        self._scale, self._sharding = scale, sharding
-        self._shards: dict[int, ShardChunks] | None = None
+    listing: Listing
 
-    def of(self, shard: int) -> PrecomputedShards:
-        """The format of shard number ``shard`` (a shard no chunk hashes to has no members)."""
-        if box_bits(self._scale, self._sharding) is not None:
-            return shard_format_of(self._scale, self._sharding, ShardChunks(shard, *_NONE))
-        if self._shards is None:
-            self._shards = {s.shard: s for s in shards_of(self._scale, self._sharding)}
-        chunks = self._shards.get(shard, ShardChunks(shard, *_NONE))
-        return shard_format_of(self._scale, self._sharding, chunks)
+    def _listing(self, read: RangeReader, shard_nbytes: int) -> Listing:
+        return self.listing
 
 
-_NONE = (np.zeros(0, dtype=np.uint64), np.zeros((0, 3), dtype=np.int64), None)
+def listed_shard_format(
+    scale: ScaleGrid, sharding: PrecomputedSharding, number: int, read: RangeReader, nbytes: int
+) -> ListedShard:
+    """The format of shard file ``number`` (``nbytes`` long), read from its own listing.
+
+    Raises
+    ------
+    shardpipe.errors.ShardFormatError
+        If its indexes do not decode (within the bound of
+        :meth:`PrecomputedSharding.read_listing`).
+    """
+    low = box_bits(scale, sharding)
+    most = math.prod(scale.grid)
+    if low is not None:
+        most = min(most, 1 << min(low, scale.id_bits))
+    listing = sharding.read_listing(read, nbytes, max_chunks=most)
+    ids = np.unique(listing.ids)
+    ids = ids[_in_grid(ids, scale.grid)]
+    shards, _ = sharding.locate(ids)
+    members = ids[shards == np.uint64(number)]
+    return ListedShard(sharding, scale.grid, number, members, listing)
 
 
 def _number(shard: Coords) -> int:

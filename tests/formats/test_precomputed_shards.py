@@ -26,7 +26,7 @@ from shardpipe.formats.base import (
     read_checked_index,
 )
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.formats.precomputed_shards import BoxShards, ScaleShardFormats, ScatteredShard
+from shardpipe.formats.precomputed_shards import BoxShards, ScatteredShard, shard_format_of
 
 grids = st.tuples(*[st.integers(1, 9)] * 3)
 
@@ -50,10 +50,9 @@ def test_slots_name_every_chunk_once(
     scale = ScaleGrid(tuple(n * 4 for n in grid), (4, 4, 4))
     low = preshift + minishard
     spec = _spec("murmurhash3_x86_128" if murmur else "identity", preshift, minishard, 64 - low)
-    formats = ScaleShardFormats(scale, spec)
     seen = 0
     for shard in shards_of(scale, spec):
-        shard_format = formats.of(shard.shard)
+        shard_format = shard_format_of(scale, spec, shard)
         assert isinstance(shard_format, ShardFormat)
         assert isinstance(shard_format, ScatteredShard if murmur else BoxShards)
         slots, member = shard_format.slots((shard.shard,), shard.ids)
@@ -79,7 +78,7 @@ def test_shards_in_parts_with_padding_read_back(
     spec = _spec("identity", preshift, minishard, 64 - preshift - minishard)
     assert box_bits(scale, spec) is not None
     shard = next(shards_of(scale, spec))
-    shard_format = ScaleShardFormats(scale, spec).of(shard.shard)
+    shard_format = shard_format_of(scale, spec, shard)
     slots, _ = shard_format.slots((shard.shard,), shard.ids)
     payload = {int(s): bytes([int(s) % 251]) * (1 + int(s) % 7) for s in slots}
     runs = np.array_split(slots, n_parts)

@@ -1,0 +1,279 @@
+"""Decompression bombs: every one fails fast, within memory, with a ShardpipeError naming sizes.
+
+Issue 28 measured a 495 KB shard whose gzip'd minishard index inflated to
+2.7 GB in ``verify``, a 510 KB ``.gz`` chunk file to 1.1 GB, and a 510 KB
+zarr gzip chunk to 1.1 GB in ``verify`` and in a region write. Each case
+here plants a bomb (512 MiB of zeros in about 510 KB of gzip, or a header
+that declares gigabytes) where a writer would put a small chunk or index,
+then runs the command in a child process that reports its time and the
+growth of its peak RSS (``VmHWM``: ``ru_maxrss`` would include the parent's
+peak, kept across ``exec``): each must end in a ``ShardpipeError`` naming the
+file and the sizes, in under 2 s and 256 MB (the Done-when of issue 28;
+the bounds below are that, the timing with slack for a loaded machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import numpy as np
+import pytest
+import zarr
+
+import shardpipe
+from shardpipe.formats.base import assemble_shard
+from shardpipe.metadata import format_of, open_array_metadata
+from shardpipe.storage.resolve import resolve_store
+
+BOMB_NBYTES = 512 << 20
+MOST_SECONDS = 2.0
+MOST_RSS_MIB = 256
+
+CHILD = r"""
+import json, resource, sys, time, warnings
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # the old code: MemoryError, no swap
+warnings.simplefilter("ignore")
+import numpy as np
+import shardpipe
+from shardpipe.errors import ShardpipeError
+
+case, path = sys.argv[1], sys.argv[2]
+
+def run():
+    if case in ("verify", "info"):
+        return str(getattr(shardpipe, case)(path))
+    if case == "region":
+        shardpipe.to_sharded_zarr(
+            np.ones((10, 10, 10), dtype="uint8"), path, region=(slice(0, 10),) * 3
+        )
+        return "written"
+    raise ValueError(case)
+
+def status(field):  # MiB; VmHWM, not ru_maxrss, which keeps the parent's peak across exec
+    with open("/proc/self/status") as lines:
+        line = next(l for l in lines if l.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
+
+def peak():
+    return status("VmHWM")
+
+before = status("VmRSS")  # the peak after, less the RSS now: an upper bound of the growth
+start = time.perf_counter()
+try:
+    outcome = {"returned": run()}
+except ShardpipeError as err:
+    outcome = {"error": type(err).__name__, "message": str(err)}
+except BaseException as err:  # anything else is a finding
+    outcome = {"raw": type(err).__name__, "message": str(err)[:500]}
+outcome["seconds"] = time.perf_counter() - start
+outcome["rss_mib"] = peak() - before
+print(json.dumps(outcome))
+"""
+
+
+def run_child(case: str, path: Path) -> dict[str, Any]:
+    """Run ``case`` on ``path`` in a fresh process; its outcome, seconds and RSS growth."""
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, case, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    outcome: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return outcome
+
+
+def assert_refused_fast(outcome: dict[str, Any], *words: str) -> str:
+    """The outcome is a ShardpipeError (or a report) naming ``words``, fast and small."""
+    message = outcome.get("message") or outcome.get("returned", "")
+    assert "raw" not in outcome, outcome
+    for word in words:
+        assert word in message, (word, outcome)
+    assert outcome["seconds"] < MOST_SECONDS, outcome
+    assert outcome["rss_mib"] < MOST_RSS_MIB, outcome
+    return str(message)
+
+
+@pytest.fixture(scope="module")
+def gzip_bomb() -> bytes:
+    """512 MiB of zeros as one gzip member (about 510 KB)."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    parts = [deflate.compress(zeros) for _ in range(BOMB_NBYTES >> 20)]
+    return b"".join([*parts, deflate.flush()])
+
+
+# -- zarr inner chunks ----------------------------------------------------------------------------
+def _zarr_with_bomb(path: Path, compressors: Any, chunk: bytes) -> Path:
+    """A 128^3 uint8 array in one shard of 64^3 chunks; inner chunk 0 replaced by ``chunk``."""
+    data = np.arange(128**3, dtype="uint32").reshape(128, 128, 128).astype("uint8")
+    shardpipe.to_sharded_zarr(
+        data, str(path), shards=(128, 128, 128), chunks=(64, 64, 64), compressors=compressors
+    )
+    metadata = open_array_metadata(resolve_store(str(path)))
+    names = [c.to_dict()["name"] for c in metadata.codecs[0].codecs]  # type: ignore[attr-defined]
+    if names[-1] == "crc32c":  # chunk checksums: the bomb sits under a valid CRC32C
+        chunk += crc32c.crc32c(chunk).to_bytes(4, "little")
+    fmt = format_of(metadata)
+    shard = path / "c" / "0" / "0" / "0"
+    raw = shard.read_bytes()
+    index, _ = fmt.read_index(lambda a, b: raw[a:b], len(raw), shard=(0, 0, 0))
+    chunks = [
+        (slot, raw[int(a) : int(a) + int(n)])
+        for slot, (a, n) in enumerate(index.entries.tolist())
+        if slot
+    ]
+    shard.write_bytes(
+        b"".join(bytes(b) for b in assemble_shard(fmt, [(0, chunk), *chunks], shard=(0, 0, 0)))
+    )
+    return path
+
+
+@pytest.mark.parametrize("case", ["verify", "region"])
+def test_a_zarr_gzip_chunk_bomb(tmp_path: Path, gzip_bomb: bytes, case: str) -> None:
+    path = _zarr_with_bomb(tmp_path / "a.zarr", zarr.codecs.GzipCodec(), gzip_bomb)
+    shard = (path / "c" / "0" / "0" / "0").read_bytes()
+    outcome = run_child(case, path)
+    message = assert_refused_fast(outcome, "c/0/0/0", "262,144 bytes expected")
+    assert "inflate to more than" in message, message
+    if case == "region":
+        assert outcome["error"] == "ChunkDecodeError", outcome
+        assert (path / "c" / "0" / "0" / "0").read_bytes() == shard  # left as it was
+
+
+def test_a_zarr_zlib_chunk_bomb(tmp_path: Path) -> None:
+    from zarr.codecs.numcodecs import Zlib
+
+    deflate = zlib.compressobj(9)
+    bomb = b"".join([deflate.compress(bytes(1 << 20)) for _ in range(256)] + [deflate.flush()])
+    path = _zarr_with_bomb(tmp_path / "z.zarr", Zlib(level=1), bomb)
+    assert_refused_fast(run_child("verify", path), "c/0/0/0", "zlib data inflate to more than")
+
+
+def test_a_blosc_header_declaring_gigabytes(tmp_path: Path) -> None:
+    from numcodecs import Blosc
+
+    frame = bytearray(Blosc().encode(np.zeros(64**3, dtype="uint8")))
+    frame[4:8] = (3 << 30).to_bytes(4, "little")  # declares 3 GiB decoded
+    path = _zarr_with_bomb(tmp_path / "b.zarr", zarr.codecs.BloscCodec(), bytes(frame))
+    assert_refused_fast(run_child("verify", path), "c/0/0/0", "declares 3,221,225,472 decoded")
+
+
+# -- precomputed volumes --------------------------------------------------------------------------
+SHARDING = {
+    "@type": "neuroglancer_uint64_sharded_v1",
+    "preshift_bits": 2,
+    "hash": "identity",
+    "minishard_bits": 2,
+    "shard_bits": 3,
+    "minishard_index_encoding": "gzip",
+    "data_encoding": "gzip",
+}
+
+
+def _volume(path: Path) -> Path:
+    """32 x 32 x 16 uint16 in 8^3 chunks (1,024 bytes each), identity shards of 16 chunks."""
+    data = np.arange(32 * 32 * 16, dtype="uint16").reshape(32, 32, 16)
+    shardpipe.to_neuroglancer_precomputed(
+        data, path, resolution=(1, 1, 1), chunk_size=(8, 8, 8), sharding=SHARDING
+    )
+    return path
+
+
+@pytest.mark.parametrize("case", ["verify", "info"])
+def test_a_gzip_minishard_index_bomb(tmp_path: Path, gzip_bomb: bytes, case: str) -> None:
+    """A 510 KB shard file whose first minishard index inflates to 512 MiB."""
+    from shardpipe.formats.precomputed import PrecomputedSharding
+
+    path = _volume(tmp_path / "vol")
+    spec = PrecomputedSharding.from_json(SHARDING)
+    index = np.zeros((1 << spec.minishard_bits, 2), dtype="<u8")
+    index[0] = (0, len(gzip_bomb))
+    (path / "1_1_1" / "0.shard").write_bytes(index.tobytes() + gzip_bomb)
+    outcome = run_child(case, path)
+    message = assert_refused_fast(outcome, "1_1_1/0.shard", "inflate to more than the")
+    assert "minishard 0's index" in message, message
+    assert "for at most" in message, message  # the bound, in chunks
+
+
+def test_a_gzip_chunk_bomb_in_a_shard(tmp_path: Path, gzip_bomb: bytes) -> None:
+    """A shard (data_encoding gzip) whose chunk 0 inflates to 512 MiB instead of 1,024 bytes."""
+    from shardpipe.formats.precomputed import PrecomputedSharding
+
+    path = _volume(tmp_path / "vol")
+    spec = PrecomputedSharding.from_json(SHARDING)
+    ids = np.array([0], dtype=np.uint64)
+    head, tail = spec.encode_indexes(
+        ids, np.array([0]), np.array([len(gzip_bomb)]), data_stop=len(gzip_bomb)
+    )
+    (path / "1_1_1" / "0.shard").write_bytes(head + gzip_bomb + tail)
+    outcome = run_child("verify", path)
+    assert_refused_fast(outcome, "1_1_1/0.shard: chunk 0", "more than the 1,024 bytes expected")
+
+
+def test_a_gz_chunk_file_bomb(tmp_path: Path, gzip_bomb: bytes) -> None:
+    """An unsharded scale whose ``.gz`` chunk file inflates to 512 MiB instead of 512 bytes."""
+    import gzip
+
+    path = tmp_path / "vol"
+    (path / "s0").mkdir(parents=True)
+    info = {
+        "@type": "neuroglancer_multiscale_volume",
+        "type": "image",
+        "data_type": "uint8",
+        "num_channels": 1,
+        "scales": [
+            {
+                "key": "s0",
+                "size": [16, 8, 8],
+                "chunk_sizes": [[8, 8, 8]],
+                "resolution": [1, 1, 1],
+                "voxel_offset": [0, 0, 0],
+                "encoding": "raw",
+            }
+        ],
+    }
+    (path / "info").write_text(json.dumps(info))
+    (path / "s0" / "0-8_0-8_0-8.gz").write_bytes(gzip.compress(bytes(512)))
+    (path / "s0" / "8-16_0-8_0-8.gz").write_bytes(gzip_bomb)
+    outcome = run_child("verify", path)
+    message = assert_refused_fast(outcome, "s0/8-16_0-8_0-8.gz", "the 512 bytes expected")
+    assert "s0/0-8_0-8_0-8.gz" not in message  # the good chunk is fine
+
+
+# -- absurd grids: valid info files whose grids no check may enumerate ----------------------------
+GRIDS = {
+    # issue 28: a 456-byte info, size 400^3 in chunks of 1: 6.1 GB and 31 s (a mesh of 64 M chunks)
+    "400^3 chunks of 1, identity": ([400] * 3, "identity", 3),
+    "400^3 chunks of 1, murmurhash": ([400] * 3, "murmurhash3_x86_128", 3),
+    "2**57 chunks, identity": ([2**19] * 3, "identity", 10),
+    "2**64 chunks, murmurhash": ([2**22, 2**21, 2**21], "murmurhash3_x86_128", 20),
+}
+
+
+@pytest.mark.parametrize("case", ["verify", "info"])
+@pytest.mark.parametrize("grid", sorted(GRIDS))
+def test_absurd_grids_cost_what_the_files_hold(tmp_path: Path, grid: str, case: str) -> None:
+    """The info says a vast grid of 1-voxel chunks; one real shard file is present."""
+    size, hash_, shard_bits = GRIDS[grid]
+    path = _volume(tmp_path / "vol")
+    info = json.loads((path / "info").read_text())
+    scale = info["scales"][0]
+    scale.update(size=size, chunk_sizes=[[1, 1, 1]])
+    scale["sharding"].update(hash=hash_, shard_bits=shard_bits)
+    (path / "info").write_text(json.dumps(info))
+    (path / "1_1_1" / "0.shard").rename(path / "1_1_1" / f"{0:0{-(-shard_bits // 4)}x}.shard")
+    for other in (path / "1_1_1").glob("[1-9a-f]*.shard"):
+        other.unlink()
+    outcome = run_child(case, path)
+    message = assert_refused_fast(outcome)
+    assert f"size {size}" in message and "1 shard file(s)" in message, message
