@@ -37,13 +37,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from shardpipe.storage.base import ShardStore, StoreAbilities
+from shardpipe.testing.key_contract import KeyContractTests
 from shardpipe.testing.store_kit import SHARDS, STAGING, MiB, _data, _split
 from shardpipe.testing.update_contract import UpdateContractTests
 
 __all__ = ["SHARDS", "STAGING", "ShardStoreTests"]
 
 
-class ShardStoreTests(UpdateContractTests):
+class ShardStoreTests(UpdateContractTests, KeyContractTests):
     """The contract tests; subclass and implement ``make_store`` and ``leftovers``."""
 
     # -- declarations ------------------------------------------------------------
