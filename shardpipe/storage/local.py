@@ -25,16 +25,11 @@
 * ``write_at`` and ``append`` change a file in place (``pwritev``, ``O_APPEND``)
   and fsync it: not atomic, the caller keeps what it needs to undo them.
 
-Keys stay inside the root (:mod:`shardpipe.storage.keys`): every key and
-prefix is checked before any file is touched, and no symbolic link leads a
-key out of the root. A file at a key that is itself a symbolic link is
-refused by name (:class:`~shardpipe.errors.UnsafeKeyError`), wherever it
-points: files are opened with ``O_NOFOLLOW`` and looked at with ``lstat``
-(a link at a key may be deleted or replaced, which changes only the link).
-Folders may be links as long as they resolve inside the root's real path;
-each folder is resolved once (``realpath``) and remembered, so the check
-costs nothing per inner chunk. The check is against the layout as it is
-found, not against someone swapping folders for links while a job runs.
+Keys stay inside the root (:mod:`shardpipe.storage.local_keys`): every key
+and prefix is checked before any file is touched, a folder may be a link
+only if it resolves inside the root, and a file at a key that is itself a
+symbolic link is refused by name (:class:`~shardpipe.errors.UnsafeKeyError`),
+wherever it points.
 
 Versions are ``"<inode>:<size>:<mtime_ns>"``. Every write here stamps the
 file's modification time itself from the nanosecond clock (an in-place write
@@ -47,16 +42,14 @@ otherwise leave the same version (an old version would look current again).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
-import stat
 import threading
 import time
 import uuid
 from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 
-from shardpipe.errors import ConditionFailedError, UnsafeKeyError
+from shardpipe.errors import ConditionFailedError
 from shardpipe.storage.base import (
     ObjectVersion,
     PartReceipt,
@@ -66,16 +59,11 @@ from shardpipe.storage.base import (
 )
 from shardpipe.storage.file_io import copy_into, fsync_dir, pwrite_all, write_all
 from shardpipe.storage.keys import edge_key
+from shardpipe.storage.local_keys import LocalKeys
 from shardpipe.storage.writeback import Writeback
 
 TEMPORARY_SUFFIX = ".shardpipe-tmp"
 """End of the names of the temporary files a ``put`` writes beside its key."""
-
-LINK_REFUSED = (
-    "it is a symbolic link, which a local store neither reads nor writes through (it could "
-    "lead outside the store); replace the link by the file it points to, or delete it"
-)
-"""Why a key whose file is a symbolic link is refused."""
 
 
 def _sorted_keys(path: str, folder: str, start: str = "") -> Iterator[str]:
@@ -153,7 +141,7 @@ class LocalShardStore(ShardStore):
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.fsync = fsync
-        self._folders: dict[str, str] = {}  # folder key -> its path, found inside the root
+        self._keys = LocalKeys(self.root, self)
 
     def __repr__(self) -> str:
         return f"LocalShardStore({self.root!r}, fsync={self.fsync})"
@@ -163,55 +151,10 @@ class LocalShardStore(ShardStore):
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
-        self._folders = {}
+        self._keys = LocalKeys(self.root, self)
 
-    # -- keys to paths, kept inside the root ---------------------------------
     def _path(self, key: str) -> str:
-        """The file of ``key``: the key checked, its folder resolved inside the root."""
-        folder, _, name = edge_key(key, self).rpartition("/")
-        path = self._folders.get(folder)
-        if path is None:
-            path = self._folder(folder, key)
-        return f"{path}{os.sep}{name}"
-
-    def _folder(self, prefix: str, key: str | None = None) -> str:
-        """The folder a key prefix names (``""``: the root), resolved inside the root.
-
-        Each folder is resolved once (``realpath``, which also resolves the
-        part of a path that does not exist yet); the answer is remembered.
-        ``key`` is the key named when the folder is refused (else ``prefix``).
-        """
-        folder = edge_key(prefix, self, prefix=True).strip("/")
-        path = self._folders.get(folder)
-        if path is not None:
-            return path
-        path = os.path.join(self.root, *folder.split("/")) if folder else self.root
-        root, real = os.path.realpath(self.root), os.path.realpath(path)
-        if folder and real != root and not real.startswith(root + os.sep):
-            raise UnsafeKeyError(
-                prefix if key is None else key,
-                f"a call to {self!r}",
-                f"its folder {path} leads to {real}, outside the store's root {root} "
-                "(through a symbolic link)",
-            )
-        self._folders[folder] = path
-        return path
-
-    def _open(self, key: str, path: str, flags: int, mode: int = 0o644) -> int:
-        """``os.open`` of the file of ``key``, refusing a symbolic link by name."""
-        try:
-            return os.open(path, flags | os.O_NOFOLLOW, mode)
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise UnsafeKeyError(key, f"a call to {self!r}", LINK_REFUSED) from None
-            raise
-
-    def _lstat(self, key: str, path: str) -> os.stat_result:
-        """``os.lstat`` of the file of ``key``, refusing a symbolic link by name."""
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            raise UnsafeKeyError(key, f"a call to {self!r}", LINK_REFUSED)
-        return st
+        return self._keys.path(key)
 
     # -- whole objects -------------------------------------------------------
     def _temporary(self, key: str) -> tuple[str, str, str]:
@@ -318,7 +261,7 @@ class LocalShardStore(ShardStore):
         for key in keys:
             path = self._path(key)
             try:
-                fd = self._open(key, path, os.O_RDONLY)
+                fd = self._keys.open(key, path, os.O_RDONLY)
             except FileNotFoundError:
                 continue
             try:
@@ -332,7 +275,7 @@ class LocalShardStore(ShardStore):
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""
         try:
-            fd = self._open(key, self._path(key), os.O_RDONLY)
+            fd = self._keys.open(key, self._path(key), os.O_RDONLY)
         except FileNotFoundError:
             return None
         with open(fd, "rb") as f:
@@ -340,7 +283,7 @@ class LocalShardStore(ShardStore):
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""
-        fd = self._open(key, self._path(key), os.O_RDONLY)
+        fd = self._keys.open(key, self._path(key), os.O_RDONLY)
         try:
             return os.pread(fd, stop - start, start)
         finally:
@@ -349,14 +292,14 @@ class LocalShardStore(ShardStore):
     def size(self, key: str) -> int | None:
         """Return the size of the object at ``key``, or ``None`` when absent."""
         try:
-            return self._lstat(key, self._path(key)).st_size
+            return self._keys.lstat(key, self._path(key)).st_size
         except FileNotFoundError:
             return None
 
     def version(self, key: str) -> ObjectVersion | None:
         """Return ``"<inode>:<size>:<mtime_ns>"`` of the file at ``key``, or None when absent."""
         try:
-            return _version_of(self._lstat(key, self._path(key)))
+            return _version_of(self._keys.lstat(key, self._path(key)))
         except FileNotFoundError:
             return None
 
@@ -366,7 +309,7 @@ class LocalShardStore(ShardStore):
         The file gets a new modification time (and so a new version) even if
         its size stays the same.
         """
-        fd = self._open(key, self._path(key), os.O_WRONLY | flags)
+        fd = self._keys.open(key, self._path(key), os.O_WRONLY | flags)
         try:
             before = os.fstat(fd)
             change(fd, before.st_size)
@@ -448,17 +391,17 @@ class LocalShardStore(ShardStore):
         """
         edge_key(prefix, self, prefix=True)
         folder, _, start = prefix.rpartition("/")
-        yield from _sorted_keys(self._folder(folder), folder, start)
+        yield from _sorted_keys(self._keys.folder(folder), folder, start)
 
     # -- parts ---------------------------------------------------------------
     def _part_path(self, handle: PartsHandle, number: int) -> str:
         edge_key(handle.key, self)
-        return os.path.join(self._folder(handle.upload), f"part-{number:05d}")
+        return os.path.join(self._keys.folder(handle.upload), f"part-{number:05d}")
 
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Create the staging folder of the shard at ``key``."""
         folder = f"{staging}/{edge_key(key, self).replace('/', '.')}"
-        os.makedirs(self._folder(folder), exist_ok=True)
+        os.makedirs(self._keys.folder(folder), exist_ok=True)
         return PartsHandle(key, folder, staging)
 
     def write_part(
@@ -466,7 +409,7 @@ class LocalShardStore(ShardStore):
     ) -> PartReceipt:
         """Write part ``number`` to its own staging file (replacing an earlier try)."""
         path = self._part_path(handle, number)
-        fd = self._open(handle.upload, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        fd = self._keys.open(handle.upload, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             size = write_all(fd, buffers)
         finally:
@@ -479,9 +422,9 @@ class LocalShardStore(ShardStore):
         """Fill part ``number`` with bytes ``[start, stop)`` of ``source`` (in the kernel)."""
         origin = self._path(source)
         path = self._part_path(handle, number)
-        src = self._open(source, origin, os.O_RDONLY)
+        src = self._keys.open(source, origin, os.O_RDONLY)
         try:
-            fd = self._open(handle.upload, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            fd = self._keys.open(handle.upload, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             try:
                 copy_into(fd, src, origin, start, stop)
             finally:
@@ -507,7 +450,7 @@ class LocalShardStore(ShardStore):
             writeback.written(write_all(fd, [head]))
             for receipt in sorted(receipts, key=lambda r: r.number):
                 path = self._part_path(handle, receipt.number)
-                part = self._open(handle.upload, path, os.O_RDONLY)
+                part = self._keys.open(handle.upload, path, os.O_RDONLY)
                 try:
                     actual = os.fstat(part).st_size
                     if actual != receipt.size:
@@ -521,7 +464,7 @@ class LocalShardStore(ShardStore):
             write_all(fd, [tail])
 
         edge_key(handle.key, self)
-        self._folder(handle.upload)
+        self._keys.folder(handle.upload)
         if receipts or head or tail:
             self._publish(handle.key, join, if_absent, if_version)
         self.abort_parts(handle)
@@ -529,11 +472,11 @@ class LocalShardStore(ShardStore):
     def abort_parts(self, handle: PartsHandle) -> None:
         """Remove the staging folder of ``handle``."""
         edge_key(handle.key, self)
-        shutil.rmtree(self._folder(handle.upload), ignore_errors=True)
+        shutil.rmtree(self._keys.folder(handle.upload), ignore_errors=True)
 
     def discard_staging(self, staging: str) -> None:
         """Remove the staging folder of a finished write, and its parent if empty."""
-        folder = self._folder(staging)
+        folder = self._keys.folder(staging)
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):  # still in use by another write, or gone
             os.rmdir(os.path.dirname(folder))
@@ -548,7 +491,7 @@ class LocalShardStore(ShardStore):
         """
         origin = self._path(source)
         try:
-            found = self._lstat(source, origin)
+            found = self._keys.lstat(source, origin)
         except FileNotFoundError:
             raise FileNotFoundError(f"no file {origin} to link {key!r} to") from None
         final, folder, tmp = self._temporary(key)
@@ -570,7 +513,7 @@ class LocalShardStore(ShardStore):
 
     def prune(self, prefix: str) -> None:
         """Remove the empty folders under the folder ``prefix`` names, and it when empty."""
-        top = self._folder(prefix)
+        top = self._keys.folder(prefix)
         if not os.path.isdir(top):
             return
         for folder, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
@@ -585,7 +528,7 @@ class LocalShardStore(ShardStore):
         array's folder): shard keys may be ``c/0/1``, ``c.0.1`` or ``0.1``.
         """
         edge_key(shard_prefix, self, prefix=True)
-        folder = self._folder(staging)
+        folder = self._keys.folder(staging)
         removed = sum(len(files) for _, _, files in os.walk(folder))
         self.discard_staging(staging)
         array_folder = shard_prefix.rstrip("/").rpartition("/")[0]

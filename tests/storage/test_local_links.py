@@ -178,3 +178,56 @@ def test_the_checks_survive_pickling(linked: tuple[LocalShardStore, Path]) -> No
     with pytest.raises(UnsafeKeyError):
         copy.get("arr/out/c")
     assert copy.get("arr/c/1") == b"an honest shard"
+
+
+# -- zarr's side of a local path: ContainedLocalStore ----------------------------------------
+def test_zarr_reads_no_linked_shard_or_folder_through_a_local_path(tmp_path: Path) -> None:
+    import numpy as np
+    import zarr
+
+    import shardpipe
+    from shardpipe.storage.resolve import resolve_store
+
+    outside = _outside(tmp_path)
+    root = tmp_path / "root"
+    shardpipe.to_sharded_zarr(np.arange(64).reshape(8, 8), str(root), shards=(4, 4), chunks=(2, 2))
+    (outside / "c0").write_bytes((root / "c/0/0").read_bytes())
+    (root / "c/0/0").unlink()
+    (root / "c/0/0").symlink_to(outside / "c0")
+    (root / "c/1").rename(outside / "c1")
+    (root / "c/1").symlink_to(outside / "c1", target_is_directory=True)
+    before = _state(outside)
+    store = resolve_store(str(root)).zarr_store
+    array = zarr.open_array(store, mode="r+")
+    for box in [(slice(0, 4), slice(0, 4)), (slice(4, 8), slice(0, 4))]:
+        with pytest.raises(UnsafeKeyError):
+            array[box]
+    with pytest.raises(UnsafeKeyError):
+        array[0:2, 0:2] = 1  # a part of the linked shard: read, merged, written
+    with pytest.raises(UnsafeKeyError):
+        array[4:8, 4:8] = 1  # a whole shard in the linked folder
+    assert _state(outside) == before
+    np.testing.assert_array_equal(array[0:4, 4:8], np.arange(64).reshape(8, 8)[0:4, 4:8])
+
+
+def test_contained_stores_keep_unsafe_keys_out(tmp_path: Path) -> None:
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from shardpipe.storage.zarr_local import ContainedLocalStore, contained
+
+    outside = _outside(tmp_path)
+    (tmp_path / "root").mkdir()
+    store = ContainedLocalStore(tmp_path / "root")
+    prototype = default_buffer_prototype()
+    before = _state(outside)
+    for key in ["../outside/secret", "a/../../outside/secret", "/etc/hostname"]:
+        with pytest.raises(UnsafeKeyError):
+            sync(store.get(key, prototype))
+        with pytest.raises(UnsafeKeyError):
+            sync(store.set(key, prototype.buffer.from_bytes(b"x")))
+        with pytest.raises(UnsafeKeyError):
+            sync(store.delete(key))
+    assert _state(outside) == before
+    assert isinstance(contained(str(tmp_path)), ContainedLocalStore)
+    assert contained("s3://bucket/x") == "s3://bucket/x"
