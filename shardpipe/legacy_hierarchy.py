@@ -94,7 +94,7 @@ def read_draft(
             if path in misplaced:
                 raise UnsupportedLegacyError(path, misplaced[path], FIX)
             if kind == "group":
-                draft.groups[path] = translate_group(document)
+                draft.groups[path] = translate_group(document, path)
                 continue
             draft.arrays.append(
                 translate_array(path, document, add_crc32c=add_crc32c, zlib_as_gzip=zlib_as_gzip)

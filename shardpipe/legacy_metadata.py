@@ -106,13 +106,23 @@ def is_draft_entry_point(document: Any) -> bool:
     return isinstance(document, dict) and document.get("zarr_format") == DRAFT_FORMAT
 
 
-def translate_group(document: dict[str, Any]) -> dict[str, Any]:
-    """The v3 ``zarr.json`` of a draft group (its attributes kept)."""
-    return {
-        "zarr_format": 3,
-        "node_type": "group",
-        "attributes": dict(document.get("attributes", {})),
-    }
+def translate_group(document: Any, path: str = "") -> dict[str, Any]:
+    """The v3 ``zarr.json`` of a draft group (its attributes kept).
+
+    Raises
+    ------
+    UnsupportedLegacyError
+        Naming the group, when the document is not an object or its
+        attributes are not one.
+    """
+    if not isinstance(document, dict):
+        what = f"a malformed document (a JSON {type(document).__name__}, not an object)"
+        raise UnsupportedLegacyError(path, what, FIX)
+    attributes = document.get("attributes", {})
+    if not isinstance(attributes, dict):
+        what = f"a malformed document (attributes {attributes!r:.100} are not an object)"
+        raise UnsupportedLegacyError(path, what, FIX)
+    return {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes)}
 
 
 def translate_array(
@@ -150,7 +160,10 @@ def _translate(
     """The shard format, shard grid, v3 document and whether chunks are re-wrapped."""
     if unknown := sorted(set(document) - _ARRAY_MEMBERS):
         raise UnsupportedLegacyError(path, f"has members v3 has no place for: {unknown}", FIX)
-    attributes = dict(document.get("attributes", {}))
+    attributes = document.get("attributes", {})
+    if not isinstance(attributes, dict):
+        raise UnsupportedLegacyError(path, f"attributes {attributes!r:.100} are not an object", FIX)
+    attributes = dict(attributes)
     if "filters" in attributes:
         ids = [f.get("id") for f in attributes["filters"] if isinstance(f, dict)]
         raise UnsupportedLegacyError(
