@@ -24,6 +24,10 @@ declared. A test server that checks conditions without a lock (moto) sets
 :attr:`ShardStoreTests.atomic_conditions` to False: the races then only
 check that every loser was told and the object is a winner's.
 
+Every backend must also keep keys inside the store
+(:class:`~shardpipe.testing.key_contract.KeyContractTests`, part of the
+suite): unsafe keys and prefixes are refused before any I/O.
+
 Needs the ``test`` extra (pytest).
 """
 
