@@ -25,6 +25,7 @@ from shardpipe.legacy_metadata import (
 )
 from shardpipe.metadata import parse_json_object
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.keys import checked_key
 from shardpipe.storage.resolve import ResolvedStore
 
 
@@ -93,7 +94,7 @@ def read_draft(
             if path in misplaced:
                 raise UnsupportedLegacyError(path, misplaced[path], FIX)
             if kind == "group":
-                draft.groups[path] = translate_group(document)
+                draft.groups[path] = translate_group(document, path)
                 continue
             draft.arrays.append(
                 translate_array(path, document, add_crc32c=add_crc32c, zlib_as_gzip=zlib_as_gzip)
@@ -131,7 +132,18 @@ def _misplaced(nodes: list[tuple[str, str, dict[str, Any]]]) -> dict[str, str]:
 
 
 def _nodes(target: ResolvedStore) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """``(path, "array" or "group", document)`` of every node the draft lists under ``meta/``."""
+    """``(path, "array" or "group", document)`` of every node the draft lists under ``meta/``.
+
+    A node's path comes from a listed key, so it is checked to stay inside
+    the hierarchy (:func:`~shardpipe.storage.keys.checked_key`) before
+    anything is read or written for it.
+
+    Raises
+    ------
+    shardpipe.errors.UnsafeKeyError
+        For a node named ``..``, ``.`` (``meta/root/...array.json``) or with
+        such a part, naming its document.
+    """
     meta = target.key("meta/")
     for key in target.shards.list(meta):
         name = key[len(meta) :]
@@ -141,7 +153,8 @@ def _nodes(target: ResolvedStore) -> Iterator[tuple[str, str, dict[str, Any]]]:
             if name == f"root{suffix}":
                 path = ""
             elif name.startswith("root/") and name.endswith(suffix):
-                path = name[len("root/") : -len(suffix)]
+                # a name from a listing: on S3 it may hold "..", on any store "..." gives ".."
+                path = checked_key(name[len("root/") : -len(suffix)], f"the draft document {key!r}")
             document = read_json(target.shards, key) if path is not None else None
             if path is not None and document is not None:
                 yield path, kind, document

@@ -106,13 +106,23 @@ def is_draft_entry_point(document: Any) -> bool:
     return isinstance(document, dict) and document.get("zarr_format") == DRAFT_FORMAT
 
 
-def translate_group(document: dict[str, Any]) -> dict[str, Any]:
-    """The v3 ``zarr.json`` of a draft group (its attributes kept)."""
-    return {
-        "zarr_format": 3,
-        "node_type": "group",
-        "attributes": dict(document.get("attributes", {})),
-    }
+def translate_group(document: Any, path: str = "") -> dict[str, Any]:
+    """The v3 ``zarr.json`` of a draft group (its attributes kept).
+
+    Raises
+    ------
+    UnsupportedLegacyError
+        Naming the group, when the document is not an object or its
+        attributes are not one.
+    """
+    if not isinstance(document, dict):
+        what = f"a malformed document (a JSON {type(document).__name__}, not an object)"
+        raise UnsupportedLegacyError(path, what, FIX)
+    attributes = document.get("attributes", {})
+    if not isinstance(attributes, dict):
+        what = f"a malformed document (attributes {attributes!r:.100} are not an object)"
+        raise UnsupportedLegacyError(path, what, FIX)
+    return {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes)}
 
 
 def translate_array(
@@ -150,7 +160,10 @@ def _translate(
     """The shard format, shard grid, v3 document and whether chunks are re-wrapped."""
     if unknown := sorted(set(document) - _ARRAY_MEMBERS):
         raise UnsupportedLegacyError(path, f"has members v3 has no place for: {unknown}", FIX)
-    attributes = dict(document.get("attributes", {}))
+    attributes = document.get("attributes", {})
+    if not isinstance(attributes, dict):
+        raise UnsupportedLegacyError(path, f"attributes {attributes!r:.100} are not an object", FIX)
+    attributes = dict(attributes)
     if "filters" in attributes:
         ids = [f.get("id") for f in attributes["filters"] if isinstance(f, dict)]
         raise UnsupportedLegacyError(
@@ -161,8 +174,8 @@ def _translate(
     grid = document.get("chunk_grid", {})
     if grid.get("type") != "regular":
         raise UnsupportedLegacyError(path, f"chunk grid {grid.get('type')!r}", FIX)
-    chunks = [int(c) for c in grid["chunk_shape"]]
-    shape = [int(n) for n in document["shape"]]
+    chunks = _whole_numbers(path, "chunk_grid.chunk_shape", grid["chunk_shape"])
+    shape = _whole_numbers(path, "shape", document["shape"])
     if len(chunks) != len(shape) or min(chunks, default=1) < 1 or min(shape, default=0) < 0:
         raise UnsupportedLegacyError(path, f"chunk shape {chunks} for shape {shape}", FIX)
     per_shard = _chunks_per_shard(path, document.get("storage_transformers", []), len(shape))
@@ -214,6 +227,31 @@ def _translate(
     return legacy_format(tuple(per_shard), separator), shard_grid, v3, rewrap
 
 
+def _whole(path: str, member: str, value: Any) -> int:
+    """``value`` if it is a JSON integer (not a bool, not ``10.5`` nor ``"10"``), else raise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UnsupportedLegacyError(
+            path, f"a malformed document ({member} {value!r} is not a whole number)", FIX
+        )
+    return value
+
+
+def _whole_numbers(path: str, member: str, values: Any) -> list[int]:
+    """``values`` if it is a list of JSON integers, else raise (nothing is rounded)."""
+    if not isinstance(values, list):
+        raise UnsupportedLegacyError(
+            path, f"a malformed document ({member} {values!r} is not a list)", FIX
+        )
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UnsupportedLegacyError(
+                path,
+                f"a malformed document ({member} {values!r}: {value!r} is not a whole number)",
+                FIX,
+            )
+    return list(values)
+
+
 def _chunks_per_shard(path: str, transformers: Any, ndim: int) -> list[int]:
     sharding = [t for t in transformers if t.get("extension") == SHARDING]
     others = [t.get("extension") for t in transformers if t.get("extension") != SHARDING]
@@ -230,7 +268,9 @@ def _chunks_per_shard(path: str, transformers: Any, ndim: int) -> list[int]:
     config = sharding[0]
     if config.get("type", "indexed") != "indexed":
         raise UnsupportedLegacyError(path, f"binary shard format {config.get('type')!r}", FIX)
-    per_shard = [int(k) for k in config.get("configuration", {}).get("chunks_per_shard", [])]
+    per_shard = _whole_numbers(
+        path, "chunks_per_shard", config.get("configuration", {}).get("chunks_per_shard", [])
+    )
     if ndim == 0 and per_shard == [1]:  # zarr-python 2.x writes [1] for a scalar array
         return []
     if len(per_shard) != ndim or min(per_shard, default=1) < 1:
@@ -270,24 +310,28 @@ def _compressor(path: str, compressor: Any, itemsize: int) -> dict[str, Any]:
             "name": "blosc",
             "configuration": {
                 "cname": config["cname"],
-                "clevel": int(config["clevel"]),
+                "clevel": _whole(path, "blosc clevel", config["clevel"]),
                 "shuffle": _blosc_shuffle(path, config.get("shuffle", 1), itemsize),
                 "typesize": itemsize,
-                "blocksize": int(config.get("blocksize", 0)),
+                "blocksize": _whole(path, "blosc blocksize", config.get("blocksize", 0)),
             },
         }
     if name == "gzip":
-        return {"name": "gzip", "configuration": {"level": int(config.get("level", 5))}}
+        return {
+            "name": "gzip",
+            "configuration": {"level": _whole(path, "gzip level", config.get("level", 5))},
+        }
     if name == "zstd":
         return {
             "name": "zstd",
             "configuration": {
-                "level": int(config.get("level", 0)),
+                "level": _whole(path, "zstd level", config.get("level", 0)),
                 "checksum": bool(config.get("checksum", False)),
             },
         }
     if name == "zlib":
-        return {"name": "numcodecs.zlib", "configuration": {"level": int(config.get("level", 1))}}
+        level = _whole(path, "zlib level", config.get("level", 1))
+        return {"name": "numcodecs.zlib", "configuration": {"level": level}}
     raise UnsupportedLegacyError(path, f"compressor {codec!r}", FIX)
 
 

@@ -44,33 +44,51 @@ draft no longer has, documents of nodes gone) is deleted, and the copies
 are repeated, with the options of the new run; keys where a node added to
 the draft since would go are refused, as at a first run. After step 4 (in
 place, the marker naming this source) it only deletes what is left of the
-draft (step 5) and the marker. A target holding the marker of another
-source's migration is refused.
+draft (step 5) and the marker. After step 6, in place, the source holds a
+Zarr v3 hierarchy and nothing of the draft: a rerun (after a kill in the
+last instant too) finds nothing to do, removes the marker's empty folder
+and succeeds.
+
+The marker is trusted only when it names this run's source and in-place
+flag and every key it lists stays inside the hierarchy
+(:mod:`shardpipe.migrate_marker`); node names read from the draft's
+listing are checked likewise (:mod:`shardpipe.legacy_hierarchy`). Anything
+else is refused by name before a byte is written or deleted.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.checks import check_bool, check_int
-from shardpipe.errors import InvalidArgumentError, ShardFormatError
-from shardpipe.formats.base import read_checked_index
-from shardpipe.legacy_hierarchy import read_draft, read_json, shard_target
-from shardpipe.legacy_metadata import LegacyArray, is_draft_entry_point
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.legacy_hierarchy import read_json
+from shardpipe.legacy_metadata import is_draft_entry_point
 from shardpipe.migrate_copy import DraftShard, copy_shard
+from shardpipe.migrate_marker import (
+    STAGING,
+    MigrationMarker,
+    drop_marker,
+    read_marker,
+    trusted_marker,
+    write_marker,
+)
+from shardpipe.migrate_plan import (
+    MigrationPlan,
+    plan_migration,
+    refuse_clashes,
+    refuse_occupied,
+    refuse_strays,
+    shard_keys,
+)
+from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-
-SHARD_KEY = re.compile(r"c(?:[./][0-9]+)*")
-"""A shard key of the default chunk key encoding, relative to its array."""
-MARKER = ".shardpipe/migrate.json"
-STAGING = ".shardpipe/migrate-staging"
+from shardpipe.storage.retry import RetryingStore
 
 
 @dataclass
@@ -93,8 +111,12 @@ class MigrateReport:
     in_place : bool
         The source became the v3 hierarchy (else it was copied to a target).
     finished_earlier : bool
-        An interrupted in-place migration had already written the v3
-        hierarchy: only the draft's leftovers were deleted.
+        An earlier in-place migration had already written the v3
+        hierarchy: only what it left (the draft's keys, its marker) was
+        deleted, if anything.
+    leftovers : int
+        With ``finished_earlier``, the keys deleted (or, with ``dry_run``,
+        to delete).
     """
 
     arrays: list[str] = field(default_factory=list)
@@ -105,13 +127,19 @@ class MigrateReport:
     dry_run: bool = False
     in_place: bool = True
     finished_earlier: bool = False
+    leftovers: int = 0
 
     def __str__(self) -> str:
         verb = "would migrate" if self.dry_run else "migrated"
         where = "in place" if self.in_place else "to the target"
+        if self.finished_earlier and not self.leftovers:
+            return "the v3 hierarchy was already written and nothing of the draft is left"
         if self.finished_earlier:
             done = "would be" if self.dry_run else "were"
-            return f"the v3 hierarchy was already written; the draft's leftovers {done} deleted"
+            return (
+                f"the v3 hierarchy was already written; the draft's leftovers "
+                f"({self.leftovers} key(s)) {done} deleted"
+            )
         rebuilt = (
             f"; {self.rebuilt} zlib shard(s) rebuilt, chunks re-wrapped as gzip with their "
             "DEFLATE data unchanged"
@@ -122,25 +150,6 @@ class MigrateReport:
             f"{verb} {len(self.arrays)} array(s) and {len(self.groups)} group(s) {where}: "
             f"{self.shards} shard(s), {self.nbytes:,} bytes, payload unchanged{rebuilt}"
         )
-
-
-@dataclass
-class _Plan:
-    arrays: list[LegacyArray]
-    groups: dict[str, dict[str, Any]]
-    shards: list[DraftShard]
-
-    def documents(self) -> dict[str, dict[str, Any]]:
-        """The v3 ``zarr.json`` of every node by key (relative), the root's last."""
-        nodes = {a.path: a.document for a in self.arrays} | self.groups
-        return {
-            f"{path}/zarr.json" if path else "zarr.json": nodes[path]
-            for path in sorted(nodes, key=lambda p: (p == "", p))
-        }
-
-    def array_paths(self) -> list[str]:
-        """The paths of its arrays."""
-        return [a.path for a in self.arrays]
 
 
 def migrate(
@@ -202,25 +211,29 @@ def migrate(
     dry_run = check_bool("dry_run", dry_run)
     workers = check_int("workers", workers, example=8)
     progress = check_bool("progress", progress)
-    src = resolve_store(source, None, storage_options)
     if target is None and target_storage_options is not None:
         raise InvalidArgumentError(
             "target_storage_options",
             "given without a target (an in-place migration uses storage_options)",
             "Pass a target, or leave target_storage_options out",
         )
-    if target_storage_options is None:
-        target_storage_options = storage_options
-    dst = src if target is None else resolve_store(target, None, target_storage_options)
+    src = _resolve("source", source, {"storage_options": "storage_options"}, storage_options)
     in_place = target is None
+    if in_place:
+        dst = src
+    else:
+        options = "storage_options" if target_storage_options is None else "target_storage_options"
+        dst = _resolve(
+            "target",
+            target,
+            {"storage_options": options},
+            storage_options if target_storage_options is None else target_storage_options,
+        )
+    parameter, given = ("source", source) if in_place else ("target", target)
     entry = read_json(src.shards, src.key("zarr.json"))
     if not is_draft_entry_point(entry):
-        marker = read_json(src.shards, src.key(MARKER)) if in_place else None
-        if marker and marker.get("in_place") is True and marker.get("source") == _name(source):
-            if not dry_run:
-                _delete_draft(src)
-                _drop_marker(src)
-            return MigrateReport(dry_run=dry_run, finished_earlier=True)
+        if in_place and (finished := _finished(src, source, entry, dry_run)) is not None:
+            return finished
         raise InvalidArgumentError(
             "source",
             f"{source!r} holds no hierarchy of the sharding storage-transformer draft (its "
@@ -228,19 +241,12 @@ def migrate(
             "Pass the folder or URL whose zarr.json names "
             "https://purl.org/zarr/spec/protocol/core/3.0",
         )
-    plan = _plan(src, add_crc32c, zlib_as_gzip)
-    earlier = read_json(dst.shards, dst.key(MARKER))
+    earlier = trusted_marker(dst, parameter, given, _name(source), in_place)
+    plan = plan_migration(src, add_crc32c, zlib_as_gzip)
     if in_place:
-        _refuse_clashes(plan)
-        _refuse_strays(src, plan)
-    if earlier is not None and not in_place and earlier.get("source") != _name(source):
-        raise InvalidArgumentError(
-            "target",
-            f"{target!r} holds an interrupted migration of {earlier.get('source')!r}, "
-            f"not of {_name(source)!r}",
-            "Run migrate again with that source to finish it, or pass an empty target",
-        )
-    _refuse_occupied(dst, target, plan, earlier)
+        refuse_clashes(plan)
+        refuse_strays(src, plan)
+    refuse_occupied(dst, target, plan, earlier)
     report = MigrateReport(
         arrays=[a.path for a in plan.arrays],
         groups=sorted(plan.groups),
@@ -252,7 +258,7 @@ def migrate(
     )
     if dry_run:
         return report
-    _start(dst, {"source": _name(source), "in_place": in_place}, plan, earlier)
+    _start(dst, MigrationMarker(_name(source), in_place), plan, earlier)
     with ThreadPoolExecutor(workers) as pool:
         copies = pool.map(
             lambda shard: copy_shard(src, dst, shard, add_crc32c, STAGING), plan.shards
@@ -264,11 +270,64 @@ def migrate(
             raise
     for key, document in plan.documents().items():  # the root's last
         dst.shards.put(dst.key(key), [json.dumps(document, indent=2).encode()])
-    dst.shards.discard_staging(dst.key(STAGING))
     if in_place:
         _delete_draft(src)
-    _drop_marker(dst)
+    drop_marker(dst)
     return report
+
+
+def _resolve(
+    parameter: str, given: Any, renames: dict[str, str], options: dict[str, Any] | None
+) -> ResolvedStore:
+    """``resolve_store`` of ``given``, its errors naming ``parameter``; a file is refused.
+
+    ``renames`` maps a parameter ``resolve_store`` names to the one of
+    :func:`migrate` that was given (``storage_options`` of the target may
+    be ``target_storage_options``).
+    """
+    try:
+        resolved = resolve_store(given, None, options)
+    except InvalidArgumentError as err:
+        name = renames.get(err.parameter, parameter)
+        raise InvalidArgumentError(name, err.problem, err.fix) from None
+    shards = resolved.shards
+    while isinstance(shards, RetryingStore):
+        shards = shards.inner
+    if isinstance(shards, LocalShardStore):
+        path = shards.root
+        while not os.path.lexists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        if not os.path.isdir(path):
+            raise InvalidArgumentError(
+                parameter,
+                f"{given!r} is not a folder ({path} is a file)",
+                "Pass the folder of the hierarchy"
+                if parameter == "source"
+                else "Pass an empty folder or one that does not exist yet",
+            )
+    return resolved
+
+
+def _finished(
+    src: ResolvedStore, source: Any, entry: dict[str, Any] | None, dry_run: bool
+) -> MigrateReport | None:
+    """The report of an in-place migration finished earlier, None if ``src`` holds none.
+
+    Finished earlier: the marker of an in-place migration of this source
+    is there (the draft's leftovers are deleted, then the marker), or no
+    marker is and ``src`` holds a Zarr v3 hierarchy and no draft document
+    (a migration killed in its last instant, or finished: nothing to do).
+    """
+    marker = read_marker(src)  # a malformed one is refused, whoever it names
+    if marker is not None:
+        if marker.source != _name(source) or not marker.in_place:
+            return None  # another migration's: nothing of ours to finish
+    else:
+        v3 = isinstance(entry, dict) and entry.get("zarr_format") == 3
+        if not v3 or next(iter(src.shards.list(src.key("meta/root"))), None) is not None:
+            return None
+    leftovers = _delete_draft(src, dry_run=dry_run) + drop_marker(src, dry_run=dry_run)
+    return MigrateReport(dry_run=dry_run, finished_earlier=True, leftovers=leftovers)
 
 
 def _name(source: Any) -> str:
@@ -277,48 +336,38 @@ def _name(source: Any) -> str:
     return text.rstrip("/") if "://" in text else os.path.abspath(text)
 
 
-def _shard_keys(dst: ResolvedStore, array: str) -> Iterator[str]:
-    """The keys naming a shard (``c``, ``c/0/1``, ``c.0.1``) in the v3 folder of ``array``.
-
-    Only those: at the root (a root array) other keys may start with ``c``.
-    """
-    folder = dst.key(f"{array}/" if array else "")
-    for key in dst.shards.list(f"{folder}c"):
-        if SHARD_KEY.fullmatch(key[len(folder) :]):
-            yield key
-
-
 def _start(
-    dst: ResolvedStore, run: dict[str, Any], plan: _Plan, earlier: dict[str, Any] | None
+    dst: ResolvedStore, run: MigrationMarker, plan: MigrationPlan, earlier: MigrationMarker | None
 ) -> None:
     """Write the marker; after an interrupted run, clear what it left that this one won't write.
 
     The marker holds ``run`` (the source and whether in place) and lists
     every document and array of this run and of the interrupted one, before
     anything is deleted: a run killed while clearing is cleared by the next.
+    ``earlier`` is a marker :func:`~shardpipe.migrate_marker.trusted_marker`
+    accepted.
     """
-    documents, arrays = list(plan.documents()), plan.array_paths()
-    old_documents = [str(k) for k in (earlier or {}).get("documents", [])]
-    old_arrays = [str(p) for p in (earlier or {}).get("arrays", [])]
-    marker = {
-        **run,
-        "documents": sorted(set(documents) | set(old_documents)),
-        "arrays": sorted(set(arrays) | set(old_arrays)),
-    }
-    dst.shards.put(dst.key(MARKER), [json.dumps(marker, indent=2).encode()])
+    old_documents = list(earlier.documents) if earlier else []
+    marker = MigrationMarker(
+        run.source,
+        run.in_place,
+        tuple(sorted(set(plan.documents()) | set(old_documents))),
+        tuple(sorted(set(plan.array_paths()) | set(earlier.arrays if earlier else ()))),
+    )
+    write_marker(dst, marker)
     if earlier is not None:
-        _clear_leftovers(dst, plan, marker["arrays"], old_documents)
+        _clear_leftovers(dst, plan, list(marker.arrays), old_documents)
 
 
 def _clear_leftovers(
-    dst: ResolvedStore, plan: _Plan, arrays: list[str], documents: list[str]
+    dst: ResolvedStore, plan: MigrationPlan, arrays: list[str], documents: list[str]
 ) -> None:
     """Abort open uploads; delete the shards of ``arrays`` and the ``documents`` not planned."""
     for array in arrays:  # open uploads aborted, temporary files removed
         dst.shards.cleanup(dst.key(STAGING), dst.key(f"{array}/c" if array else "c"))
     planned = {dst.key(shard.v3_key) for shard in plan.shards}
     for array in arrays:
-        stale = [key for key in _shard_keys(dst, array) if key not in planned]
+        stale = [key for key in shard_keys(dst, array) if key not in planned]
         for key in stale:
             dst.shards.delete(key)
         if stale and array:
@@ -338,114 +387,18 @@ def _follow(copies: Iterator[None], shards: list[DraftShard], progress: bool) ->
             bar.update(shard.size)
 
 
-def _drop_marker(dst: ResolvedStore) -> None:
-    """Delete the marker, and what a kill while writing it may have left beside it."""
-    dst.shards.delete(dst.key(MARKER))
-    dst.shards.cleanup(dst.key(STAGING), dst.key(MARKER))  # a temporary file of the marker
-    dst.shards.prune(dst.key(".shardpipe/"))
+def _delete_draft(src: ResolvedStore, *, dry_run: bool = False) -> int:
+    """Delete every key of the draft (``meta/root*``, ``data/root/``); return how many.
 
-
-def _plan(src: ResolvedStore, add_crc32c: bool, zlib_as_gzip: bool) -> _Plan:
-    """Translate every node and read every shard's index (nothing written)."""
-    draft = read_draft(src, add_crc32c=add_crc32c, zlib_as_gzip=zlib_as_gzip, strict=True)
-    assert draft is not None  # the entry point was read just now
-    shards = [shard for array in draft.arrays for shard in _shards(src, array)]
-    return _Plan(draft.arrays, draft.groups, shards)
-
-
-def _shards(src: ResolvedStore, array: LegacyArray) -> Iterator[DraftShard]:
-    """Every shard of ``array``, its index read and checked."""
-    prefix = shard_target(src, array).key("")
-    fmt = array.shard_format
-    for key in src.shards.list(prefix + fmt.key_head):
-        coords = fmt.coords(key[len(prefix) :], array.shard_grid)
-        if coords is None:
-            raise ShardFormatError(
-                f"{key!r} lies among the shards of array {array.path or '/'!r} but names none "
-                "of them; move it away and run migrate again"
-            )
-        size = src.shards.size(key)
-        if size is None:
-            continue
-
-        def read(start: int, stop: int, key: str = key) -> bytes:
-            return src.shards.get_range(key, start, stop)
-
-        read_checked_index(fmt, read, size, key, shard=coords)
-        yield DraftShard(array, key, coords, size)
-
-
-def _refuse_clashes(plan: _Plan) -> None:
-    """In place, a node named ``meta`` or ``data`` at the top would be deleted with the draft."""
-    for path in [a.path for a in plan.arrays] + list(plan.groups):
-        if path.split("/")[0] in ("meta", "data"):
-            raise InvalidArgumentError(
-                "source",
-                f"node {path!r} would lie under the draft's own {path.split('/')[0]}/ folder, "
-                "which an in-place migration deletes",
-                "Migrate to another target",
-            )
-
-
-def _refuse_strays(src: ResolvedStore, plan: _Plan) -> None:
-    """In place, every key under ``meta/`` and ``data/`` must be a planned document or shard.
-
-    The last step deletes those folders: anything else there would be lost.
+    With ``dry_run`` only count them.
     """
-    meta = src.key("meta/")
-    shard_keys = {shard.key for shard in plan.shards}
-    for prefix in ("meta/", "data/"):
-        for key in src.shards.list(src.key(prefix)):
-            name = key[len(meta) :] if key.startswith(meta) else ""
-            document = name.startswith("root") and name.endswith((".array.json", ".group.json"))
-            if key in shard_keys or (key.startswith(meta) and document):
-                continue
-            raise InvalidArgumentError(
-                "source",
-                f"{key!r} lies under the draft's {prefix} folder but is no document or shard of "
-                "it; an in-place migration deletes that folder",
-                "Move it away, or migrate to another target",
-            )
-
-
-def _refuse_occupied(
-    dst: ResolvedStore, target: Any, plan: _Plan, earlier: dict[str, Any] | None
-) -> None:
-    """Refuse a key where this run would write that no run of this migration wrote.
-
-    A target must be empty at the first run. In place (and at a re-run, for
-    the nodes the interrupted run did not plan) no shard key may lie in the
-    v3 folder of an array, nor a node's ``zarr.json`` (but the root's, the
-    draft's entry point).
-    """
-    if target is not None and earlier is None:
-        ours = dst.key(".shardpipe/")  # a marker being written when a first run was killed
-        for key in itertools.filterfalse(
-            lambda k: k.startswith(ours), dst.shards.list(dst.key(""))
-        ):
-            raise InvalidArgumentError(
-                "target",
-                f"{target!r} is not empty (it holds {key!r})",
-                "Pass an empty folder or URL, or leave target out to migrate in place",
-            )
-        return
-    known_documents = set((earlier or {}).get("documents", []))
-    known_arrays = set((earlier or {}).get("arrays", []))
-    documents = [k for k in plan.documents() if k != "zarr.json" and k not in known_documents]
-    taken = [dst.key(k) for k in documents if dst.shards.size(dst.key(k)) is not None]
-    for array in set(plan.array_paths()) - known_arrays:
-        taken += itertools.islice(_shard_keys(dst, array), 1)
-    for key in taken:
-        raise InvalidArgumentError(
-            "target" if target is not None else "source",
-            f"{key!r} lies where the v3 hierarchy would be written",
-            "Move it away, or migrate to another target",
-        )
-
-
-def _delete_draft(src: ResolvedStore) -> None:
-    """Delete every key of the draft (``meta/root*``, ``data/root/``)."""
+    deleted = 0
     for prefix, folder in (("meta/root", "meta/"), ("data/root/", "data/")):
-        for key in list(src.shards.list(src.key(prefix))):
+        keys = list(src.shards.list(src.key(prefix)))
+        deleted += len(keys)
+        if dry_run:
+            continue
+        for key in keys:
             src.shards.delete(key)
         src.shards.prune(src.key(folder))
+    return deleted

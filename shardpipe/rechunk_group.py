@@ -30,6 +30,7 @@ from shardpipe.rechunk_source import open_source
 from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.storage.zarr_local import contained
 from shardpipe.store_checks import check_source_options, resolve_named
 from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
@@ -256,7 +257,9 @@ def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Gro
     if isinstance(source, zarr.Group):
         return source
     try:
-        return zarr.open_group(source, mode="r", storage_options=storage_options)
+        store = contained(source)  # a local path: kept inside its folder
+        options = storage_options if store is source else None
+        return zarr.open_group(store, mode="r", storage_options=options)
     except Exception as err:
         raise InvalidArgumentError(
             "source",

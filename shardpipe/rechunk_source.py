@@ -18,6 +18,7 @@ import zarr
 from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.rechunk_intermediate import placeholder
+from shardpipe.storage.zarr_local import contained
 
 V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
 """The attribute in which xarray's Zarr v2 convention keeps dimension names."""
@@ -85,7 +86,9 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
     if isinstance(source, str | os.PathLike):
         name = os.fspath(source)
         try:
-            array = zarr.open_array(name, mode="r", storage_options=storage_options)
+            store = contained(name)  # a local path: kept inside its folder
+            options = storage_options if store is name else None
+            array = zarr.open_array(store, mode="r", storage_options=options)
         except Exception as err:
             raise InvalidArgumentError(
                 "source",

@@ -720,12 +720,32 @@ def _precomputed() -> list[tuple[str, str, Any, str, Call]]:
 def _migrations() -> list[tuple[str, str, Any, str, Call]]:
     m = shardpipe.migrate
     return [
-        ("migrate", "source", "a v3 array", "no hierarchy of the sharding", lambda p: m(p.arr)),
+        # in place, a Zarr v3 hierarchy is one migrated already (nothing to do); copied, refused
+        (
+            "migrate",
+            "source",
+            "a v3 array",
+            "no hierarchy of the sharding",
+            lambda p: m(p.arr, p.new),
+        ),
+        ("migrate", "source", "missing", "no hierarchy of the sharding", lambda p: m(p.missing)),
+        ("migrate", "source", "a file", "is not a folder", lambda p: m(f"{p.arr}/zarr.json")),
+        ("migrate", "source", "under a file", "is a file", lambda p: m(f"{p.arr}/zarr.json/x")),
+        ("migrate", "source", 5, "got int", lambda p: m(5)),
         ("migrate", "target", "an array", "is not empty", lambda p: m(p.draft, p.arr)),
+        (
+            "migrate",
+            "target",
+            "a file",
+            "is not a folder",
+            lambda p: m(p.draft, f"{p.arr}/zarr.json"),
+        ),
+        ("migrate", "target", 5, "got int", lambda p: m(p.draft, 5)),
         ("migrate", "add_crc32c", "yes", "got 'yes'", lambda p: m(p.draft, add_crc32c="yes")),
         ("migrate", "dry_run", 1, "got 1", lambda p: m(p.draft, p.new, dry_run=1)),
         ("migrate", "zlib_as_gzip", "y", "got 'y'", lambda p: m(p.draft, zlib_as_gzip="y")),
         ("migrate", "workers", 0, "got 0", lambda p: m(p.draft, p.new, workers=0)),
+        ("migrate", "workers", "8", "got '8'", lambda p: m(p.draft, p.new, workers="8")),
         ("migrate", "progress", "y", "got 'y'", lambda p: m(p.draft, p.new, progress="y")),
         (
             "migrate",
@@ -740,6 +760,20 @@ def _migrations() -> list[tuple[str, str, Any, str, Call]]:
             {"fsync": True},
             "without a target",
             lambda p: m(p.draft, target_storage_options={"fsync": True}),
+        ),
+        (
+            "migrate",
+            "target_storage_options",
+            {"fsync": 1},
+            "got 1",
+            lambda p: m(p.draft, p.new, target_storage_options={"fsync": 1}),
+        ),
+        (
+            "migrate",
+            "target_storage_options",
+            {"anon": True},
+            "['anon']",
+            lambda p: m(p.draft, p.new, target_storage_options={"anon": True}),
         ),
     ]
 
@@ -1008,6 +1042,8 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("compact --threshold x", lambda p: ["compact", p.arr, "--threshold", "x"], "--threshold"),
     ("cleanup missing", lambda p: ["cleanup", p.missing], "nothing to clean up"),
     ("migrate missing", lambda p: ["migrate", p.missing], "no hierarchy of the sharding"),
+    ("migrate a file", lambda p: ["migrate", f"{p.arr}/zarr.json"], "source"),
+    ("migrate into a file", lambda p: ["migrate", p.draft, f"{p.arr}/zarr.json"], "target"),
     ("migrate --workers", lambda p: ["migrate", p.draft, p.new, "--workers", "0"], "workers"),
     ("rechunk --shards", lambda p: ["rechunk", p.src, p.new, "--shards", "x"], "--shards"),
     ("rechunk --commit", lambda p: ["rechunk", p.src, p.new, "--commit", "m"], "--icechunk"),

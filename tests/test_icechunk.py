@@ -435,3 +435,25 @@ def test_a_failed_write_merges_no_shard_into_the_session(tmp_path: Path) -> None
     assert session.status().new_arrays == {"/a"}  # the metadata is in it: discard it
     session.discard_changes()
     assert not session.has_uncommitted_changes
+
+
+@pytest.mark.parametrize("key", ["../outside", "g/../../x", "/abs", "g//a", "a\0b"])
+def test_the_icechunk_backend_refuses_unsafe_keys(tmp_path: Path, key: str) -> None:
+    from shardpipe.errors import UnsafeKeyError
+    from shardpipe.storage.icechunk import icechunk_backend
+
+    session = _repo(tmp_path).writable_session("main")
+    _, backend = icechunk_backend(session)
+    calls = {
+        "put": lambda: backend.put(key, [b"x"]),
+        "get": lambda: backend.get(key),
+        "get_range": lambda: backend.get_range(key, 0, 1),
+        "size": lambda: backend.size(key),
+        "delete": lambda: backend.delete(key),
+        "list": lambda: list(backend.list(key + "/")),
+        "begin_parts": lambda: backend.begin_parts(key, ".shardpipe/staging"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(UnsafeKeyError, match="refused the key"):
+            call()
+        assert not session.has_uncommitted_changes, name

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,10 +27,15 @@ import zarr
 
 import shardpipe
 from shardpipe.cli import main
-from shardpipe.errors import InvalidArgumentError, ShardFormatError, UnsupportedLegacyError
+from shardpipe.errors import (
+    InvalidArgumentError,
+    ShardFormatError,
+    UnsafeKeyError,
+    UnsupportedLegacyError,
+)
 from shardpipe.formats.legacy_sharding import legacy_format
 from shardpipe.groups import GroupInfo
-from shardpipe.legacy_metadata import translate_array
+from shardpipe.legacy_metadata import SHARDING, translate_array
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.s3 import S3ShardStore
 
@@ -161,8 +167,9 @@ def test_in_place_leaves_only_the_v3_hierarchy(tmp_path: Path) -> None:
     assert report.in_place and report.shards == 44
     assert sorted(p.name for p in draft.iterdir()) == V3_TOP
     _check_migrated(draft, shards, crc=False)
-    with pytest.raises(InvalidArgumentError, match="no hierarchy of the sharding storage"):
-        shardpipe.migrate(draft)  # nothing left to migrate
+    again = shardpipe.migrate(draft)  # nothing left to migrate: nothing to do
+    assert again.finished_earlier and again.leftovers == 0
+    assert sorted(p.name for p in draft.iterdir()) == V3_TOP
 
 
 def test_a_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -707,3 +714,231 @@ def test_leftovers_are_deleted_only_after_an_in_place_run_of_this_source(
     with pytest.raises(InvalidArgumentError, match="holds no hierarchy of the sharding"):
         shardpipe.migrate(target)  # the marker is a target's: nothing to finish in place
     assert (target / "data" / "zarr.json").exists()
+
+
+# -- hostile markers, node names and links: nothing outside is touched (issue 28) -------------
+def _outside(tmp_path: Path) -> dict[str, bytes]:
+    """A file and a folder beside the draft (the victims of a forged marker), and their bytes."""
+    (tmp_path / "victim.txt").write_text("not the migration's")
+    (tmp_path / "sibling" / "c" / "0").mkdir(parents=True)
+    (tmp_path / "sibling" / "c" / "0" / "0").write_text("not the migration's either")
+    (tmp_path / "sibling" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group"}')
+    return _beside(tmp_path)
+
+
+def _beside(tmp_path: Path) -> dict[str, bytes]:
+    return {k: v for k, v in _tree(tmp_path).items() if not k.startswith("draft")}
+
+
+def _forge_marker(draft: Path, **members: Any) -> None:
+    marker = {
+        "source": os.path.abspath(draft),
+        "in_place": True,
+        "documents": ["a/zarr.json"],
+        "arrays": ["volume"],
+        **members,
+    }
+    (draft / ".shardpipe").mkdir(exist_ok=True)
+    (draft / ".shardpipe" / "migrate.json").write_text(json.dumps(marker))
+
+
+@pytest.mark.parametrize(
+    ("members", "words"),
+    [
+        ({"documents": ["../victim.txt"], "arrays": ["../sibling"]}, "'../victim.txt'"),
+        ({"arrays": ["../sibling"]}, "'../sibling'"),
+        ({"documents": ["/etc/zarr.json"]}, "'/etc/zarr.json'"),
+        ({"documents": ["volume/c/0/0/0"]}, "'volume/c/0/0/0'"),
+        ({"documents": "zarr.json"}, "documents"),
+        ({"arrays": [None]}, "arrays"),
+        ({"source": "/somewhere/else"}, "'/somewhere/else'"),
+        ({"in_place": False}, "not in place"),
+        ({"in_place": "yes"}, "in_place"),
+    ],
+)
+def test_a_forged_or_foreign_marker_is_refused_and_nothing_is_deleted(
+    tmp_path: Path, members: dict[str, Any], words: str
+) -> None:
+    draft = _draft(tmp_path)
+    outside = _outside(tmp_path)
+    (draft / "volume" / "c" / "7" / "7").mkdir(parents=True)  # a shard key no run plans
+    (draft / "volume" / "c" / "7" / "7" / "7").write_text("the user's")
+    _forge_marker(draft, **members)
+    before = _tree(draft)
+    with pytest.raises(shardpipe.ShardpipeError, match=re.escape(words)) as info:
+        shardpipe.migrate(draft)
+    assert "migrate.json" in str(info.value)
+    assert _tree(draft) == before and _beside(tmp_path) == outside
+    with pytest.raises(shardpipe.ShardpipeError):
+        shardpipe.migrate(draft, dry_run=True)
+    assert main(["migrate", str(draft)]) != 0
+    assert _tree(draft) == before and _beside(tmp_path) == outside
+
+
+def test_a_forged_marker_of_a_finished_migration_deletes_nothing_outside(tmp_path: Path) -> None:
+    draft = _draft(tmp_path)
+    shardpipe.migrate(draft)
+    outside = _outside(tmp_path)
+    _forge_marker(draft, documents=["../victim.txt"], arrays=["../sibling"])
+    before = _tree(draft)
+    with pytest.raises(shardpipe.ShardpipeError, match=re.escape("'../victim.txt'")):
+        shardpipe.migrate(draft)
+    assert _tree(draft) == before and _beside(tmp_path) == outside
+
+
+@pytest.mark.parametrize(
+    ("document", "path"),
+    [
+        ("meta/root/...array.json", ".."),
+        ("meta/root/a/...group.json", "a/.."),
+        ("meta/root/..array.json", "."),
+    ],
+)
+def test_a_draft_node_named_dot_dot_is_refused_by_name(
+    tmp_path: Path, document: str, path: str
+) -> None:
+    draft = _draft(tmp_path)
+    shutil.copy(draft / "meta/root/flags.array.json", draft / document)
+    (draft / "data/root/flags/c0").rename(draft / "data/c0")  # shards under data/root/..
+    outside = _beside(tmp_path)
+    before = _tree(draft)
+    for run in (
+        lambda: shardpipe.migrate(draft, tmp_path / "v3"),
+        lambda: shardpipe.migrate(draft),
+        lambda: shardpipe.migrate(draft, dry_run=True),
+        lambda: shardpipe.verify(draft),
+        lambda: shardpipe.info(draft),
+    ):
+        with pytest.raises(UnsafeKeyError, match=re.escape(document)) as info:
+            run()
+        assert info.value.key == path
+        assert _tree(draft) == before and _beside(tmp_path) == outside
+
+
+def test_a_draft_shard_that_is_a_link_is_refused_not_migrated(tmp_path: Path) -> None:
+    draft = _draft(tmp_path)
+    shard = draft / "data/root/volume/c0/0/0"
+    kept = tmp_path / "kept-shard"
+    shutil.move(shard, kept)
+    shard.symlink_to(kept)  # points outside the draft
+    before, outside = _tree(draft), kept.read_bytes()
+    with pytest.raises(UnsafeKeyError, match=r"'data/root/volume/c0/0/0'.*symbolic link"):
+        shardpipe.migrate(draft)
+    assert _tree(draft) == before and kept.read_bytes() == outside
+    assert shard.is_symlink()
+
+
+@pytest.mark.parametrize("draft_shape", [[10.5, 12], [12, "12"], [True, 12], [12, 1e3]])
+def test_draft_sizes_must_be_whole_numbers(tmp_path: Path, draft_shape: list[Any]) -> None:
+    draft = _draft(tmp_path)
+    document = draft / "meta/root/flags.array.json"
+    meta = json.loads(document.read_text())
+    meta["shape"] = draft_shape
+    document.write_text(json.dumps(meta))
+    before = _tree(draft)
+    with pytest.raises(UnsupportedLegacyError, match=r"'flags'.*shape.*whole number"):
+        shardpipe.migrate(draft)
+    assert _tree(draft) == before
+
+
+@pytest.mark.parametrize(
+    ("member", "value"),
+    [
+        ("chunk_grid", {"type": "regular", "chunk_shape": [4.0, 4], "separator": "/"}),
+        (
+            "storage_transformers",
+            [{"extension": SHARDING, "configuration": {"chunks_per_shard": [2, 2.5]}}],
+        ),
+        (
+            "compressor",
+            {"codec": "https://purl.org/zarr/spec/codec/gzip/1.0", "configuration": {"level": 5.5}},
+        ),
+        (
+            "compressor",
+            {
+                "codec": "https://purl.org/zarr/spec/codec/blosc/1.0",
+                "configuration": {"cname": "lz4", "clevel": "5"},
+            },
+        ),
+    ],
+)
+def test_draft_members_that_must_be_integers_are(member: str, value: Any) -> None:
+    meta = json.loads((FIXTURES / "hierarchy/meta/root/flags.array.json").read_text())
+    meta[member] = value
+    with pytest.raises(UnsupportedLegacyError, match="whole number"):
+        translate_array("flags", meta)
+
+
+def test_a_rerun_after_the_last_instant_of_an_in_place_migration_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    draft = _draft(tmp_path)
+    shards = _draft_shards(draft)
+    delete = LocalShardStore.delete
+
+    def delete_then_die_after_the_marker(self: LocalShardStore, key: str) -> None:
+        delete(self, key)
+        if key == ".shardpipe/migrate.json":
+            raise Killed  # the last instant: the marker gone, its folder not yet
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalShardStore, "delete", delete_then_die_after_the_marker)
+        with pytest.raises(Killed):
+            shardpipe.migrate(draft)
+    assert (draft / ".shardpipe").is_dir()
+    dry = shardpipe.migrate(draft, dry_run=True)
+    assert dry.finished_earlier and (draft / ".shardpipe").is_dir()
+    report = shardpipe.migrate(draft)
+    assert report.finished_earlier and "nothing" in str(report)
+    assert sorted(p.name for p in draft.iterdir()) == V3_TOP
+    _check_migrated(draft, shards, crc=False)
+    capsys.readouterr()
+    assert main(["migrate", str(draft), "--no-progress"]) == 0  # and again: nothing to do
+    assert "already" in capsys.readouterr().out
+    assert sorted(p.name for p in draft.iterdir()) == V3_TOP
+
+
+def test_only_an_in_place_source_holding_zarr_v3_counts_as_migrated(tmp_path: Path) -> None:
+    v3 = tmp_path / "v3"
+    shardpipe.to_sharded_zarr(np.arange(8), str(v3), shards=(4,), chunks=(2,))
+    assert shardpipe.migrate(v3).finished_earlier  # nothing of a draft: nothing to do
+    with pytest.raises(InvalidArgumentError, match="holds no hierarchy of the sharding"):
+        shardpipe.migrate(v3, tmp_path / "copy")  # nothing to copy from
+    assert not (tmp_path / "copy").exists()
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / ".zgroup").write_text('{"zarr_format": 2}')
+    with pytest.raises(InvalidArgumentError, match="holds no hierarchy of the sharding"):
+        shardpipe.migrate(tmp_path / "v2")
+    draft = _draft(tmp_path)  # a v3 root over draft documents, with no marker: not ours
+    (draft / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group"}))
+    before = _tree(draft)
+    with pytest.raises(InvalidArgumentError, match="holds no hierarchy of the sharding"):
+        shardpipe.migrate(draft)
+    assert _tree(draft) == before
+
+
+def test_files_where_folders_go_are_refused_by_parameter(tmp_path: Path) -> None:
+    draft = _draft(tmp_path)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    before = _tree(tmp_path)
+    cases = [
+        ("source", lambda: shardpipe.migrate(a_file)),
+        ("source", lambda: shardpipe.migrate(a_file / "below")),
+        ("source", lambda: shardpipe.migrate(a_file, tmp_path / "v3")),
+        ("target", lambda: shardpipe.migrate(draft, a_file)),
+        ("target", lambda: shardpipe.migrate(draft, a_file / "below")),
+        ("target", lambda: shardpipe.migrate(draft, 5)),
+        ("source", lambda: shardpipe.migrate(5)),
+        (
+            "target_storage_options",
+            lambda: shardpipe.migrate(
+                draft, tmp_path / "v3", target_storage_options={"fsync": "no"}
+            ),
+        ),
+    ]
+    for parameter, run in cases:
+        with pytest.raises(InvalidArgumentError) as info:
+            run()
+        assert info.value.parameter == parameter, str(info.value)
+    assert _tree(tmp_path) == before and not (tmp_path / "v3").exists()

@@ -9,6 +9,7 @@ from typing import Any
 from shardpipe.cli_errors import EXPECTED, fail
 from shardpipe.icechunk_cli import add_writing as add_icechunk_writing
 from shardpipe.icechunk_cli import commit_arguments, writable_session
+from shardpipe.storage.zarr_local import contained
 
 
 def dim_sizes(text: str) -> dict[str, int]:
@@ -132,7 +133,7 @@ def _open_source(source: str, group: str | None) -> Any:
                 # without consolidated metadata xarray reads the source key by key and advises
                 # consolidating it: the source is only read here, so that advice is noise
                 warnings.filterwarnings("ignore", "Failed to open Zarr store with consolidated")
-                return xr.open_zarr(source, group=group, chunks={})
+                return xr.open_zarr(contained(source), group=group, chunks={})
         return xr.open_dataset(source, group=group, chunks={})
     except (FileNotFoundError, KeyError, ValueError) as err:  # nothing (readable) there
         raise InvalidArgumentError(

@@ -17,6 +17,7 @@ import xarray as xr
 
 from shardpipe.checks import check_path
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.zarr_local import contained
 from shardpipe.store_checks import check_store_like
 
 
@@ -64,7 +65,7 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
     check_store_like("store", store)
     check_path("group", group)
     try:
-        ds = xr.open_zarr(store, group=group, chunks=None, **kwargs)
+        ds = xr.open_zarr(contained(store), group=group, chunks=None, **kwargs)
     except (FileNotFoundError, KeyError) as err:  # zarr's NodeNotFoundError is one
         raise InvalidArgumentError(
             "group" if group else "store",

@@ -21,6 +21,12 @@ raises :class:`~shardpipe.errors.AbilityNotSupportedError`.
 
 Backends are picklable: they travel to Dask workers inside tasks.
 
+Every method that takes a key or a key prefix refuses one that could lead
+outside the store (``..``, an absolute path, a NUL...; see
+:mod:`shardpipe.storage.keys`) with :class:`~shardpipe.errors.UnsafeKeyError`
+before any I/O; the defaults here check too, and
+:class:`shardpipe.testing.backends.ShardStoreTests` holds every backend to it.
+
 A *transactional* backend (an Icechunk session) stages every write in a
 change set that belongs to the task making it: each publishing task runs
 through :meth:`ShardStore.collecting`, which hands back its :class:`Changes`;
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 from typing import Protocol, Self
 
 from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
+from shardpipe.storage.keys import edge_key
 
 ObjectVersion = str
 """An opaque token that changes whenever the object at a key changes.
@@ -249,7 +256,8 @@ class ShardStore(ABC):
         writes are durable once they succeed (an object store) has nothing to
         add; a file system ``fsync``s each file and its folder.
         """
-        return None
+        for key in keys:
+            edge_key(key, self)
 
     @abstractmethod
     def get(self, key: str) -> bytes | None:
@@ -360,7 +368,7 @@ class ShardStore(ABC):
 
     def discard_staging(self, staging: str) -> None:
         """Remove the (by now empty) staging area of a write that succeeded."""
-        return None
+        edge_key(staging, self, prefix=True)
 
     def link(self, source: str, key: str) -> None:
         """Publish at ``key`` the bytes of the object at ``source``, atomically.
@@ -379,7 +387,7 @@ class ShardStore(ABC):
 
         The default does nothing: an object store has no folders.
         """
-        return None
+        edge_key(prefix, self, prefix=True)
 
     def cleanup(self, staging: str, shard_prefix: str) -> int:
         """Remove every leftover of the write whose staging prefix is ``staging``.
@@ -396,4 +404,6 @@ class ShardStore(ABC):
         int
             How many leftovers were removed.
         """
+        edge_key(staging, self, prefix=True)
+        edge_key(shard_prefix, self, prefix=True)
         return 0

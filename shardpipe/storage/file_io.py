@@ -66,22 +66,24 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def copy_into(dst_fd: int, src_path: str, start: int = 0, stop: int | None = None) -> None:
-    """Append bytes ``[start, stop)`` of ``src_path`` to ``dst_fd`` (in the kernel if it can)."""
-    with open(src_path, "rb") as src:
-        size = os.fstat(src.fileno()).st_size
-        stop = size if stop is None else stop
-        if not 0 <= start <= stop <= size:
-            raise ValueError(f"byte range [{start}, {stop}) lies outside {src_path} ({size} bytes)")
-        offset, remaining = start, stop - start
-        while remaining:
-            try:
-                n = os.copy_file_range(src.fileno(), dst_fd, remaining, offset_src=offset)
-            except OSError as err:
-                if err.errno not in _NO_COPY_RANGE:
-                    raise
-                n = os.write(dst_fd, os.pread(src.fileno(), min(remaining, 16 << 20), offset))
-            if n == 0:
-                raise OSError(f"copying {src_path} made no progress")
-            offset += n
-            remaining -= n
+def copy_into(dst_fd: int, src_fd: int, name: str, start: int = 0, stop: int | None = None) -> None:
+    """Append bytes ``[start, stop)`` of the file open at ``src_fd`` (``name``) to ``dst_fd``.
+
+    In the kernel (``copy_file_range``) where it can; ``src_fd`` is left open.
+    """
+    size = os.fstat(src_fd).st_size
+    stop = size if stop is None else stop
+    if not 0 <= start <= stop <= size:
+        raise ValueError(f"byte range [{start}, {stop}) lies outside {name} ({size} bytes)")
+    offset, remaining = start, stop - start
+    while remaining:
+        try:
+            n = os.copy_file_range(src_fd, dst_fd, remaining, offset_src=offset)
+        except OSError as err:
+            if err.errno not in _NO_COPY_RANGE:
+                raise
+            n = os.write(dst_fd, os.pread(src_fd, min(remaining, 16 << 20), offset))
+        if n == 0:
+            raise OSError(f"copying {name} made no progress")
+        offset += n
+        remaining -= n

@@ -44,6 +44,7 @@ from shardpipe.storage.base import (
     PartsHandle,
     StoreAbilities,
 )
+from shardpipe.storage.keys import edge_key
 from shardpipe.storage.zarr_store import ZarrShardStore, content_version
 
 if TYPE_CHECKING:
@@ -251,7 +252,7 @@ class IcechunkShardStore(ZarrShardStore):
         if_version: ObjectVersion | None = None,
     ) -> None:
         """Set ``key`` in the transaction (shardpipe's own keys are kept in this object)."""
-        if not _is_scratch(key):
+        if not _is_scratch(edge_key(key, self)):
             super().put(key, buffers, if_absent=if_absent, if_version=if_version)
             return
         data = b"".join(memoryview(b).cast("B") for b in buffers)
@@ -269,7 +270,7 @@ class IcechunkShardStore(ZarrShardStore):
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key`` as the transaction sees them, or ``None``."""
-        if _is_scratch(key):
+        if _is_scratch(edge_key(key, self)):
             with self._lock:
                 return self._scratch.get(key)
         import icechunk
@@ -281,7 +282,7 @@ class IcechunkShardStore(ZarrShardStore):
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""
-        if _is_scratch(key):
+        if _is_scratch(edge_key(key, self)):
             data = self.get(key)
             if data is None:
                 raise FileNotFoundError(key)
@@ -290,14 +291,14 @@ class IcechunkShardStore(ZarrShardStore):
 
     def size(self, key: str) -> int | None:
         """Return the size of the object at ``key``, or ``None`` when absent."""
-        if _is_scratch(key):
+        if _is_scratch(edge_key(key, self)):
             data = self.get(key)
             return None if data is None else len(data)
         return super().size(key)
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
-        if _is_scratch(key):
+        if _is_scratch(edge_key(key, self)):
             with self._lock:
                 self._scratch.pop(key, None)
             return
@@ -308,9 +309,10 @@ class IcechunkShardStore(ZarrShardStore):
         """Iterate over the keys that start with ``prefix``, sorted as strings.
 
         Icechunk lists only below a group or an array: the nearest one
-        above ``prefix`` is listed and the keys filtered.
+        above ``prefix`` is listed and the keys filtered; a listed key that
+        could lead outside the store is refused.
         """
-        if _is_scratch(prefix):
+        if _is_scratch(edge_key(prefix, self, prefix=True)):
             with self._lock:
                 yield from sorted(k for k in self._scratch if k.startswith(prefix))
             return
@@ -329,17 +331,19 @@ class IcechunkShardStore(ZarrShardStore):
                 if not folder:
                     raise
                 folder = folder.rpartition("/")[0]
-        yield from sorted(found)
+        yield from sorted(edge_key(key, self) for key in found)
 
     # -- parts, joined in memory ---------------------------------------------------
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Start a shard in parts: nothing is staged, the parts travel in their receipts."""
-        return PartsHandle(key, "in-memory", staging)
+        edge_key(staging, self, prefix=True)
+        return PartsHandle(edge_key(key, self), "in-memory", staging)
 
     def write_part(
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
     ) -> PartReceipt:
         """Hand the part's bytes on to ``finish_parts`` in its receipt."""
+        edge_key(handle.key, self)
         data = b"".join(memoryview(b).cast("B") for b in buffers)
         return PartReceipt(number, len(data), payload=data)
 
@@ -365,7 +369,7 @@ class IcechunkShardStore(ZarrShardStore):
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Nothing was staged: nothing to undo."""
-        return None
+        edge_key(handle.key, self)
 
 
 def is_icechunk(store: Any) -> bool:

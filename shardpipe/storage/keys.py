@@ -82,3 +82,34 @@ def checked_key(key: str, origin: str = "", *, prefix: bool = False) -> str:
     if problem is not None:
         raise UnsafeKeyError(str(key), origin, problem)
     return key
+
+
+def edge_key(key: str, store: object, *, prefix: bool = False) -> str:
+    """Return ``key`` if it stays inside ``store``, else raise: a backend's own check.
+
+    :func:`checked_key` with the backend as the origin (described only when
+    the key is refused, so the check costs a few string operations).
+
+    Parameters
+    ----------
+    key : str
+        The key (or, with ``prefix=True``, key prefix) a backend was given.
+    store : object
+        The backend, named in the error.
+    prefix : bool
+        Accept ``""`` and a trailing ``/``.
+
+    Returns
+    -------
+    str
+        ``key``, unchanged.
+
+    Raises
+    ------
+    shardpipe.errors.UnsafeKeyError
+        Naming the key, the backend and what is wrong with the key.
+    """
+    problem = key_problem(key, prefix=prefix)
+    if problem is not None:
+        raise UnsafeKeyError(str(key), f"a call to {store!r}", problem)
+    return key

@@ -25,6 +25,12 @@
 * ``write_at`` and ``append`` change a file in place (``pwritev``, ``O_APPEND``)
   and fsync it: not atomic, the caller keeps what it needs to undo them.
 
+Keys stay inside the root (:mod:`shardpipe.storage.local_keys`): every key
+and prefix is checked before any file is touched, a folder may be a link
+only if it resolves inside the root, and a file at a key that is itself a
+symbolic link is refused by name (:class:`~shardpipe.errors.UnsafeKeyError`),
+wherever it points.
+
 Versions are ``"<inode>:<size>:<mtime_ns>"``. Every write here stamps the
 file's modification time itself from the nanosecond clock (an in-place write
 always moves it forward): the kernel's own stamps may come from a clock that ticks
@@ -42,7 +48,6 @@ import threading
 import time
 import uuid
 from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 
 from shardpipe.errors import ConditionFailedError
 from shardpipe.storage.base import (
@@ -53,6 +58,8 @@ from shardpipe.storage.base import (
     StoreAbilities,
 )
 from shardpipe.storage.file_io import copy_into, fsync_dir, pwrite_all, write_all
+from shardpipe.storage.keys import edge_key
+from shardpipe.storage.local_keys import LocalKeys
 from shardpipe.storage.writeback import Writeback
 
 TEMPORARY_SUFFIX = ".shardpipe-tmp"
@@ -134,12 +141,20 @@ class LocalShardStore(ShardStore):
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.fsync = fsync
+        self._keys = LocalKeys(self.root, self)
 
     def __repr__(self) -> str:
         return f"LocalShardStore({self.root!r}, fsync={self.fsync})"
 
+    def __getstate__(self) -> dict[str, object]:
+        return {"root": self.root, "fsync": self.fsync}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._keys = LocalKeys(self.root, self)
+
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *key.split("/"))
+        return self._keys.path(key)
 
     # -- whole objects -------------------------------------------------------
     def _temporary(self, key: str) -> tuple[str, str, str]:
@@ -238,13 +253,15 @@ class LocalShardStore(ShardStore):
 
     def make_durable(self, keys: Sequence[str]) -> None:
         """``fsync`` the files at ``keys`` (those present) and their folders (with ``fsync``)."""
+        for key in keys:
+            edge_key(key, self)
         if not self.fsync:
             return
         folders = set()
         for key in keys:
             path = self._path(key)
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = self._keys.open(key, path, os.O_RDONLY)
             except FileNotFoundError:
                 continue
             try:
@@ -258,26 +275,31 @@ class LocalShardStore(ShardStore):
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""
         try:
-            return Path(self._path(key)).read_bytes()
+            fd = self._keys.open(key, self._path(key), os.O_RDONLY)
         except FileNotFoundError:
             return None
+        with open(fd, "rb") as f:
+            return f.read()
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""
-        with open(self._path(key), "rb") as f:
-            return os.pread(f.fileno(), stop - start, start)
+        fd = self._keys.open(key, self._path(key), os.O_RDONLY)
+        try:
+            return os.pread(fd, stop - start, start)
+        finally:
+            os.close(fd)
 
     def size(self, key: str) -> int | None:
         """Return the size of the object at ``key``, or ``None`` when absent."""
         try:
-            return os.stat(self._path(key)).st_size
+            return self._keys.lstat(key, self._path(key)).st_size
         except FileNotFoundError:
             return None
 
     def version(self, key: str) -> ObjectVersion | None:
         """Return ``"<inode>:<size>:<mtime_ns>"`` of the file at ``key``, or None when absent."""
         try:
-            return _version_of(os.stat(self._path(key)))
+            return _version_of(self._keys.lstat(key, self._path(key)))
         except FileNotFoundError:
             return None
 
@@ -287,7 +309,7 @@ class LocalShardStore(ShardStore):
         The file gets a new modification time (and so a new version) even if
         its size stays the same.
         """
-        fd = os.open(self._path(key), os.O_WRONLY | flags)
+        fd = self._keys.open(key, self._path(key), os.O_WRONLY | flags)
         try:
             before = os.fstat(fd)
             change(fd, before.st_size)
@@ -367,17 +389,19 @@ class LocalShardStore(ShardStore):
         the same order: sorted as strings. Folders are read one at a time as
         the listing reaches them (each one's names are held while it is).
         """
+        edge_key(prefix, self, prefix=True)
         folder, _, start = prefix.rpartition("/")
-        yield from _sorted_keys(self._path(folder) if folder else self.root, folder, start)
+        yield from _sorted_keys(self._keys.folder(folder), folder, start)
 
     # -- parts ---------------------------------------------------------------
     def _part_path(self, handle: PartsHandle, number: int) -> str:
-        return os.path.join(self._path(handle.upload), f"part-{number:05d}")
+        edge_key(handle.key, self)
+        return os.path.join(self._keys.folder(handle.upload), f"part-{number:05d}")
 
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Create the staging folder of the shard at ``key``."""
-        folder = f"{staging}/{key.replace('/', '.')}"
-        os.makedirs(self._path(folder), exist_ok=True)
+        folder = f"{staging}/{edge_key(key, self).replace('/', '.')}"
+        os.makedirs(self._keys.folder(folder), exist_ok=True)
         return PartsHandle(key, folder, staging)
 
     def write_part(
@@ -385,7 +409,7 @@ class LocalShardStore(ShardStore):
     ) -> PartReceipt:
         """Write part ``number`` to its own staging file (replacing an earlier try)."""
         path = self._part_path(handle, number)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = self._keys.open(handle.upload, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             size = write_all(fd, buffers)
         finally:
@@ -396,12 +420,17 @@ class LocalShardStore(ShardStore):
         self, handle: PartsHandle, number: int, source: str, start: int, stop: int
     ) -> PartReceipt:
         """Fill part ``number`` with bytes ``[start, stop)`` of ``source`` (in the kernel)."""
+        origin = self._path(source)
         path = self._part_path(handle, number)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        src = self._keys.open(source, origin, os.O_RDONLY)
         try:
-            copy_into(fd, self._path(source), start, stop)
+            fd = self._keys.open(handle.upload, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                copy_into(fd, src, origin, start, stop)
+            finally:
+                os.close(fd)
         finally:
-            os.close(fd)
+            os.close(src)
         return PartReceipt(number, stop - start)
 
     def finish_parts(
@@ -421,24 +450,33 @@ class LocalShardStore(ShardStore):
             writeback.written(write_all(fd, [head]))
             for receipt in sorted(receipts, key=lambda r: r.number):
                 path = self._part_path(handle, receipt.number)
-                actual = os.stat(path).st_size
-                if actual != receipt.size:
-                    raise OSError(f"part file {path} has {actual} bytes, expected {receipt.size}")
-                copy_into(fd, path)
+                part = self._keys.open(handle.upload, path, os.O_RDONLY)
+                try:
+                    actual = os.fstat(part).st_size
+                    if actual != receipt.size:
+                        raise OSError(
+                            f"part file {path} has {actual} bytes, expected {receipt.size}"
+                        )
+                    copy_into(fd, part, path)
+                finally:
+                    os.close(part)
                 writeback.written(actual)
             write_all(fd, [tail])
 
+        edge_key(handle.key, self)
+        self._keys.folder(handle.upload)
         if receipts or head or tail:
             self._publish(handle.key, join, if_absent, if_version)
         self.abort_parts(handle)
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Remove the staging folder of ``handle``."""
-        shutil.rmtree(self._path(handle.upload), ignore_errors=True)
+        edge_key(handle.key, self)
+        shutil.rmtree(self._keys.folder(handle.upload), ignore_errors=True)
 
     def discard_staging(self, staging: str) -> None:
         """Remove the staging folder of a finished write, and its parent if empty."""
-        folder = self._path(staging)
+        folder = self._keys.folder(staging)
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):  # still in use by another write, or gone
             os.rmdir(os.path.dirname(folder))
@@ -451,16 +489,20 @@ class LocalShardStore(ShardStore):
         a copy instead, so that a later in-place write to ``key`` changes
         nothing else. Atomic either way (a temporary name, then a rename).
         """
-        final, folder, tmp = self._temporary(key)
         origin = self._path(source)
         try:
-            if os.stat(origin).st_nlink > 1 or (
-                os.path.exists(final) and os.path.samefile(origin, final)
+            found = self._keys.lstat(source, origin)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no file {origin} to link {key!r} to") from None
+        final, folder, tmp = self._temporary(key)
+        try:
+            if found.st_nlink > 1 or (
+                os.path.lexists(final) and os.path.samestat(found, os.lstat(final))
             ):
                 raise OSError("shared")  # copy: never add a link to a shared file
-            os.link(origin, tmp)
+            os.link(origin, tmp, follow_symlinks=False)
         except OSError:
-            shutil.copyfile(origin, tmp)
+            shutil.copyfile(origin, tmp, follow_symlinks=False)
         try:
             os.replace(tmp, final)
         finally:
@@ -471,7 +513,7 @@ class LocalShardStore(ShardStore):
 
     def prune(self, prefix: str) -> None:
         """Remove the empty folders under the folder ``prefix`` names, and it when empty."""
-        top = self._path(prefix.rstrip("/"))
+        top = self._keys.folder(prefix)
         if not os.path.isdir(top):
             return
         for folder, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
@@ -485,7 +527,8 @@ class LocalShardStore(ShardStore):
         looked for in the whole folder that holds ``shard_prefix`` (the
         array's folder): shard keys may be ``c/0/1``, ``c.0.1`` or ``0.1``.
         """
-        folder = self._path(staging)
+        edge_key(shard_prefix, self, prefix=True)
+        folder = self._keys.folder(staging)
         removed = sum(len(files) for _, _, files in os.walk(folder))
         self.discard_staging(staging)
         array_folder = shard_prefix.rstrip("/").rpartition("/")[0]

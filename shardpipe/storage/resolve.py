@@ -1,6 +1,8 @@
 """Turn what the caller passed as ``store`` into a zarr store and a shard backend.
 
-Accepted: a local path (``str`` or ``os.PathLike``), an fsspec URL such as
+Accepted: a local path (``str`` or ``os.PathLike``; zarr reads and writes
+it through :class:`~shardpipe.storage.zarr_local.ContainedLocalStore`, which
+keeps every key inside it), an fsspec URL such as
 ``"s3://bucket/volume.zarr"`` (with ``storage_options``), a zarr ``Store``,
 a zarr ``Group`` (the array goes at ``path`` inside the group), a writable
 Icechunk ``Session`` or its ``IcechunkStore`` (:mod:`shardpipe.storage.icechunk`),
@@ -23,6 +25,7 @@ from shardpipe.storage.base import ShardStore
 from shardpipe.storage.icechunk import icechunk_backend, is_icechunk
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
+from shardpipe.storage.zarr_local import ContainedLocalStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 
 
@@ -181,7 +184,7 @@ def resolve_store(
             )
         local = os.path.abspath(text.removeprefix("file://"))
         return ResolvedStore(
-            LocalStore(local, read_only=False),
+            ContainedLocalStore(local, read_only=False),
             RetryingStore(LocalShardStore(local, **local_options), retry_policy()),
             _join(path),
         )

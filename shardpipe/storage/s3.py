@@ -54,6 +54,7 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.keys import edge_key
 from shardpipe.storage.s3_multipart import MAX_TASK_PARTS
 from shardpipe.storage.s3_multipart import multipart_etag as multipart_etag
 
@@ -141,11 +142,20 @@ class S3ShardStore(ShardStore):
         -------
         str
             The object's key in the bucket.
+
+        Raises
+        ------
+        shardpipe.errors.UnsafeKeyError
+            If ``key`` could lead outside the root (``..``, ``//``, a leading
+            ``/``...): S3 keeps such keys as they are, but the HTTP client
+            may resolve the dot parts of the URL, and the key would mean
+            another object on a file system. Every request names its key
+            through here.
         """
-        return self.prefix + key
+        return self.prefix + edge_key(key, self)
 
     def _url(self, key: str) -> str:
-        return f"s3://{self.bucket}/{self.full_key(key)}"
+        return f"s3://{self.bucket}/{self.prefix}{key}"  # for messages: not checked
 
     @property
     def endpoint(self) -> str:
@@ -339,6 +349,7 @@ class S3ShardStore(ShardStore):
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key`` with one ranged GET."""
+        edge_key(key, self)
         if not 0 <= start <= stop:
             raise ValueError(f"invalid byte range [{start}, {stop}) of {key!r}")
         # an empty Range header would be ignored by S3 and return the whole object
@@ -384,12 +395,17 @@ class S3ShardStore(ShardStore):
         self.fs.invalidate_cache(f"{self.bucket}/{self.full_key(key)}")
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Iterate over the keys that start with ``prefix`` (a plain string prefix)."""
-        kwargs: dict[str, Any] = {"Prefix": self.full_key(prefix), "MaxKeys": self._page_size}
+        """Iterate over the keys that start with ``prefix`` (a plain string prefix).
+
+        A listed key that could lead outside the root (S3 keys may hold
+        ``..``) is refused with :class:`~shardpipe.errors.UnsafeKeyError`.
+        """
+        edge_key(prefix, self, prefix=True)
+        kwargs: dict[str, Any] = {"Prefix": self.prefix + prefix, "MaxKeys": self._page_size}
         while True:
             page = self.call("list_objects_v2", prefix, **kwargs)
             for obj in page.get("Contents", []):
-                yield obj["Key"][len(self.prefix) :]
+                yield edge_key(obj["Key"][len(self.prefix) :], self)
             if not page.get("IsTruncated"):
                 return
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
@@ -410,7 +426,8 @@ class S3ShardStore(ShardStore):
         list of (str, str)
             ``(key, upload id)`` of each, keys relative to the root.
         """
-        kwargs: dict[str, Any] = {"Prefix": self.full_key(prefix), "MaxUploads": self._page_size}
+        edge_key(prefix, self, prefix=True)
+        kwargs: dict[str, Any] = {"Prefix": self.prefix + prefix, "MaxUploads": self._page_size}
         found: builtins.list[tuple[str, str]] = []
         while True:
             page = self.call("list_multipart_uploads", prefix, **kwargs)
@@ -426,19 +443,22 @@ class S3ShardStore(ShardStore):
     # -- parts (one multipart upload per shard: see s3_multipart) ------------
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Create the upload of ``key``, recorded under ``staging`` (safe to repeat)."""
-        return s3_multipart.begin_parts(self, key, staging)
+        edge_key(staging, self, prefix=True)
+        return s3_multipart.begin_parts(self, edge_key(key, self), staging)
 
     def write_part(
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
     ) -> PartReceipt:
         """Upload part ``number`` as S3 part number ``number + 2`` (replacing an earlier try)."""
+        edge_key(handle.key, self)
         return s3_multipart.write_part(self, handle, number, _join(buffers))
 
     def copy_part(
         self, handle: PartsHandle, number: int, source: str, start: int, stop: int
     ) -> PartReceipt:
         """Make bytes ``[start, stop)`` of ``source`` part ``number`` with ``UploadPartCopy``."""
-        return s3_multipart.copy_part(self, handle, number, source, start, stop)
+        edge_key(handle.key, self)
+        return s3_multipart.copy_part(self, handle, number, edge_key(source, self), start, stop)
 
     def finish_parts(
         self,
@@ -454,11 +474,13 @@ class S3ShardStore(ShardStore):
 
         A failed condition leaves the upload open for ``abort_parts`` or ``cleanup``.
         """
+        edge_key(handle.key, self)
         conditions = _conditions(if_absent, if_version)
         s3_multipart.finish_parts(self, handle, receipts, head, tail, conditions)
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Abort the upload of ``handle`` and any other open upload of its key."""
+        edge_key(handle.key, self)
         s3_multipart.abort_parts(self, handle)
 
     def cleanup(self, staging: str, shard_prefix: str) -> int:

@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardpipe.errors import StorageError
 from shardpipe.storage.base import PartReceipt, PartsHandle
+from shardpipe.storage.keys import checked_key, edge_key
 from shardpipe.storage.s3_faults import error_code
 
 if TYPE_CHECKING:
@@ -396,11 +397,14 @@ def cleanup(store: S3ShardStore, staging: str, shard_prefix: str) -> int:
     int
         How many leftovers were removed: uploads aborted plus markers.
     """
+    edge_key(staging, store, prefix=True)
+    edge_key(shard_prefix, store, prefix=True)
     marked: dict[str, set[str]] = {}  # shard key -> upload ids recorded
     markers = list(store.list(f"{staging}/"))
     for marker in markers:
-        upload_id, _, key = (store.get(marker) or b"").decode().partition("\n")
+        upload_id, _, key = (store.get(marker) or b"").decode(errors="replace").partition("\n")
         if key:
+            checked_key(key, f"the upload record {marker!r}")
             marked.setdefault(key, set()).update([upload_id] if upload_id else [])
     removed = 0
     if marked:

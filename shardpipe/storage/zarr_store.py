@@ -32,6 +32,7 @@ from zarr.storage import WrapperStore
 
 from shardpipe.errors import ConditionFailedError
 from shardpipe.storage.base import ObjectVersion, ShardStore, StoreAbilities
+from shardpipe.storage.keys import edge_key
 
 
 def content_version(data: bytes) -> str:
@@ -78,6 +79,7 @@ class ZarrShardStore(ShardStore):
         With ``if_absent`` through ``Store.set_if_not_exists``; with
         ``if_version`` after comparing the SHA-256 of the bytes at ``key``.
         """
+        edge_key(key, self)
         if if_absent and if_version is not None:
             raise ValueError("if_absent and if_version exclude each other")
         data = b"".join(memoryview(b).cast("B") for b in buffers)
@@ -104,11 +106,13 @@ class ZarrShardStore(ShardStore):
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""
+        edge_key(key, self)
         value = sync(self.store.get(key, prototype=default_buffer_prototype()))
         return None if value is None else value.to_bytes()
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``, reading only those bytes."""
+        edge_key(key, self)
         if stop <= start:
             if self.size(key) is None:
                 raise FileNotFoundError(key)
@@ -126,24 +130,26 @@ class ZarrShardStore(ShardStore):
 
     def size(self, key: str) -> int | None:
         """Return the size of the object at ``key``, or ``None`` when absent."""
+        edge_key(key, self)
         if not sync(self.store.exists(key)):
             return None
         return int(sync(self.store.getsize(key)))
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
-        sync(self.store.delete(key))
+        sync(self.store.delete(edge_key(key, self)))
 
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix`` (a plain string prefix), in order.
 
         Some zarr stores (``LocalStore``) take ``list_prefix``'s prefix as a
         folder, so the folder holding ``prefix`` is listed and filtered; the
-        keys are collected and sorted as strings.
+        keys are collected and sorted as strings. A listed key that could
+        lead outside the store (a ``MemoryStore`` holds any string) is refused.
         """
-        folder = prefix.rpartition("/")[0]
+        folder = edge_key(prefix, self, prefix=True).rpartition("/")[0]
 
         async def collect() -> list[str]:
             return [k async for k in self.store.list_prefix(folder) if k.startswith(prefix)]
 
-        yield from sorted(sync(collect()))
+        yield from sorted(edge_key(key, self) for key in sync(collect()))

@@ -24,6 +24,10 @@ declared. A test server that checks conditions without a lock (moto) sets
 :attr:`ShardStoreTests.atomic_conditions` to False: the races then only
 check that every loser was told and the object is a winner's.
 
+Every backend must also keep keys inside the store
+(:class:`~shardpipe.testing.key_contract.KeyContractTests`, part of the
+suite): unsafe keys and prefixes are refused before any I/O.
+
 Needs the ``test`` extra (pytest).
 """
 
@@ -37,13 +41,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from shardpipe.storage.base import ShardStore, StoreAbilities
+from shardpipe.testing.key_contract import KeyContractTests
 from shardpipe.testing.store_kit import SHARDS, STAGING, MiB, _data, _split
 from shardpipe.testing.update_contract import UpdateContractTests
 
 __all__ = ["SHARDS", "STAGING", "ShardStoreTests"]
 
 
-class ShardStoreTests(UpdateContractTests):
+class ShardStoreTests(UpdateContractTests, KeyContractTests):
     """The contract tests; subclass and implement ``make_store`` and ``leftovers``."""
 
     # -- declarations ------------------------------------------------------------

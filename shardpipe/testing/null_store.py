@@ -51,6 +51,7 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.keys import edge_key
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 
@@ -201,7 +202,7 @@ class NullShardStore(ShardStore):
         if_version: ObjectVersion | None = None,
     ) -> None:
         """Keep the object at ``key`` or count it; conditions as if nothing were there."""
-        if self.keep(key):
+        if self.keep(edge_key(key, self)):
             self.kept.put(key, buffers, if_absent=if_absent, if_version=if_version)
             return
         self._check_dropped(key, if_absent, if_version)
@@ -218,7 +219,7 @@ class NullShardStore(ShardStore):
 
     def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
         """Count each buffer as it is produced (kept keys: collect, then keep)."""
-        if self.keep(key):
+        if self.keep(edge_key(key, self)):
             return super().put_streamed(key, buffers)
         total = 0
         for buffer in buffers:  # an exception here counts nothing
@@ -228,19 +229,19 @@ class NullShardStore(ShardStore):
 
     def get(self, key: str) -> bytes | None:
         """Return a kept object's bytes; ``None`` for shards (never kept)."""
-        return self.kept.get(key) if self.keep(key) else None
+        return self.kept.get(key) if self.keep(edge_key(key, self)) else None
 
     def size(self, key: str) -> int | None:
         """Return a kept object's size; ``None`` for shards."""
-        return self.kept.size(key) if self.keep(key) else None
+        return self.kept.size(key) if self.keep(edge_key(key, self)) else None
 
     def version(self, key: str) -> ObjectVersion | None:
         """Return a kept object's version (SHA-256 of its bytes); ``None`` for shards."""
-        return self.kept.version(key) if self.keep(key) else None
+        return self.kept.version(key) if self.keep(edge_key(key, self)) else None
 
     def delete(self, key: str) -> None:
         """Remove a kept ``key`` if present (shards are never there)."""
-        if self.keep(key):
+        if self.keep(edge_key(key, self)):
             self.kept.delete(key)
 
     def list(self, prefix: str) -> Iterator[str]:
@@ -250,7 +251,8 @@ class NullShardStore(ShardStore):
     # -- parts ---------------------------------------------------------------
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Start an object in parts (kept keys hold their parts' bytes, others their sizes)."""
-        handle = PartsHandle(key, uuid.uuid4().hex, staging)
+        edge_key(staging, self, prefix=True)
+        handle = PartsHandle(edge_key(key, self), uuid.uuid4().hex, staging)
         with self._state.lock:
             self._state.uploads[handle.upload] = _Upload(key, staging)
         return handle
@@ -265,7 +267,7 @@ class NullShardStore(ShardStore):
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
     ) -> PartReceipt:
         """Count part ``number`` of the object (hold its bytes if the key is kept)."""
-        kept = self.keep(handle.key)
+        kept = self.keep(edge_key(handle.key, self))
         data: bytes | int = b"".join(buffers) if kept else _nbytes(buffers)
         size = len(data) if isinstance(data, bytes) else data
         with self._state.lock:
@@ -284,6 +286,7 @@ class NullShardStore(ShardStore):
         if_version: ObjectVersion | None = None,
     ) -> None:
         """Publish ``head + parts + tail``: kept, or counted as one object."""
+        edge_key(handle.key, self)
         with self._state.lock:
             upload = self._upload(handle)
             held = dict(upload.parts)
@@ -315,6 +318,7 @@ class NullShardStore(ShardStore):
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Forget what was written for ``handle`` (twice is fine)."""
+        edge_key(handle.key, self)
         if self._discard(handle):
             self._state.add(aborted=1)
 
@@ -325,6 +329,8 @@ class NullShardStore(ShardStore):
 
     def cleanup(self, staging: str, shard_prefix: str) -> int:
         """Abort the open uploads of the write whose staging prefix is ``staging``."""
+        edge_key(staging, self, prefix=True)
+        edge_key(shard_prefix, self, prefix=True)
         with self._state.lock:
             mine = [i for i, u in self._state.uploads.items() if u.staging == staging]
             for upload in mine:

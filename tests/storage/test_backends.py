@@ -23,6 +23,7 @@ from shardpipe.errors import ConditionFailedError, PartsNotSupportedError, Stora
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.s3 import S3ShardStore
+from shardpipe.storage.zarr_local import ContainedLocalStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 from shardpipe.testing.backends import SHARDS, STAGING, ShardStoreTests
 
@@ -75,6 +76,13 @@ class TestZarrLocalStore(ShardStoreTests):
         assert isinstance(store, ZarrShardStore)
         assert isinstance(store.store, zarr.storage.LocalStore)
         return sorted(p.name for p in Path(store.store.root).rglob("*.partial"))
+
+
+class TestZarrContainedLocalStore(TestZarrLocalStore):
+    """zarr's LocalStore kept inside its root: the zarr store of every local path."""
+
+    def make_store(self, tmp_path: Path, request: pytest.FixtureRequest) -> ShardStore:
+        return ZarrShardStore(ContainedLocalStore(tmp_path / "root"))
 
 
 @pytest.mark.s3

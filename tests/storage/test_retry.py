@@ -17,9 +17,11 @@ from shardpipe.errors import (
     StorageFullError,
     TransientStorageError,
 )
+from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.retry import RetryingStore, RetryPolicy, is_transient, retries_so_far
 from shardpipe.testing.faults import FaultyStore
+from shardpipe.testing.key_contract import KeyContractTests
 
 
 @pytest.mark.parametrize(
@@ -238,3 +240,10 @@ def test_a_listing_that_stops_bringing_keys_gives_up_after_the_policy(tmp_path: 
     assert next(listing) == "arr/c/0"  # given as it came, before the listing failed
     with pytest.raises(TransientStorageError, match="listing 'arr/c/' still failed after 3"):
         next(listing)
+
+
+class TestRetryingKeys(KeyContractTests):
+    """Unsafe keys pass through the retries untouched: refused at once, never retried."""
+
+    def make_store(self, tmp_path: Path, request: pytest.FixtureRequest) -> ShardStore:
+        return RetryingStore(LocalShardStore(tmp_path / "root"), RetryPolicy(attempts=3))
