@@ -36,8 +36,8 @@ from shardpipe.formats.base import read_checked_index
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import decode_chunk
 from shardpipe.formats.precomputed_shards import ScaleShardFormats
-from shardpipe.storage.local import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.storage.temporary import TEMPORARY_SUFFIX
 
 MOST_PROBLEMS = 50
 """Problems listed per scale; the rest are counted."""

@@ -25,6 +25,11 @@
 * ``write_at`` and ``append`` change a file in place (``pwritev``, ``O_APPEND``)
   and fsync it: not atomic, the caller keeps what it needs to undo them.
 
+Temporary files are named after the process writing them
+(:mod:`shardpipe.storage.temporary`), so that ``cleanup`` removes only
+those whose writer no longer runs: a live job's temporary files (of its
+marker, its records, its shards) are never removed under it.
+
 Versions are ``"<inode>:<size>:<mtime_ns>"``. Every write here stamps the
 file's modification time itself from the nanosecond clock (an in-place write
 always moves it forward): the kernel's own stamps may come from a clock that ticks
@@ -40,7 +45,6 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -53,10 +57,8 @@ from shardpipe.storage.base import (
     StoreAbilities,
 )
 from shardpipe.storage.file_io import copy_into, fsync_dir, pwrite_all, write_all
+from shardpipe.storage.temporary import TEMPORARY_SUFFIX, temporary_name, writer_may_run
 from shardpipe.storage.writeback import Writeback
-
-TEMPORARY_SUFFIX = ".shardpipe-tmp"
-"""End of the names of the temporary files a ``put`` writes beside its key."""
 
 
 def _sorted_keys(path: str, folder: str, start: str = "") -> Iterator[str]:
@@ -147,9 +149,7 @@ class LocalShardStore(ShardStore):
         final = self._path(key)
         folder = os.path.dirname(final)
         os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(
-            folder, f".{os.path.basename(final)}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
-        )
+        tmp = os.path.join(folder, temporary_name(os.path.basename(final)))
         return final, folder, tmp
 
     def _publish(
@@ -484,13 +484,15 @@ class LocalShardStore(ShardStore):
         Temporary files lie beside the shards they were to become, so they are
         looked for in the whole folder that holds ``shard_prefix`` (the
         array's folder): shard keys may be ``c/0/1``, ``c.0.1`` or ``0.1``.
+        Those whose writer may still run are left alone
+        (:func:`writer_may_run`): the marker another job is creating, say.
         """
         folder = self._path(staging)
         removed = sum(len(files) for _, _, files in os.walk(folder))
         self.discard_staging(staging)
         array_folder = shard_prefix.rstrip("/").rpartition("/")[0]
         for key in self.list(f"{array_folder}/" if array_folder else ""):
-            if key.endswith(TEMPORARY_SUFFIX):
+            if key.endswith(TEMPORARY_SUFFIX) and not writer_may_run(self._path(key)):
                 self.delete(key)
                 removed += 1
         return removed
