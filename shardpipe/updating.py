@@ -38,6 +38,7 @@ from shardpipe.core.shard_update import Abilities, ShardBytes, ShardUpdate, plan
 from shardpipe.errors import ConditionFailedError, PlanError, ShardConflictError
 from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard, read_checked_index
 from shardpipe.journal import JobKeys, JobMarker, UndoRecord, check_held
+from shardpipe.journal_stalls import step
 from shardpipe.reports import WriteReport
 from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.retry import retries_so_far
@@ -324,7 +325,9 @@ def _positioned(
         ranges.append((plan.append_offset, [d for d in appended if d is not None]))
     index = _index_bytes(target.write.shard_format, plan, old.shard)
     ranges.append((plan.index_offset, [index]))
+    step("update.recorded")
     store.write_ranges(key, ranges)
+    step("update.written")
     store.delete(record_key)
     return sum(memoryview(b).nbytes for _, bufs in ranges for b in bufs)
 
