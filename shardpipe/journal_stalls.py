@@ -35,8 +35,8 @@ STEPS = (
     "recover.cleanup",
     "update.recorded",
     "update.written",
-    "release.prune",
     "release.read",
+    "release.prune",
     "release.delete",
 )
 """The points where a job may be made to stall, in the order a job meets them.
@@ -52,9 +52,10 @@ undo record / before deleting it; ``recover.cleanup``: before removing
 staging data and temporary files; ``update.recorded`` /
 ``update.written``: in a positioned write of a shard, its undo record
 saved, before the shard's bytes change / after they changed, before the
-record is removed; ``release.prune``, ``release.read``,
-``release.delete``: before removing empty record folders, before reading
-the marker to release it, before deleting it."""
+record is removed; ``release.read``, ``release.prune``,
+``release.delete``: before reading the marker to release it, before
+removing empty record folders (the marker still the job's), before
+deleting it."""
 
 ENVIRONMENT = "SHARDPIPE_JOURNAL_STALL"
 """The environment variable read once at import (``"<step>=<seconds>,..."``)."""
