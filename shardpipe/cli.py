@@ -1,7 +1,6 @@
 """The ``shardpipe`` command line: plan, verify, maintain arrays; write and repair datasets.
 
-Exit status: 0 on success, 1 when ``verify`` finds a problem, 2 when the
-command cannot run (bad arguments, nothing readable at the path).
+Every command ends with one of the exit statuses listed at the end of this help.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from shardpipe.cli_errors import EXPECTED, fail
+from shardpipe.cli_errors import EXPECTED, fail, statuses_text
 from shardpipe.dataset.commands import add_commands as add_dataset_commands
 from shardpipe.dataset.commands import run as run_dataset_command
 from shardpipe.icechunk_cli import add_reading as add_icechunk_reading
@@ -98,9 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shardpipe",
         description=__doc__,
-        epilog="Exit status: 0 done; 1 problems found, or a write failed part way; 2 bad "
-        "arguments or unreadable input; 3 storage unreachable or access refused; 4 storage "
-        "failed during the work (full, or failing after every retry).",
+        epilog=statuses_text(),
     )
     parser.add_argument("--version", action="version", version=f"shardpipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -1,22 +1,17 @@
 """How the command line reports a failure: one line on stderr and an exit status.
 
-=====  ==============================================================
-Code   Meaning
-=====  ==============================================================
-0      Done; ``verify``/``repair`` found no problem.
-1      ``verify``/``repair`` found problems, or a write failed part way
-       (complete shards are kept: rerun with ``--resume`` where offered).
-2      Bad arguments, or something to read is missing or unreadable.
-3      The storage cannot be reached or refuses access (credentials,
-       endpoint, bucket, permissions, a read-only file system).
-4      The storage failed during the work: out of space or quota, or
-       still failing after every retry.
-=====  ==============================================================
+:data:`EXIT_STATUSES` is the one table of exit statuses: what each means
+and which errors end in it. :func:`exit_status` follows it, the command
+line's help shows it (:func:`statuses_text`) and the README's table is
+:func:`statuses_markdown` (a test compares them, and checks that every
+public error class of :mod:`shardpipe.errors` ends in a status whose row
+names it or covers it).
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 from shardpipe.errors import (
     ArrayExistsError,
@@ -41,8 +36,77 @@ EXPECTED: tuple[type[BaseException], ...] = (ShardpipeError, OSError, ValueError
 """Failures reported in one line; anything else is a bug and keeps its traceback."""
 
 
+@dataclass(frozen=True)
+class ExitStatus:
+    """One exit status of the command line.
+
+    Attributes
+    ----------
+    code : int
+        The status.
+    meaning : str
+        What it means, in words.
+    errors : tuple of exception classes
+        Errors that always end in this status (with their subclasses).
+    before_work : tuple of exception classes
+        Errors that end in this status when they happen before writing began.
+    otherwise : str
+        ``"before"`` or ``"after"``: this status is also that of any other
+        error raised before (after) writing began; ``""`` if not.
+    """
+
+    code: int
+    meaning: str
+    errors: tuple[type[BaseException], ...] = ()
+    before_work: tuple[type[BaseException], ...] = ()
+    otherwise: str = ""
+
+    def causes(self) -> str:
+        """The errors that end here, in words (empty for success)."""
+        parts = [", ".join(f"`{e.__name__}`" for e in self.errors)] if self.errors else []
+        if self.before_work:
+            names = ", ".join(f"`{e.__name__}`" for e in self.before_work)
+            parts.append(f"{names} before writing began")
+        if self.otherwise:
+            parts.append(f"any other error {self.otherwise} writing began")
+        return "; ".join(parts)
+
+
+EXIT_STATUSES: tuple[ExitStatus, ...] = (
+    ExitStatus(OK, "done; `verify`/`repair` found no problem"),
+    ExitStatus(
+        PROBLEMS,
+        "`verify`/`repair` found problems, or a write failed part way (complete shards are "
+        "kept: rerun with `--resume` where offered)",
+        otherwise="after",
+    ),
+    ExitStatus(
+        BAD_INPUT,
+        "the command could not run: bad arguments, something in the way of the target, "
+        "something to read missing or unreadable, or another job holds the array or took "
+        "it over (wait for it; if it no longer runs, `shardpipe repair`)",
+        errors=(InvalidArgumentError, ArrayExistsError, JobConflictError),
+        otherwise="before",
+    ),
+    ExitStatus(
+        NO_ACCESS,
+        "the storage cannot be reached or refuses access (credentials, endpoint, bucket, "
+        "permissions, read-only)",
+        errors=(StorageAccessError, StoreNotWritableError),
+    ),
+    ExitStatus(
+        STORAGE_FAILED,
+        "the storage failed during the work (out of space or quota, or still failing after "
+        "every retry)",
+        errors=(StorageFullError, TransientStorageError),
+        before_work=(StorageError,),
+    ),
+)
+"""The exit statuses, in order."""
+
+
 def exit_status(err: BaseException, *, during_work: bool = False) -> int:
-    """The exit status for ``err``.
+    """The exit status for ``err`` (see :data:`EXIT_STATUSES`).
 
     Parameters
     ----------
@@ -55,25 +119,44 @@ def exit_status(err: BaseException, *, during_work: bool = False) -> int:
     Returns
     -------
     int
-        One of the statuses in the table of this module.
+        One of the statuses of :data:`EXIT_STATUSES`.
     """
     if isinstance(err, OSError) and not isinstance(err, StorageError):
         err = permanent_error(err, "") or err  # ENOSPC, EROFS... from zarr's own writes
-    if isinstance(err, StorageAccessError | StoreNotWritableError):
-        return NO_ACCESS
-    if isinstance(err, StorageFullError | TransientStorageError):
-        return STORAGE_FAILED
-    if isinstance(err, InvalidArgumentError | ArrayExistsError | JobConflictError):
-        return BAD_INPUT
-    if during_work:
-        return PROBLEMS
-    if isinstance(err, StorageError) and not isinstance(err, FileNotFoundError):
-        return STORAGE_FAILED
-    return BAD_INPUT
+    for status in EXIT_STATUSES:
+        if status.errors and isinstance(err, status.errors):
+            return status.code
+    phase = "after" if during_work else "before"
+    for status in EXIT_STATUSES:
+        if (
+            not during_work
+            and status.before_work
+            and isinstance(err, status.before_work)
+            and not isinstance(err, FileNotFoundError)
+        ):
+            return status.code
+    return next(s.code for s in EXIT_STATUSES if s.otherwise == phase)
+
+
+def statuses_text() -> str:
+    """The table in one paragraph, for the command line's help."""
+    return "Exit statuses. " + " ".join(
+        f"{s.code}: {s.meaning}" + (f" [{s.causes()}]." if s.causes() else ".")
+        for s in EXIT_STATUSES
+    ).replace("`", "")
+
+
+def statuses_markdown() -> str:
+    """The table as the README shows it."""
+    rows = ["| status | meaning | errors |", "|---:|---|---|"]
+    rows += [f"| {s.code} | {s.meaning} | {s.causes()} |" for s in EXIT_STATUSES]
+    return "\n".join(rows)
 
 
 def fail(command: str, err: BaseException, *, where: str = "", during_work: bool = False) -> int:
-    """Print ``err`` as one line for ``shardpipe command``; return its exit status."""
+    """Print ``err`` (and its notes) as one line for ``shardpipe command``; return its status."""
     prefix = f"shardpipe {command}: " + (f"{where}: " if where else "")
-    print(prefix + str(err).replace("\n", " "), file=sys.stderr)
+    notes = [note.removeprefix("shardpipe: ") for note in getattr(err, "__notes__", ())]
+    line = " ".join([str(err), *(f"[{note}]" for note in notes)])
+    print(prefix + line.replace("\n", " "), file=sys.stderr)
     return exit_status(err, during_work=during_work)

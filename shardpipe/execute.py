@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 
+from shardpipe.array_lock import release
 from shardpipe.checks import check_bool
 from shardpipe.job import ShardedWrite
-from shardpipe.journal import release
 from shardpipe.reports import WriteReport
 from shardpipe.resume import forget_finished, save_record
 from shardpipe.started_job import StartedJob
@@ -71,7 +71,7 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
             )
         except BaseException as err:
             for s in started:
-                s.job._undo_failed(err)
+                s.job._undo_failed(err, s.marker)
             raise
         results = []
         for s, total in zip(started, totals, strict=True):

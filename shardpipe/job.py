@@ -33,6 +33,7 @@ import zarr
 from dask.delayed import Delayed, delayed
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.array_lock import acquire, release
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
@@ -56,13 +57,7 @@ from shardpipe.existing import (
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.graph import build_write_graph
 from shardpipe.job_summary import summary_rows
-from shardpipe.journal import (
-    JobKeys,
-    JobMarker,
-    acquire,
-    recover,
-    release,
-)
+from shardpipe.journal import JobKeys, JobMarker, recover
 from shardpipe.metadata import format_of
 from shardpipe.progress import cluster_threads
 from shardpipe.reports import WriteReport
@@ -403,11 +398,12 @@ class ShardedWrite:
             update=existing.update,
         )
 
-    def _undo_failed(self, err: BaseException) -> None:
+    def _undo_failed(self, err: BaseException, marker: JobMarker) -> None:
         """After a failed run: roll back shards left mid-update, remove staging data.
 
-        Say what is left and what to do, once per error (jobs run together
-        share it).
+        Runs while the job still holds the array (``marker``): no other job
+        writes it meanwhile. Say what is left and what to do, once per error
+        (jobs run together share it).
         """
         if self.target.transactional:
             what_now: str | None = (
@@ -424,9 +420,13 @@ class ShardedWrite:
         if what_now is not None and what_now not in getattr(err, "__notes__", ()):
             err.add_note(what_now)
         try:
-            rolled = recover(self.target.shards, self.keys, None)
+            rolled = recover(self.target.shards, self.keys, marker)
             if rolled:
-                err.add_note(f"shardpipe: {rolled} shard(s) left mid-update were rolled back")
+                named = ", ".join(map(repr, rolled[:8])) + (" ..." if len(rolled) > 8 else "")
+                err.add_note(
+                    f"shardpipe: {len(rolled)} shard(s) left mid-update were rolled back "
+                    f"to their old bytes: {named}"
+                )
         except Exception as cleanup_err:
             err.add_note(
                 f"shardpipe: undoing the failed write failed too ({cleanup_err!r}); "

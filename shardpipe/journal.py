@@ -2,17 +2,21 @@
 
 Everything lives in one folder beside the array's ``zarr.json``::
 
-    <array>/.shardpipe/job.json                 the job marker
-    <array>/.shardpipe/undo/<job>/<sha1 of key>  one undo record per shard being changed
-    <array>/.shardpipe/staging/<token>/...       parts of shards written in parts
+    <array>/.shardpipe/job.json                  the job marker
+    <array>/.shardpipe/claims/<sha1 of job id>    a claim on a stale marker (while taken over)
+    <array>/.shardpipe/undo/<job>/<sha1 of key>   one undo record per shard being changed
+    <array>/.shardpipe/staging/<token>/...        parts of shards written in parts
 
-**Job marker.** A job (a write, an update, a compaction, a repair) creates
-``job.json`` with create-only semantics (``O_EXCL`` / ``If-None-Match: *``)
-before it changes anything, re-reads it before every shard it publishes and
-removes it at the end. A second job, an overwrite or a cleanup that finds it
+**Job marker.** A job (a write, an update, a compaction, a repair, a
+cleanup) holds the array while it works: it creates ``job.json``
+create-only (``O_EXCL``/``link`` / ``If-None-Match: *``) before it changes
+anything, re-reads it before every shard it publishes
+(:func:`check_held`) and removes it at the end. A second job that finds it
 stops with :class:`~shardpipe.errors.JobConflictError` naming the job. A
-marker left by a process of this machine that no longer runs is *stale*: the
-next job repairs what it left and takes over.
+marker left by a process of this machine that no longer runs is *stale*:
+the next job takes it over in one atomic step and only then, holding the
+array, rolls back what the dead job left (:mod:`shardpipe.array_lock`
+says how; a job never recovers anything while it does not hold the array).
 
 **Undo records.** An update that changes a shard in place (positioned writes
 or appends, which no file system makes atomic) first records, durably, the
@@ -20,12 +24,24 @@ shard's size and the old bytes of every range it will overwrite. Rolling the
 record back (:func:`roll_back`) restores exactly the old shard: the old bytes
 go back and the object is cut to its old size. The record is removed once the
 shard is complete (and durable), so a record found later marks a shard whose
-update may be torn.
+update may be torn. The task that fails while writing a shard rolls it back
+at once (:mod:`shardpipe.updating`); a record stays only when the job was
+killed or that rollback failed too, and then whichever job next holds the
+array rolls it back (:func:`recover`) before it changes anything.
+
+**What a crash or a race can leave**, and who removes it: a killed job
+leaves its marker, its undo records, staging data and temporary files; the
+next job takes the marker over and removes them. A job stalled for any
+time at any step (:mod:`shardpipe.journal_stalls` makes tests stall it)
+either still holds the array when it goes on, or finds that it does not
+and stops with :class:`~shardpipe.errors.JobConflictError`; it never
+rolls back, deletes or overwrites what a live job wrote. The temporary
+files of a live process are never removed by another job's cleanup (their
+names say which process writes them: :mod:`shardpipe.storage.local`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -38,11 +54,15 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from shardpipe.errors import ConditionFailedError, JobConflictError, MetadataError
-from shardpipe.storage.base import ShardStore
+from shardpipe.errors import JobConflictError, MetadataError
+from shardpipe.journal_stalls import step
+from shardpipe.storage.base import ObjectVersion, ShardStore
 
 JOB_DIR = ".shardpipe"
 """Folder (key prefix) beside an array's ``zarr.json`` for shardpipe's own records."""
+
+NO_STAGING = "none"
+"""A staging area no write uses: cleaning it up removes only temporary files."""
 
 _ACTIVE: set[str] = set()
 """Ids of the jobs this process is running (a marker of ours not among them is stale)."""
@@ -69,6 +89,15 @@ class JobKeys:
     def undo(self) -> str:
         """Key prefix of undo records."""
         return f"{self.array}{JOB_DIR}/undo/"
+
+    @property
+    def claims(self) -> str:
+        """Key prefix of the claims on stale markers (see :mod:`shardpipe.array_lock`)."""
+        return f"{self.array}{JOB_DIR}/claims/"
+
+    def claim_key(self, job: str) -> str:
+        """Key of the claim on the marker (or claim) of job ``job``."""
+        return f"{self.claims}{hashlib.sha1(job.encode()).hexdigest()}"
 
     @property
     def staging(self) -> str:
@@ -122,6 +151,10 @@ class JobMarker:
     def new(cls, action: str) -> JobMarker:
         """A marker for a new job of this process."""
         return cls(uuid.uuid4().hex, action, socket.gethostname(), os.getpid(), time.time())
+
+    def encode(self) -> bytes:
+        """The marker as stored (a JSON object)."""
+        return json.dumps(asdict(self)).encode()
 
     def describe(self) -> str:
         """One line naming the job for error messages."""
@@ -177,6 +210,26 @@ def _marker_of(document: Any, key: str) -> JobMarker:
     return JobMarker(**document)
 
 
+def started(job: str) -> None:
+    """Count job ``job`` among those this process runs (before its marker exists)."""
+    _ACTIVE.add(job)
+
+
+def ended(job: str) -> None:
+    """No longer count job ``job`` among those this process runs (its marker is gone)."""
+    _ACTIVE.discard(job)
+
+
+def _decoded(data: bytes, key: str) -> JobMarker:
+    try:
+        return _marker_of(json.loads(data), key)
+    except (ValueError, TypeError, RecursionError) as err:
+        raise JobConflictError(
+            f"the job marker {key!r} is unreadable ({err}); if no shardpipe job is "
+            f"running on this array, delete it and run `shardpipe repair`"
+        ) from err
+
+
 def read_marker(store: ShardStore, keys: JobKeys) -> JobMarker | None:
     """Return the array's job marker, or None when no job holds it.
 
@@ -187,15 +240,32 @@ def read_marker(store: ShardStore, keys: JobKeys) -> JobMarker | None:
         :class:`~shardpipe.errors.MetadataError`, names the field).
     """
     data = store.get(keys.marker)
-    if data is None:
-        return None
-    try:
-        return _marker_of(json.loads(data), keys.marker)
-    except (ValueError, TypeError, RecursionError) as err:
-        raise JobConflictError(
-            f"the job marker {keys.marker!r} is unreadable ({err}); if no shardpipe job is "
-            f"running on this array, delete it and run `shardpipe repair`"
-        ) from err
+    return None if data is None else _decoded(data, keys.marker)
+
+
+def read_marker_at(store: ShardStore, key: str) -> tuple[JobMarker, ObjectVersion] | None:
+    """Return the marker (or claim) at ``key`` and the version of exactly those bytes.
+
+    The version is read before and after the bytes until both agree (a
+    marker is only ever replaced whole, never changed in place), so that a
+    conditional replace against it replaces what was read.
+
+    Raises
+    ------
+    JobConflictError
+        If the object is unreadable, or keeps changing while it is read.
+    """
+    for _ in range(8):
+        before = store.version(key)
+        if before is None:
+            return None
+        data = store.get(key)
+        if data is not None and store.version(key) == before:
+            return _decoded(data, key), before
+    raise JobConflictError(
+        f"the job marker {key!r} kept changing while it was read: other jobs are taking "
+        "the array; try again"
+    )
 
 
 def conflict(other: JobMarker, keys: JobKeys, doing: str) -> JobConflictError:
@@ -209,35 +279,6 @@ def conflict(other: JobMarker, keys: JobKeys, doing: str) -> JobConflictError:
     )
 
 
-def acquire(store: ShardStore, keys: JobKeys, action: str) -> JobMarker:
-    """Create this job's marker; repair after a stale job first.
-
-    Raises
-    ------
-    JobConflictError
-        If another job that may still run holds the array.
-    """
-    marker = JobMarker.new(action)
-    body = json.dumps(asdict(marker)).encode()
-    for _ in range(2):
-        try:
-            if not store.abilities.create_only and store.get(keys.marker) is not None:
-                raise ConditionFailedError(keys.marker)
-            store.put(keys.marker, [body], if_absent=True)
-        except ConditionFailedError:
-            other = read_marker(store, keys)
-            if other is None:
-                continue  # it just went away
-            if not other.is_stale():
-                raise conflict(other, keys, action) from None
-            recover(store, keys, other)
-            continue
-        _ACTIVE.add(marker.job)
-        return marker
-    other = read_marker(store, keys)
-    raise conflict(other or marker, keys, action)
-
-
 def check_held(store: ShardStore, keys: JobKeys, marker: JobMarker) -> None:
     """Raise :class:`JobConflictError` unless ``marker`` still holds the array."""
     current = read_marker(store, keys)
@@ -249,14 +290,6 @@ def check_held(store: ShardStore, keys: JobKeys, marker: JobMarker) -> None:
             "check the array with `shardpipe verify` before writing it again",
             asdict(current) if current else None,
         )
-
-
-def release(store: ShardStore, keys: JobKeys, marker: JobMarker) -> None:
-    """Remove the job's marker (if it is still ours)."""
-    _ACTIVE.discard(marker.job)
-    current = read_marker(store, keys)
-    if current is not None and current.job == marker.job:
-        store.delete(keys.marker)
 
 
 # -- undo records ------------------------------------------------------------
@@ -406,28 +439,48 @@ def undo_records(store: ShardStore, keys: JobKeys) -> Iterator[tuple[str, UndoRe
             store.delete(key)
 
 
-def recover(store: ShardStore, keys: JobKeys, stale: JobMarker | None) -> int:
-    """Roll back every shard left mid-update, remove leftovers and the stale marker.
+def recover(
+    store: ShardStore, keys: JobKeys, holder: JobMarker, *, leftovers: bool = True
+) -> list[str]:
+    """Roll back every shard left mid-update; with ``leftovers``, remove what dead jobs left.
 
-    Returns the number of shards rolled back.
+    Only the job that holds the array (``holder``) may call this: every
+    undo record then belongs to a job that no longer runs (or to the
+    holder itself, after its own failure). Temporary files of processes
+    that no longer run are removed beside the marker and records (a job
+    killed while it put its marker leaves one even when it left no marker);
+    with ``leftovers``, staging data, such temporary files anywhere in the
+    array (which lists all its shards) and the claims of dead jobs go too.
+
+    Returns
+    -------
+    list of str
+        The keys of the shards rolled back.
+
+    Raises
+    ------
+    JobConflictError
+        If ``holder`` does not hold the array (nothing is touched then).
     """
-    rolled = 0
+    check_held(store, keys, holder)
+    rolled = []
     for record_key, record in undo_records(store, keys):
-        rolled += roll_back(store, record)
+        step("recover.rollback")
+        if roll_back(store, record):
+            rolled.append(record.key)
+        step("recover.forget")
         store.delete(record_key)
-    store.cleanup(keys.staging, keys.shards)
-    if stale is not None:
-        current = read_marker(store, keys)
-        if current is not None and current.job == stale.job:
-            store.delete(keys.marker)
+    step("recover.cleanup")
+    if not leftovers:  # only the records' folder: no staging area is named here
+        store.cleanup(f"{keys.staging}/{NO_STAGING}", keys.marker)
+    else:
+        store.cleanup(keys.staging, keys.shards)
+        for claim in list(store.list(keys.claims)):
+            data = store.get(claim)
+            try:
+                stale = data is None or _decoded(data, claim).is_stale()
+            except JobConflictError:  # unreadable: no job can hold it
+                stale = True
+            if stale:  # a live claimant deletes its own claim
+                store.delete(claim)
     return rolled
-
-
-@contextlib.contextmanager
-def holding(store: ShardStore, keys: JobKeys, action: str) -> Iterator[JobMarker]:
-    """Hold the array's marker for the duration of a ``with`` block."""
-    marker = acquire(store, keys, action)
-    try:
-        yield marker
-    finally:
-        release(store, keys, marker)

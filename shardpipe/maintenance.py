@@ -23,13 +23,14 @@ from typing import Any
 
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.array_lock import holding, release, take
 from shardpipe.checks import check_bool, check_int
 from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import read_metadata
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import GroupInfo, group_at, per_array
-from shardpipe.journal import JobKeys, conflict, holding, read_marker, recover, undo_records
+from shardpipe.journal import JobKeys, read_marker, recover, undo_records
 from shardpipe.legacy_hierarchy import each_array, read_draft
 from shardpipe.metadata import format_of, layout_of
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
@@ -302,10 +303,12 @@ def repair(
 ) -> RepairReport:
     """Undo what interrupted writes left, so that every inner chunk holds its old or new content.
 
-    Every shard with an undo record (an in-place update or append that did
-    not finish) is restored to its state before that update; staging files
-    and open uploads are removed; the marker of a job that no longer runs
-    is removed. Then the array is verified.
+    The marker of a job that no longer runs is taken over first (in one
+    atomic step, see :mod:`shardpipe.array_lock`); then, holding the array,
+    every shard with an undo record (an in-place update or append that did
+    not finish) is restored to its state before that update, and staging
+    files, open uploads and temporary files of processes that no longer run
+    are removed. Then the array is verified.
 
     Parameters
     ----------
@@ -329,15 +332,15 @@ def repair(
     check_node_present(target, "path" if path else "store", records=True)
     shards, keys = target.shards, JobKeys(target.key(""))
     report = RepairReport()
-    other = read_marker(shards, keys)
-    if other is not None:
-        if not (force or other.is_stale()):
-            raise conflict(other, keys, "repair")
-        report.rolled_back += recover(shards, keys, other)
-        report.removed_marker = other.describe()
-    with holding(shards, keys, "repair"):
-        report.rolled_back += recover(shards, keys, None)
+    taken = take(shards, keys, "repair", force=force)  # a stale marker is taken over first
+    try:
+        report.rolled_back += taken.rolled_back
+        if taken.replaced is not None:
+            report.removed_marker = taken.replaced.describe()
+        report.rolled_back += len(recover(shards, keys, taken.marker))
         report.removed_past_grid = _remove_past_grid(target)
+    finally:
+        release(shards, keys, taken.marker)
     checked = verify(target, progress=progress)
     assert isinstance(checked, VerifyReport)  # a zarr array: its metadata was read above
     report.verify = checked

@@ -372,11 +372,16 @@ def finished_shards(
 def forget_finished(target: ResolvedStore, keep: str | None = None) -> None:
     """Delete the records of finished update shards, except those of update ``keep``.
 
-    Called when an array is replaced (all of them) and when an update starts
-    (those of other updates: the shards they name may change under this one).
+    Called when an array is replaced (all of them), when an update starts
+    (those of other updates: the shards they name may change under this one)
+    and when an update completes (all of them: nothing is left to resume).
+    The folders that held them go too (a file system keeps empty folders),
+    so that finished updates leave nothing behind. Only the job holding the
+    array's marker writes these records, so nothing writes them meanwhile.
     """
     keys = JobKeys(target.key(""))
     mine = None if keep is None else f"{keys.done}{keep}/"
     for key in list(target.shards.list(keys.done)):
         if mine is None or not key.startswith(mine):
             target.shards.delete(key)
+    target.shards.prune(keys.done)

@@ -18,8 +18,12 @@ it was read:
   undo record (old size, old bytes of every range to overwrite) is written
   durably; then the new chunks, then the index (at the end: the final
   bytes); then the record is removed. A reader may see a torn index while
-  the index bytes are written (the CRC32C catches it); a kill leaves a
-  record that :func:`shardpipe.repair` rolls back.
+  the index bytes are written (the CRC32C catches it). If the writes fail
+  part way (a full disk, an I/O error), the task puts the old bytes back
+  from the record before the error goes on, and says so in a note; if that
+  fails too, the note names the shard left for :func:`shardpipe.repair`. A
+  kill leaves a record that the next job on the array, or
+  :func:`shardpipe.repair`, rolls back.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from shardpipe.core.region import ShardCoverage
 from shardpipe.core.shard_update import Abilities, ShardBytes, ShardUpdate, plan_shard_update
 from shardpipe.errors import ChunkDecodeError, ConditionFailedError, PlanError, ShardConflictError
 from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard, read_checked_index
-from shardpipe.journal import JobKeys, JobMarker, UndoRecord, check_held
+from shardpipe.journal import JobKeys, JobMarker, UndoRecord, check_held, roll_back
+from shardpipe.journal_stalls import step
 from shardpipe.reports import WriteReport
 from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.retry import retries_so_far
@@ -196,7 +201,14 @@ def update_shard(
     before = retries_so_far()
     report = _update_shard(target, sources, shard, key, part, block_boxes, coverage)
     if target.update:
-        target.store.put(target.keys.done_key(target.update, key), [b""])
+        try:
+            target.store.put(target.keys.done_key(target.update, key), [b""])
+        except BaseException as err:
+            err.add_note(
+                f"shardpipe: shard {key!r} was updated completely; only the record that it is "
+                "finished was not saved (a resumed update writes it again)"
+            )
+            raise
     return replace(report, retries=retries_so_far() - before)
 
 
@@ -329,9 +341,43 @@ def _positioned(
         ranges.append((plan.append_offset, [d for d in appended if d is not None]))
     index = _index_bytes(target.write.shard_format, plan, old.shard)
     ranges.append((plan.index_offset, [index]))
-    store.write_ranges(key, ranges)
+    step("update.recorded")
+    try:
+        store.write_ranges(key, ranges)
+    except BaseException as err:
+        _roll_back_now(store, record, record_key, err)
+        raise
+    step("update.written")
     store.delete(record_key)
     return sum(memoryview(b).nbytes for _, bufs in ranges for b in bufs)
+
+
+def _roll_back_now(
+    store: ShardStore, record: UndoRecord, record_key: str, err: BaseException
+) -> None:
+    """A positioned write of ``record.key`` failed part way: put its old bytes back at once.
+
+    The shard may be torn (a full disk stops an append in the middle of its
+    chunks, and the bytes at its end are then no index). It is restored from
+    the record, in memory here, before ``err`` goes on, so that readers see
+    the old shard again; ``err`` gets a note saying so. If that fails too,
+    the record stays for ``repair`` (or the next job on the array) and the
+    note names the shard and the record.
+    """
+    try:
+        roll_back(store, record)
+        store.delete(record_key)
+    except Exception as undo_err:
+        err.add_note(
+            f"shardpipe: shard {record.key!r} could not be rolled back ({undo_err!r}) and may "
+            f"be torn; its undo record {record_key!r} is kept: run `shardpipe repair` on the "
+            "array (every other shard reads as before)"
+        )
+    else:
+        err.add_note(
+            f"shardpipe: shard {record.key!r} was rolled back to its old bytes (nothing of "
+            "this update is in it)"
+        )
 
 
 def _compose(

@@ -7,11 +7,11 @@ from typing import Any
 import zarr
 from dask.delayed import Delayed
 
+from shardpipe.array_lock import holding
 from shardpipe.checks import check_progress
-from shardpipe.creation import check_no_other_job
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR
-from shardpipe.journal import JOB_DIR
+from shardpipe.journal import JOB_DIR, JobKeys
 from shardpipe.prepare import prepare_write
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.transaction import check_commit
@@ -224,10 +224,13 @@ def cleanup(
     """Remove what failed or interrupted writes left beside the array at ``path``.
 
     Staging files and every multipart upload recorded in the array's staging
-    area are removed or aborted; published shards are untouched. Use it after
-    a ``compute=False`` write whose computation failed (``compute=True``
-    writes clean up by themselves). It refuses to run while another job's
-    marker is on the array (see :func:`shardpipe.repair`).
+    area are removed or aborted, and temporary files of processes that no
+    longer run; published shards are untouched, except that a shard left
+    mid-update by a job that no longer runs is rolled back to its old bytes
+    (as the next write would). Use it after a ``compute=False`` write whose
+    computation failed (``compute=True`` writes clean up by themselves). It
+    holds the array while it works, so it refuses to run while another job
+    holds it (see :func:`shardpipe.repair`).
 
     Returns
     -------
@@ -243,5 +246,5 @@ def cleanup(
             f"there is no array and no shardpipe record at {where}, so nothing to clean up",
             "Check the store and path: they must name the array the failed write wrote",
         )
-    check_no_other_job(target, None, "clean up")
-    return target.shards.cleanup(target.key(STAGING_DIR), target.key("c"))
+    with holding(target.shards, JobKeys(target.key("")), "clean up"):
+        return target.shards.cleanup(target.key(STAGING_DIR), target.key("c"))

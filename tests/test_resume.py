@@ -107,3 +107,20 @@ def test_complete_shards_lists_the_shards_present(tmp_path: Path) -> None:
     kept = complete_shards(target, metadata, layout_of(metadata))
     assert kept == {(i, j) for i in (0, 1) for j in range(4)} - {(1, 2)}
     assert store.requests < 100
+
+
+def test_a_finished_update_leaves_no_record_folders(tmp_path: Path) -> None:
+    """Records of finished shards stay while resume needs them, then go with their folders."""
+    data = _data()
+    shardpipe.to_sharded_zarr(data, str(tmp_path), **LAYOUT)
+    for seed, strategy in [(9, "in_place"), (10, "append"), (11, "rewrite")]:
+        shardpipe.to_sharded_zarr(
+            _values(seed), str(tmp_path), region=REGION, write_strategy=strategy
+        )
+    _interrupted_update(tmp_path, _values(12))
+    assert _records(tmp_path)  # what resume needs is kept until the update completes
+    shardpipe.to_sharded_zarr(_values(12), str(tmp_path), region=REGION, resume=True)
+    data[REGION] = _values(12).compute()
+    assert_same(read_zarr(str(tmp_path)), data)
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.glob(".shardpipe/**/*"))
+    assert left == [], left

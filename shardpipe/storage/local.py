@@ -30,6 +30,10 @@ and prefix is checked before any file is touched, a folder may be a link
 only if it resolves inside the root, and a file at a key that is itself a
 symbolic link is refused by name (:class:`~shardpipe.errors.UnsafeKeyError`),
 wherever it points.
+Temporary files are named after the process writing them
+(:mod:`shardpipe.storage.temporary`), so that ``cleanup`` removes only
+those whose writer no longer runs: a live job's temporary files (of its
+marker, its records, its shards) are never removed under it.
 
 Versions are ``"<inode>:<size>:<mtime_ns>"``. Every write here stamps the
 file's modification time itself from the nanosecond clock (an in-place write
@@ -46,7 +50,6 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 
 from shardpipe.errors import ConditionFailedError
@@ -60,10 +63,8 @@ from shardpipe.storage.base import (
 from shardpipe.storage.file_io import copy_into, fsync_dir, pwrite_all, write_all
 from shardpipe.storage.keys import edge_key
 from shardpipe.storage.local_keys import LocalKeys
+from shardpipe.storage.temporary import TEMPORARY_SUFFIX, temporary_name, writer_may_run
 from shardpipe.storage.writeback import Writeback
-
-TEMPORARY_SUFFIX = ".shardpipe-tmp"
-"""End of the names of the temporary files a ``put`` writes beside its key."""
 
 
 def _sorted_keys(path: str, folder: str, start: str = "") -> Iterator[str]:
@@ -162,9 +163,7 @@ class LocalShardStore(ShardStore):
         final = self._path(key)
         folder = os.path.dirname(final)
         os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(
-            folder, f".{os.path.basename(final)}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
-        )
+        tmp = os.path.join(folder, temporary_name(os.path.basename(final)))
         return final, folder, tmp
 
     def _publish(
@@ -526,6 +525,8 @@ class LocalShardStore(ShardStore):
         Temporary files lie beside the shards they were to become, so they are
         looked for in the whole folder that holds ``shard_prefix`` (the
         array's folder): shard keys may be ``c/0/1``, ``c.0.1`` or ``0.1``.
+        Those whose writer may still run are left alone
+        (:func:`writer_may_run`): the marker another job is creating, say.
         """
         edge_key(shard_prefix, self, prefix=True)
         folder = self._keys.folder(staging)
@@ -533,7 +534,7 @@ class LocalShardStore(ShardStore):
         self.discard_staging(staging)
         array_folder = shard_prefix.rstrip("/").rpartition("/")[0]
         for key in self.list(f"{array_folder}/" if array_folder else ""):
-            if key.endswith(TEMPORARY_SUFFIX):
+            if key.endswith(TEMPORARY_SUFFIX) and not writer_may_run(self._path(key)):
                 self.delete(key)
                 removed += 1
         return removed

@@ -149,19 +149,25 @@ def _count_retry() -> None:
     _COUNTS.n = retries_so_far() + 1
 
 
-def permanent_error(err: OSError, what: str) -> StorageError | None:
+def permanent_error(err: OSError, what: str, *, in_place: bool = False) -> StorageError | None:
     """The shardpipe error for a permanent file-system fault ``err`` while doing ``what``.
 
     None when ``err`` is not one (it may be transient, or not a storage fault).
+    ``in_place`` says that ``what`` changed an existing object in place (a
+    positioned write, an append): its caller says, in a note, what became of
+    the object.
     """
     if isinstance(err, StorageError) or err.errno is None:
         return None
     if err.errno in FULL_ERRNOS:
+        happened = "Nothing was published under that key"
+        if in_place:
+            happened = "The object was being changed in place (see the notes for what became of it)"
         return StorageFullError(
-            f"{what}: {err.strerror} (errno {errno.errorcode[err.errno]}). Nothing was "
-            "published under that key; shards published before stay, so the array is "
-            "partial. Free space (or raise the quota), then run the same write with "
-            "resume=True to write only what is missing"
+            f"{what}: {err.strerror} (errno {errno.errorcode[err.errno]}). {happened}; "
+            "shards published before stay, so the array is partial. Free space (or raise "
+            "the quota), then run the same write with resume=True to write only what is "
+            "missing"
         )
     if err.errno in ACCESS_ERRNOS:
         return StorageAccessError(
@@ -229,8 +235,9 @@ class RetryingStore(ShardStore):
         call: Callable[[], T],
         *,
         before_retry: Callable[[], None] | None = None,
+        in_place: bool = False,
     ) -> T:
-        """Run ``call``, retrying transient faults; ``what`` names it in errors."""
+        """Run ``call`` (``in_place``: it changes an object in place), retrying transient faults."""
         rng = random.Random()
         for attempt in range(1, self.policy.attempts + 1):
             try:
@@ -238,12 +245,14 @@ class RetryingStore(ShardStore):
                     before_retry()  # inside the try: its own faults are sorted too
                 return call()
             except OSError as err:
-                self._after_failure(err, what, attempt, rng)
+                self._after_failure(err, what, attempt, rng, in_place=in_place)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _after_failure(self, err: OSError, what: str, attempt: int, rng: random.Random) -> None:
+    def _after_failure(
+        self, err: OSError, what: str, attempt: int, rng: random.Random, *, in_place: bool = False
+    ) -> None:
         """Raise ``err`` in plain words unless it is transient and tries are left; else wait."""
-        permanent = permanent_error(err, what)
+        permanent = permanent_error(err, what, in_place=in_place)
         if permanent is not None:
             raise permanent from err
         if not is_transient(err):
@@ -393,11 +402,14 @@ class RetryingStore(ShardStore):
         self._call(
             f"writing at byte {offset} of {key!r}",
             lambda: self.inner.write_at(key, offset, buffers),
+            in_place=True,
         )
 
     def write_ranges(self, key: str, ranges: Sequence[tuple[int, Sequence[Buffer]]]) -> None:
         """Write ``ranges`` of ``key`` (the same bytes again on a retry)."""
-        self._call(f"writing into {key!r}", lambda: self.inner.write_ranges(key, ranges))
+        self._call(
+            f"writing into {key!r}", lambda: self.inner.write_ranges(key, ranges), in_place=True
+        )
 
     def append(self, key: str, buffers: Sequence[Buffer]) -> int:
         """Append to ``key``; a retry first cuts it back to its size before the failed try."""
@@ -408,11 +420,12 @@ class RetryingStore(ShardStore):
             f"appending to {key!r}",
             lambda: self.inner.append(key, buffers),
             before_retry=lambda: self.inner.truncate(key, before),
+            in_place=True,
         )
 
     def truncate(self, key: str, size: int) -> None:
         """Cut ``key`` to ``size`` bytes."""
-        self._call(f"truncating {key!r}", lambda: self.inner.truncate(key, size))
+        self._call(f"truncating {key!r}", lambda: self.inner.truncate(key, size), in_place=True)
 
     # -- parts ---------------------------------------------------------------
     def begin_parts(self, key: str, staging: str) -> PartsHandle:

@@ -1,0 +1,151 @@
+"""Taking an array over from a dead job: exactly one taker wins, on every backend.
+
+Two takers found the same stale marker; one of them is held at a step of
+the takeover (:mod:`shardpipe.journal_stalls`) while the other takes the
+array. Whatever the step, the held one must not take the array from the
+live winner: it ends in :class:`~shardpipe.errors.JobConflictError` and the
+winner still holds the array. Backends: a file system, a zarr
+``MemoryStore``, S3 (moto) and an Icechunk session, which between them use
+both ways of taking over (a conditional replace, a claim).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import s3fs
+import zarr
+
+from shardpipe import journal_stalls
+from shardpipe.array_lock import release, take
+from shardpipe.errors import JobConflictError
+from shardpipe.journal import JobKeys, JobMarker, check_held
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.s3 import S3ShardStore
+from shardpipe.storage.zarr_store import ZarrShardStore
+
+KEYS = JobKeys("arr/")
+
+
+def _dead_pid() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(done.stdout)
+
+
+def _dead_marker(job: str) -> JobMarker:
+    return JobMarker(job, "update", socket.gethostname(), _dead_pid(), time.time())
+
+
+@pytest.fixture(params=["local", "zarr-memory", "s3", "icechunk"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ShardStore:
+    kind = request.param
+    if kind == "local":
+        return LocalShardStore(tmp_path / "root", fsync=False)
+    if kind == "zarr-memory":
+        return ZarrShardStore(zarr.storage.MemoryStore())
+    if kind == "s3":
+        request.applymarker(pytest.mark.s3)
+        bucket, options = request.getfixturevalue("s3_bucket")
+        return S3ShardStore(s3fs.S3FileSystem(**options), f"{bucket}/root")
+    import icechunk
+
+    from shardpipe.storage.icechunk import IcechunkShardStore
+
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
+    return IcechunkShardStore(repo.writable_session("main"))
+
+
+@pytest.fixture
+def hook() -> Iterator[dict[str, Any]]:
+    """Hold the thread named ``held`` at the step ``state["step"]`` until ``state["go"]``."""
+    state: dict[str, Any] = {"step": None, "at": threading.Event(), "go": threading.Event()}
+
+    def held(name: str) -> None:
+        if threading.current_thread().name == "held" and name == state["step"]:
+            state["at"].set()
+            assert state["go"].wait(30)
+
+    journal_stalls._HOOK = held
+    yield state
+    journal_stalls._HOOK = None
+
+
+STEPS = ["acquire.read", "acquire.claim", "acquire.check", "acquire.replace", "acquire.unclaim"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_one_of_two_takers_wins(store: ShardStore, hook: dict[str, Any], step: str) -> None:
+    stale = _dead_marker("dead")
+    store.put(KEYS.marker, [stale.encode()])
+    outcome: dict[str, Any] = {}
+
+    def held_taker() -> None:
+        try:
+            outcome["taken"] = take(store, KEYS, "update")
+        except JobConflictError as err:
+            outcome["error"] = err
+
+    hook["step"] = step
+    thread = threading.Thread(target=held_taker, name="held")
+    thread.start()
+    reached = hook["at"].wait(10)
+    if not reached:  # this backend takes over without that step (S3 has no claims)
+        thread.join(10)
+        assert "taken" in outcome
+        release(store, KEYS, outcome["taken"].marker)
+        return
+    try:
+        other: Any = take(store, KEYS, "update")
+    except JobConflictError:
+        other = None  # the held taker was already past the point of no return
+    hook["go"].set()
+    thread.join(30)
+    assert not thread.is_alive()
+    takers = [t for t in (other, outcome.get("taken")) if t is not None]
+    assert len(takers) == 1, (other, outcome)  # exactly one holds the array
+    winner = takers[0]
+    assert winner.replaced is not None and winner.replaced.job == "dead"
+    check_held(store, KEYS, winner.marker)
+    loser = outcome.get("error") if other is not None else None
+    if other is not None:
+        assert isinstance(loser, JobConflictError), outcome
+    release(store, KEYS, winner.marker)
+    assert store.get(KEYS.marker) is None
+    assert list(store.list(KEYS.claims)) == []
+
+
+def test_a_claimant_that_died_is_taken_over(store: ShardStore) -> None:
+    stale = _dead_marker("dead")
+    store.put(KEYS.marker, [stale.encode()])
+    store.put(KEYS.claim_key("dead"), [_dead_marker("dead claimant").encode()])
+    taken = take(store, KEYS, "update")
+    assert taken.replaced is not None and taken.replaced.job == "dead"
+    check_held(store, KEYS, taken.marker)
+    release(store, KEYS, taken.marker)
+    assert store.get(KEYS.marker) is None
+    assert list(store.list(KEYS.claims)) == []
+
+
+def test_a_live_claimant_is_waited_for(store: ShardStore) -> None:
+    store.put(KEYS.marker, [_dead_marker("dead").encode()])
+    live = JobMarker("claimant", "update", socket.gethostname(), os.getppid(), time.time())
+    store.put(KEYS.claim_key("dead"), [live.encode()])
+    if store.abilities.replace_if_unchanged:  # one conditional put takes over: no claims
+        release(store, KEYS, take(store, KEYS, "update").marker)
+        return
+    with pytest.raises(JobConflictError, match=r"claimant.*taking this array over.*dead"):
+        take(store, KEYS, "update")
+    assert json.loads(store.get(KEYS.marker) or b"")["job"] == "dead"  # untouched
