@@ -9,10 +9,13 @@ is read and written in :mod:`shardpipe.store_checks`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+import dask.config
 import numpy as np
+from dask.utils import parse_bytes
 
 from shardpipe.core.grid import Shape
 from shardpipe.errors import (
@@ -21,6 +24,9 @@ from shardpipe.errors import (
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     pass
+
+MAX_SIZE = 2**63 - 1
+"""The largest size, element count or byte count NumPy, Dask and zarr index (int64)."""
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -232,4 +238,51 @@ def shape_param(name: str, value: Any, ndim: int) -> Shape | None:
         raise InvalidArgumentError(
             name, f"{shape} has a zero or negative size", "Every size must be a positive integer"
         )
+    check_size_limit(name, shape)
     return shape
+
+
+def check_size_limit(name: str, shape: Shape, itemsize: int = 1) -> None:
+    """Refuse a shape whose sizes, element count or bytes exceed :data:`MAX_SIZE`.
+
+    NumPy, Dask and zarr index with int64: a larger shape cannot be
+    allocated, sliced or planned, and arithmetic on it overflows.
+    """
+    elements = math.prod(shape)
+    if max(shape, default=0) > MAX_SIZE or elements * itemsize > MAX_SIZE:
+        what = "bytes" if itemsize > 1 and elements <= MAX_SIZE else "elements"
+        total = elements * itemsize if what == "bytes" else elements
+        raise InvalidArgumentError(
+            name,
+            f"{shape} holds {total:,} {what}, beyond 2**63 - 1 ({MAX_SIZE:,}), the largest "
+            "size NumPy, Dask and zarr can index",
+            "Give sizes whose product fits in a signed 64-bit integer",
+        )
+
+
+MAX_MADE_UP_BLOCKS = 2**24
+"""The most Dask blocks of a made-up source (``shardpipe plan --shape``): planning more
+takes minutes and gigabytes."""
+
+
+def check_made_up_blocks(shape: Shape, blocks: Shape | None, itemsize: int) -> None:
+    """Refuse a made-up source of more than :data:`MAX_MADE_UP_BLOCKS` Dask blocks.
+
+    With ``blocks`` None (Dask's ``"auto"`` blocks of ``array.chunk-size``
+    bytes) the count is estimated from the bytes, before Dask builds the
+    block tuples, which for an absurd shape would not fit in memory.
+    """
+    if blocks is None:
+        block_nbytes = int(parse_bytes(dask.config.get("array.chunk-size")))
+        count = -(-math.prod(shape) * itemsize // block_nbytes)
+        fix = "Give --blocks (Dask block shape) so that there are fewer blocks"
+    else:
+        count = math.prod(-(-n // b) for n, b in zip(shape, blocks, strict=False))
+        fix = "Give larger --blocks"
+    if count > MAX_MADE_UP_BLOCKS:
+        raise InvalidArgumentError(
+            "blocks",
+            f"a made-up source of shape {shape} would have {'at least ' if blocks is None else ''}"
+            f"{count:,} Dask blocks (at most {MAX_MADE_UP_BLOCKS:,} are planned)",
+            fix,
+        )

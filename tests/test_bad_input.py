@@ -197,6 +197,36 @@ def test_memory_budget_error_names_task_excess_and_fix(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
+# -- absurd sizes: refused by name, at once (never a traceback, never a long search) ---------
+
+HUGE = 2**70  # beyond int64, what NumPy, Dask and zarr index
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("kwargs", "parameter", "words"),
+    [
+        ({"shards": (HUGE, 20), "chunks": (10, 10)}, "shards", "2**63 - 1"),
+        ({"shards": (20, 20), "chunks": (HUGE, 10)}, "chunks", "2**63 - 1"),
+        ({"shards": (HUGE, 20)}, "shards", "2**63 - 1"),
+        ({"shards": (2**40, 2**40)}, "shards", "2**63 - 1"),  # 2**80 elements in a shard
+        # within int64: the default inner chunk is found at once; the memory model refuses
+        ({"shards": (2**58, 30)}, "max_mem", "stamp-shard"),
+        ({"shards": (2**61 - 1, 2)}, "max_mem", "stamp-shard"),  # a Mersenne prime
+    ],
+)
+def test_absurd_sizes_are_refused_by_name_at_once(
+    tmp_path: Path, data: da.Array, kwargs: dict[str, Any], parameter: str, words: str
+) -> None:
+    target = tmp_path / "out.zarr"
+    for write in (shardpipe.to_sharded_zarr, shardpipe.rechunk):
+        with pytest.raises(InvalidArgumentError) as info:
+            write(data, str(target), **kwargs)
+        assert info.value.parameter == parameter, str(info.value)
+        assert words in str(info.value), str(info.value)
+        assert not target.exists()
+
+
 # -- every parameter of every public function, table-driven ----------------------------------
 #
 # One row per (function, parameter, bad value, words expected in the message). Every row
@@ -860,6 +890,37 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
         "dtype",
     ),
     ("plan --blocks", lambda p: ["plan", p.new, "--shape", "40,30", "--blocks", "0,5"], "blocks"),
+    # sizes beyond int64, or more Dask blocks than a plan can hold: refused by name
+    (
+        "plan --shape huge",
+        lambda p: ["plan", p.new, "--shape", "99999999999999999999,1,1"],
+        "shape: (99999999999999999999, 1, 1)",
+    ),
+    (
+        "plan --shape bytes",
+        lambda p: ["plan", p.new, "--shape", "4611686018427387904,1,1", "--dtype", "uint64"],
+        "shape: ",
+    ),
+    (
+        "plan --shape blocks",
+        lambda p: ["plan", p.new, "--shape", "999999999999999999,1,1"],
+        "blocks",
+    ),
+    (
+        "plan --blocks many",
+        lambda p: ["plan", p.new, "--shape", "1000000000000,1,1", "--blocks", "1,1,1"],
+        "blocks",
+    ),
+    (
+        "plan --shards huge",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--shards", "99999999999999999999,30"],
+        "shards",
+    ),
+    (
+        "rechunk --chunks huge",
+        lambda p: ["rechunk", p.src, p.new, "--chunks", "99999999999999999999,10"],
+        "chunks",
+    ),
     (
         "plan --compressor",
         lambda p: ["plan", p.new, "--shape", "4", "--compressor", "lz4"],
