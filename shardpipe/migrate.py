@@ -65,7 +65,8 @@ from shardpipe.formats.base import read_checked_index
 from shardpipe.legacy_hierarchy import read_draft, read_json, shard_target
 from shardpipe.legacy_metadata import LegacyArray, is_draft_entry_point
 from shardpipe.migrate_copy import DraftShard, copy_shard
-from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.store_checks import resolve_named
 
 SHARD_KEY = re.compile(r"c(?:[./][0-9]+)*")
 """A shard key of the default chunk key encoding, relative to its array."""
@@ -202,7 +203,7 @@ def migrate(
     dry_run = check_bool("dry_run", dry_run)
     workers = check_int("workers", workers, example=8)
     progress = check_bool("progress", progress)
-    src = resolve_store(source, None, storage_options)
+    src = resolve_named("source", source, None, storage_options)
     if target is None and target_storage_options is not None:
         raise InvalidArgumentError(
             "target_storage_options",
@@ -211,7 +212,7 @@ def migrate(
         )
     if target_storage_options is None:
         target_storage_options = storage_options
-    dst = src if target is None else resolve_store(target, None, target_storage_options)
+    dst = src if target is None else resolve_named("target", target, None, target_storage_options)
     in_place = target is None
     entry = read_json(src.shards, src.key("zarr.json"))
     if not is_draft_entry_point(entry):

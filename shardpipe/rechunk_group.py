@@ -13,6 +13,7 @@ and attributes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from shardpipe.rechunk_source import open_source
 from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.storage.urls import check_location
 from shardpipe.store_checks import check_source_options, resolve_named
 from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
@@ -255,6 +257,8 @@ def rechunk_group(
 def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Group:
     if isinstance(source, zarr.Group):
         return source
+    if isinstance(source, str | os.PathLike):
+        check_location("source", source)
     try:
         return zarr.open_group(source, mode="r", storage_options=storage_options)
     except Exception as err:

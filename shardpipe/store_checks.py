@@ -21,6 +21,7 @@ from shardpipe.errors import (
     StoreNotWritableError,
 )
 from shardpipe.locations import Location, source_locations, store_location
+from shardpipe.storage.urls import check_location
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     from shardpipe.storage.resolve import ResolvedStore
@@ -128,7 +129,7 @@ def check_temp_store(temp_store: Any, target: ResolvedStore, source: Any) -> str
             f"expected a local path or fsspec URL, got {shown(temp_store)}",
             "Pass e.g. temp_store='/scratch/tmp.zarr'",
         )
-    where = os.fspath(temp_store)
+    where = check_location("temp_store", temp_store)
     location = _location_of(where)
     if isinstance(source, zarr.Array):
         read = [store_location(source.store, source.path)]
@@ -212,3 +213,5 @@ def check_store_like(name: str, store: Any) -> None:
             f"expected a local path, an fsspec URL or a zarr Store, got {shown(store)}",
             "Pass e.g. '/data/dataset.zarr' or 's3://bucket/dataset.zarr'",
         )
+    if isinstance(store, str | os.PathLike):
+        check_location(name, store)

@@ -141,7 +141,7 @@ def test_unknown_store_kind_is_refused(data: da.Array) -> None:
     with pytest.raises(InvalidArgumentError, match="store: expected a local path") as info:
         shardpipe.to_sharded_zarr(data, 42, **GOOD)
     assert info.value.parameter == "store"
-    with pytest.raises(InvalidArgumentError, match="store: cannot open"):
+    with pytest.raises(InvalidArgumentError, match="which fsspec does not know"):
         shardpipe.to_sharded_zarr(data, "nosuchprotocol://x/y", **GOOD)
 
 
@@ -844,6 +844,91 @@ def test_every_parameter_refuses_bad_values(
     assert not Path(places.new).exists() and not Path(places.missing).exists()
 
 
+# -- URLs with one slash (or none), unknown schemes: refused by every front door -------------
+#
+# "s3:/bucket/x" is no URL to fsspec: taken as a local path, it wrote a folder "s3:" in
+# the working directory. Every place that turns a string into a store refuses it, naming
+# its own parameter, and nothing appears in the working directory.
+
+MALFORMED = ["s3:/bucket/x", "s3:bucket/x", "gs:/bucket/x", "file:/tmp/x", "nosuch://bucket/x"]
+
+
+def _precomputed(p: Places, store: Any) -> Any:
+    volume = da.zeros((16, 16, 16), chunks=8, dtype="uint8")
+    return shardpipe.to_neuroglancer_precomputed(
+        volume, store, resolution=(8, 8, 8), chunk_size=(8, 8, 8)
+    )
+
+
+URL_ROWS: list[tuple[str, str, Any]] = [
+    ("to_sharded_zarr", "store", lambda p, u: tz(_source(), u, **GOOD)),
+    ("prepare_write", "store", lambda p, u: pw(_source(), u, **GOOD)),
+    ("rechunk", "source", lambda p, u: shardpipe.rechunk(u, p.new)),
+    ("rechunk", "target", lambda p, u: shardpipe.rechunk(p.src, u)),
+    ("rechunk", "temp_store", lambda p, u: shardpipe.rechunk(p.src, p.new, temp_store=u)),
+    ("plan_rechunk", "source", lambda p, u: shardpipe.plan_rechunk(u, p.new)),
+    ("plan_rechunk", "target", lambda p, u: shardpipe.plan_rechunk(p.src, u)),
+    ("rechunk_group", "source", lambda p, u: shardpipe.rechunk_group(u, p.new)),
+    ("rechunk_group", "target", lambda p, u: shardpipe.rechunk_group(p.grp, u)),
+    ("verify", "store", lambda p, u: shardpipe.verify(u)),
+    ("info", "store", lambda p, u: shardpipe.info(u)),
+    ("repair", "store", lambda p, u: shardpipe.repair(u)),
+    ("compact", "store", lambda p, u: shardpipe.compact(u)),
+    ("cleanup", "store", lambda p, u: shardpipe.cleanup(u)),
+    ("migrate", "source", lambda p, u: shardpipe.migrate(u)),
+    ("migrate", "target", lambda p, u: shardpipe.migrate(p.draft, u)),
+    ("to_neuroglancer_precomputed", "store", _precomputed),
+    ("to_zarr", "store", lambda p, u: _dataset().shard.to_zarr(u, shards={"time": 20})),
+    ("open_dataset", "store", lambda p, u: shardpipe.open_dataset(u)),
+    ("repair_dataset", "store", lambda p, u: shardpipe.dataset.repair_dataset(u)),
+]
+
+
+@pytest.mark.parametrize("url", MALFORMED)
+@pytest.mark.parametrize(
+    ("function", "parameter", "call"), URL_ROWS, ids=[f"{r[0]}-{r[1]}" for r in URL_ROWS]
+)
+def test_malformed_urls_are_refused_by_every_front_door(
+    places: Places,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    function: str,
+    parameter: str,
+    call: Call,
+    url: str,
+) -> None:
+    import dask
+
+    monkeypatch.chdir(tmp_path)
+    before = _tree_digest(places.root)
+    with dask.config.set(scheduler="threads"), pytest.raises(InvalidArgumentError) as info:
+        call(places, url)
+    message = str(info.value)
+    assert info.value.parameter == parameter, f"{function}: {message}"
+    assert repr(url) in message, message
+    assert list(tmp_path.iterdir()) == [], f"{function}({url!r}) wrote a local folder"
+    assert _tree_digest(places.root) == before
+    assert not Path(places.new).exists()
+
+
+def test_a_path_object_made_from_a_url_is_refused(tmp_path: Path, data: da.Array) -> None:
+    # Path("s3://bucket/x") is Path("s3:/bucket/x"): a URL lost its second slash
+    with pytest.raises(InvalidArgumentError, match="s3://bucket/x") as info:
+        shardpipe.to_sharded_zarr(data, Path("s3://bucket/x"), **GOOD)
+    assert info.value.parameter == "store"
+
+
+def test_a_local_folder_with_a_colon_is_written_when_the_path_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: da.Array
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shardpipe.to_sharded_zarr(data, "./run:1/out.zarr", **GOOD)
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "run:2" / "out.zarr"), **GOOD)
+    for name in ("run:1", "run:2"):
+        back = zarr.open_array(str(tmp_path / name / "out.zarr"))[...]
+        np.testing.assert_array_equal(back, data.compute())
+
+
 # -- the command line: exit status 2, one line on stderr, nothing written ----------------------
 
 CLI_ROWS: list[tuple[str, Any, str]] = [
@@ -1002,6 +1087,15 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("rechunk --workers -2", lambda p: ["rechunk", p.src, p.new, "--workers", "-2"], "--workers"),
     ("rechunk --workers x", lambda p: ["rechunk", p.src, p.new, "--workers", "x"], "--workers"),
     ("rechunk source", lambda p: ["rechunk", p.missing, p.new], "source"),
+    ("rechunk one-slash source", lambda p: ["rechunk", "s3:/b/x", p.new], "source: 's3:/b/x'"),
+    ("rechunk one-slash target", lambda p: ["rechunk", p.src, "s3:/b/x"], "target: 's3:/b/x'"),
+    ("plan one-slash --source", lambda p: ["plan", p.new, "--source", "s3:/b/x"], "source"),
+    (
+        "write-dataset one-slash source",
+        lambda p: ["write-dataset", "s3:/b/x", p.new],
+        "source: 's3:/b/x'",
+    ),
+    ("verify one-slash", lambda p: ["verify", "s3:/b/x"], "store: 's3:/b/x'"),
     ("rechunk existing", lambda p: ["rechunk", p.src, p.arr], "overwrite"),
     (
         "rechunk --resume --overwrite",
