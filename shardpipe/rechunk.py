@@ -29,7 +29,7 @@ import dask.array as da
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.checks import check_bool, check_progress
+from shardpipe.checks import check_bool, check_json, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.rechunk import (
     ReadCost,
@@ -204,6 +204,14 @@ def plan_rechunk(
         If no block shape lets every task fit ``max_mem``.
     """
     opened = open_source(source, check_source_options(source, source_storage_options))
+    if attributes is None:  # carried over: JSON must hold them (the source's JSON may not)
+        check_json(
+            "source",
+            opened.attributes,
+            "attributes",
+            f"The source {opened.name!r} holds them; pass attributes= to write others "
+            "(e.g. the same without that value)",
+        )
     budget = check_max_mem(max_mem)
     overwrite = check_bool("overwrite", overwrite)
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from shardpipe.checks import check_bool, check_int_tuple
+from shardpipe.checks import check_bool, check_int_tuple, json_problem
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.execute import execute_together
@@ -199,6 +199,7 @@ def plan_group_rechunk(
     root = resolve_named("target", target, None, storage_options)
     check_writable(root)
     members = dict(group.members(max_depth=None))
+    _check_attributes(group, members)
     unknown = sorted(set(overrides) - {p for p, n in members.items() if isinstance(n, zarr.Array)})
     if unknown:
         raise InvalidArgumentError(
@@ -267,6 +268,23 @@ def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Gro
             f"cannot open a Zarr group at {source!r} ({type(err).__name__}: {err})",
             "Give the path or URL of a Zarr v2 or v3 group (for one array, leave --recursive out)",
         ) from err
+
+
+def _check_attributes(group: zarr.Group, members: Mapping[str, Any]) -> None:
+    """Refuse a source whose groups or arrays hold attributes strict JSON cannot hold.
+
+    They are copied into the target's ``zarr.json`` documents, where ``NaN``
+    or ``Infinity`` would not be JSON.
+    """
+    for path, node in [("", group), *sorted(members.items())]:
+        found = json_problem(dict(node.attrs), "attributes")
+        if found:
+            kind = "group" if isinstance(node, zarr.Group) else "array"
+            raise InvalidArgumentError(
+                "source",
+                f"{kind} {path or '/'!r}: {found}",
+                "Fix the attributes in the source; rechunk_group copies every node's attributes",
+            )
 
 
 def _fits(shape: Any, array: zarr.Array[Any]) -> bool:

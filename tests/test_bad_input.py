@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Places:
 
 Call = Any  # Callable[[Places], object]
 OPAQUE = object()
+NAN, INF = float("nan"), float("inf")
 ALL = (slice(None), slice(None))
 tz, pw = shardpipe.to_sharded_zarr, shardpipe.prepare_write
 
@@ -322,6 +324,21 @@ def _writes(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
         (name, "dimension_names", 5, "got 5", new(dimension_names=5)),
         (name, "attributes", {1: 2}, "key 1 (int) is not a string", new(attributes={1: 2})),
         (name, "attributes", {"a": OPAQUE}, "JSON", new(attributes={"a": OPAQUE})),
+        (name, "attributes", {"a": NAN}, "attributes['a'] is nan", new(attributes={"a": NAN})),
+        (
+            name,
+            "attributes",
+            {"a": {"b": [1, -INF]}},
+            "attributes['a']['b'][1] is -inf",
+            new(attributes={"a": {"b": [1, -INF]}}),
+        ),
+        (
+            name,
+            "attributes",
+            {"a": {2: "x"}},
+            "attributes['a']: key 2 (int) is not a string",
+            new(attributes={"a": {2: "x"}}),
+        ),
         (name, "overwrite", 1, "got 1 (int)", new(overwrite=1)),
         (name, "storage_options", "x", "expected a dict, got str", new(storage_options="x")),
         (name, "storage_options", {"fsync": 1}, "got 1", new(storage_options={"fsync": 1})),
@@ -392,6 +409,8 @@ def _rechunks(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
         (name, "dimension_names", "yx", "got 'yx'", new(dimension_names="yx")),
         (name, "attributes", {"a": OPAQUE}, "JSON", new(attributes={"a": OPAQUE})),
         (name, "attributes", "x", "got 'x' (str)", new(attributes="x")),
+        (name, "attributes", {"a": NAN}, "attributes['a'] is nan", new(attributes={"a": NAN})),
+        (name, "attributes", [INF], "got [inf] (list)", new(attributes=[INF])),
         (name, "storage_options", "x", "got str", new(storage_options="x")),
         (name, "storage_options", {"anon": True}, "['anon']", new(storage_options={"anon": True})),
         (name, "source_storage_options", "x", "got 'x'", new(source_storage_options="x")),
@@ -739,6 +758,13 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
     (
         "prepare_write",
         "source_identity",
+        {"a": NAN},
+        "source_identity['a'] is nan",
+        lambda p: pw(_source(), p.new, source_identity={"a": NAN}, **GOOD),
+    ),
+    (
+        "prepare_write",
+        "source_identity",
         {"a": OPAQUE},
         "JSON",
         lambda p: pw(_source(), p.new, source_identity={"a": OPAQUE}, **GOOD),
@@ -927,6 +953,71 @@ def test_a_local_folder_with_a_colon_is_written_when_the_path_says_so(
     for name in ("run:1", "run:2"):
         back = zarr.open_array(str(tmp_path / name / "out.zarr"))[...]
         np.testing.assert_array_equal(back, data.compute())
+
+
+# -- attributes that JSON cannot hold: refused wherever attributes come in ------------------
+#
+# json.dumps writes nan as NaN, which is not JSON: a zarr.json holding it is refused by
+# strict readers. Attributes given, carried over from a source or taken from a dataset
+# are checked before anything is written, naming where the value sits.
+
+
+def _v2_source(where: Path, attrs: dict[str, Any]) -> str:
+    source = zarr.create_array(
+        str(where), shape=(40, 30), chunks=(10, 30), dtype="int16", zarr_format=2
+    )
+    source[...] = 1
+    source.attrs.update(attrs)
+    return str(where)
+
+
+@pytest.mark.parametrize("value", [NAN, INF, -INF])
+def test_a_source_whose_attributes_json_cannot_hold_is_refused(
+    tmp_path: Path, value: float
+) -> None:
+    source = _v2_source(tmp_path / "src.zarr", {"ok": 1, "bad": {"list": [0, value]}})
+    target = tmp_path / "out.zarr"
+    for rechunk in (shardpipe.rechunk, shardpipe.plan_rechunk):
+        with pytest.raises(InvalidArgumentError) as info:
+            rechunk(source, str(target))
+        assert info.value.parameter == "source", str(info.value)
+        assert f"attributes['bad']['list'][1] is {value}" in str(info.value)
+        assert "attributes=" in info.value.fix
+        assert not target.exists()
+    # given attributes replace the source's: the rechunk goes ahead, valid JSON written
+    shardpipe.rechunk(source, str(target), attributes={"ok": 2})
+    assert json.loads((target / "zarr.json").read_text())["attributes"] == {"ok": 2}
+
+
+@pytest.mark.parametrize("where", ["root", "group", "array", "small array"])
+def test_a_group_whose_attributes_json_cannot_hold_is_refused(tmp_path: Path, where: str) -> None:
+    source = zarr.open_group(str(tmp_path / "src.zarr"), mode="w", zarr_format=2)
+    inner = source.create_group("g")
+    big = inner.create_array("big", shape=(600, 600), chunks=(100, 100), dtype="float64")
+    big[...] = 1.0
+    small = source.create_array("small", shape=(4,), chunks=(4,), dtype="int8")
+    node = {"root": source, "group": inner, "array": big, "small array": small}[where]
+    node.attrs["bad"] = NAN
+    target = tmp_path / "out.zarr"
+    for rechunk in (shardpipe.rechunk_group, shardpipe.plan_group_rechunk):
+        with pytest.raises(InvalidArgumentError) as info:
+            rechunk(str(tmp_path / "src.zarr"), str(target))
+        assert info.value.parameter == "source", str(info.value)
+        assert "['bad'] is nan" in str(info.value), str(info.value)
+        assert not target.exists()
+
+
+@pytest.mark.parametrize("where", ["dataset", "variable", "coordinate"])
+def test_a_dataset_whose_attributes_json_cannot_hold_is_refused(tmp_path: Path, where: str) -> None:
+    ds = _dataset()
+    holder = {"dataset": ds, "variable": ds["t"], "coordinate": ds["time"]}[where]
+    holder.attrs["bad"] = [INF]
+    target = tmp_path / "ds.zarr"
+    with pytest.raises(InvalidArgumentError) as info:
+        ds.shard.to_zarr(str(target), shards={"time": 20})
+    assert info.value.parameter == "obj", str(info.value)
+    assert "attrs['bad'][0] is inf" in str(info.value), str(info.value)
+    assert not target.exists()
 
 
 # -- the command line: exit status 2, one line on stderr, nothing written ----------------------
