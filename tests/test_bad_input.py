@@ -592,19 +592,27 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
             "'nope' is not a NumPy dtype",
             new(encoding={"t": {"dtype": "nope"}}),
         ),
+        # what comes from encoding= is named encoding, with the variable and the key
+        *[
+            ("to_zarr", "encoding", {"t": bad}, words, new(encoding={"t": bad}, **more))
+            for bad, words, more in ENCODING_ROWS
+        ],
+        ("to_zarr", "shards", {"time": "32"}, "size '32'", new(shards={"time": "32"})),
+        ("to_zarr", "chunks", {"time": "5"}, "size '5'", new(chunks={"time": "5"})),
+        ("to_zarr", "shards", {"time": 2**70}, "2**63 - 1", new(shards={"time": 2**70})),
         (
             "to_zarr",
-            "shards",
-            {"t": {"shards": "x"}},
-            "variable 't'",
-            new(encoding={"t": {"shards": "x"}}),
+            "encoding",
+            {"time": {"shards": "x"}},
+            "variable 'time'",
+            new(encoding={"time": {"shards": "x"}}),
         ),
         (
             "to_zarr",
-            "compressors",
-            {"t": {"compressors": 5}},
-            "variable 't'",
-            new(encoding={"t": {"compressors": 5}}),
+            "encoding",
+            {"time": {"units": "parsecs since 2000"}},
+            "variable 'time'",
+            new(encoding={"time": {"units": "parsecs since 2000"}}),
         ),
         ("to_zarr", "mode", "x", "unknown value 'x'", new(mode="x")),
         ("to_zarr", "mode", 1, "unknown value 1", new(mode=1)),
@@ -653,6 +661,31 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
             new(progress=True, compute=False),
         ),
     ]
+
+
+ENCODING_ROWS: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
+    # (the encoding of variable "t", words, other arguments)
+    ({"shards": "x"}, "encoding['t']['shards']: expected a tuple", {}),
+    ({"shards": ("20", 30)}, "encoding['t']['shards']: ('20', 30) holds '20'", {}),
+    ({"chunks": (7.0, 30)}, "encoding['t']['chunks']: (7.0, 30) holds 7.0", {}),
+    ({"shards": (20, 30), "chunks": (7, 30)}, "encoding['t']: shards (20, 30)", {}),
+    ({"chunks": (7, 30)}, "encoding['t']['chunks']", {"shards": {"time": 20}}),
+    ({"compressors": 5}, "encoding['t']['compressors']: zarr rejects 5", {}),
+    ({"filters": 3}, "variable 't'", {}),
+    ({"serializer": 3}, "variable 't'", {}),
+    ({"fill_value": "x"}, "variable 't'", {}),
+    ({"_FillValue": "x"}, "variable 't'", {}),
+    ({"missing_value": "x"}, "variable 't'", {}),
+    ({"dtype": "int16", "scale_factor": "x"}, "variable 't'", {}),
+    ({"dtype": "int16", "_FillValue": 70000}, "variable 't'", {}),
+    ({"add_offset": [1, 2]}, "variable 't'", {}),
+    ({"units": 5}, "variable 't'", {}),
+    ({"calendar": "x", "units": "days since 2000-01-01"}, "variable 't'", {}),
+    ({"_Unsigned": "x", "dtype": "int16"}, "variable 't'", {}),
+    ({"coordinates": 5}, "variable 't'", {}),
+    ({"chunk_key_encoding": "x"}, "variable 't'", {}),
+    ({"write_empty_chunks": "x"}, "variable 't'", {}),
+]
 
 
 def _migrations() -> list[tuple[str, str, Any, str, Call]]:
