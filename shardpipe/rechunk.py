@@ -46,7 +46,12 @@ from shardpipe.rechunk_intermediate import Intermediate
 from shardpipe.rechunk_source import Source, open_source
 from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume, check_same_job, complete_shards
-from shardpipe.store_checks import check_source_options, check_temp_store, resolve_named
+from shardpipe.store_checks import (
+    check_source_options,
+    check_target,
+    check_temp_store,
+    resolve_named,
+)
 from shardpipe.summary import html_table, text_table
 from shardpipe.transaction import check_commit
 from shardpipe.validate import check_max_mem, resolve_shapes
@@ -217,6 +222,7 @@ def plan_rechunk(
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     resume = check_resume(resume, overwrite)
     resolved = resolve_named("target", target, path, storage_options)
+    check_target(resolved, overwrite or bool(resume), name="target")
     temp_store = check_temp_store(temp_store, resolved, opened.array)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(opened.shape, opened.dtype.itemsize, shards, chunks)

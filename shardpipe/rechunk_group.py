@@ -32,7 +32,7 @@ from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
-from shardpipe.store_checks import check_source_options, resolve_named
+from shardpipe.store_checks import check_source_options, check_target, resolve_named
 from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
 
@@ -198,6 +198,7 @@ def plan_group_rechunk(
     group = _open_group(source, check_source_options(source, source_storage_options))
     root = resolve_named("target", target, None, storage_options)
     check_writable(root)
+    check_target(root, overwrite=True, name="target")  # a file there, a read-only store
     members = dict(group.members(max_depth=None))
     _check_attributes(group, members)
     unknown = sorted(set(overrides) - {p for p, n in members.items() if isinstance(n, zarr.Array)})

@@ -248,6 +248,7 @@ class Places:
         self.draft = str(root / "draft")  # a hierarchy of the storage-transformer draft
         self.new = str(root / "new.zarr")  # never exists
         self.missing = str(root / "missing.zarr")  # never exists
+        self.file = str(root / "a-file")  # a file where a folder is expected
 
 
 def _source() -> da.Array:
@@ -278,6 +279,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Places:
         group.create_array("big", shape=(600, 600), chunks=(100, 100), dtype="float64")[...] = 1.0
         _dataset().shard.to_zarr(str(root / "ds.zarr"), shards={"time": 20}, chunks={"time": 10})
     shutil.copytree(Path(__file__).parent / "legacy_fixtures" / "hierarchy", root / "draft")
+    (root / "a-file").write_bytes(b"not a folder")
     return Places(root)
 
 
@@ -299,6 +301,16 @@ def _writes(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
 
     return [
         (name, "arr", [1, 2], "dask.array.Array", lambda p: f([1, 2], p.new)),
+        (name, "store", "a file", "not a writable directory", lambda p: f(_source(), p.file)),
+        (
+            name,
+            "store",
+            "under a file",
+            "not a writable directory",
+            lambda p: f(_source(), p.file + "/x.zarr"),
+        ),
+        (name, "fill_value", "5", "'5' cannot be stored as int16: a str", new(fill_value="5")),
+        (name, "region", "('0':40, :)", "not an integer", into(region=(slice("0", 40), ALL[1]))),
         (name, "arr", "np.array(1.0)", "0-dimensional", lambda p: f(np.array(1.0), p.new)),
         (name, "store", 5, "got int", lambda p: f(_source(), 5)),
         (name, "store", None, "got NoneType", lambda p: f(_source(), None)),
@@ -387,11 +399,29 @@ def _rechunks(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
 
     return [
         (name, "source", 5, "got int", lambda p: f(5, p.new)),
+        (name, "source", "a file", "cannot open a Zarr array", lambda p: f(p.file, p.new)),
+        (name, "target", "a file", "not a writable directory", lambda p: f(p.src, p.file)),
+        (
+            name,
+            "target",
+            "under a file",
+            "not a writable directory",
+            lambda p: f(p.src, p.file + "/x.zarr"),
+        ),
+        (name, "temp_store", "a file", "exists", lambda p: f(p.src, p.new, temp_store=p.file)),
+        (name, "shards", ("20", 10), "holds '20' (str)", new(shards=("20", 10))),
+        (name, "chunks", "10", "got '10'", new(chunks="10")),
+        (name, "chunks", (10, 2**70), "2**63 - 1", new(chunks=(10, 2**70))),
+        (name, "fill_value", "5", "'5' cannot be stored as int16: a str", new(fill_value="5")),
+        (name, "overwrite", "True", "got 'True'", new(overwrite="True")),
+        (name, "index_location", 1, "unknown value 1", new(index_location=1)),
+        (name, "dimension_names", ["y", 1], "is not 2 names", new(dimension_names=["y", 1])),
+        (name, "max_mem", "32", "max_mem=32", new(max_mem="32")),
         (name, "source", "missing", "cannot open a Zarr array", lambda p: f(p.missing, p.new)),
         (name, "source", "numpy", "got ndarray", lambda p: f(np.zeros(4), p.new)),
         (name, "target", 5, "got int", lambda p: f(p.src, 5)),
         (name, "target", None, "got NoneType", lambda p: f(p.src, None)),
-        (name, "store", "existing", "already exists", lambda p: f(p.src, p.arr)),
+        (name, "target", "existing", "already exists", lambda p: f(p.src, p.arr)),
         (name, "path", 5, "got 5 (int)", new(path=5)),
         (name, "shards", "big", "got 'big'", new(shards="big")),
         (name, "shards", (20,), "1 dimensions", new(shards=(20,))),
@@ -438,6 +468,21 @@ def _groups(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
 
     return [
         (name, "source", 5, "cannot open a Zarr group", lambda p: f(5, p.new)),
+        (name, "source", "a file", "cannot open a Zarr group", lambda p: f(p.file, p.new)),
+        (name, "source", "an array", "cannot open a Zarr group", lambda p: f(p.src, p.new)),
+        (name, "target", "a file", "not a writable directory", lambda p: f(p.grp, p.file)),
+        (name, "shards", ("100", 100), "holds '100' (str)", new(shards=("100", 100))),
+        (name, "chunks", "10", "got '10'", new(chunks="10")),
+        (
+            name,
+            "arrays",
+            {"big": {"shards": ("100", 100)}},
+            "holds '100' (str)",
+            new(arrays={"big": {"shards": ("100", 100)}}),
+        ),
+        (name, "max_mem", [1], "[1]", new(max_mem=[1])),
+        (name, "overwrite", "True", "got 'True'", new(overwrite="True")),
+        (name, "chunk_checksums", 1, "got 1 (int)", new(chunk_checksums=1)),
         (name, "source", "missing", "cannot open a Zarr group", lambda p: f(p.missing, p.new)),
         (name, "target", 5, "got int", lambda p: f(p.grp, 5)),
         (name, "target", "existing", "exists", lambda p: f(p.grp, p.arr)),
@@ -561,6 +606,42 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
         ("repair_dataset", "force", "yes", "got 'yes'", lambda p: rd(p.ds, force="yes")),
         ("to_zarr", "obj", "numpy", "got ndarray", lambda p: to_zarr(np.zeros(3), p.new)),
         ("to_zarr", "store", 5, "got int", lambda p: _dataset().shard.to_zarr(5)),
+        (
+            "to_zarr",
+            "store",
+            "a file",
+            "not a writable directory",
+            lambda p: to_zarr(_ds(), p.file),
+        ),
+        (
+            "to_zarr",
+            "store",
+            "under a file",
+            "not a writable directory",
+            lambda p: to_zarr(_dataset(), p.file + "/x.zarr"),
+        ),
+        ("to_zarr", "obj", "a Variable", "got Variable", lambda p: to_zarr(_var(), p.new)),
+        ("to_zarr", "append_dim", 5, "5 is not a dimension", into(append_dim=5)),
+        ("to_zarr", "region", {"time": "0:5"}, "'0:5'", into(region={"time": "0:5"})),
+        (
+            "to_zarr",
+            "region",
+            {"time": slice("0", 5)},
+            "integer bounds",
+            into(region={"time": slice("0", 5)}),
+        ),
+        ("to_zarr", "consolidated", 1, "got 1 (int)", new(consolidated=1)),
+        ("to_zarr", "write_strategy", 1, "unknown value 1", new(write_strategy=1)),
+        ("to_zarr", "chunk_checksums", "True", "got 'True'", new(chunk_checksums="True")),
+        ("to_zarr", "max_mem", -1, "positive, got -1", new(max_mem=-1)),
+        ("to_zarr", "max_mem", 2.5e9, "2500000000.0 (float)", new(max_mem=2.5e9)),
+        (
+            "to_zarr",
+            "encoding",
+            {"t": {"dtype": 5}},
+            "variable 't'",
+            new(encoding={"t": {"dtype": 5}}),
+        ),
         ("to_zarr", "store", None, "got NoneType", lambda p: _dataset().shard.to_zarr(None)),
         ("to_zarr", "shards", "x", "got 'x'", new(shards="x")),
         ("to_zarr", "shards", {"time": 0}, "size 0", new(shards={"time": 0})),
@@ -686,6 +767,16 @@ ENCODING_ROWS: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
     ({"chunk_key_encoding": "x"}, "variable 't'", {}),
     ({"write_empty_chunks": "x"}, "variable 't'", {}),
 ]
+
+
+def _ds() -> Any:
+    return _dataset()
+
+
+def _var() -> Any:
+    import xarray as xr
+
+    return xr.Variable(("x",), np.zeros(3))
 
 
 def _migrations() -> list[tuple[str, str, Any, str, Call]]:
@@ -893,14 +984,18 @@ def test_every_parameter_refuses_bad_values(
     import dask
 
     before = _tree_digest(places.root)
-    with dask.config.set(scheduler="threads"), pytest.raises(shardpipe.ShardpipeError) as info:
-        call(places)
-    message = str(info.value)
-    named = getattr(info.value, "parameter", message.split(":", 1)[0])
-    assert parameter in named, f"{function}: names {named!r}, not {parameter!r}: {message}"
-    assert words in message, f"{function}({parameter}={value!r}): {message}"
-    assert _tree_digest(places.root) == before, f"{function}({parameter}={value!r}) wrote"
-    assert not Path(places.new).exists() and not Path(places.missing).exists()
+    try:
+        with dask.config.set(scheduler="threads"), pytest.raises(shardpipe.ShardpipeError) as info:
+            call(places)
+        message = str(info.value)
+        named = getattr(info.value, "parameter", message.split(":", 1)[0])
+        assert parameter in named, f"{function}: names {named!r}, not {parameter!r}: {message}"
+        assert words in message, f"{function}({parameter}={value!r}): {message}"
+        assert _tree_digest(places.root) == before, f"{function}({parameter}={value!r}) wrote"
+        assert not Path(places.new).exists() and not Path(places.missing).exists()
+    finally:  # a row that wrote fails alone: the next rows find the tree as it was
+        for made in (places.new, places.missing):
+            shutil.rmtree(made, ignore_errors=True)
 
 
 # -- URLs with one slash (or none), unknown schemes: refused by every front door -------------
@@ -1212,6 +1307,12 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("rechunk --workers x", lambda p: ["rechunk", p.src, p.new, "--workers", "x"], "--workers"),
     ("rechunk source", lambda p: ["rechunk", p.missing, p.new], "source"),
     ("rechunk one-slash source", lambda p: ["rechunk", "s3:/b/x", p.new], "source: 's3:/b/x'"),
+    ("rechunk a file", lambda p: ["rechunk", p.file, p.new], "source"),
+    (
+        "rechunk --shards numeric",
+        lambda p: ["rechunk", p.src, p.new, "--shards", "2e1,10"],
+        "--shards",
+    ),
     ("rechunk one-slash target", lambda p: ["rechunk", p.src, "s3:/b/x"], "target: 's3:/b/x'"),
     ("plan one-slash --source", lambda p: ["plan", p.new, "--source", "s3:/b/x"], "source"),
     (
@@ -1307,6 +1408,33 @@ def test_cli_bad_arguments_exit_2_with_one_line(
         assert len(lines) == 1, err
     assert _tree_digest(places.root) == before
     assert not Path(places.new).exists() and not Path(places.missing).exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (lambda p: ["rechunk", p.src, p.file], "target: cannot write under"),
+        (lambda p: ["rechunk", p.grp, p.file, "--recursive"], "target: cannot write under"),
+        (lambda p: ["write-dataset", p.ds, p.file], "store: cannot write under"),
+        (lambda p: ["plan", p.file, "--shape", "40,30"], "store: cannot write under"),
+    ],
+)
+def test_cli_target_that_is_a_file_exits_3_with_one_line(
+    places: Places, capsys: pytest.CaptureFixture[str], argv: Any, words: str
+) -> None:
+    """A file where the target folder goes: not writable there (status 3), named, one line."""
+    import dask
+
+    from shardpipe.cli import main
+    from shardpipe.cli_errors import NO_ACCESS
+
+    before = _tree_digest(places.root)
+    with dask.config.set(scheduler="threads"):
+        status = main(argv(places))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == NO_ACCESS, err
+    assert len(err) == 1 and words in err[0], err
+    assert _tree_digest(places.root) == before
 
 
 def test_rows_cover_every_parameter() -> None:
