@@ -310,7 +310,7 @@ def _positioned(
         tuple((start, store.get_range(key, start, stop)) for start, stop in plan.overwritten),
     )
     record_key = target.keys.undo_key(target.marker.job, key)
-    store.put(record_key, [record.encode()])
+    store.put(record_key, record.buffers())  # the old bytes as they are: no joined copy
     if store.version(key) != old.version:
         store.delete(record_key)
         raise _conflict([key], "its version changed before the first byte was written")
