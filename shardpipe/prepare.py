@@ -347,9 +347,19 @@ def _prepare_update(
     target_metadata = grown or metadata
     codec = ChunkCodec.from_metadata(target_metadata)
     placement = Placement(layout, BlockGrid(array.chunks), offset)
-    # in place, the old bytes of every range overwritten are kept (the undo record)
+    # in place, the old bytes of every range overwritten are kept (the undo record);
+    # where that does not fit, "auto" does not go in place ("in_place" is refused)
     undo = abilities.write_at and strategy in ("auto", "in_place")
-    plan = _plan(placement, codec, budget, target, target_metadata, undo=undo)
+    try:
+        plan: WritePlan | None = _plan(placement, codec, budget, target, target_metadata, undo=undo)
+        in_place_fits = plan is not None and plan.max_parts_per_shard == 1
+    except MemoryBudgetError:
+        if not (undo and strategy == "auto"):
+            raise
+        plan, in_place_fits = None, False
+    if plan is None or (undo and not in_place_fits and strategy == "auto"):
+        undo = False
+        plan = _plan(placement, codec, budget, target, target_metadata)
     if plan.max_parts_per_shard > 1:
         raise MemoryBudgetError(
             "update-shard",
@@ -371,7 +381,7 @@ def _prepare_update(
             + (", or use write_strategy 'append' or 'in_place'" if abilities.append else ""),
         )
     update = update_identity(array.name, offset, metadata)
-    existing = ExistingArray(metadata, version, grown, strategy, update)
+    existing = ExistingArray(metadata, version, grown, strategy, update, in_place_fits)
     return ShardedWrite(
         array,
         target,

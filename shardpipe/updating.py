@@ -65,6 +65,8 @@ class UpdateTarget:
     update : str
         The update's identity: once a shard is finished (and durable), a
         record of it is saved under ``keys.done_key(update, key)``.
+    in_place_fits : bool
+        Whether keeping the old bytes overwritten in place fits the budget.
     """
 
     write: WriteTarget
@@ -74,6 +76,7 @@ class UpdateTarget:
     keys: JobKeys
     marker: JobMarker
     update: str = ""
+    in_place_fits: bool = True
 
     @property
     def store(self) -> ShardStore:
@@ -89,6 +92,7 @@ class UpdateTarget:
             append=a.append and a.write_at,
             compose_min=compose,
             rewrite_fits=self.rewrite_fits,
+            in_place_fits=self.in_place_fits,
         )
 
 
