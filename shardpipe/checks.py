@@ -331,7 +331,7 @@ def check_made_up_blocks(shape: Shape, blocks: Shape | None, itemsize: int) -> N
         count = -(-math.prod(shape) * itemsize // block_nbytes)
         fix = "Give --blocks (Dask block shape) so that there are fewer blocks"
     else:
-        count = math.prod(-(-n // b) for n, b in zip(shape, blocks, strict=False))
+        count = math.prod(-(-n // b) for n, b in zip(shape, blocks, strict=True))
         fix = "Give larger --blocks"
     if count > MAX_MADE_UP_BLOCKS:
         raise InvalidArgumentError(
