@@ -9,10 +9,13 @@ is read and written in :mod:`shardpipe.store_checks`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+import dask.config
 import numpy as np
+from dask.utils import parse_bytes
 
 from shardpipe.core.grid import Shape
 from shardpipe.errors import (
@@ -21,6 +24,9 @@ from shardpipe.errors import (
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     pass
+
+MAX_SIZE = 2**63 - 1
+"""The largest size, element count or byte count NumPy, Dask and zarr index (int64)."""
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -111,8 +117,77 @@ def check_path(name: str, value: Any) -> str | None:
     return value
 
 
+MAX_JSON_DEPTH = 100
+"""How deeply JSON values of arguments may nest (lists in dicts in lists ...)."""
+
+
+def json_problem(value: Any, where: str, depth: int = 0) -> str | None:
+    """What keeps ``value`` from being stored as strict JSON, and where; None if nothing.
+
+    Strict: what ``json.dumps(value, allow_nan=False)`` writes, with string
+    keys at every level (``json.dumps`` would turn other keys into strings
+    silently). NaN and infinities are refused: ``json.dumps`` writes them as
+    ``NaN`` and ``Infinity``, which are not JSON.
+
+    Parameters
+    ----------
+    value : Any
+        The value to check.
+    where : str
+        How the message names ``value`` (``"attributes"``); the path to a
+        nested value is appended (``attributes['a'][0]``).
+    depth : int
+        Levels above ``value`` (for the nesting limit).
+    """
+    if value is None or isinstance(value, str | int):  # bool is an int
+        return None
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return None
+        return (
+            f"{where} is {float(value)!r}, which JSON cannot hold (json.dumps would write "
+            f"{json.dumps(float(value))}, which strict readers refuse)"
+        )
+    if depth >= MAX_JSON_DEPTH:
+        return f"{where} nests deeper than {MAX_JSON_DEPTH} levels"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return (
+                    f"{where}: key {key!r} ({type(key).__name__}) is not a string; JSON would "
+                    f"store it as {json.dumps(str(key))}"
+                )
+            found = json_problem(item, f"{where}[{key!r}]", depth + 1)
+            if found:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = json_problem(item, f"{where}[{index}]", depth + 1)
+            if found:
+                return found
+        return None
+    return f"{where} is {shown(value)}, which cannot be stored as JSON"
+
+
+JSON_FIX = (
+    "Convert values to str, int, finite float, bool, None, lists or dicts with string keys "
+    "(e.g. arr.tolist(); NaN or infinity as a string such as 'nan', or None)"
+)
+
+
+def check_json(name: str, value: Any, where: str, fix: str = JSON_FIX) -> None:
+    """Refuse ``value`` (reached as ``where``) if strict JSON cannot hold it; name ``name``.
+
+    See :func:`json_problem`.
+    """
+    found = json_problem(value, where)
+    if found:
+        raise InvalidArgumentError(name, found, fix)
+
+
 def check_json_dict(name: str, value: Any) -> dict[str, Any] | None:
-    """Accept None or a mapping with string keys whose values JSON can store."""
+    """Accept None or a mapping that strict JSON can hold (:func:`json_problem`)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -121,22 +196,7 @@ def check_json_dict(name: str, value: Any) -> dict[str, Any] | None:
             f"expected a dict, got {shown(value)}",
             "Pass a dict of JSON-serialisable values",
         )
-    keys = [k for k in value if not isinstance(k, str)]
-    if keys:
-        raise InvalidArgumentError(
-            name,
-            f"key {keys[0]!r} ({type(keys[0]).__name__}) is not a string; JSON would "
-            f"store it as {json.dumps(str(keys[0]))}",
-            "Use string keys",
-        )
-    try:
-        json.dumps(dict(value), allow_nan=True)
-    except (TypeError, ValueError) as err:
-        raise InvalidArgumentError(
-            name,
-            f"cannot be stored as JSON ({err})",
-            "Convert values to str, int, float, bool, None, lists or dicts (e.g. arr.tolist())",
-        ) from None
+    check_json(name, value, name)
     return dict(value)
 
 
@@ -232,4 +292,51 @@ def shape_param(name: str, value: Any, ndim: int) -> Shape | None:
         raise InvalidArgumentError(
             name, f"{shape} has a zero or negative size", "Every size must be a positive integer"
         )
+    check_size_limit(name, shape)
     return shape
+
+
+def check_size_limit(name: str, shape: Shape, itemsize: int = 1) -> None:
+    """Refuse a shape whose sizes, element count or bytes exceed :data:`MAX_SIZE`.
+
+    NumPy, Dask and zarr index with int64: a larger shape cannot be
+    allocated, sliced or planned, and arithmetic on it overflows.
+    """
+    elements = math.prod(shape)
+    if max(shape, default=0) > MAX_SIZE or elements * itemsize > MAX_SIZE:
+        what = "bytes" if itemsize > 1 and elements <= MAX_SIZE else "elements"
+        total = elements * itemsize if what == "bytes" else elements
+        raise InvalidArgumentError(
+            name,
+            f"{shape} holds {total:,} {what}, beyond 2**63 - 1 ({MAX_SIZE:,}), the largest "
+            "size NumPy, Dask and zarr can index",
+            "Give sizes whose product fits in a signed 64-bit integer",
+        )
+
+
+MAX_MADE_UP_BLOCKS = 2**24
+"""The most Dask blocks of a made-up source (``shardpipe plan --shape``): planning more
+takes minutes and gigabytes."""
+
+
+def check_made_up_blocks(shape: Shape, blocks: Shape | None, itemsize: int) -> None:
+    """Refuse a made-up source of more than :data:`MAX_MADE_UP_BLOCKS` Dask blocks.
+
+    With ``blocks`` None (Dask's ``"auto"`` blocks of ``array.chunk-size``
+    bytes) the count is estimated from the bytes, before Dask builds the
+    block tuples, which for an absurd shape would not fit in memory.
+    """
+    if blocks is None:
+        block_nbytes = int(parse_bytes(dask.config.get("array.chunk-size")))
+        count = -(-math.prod(shape) * itemsize // block_nbytes)
+        fix = "Give --blocks (Dask block shape) so that there are fewer blocks"
+    else:
+        count = math.prod(-(-n // b) for n, b in zip(shape, blocks, strict=True))
+        fix = "Give larger --blocks"
+    if count > MAX_MADE_UP_BLOCKS:
+        raise InvalidArgumentError(
+            "blocks",
+            f"a made-up source of shape {shape} would have {'at least ' if blocks is None else ''}"
+            f"{count:,} Dask blocks (at most {MAX_MADE_UP_BLOCKS:,} are planned)",
+            fix,
+        )

@@ -196,7 +196,13 @@ def _parser() -> argparse.ArgumentParser:
 def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     import dask.array as da
 
-    from shardpipe.checks import check_dtype, check_int_tuple
+    from shardpipe.checks import (
+        check_dtype,
+        check_int_tuple,
+        check_made_up_blocks,
+        check_size_limit,
+        shape_param,
+    )
     from shardpipe.prepare import prepare_write
     from shardpipe.rechunk_source import open_source
 
@@ -207,7 +213,11 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             source = source.rechunk(blocks)
     else:
         dtype = check_dtype("dtype", args.dtype)
-        source = da.empty(args.shape, dtype=dtype, chunks=blocks or "auto")
+        shape = check_int_tuple("shape", args.shape) or ()
+        check_size_limit("shape", shape, dtype.itemsize)
+        shape_param("blocks", blocks, len(shape))
+        check_made_up_blocks(shape, blocks, dtype.itemsize)
+        source = da.empty(shape, dtype=dtype, chunks=blocks or "auto")
     job = prepare_write(
         source,
         args.store,

@@ -43,6 +43,9 @@ class ExistingArray:
         in the array and the array's metadata before it. Records of the
         shards it finished are kept under it, so that ``resume=True`` can
         skip them after an interruption.
+    in_place_fits : bool
+        Whether an update in place (which keeps the old bytes it overwrites)
+        fits ``max_mem``; when not, ``"auto"`` appends or rewrites instead.
     """
 
     metadata: ArrayV3Metadata
@@ -50,6 +53,7 @@ class ExistingArray:
     grown: ArrayV3Metadata | None
     strategy: str
     update: str = ""
+    in_place_fits: bool = True
 
 
 def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadata, ObjectVersion]:

@@ -54,6 +54,7 @@ from shardpipe.core.plan import PartPlan, ShardPlan, WritePlan
 from shardpipe.core.waves import Wave
 from shardpipe.fusion import fuse_blocks
 from shardpipe.heap import in_heap_scope
+from shardpipe.read_gates import gate_reads, read_ahead
 from shardpipe.reports import add_reports
 from shardpipe.source_window import read_window
 from shardpipe.task_groups import group_publishing, shards_per_task
@@ -205,6 +206,7 @@ def build_write_graph(
         return pieces, None
 
     publishing = []
+    consumers: list[tuple[Any, tuple[Coords, ...]]] = []  # part tasks and their blocks
     n_shards = 0
     for shard in _shards(plan, wave):
         if shard.coords in skip:
@@ -234,6 +236,7 @@ def build_write_graph(
                     **extra,
                 )
             )
+            consumers.append((publishing[-1], part.blocks))
             continue
         handle = call(begin_shard, "begin-shard", target_d, key=key)
         reports = []
@@ -253,6 +256,7 @@ def build_write_graph(
                     is_last=is_last,
                 )
             )
+            consumers.append((reports[-1], part.blocks))
         publishing.append(
             call(
                 publisher(stamp_shard),
@@ -269,6 +273,10 @@ def build_write_graph(
     graph = _with_layer(outside.values(), layer, tasks)
     result = Delayed(done_key, graph, layer=layer)
     publishing = [Delayed(key, graph, layer=layer) for key in publishing]
+    block_keys = {b: blocks[b].key for _, fed in consumers for b in fed}
+    gated = gate_reads(result, publishing, block_keys, consumers, read_ahead(threads), token)
+    if gated is not None:
+        result, publishing = gated
     fused = fuse_blocks(result, publishing, blocks.keys(), token)
     if fused is not None:
         result, publishing = fused

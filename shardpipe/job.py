@@ -396,6 +396,7 @@ class ShardedWrite:
             keys=self.keys,
             marker=marker,
             update=existing.update,
+            in_place_fits=existing.in_place_fits,
         )
 
     def _undo_failed(self, err: BaseException, marker: JobMarker) -> None:

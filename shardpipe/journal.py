@@ -316,10 +316,14 @@ class UndoRecord:
 
     def encode(self) -> bytes:
         """Serialise: a length-prefixed JSON header, then the old bytes."""
+        return b"".join(self.buffers())
+
+    def buffers(self) -> list[bytes]:
+        """:meth:`encode`'s bytes as buffers to write one after the other (no joined copy)."""
         header = json.dumps(
             {"key": self.key, "size": self.size, "ranges": [[o, len(b)] for o, b in self.ranges]}
         ).encode()
-        return b"".join([_HEADER.pack(len(header)), header, *(b for _, b in self.ranges)])
+        return [_HEADER.pack(len(header)) + header, *(b for _, b in self.ranges)]
 
     @classmethod
     def decode(cls, data: bytes, key: str = "", array: str | None = None) -> UndoRecord:

@@ -347,7 +347,19 @@ def _prepare_update(
     target_metadata = grown or metadata
     codec = ChunkCodec.from_metadata(target_metadata)
     placement = Placement(layout, BlockGrid(array.chunks), offset)
-    plan = _plan(placement, codec, budget, target, target_metadata)
+    # in place, the old bytes of every range overwritten are kept (the undo record);
+    # where that does not fit, "auto" does not go in place ("in_place" is refused)
+    undo = abilities.write_at and strategy in ("auto", "in_place")
+    try:
+        plan: WritePlan | None = _plan(placement, codec, budget, target, target_metadata, undo=undo)
+        in_place_fits = plan is not None and plan.max_parts_per_shard == 1
+    except MemoryBudgetError:
+        if not (undo and strategy == "auto"):
+            raise
+        plan, in_place_fits = None, False
+    if plan is None or (undo and not in_place_fits and strategy == "auto"):
+        undo = False
+        plan = _plan(placement, codec, budget, target, target_metadata)
     if plan.max_parts_per_shard > 1:
         raise MemoryBudgetError(
             "update-shard",
@@ -357,7 +369,8 @@ def _prepare_update(
             "or write the region in smaller pieces",
         )
     shard_nbytes = math.prod(layout.shard_shape) * codec.dtype.itemsize
-    rewrite_mem = plan.max_projected_mem + plan.model.encoded(shard_nbytes)
+    kept = plan.model.encoded(plan.part_nbytes) if undo else 0  # a rewrite keeps no undo
+    rewrite_mem = plan.max_projected_mem - kept + plan.model.encoded(shard_nbytes)
     rewrite_fits = rewrite_mem <= budget
     if not rewrite_fits and (strategy == "rewrite" or not (abilities.append or composes)):
         raise MemoryBudgetError(
@@ -368,7 +381,7 @@ def _prepare_update(
             + (", or use write_strategy 'append' or 'in_place'" if abilities.append else ""),
         )
     update = update_identity(array.name, offset, metadata)
-    existing = ExistingArray(metadata, version, grown, strategy, update)
+    existing = ExistingArray(metadata, version, grown, strategy, update, in_place_fits)
     return ShardedWrite(
         array,
         target,
@@ -393,6 +406,7 @@ def _plan(
     metadata: ArrayV3Metadata,
     *,
     part_limit: int | None = None,
+    undo: bool = False,
 ) -> WritePlan:
     store = target.shards
     expansion, overhead = codec.expansion
@@ -403,6 +417,7 @@ def _plan(
         chunk_overhead=overhead,
         join_copies=store.abilities.joins_buffers,
         min_part_nbytes=store.min_part_size,
+        undo=undo,
     )
     shard_format = format_of(metadata)
     stamp = shard_format.head_nbytes(store.min_part_size) + shard_format.index_nbytes()

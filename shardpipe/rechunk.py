@@ -29,7 +29,7 @@ import dask.array as da
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.checks import check_bool, check_progress
+from shardpipe.checks import check_bool, check_json, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.rechunk import (
     ReadCost,
@@ -43,10 +43,16 @@ from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk_intermediate import Intermediate
+from shardpipe.rechunk_memory import HOLD_SHARE, automatic_temp_store, one_pass_hold
 from shardpipe.rechunk_source import Source, open_source
 from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume, check_same_job, complete_shards
-from shardpipe.store_checks import check_source_options, check_temp_store, resolve_named
+from shardpipe.store_checks import (
+    check_source_options,
+    check_target,
+    check_temp_store,
+    resolve_named,
+)
 from shardpipe.summary import html_table, text_table
 from shardpipe.transaction import check_commit
 from shardpipe.validate import check_max_mem, resolve_shapes
@@ -95,6 +101,14 @@ class RechunkJob:
         What the first pass reads.
     straddles : bool
         Whether one pass gathers raw pieces of inner chunks across blocks.
+    replan : callable or None
+        Plans the second pass once the copy is written.
+    held : int
+        Bytes one pass would hold between its tasks
+        (:func:`~shardpipe.rechunk_memory.one_pass_hold`).
+    one_pass : ShardedWrite or None
+        For two passes chosen automatically (no ``temp_store`` given): the
+        one-pass write, run instead where two passes cannot (``compute=False``).
     """
 
     source: Source
@@ -105,6 +119,8 @@ class RechunkJob:
     origin: Source | None = None
     straddles: bool = False
     replan: Callable[[Source, Shape], ShardedWrite] | None = None
+    held: int = 0
+    one_pass: ShardedWrite | None = None
 
     def summary_rows(self) -> list[tuple[str, str]]:
         """The plan as ``(label, value)`` rows: the reads, then the write job's rows."""
@@ -121,13 +137,27 @@ class RechunkJob:
         ]
 
     def _intermediate_row(self) -> str:
+        budget = self.write.plan.max_mem
+        held = f"{format_bytes(self.held)} between tasks"
         if self.intermediate is not None:
-            return self.intermediate.describe()
+            why = (
+                f"; chosen because one pass would hold {held}, more than {HOLD_SHARE} x "
+                f"max_mem (pass temp_store= to place it)"
+                if self.one_pass is not None
+                else ""
+            )
+            return self.intermediate.describe() + why
         if self.straddles:
+            over = self.held > HOLD_SHARE * budget
             return (
                 "none: one pass; inner chunks straddle the blocks, so each shard is gathered "
-                "from raw pieces held in memory (temp_store= would copy through an "
-                "intermediate in two passes instead)"
+                f"from blocks read in order and held until its parts are written: {held}"
+                + (
+                    f", more than {HOLD_SHARE} x max_mem (temp_store= would copy through an "
+                    "intermediate in two passes instead)"
+                    if over
+                    else ""
+                )
             )
         return "none: one pass, encoded bytes only between tasks"
 
@@ -150,17 +180,24 @@ class RechunkJob:
             return self.write.execute(progress=progress, commit=commit, rebase=rebase)
         assert self.origin is not None and self.replan is not None
         inter = self.intermediate
-        copy = inter.write(self.origin.blocks(inter.block_shape), self.origin.fill_value)
-        written = Source(inter.store, copy, inter.chunk_shape)
-        report = self.replan(written, self.block_shape).execute(
-            progress=progress, commit=commit, rebase=rebase
-        )
+        try:
+            copy = inter.write(self.origin.blocks(inter.block_shape), self.origin.fill_value)
+            written = Source(inter.store, copy, inter.chunk_shape)
+            report = self.replan(written, self.block_shape).execute(
+                progress=progress, commit=commit, rebase=rebase
+            )
+        except BaseException:
+            if self.one_pass is not None:  # a copy shardpipe placed: nobody else knows of it
+                inter.remove()
+            raise
         inter.remove()
         return report
 
     def to_delayed(self) -> Delayed:
         """The rechunk as a ``dask.delayed.Delayed`` (see :meth:`ShardedWrite.to_delayed`)."""
         if self.intermediate is not None:
+            if self.one_pass is not None:  # two passes were chosen, not asked for
+                return self.one_pass.to_delayed()
             raise InvalidArgumentError(
                 "compute",
                 "a two-pass rechunk (temp_store) runs its passes one after the other",
@@ -204,11 +241,20 @@ def plan_rechunk(
         If no block shape lets every task fit ``max_mem``.
     """
     opened = open_source(source, check_source_options(source, source_storage_options))
+    if attributes is None:  # carried over: JSON must hold them (the source's JSON may not)
+        check_json(
+            "source",
+            opened.attributes,
+            "attributes",
+            f"The source {opened.name!r} holds them; pass attributes= to write others "
+            "(e.g. the same without that value)",
+        )
     budget = check_max_mem(max_mem)
     overwrite = check_bool("overwrite", overwrite)
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     resume = check_resume(resume, overwrite)
     resolved = resolve_named("target", target, path, storage_options)
+    check_target(resolved, overwrite or bool(resume), name="target")
     temp_store = check_temp_store(temp_store, resolved, opened.array)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(opened.shape, opened.dtype.itemsize, shards, chunks)
@@ -240,6 +286,10 @@ def plan_rechunk(
     block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)
     cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
     straddling = straddles(block_shape, shard_shape, chunk_shape)
+    held = one_pass_hold(write) if straddling else 0
+    automatic = temp_store is None and straddling and not resume and held > HOLD_SHARE * budget
+    if automatic:  # one pass would hold too much: two passes, the copy beside the target
+        temp_store = automatic_temp_store(resolved)
     if temp_store is not None and straddling:
         if resume:
             raise InvalidArgumentError(
@@ -268,13 +318,22 @@ def plan_rechunk(
         )
         second_cost = read_cost(opened.shape, opened.dtype.itemsize, inter_chunks, second_blocks)
         return RechunkJob(
-            planned, second_blocks, second_cost, second, inter, opened, straddling, prepare
+            planned,
+            second_blocks,
+            second_cost,
+            second,
+            inter,
+            opened,
+            straddling,
+            prepare,
+            held=held,
+            one_pass=write if automatic else None,
         )
     if resuming:
         assert write.identity is not None
         check_same_job(resolved, write.identity, resume)
         write = write.resumed(complete_shards(resolved, write.metadata, write.layout), resume)
-    return RechunkJob(opened, block_shape, cost, write, straddles=straddling)
+    return RechunkJob(opened, block_shape, cost, write, straddles=straddling, held=held)
 
 
 def _largest_fitting(

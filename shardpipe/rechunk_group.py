@@ -13,6 +13,7 @@ and attributes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from shardpipe.checks import check_bool, check_int_tuple
+from shardpipe.checks import check_bool, check_int_tuple, json_problem
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.execute import execute_together
@@ -30,8 +31,9 @@ from shardpipe.rechunk_source import open_source
 from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.storage.urls import check_location
 from shardpipe.storage.zarr_local import contained
-from shardpipe.store_checks import check_source_options, resolve_named
+from shardpipe.store_checks import check_source_options, check_target, resolve_named
 from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
 
@@ -197,7 +199,9 @@ def plan_group_rechunk(
     group = _open_group(source, check_source_options(source, source_storage_options))
     root = resolve_named("target", target, None, storage_options)
     check_writable(root)
+    check_target(root, overwrite=True, name="target")  # a file there, a read-only store
     members = dict(group.members(max_depth=None))
+    _check_attributes(group, members)
     unknown = sorted(set(overrides) - {p for p, n in members.items() if isinstance(n, zarr.Array)})
     if unknown:
         raise InvalidArgumentError(
@@ -256,6 +260,8 @@ def rechunk_group(
 def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Group:
     if isinstance(source, zarr.Group):
         return source
+    if isinstance(source, str | os.PathLike):
+        check_location("source", source)
     try:
         store = contained(source)  # a local path: kept inside its folder
         options = storage_options if store is source else None
@@ -266,6 +272,23 @@ def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Gro
             f"cannot open a Zarr group at {source!r} ({type(err).__name__}: {err})",
             "Give the path or URL of a Zarr v2 or v3 group (for one array, leave --recursive out)",
         ) from err
+
+
+def _check_attributes(group: zarr.Group, members: Mapping[str, Any]) -> None:
+    """Refuse a source whose groups or arrays hold attributes strict JSON cannot hold.
+
+    They are copied into the target's ``zarr.json`` documents, where ``NaN``
+    or ``Infinity`` would not be JSON.
+    """
+    for path, node in [("", group), *sorted(members.items())]:
+        found = json_problem(dict(node.attrs), "attributes")
+        if found:
+            kind = "group" if isinstance(node, zarr.Group) else "array"
+            raise InvalidArgumentError(
+                "source",
+                f"{kind} {path or '/'!r}: {found}",
+                "Fix the attributes in the source; rechunk_group copies every node's attributes",
+            )
 
 
 def _fits(shape: Any, array: zarr.Array[Any]) -> bool:

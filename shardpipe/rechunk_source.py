@@ -18,6 +18,7 @@ import zarr
 from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.rechunk_intermediate import placeholder
+from shardpipe.storage.urls import check_location
 from shardpipe.storage.zarr_local import contained
 
 V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
@@ -84,7 +85,7 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
     if isinstance(source, da.Array):
         return Source("a Dask array", source, tuple(int(c[0]) for c in source.chunks))
     if isinstance(source, str | os.PathLike):
-        name = os.fspath(source)
+        name = check_location("source", source)
         try:
             store = contained(name)  # a local path: kept inside its folder
             options = storage_options if store is name else None

@@ -21,6 +21,7 @@ from shardpipe.errors import (
     StoreNotWritableError,
 )
 from shardpipe.locations import Location, source_locations, store_location
+from shardpipe.storage.urls import check_location
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     from shardpipe.storage.resolve import ResolvedStore
@@ -45,11 +46,14 @@ def check_source_is_not_target(arr: da.Array, target: ResolvedStore) -> None:
             )
 
 
-def check_target(target: ResolvedStore, overwrite: bool) -> None:
-    """Refuse a read-only store, or an existing node at the path without ``overwrite``."""
+def check_target(target: ResolvedStore, overwrite: bool, name: str = "store") -> None:
+    """Refuse a read-only store, or an existing node at the path without ``overwrite``.
+
+    ``name`` is the parameter the messages name (``"target"`` for a rechunk).
+    """
     store = target.zarr_store
     if store.read_only:
-        raise StoreNotWritableError(f"store: {store} is read-only; open it with read_only=False")
+        raise StoreNotWritableError(f"{name}: {store} is read-only; open it with read_only=False")
     if isinstance(store, LocalStore):
         root = str(store.root)
         probe = root
@@ -60,7 +64,7 @@ def check_target(target: ResolvedStore, overwrite: bool) -> None:
             probe = parent
         if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
             raise StoreNotWritableError(
-                f"store: cannot write under {root!r} ({probe!r} is not a writable directory); "
+                f"{name}: cannot write under {root!r} ({probe!r} is not a writable directory); "
                 "choose a directory you can write to"
             )
     if overwrite:
@@ -70,7 +74,7 @@ def check_target(target: ResolvedStore, overwrite: bool) -> None:
     if sync(store.exists(target.key("zarr.json"))):
         where = target.path or "the store root"
         raise ArrayExistsError(
-            f"store: an array or group already exists at {where!r} in {store}; "
+            f"{name}: an array or group already exists at {where!r} in {store}; "
             "pass overwrite=True to replace it, or choose another path"
         )
 
@@ -158,7 +162,7 @@ def check_temp_store(temp_store: Any, target: ResolvedStore, source: Any) -> str
             f"expected a local path or fsspec URL, got {shown(temp_store)}",
             "Pass e.g. temp_store='/scratch/tmp.zarr'",
         )
-    where = os.fspath(temp_store)
+    where = check_location("temp_store", temp_store)
     location = _location_of(where)
     if isinstance(source, zarr.Array):
         read = [store_location(source.store, source.path)]
@@ -242,3 +246,5 @@ def check_store_like(name: str, store: Any) -> None:
             f"expected a local path, an fsspec URL or a zarr Store, got {shown(store)}",
             "Pass e.g. '/data/dataset.zarr' or 's3://bucket/dataset.zarr'",
         )
+    if isinstance(store, str | os.PathLike):
+        check_location(name, store)

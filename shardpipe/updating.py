@@ -70,6 +70,8 @@ class UpdateTarget:
     update : str
         The update's identity: once a shard is finished (and durable), a
         record of it is saved under ``keys.done_key(update, key)``.
+    in_place_fits : bool
+        Whether keeping the old bytes overwritten in place fits the budget.
     """
 
     write: WriteTarget
@@ -79,6 +81,7 @@ class UpdateTarget:
     keys: JobKeys
     marker: JobMarker
     update: str = ""
+    in_place_fits: bool = True
 
     @property
     def store(self) -> ShardStore:
@@ -94,6 +97,7 @@ class UpdateTarget:
             append=a.append and a.write_at,
             compose_min=compose,
             rewrite_fits=self.rewrite_fits,
+            in_place_fits=self.in_place_fits,
         )
 
 
@@ -327,7 +331,7 @@ def _positioned(
         tuple((start, store.get_range(key, start, stop)) for start, stop in plan.overwritten),
     )
     record_key = target.keys.undo_key(target.marker.job, key)
-    store.put(record_key, [record.encode()])
+    store.put(record_key, record.buffers())  # the old bytes as they are: no joined copy
     if store.version(key) != old.version:
         store.delete(record_key)
         raise _conflict([key], "its version changed before the first byte was written")

@@ -117,7 +117,12 @@ def check_fill_value(fill_value: Any, dtype: np.dtype[Any]) -> None:
         return
     problem = None
     try:
-        if dtype.kind in "iu":
+        if dtype.kind in "iu" and isinstance(fill_value, str | bytes):
+            problem = (
+                f"{fill_value!r} cannot be stored as {dtype}: a {type(fill_value).__name__} "
+                "is not a number (it is never converted)"
+            )
+        elif dtype.kind in "iu":
             info = np.iinfo(dtype)
             as_float = float(fill_value)
             if not as_float.is_integer() or not info.min <= int(fill_value) <= info.max:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ def test_unknown_store_kind_is_refused(data: da.Array) -> None:
     with pytest.raises(InvalidArgumentError, match="store: expected a local path") as info:
         shardpipe.to_sharded_zarr(data, 42, **GOOD)
     assert info.value.parameter == "store"
-    with pytest.raises(InvalidArgumentError, match="store: cannot open"):
+    with pytest.raises(InvalidArgumentError, match="which fsspec does not know"):
         shardpipe.to_sharded_zarr(data, "nosuchprotocol://x/y", **GOOD)
 
 
@@ -195,6 +196,36 @@ def test_memory_budget_error_names_task_excess_and_fix(tmp_path: Path) -> None:
     assert "write-shard" in message and "more than max_mem=30,000" in message
     assert "rechunk the source" in message
     assert not (tmp_path / "x").exists()
+
+
+# -- absurd sizes: refused by name, at once (never a traceback, never a long search) ---------
+
+HUGE = 2**70  # beyond int64, what NumPy, Dask and zarr index
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("kwargs", "parameter", "words"),
+    [
+        ({"shards": (HUGE, 20), "chunks": (10, 10)}, "shards", "2**63 - 1"),
+        ({"shards": (20, 20), "chunks": (HUGE, 10)}, "chunks", "2**63 - 1"),
+        ({"shards": (HUGE, 20)}, "shards", "2**63 - 1"),
+        ({"shards": (2**40, 2**40)}, "shards", "2**63 - 1"),  # 2**80 elements in a shard
+        # within int64: the default inner chunk is found at once; the memory model refuses
+        ({"shards": (2**58, 30)}, "max_mem", "stamp-shard"),
+        ({"shards": (2**61 - 1, 2)}, "max_mem", "stamp-shard"),  # a Mersenne prime
+    ],
+)
+def test_absurd_sizes_are_refused_by_name_at_once(
+    tmp_path: Path, data: da.Array, kwargs: dict[str, Any], parameter: str, words: str
+) -> None:
+    target = tmp_path / "out.zarr"
+    for write in (shardpipe.to_sharded_zarr, shardpipe.rechunk):
+        with pytest.raises(InvalidArgumentError) as info:
+            write(data, str(target), **kwargs)
+        assert info.value.parameter == parameter, str(info.value)
+        assert words in str(info.value), str(info.value)
+        assert not target.exists()
 
 
 # -- every parameter of every public function, table-driven ----------------------------------
@@ -265,6 +296,7 @@ PRECOMPUTED: dict[str, Any] = {"resolution": (1, 1, 1), "chunk_size": (8, 8, 8)}
 
 Call = Any  # Callable[[Places], object]
 OPAQUE = object()
+NAN, INF = float("nan"), float("inf")
 ALL = (slice(None), slice(None))
 tz, pw = shardpipe.to_sharded_zarr, shardpipe.prepare_write
 
@@ -280,6 +312,16 @@ def _writes(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
 
     return [
         (name, "arr", [1, 2], "dask.array.Array", lambda p: f([1, 2], p.new)),
+        (name, "store", "a file", "not a writable directory", lambda p: f(_source(), p.file)),
+        (
+            name,
+            "store",
+            "under a file",
+            "not a writable directory",
+            lambda p: f(_source(), p.file + "/x.zarr"),
+        ),
+        (name, "fill_value", "5", "'5' cannot be stored as int16: a str", new(fill_value="5")),
+        (name, "region", "('0':40, :)", "not an integer", into(region=(slice("0", 40), ALL[1]))),
         (name, "arr", "np.array(1.0)", "0-dimensional", lambda p: f(np.array(1.0), p.new)),
         (name, "store", 5, "got int", lambda p: f(_source(), 5)),
         (name, "store", None, "got NoneType", lambda p: f(_source(), None)),
@@ -305,6 +347,21 @@ def _writes(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
         (name, "dimension_names", 5, "got 5", new(dimension_names=5)),
         (name, "attributes", {1: 2}, "key 1 (int) is not a string", new(attributes={1: 2})),
         (name, "attributes", {"a": OPAQUE}, "JSON", new(attributes={"a": OPAQUE})),
+        (name, "attributes", {"a": NAN}, "attributes['a'] is nan", new(attributes={"a": NAN})),
+        (
+            name,
+            "attributes",
+            {"a": {"b": [1, -INF]}},
+            "attributes['a']['b'][1] is -inf",
+            new(attributes={"a": {"b": [1, -INF]}}),
+        ),
+        (
+            name,
+            "attributes",
+            {"a": {2: "x"}},
+            "attributes['a']: key 2 (int) is not a string",
+            new(attributes={"a": {2: "x"}}),
+        ),
         (name, "overwrite", 1, "got 1 (int)", new(overwrite=1)),
         (name, "storage_options", "x", "expected a dict, got str", new(storage_options="x")),
         (name, "storage_options", {"fsync": 1}, "got 1", new(storage_options={"fsync": 1})),
@@ -353,11 +410,29 @@ def _rechunks(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
 
     return [
         (name, "source", 5, "got int", lambda p: f(5, p.new)),
+        (name, "source", "a file", "cannot open a Zarr array", lambda p: f(p.file, p.new)),
+        (name, "target", "a file", "not a writable directory", lambda p: f(p.src, p.file)),
+        (
+            name,
+            "target",
+            "under a file",
+            "not a writable directory",
+            lambda p: f(p.src, p.file + "/x.zarr"),
+        ),
+        (name, "temp_store", "a file", "exists", lambda p: f(p.src, p.new, temp_store=p.file)),
+        (name, "shards", ("20", 10), "holds '20' (str)", new(shards=("20", 10))),
+        (name, "chunks", "10", "got '10'", new(chunks="10")),
+        (name, "chunks", (10, 2**70), "2**63 - 1", new(chunks=(10, 2**70))),
+        (name, "fill_value", "5", "'5' cannot be stored as int16: a str", new(fill_value="5")),
+        (name, "overwrite", "True", "got 'True'", new(overwrite="True")),
+        (name, "index_location", 1, "unknown value 1", new(index_location=1)),
+        (name, "dimension_names", ["y", 1], "is not 2 names", new(dimension_names=["y", 1])),
+        (name, "max_mem", "32", "max_mem=32", new(max_mem="32")),
         (name, "source", "missing", "cannot open a Zarr array", lambda p: f(p.missing, p.new)),
         (name, "source", "numpy", "got ndarray", lambda p: f(np.zeros(4), p.new)),
         (name, "target", 5, "got int", lambda p: f(p.src, 5)),
         (name, "target", None, "got NoneType", lambda p: f(p.src, None)),
-        (name, "store", "existing", "already exists", lambda p: f(p.src, p.arr)),
+        (name, "target", "existing", "already exists", lambda p: f(p.src, p.arr)),
         (name, "path", 5, "got 5 (int)", new(path=5)),
         (name, "shards", "big", "got 'big'", new(shards="big")),
         (name, "shards", (20,), "1 dimensions", new(shards=(20,))),
@@ -375,6 +450,8 @@ def _rechunks(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
         (name, "dimension_names", "yx", "got 'yx'", new(dimension_names="yx")),
         (name, "attributes", {"a": OPAQUE}, "JSON", new(attributes={"a": OPAQUE})),
         (name, "attributes", "x", "got 'x' (str)", new(attributes="x")),
+        (name, "attributes", {"a": NAN}, "attributes['a'] is nan", new(attributes={"a": NAN})),
+        (name, "attributes", [INF], "got [inf] (list)", new(attributes=[INF])),
         (name, "storage_options", "x", "got str", new(storage_options="x")),
         (name, "storage_options", {"anon": True}, "['anon']", new(storage_options={"anon": True})),
         (name, "source_storage_options", "x", "got 'x'", new(source_storage_options="x")),
@@ -402,6 +479,21 @@ def _groups(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
 
     return [
         (name, "source", 5, "cannot open a Zarr group", lambda p: f(5, p.new)),
+        (name, "source", "a file", "cannot open a Zarr group", lambda p: f(p.file, p.new)),
+        (name, "source", "an array", "cannot open a Zarr group", lambda p: f(p.src, p.new)),
+        (name, "target", "a file", "not a writable directory", lambda p: f(p.grp, p.file)),
+        (name, "shards", ("100", 100), "holds '100' (str)", new(shards=("100", 100))),
+        (name, "chunks", "10", "got '10'", new(chunks="10")),
+        (
+            name,
+            "arrays",
+            {"big": {"shards": ("100", 100)}},
+            "holds '100' (str)",
+            new(arrays={"big": {"shards": ("100", 100)}}),
+        ),
+        (name, "max_mem", [1], "[1]", new(max_mem=[1])),
+        (name, "overwrite", "True", "got 'True'", new(overwrite="True")),
+        (name, "chunk_checksums", 1, "got 1 (int)", new(chunk_checksums=1)),
         (name, "source", "missing", "cannot open a Zarr group", lambda p: f(p.missing, p.new)),
         (name, "target", 5, "got int", lambda p: f(p.grp, 5)),
         (name, "target", "existing", "exists", lambda p: f(p.grp, p.arr)),
@@ -525,6 +617,42 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
         ("repair_dataset", "force", "yes", "got 'yes'", lambda p: rd(p.ds, force="yes")),
         ("to_zarr", "obj", "numpy", "got ndarray", lambda p: to_zarr(np.zeros(3), p.new)),
         ("to_zarr", "store", 5, "got int", lambda p: _dataset().shard.to_zarr(5)),
+        (
+            "to_zarr",
+            "store",
+            "a file",
+            "not a writable directory",
+            lambda p: to_zarr(_ds(), p.file),
+        ),
+        (
+            "to_zarr",
+            "store",
+            "under a file",
+            "not a writable directory",
+            lambda p: to_zarr(_dataset(), p.file + "/x.zarr"),
+        ),
+        ("to_zarr", "obj", "a Variable", "got Variable", lambda p: to_zarr(_var(), p.new)),
+        ("to_zarr", "append_dim", 5, "5 is not a dimension", into(append_dim=5)),
+        ("to_zarr", "region", {"time": "0:5"}, "'0:5'", into(region={"time": "0:5"})),
+        (
+            "to_zarr",
+            "region",
+            {"time": slice("0", 5)},
+            "integer bounds",
+            into(region={"time": slice("0", 5)}),
+        ),
+        ("to_zarr", "consolidated", 1, "got 1 (int)", new(consolidated=1)),
+        ("to_zarr", "write_strategy", 1, "unknown value 1", new(write_strategy=1)),
+        ("to_zarr", "chunk_checksums", "True", "got 'True'", new(chunk_checksums="True")),
+        ("to_zarr", "max_mem", -1, "positive, got -1", new(max_mem=-1)),
+        ("to_zarr", "max_mem", 2.5e9, "2500000000.0 (float)", new(max_mem=2.5e9)),
+        (
+            "to_zarr",
+            "encoding",
+            {"t": {"dtype": 5}},
+            "variable 't'",
+            new(encoding={"t": {"dtype": 5}}),
+        ),
         ("to_zarr", "store", None, "got NoneType", lambda p: _dataset().shard.to_zarr(None)),
         ("to_zarr", "shards", "x", "got 'x'", new(shards="x")),
         ("to_zarr", "shards", {"time": 0}, "size 0", new(shards={"time": 0})),
@@ -556,19 +684,27 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
             "'nope' is not a NumPy dtype",
             new(encoding={"t": {"dtype": "nope"}}),
         ),
+        # what comes from encoding= is named encoding, with the variable and the key
+        *[
+            ("to_zarr", "encoding", {"t": bad}, words, new(encoding={"t": bad}, **more))
+            for bad, words, more in ENCODING_ROWS
+        ],
+        ("to_zarr", "shards", {"time": "32"}, "size '32'", new(shards={"time": "32"})),
+        ("to_zarr", "chunks", {"time": "5"}, "size '5'", new(chunks={"time": "5"})),
+        ("to_zarr", "shards", {"time": 2**70}, "2**63 - 1", new(shards={"time": 2**70})),
         (
             "to_zarr",
-            "shards",
-            {"t": {"shards": "x"}},
-            "variable 't'",
-            new(encoding={"t": {"shards": "x"}}),
+            "encoding",
+            {"time": {"shards": "x"}},
+            "variable 'time'",
+            new(encoding={"time": {"shards": "x"}}),
         ),
         (
             "to_zarr",
-            "compressors",
-            {"t": {"compressors": 5}},
-            "variable 't'",
-            new(encoding={"t": {"compressors": 5}}),
+            "encoding",
+            {"time": {"units": "parsecs since 2000"}},
+            "variable 'time'",
+            new(encoding={"time": {"units": "parsecs since 2000"}}),
         ),
         ("to_zarr", "mode", "x", "unknown value 'x'", new(mode="x")),
         ("to_zarr", "mode", 1, "unknown value 1", new(mode=1)),
@@ -717,6 +853,41 @@ def _precomputed() -> list[tuple[str, str, Any, str, Call]]:
     ]
 
 
+ENCODING_ROWS: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
+    # (the encoding of variable "t", words, other arguments)
+    ({"shards": "x"}, "encoding['t']['shards']: expected a tuple", {}),
+    ({"shards": ("20", 30)}, "encoding['t']['shards']: ('20', 30) holds '20'", {}),
+    ({"chunks": (7.0, 30)}, "encoding['t']['chunks']: (7.0, 30) holds 7.0", {}),
+    ({"shards": (20, 30), "chunks": (7, 30)}, "encoding['t']: shards (20, 30)", {}),
+    ({"chunks": (7, 30)}, "encoding['t']['chunks']", {"shards": {"time": 20}}),
+    ({"compressors": 5}, "encoding['t']['compressors']: zarr rejects 5", {}),
+    ({"filters": 3}, "variable 't'", {}),
+    ({"serializer": 3}, "variable 't'", {}),
+    ({"fill_value": "x"}, "variable 't'", {}),
+    ({"_FillValue": "x"}, "variable 't'", {}),
+    ({"missing_value": "x"}, "variable 't'", {}),
+    ({"dtype": "int16", "scale_factor": "x"}, "variable 't'", {}),
+    ({"dtype": "int16", "_FillValue": 70000}, "variable 't'", {}),
+    ({"add_offset": [1, 2]}, "variable 't'", {}),
+    ({"units": 5}, "variable 't'", {}),
+    ({"calendar": "x", "units": "days since 2000-01-01"}, "variable 't'", {}),
+    ({"_Unsigned": "x", "dtype": "int16"}, "variable 't'", {}),
+    ({"coordinates": 5}, "variable 't'", {}),
+    ({"chunk_key_encoding": "x"}, "variable 't'", {}),
+    ({"write_empty_chunks": "x"}, "variable 't'", {}),
+]
+
+
+def _ds() -> Any:
+    return _dataset()
+
+
+def _var() -> Any:
+    import xarray as xr
+
+    return xr.Variable(("x",), np.zeros(3))
+
+
 def _migrations() -> list[tuple[str, str, Any, str, Call]]:
     m = shardpipe.migrate
     return [
@@ -854,6 +1025,13 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
     (
         "prepare_write",
         "source_identity",
+        {"a": NAN},
+        "source_identity['a'] is nan",
+        lambda p: pw(_source(), p.new, source_identity={"a": NAN}, **GOOD),
+    ),
+    (
+        "prepare_write",
+        "source_identity",
         {"a": OPAQUE},
         "JSON",
         lambda p: pw(_source(), p.new, source_identity={"a": OPAQUE}, **GOOD),
@@ -950,14 +1128,168 @@ def test_every_parameter_refuses_bad_values(
     import dask
 
     before = _tree_digest(places.root)
-    with dask.config.set(scheduler="threads"), pytest.raises(shardpipe.ShardpipeError) as info:
-        call(places)
+    try:
+        with dask.config.set(scheduler="threads"), pytest.raises(shardpipe.ShardpipeError) as info:
+            call(places)
+        message = str(info.value)
+        named = getattr(info.value, "parameter", message.split(":", 1)[0])
+        assert parameter in named, f"{function}: names {named!r}, not {parameter!r}: {message}"
+        assert words in message, f"{function}({parameter}={value!r}): {message}"
+        assert _tree_digest(places.root) == before, f"{function}({parameter}={value!r}) wrote"
+        assert not Path(places.new).exists() and not Path(places.missing).exists()
+    finally:  # a row that wrote fails alone: the next rows find the tree as it was
+        for made in (places.new, places.missing):
+            shutil.rmtree(made, ignore_errors=True)
+
+
+# -- URLs with one slash (or none), unknown schemes: refused by every front door -------------
+#
+# "s3:/bucket/x" is no URL to fsspec: taken as a local path, it wrote a folder "s3:" in
+# the working directory. Every place that turns a string into a store refuses it, naming
+# its own parameter, and nothing appears in the working directory.
+
+MALFORMED = ["s3:/bucket/x", "s3:bucket/x", "gs:/bucket/x", "file:/tmp/x", "nosuch://bucket/x"]
+
+
+def _precomputed(p: Places, store: Any) -> Any:
+    volume = da.zeros((16, 16, 16), chunks=8, dtype="uint8")
+    return shardpipe.to_neuroglancer_precomputed(
+        volume, store, resolution=(8, 8, 8), chunk_size=(8, 8, 8)
+    )
+
+
+URL_ROWS: list[tuple[str, str, Any]] = [
+    ("to_sharded_zarr", "store", lambda p, u: tz(_source(), u, **GOOD)),
+    ("prepare_write", "store", lambda p, u: pw(_source(), u, **GOOD)),
+    ("rechunk", "source", lambda p, u: shardpipe.rechunk(u, p.new)),
+    ("rechunk", "target", lambda p, u: shardpipe.rechunk(p.src, u)),
+    ("rechunk", "temp_store", lambda p, u: shardpipe.rechunk(p.src, p.new, temp_store=u)),
+    ("plan_rechunk", "source", lambda p, u: shardpipe.plan_rechunk(u, p.new)),
+    ("plan_rechunk", "target", lambda p, u: shardpipe.plan_rechunk(p.src, u)),
+    ("rechunk_group", "source", lambda p, u: shardpipe.rechunk_group(u, p.new)),
+    ("rechunk_group", "target", lambda p, u: shardpipe.rechunk_group(p.grp, u)),
+    ("verify", "store", lambda p, u: shardpipe.verify(u)),
+    ("info", "store", lambda p, u: shardpipe.info(u)),
+    ("repair", "store", lambda p, u: shardpipe.repair(u)),
+    ("compact", "store", lambda p, u: shardpipe.compact(u)),
+    ("cleanup", "store", lambda p, u: shardpipe.cleanup(u)),
+    ("migrate", "source", lambda p, u: shardpipe.migrate(u)),
+    ("migrate", "target", lambda p, u: shardpipe.migrate(p.draft, u)),
+    ("to_neuroglancer_precomputed", "store", _precomputed),
+    ("to_zarr", "store", lambda p, u: _dataset().shard.to_zarr(u, shards={"time": 20})),
+    ("open_dataset", "store", lambda p, u: shardpipe.open_dataset(u)),
+    ("repair_dataset", "store", lambda p, u: shardpipe.dataset.repair_dataset(u)),
+]
+
+
+@pytest.mark.parametrize("url", MALFORMED)
+@pytest.mark.parametrize(
+    ("function", "parameter", "call"), URL_ROWS, ids=[f"{r[0]}-{r[1]}" for r in URL_ROWS]
+)
+def test_malformed_urls_are_refused_by_every_front_door(
+    places: Places,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    function: str,
+    parameter: str,
+    call: Call,
+    url: str,
+) -> None:
+    import dask
+
+    monkeypatch.chdir(tmp_path)
+    before = _tree_digest(places.root)
+    with dask.config.set(scheduler="threads"), pytest.raises(InvalidArgumentError) as info:
+        call(places, url)
     message = str(info.value)
-    named = getattr(info.value, "parameter", message.split(":", 1)[0])
-    assert parameter in named, f"{function}: names {named!r}, not {parameter!r}: {message}"
-    assert words in message, f"{function}({parameter}={value!r}): {message}"
-    assert _tree_digest(places.root) == before, f"{function}({parameter}={value!r}) wrote"
-    assert not Path(places.new).exists() and not Path(places.missing).exists()
+    assert info.value.parameter == parameter, f"{function}: {message}"
+    assert repr(url) in message, message
+    assert list(tmp_path.iterdir()) == [], f"{function}({url!r}) wrote a local folder"
+    assert _tree_digest(places.root) == before
+    assert not Path(places.new).exists()
+
+
+def test_a_path_object_made_from_a_url_is_refused(tmp_path: Path, data: da.Array) -> None:
+    # Path("s3://bucket/x") is Path("s3:/bucket/x"): a URL lost its second slash
+    with pytest.raises(InvalidArgumentError, match="s3://bucket/x") as info:
+        shardpipe.to_sharded_zarr(data, Path("s3://bucket/x"), **GOOD)
+    assert info.value.parameter == "store"
+
+
+def test_a_local_folder_with_a_colon_is_written_when_the_path_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: da.Array
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shardpipe.to_sharded_zarr(data, "./run:1/out.zarr", **GOOD)
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "run:2" / "out.zarr"), **GOOD)
+    for name in ("run:1", "run:2"):
+        back = zarr.open_array(str(tmp_path / name / "out.zarr"))[...]
+        np.testing.assert_array_equal(back, data.compute())
+
+
+# -- attributes that JSON cannot hold: refused wherever attributes come in ------------------
+#
+# json.dumps writes nan as NaN, which is not JSON: a zarr.json holding it is refused by
+# strict readers. Attributes given, carried over from a source or taken from a dataset
+# are checked before anything is written, naming where the value sits.
+
+
+def _v2_source(where: Path, attrs: dict[str, Any]) -> str:
+    source = zarr.create_array(
+        str(where), shape=(40, 30), chunks=(10, 30), dtype="int16", zarr_format=2
+    )
+    source[...] = 1
+    source.attrs.update(attrs)
+    return str(where)
+
+
+@pytest.mark.parametrize("value", [NAN, INF, -INF])
+def test_a_source_whose_attributes_json_cannot_hold_is_refused(
+    tmp_path: Path, value: float
+) -> None:
+    source = _v2_source(tmp_path / "src.zarr", {"ok": 1, "bad": {"list": [0, value]}})
+    target = tmp_path / "out.zarr"
+    for rechunk in (shardpipe.rechunk, shardpipe.plan_rechunk):
+        with pytest.raises(InvalidArgumentError) as info:
+            rechunk(source, str(target))
+        assert info.value.parameter == "source", str(info.value)
+        assert f"attributes['bad']['list'][1] is {value}" in str(info.value)
+        assert "attributes=" in info.value.fix
+        assert not target.exists()
+    # given attributes replace the source's: the rechunk goes ahead, valid JSON written
+    shardpipe.rechunk(source, str(target), attributes={"ok": 2})
+    assert json.loads((target / "zarr.json").read_text())["attributes"] == {"ok": 2}
+
+
+@pytest.mark.parametrize("where", ["root", "group", "array", "small array"])
+def test_a_group_whose_attributes_json_cannot_hold_is_refused(tmp_path: Path, where: str) -> None:
+    source = zarr.open_group(str(tmp_path / "src.zarr"), mode="w", zarr_format=2)
+    inner = source.create_group("g")
+    big = inner.create_array("big", shape=(600, 600), chunks=(100, 100), dtype="float64")
+    big[...] = 1.0
+    small = source.create_array("small", shape=(4,), chunks=(4,), dtype="int8")
+    node = {"root": source, "group": inner, "array": big, "small array": small}[where]
+    node.attrs["bad"] = NAN
+    target = tmp_path / "out.zarr"
+    for rechunk in (shardpipe.rechunk_group, shardpipe.plan_group_rechunk):
+        with pytest.raises(InvalidArgumentError) as info:
+            rechunk(str(tmp_path / "src.zarr"), str(target))
+        assert info.value.parameter == "source", str(info.value)
+        assert "['bad'] is nan" in str(info.value), str(info.value)
+        assert not target.exists()
+
+
+@pytest.mark.parametrize("where", ["dataset", "variable", "coordinate"])
+def test_a_dataset_whose_attributes_json_cannot_hold_is_refused(tmp_path: Path, where: str) -> None:
+    ds = _dataset()
+    holder = {"dataset": ds, "variable": ds["t"], "coordinate": ds["time"]}[where]
+    holder.attrs["bad"] = [INF]
+    target = tmp_path / "ds.zarr"
+    with pytest.raises(InvalidArgumentError) as info:
+        ds.shard.to_zarr(str(target), shards={"time": 20})
+    assert info.value.parameter == "obj", str(info.value)
+    assert "attrs['bad'][0] is inf" in str(info.value), str(info.value)
+    assert not target.exists()
 
 
 # -- the command line: exit status 2, one line on stderr, nothing written ----------------------
@@ -1006,6 +1338,37 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
         "dtype",
     ),
     ("plan --blocks", lambda p: ["plan", p.new, "--shape", "40,30", "--blocks", "0,5"], "blocks"),
+    # sizes beyond int64, or more Dask blocks than a plan can hold: refused by name
+    (
+        "plan --shape huge",
+        lambda p: ["plan", p.new, "--shape", "99999999999999999999,1,1"],
+        "shape: (99999999999999999999, 1, 1)",
+    ),
+    (
+        "plan --shape bytes",
+        lambda p: ["plan", p.new, "--shape", "4611686018427387904,1,1", "--dtype", "uint64"],
+        "shape: ",
+    ),
+    (
+        "plan --shape blocks",
+        lambda p: ["plan", p.new, "--shape", "999999999999999999,1,1"],
+        "blocks",
+    ),
+    (
+        "plan --blocks many",
+        lambda p: ["plan", p.new, "--shape", "1000000000000,1,1", "--blocks", "1,1,1"],
+        "blocks",
+    ),
+    (
+        "plan --shards huge",
+        lambda p: ["plan", p.new, "--shape", "40,30", "--shards", "99999999999999999999,30"],
+        "shards",
+    ),
+    (
+        "rechunk --chunks huge",
+        lambda p: ["rechunk", p.src, p.new, "--chunks", "99999999999999999999,10"],
+        "chunks",
+    ),
     (
         "plan --compressor",
         lambda p: ["plan", p.new, "--shape", "4", "--compressor", "lz4"],
@@ -1089,6 +1452,21 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("rechunk --workers -2", lambda p: ["rechunk", p.src, p.new, "--workers", "-2"], "--workers"),
     ("rechunk --workers x", lambda p: ["rechunk", p.src, p.new, "--workers", "x"], "--workers"),
     ("rechunk source", lambda p: ["rechunk", p.missing, p.new], "source"),
+    ("rechunk one-slash source", lambda p: ["rechunk", "s3:/b/x", p.new], "source: 's3:/b/x'"),
+    ("rechunk a file", lambda p: ["rechunk", p.file, p.new], "source"),
+    (
+        "rechunk --shards numeric",
+        lambda p: ["rechunk", p.src, p.new, "--shards", "2e1,10"],
+        "--shards",
+    ),
+    ("rechunk one-slash target", lambda p: ["rechunk", p.src, "s3:/b/x"], "target: 's3:/b/x'"),
+    ("plan one-slash --source", lambda p: ["plan", p.new, "--source", "s3:/b/x"], "source"),
+    (
+        "write-dataset one-slash source",
+        lambda p: ["write-dataset", "s3:/b/x", p.new],
+        "source: 's3:/b/x'",
+    ),
+    ("verify one-slash", lambda p: ["verify", "s3:/b/x"], "store: 's3:/b/x'"),
     ("rechunk existing", lambda p: ["rechunk", p.src, p.arr], "overwrite"),
     (
         "rechunk --resume --overwrite",
@@ -1209,6 +1587,33 @@ def test_cli_bad_arguments_exit_2_with_one_line(
         assert len(lines) == 1, err
     assert _tree_digest(places.root) == before
     assert not Path(places.new).exists() and not Path(places.missing).exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (lambda p: ["rechunk", p.src, p.file], "target: cannot write under"),
+        (lambda p: ["rechunk", p.grp, p.file, "--recursive"], "target: cannot write under"),
+        (lambda p: ["write-dataset", p.ds, p.file], "store: cannot write under"),
+        (lambda p: ["plan", p.file, "--shape", "40,30"], "store: cannot write under"),
+    ],
+)
+def test_cli_target_that_is_a_file_exits_3_with_one_line(
+    places: Places, capsys: pytest.CaptureFixture[str], argv: Any, words: str
+) -> None:
+    """A file where the target folder goes: not writable there (status 3), named, one line."""
+    import dask
+
+    from shardpipe.cli import main
+    from shardpipe.cli_errors import NO_ACCESS
+
+    before = _tree_digest(places.root)
+    with dask.config.set(scheduler="threads"):
+        status = main(argv(places))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == NO_ACCESS, err
+    assert len(err) == 1 and words in err[0], err
+    assert _tree_digest(places.root) == before
 
 
 def test_rows_cover_every_parameter() -> None:

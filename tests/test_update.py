@@ -325,6 +325,35 @@ def test_updates_that_cannot_fit_max_mem_are_refused_before_writing(tmp_path: Pa
     _check(path, data)
 
 
+def test_auto_does_not_go_in_place_where_the_undo_bytes_do_not_fit(tmp_path: Path) -> None:
+    """In place keeps the old bytes it overwrites (its undo record): counted against max_mem."""
+    path = tmp_path / "a.zarr"
+    data = _volume((64, 64, 64))
+    # uncompressed: every new chunk fits its old room, so auto would go in place
+    _write(path, data, shards=(64, 64, 64), chunks=(8, 8, 8), compressors=None)
+    half = (slice(0, 32), slice(None), slice(None))
+    before = _snapshot(path)
+    # 256 KiB of chunks: ~516 KiB projected, ~773 KiB with the old bytes kept
+    with pytest.raises(shardpipe.MemoryBudgetError, match="update-shard"):
+        shardpipe.prepare_write(
+            data[:32] + 1, str(path), region=half, max_mem="600KB", write_strategy="in_place"
+        )
+    assert _snapshot(path) == before
+    report = shardpipe.prepare_write(
+        data[:32] + 1, str(path), region=half, max_mem="600KB", storage_options=NO_FSYNC
+    ).execute()
+    assert report.strategies == {"append": 1}, report.strategies
+    data[:32] += 1
+    _check(path, data)
+    # with room for the old bytes, auto goes in place
+    report = shardpipe.prepare_write(
+        data[:32] + 1, str(path), region=half, max_mem="1MB", storage_options=NO_FSYNC
+    ).execute()
+    assert report.strategies == {"in_place": 1}, report.strategies
+    data[:32] += 1
+    _check(path, data)
+
+
 def test_a_memory_store_is_refused_when_worker_processes_would_write_it(
     cluster_client: Any,
 ) -> None:

@@ -13,17 +13,21 @@ Terms::
     join       one extra copy of the encoded object when the backend joins
                buffers before sending them (S3, zarr stores); 0 on a file
                system, which writes the buffers as they are
+    undo       an update that may overwrite bytes in place (a file system,
+               write_strategy "in_place" or "auto") keeps the old bytes of
+               every range it overwrites, its undo record: up to enc(raw(p));
+               0 for new writes
     padded     a part of a shard written in parts is at least the store's
                smallest part (5 MiB on S3): enc(raw) counts as that at least
 
 Per task kind::
 
-    write-shard / write-part, direct    block + enc(raw(p)) + join + working
+    write-shard / write-part, direct    block + enc(raw(p)) + join + undo + working
     encode-piece                        block + enc(raw(p)) + working
     write-shard / write-part, gathered  pieces (<= enc(raw(p))) + canvas raw(p)
-                                         + enc(raw(p)) + join + working
+                                         + enc(raw(p)) + join + undo + working
     ... gathered in the task            every feeding block + canvas raw(p)
-        (local schedulers)               + enc(raw(p)) + join + working
+        (local schedulers)               + enc(raw(p)) + join + undo + working
     stamp-shard                         head + tail (the index, padded)
 
 Writing adds nothing to these figures: a shard's task writes its chunks
@@ -66,6 +70,8 @@ class MemoryModel:
     min_part_nbytes : int
         The store's smallest part: parts of shards written in parts are
         padded to it.
+    undo : bool
+        Whether a task keeps the old bytes it overwrites (an update in place).
     """
 
     chunk_nbytes: int
@@ -73,6 +79,7 @@ class MemoryModel:
     chunk_overhead: int = 0
     join_copies: bool = False
     min_part_nbytes: int = 0
+    undo: bool = False
 
     def encoded(self, raw: int, *, padded: bool = False) -> int:
         """Most encoded bytes of ``raw`` raw bytes of whole inner chunks (a padded part's size)."""
@@ -85,10 +92,15 @@ class MemoryModel:
         """Bytes held while one inner chunk is encoded."""
         return math.ceil(3 * self.chunk_nbytes * self.expansion) + self.chunk_overhead
 
+    @property
+    def _copies(self) -> int:
+        """Copies of the encoded part a writing task holds (backend join, undo record)."""
+        return 1 + int(self.join_copies) + int(self.undo)
+
     def _out(self, raw: int, padded: bool) -> int:
-        """The encoded part as written, and the backend's copy of it."""
+        """The encoded part as written, the backend's copy of it, the old bytes it replaces."""
         written = self.encoded(raw, padded=padded)
-        return written * (2 if self.join_copies else 1)
+        return written * self._copies
 
     def direct(self, block: int, part_raw: int, *, padded: bool = False) -> int:
         """A part cut, encoded and written by the task holding its one block."""
@@ -120,9 +132,9 @@ class MemoryModel:
         fixed = self.working
         # the cost is linear in raw up to the per-chunk overhead: solve for raw,
         # then step down until the exact figure fits
-        limits = [(budget - block - fixed) / (self.expansion * (2 if self.join_copies else 1))]
+        limits = [(budget - block - fixed) / (self.expansion * self._copies)]
         if gathered:
-            limits.append((budget - fixed) / (1 + self.expansion * (3 if self.join_copies else 2)))
+            limits.append((budget - fixed) / (1 + self.expansion * (1 + self._copies)))
         raw = max(0, int(min(limits)))
 
         def cost(raw: int) -> int:

@@ -123,12 +123,17 @@ class Abilities:
         at least this many bytes; None when it cannot.
     rewrite_fits : bool
         A rewrite fits the memory budget (it holds the whole old shard).
+    in_place_fits : bool
+        Writing in place fits the memory budget (it keeps the old bytes of
+        every range it overwrites, for its undo record). When not, ``"auto"``
+        never goes in place.
     """
 
     write_at: bool = False
     append: bool = False
     compose_min: int | None = None
     rewrite_fits: bool = True
+    in_place_fits: bool = True
 
 
 @dataclass(frozen=True)
@@ -216,21 +221,23 @@ def choose_strategy(
     5. ``"rewrite"`` otherwise.
 
     A rewrite that does not fit the memory budget is replaced by ``"append"``
-    (or ``"in_place"``) where the storage can do them.
+    (or ``"in_place"``) where the storage can do them; ``"in_place"`` is never
+    taken where it does not fit the budget (``in_place_fits``).
     """
     stored = old.stored()
     kept = sum(n for slot, (_, n) in stored.items() if slot not in new_sizes)
     new_total = sum(n for n in new_sizes.values() if n is not None)
     can_append = abilities.append or _can_compose(old, abilities)
     fits = _fits(old, new_sizes)
+    in_place = abilities.write_at and abilities.in_place_fits
     if kept == 0 and abilities.rewrite_fits:
         return "rewrite"
-    if abilities.write_at and all(fit or new_sizes[slot] is None for slot, fit in fits.items()):
+    if in_place and all(fit or new_sizes[slot] is None for slot, fit in fits.items()):
         return "in_place"
     if not abilities.rewrite_fits:
         if can_append:
             return "append"
-        if abilities.write_at:
+        if in_place:
             return "in_place"
         return "rewrite"  # the caller refuses it
     if new_total > kept:

@@ -90,9 +90,17 @@ def default_shard_shape(
     return tuple(c * k for c, k in zip(chunk_shape, counts, strict=True))
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small)]
+def _divisors_up_to(n: int, limit: int) -> list[int]:
+    """The divisors of ``n`` that are at most ``limit``, in increasing order.
+
+    At most ``2 * min(limit, sqrt(n))`` trial divisions: a huge shard side
+    (up to ``2**63``) costs no more than a large inner chunk.
+    """
+    root = math.isqrt(n)
+    small = [d for d in range(1, min(root, limit) + 1) if n % d == 0]
+    # a large divisor n // d is at most limit exactly when d >= ceil(n / limit)
+    cofactors = [d for d in range(ceildiv(n, limit), root + 1) if n % d == 0 and n // d > root]
+    return small + [n // d for d in reversed(cofactors)]
 
 
 def default_chunk_shape_within(
@@ -110,7 +118,7 @@ def default_chunk_shape_within(
 
 
 def _nearest_divisor(n: int, wanted: int) -> int:
-    candidates = [d for d in _divisors(n) if d <= 2 * wanted]
+    candidates = _divisors_up_to(n, 2 * wanted)
     return min(candidates, key=lambda d: abs(math.log(d / wanted)))
 
 

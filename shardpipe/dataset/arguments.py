@@ -12,7 +12,7 @@ from typing import Any
 
 import xarray as xr
 
-from shardpipe.checks import check_bool, check_path, check_progress
+from shardpipe.checks import check_bool, check_json, check_path, check_progress
 from shardpipe.dataset.layout import check_dim_sizes
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import check_strategy
@@ -66,6 +66,8 @@ def check_arguments(
         Naming the first argument refused.
     """
     mode = _check_mode(mode, append_dim, region)
+    if mode != "r+":  # xarray writes the attributes (not in region writes)
+        _check_attributes(ds)
     check_dim_region(region, ds.dims)
     check_path("group", group)
     progress, compute = check_progress(progress, compute)
@@ -87,6 +89,13 @@ def check_arguments(
         chunk_sizes=check_dim_sizes("chunks", chunks, list(ds.dims)),
         encoding=_check_encoding(encoding, ds),
     )
+
+
+def _check_attributes(ds: xr.Dataset) -> None:
+    """Refuse attributes of the dataset or of a variable that strict JSON cannot hold."""
+    check_json("obj", ds.attrs, "obj.attrs")
+    for name, var in ds.variables.items():
+        check_json("obj", var.attrs, f"obj[{name!r}].attrs")
 
 
 def _check_mode(mode: Any, append_dim: Any, region: Any) -> str:

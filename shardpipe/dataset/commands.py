@@ -125,7 +125,9 @@ def _open_source(source: str, group: str | None) -> Any:
     import xarray as xr
 
     from shardpipe.errors import InvalidArgumentError
+    from shardpipe.storage.urls import check_location
 
+    check_location("source", source)
     try:
         mapper = fsspec.get_mapper(source)
         if any(key in mapper for key in ("zarr.json", ".zgroup", ".zattrs", ".zmetadata")):

@@ -21,6 +21,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardpipe.checks import shape_param
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.validate import resolve_shapes
 
@@ -104,6 +105,12 @@ def variable_layout(
         chunks; the message names the variable.
     """
     own_shards, own_chunks = encoding.get("shards"), encoding.get("chunks")
+    given = [key for key in ("shards", "chunks") if encoding.get(key) is not None]
+    for key in given:  # from encoding=: named so, with the variable and the key
+        try:
+            shape_param(key, encoding[key], len(var.dims))
+        except InvalidArgumentError as err:
+            raise _encoding_error(var, [key], err.problem, err.fix) from err
     named = any(d in shards for d in var.dims)
     if own_shards is None and named:
         own_shards = tuple(
@@ -123,11 +130,22 @@ def variable_layout(
     try:
         return resolve_shapes(var.shape, var.itemsize, own_shards, own_chunks)
     except InvalidArgumentError as err:
+        if given:  # the shards and chunks do not fit each other, one of them from encoding=
+            raise _encoding_error(var, given, f"shards {err.problem}", err.fix) from err
         raise InvalidArgumentError(
             err.parameter,
             f"variable {var.name!r} (dims {var.dims}): {err.problem}",
             err.fix,
         ) from err
+
+
+def _encoding_error(
+    var: VariableShape, keys: Sequence[str], problem: str, fix: str
+) -> InvalidArgumentError:
+    where = f"encoding[{var.name!r}]" + (f"[{keys[0]!r}]" if len(keys) == 1 else "")
+    return InvalidArgumentError(
+        "encoding", f"{where}: {problem} (variable {var.name!r}, dims {var.dims})", fix
+    )
 
 
 def _as_shape(value: Any, ndim: int) -> Any:

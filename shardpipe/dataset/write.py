@@ -40,6 +40,7 @@ from xarray.backends.zarr import ZarrStore
 
 from shardpipe.creation import check_no_other_job
 from shardpipe.dataset.arguments import check_arguments
+from shardpipe.dataset.dry_run import check_metadata_write
 from shardpipe.dataset.existing import StoredVariables, check_compatible
 from shardpipe.dataset.layout import (
     VariableShape,
@@ -118,6 +119,7 @@ def to_zarr(
     consolidated, chunk_checksums = checked.consolidated, checked.chunk_checksums
     strategy, budget, encoding = checked.strategy, checked.budget, checked.encoding
     shard_sizes, chunk_sizes = checked.shard_sizes, checked.chunk_sizes
+    given = {name: dict(value) for name, value in encoding.items()}  # the caller's, as given
     root, stored = _open_target(store, group, storage_options, mode)
     message, rebase = check_commit(commit, rebase, root)
     if root.transactional:
@@ -168,6 +170,7 @@ def to_zarr(
     for source in sources:
         check_store_reachable(source, root)
 
+    check_metadata_write(ds.drop_vars(to_update), encoding, given)  # in memory, first
     if zstore is None:
         zstore = _xarray_store(root, mode, None, None, consolidated=False)
     writer = _ShardRouter()
@@ -339,7 +342,9 @@ def _sharded_encoding(
                 encoding.get("compressors", "auto"), dtype, chunk_checksums=True
             )
         except InvalidArgumentError as err:
-            _raise_for_variable(err, f"variable {name!r}")
+            raise InvalidArgumentError(
+                "encoding", f"encoding[{name!r}]['compressors']: {err.problem}", err.fix
+            ) from err
     return sharded
 
 

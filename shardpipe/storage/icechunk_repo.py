@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.urls import check_location
 
 if TYPE_CHECKING:
     from icechunk import Repository, Session, Storage
@@ -41,7 +42,7 @@ def repository_storage(location: str, storage_options: dict[str, Any] | None = N
     import icechunk
 
     options = dict(storage_options or {})
-    scheme, sep, rest = location.partition("://")
+    scheme, sep, rest = check_location("store", location).partition("://")
     if not sep or scheme == "file":
         if options:
             raise InvalidArgumentError(

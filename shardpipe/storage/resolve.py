@@ -25,6 +25,7 @@ from shardpipe.storage.base import ShardStore
 from shardpipe.storage.icechunk import icechunk_backend, is_icechunk
 from shardpipe.storage.local import LocalShardStore
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
+from shardpipe.storage.urls import check_location
 from shardpipe.storage.zarr_local import ContainedLocalStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 
@@ -126,8 +127,9 @@ def resolve_store(
     Raises
     ------
     shardpipe.errors.InvalidArgumentError
-        If ``store`` is none of the accepted kinds, or ``storage_options``
-        are not a dict of options that apply to it.
+        If ``store`` is none of the accepted kinds, text that only looks
+        like a URL (:func:`~shardpipe.storage.urls.check_location`), or
+        ``storage_options`` are not a dict of options that apply to it.
     """
     check_path("path", path)
     if storage_options is not None and not isinstance(storage_options, dict):
@@ -165,7 +167,7 @@ def resolve_store(
     if isinstance(store, Store):
         return ResolvedStore(store, _backend_for(store, local_options), _join(path))
     if isinstance(store, str | os.PathLike):
-        text = os.fspath(store)
+        text = check_location("store", store)
         if "://" in text and not text.startswith("file://"):
             try:
                 fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)

@@ -157,6 +157,15 @@ def test_uncompressed_updates_go_in_place_and_never_grow() -> None:
             Abilities(True, True, rewrite_fits=False),
             "append",
         ),
+        # chunks that fit their room go in place, unless keeping the old bytes does not fit
+        ([40, 40, 40, 40], {1: 30}, LOCAL, "in_place"),
+        ([40, 40, 40, 40], {1: 30}, Abilities(True, True, in_place_fits=False), "append"),
+        (
+            [40, 40, 40, 40],
+            {1: 30},
+            Abilities(True, False, rewrite_fits=False, in_place_fits=False),
+            "rewrite",
+        ),
     ],
 )
 def test_auto_rule(sizes, new, abilities, expected) -> None:  # type: ignore[no-untyped-def]
