@@ -26,7 +26,7 @@ seconds apart, under the same load). Target: under 3 % of throughput.
 
 Because the machine is shared, each repetition also measures the encoding
 alone, where other processes matter least: the inner chunks of one shard
-encoded on one thread through each chain (``shardpipe.encoding.ChunkCodec``,
+encoded on one thread through each chain (``shardpipe.codec.chunk_codec.ChunkCodec``,
 as the write tasks do), alternately, seven times each (the fastest counts),
 timed by the thread's own CPU clock (``time.thread_time``).
 """
@@ -96,7 +96,7 @@ def encode_seconds(shard: Any, rounds: int = 7) -> dict[bool, float]:
     import numpy as np
     import zarr
 
-    from shardpipe.encoding import ChunkCodec, checksummed_compressors
+    from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
 
     codecs = {}
     for flag in (True, False):

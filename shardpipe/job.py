@@ -34,6 +34,7 @@ from dask.delayed import Delayed, delayed
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.array_lock import acquire, release
+from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
@@ -44,7 +45,6 @@ from shardpipe.creation import (
     create_array,
     record_complete,
 )
-from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import (
     ConditionFailedError,
     InvalidArgumentError,

@@ -75,7 +75,7 @@ class LegacyArray:
     metadata : ArrayV3Metadata
         ``document`` as zarr reads it (checked when translated).
     zlib_to_gzip : bool
-        Its zlib chunks become gzip members (:mod:`shardpipe.zlib_rewrap`):
+        Its zlib chunks become gzip members (:mod:`shardpipe.codec.zlib_rewrap`):
         the shards are rebuilt, not copied.
     """
 
@@ -131,7 +131,7 @@ def translate_array(
     """Translate a draft array's document (see the module docstring).
 
     With ``zlib_as_gzip``, a zlib compressor becomes ``gzip`` (the chunks
-    are to be re-wrapped, :mod:`shardpipe.zlib_rewrap`) instead of
+    are to be re-wrapped, :mod:`shardpipe.codec.zlib_rewrap`) instead of
     ``numcodecs.zlib``. The v3 document is checked as zarr reads it.
 
     Raises

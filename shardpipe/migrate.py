@@ -7,7 +7,7 @@ chunk: every shard object is copied byte for byte to its v3 key
 (``data/root/a/x/c0/1`` to ``a/x/c/0/1``), with a 4-byte CRC32C of its
 index appended when ``add_crc32c``. With ``zlib_as_gzip`` the shards of
 zlib arrays are rebuilt instead: each chunk's DEFLATE data is kept and
-re-wrapped as a gzip member (:mod:`shardpipe.zlib_rewrap`), so that
+re-wrapped as a gzip member (:mod:`shardpipe.codec.zlib_rewrap`), so that
 tensorstore (which has no zlib codec) reads them too.
 
 Order of the steps, and what a reader sees (``kill -9`` at any instant):

@@ -7,7 +7,7 @@ passes through this process in parts of at most :data:`STREAM_PIECE`
 bytes (a multipart upload), or whole when the store takes no parts. With
 ``add_crc32c`` the CRC32C of the shard's index is appended. A zlib array
 translated with ``zlib_as_gzip`` has its shards rebuilt instead, each chunk
-re-wrapped as a gzip member (:mod:`shardpipe.zlib_rewrap`).
+re-wrapped as a gzip member (:mod:`shardpipe.codec.zlib_rewrap`).
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from typing import Any
 import crc32c
 import numpy as np
 
+from shardpipe.codec.chunk_codec import ChunkCodec
+from shardpipe.codec.zlib_rewrap import zlib_to_gzip
 from shardpipe.core.grid import Coords
-from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import assemble_shard, read_checked_index
 from shardpipe.formats.zarr_sharding import CHECKSUM_NBYTES, ZarrShardingFormat
 from shardpipe.legacy_metadata import LegacyArray
 from shardpipe.storage.base import PartsHandle, ShardStore
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.zlib_rewrap import zlib_to_gzip
 
 COPY_PIECE = 4 << 30
 """Most bytes of one server-side copied part (S3 allows 5 GiB)."""

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from shardpipe.bounded_decode import gunzip
+from shardpipe.codec.bounded import gunzip
 from shardpipe.core.morton import morton_coords
 from shardpipe.core.precomputed_plan import ScaleGrid
 from shardpipe.errors import ChunkDecodeError, MetadataError, ShardFormatError

@@ -16,13 +16,13 @@ from typing import Any
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.checks import check_bool, check_int, check_json_dict
+from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
 from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
 from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
 from shardpipe.creation import check_no_other_job
-from shardpipe.encoding import ChunkCodec, checksummed_compressors
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
 from shardpipe.existing import (
     ExistingArray,

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.codec.chunk_codec import ChunkCodec, ChunkDecodeError, describe_error
 from shardpipe.core.grid import Coords, ShardLayout
-from shardpipe.encoding import ChunkCodec, ChunkDecodeError, describe_error
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat

@@ -16,11 +16,11 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from shardpipe.canvas import ChunkCanvas
+from shardpipe.codec.canvas import ChunkCanvas
+from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.cut import cut_block, whole_chunk_blocks
 from shardpipe.core.grid import Box, Coords, ShardLayout, box_size, box_to_slices, intersect
 from shardpipe.core.plan import PartPlan
-from shardpipe.encoding import ChunkCodec
 from shardpipe.formats.base import (
     PartManifest,
     ShardFormat,
@@ -161,7 +161,7 @@ def _assemble(
 ) -> Iterator[tuple[int, Buffer | None]]:
     """Paste ``raw`` (boxes and values) on a canvas of ``part``; encode what ``encoded`` lacks.
 
-    The canvas is chunk-major (:class:`~shardpipe.canvas.ChunkCanvas`): one
+    The canvas is chunk-major (:class:`~shardpipe.codec.canvas.ChunkCanvas`): one
     copy of each raw element, and each chunk encoded from where it lies.
     Chunks are encoded lazily, in C order, as they are asked for.
     """

@@ -32,9 +32,9 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
 from shardpipe.checks import check_bool, check_int
+from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.completeness import unfinished_work
 from shardpipe.core.grid import Coords, Shape
-from shardpipe.encoding import ChunkCodec
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import group_at, per_array

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardpipe.bounded_decode import check_blosc_header, gunzip, unzlib
+from shardpipe.codec.bounded import check_blosc_header, gunzip, unzlib
 from shardpipe.errors import ChunkDecodeError
 
 

@@ -24,10 +24,10 @@ from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 import shardpipe
 from shardpipe.cli import main
-from shardpipe.encoding import ChunkCodec, ChunkDecodeError
+from shardpipe.codec.chunk_codec import ChunkCodec, ChunkDecodeError
+from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.metadata import format_of, sharding_codec_of
-from shardpipe.zstd_frames import zstd_frames
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 SHARDS, CHUNKS = (32, 64), (16, 32)
@@ -271,7 +271,7 @@ def test_memory_model_counts_the_four_bytes() -> None:
             dtype="uint16",
             chunks=(16, 16),
             shards=(32, 32),
-            compressors=shardpipe.encoding.checksummed_compressors(
+            compressors=shardpipe.codec.chunk_codec.checksummed_compressors(
                 "auto", np.dtype("uint16"), chunk_checksums=checksums
             ),
         )

@@ -1,10 +1,10 @@
 """The fast encoding paths give the bytes of the codec objects, and canvases hold the right values.
 
-* :class:`~shardpipe.plain_chain.PlainChain` (``ChunkCodec.encode`` and
+* :class:`~shardpipe.codec.plain_chain.PlainChain` (``ChunkCodec.encode`` and
   ``encode_slot``) against the step-by-step chain of zarr's codec objects
   (``ChunkCodec._encode_chain``), for every dtype, compressor, checksum
   setting, byte order, chunk layout in memory (contiguous, strided, edge);
-* :class:`~shardpipe.canvas.ChunkCanvas` against cutting chunks out of an
+* :class:`~shardpipe.codec.canvas.ChunkCanvas` against cutting chunks out of an
   array assembled by hand.
 """
 
@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec, ZstdCodec
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.canvas import ChunkCanvas
+from shardpipe.codec.canvas import ChunkCanvas
+from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
 from shardpipe.core.grid import ChunkBox
-from shardpipe.encoding import ChunkCodec, checksummed_compressors
 from shardpipe.testing.strategies import DTYPES
 
 SETTINGS = settings(max_examples=60, deadline=None)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardpipe.codec.zlib_rewrap import zlib_to_gzip
 from shardpipe.errors import ShardFormatError
-from shardpipe.zlib_rewrap import zlib_to_gzip
 
 
 @settings(max_examples=60, deadline=None)

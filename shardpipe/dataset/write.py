@@ -38,6 +38,7 @@ from xarray.backends.common import ArrayWriter
 from xarray.backends.writers import dump_to_store
 from xarray.backends.zarr import ZarrStore
 
+from shardpipe.codec.chunk_codec import checksummed_compressors
 from shardpipe.creation import check_no_other_job
 from shardpipe.dataset.arguments import check_arguments
 from shardpipe.dataset.dry_run import check_metadata_write
@@ -47,7 +48,6 @@ from shardpipe.dataset.layout import (
     grid_aligned_chunks,
     variable_layout,
 )
-from shardpipe.encoding import checksummed_compressors
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.execute import execute_together
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from shardpipe.bounded_decode import gunzip
+from shardpipe.codec.bounded import gunzip
 from shardpipe.errors import ChunkDecodeError, InvalidArgumentError, ShardFormatError
 
 SHARDING_TYPE = "neuroglancer_uint64_sharded_v1"

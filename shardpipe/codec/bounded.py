@@ -15,7 +15,7 @@ ever holding more than that.
 * :func:`check_blosc_header`: a blosc frame declares its decoded size in its
   header, checked before blosc allocates it.
 
-zstd frames are checked by :mod:`shardpipe.zstd_frames` (their declared
+zstd frames are checked by :mod:`shardpipe.codec.zstd_frames` (their declared
 content size) before they are decoded into a buffer of the size expected.
 """
 

@@ -3,7 +3,7 @@
 Decoding checks what zstd frames declare (their content size) against the
 size an inner chunk can have before any decompression runs, so that a forged
 or damaged frame is reported instead of costing an allocation of the size it
-claims (:meth:`shardpipe.encoding.ChunkCodec.decode`). Pure: no I/O.
+claims (:meth:`shardpipe.codec.chunk_codec.ChunkCodec.decode`). Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A part gathered from several Dask blocks (or from the pieces they made) is
 assembled here before it is encoded. The canvas holds the part's inner
 chunks in chunk-major order: chunk after chunk, each C-contiguous in a
-*slot* of :attr:`~shardpipe.encoding.ChunkCodec.slot_nbytes` bytes, so that
+*slot* of :attr:`~shardpipe.codec.chunk_codec.ChunkCodec.slot_nbytes` bytes, so that
 every chunk is encoded straight from the canvas (no second copy to make it
 contiguous) and, uncompressed, *is* its own encoded bytes (a view of the
 slot, the CRC32C written in place after it).
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.cut import box_runs
 from shardpipe.core.grid import Box, ChunkBox, Coords, box_size
-from shardpipe.encoding import ChunkCodec
 
 
 def _c_strides(shape: tuple[int, ...], step: int) -> tuple[int, ...]:
@@ -117,7 +117,7 @@ class ChunkCanvas:
         """Encode every chunk but those in ``skip``, in C order, each when asked for.
 
         Uncompressed chunks are views of the canvas (see
-        :meth:`~shardpipe.encoding.ChunkCodec.encode_slot`).
+        :meth:`~shardpipe.codec.chunk_codec.ChunkCodec.encode_slot`).
         """
         skipped = set(skip)
         for local, slot in self.slots():

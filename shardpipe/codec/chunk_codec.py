@@ -11,8 +11,8 @@ that decides the compressors of a new array (every front-end calls it): with
 ``chunk_checksums`` (the default) zarr's ``crc32c`` codec ends the chain, so
 zarr-python, tensorstore and zarrs refuse a chunk whose bytes changed. Decoding
 here checks what it can before any codec runs: the CRC32C of each chunk, and
-the content size that zstd frames declare (:func:`~shardpipe.zstd_frames.zstd_frames`), so that a
-forged or damaged frame is reported as such instead of costing an allocation
+the content size that zstd frames declare (:func:`~shardpipe.codec.zstd_frames.zstd_frames`), so
+that a forged or damaged frame is reported as such instead of costing an allocation
 of the size it claims.
 """
 
@@ -36,12 +36,12 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
-from shardpipe.bounded_decode import check_blosc_header, gunzip, unzlib
+from shardpipe.codec.bounded import check_blosc_header, gunzip, unzlib
+from shardpipe.codec.plain_chain import CRC32C_NBYTES, PlainChain, append_crc32c, run_codec
+from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.core.grid import Shape
 from shardpipe.errors import ChunkDecodeError, InvalidArgumentError
 from shardpipe.metadata import sharding_codec_of
-from shardpipe.plain_chain import CRC32C_NBYTES, PlainChain, append_crc32c, run_codec
-from shardpipe.zstd_frames import zstd_frames
 
 __all__ = ["CRC32C_NBYTES", "ChunkCodec", "ChunkDecodeError", "checksummed_compressors"]
 
@@ -173,7 +173,7 @@ class ChunkCodec:
 
     @cached_property
     def plain(self) -> PlainChain | None:
-        """The chain's fast encoding path (:mod:`shardpipe.plain_chain`), None if it has none."""
+        """The chain's fast path (:mod:`shardpipe.codec.plain_chain`), None if it has none."""
         return PlainChain.of(self._chain(), self.dtype, self.fill_value)
 
     @property
@@ -426,7 +426,7 @@ class ChunkCodec:
 
 
 INFLATED = ("gzip", "numcodecs.gzip", "numcodecs.zlib")
-"""Codecs whose DEFLATE data are inflated here, bounded (:mod:`shardpipe.bounded_decode`)."""
+"""Codecs whose DEFLATE data are inflated here, bounded (:mod:`shardpipe.codec.bounded`)."""
 
 BLOSC = ("blosc", "numcodecs.blosc")
 """Codecs whose frame header is checked before blosc allocates what it declares."""

@@ -18,7 +18,7 @@ encoded bytes can be made with fewer copies than zarr's codec objects make:
   the chunk to append four bytes.
 
 The bytes are the same as those of the codec objects (tests compare them).
-Any other chain takes the general path in :class:`~shardpipe.encoding.ChunkCodec`.
+Any other chain takes the general path in :class:`~shardpipe.codec.chunk_codec.ChunkCodec`.
 """
 
 from __future__ import annotations
