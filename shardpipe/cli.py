@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = args.store + (f" (path {args.path!r})" if args.path else "")
     store: Any = args.store
     if getattr(args, "icechunk", False):
-        from shardpipe.storage.icechunk_repo import open_session
+        from shardpipe.storage.icechunk.repository import open_session
 
         try:
             store = open_session(args.store, options, branch=args.branch, snapshot=args.snapshot)

@@ -70,7 +70,7 @@ def commit_arguments(args: argparse.Namespace, command: str) -> dict[str, Any]:
 def writable_session(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
     """The writable session on ``--branch`` of the repository at ``args.target`` (created if
     absent)."""
-    from shardpipe.storage.icechunk_repo import open_session
+    from shardpipe.storage.icechunk.repository import open_session
 
     return open_session(args.target, options, branch=args.branch, writable=True, create=True)
 
@@ -83,7 +83,7 @@ def planning_session(args: argparse.Namespace, options: dict[str, Any] | None) -
     """
     import icechunk
 
-    from shardpipe.storage.icechunk_repo import open_session, quiet_logs, repository_storage
+    from shardpipe.storage.icechunk.repository import open_session, quiet_logs, repository_storage
 
     quiet_logs()
     if icechunk.Repository.exists(repository_storage(args.target, options)):

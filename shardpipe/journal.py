@@ -37,7 +37,7 @@ either still holds the array when it goes on, or finds that it does not
 and stops with :class:`~shardpipe.errors.JobConflictError`; it never
 rolls back, deletes or overwrites what a live job wrote. The temporary
 files of a live process are never removed by another job's cleanup (their
-names say which process writes them: :mod:`shardpipe.storage.local`).
+names say which process writes them: :mod:`shardpipe.storage.local.store`).
 """
 
 from __future__ import annotations

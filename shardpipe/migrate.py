@@ -86,7 +86,7 @@ from shardpipe.migrate_plan import (
     refuse_strays,
     shard_keys,
 )
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.storage.retry import RetryingStore
 

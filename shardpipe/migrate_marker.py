@@ -23,8 +23,8 @@ from typing import Any
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.legacy_hierarchy import read_json
 from shardpipe.storage.keys import checked_key
+from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.storage.temporary import TEMPORARY_SUFFIX
 
 MARKER = ".shardpipe/migrate.json"
 """Key of the marker, relative to the target's root."""

@@ -43,8 +43,8 @@ from shardpipe.formats.precomputed_info import (
     parse_info,
 )
 from shardpipe.formats.precomputed_shards import listed_shard_format
+from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.storage.temporary import TEMPORARY_SUFFIX
 
 MOST_PROBLEMS = 50
 """Problems listed per scale; the rest are counted."""

@@ -30,9 +30,9 @@ from shardpipe.rechunk import RechunkJob, plan_rechunk
 from shardpipe.rechunk_source import open_source
 from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume
+from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
-from shardpipe.storage.zarr_local import contained
 from shardpipe.store_checks import check_source_options, check_target, resolve_named
 from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem

@@ -18,8 +18,8 @@ import zarr
 from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.rechunk_intermediate import placeholder
+from shardpipe.storage.local.contained import contained
 from shardpipe.storage.urls import check_location
-from shardpipe.storage.zarr_local import contained
 
 V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
 """The attribute in which xarray's Zarr v2 convention keeps dimension names."""

@@ -1,7 +1,7 @@
 """What writes report: :class:`WriteReport`, added up over tasks, waves and jobs.
 
 Adding reports also merges what their tasks wrote into a transactional
-backend (an Icechunk session: :mod:`shardpipe.storage.icechunk`), so the
+backend (an Icechunk session: :mod:`shardpipe.storage.icechunk.store`), so the
 same sums that count shards carry the changes back to the client.
 """
 

@@ -30,8 +30,8 @@ from typing import Any, NamedTuple
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal import JOB_DIR
+from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.storage.temporary import TEMPORARY_SUFFIX
 
 LIST_BATCH = 1024
 """Listed keys taken at a time before they are handed out as tasks."""

@@ -1,7 +1,7 @@
 """Committing a write into an Icechunk session: the ``commit=`` and ``rebase=`` arguments.
 
 A write into a writable Icechunk ``Session`` leaves its changes in the
-session (see :mod:`shardpipe.storage.icechunk`). With ``commit="message"``
+session (see :mod:`shardpipe.storage.icechunk.store`). With ``commit="message"``
 the front-ends commit them at the end and report the snapshot id; with
 ``rebase=True`` as well, commits that reached the branch meanwhile are
 rebased onto when they changed no shard this write changed.
@@ -10,7 +10,7 @@ rebased onto when they changed no shard this write changed.
 from __future__ import annotations
 
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.storage.icechunk import IcechunkShardStore
+from shardpipe.storage.icechunk.store import IcechunkShardStore
 from shardpipe.storage.resolve import ResolvedStore
 
 

@@ -54,7 +54,7 @@ def slow_disk() -> None:
     Only the test's child does this (a slow disk, not a change of order):
     every positioned write still happens in the order shardpipe issues it.
     """
-    from shardpipe.storage.local import LocalShardStore
+    from shardpipe.storage.local.store import LocalShardStore
 
     def write_ranges(self: LocalShardStore, key: str, ranges: list) -> None:  # type: ignore[type-arg]
         for offset, buffers in ranges:

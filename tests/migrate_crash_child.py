@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import shardpipe
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.local.store import LocalShardStore
 
 migrating = importlib.import_module("shardpipe.migrate")  # the module, not the function
 

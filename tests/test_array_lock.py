@@ -31,8 +31,8 @@ from shardpipe.array_lock import release, take
 from shardpipe.errors import JobConflictError
 from shardpipe.journal import JobKeys, JobMarker, check_held
 from shardpipe.storage.base import ShardStore
-from shardpipe.storage.local import LocalShardStore
-from shardpipe.storage.s3 import S3ShardStore
+from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.s3.store import S3ShardStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 
 KEYS = JobKeys("arr/")
@@ -62,7 +62,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ShardStore:
         return S3ShardStore(s3fs.S3FileSystem(**options), f"{bucket}/root")
     import icechunk
 
-    from shardpipe.storage.icechunk import IcechunkShardStore
+    from shardpipe.storage.icechunk.store import IcechunkShardStore
 
     repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
     return IcechunkShardStore(repo.writable_session("main"))

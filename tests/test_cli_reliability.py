@@ -17,7 +17,7 @@ from shardpipe.cli import main
 from shardpipe.cli_errors import BAD_INPUT, NO_ACCESS, OK, PROBLEMS, STORAGE_FAILED
 from shardpipe.errors import StorageFullError
 from shardpipe.prepare import prepare_write
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.retry import RetryingStore
 from shardpipe.testing.faults import FaultyStore

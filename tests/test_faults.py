@@ -29,7 +29,7 @@ import zarr
 import shardpipe
 from shardpipe.errors import StorageFullError, TransientStorageError
 from shardpipe.prepare import prepare_write
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.retry import RetryingStore, RetryPolicy
 from shardpipe.testing.faults import FaultyStore

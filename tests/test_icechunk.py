@@ -394,7 +394,7 @@ def test_command_line_rechunk_into_s3(
     tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from shardpipe.cli import main
-    from shardpipe.storage.icechunk_repo import open_session
+    from shardpipe.storage.icechunk.repository import open_session
 
     bucket, options = s3_bucket
     source = zarr.create_array(tmp_path / "src.zarr", shape=(30, 30), chunks=(7, 7), dtype="u2")
@@ -440,7 +440,7 @@ def test_a_failed_write_merges_no_shard_into_the_session(tmp_path: Path) -> None
 @pytest.mark.parametrize("key", ["../outside", "g/../../x", "/abs", "g//a", "a\0b"])
 def test_the_icechunk_backend_refuses_unsafe_keys(tmp_path: Path, key: str) -> None:
     from shardpipe.errors import UnsafeKeyError
-    from shardpipe.storage.icechunk import icechunk_backend
+    from shardpipe.storage.icechunk.store import icechunk_backend
 
     session = _repo(tmp_path).writable_session("main")
     _, backend = icechunk_backend(session)

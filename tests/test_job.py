@@ -12,7 +12,7 @@ import pytest
 import zarr
 
 import shardpipe
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.local.store import LocalShardStore
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 

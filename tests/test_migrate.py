@@ -36,8 +36,8 @@ from shardpipe.errors import (
 from shardpipe.formats.legacy_sharding import legacy_format
 from shardpipe.groups import GroupInfo
 from shardpipe.legacy_metadata import SHARDING, translate_array
-from shardpipe.storage.local import LocalShardStore
-from shardpipe.storage.s3 import S3ShardStore
+from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.s3.store import S3ShardStore
 
 FIXTURES = Path(__file__).parent / "legacy_fixtures"
 EXPECTED = {k.replace("__", "/"): v for k, v in np.load(FIXTURES / "expected.npz").items()}

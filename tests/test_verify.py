@@ -27,7 +27,7 @@ import zarr
 
 import shardpipe
 from shardpipe.cli import main
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore
 
 MILLION = (1000, 1000)

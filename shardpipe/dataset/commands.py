@@ -9,7 +9,7 @@ from typing import Any
 from shardpipe.cli_errors import EXPECTED, fail
 from shardpipe.icechunk_cli import add_writing as add_icechunk_writing
 from shardpipe.icechunk_cli import commit_arguments, writable_session
-from shardpipe.storage.zarr_local import contained
+from shardpipe.storage.local.contained import contained
 
 
 def dim_sizes(text: str) -> dict[str, int]:

@@ -17,7 +17,7 @@ import xarray as xr
 
 from shardpipe.checks import check_path
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.storage.zarr_local import contained
+from shardpipe.storage.local.contained import contained
 from shardpipe.store_checks import check_store_like
 
 

@@ -1,11 +1,11 @@
 """Turn what the caller passed as ``store`` into a zarr store and a shard backend.
 
 Accepted: a local path (``str`` or ``os.PathLike``; zarr reads and writes
-it through :class:`~shardpipe.storage.zarr_local.ContainedLocalStore`, which
+it through :class:`~shardpipe.storage.local.contained.ContainedLocalStore`, which
 keeps every key inside it), an fsspec URL such as
 ``"s3://bucket/volume.zarr"`` (with ``storage_options``), a zarr ``Store``,
 a zarr ``Group`` (the array goes at ``path`` inside the group), a writable
-Icechunk ``Session`` or its ``IcechunkStore`` (:mod:`shardpipe.storage.icechunk`),
+Icechunk ``Session`` or its ``IcechunkStore`` (:mod:`shardpipe.storage.icechunk.store`),
 or a :class:`ResolvedStore` already made (``path`` is then inside its path).
 """
 
@@ -22,11 +22,11 @@ from zarr.storage import FsspecStore, LocalStore
 from shardpipe.checks import check_path
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
-from shardpipe.storage.icechunk import icechunk_backend, is_icechunk
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk
+from shardpipe.storage.local.contained import ContainedLocalStore
+from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.urls import check_location
-from shardpipe.storage.zarr_local import ContainedLocalStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 
 
@@ -63,7 +63,7 @@ def _join(*parts: str | None) -> str:
 
 
 def _s3_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
-    """The S3 backend of ``root``, checked to answer (see :mod:`shardpipe.storage.s3`).
+    """The S3 backend of ``root``, checked to answer (see :mod:`shardpipe.storage.s3.store`).
 
     Its file system gets shardpipe's timeouts and retry counts unless
     ``config_kwargs`` in ``storage_options`` say otherwise; a fresh instance,
@@ -73,8 +73,8 @@ def _s3_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
     """
     import s3fs
 
-    from shardpipe.storage.s3 import S3ShardStore
-    from shardpipe.storage.s3_config import S3FS_RETRIES, s3_storage_options
+    from shardpipe.storage.s3.config import S3FS_RETRIES, s3_storage_options
+    from shardpipe.storage.s3.store import S3ShardStore
 
     options = {**s3_storage_options(storage_options), "skip_instance_cache": True}
     fs = s3fs.S3FileSystem(**options)

@@ -21,9 +21,9 @@ from botocore.exceptions import ClientError
 
 from shardpipe.errors import ConditionFailedError, PartsNotSupportedError, StorageError
 from shardpipe.storage.base import ShardStore
-from shardpipe.storage.local import LocalShardStore
-from shardpipe.storage.s3 import S3ShardStore
-from shardpipe.storage.zarr_local import ContainedLocalStore
+from shardpipe.storage.local.contained import ContainedLocalStore
+from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.s3.store import S3ShardStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 from shardpipe.testing.backends import SHARDS, STAGING, ShardStoreTests
 

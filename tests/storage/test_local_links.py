@@ -18,7 +18,7 @@ import pytest
 
 from shardpipe.errors import UnsafeKeyError
 from shardpipe.storage.base import PartReceipt, PartsHandle
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.local.store import LocalShardStore
 
 STAGING = "arr/.shardpipe/staging/run1"
 
@@ -214,7 +214,7 @@ def test_contained_stores_keep_unsafe_keys_out(tmp_path: Path) -> None:
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
-    from shardpipe.storage.zarr_local import ContainedLocalStore, contained
+    from shardpipe.storage.local.contained import ContainedLocalStore, contained
 
     outside = _outside(tmp_path)
     (tmp_path / "root").mkdir()

@@ -212,7 +212,7 @@ def test_conditional_put_whose_answer_was_lost_succeeds(
     import s3fs
 
     from shardpipe.errors import ConditionFailedError
-    from shardpipe.storage.s3 import S3ShardStore
+    from shardpipe.storage.s3.store import S3ShardStore
 
     bucket, _ = s3_bucket
     proxy = s3_fault_proxy
@@ -378,8 +378,8 @@ def test_default_timeouts_and_retries_can_be_overridden(
 ) -> None:
     """shardpipe's S3 file system takes the defaults unless config_kwargs say otherwise."""
     from shardpipe.storage.resolve import resolve_store
-    from shardpipe.storage.s3 import S3ShardStore
-    from shardpipe.storage.s3_config import DEFAULT_CONFIG, S3FS_RETRIES
+    from shardpipe.storage.s3.config import DEFAULT_CONFIG, S3FS_RETRIES
+    from shardpipe.storage.s3.store import S3ShardStore
 
     bucket, direct = s3_bucket
 
@@ -435,7 +435,7 @@ def test_begin_shard_run_again_keeps_the_parts_already_written(
 ) -> None:
     """Dask runs begin-shard again when the worker holding its result dies, while the
     parts other tasks wrote into its upload are still in use: the upload must stay."""
-    from shardpipe.storage.s3 import S3ShardStore
+    from shardpipe.storage.s3.store import S3ShardStore
 
     bucket, direct = s3_bucket
     store = S3ShardStore(s3fs.S3FileSystem(**direct), bucket)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import shardpipe.storage.writeback as writeback
-from shardpipe.storage.local import LocalShardStore
+import shardpipe.storage.local.writeback as writeback
+from shardpipe.storage.local.store import LocalShardStore
 
 MiB = 1 << 20
 
@@ -58,7 +58,7 @@ def test_sync_file_range_is_found_and_accepted(tmp_path: Path) -> None:
 
 CHILD = """
 import sys, time
-from shardpipe.storage.local import LocalShardStore
+from shardpipe.storage.local.store import LocalShardStore
 store = LocalShardStore(sys.argv[1], fsync=True)
 store.put("a/c/0", [b"old"])
 def produce():

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 import shardpipe
-from shardpipe.storage.local import LocalShardStore
-from shardpipe.storage.temporary import temporary_name
+from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.local.temporary import temporary_name
 
 
 def _dead_pid() -> int:

@@ -1,9 +1,9 @@
 """Keys to paths under a local root, never through a symbolic link that leads out of it.
 
 The local half of the key discipline (:mod:`shardpipe.storage.keys`), shared
-by shardpipe's local backend (:class:`~shardpipe.storage.local.LocalShardStore`)
+by shardpipe's local backend (:class:`~shardpipe.storage.local.store.LocalShardStore`)
 and by the zarr store it pairs with
-(:class:`~shardpipe.storage.zarr_local.ContainedLocalStore`):
+(:class:`~shardpipe.storage.local.contained.ContainedLocalStore`):
 
 * a key is checked (:func:`~shardpipe.storage.keys.edge_key`) before it
   becomes a path;

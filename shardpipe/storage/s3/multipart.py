@@ -1,7 +1,7 @@
 """Shards written in parts on S3: one multipart upload each, and finding every upload.
 
 The functions here are the parts half of
-:class:`~shardpipe.storage.s3.S3ShardStore` (its ``begin_parts``,
+:class:`~shardpipe.storage.s3.store.S3ShardStore` (its ``begin_parts``,
 ``write_part``, ``copy_part``, ``finish_parts``, ``abort_parts`` and
 ``cleanup`` call them with the store), on top of the store's requests.
 
@@ -67,10 +67,10 @@ from typing import TYPE_CHECKING, Any
 from shardpipe.errors import StorageError
 from shardpipe.storage.base import PartReceipt, PartsHandle
 from shardpipe.storage.keys import checked_key, edge_key
-from shardpipe.storage.s3_faults import error_code
+from shardpipe.storage.s3.faults import error_code
 
 if TYPE_CHECKING:
-    from shardpipe.storage.s3 import S3ShardStore
+    from shardpipe.storage.s3.store import S3ShardStore
 
 HEAD_PART = 1
 FIRST_PART = 2

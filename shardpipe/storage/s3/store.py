@@ -4,7 +4,7 @@
   step, readers see the old object or the new one.
 * A shard written in parts is one S3 multipart upload, which
   ``CompleteMultipartUpload`` publishes atomically; parts may be copied
-  server side from existing objects (:mod:`shardpipe.storage.s3_multipart`).
+  server side from existing objects (:mod:`shardpipe.storage.s3.multipart`).
 * Conditional writes: ``If-None-Match: *`` (create-only) and ``If-Match``
   with the ETag read earlier (replace-if-unchanged) on ``PutObject`` and
   ``CompleteMultipartUpload``; a failed condition (HTTP 412, or 409
@@ -23,7 +23,7 @@ Faults, timeouts and retries
 Every fault that survives the client's own retries is a ``StorageError``
 naming the operation, the key (``s3://bucket/key``), the cause and the fix,
 in one line, with the original exception as ``__cause__``: transient,
-a matter of access, or neither, as :func:`.s3_faults.classify` decides.
+a matter of access, or neither, as :func:`.faults.classify` decides.
 
 The file systems made by :mod:`.s3_config` (the ones shardpipe writes
 shards with) retry in botocore only (standard mode, 3 attempts with jittered
@@ -46,7 +46,6 @@ from typing import Any
 import s3fs
 
 from shardpipe.errors import ConditionFailedError, StorageAccessError, StorageError
-from shardpipe.storage import s3_faults, s3_multipart
 from shardpipe.storage.base import (
     ObjectVersion,
     PartReceipt,
@@ -55,8 +54,9 @@ from shardpipe.storage.base import (
     StoreAbilities,
 )
 from shardpipe.storage.keys import edge_key
-from shardpipe.storage.s3_multipart import MAX_TASK_PARTS
-from shardpipe.storage.s3_multipart import multipart_etag as multipart_etag
+from shardpipe.storage.s3 import faults, multipart
+from shardpipe.storage.s3.multipart import MAX_TASK_PARTS
+from shardpipe.storage.s3.multipart import multipart_etag as multipart_etag
 
 _PUT_TOKEN = "shardpipe-put"  # metadata key of a conditional put's own token
 
@@ -167,12 +167,12 @@ class S3ShardStore(ShardStore):
     # -- errors --------------------------------------------------------------
     def _fault(self, operation: str, key: str, err: BaseException) -> StorageError:
         """The one-line shardpipe error for ``err``, raised by ``operation`` on ``key``."""
-        kind, cause, fix = s3_faults.classify(
+        kind, cause, fix = faults.classify(
             err,
             endpoint=self.endpoint,
             bucket=self.bucket,
             reached=self.reached,
-            attempts=s3_faults.describe_attempts(getattr(self.fs, "config_kwargs", None) or {}),
+            attempts=faults.describe_attempts(getattr(self.fs, "config_kwargs", None) or {}),
         )
         where = f"S3 {operation} of {self._url(key)} failed"
         return kind(f"{where}: {cause}; {fix}" if fix else f"{where}: {cause}")
@@ -199,15 +199,15 @@ class S3ShardStore(ShardStore):
         shardpipe.errors.ConditionFailedError
             A refused ``IfMatch``/``IfNoneMatch`` (on an absent key too).
         shardpipe.errors.StorageError
-            Any other fault, of the kind :func:`.s3_faults.classify` tells.
+            Any other fault, of the kind :func:`.faults.classify` tells.
         """
         try:
             result: dict[str, Any] = self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
         except Exception as err:
             # S3 answers If-Match on an absent key with 404: the condition failed too
             # (NoSuchUpload, for a completion, is not that)
-            absent = "IfMatch" in kwargs and s3_faults.error_code(err) in ("NoSuchKey", "404")
-            if absent or s3_faults.error_code(err) in s3_faults.CONDITION_CODES:
+            absent = "IfMatch" in kwargs and faults.error_code(err) in ("NoSuchKey", "404")
+            if absent or faults.error_code(err) in faults.CONDITION_CODES:
                 raise self.condition_failed(method, key, kwargs) from err
             raise self._fault(method, key, err) from err
         self.reached = True
@@ -232,9 +232,9 @@ class S3ShardStore(ShardStore):
         try:
             self.fs.cat_file(path, start=0, end=1)
         except Exception as err:
-            code = s3_faults.error_code(err)
-            response = s3_faults.error_response(err)
-            if response is not None and not s3_faults.speaks_s3(response):
+            code = faults.error_code(err)
+            response = faults.error_response(err)
+            if response is not None and not faults.speaks_s3(response):
                 cause = f"HTTP {code} without an S3 error document or x-amz headers"
                 raise StorageAccessError(
                     f"S3 GET of s3://{path} failed: the endpoint {self.endpoint} does not speak "
@@ -332,7 +332,7 @@ class S3ShardStore(ShardStore):
         try:
             data: bytes = self.fs.cat_file(path, start=start, end=end)
         except FileNotFoundError as err:
-            if s3_faults.error_code(err) != "NoSuchBucket":
+            if faults.error_code(err) != "NoSuchBucket":
                 raise FileNotFoundError(f"no S3 object s3://{path}: {err}") from err
             raise self._fault("GET", key, err) from err
         except Exception as err:
@@ -374,7 +374,7 @@ class S3ShardStore(ShardStore):
         except StorageError as err:
             if (
                 isinstance(err.__cause__, FileNotFoundError)
-                and s3_faults.error_code(err) != "NoSuchBucket"
+                and faults.error_code(err) != "NoSuchBucket"
             ):
                 return None
             raise
@@ -444,21 +444,21 @@ class S3ShardStore(ShardStore):
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Create the upload of ``key``, recorded under ``staging`` (safe to repeat)."""
         edge_key(staging, self, prefix=True)
-        return s3_multipart.begin_parts(self, edge_key(key, self), staging)
+        return multipart.begin_parts(self, edge_key(key, self), staging)
 
     def write_part(
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
     ) -> PartReceipt:
         """Upload part ``number`` as S3 part number ``number + 2`` (replacing an earlier try)."""
         edge_key(handle.key, self)
-        return s3_multipart.write_part(self, handle, number, _join(buffers))
+        return multipart.write_part(self, handle, number, _join(buffers))
 
     def copy_part(
         self, handle: PartsHandle, number: int, source: str, start: int, stop: int
     ) -> PartReceipt:
         """Make bytes ``[start, stop)`` of ``source`` part ``number`` with ``UploadPartCopy``."""
         edge_key(handle.key, self)
-        return s3_multipart.copy_part(self, handle, number, edge_key(source, self), start, stop)
+        return multipart.copy_part(self, handle, number, edge_key(source, self), start, stop)
 
     def finish_parts(
         self,
@@ -476,12 +476,12 @@ class S3ShardStore(ShardStore):
         """
         edge_key(handle.key, self)
         conditions = _conditions(if_absent, if_version)
-        s3_multipart.finish_parts(self, handle, receipts, head, tail, conditions)
+        multipart.finish_parts(self, handle, receipts, head, tail, conditions)
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Abort the upload of ``handle`` and any other open upload of its key."""
         edge_key(handle.key, self)
-        s3_multipart.abort_parts(self, handle)
+        multipart.abort_parts(self, handle)
 
     def cleanup(self, staging: str, shard_prefix: str) -> int:
         """Abort every upload of a key recorded under ``staging``; remove the records.
@@ -491,4 +491,4 @@ class S3ShardStore(ShardStore):
         int
             How many leftovers were removed: uploads aborted plus markers.
         """
-        return s3_multipart.cleanup(self, staging, shard_prefix)
+        return multipart.cleanup(self, staging, shard_prefix)

@@ -3,8 +3,8 @@
 shardpipe reads and writes metadata, and zarr-python reads arrays and walks
 groups, through a zarr store; for a local path that store is this one.
 Every key it is given goes through the same checks as the keys of
-:class:`~shardpipe.storage.local.LocalShardStore`
-(:mod:`shardpipe.storage.local_keys`): no ``..`` or absolute keys, no
+:class:`~shardpipe.storage.local.store.LocalShardStore`
+(:mod:`shardpipe.storage.local.keys`): no ``..`` or absolute keys, no
 folder that leads out of the root through a link, no file at a key that
 is a link. A refused key raises :class:`~shardpipe.errors.UnsafeKeyError`
 before the file system is touched. Listings do not enter linked folders
@@ -22,7 +22,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore
 
-from shardpipe.storage.local_keys import LocalKeys
+from shardpipe.storage.local.keys import LocalKeys
 
 
 class ContainedLocalStore(LocalStore):

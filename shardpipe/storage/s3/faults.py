@@ -1,7 +1,7 @@
 """What a failed S3 call means: transient, a matter of access, or neither.
 
 Every fault that survives the client's own retries (botocore's, s3fs's,
-aiohttp's) reaches :class:`~shardpipe.storage.s3.S3ShardStore` as whatever
+aiohttp's) reaches :class:`~shardpipe.storage.s3.store.S3ShardStore` as whatever
 exception the layer it came through raised: a botocore ``ClientError`` with
 S3's error document, a botocore or aiohttp connection error, an ``OSError``
 that s3fs made of either, each possibly wrapping the others. :func:`classify`

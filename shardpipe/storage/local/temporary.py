@@ -1,7 +1,7 @@
 """Temporary files beside their keys: names that say who writes them, and whether it still runs.
 
 A file-system backend publishes an object by writing a temporary file
-beside its key and renaming it (:mod:`shardpipe.storage.local`). A process
+beside its key and renaming it (:mod:`shardpipe.storage.local.store`). A process
 killed meanwhile leaves the temporary file behind, and a later cleanup
 removes it; but the same folder also holds the temporary files of jobs
 that are running (the marker a job is creating, its undo records, its

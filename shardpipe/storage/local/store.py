@@ -8,7 +8,7 @@
 * ``put_streamed`` does the same with buffers produced one by one (a shard
   whose chunks are still being encoded): each is written as it comes and,
   with ``fsync``, its writeback is started at once
-  (:mod:`shardpipe.storage.writeback`), so the final ``fsync`` waits only for
+  (:mod:`shardpipe.storage.local.writeback`), so the final ``fsync`` waits only for
   the last stretch. The call returns once the object is durable at its key;
   a ``kill -9`` before leaves the old object (or nothing) there and at most a
   partial temporary file beside it, and a power loss leaves the object
@@ -25,13 +25,13 @@
 * ``write_at`` and ``append`` change a file in place (``pwritev``, ``O_APPEND``)
   and fsync it: not atomic, the caller keeps what it needs to undo them.
 
-Keys stay inside the root (:mod:`shardpipe.storage.local_keys`): every key
+Keys stay inside the root (:mod:`shardpipe.storage.local.keys`): every key
 and prefix is checked before any file is touched, a folder may be a link
 only if it resolves inside the root, and a file at a key that is itself a
 symbolic link is refused by name (:class:`~shardpipe.errors.UnsafeKeyError`),
 wherever it points.
 Temporary files are named after the process writing them
-(:mod:`shardpipe.storage.temporary`), so that ``cleanup`` removes only
+(:mod:`shardpipe.storage.local.temporary`), so that ``cleanup`` removes only
 those whose writer no longer runs: a live job's temporary files (of its
 marker, its records, its shards) are never removed under it.
 
@@ -60,11 +60,11 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
-from shardpipe.storage.file_io import copy_into, fsync_dir, pwrite_all, write_all
 from shardpipe.storage.keys import edge_key
-from shardpipe.storage.local_keys import LocalKeys
-from shardpipe.storage.temporary import TEMPORARY_SUFFIX, temporary_name, writer_may_run
-from shardpipe.storage.writeback import Writeback
+from shardpipe.storage.local.file_io import copy_into, fsync_dir, pwrite_all, write_all
+from shardpipe.storage.local.keys import LocalKeys
+from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX, temporary_name, writer_may_run
+from shardpipe.storage.local.writeback import Writeback
 
 
 def _sorted_keys(path: str, folder: str, start: str = "") -> Iterator[str]:
@@ -233,7 +233,7 @@ class LocalShardStore(ShardStore):
 
         With ``fsync``, the kernel starts writing each stretch of the
         temporary file to the device as soon as it is written
-        (:class:`~shardpipe.storage.writeback.Writeback`), so the device works
+        (:class:`~shardpipe.storage.local.writeback.Writeback`), so the device works
         while the caller produces the next buffers and the final ``fsync``
         waits only for the last stretch. Crash safety is that of :meth:`put`.
         """

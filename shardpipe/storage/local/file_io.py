@@ -1,7 +1,7 @@
 """File primitives of the local backend: write every buffer, at an offset, copy a range, fsync.
 
 Plain functions over file descriptors and ``os`` calls, so that
-:mod:`shardpipe.storage.local` reads as what it does with them. Writes loop
+:mod:`shardpipe.storage.local.store` reads as what it does with them. Writes loop
 until every byte is written (a regular file takes a ``writev`` whole, but a
 short count is handled all the same), at most :data:`IOV_MAX` buffers a call.
 """
