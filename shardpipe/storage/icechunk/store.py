@@ -94,6 +94,16 @@ def _describe(path: str, shards: list[tuple[int, ...]], most: int = 8) -> str:
     return f"array {path!r} shards {listed}{more}"
 
 
+def _absent_unless_zarr[R](read: Callable[[str], R | None], key: str) -> R | None:
+    """``read(key)``, or None where Icechunk refuses ``key`` as no Zarr key (nothing is there)."""
+    import icechunk
+
+    try:
+        return read(key)
+    except icechunk.InvalidInputError:
+        return None
+
+
 def _is_scratch(key: str) -> bool:
     """Whether ``key`` is one of shardpipe's own (a marker, a record, staging)."""
     return JOB_DIR in key.split("/")
@@ -273,12 +283,7 @@ class IcechunkShardStore(ZarrShardStore):
         if _is_scratch(edge_key(key, self)):
             with self._lock:
                 return self._scratch.get(key)
-        import icechunk
-
-        try:
-            return super().get(key)
-        except icechunk.InvalidInputError:  # not a Zarr key: nothing can be there
-            return None
+        return _absent_unless_zarr(super().get, key)
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""
@@ -294,7 +299,11 @@ class IcechunkShardStore(ZarrShardStore):
         if _is_scratch(edge_key(key, self)):
             data = self.get(key)
             return None if data is None else len(data)
-        return super().size(key)
+        return _absent_unless_zarr(super().size, key)
+
+    def version(self, key: str) -> ObjectVersion | None:
+        """Return the version of the object at ``key``, or ``None`` when absent."""
+        return _absent_unless_zarr(super().version, key)
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
