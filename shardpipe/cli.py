@@ -196,7 +196,7 @@ def _parser() -> argparse.ArgumentParser:
 def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     import dask.array as da
 
-    from shardpipe.checks import (
+    from shardpipe.core.checks import (
         check_dtype,
         check_int_tuple,
         check_made_up_blocks,

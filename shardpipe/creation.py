@@ -26,7 +26,7 @@ from shardpipe.resume import (
     save_record,
 )
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.store_checks import check_target
+from shardpipe.stored.places import check_target
 from shardpipe.tasks import WriteTarget
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from shardpipe.array_lock import release
-from shardpipe.checks import check_bool
+from shardpipe.core.checks import check_bool
 from shardpipe.job import ShardedWrite
 from shardpipe.reports import WriteReport
 from shardpipe.resume import forget_finished, save_record

@@ -17,14 +17,14 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.sizes import format_bytes
 from shardpipe.errors import ShardpipeError
-from shardpipe.metadata import (
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import (
     ZARR_PARSE_ERRORS,
     broken_metadata,
     check_tree_metadata,
     is_sharded,
     read_node_metadata,
 )
-from shardpipe.storage.resolve import ResolvedStore
 
 if TYPE_CHECKING:
     from shardpipe.maintenance import ArrayInfo

@@ -58,7 +58,6 @@ from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.graph import build_write_graph
 from shardpipe.job_summary import summary_rows
 from shardpipe.journal import JobKeys, JobMarker, recover
-from shardpipe.metadata import format_of
 from shardpipe.progress import cluster_threads
 from shardpipe.reports import WriteReport
 from shardpipe.resume import (
@@ -69,6 +68,7 @@ from shardpipe.resume import (
 )
 from shardpipe.started_job import StartedJob
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import format_of
 from shardpipe.streaming import WAVES_PER_BATCH, wave_tasks
 from shardpipe.summary import html_table, text_table
 from shardpipe.tasks import WriteTarget

@@ -23,10 +23,10 @@ from shardpipe.legacy_metadata import (
     translate_array,
     translate_group,
 )
-from shardpipe.metadata import parse_json_object
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.keys import checked_key
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import parse_json_object
 
 
 @dataclass

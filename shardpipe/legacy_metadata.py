@@ -35,7 +35,7 @@ from shardpipe.core.grid import Coords
 from shardpipe.errors import MetadataError, UnsupportedLegacyError
 from shardpipe.formats.legacy_sharding import LegacyShardingFormat, legacy_format
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.metadata import parse_array_metadata
+from shardpipe.stored.metadata import parse_array_metadata
 
 DRAFT_FORMAT = "https://purl.org/zarr/spec/protocol/core/3.0"
 SHARDING = "https://purl.org/zarr/spec/storage_transformers/sharding/1.0"

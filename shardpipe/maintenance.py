@@ -24,7 +24,7 @@ from typing import Any
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.array_lock import holding, release, take
-from shardpipe.checks import check_bool, check_int
+from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import read_metadata
@@ -32,11 +32,11 @@ from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal import JobKeys, read_marker, recover, undo_records
 from shardpipe.legacy_hierarchy import each_array, read_draft
-from shardpipe.metadata import format_of, layout_of
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
-from shardpipe.shard_listing import Listed, list_shards, over_shards
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.store_checks import check_node_present
+from shardpipe.stored.listing import Listed, list_shards, over_shards
+from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.stored.places import check_node_present
 from shardpipe.updating import StoredShard, read_shard, rewrite_shard
 from shardpipe.verify import VerifyReport, verify
 

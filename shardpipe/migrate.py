@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardpipe.checks import check_bool, check_int
+from shardpipe.core.checks import check_bool, check_int
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.legacy_hierarchy import read_json
 from shardpipe.legacy_metadata import is_draft_entry_point

@@ -36,7 +36,7 @@ import dask.array as da
 import numpy as np
 from dask.delayed import Delayed, delayed
 
-from shardpipe.checks import check_bool, check_progress
+from shardpipe.core.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, check_scattered
 from shardpipe.errors import (
@@ -54,7 +54,7 @@ from shardpipe.precomputed_tasks import PrecomputedTarget
 from shardpipe.reports import WriteReport, add_reports
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.store_checks import check_not_a_file, check_target
+from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.validate import check_max_mem
 
 DATA_TYPES = ("uint8", "uint16", "uint32", "uint64", "float32")

@@ -15,8 +15,8 @@ from typing import Any
 
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.checks import check_bool, check_int, check_json_dict
 from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
+from shardpipe.core.checks import check_bool, check_int, check_json_dict
 from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
 from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
@@ -35,7 +35,6 @@ from shardpipe.existing import (
     region_offset,
 )
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
-from shardpipe.metadata import format_of, layout_of
 from shardpipe.resume import (
     Resume,
     check_resume,
@@ -47,7 +46,8 @@ from shardpipe.resume import (
     waves_done,
 )
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.store_checks import check_source_is_not_target, check_store_reachable, check_target
+from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.stored.places import check_source_is_not_target, check_store_reachable, check_target
 from shardpipe.transaction import check_writable
 from shardpipe.validate import (
     as_dask_array,

@@ -29,7 +29,7 @@ import dask.array as da
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.checks import check_bool, check_json, check_progress
+from shardpipe.core.checks import check_bool, check_json, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.rechunk import (
     ReadCost,
@@ -47,7 +47,7 @@ from shardpipe.rechunk_memory import HOLD_SHARE, automatic_temp_store, one_pass_
 from shardpipe.rechunk_source import Source, open_source
 from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume, check_same_job, complete_shards
-from shardpipe.store_checks import (
+from shardpipe.stored.places import (
     check_source_options,
     check_target,
     check_temp_store,

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from shardpipe.checks import check_int
 from shardpipe.cli_errors import EXPECTED, exit_status, fail
+from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.icechunk_cli import add_writing as add_icechunk_writing
 from shardpipe.icechunk_cli import commit_arguments, planning_session, writable_session

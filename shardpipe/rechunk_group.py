@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from shardpipe.checks import check_bool, check_int_tuple, json_problem
+from shardpipe.core.checks import check_bool, check_int_tuple, json_problem
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.execute import execute_together
@@ -33,7 +33,7 @@ from shardpipe.resume import check_resume
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
-from shardpipe.store_checks import check_source_options, check_target, resolve_named
+from shardpipe.stored.places import check_source_options, check_target, resolve_named
 from shardpipe.transaction import check_commit, check_writable, commit_write
 from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
 

@@ -26,9 +26,9 @@ from bisect import bisect_right
 import numpy as np
 
 from shardpipe.job import ShardedWrite
-from shardpipe.locations import store_location
 from shardpipe.read_gates import read_ahead
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.locations import store_location
 from shardpipe.streaming import WAVES_PER_BATCH
 
 HOLD_SHARE = 1.5

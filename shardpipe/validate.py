@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it
     pass
 
 
-from shardpipe.checks import (
+from shardpipe.core.checks import (
     check_choice,
     check_dtype,
     check_int_tuple,

@@ -1,7 +1,7 @@
 """``verify``: check every shard present in a sharded Zarr v3 array.
 
 The shards are found by listing the array's shard prefix
-(:mod:`shardpipe.shard_listing`), never by walking the grid, so that a
+(:mod:`shardpipe.stored.listing`), never by walking the grid, so that a
 sparse array of millions of shards, or a ``zarr.json`` declaring a shape of
 ``2**40`` along each axis, costs what its stored shards cost; the absent
 ones are counted. A key under the prefix that names no shard of the grid is
@@ -9,7 +9,7 @@ a problem. The checks run in batches on the ``distributed`` cluster when a
 client is active, else on threads; a report lists the shards with a problem
 and the first :data:`SHARD_ENTRIES` checked clean, and counts the rest.
 
-Each shard object is checked by :mod:`shardpipe.shard_check` (its index,
+Each shard object is checked by :mod:`shardpipe.stored.shard_integrity` (its index,
 its chunk ranges, every inner chunk; a failing chunk is named by its
 coordinates, slot and shard key, with the cause in words). Where the inner
 chunks carry no checksum (arrays written with ``chunk_checksums=False`` or
@@ -31,18 +31,21 @@ from typing import Any
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
-from shardpipe.checks import check_bool, check_int
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.completeness import unfinished_work
+from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import group_at, per_array
 from shardpipe.journal import JobKeys, undo_records
 from shardpipe.legacy_hierarchy import each_array, read_draft
-from shardpipe.metadata import layout_of, open_array_metadata
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
-from shardpipe.shard_check import (
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.listing import Listed
+from shardpipe.stored.metadata import layout_of, open_array_metadata
+from shardpipe.stored.places import check_node_present
+from shardpipe.stored.shard_integrity import (
     ChunkFailure,
     ShardCheck,
     ShardChecker,
@@ -50,9 +53,6 @@ from shardpipe.shard_check import (
     checked_shards,
     checksum_note,
 )
-from shardpipe.shard_listing import Listed
-from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.store_checks import check_node_present
 
 __all__ = [
     "SHARD_ENTRIES",
@@ -297,7 +297,7 @@ def verify(
     the grid: absent shards are counted, not visited. A key under that
     prefix that names no shard of the grid is a problem. When a
     ``distributed`` client is active, the shards are checked on its cluster
-    in tasks of up to :data:`~shardpipe.shard_listing.TASK_SHARDS` shards;
+    in tasks of up to :data:`~shardpipe.stored.listing.TASK_SHARDS` shards;
     otherwise (and for a zarr ``MemoryStore``, which lives in this process)
     on ``workers`` threads.
 

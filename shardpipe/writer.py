@@ -8,7 +8,7 @@ import zarr
 from dask.delayed import Delayed
 
 from shardpipe.array_lock import holding
-from shardpipe.checks import check_progress
+from shardpipe.core.checks import check_progress
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR
 from shardpipe.journal import JOB_DIR, JobKeys

@@ -29,8 +29,8 @@ import zarr
 
 import shardpipe
 from shardpipe.formats.base import assemble_shard
-from shardpipe.metadata import format_of, open_array_metadata
 from shardpipe.storage.resolve import resolve_store
+from shardpipe.stored.metadata import format_of, open_array_metadata
 
 BOMB_NBYTES = 512 << 20
 MOST_SECONDS = 2.0

@@ -27,7 +27,7 @@ from shardpipe.cli import main
 from shardpipe.codec.chunk_codec import ChunkCodec, ChunkDecodeError
 from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.metadata import format_of, sharding_codec_of
+from shardpipe.stored.metadata import format_of, sharding_codec_of
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 SHARDS, CHUNKS = (32, 64), (16, 32)

@@ -34,9 +34,9 @@ import shardpipe
 from shardpipe.errors import ShardpipeError
 from shardpipe.legacy_hierarchy import read_draft
 from shardpipe.legacy_metadata import translate_array, translate_group
-from shardpipe.metadata import parse_array_metadata
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.zarr_store import ZarrShardStore
+from shardpipe.stored.metadata import parse_array_metadata
 
 FIXTURES = Path(__file__).parent / "legacy_fixtures"
 MUTATIONS: Counter[str] = Counter()

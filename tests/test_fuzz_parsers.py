@@ -325,7 +325,7 @@ def mutated_documents(draw: st.DrawFn, document: dict[str, Any]) -> Any:
 
 
 def _parse(data: bytes, key: str = JSON_KEY) -> Any:
-    from shardpipe.metadata import parse_node_metadata
+    from shardpipe.stored.metadata import parse_node_metadata
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zarr warns when it repairs a reading
@@ -334,7 +334,7 @@ def _parse(data: bytes, key: str = JSON_KEY) -> Any:
 
 def _check_parsed(node: Any) -> None:
     """Whatever a parsed document says, shardpipe computes with it without a stray exception."""
-    from shardpipe.metadata import MAX_SHARD_SLOTS, format_of, is_sharded, layout_of
+    from shardpipe.stored.metadata import MAX_SHARD_SLOTS, format_of, is_sharded, layout_of
 
     if hasattr(node, "shape") and is_sharded(node):
         layout = layout_of(node)

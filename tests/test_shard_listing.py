@@ -12,9 +12,9 @@ import pytest
 import zarr
 
 import shardpipe
-from shardpipe.metadata import format_of, layout_of, open_array_metadata
-from shardpipe.shard_listing import Listed, bounded_map, list_shards, shard_prefix, split
 from shardpipe.storage.resolve import resolve_store
+from shardpipe.stored.listing import Listed, bounded_map, list_shards, shard_prefix, split
+from shardpipe.stored.metadata import format_of, layout_of, open_array_metadata
 
 ENCODINGS = [
     {"name": "default", "separator": "/"},

@@ -41,7 +41,7 @@ from shardpipe.codec.plain_chain import CRC32C_NBYTES, PlainChain, append_crc32c
 from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.core.grid import Shape
 from shardpipe.errors import ChunkDecodeError, InvalidArgumentError
-from shardpipe.metadata import sharding_codec_of
+from shardpipe.stored.metadata import sharding_codec_of
 
 __all__ = ["CRC32C_NBYTES", "ChunkCodec", "ChunkDecodeError", "checksummed_compressors"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import xarray as xr
 
-from shardpipe.checks import check_bool, check_json, check_path, check_progress
+from shardpipe.core.checks import check_bool, check_json, check_path, check_progress
 from shardpipe.dataset.layout import check_dim_sizes
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import check_strategy

@@ -18,8 +18,13 @@ from xarray import conventions
 from zarr.core.group import ConsolidatedMetadata
 
 from shardpipe.errors import InvalidArgumentError, ShardpipeError
-from shardpipe.metadata import ZARR_PARSE_ERRORS, broken_metadata, is_sharded, read_node_metadata
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import (
+    ZARR_PARSE_ERRORS,
+    broken_metadata,
+    is_sharded,
+    read_node_metadata,
+)
 
 
 @dataclass(frozen=True)

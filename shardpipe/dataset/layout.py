@@ -21,7 +21,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardpipe.checks import shape_param
+from shardpipe.core.checks import shape_param
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.validate import resolve_shapes
 

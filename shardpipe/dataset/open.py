@@ -15,10 +15,10 @@ from typing import Any
 
 import xarray as xr
 
-from shardpipe.checks import check_path
+from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.local.contained import contained
-from shardpipe.store_checks import check_store_like
+from shardpipe.stored.places import check_store_like
 
 
 def shard_chunks(ds: xr.Dataset) -> dict[Hashable, dict[Hashable, int]]:

@@ -19,13 +19,13 @@ from typing import Any
 import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.checks import check_bool, check_path
+from shardpipe.core.checks import check_bool, check_path
 from shardpipe.dataset.existing import consolidated_metadata
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.maintenance import RepairReport, repair
-from shardpipe.metadata import is_sharded
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.store_checks import check_node_present
+from shardpipe.stored.metadata import is_sharded
+from shardpipe.stored.places import check_node_present
 
 
 @dataclass

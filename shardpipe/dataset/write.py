@@ -51,11 +51,11 @@ from shardpipe.dataset.layout import (
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.execute import execute_together
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
-from shardpipe.metadata import is_sharded
 from shardpipe.prepare import prepare_fill, prepare_write
 from shardpipe.reports import WriteReport
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.store_checks import check_store_reachable, check_target
+from shardpipe.stored.metadata import is_sharded
+from shardpipe.stored.places import check_store_reachable, check_target
 from shardpipe.transaction import check_commit, check_writable, commit_write
 
 CARRIED_ENCODING = frozenset(

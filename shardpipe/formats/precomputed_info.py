@@ -3,7 +3,7 @@
 ``verify`` and ``info`` compute with what an ``info`` file says (the chunk
 grid of each scale, where its files are, how its shards are laid out), and
 anyone may have written it. :func:`parse_info` checks every member it uses
-before anything is computed, the way :mod:`shardpipe.metadata` checks
+before anything is computed, the way :mod:`shardpipe.stored.metadata` checks
 ``zarr.json``, and turns the document into a :class:`VolumeInfo` or raises
 :class:`~shardpipe.errors.MetadataError` naming the file, the member, its
 value and what is allowed:
@@ -52,8 +52,8 @@ from shardpipe.core.morton import morton_bit_dims
 from shardpipe.core.precomputed_plan import ScaleGrid
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.metadata import parse_json_object
 from shardpipe.storage.keys import checked_key
+from shardpipe.stored.metadata import parse_json_object
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
 VOLUME_KINDS = ("image", "segmentation")

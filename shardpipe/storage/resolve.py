@@ -19,7 +19,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.storage import FsspecStore, LocalStore
 
-from shardpipe.checks import check_path
+from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk

@@ -267,7 +267,7 @@ def test_zarr_format_follows_the_protocol_and_names_keys() -> None:
 
 
 def test_zarr_format_index_from_metadata_matches_zarr() -> None:
-    from shardpipe.metadata import format_of
+    from shardpipe.stored.metadata import format_of
 
     array = zarr.create_array(
         zarr.storage.MemoryStore(),
@@ -343,7 +343,7 @@ def test_coords_of_a_zero_dimensional_array() -> None:
 def test_coords_agrees_with_zarr_on_every_chunk_key_encoding() -> None:
     from zarr.core.metadata.v3 import ArrayV3Metadata
 
-    from shardpipe.metadata import format_of
+    from shardpipe.stored.metadata import format_of
 
     for encoding in [
         {"name": "default", "separator": "/"},

@@ -13,7 +13,7 @@ allocated), or the codec's own error.
 
 :class:`ShardChecker` checks a batch of listed shards (a picklable task) and
 :func:`checked_shards` runs it over every shard present in an array
-(:mod:`shardpipe.shard_listing`); :mod:`shardpipe.verify` adds them up.
+(:mod:`shardpipe.stored.listing`); :mod:`shardpipe.verify` adds them up.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.metadata import format_of, layout_of
-from shardpipe.shard_listing import Listed, over_shards
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.listing import Listed, over_shards
+from shardpipe.stored.metadata import format_of, layout_of
 
 WHOLE_READ_LIMIT = 256 << 20
 """Shards up to this size are read in one request; larger ones by ranges."""
@@ -241,7 +241,7 @@ def checked_shards(
     """Check every shard present (found by listing), as the checks finish (not in grid order).
 
     Keys under the shard prefix that are no shard of the grid go to
-    ``others``. See :func:`shardpipe.shard_listing.over_shards` for
+    ``others``. See :func:`shardpipe.stored.listing.over_shards` for
     ``workers``, ``cluster`` and ``progress``. ``shard_format`` replaces the
     format ``metadata`` gives (a draft array's shards: see
     :mod:`shardpipe.legacy_hierarchy`).

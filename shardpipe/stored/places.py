@@ -20,14 +20,14 @@ from shardpipe.errors import (
     SourceOverlapsTargetError,
     StoreNotWritableError,
 )
-from shardpipe.locations import Location, source_locations, store_location
 from shardpipe.storage.urls import check_location
+from shardpipe.stored.locations import Location, source_locations, store_location
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     from shardpipe.storage.resolve import ResolvedStore
 
 
-from shardpipe.checks import check_options, shown
+from shardpipe.core.checks import check_options, shown
 
 
 def check_source_is_not_target(arr: da.Array, target: ResolvedStore) -> None:

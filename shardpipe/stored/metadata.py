@@ -13,7 +13,7 @@ refuses, or sizes no array can have: see :data:`MAX_SHARD_SLOTS` and
 :data:`MAX_CHUNK_NBYTES`). Nothing is allocated in proportion to the sizes a
 document declares before they are checked; the shard grid may be of any
 size (the commands that look at shards list those present,
-:mod:`shardpipe.shard_listing`).
+:mod:`shardpipe.stored.listing`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each raises :class:`~shardpipe.errors.InvalidArgumentError` naming the
 parameter, showing the value and saying how to fix it. The checks of a
 write's own arguments are in :mod:`shardpipe.validate`, those of where data
-is read and written in :mod:`shardpipe.store_checks`.
+is read and written in :mod:`shardpipe.stored.places`.
 """
 
 from __future__ import annotations
