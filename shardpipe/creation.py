@@ -15,7 +15,7 @@ from typing import Any
 import zarr
 
 from shardpipe.errors import MetadataError
-from shardpipe.journal import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
+from shardpipe.journal.markers import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
 from shardpipe.reports import WriteReport
 from shardpipe.resume import (
     Resume,

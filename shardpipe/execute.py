@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 
-from shardpipe.array_lock import release
 from shardpipe.core.checks import check_bool
 from shardpipe.job import ShardedWrite
+from shardpipe.journal.array_lock import release
 from shardpipe.reports import WriteReport
 from shardpipe.resume import forget_finished, save_record
 from shardpipe.started_job import StartedJob

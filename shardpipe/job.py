@@ -8,7 +8,7 @@ in a notebook), runs it (:meth:`ShardedWrite.execute`), or hands it over as a
 Dask ``Delayed`` (:meth:`ShardedWrite.to_delayed`). ``to_sharded_zarr`` is
 ``prepare_write(...).execute()``.
 
-While it runs, a job holds the array's marker (:mod:`shardpipe.journal`): a
+While it runs, a job holds the array's marker (:mod:`shardpipe.journal.undo`): a
 new array is created after it is taken, an update checks that ``zarr.json``
 did not change since planning, and an append publishes the grown metadata
 after every shard.
@@ -33,7 +33,6 @@ import zarr
 from dask.delayed import Delayed, delayed
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.array_lock import acquire, release
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
@@ -57,7 +56,9 @@ from shardpipe.existing import (
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.graph import build_write_graph
 from shardpipe.job_summary import summary_rows
-from shardpipe.journal import JobKeys, JobMarker, recover
+from shardpipe.journal.array_lock import acquire, release
+from shardpipe.journal.markers import JobKeys, JobMarker
+from shardpipe.journal.undo import recover
 from shardpipe.progress import cluster_threads
 from shardpipe.reports import WriteReport
 from shardpipe.resume import (

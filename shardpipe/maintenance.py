@@ -23,14 +23,15 @@ from typing import Any
 
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.array_lock import holding, release, take
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.existing import read_metadata
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import GroupInfo, group_at, per_array
-from shardpipe.journal import JobKeys, read_marker, recover, undo_records
+from shardpipe.journal.array_lock import holding, release, take
+from shardpipe.journal.markers import JobKeys, read_marker
+from shardpipe.journal.undo import recover, undo_records
 from shardpipe.legacy_hierarchy import each_array, read_draft
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -304,7 +305,7 @@ def repair(
     """Undo what interrupted writes left, so that every inner chunk holds its old or new content.
 
     The marker of a job that no longer runs is taken over first (in one
-    atomic step, see :mod:`shardpipe.array_lock`); then, holding the array,
+    atomic step, see :mod:`shardpipe.journal.array_lock`); then, holding the array,
     every shard with an undo record (an in-place update or append that did
     not finish) is restored to its state before that update, and staging
     files, open uploads and temporary files of processes that no longer run

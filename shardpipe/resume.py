@@ -63,7 +63,7 @@ from shardpipe.core.plan import WritePlan
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.existing import metadata_bytes
 from shardpipe.formats.base import ShardFormat
-from shardpipe.journal import JOB_DIR, JobKeys
+from shardpipe.journal.markers import JOB_DIR, JobKeys
 from shardpipe.storage.resolve import ResolvedStore
 
 RECORD = f"{JOB_DIR}/write.json"

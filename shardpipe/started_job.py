@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from shardpipe.core.waves import WaveSchedule
 from shardpipe.graph import build_write_graph
-from shardpipe.journal import JobMarker
+from shardpipe.journal.markers import JobMarker
 from shardpipe.progress import runs_in_process
 from shardpipe.streaming import WaveGraph
 from shardpipe.tasks import WriteTarget

@@ -32,13 +32,14 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
 from shardpipe.codec.chunk_codec import ChunkCodec
-from shardpipe.completeness import unfinished_work
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import group_at, per_array
-from shardpipe.journal import JobKeys, undo_records
+from shardpipe.journal.leftovers import unfinished_work
+from shardpipe.journal.markers import JobKeys
+from shardpipe.journal.undo import undo_records
 from shardpipe.legacy_hierarchy import each_array, read_draft
 from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -99,7 +100,7 @@ class VerifyReport:
         job (without ``complete``).
     job_problems : list of (str, str)
         With ``complete``: ``(key, problem)`` for each trace of an unfinished
-        job (:mod:`shardpipe.completeness`).
+        job (:mod:`shardpipe.journal.leftovers`).
     n_shards : int
         Shards in the grid (of every array, for a group).
     shards_present : int
@@ -315,7 +316,7 @@ def verify(
         Also require that no job is unfinished: a job record of a write that
         did not finish, staging data, temporary files among the shards or a
         job marker are problems (without it they are notes). See
-        :mod:`shardpipe.completeness`.
+        :mod:`shardpipe.journal.leftovers`.
     progress : bool
         Show a progress bar over the shards checked (``tqdm.auto``).
 

@@ -7,11 +7,11 @@ from typing import Any
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.array_lock import holding
 from shardpipe.core.checks import check_progress
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR
-from shardpipe.journal import JOB_DIR, JobKeys
+from shardpipe.journal.array_lock import holding
+from shardpipe.journal.markers import JOB_DIR, JobKeys
 from shardpipe.prepare import prepare_write
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.transaction import check_commit

@@ -10,7 +10,7 @@ A command::
      "value": int, "stall": step name or null, "seconds": float,
      "delay": float, "go": path of a file to wait for}
 
-The worker sets :data:`shardpipe.journal_stalls._HOOK` so that it sleeps
+The worker sets :data:`shardpipe.journal.stalls._HOOK` so that it sleeps
 ``seconds`` the first time it reaches ``stall``, waits until ``go`` exists,
 sleeps ``delay``, then runs the job. The answer::
 
@@ -33,7 +33,7 @@ import dask
 import numpy as np
 
 import shardpipe
-from shardpipe import journal_stalls
+from shardpipe.journal import stalls as journal_stalls
 
 
 def _hook(stall: str | None, seconds: float, reached: list[str]) -> Any:

@@ -1,7 +1,7 @@
 """Taking an array over from a dead job: exactly one taker wins, on every backend.
 
 Two takers found the same stale marker; one of them is held at a step of
-the takeover (:mod:`shardpipe.journal_stalls`) while the other takes the
+the takeover (:mod:`shardpipe.journal.stalls`) while the other takes the
 array. Whatever the step, the held one must not take the array from the
 live winner: it ends in :class:`~shardpipe.errors.JobConflictError` and the
 winner still holds the array. Backends: a file system, a zarr
@@ -26,10 +26,10 @@ import pytest
 import s3fs
 import zarr
 
-from shardpipe import journal_stalls
-from shardpipe.array_lock import release, take
 from shardpipe.errors import JobConflictError
-from shardpipe.journal import JobKeys, JobMarker, check_held
+from shardpipe.journal import stalls as journal_stalls
+from shardpipe.journal.array_lock import release, take
+from shardpipe.journal.markers import JobKeys, JobMarker, check_held
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.s3.store import S3ShardStore

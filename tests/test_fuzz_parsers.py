@@ -47,7 +47,8 @@ import shardpipe
 from shardpipe.errors import JobConflictError, MetadataError, ShardFormatError, ShardpipeError
 from shardpipe.formats.base import ShardIndex, assemble_shard
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat, decode_index
-from shardpipe.journal import JOB_DIR, JobKeys, UndoRecord, read_marker
+from shardpipe.journal.markers import JOB_DIR, JobKeys, read_marker
+from shardpipe.journal.undo import UndoRecord
 
 MUTATIONS: Counter[str] = Counter()
 """Mutated inputs tried, by parser."""

@@ -2,7 +2,7 @@
 
 Two long-lived worker processes (``tests.race_worker``) run jobs on the same
 array at once. One is made to stall at a step of the journal
-(:data:`shardpipe.journal_stalls.STEPS`, each in turn), the other at a
+(:data:`shardpipe.journal.stalls.STEPS`, each in turn), the other at a
 random one for a shorter while. Most runs start from what a killed job
 leaves: its marker (its process is gone) and a torn shard with its undo
 record; some runs have the second job run ``repair`` instead of an update.
@@ -35,8 +35,9 @@ import numpy as np
 import pytest
 
 import shardpipe
-from shardpipe.journal import JobKeys, UndoRecord
-from shardpipe.journal_stalls import STEPS
+from shardpipe.journal.markers import JobKeys
+from shardpipe.journal.stalls import STEPS
+from shardpipe.journal.undo import UndoRecord
 from tests.readers import read_zarr
 
 RUNS = int(os.environ.get("SHARDPIPE_RACE_RUNS", "50"))

@@ -58,7 +58,7 @@ def test_waves_of_a_vast_zarr_source_never_list_its_blocks(tmp_path: Path, monke
     try:
         first = next(started.wave_graphs(0))
     finally:
-        from shardpipe.array_lock import release
+        from shardpipe.journal.array_lock import release
 
         release(started.job.target.shards, started.job.keys, started.marker)
     with dask.config.set(scheduler="threads"):

@@ -393,9 +393,9 @@ def test_dataset_on_s3_write_append_region(s3_bucket: tuple[str, dict[str, Any]]
 def test_a_running_job_on_a_variable_stops_the_dataset_write(
     written: Path, kwargs: dict[str, Any]
 ) -> None:
-    from shardpipe.array_lock import acquire, release
     from shardpipe.errors import JobConflictError
-    from shardpipe.journal import JobKeys
+    from shardpipe.journal.array_lock import acquire, release
+    from shardpipe.journal.markers import JobKeys
     from shardpipe.storage.resolve import resolve_store
 
     target = resolve_store(written, "precip")

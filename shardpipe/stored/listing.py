@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.journal import JOB_DIR
+from shardpipe.journal.markers import JOB_DIR
 from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 

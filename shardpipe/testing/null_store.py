@@ -43,7 +43,7 @@ import zarr
 from zarr.abc.store import Store
 
 from shardpipe.errors import ConditionFailedError
-from shardpipe.journal import JOB_DIR
+from shardpipe.journal.markers import JOB_DIR
 from shardpipe.storage.base import (
     ObjectVersion,
     PartReceipt,

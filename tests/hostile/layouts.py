@@ -31,7 +31,8 @@ import numpy as np
 import shardpipe
 from shardpipe.cli import main as cli_main
 from shardpipe.errors import ShardpipeError
-from shardpipe.journal import JOB_DIR, UndoRecord
+from shardpipe.journal.markers import JOB_DIR
+from shardpipe.journal.undo import UndoRecord
 
 FIXTURES = Path(__file__).parent.parent / "legacy_fixtures"
 RAW = re.compile(

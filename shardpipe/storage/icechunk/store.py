@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from zarr.core.sync import sync
 
 from shardpipe.errors import AbilityNotSupportedError, TransactionConflictError
-from shardpipe.journal import JOB_DIR
+from shardpipe.journal.markers import JOB_DIR
 from shardpipe.storage.base import (
     ObjectVersion,
     PartReceipt,

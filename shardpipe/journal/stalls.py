@@ -1,6 +1,6 @@
 """Test hook: make a job stall between the steps of taking, changing and releasing an array.
 
-Races between jobs on one array (:mod:`shardpipe.journal`) only show when
+Races between jobs on one array (:mod:`shardpipe.journal.undo`) only show when
 one job stops for a while at the wrong instant. Race tests make it stop
 there on purpose: :func:`step` is called at each named point of
 ``acquire``, ``recover`` and ``release``, and of a positioned write of a

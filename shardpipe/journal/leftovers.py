@@ -3,7 +3,7 @@
 A write that was interrupted leaves some of these: its job record still
 saying ``"running"`` (:mod:`shardpipe.resume`), objects in the staging area
 (parts of shards that were being written in parts, markers of multipart
-uploads), and its job marker (:mod:`shardpipe.journal`). None of them makes
+uploads), and its job marker (:mod:`shardpipe.journal.undo`). None of them makes
 a shard wrong, so a plain ``verify`` lists them as notes; ``verify
 --complete`` (``complete=True``) counts them as problems, because the array
 is then not the whole of what was to be written.
@@ -12,7 +12,7 @@ is then not the whole of what was to be written.
 from __future__ import annotations
 
 from shardpipe.errors import MetadataError
-from shardpipe.journal import JobKeys, read_marker
+from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.resume import RECORD, read_record
 from shardpipe.storage.resolve import ResolvedStore
 

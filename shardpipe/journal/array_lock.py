@@ -1,11 +1,11 @@
 """Holding an array: one job at a time, and a dead job's marker taken over in one step.
 
 A job holds an array while its marker (``.shardpipe/job.json``, see
-:mod:`shardpipe.journal`) names it. :func:`take` creates the marker
+:mod:`shardpipe.journal.undo`) names it. :func:`take` creates the marker
 create-only; when another job's marker is there and that job no longer runs
 (or ``force`` says to ignore it), :func:`take` replaces the marker with its
 own, and only then, holding the array, recovers what the dead job left
-(:func:`shardpipe.journal.recover`). Recovering first and taking the array
+(:func:`shardpipe.journal.undo.recover`). Recovering first and taking the array
 after would let a job that stalled in between roll back the undo records of
 a live job that took the array meanwhile: its updates would be lost.
 
@@ -32,7 +32,7 @@ a zarr ``FsspecStore``) two jobs may still both believe they won; such
 stores leave that window open for every conditional write.
 
 :func:`release` removes the marker if it is still the job's, and the empty
-folders its records left. :mod:`shardpipe.journal_stalls` lets tests stall
+folders its records left. :mod:`shardpipe.journal.stalls` lets tests stall
 a job at every step named here.
 """
 
@@ -43,17 +43,17 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from shardpipe.errors import ConditionFailedError, JobConflictError
-from shardpipe.journal import (
+from shardpipe.journal.markers import (
     JobKeys,
     JobMarker,
     conflict,
     ended,
     read_marker,
     read_marker_at,
-    recover,
     started,
 )
-from shardpipe.journal_stalls import step
+from shardpipe.journal.stalls import step
+from shardpipe.journal.undo import recover
 from shardpipe.storage.base import ObjectVersion, ShardStore
 
 TRIES = 8
