@@ -4,6 +4,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from shardpipe.dataset import open_dataset
 from shardpipe.dataset import register as _register_accessors
+from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import (
     ArrayExistsError,
     InvalidArgumentError,
@@ -23,7 +24,6 @@ from shardpipe.precomputed_write import to_neuroglancer_precomputed
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunk_group import plan_group_rechunk, rechunk_group
-from shardpipe.reports import WriteReport
 from shardpipe.verify import VerifyReport, verify
 from shardpipe.writer import cleanup, to_sharded_zarr
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import zarr
 
+from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.tasks import WriteTarget
 from shardpipe.errors import MetadataError
 from shardpipe.journal.markers import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
-from shardpipe.reports import WriteReport
 from shardpipe.resume import (
     Resume,
     check_same_job,
@@ -27,7 +28,6 @@ from shardpipe.resume import (
 )
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import check_target
-from shardpipe.tasks import WriteTarget
 
 
 def create_array(

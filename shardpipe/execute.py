@@ -2,7 +2,7 @@
 
 :func:`execute_together` takes each job's marker, writes or checks its
 metadata, then runs the jobs' waves one after another
-(:func:`~shardpipe.streaming.run_waves`: each wave's graph built while the
+(:func:`~shardpipe.engine.streaming.run_waves`: each wave's graph built while the
 one before runs, small waves of several jobs together), records each wave
 of a new array as done in its job record once it is (so that a resumed
 write starts at the first wave not done), and on failure rolls back what
@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from shardpipe.core.checks import check_bool
+from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.streaming import WaveGraph, run_waves
+from shardpipe.engine.tasks import finish_write
 from shardpipe.job import ShardedWrite
 from shardpipe.journal.array_lock import release
-from shardpipe.reports import WriteReport
 from shardpipe.resume import forget_finished, save_record
 from shardpipe.started_job import StartedJob
-from shardpipe.streaming import WaveGraph, run_waves
-from shardpipe.tasks import finish_write
 
 log = logging.getLogger("shardpipe")
 

@@ -14,7 +14,7 @@ did not change since planning, and an append publishes the grown metadata
 after every shard.
 
 A job runs in waves of shards (:mod:`shardpipe.core.waves`,
-:mod:`shardpipe.streaming`): each wave's graph is built from the source when
+:mod:`shardpipe.engine.streaming`): each wave's graph is built from the source when
 the wave is about to run, so neither the client nor the scheduler ever holds
 the graph of a whole petabyte array. A small write is one wave.
 """
@@ -34,6 +34,7 @@ from dask.delayed import Delayed, delayed
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.chunk_codec import ChunkCodec
+from shardpipe.core.display import html_table, text_table
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
@@ -44,6 +45,12 @@ from shardpipe.creation import (
     create_array,
     record_complete,
 )
+from shardpipe.engine.graph import build_write_graph
+from shardpipe.engine.progress import cluster_threads
+from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.streaming import WAVES_PER_BATCH, wave_tasks
+from shardpipe.engine.tasks import WriteTarget
+from shardpipe.engine.update_tasks import UpdateTarget
 from shardpipe.errors import (
     ConditionFailedError,
     InvalidArgumentError,
@@ -54,13 +61,10 @@ from shardpipe.existing import (
     metadata_bytes,
 )
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.graph import build_write_graph
 from shardpipe.job_summary import summary_rows
 from shardpipe.journal.array_lock import acquire, release
 from shardpipe.journal.markers import JobKeys, JobMarker
 from shardpipe.journal.undo import recover
-from shardpipe.progress import cluster_threads
-from shardpipe.reports import WriteReport
 from shardpipe.resume import (
     Resume,
     check_same_job,
@@ -70,10 +74,6 @@ from shardpipe.resume import (
 from shardpipe.started_job import StartedJob
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import format_of
-from shardpipe.streaming import WAVES_PER_BATCH, wave_tasks
-from shardpipe.summary import html_table, text_table
-from shardpipe.tasks import WriteTarget
-from shardpipe.updating import UpdateTarget
 
 DEFAULT_MAX_MEM = "1GiB"
 """Default memory budget per task (see ``to_sharded_zarr``'s ``max_mem``)."""
@@ -181,7 +181,7 @@ class ShardedWrite:
         """The waves the job runs in.
 
         A wave holds as many shards as an eighth of ``shardpipe.wave-tasks``
-        tasks allow (:func:`~shardpipe.streaming.wave_tasks`, counting the
+        tasks allow (:func:`~shardpipe.engine.streaming.wave_tasks`, counting the
         tasks of any scheduler; waves run in batches of about eight), and at
         least two per worker thread (``threads``, or this machine's cores),
         so that every thread has work.
@@ -240,7 +240,7 @@ class ShardedWrite:
 
         Its first task writes the metadata (after checking the target once
         more); every task touching storage waits for it. It computes to a
-        :class:`~shardpipe.reports.WriteReport`. Piece tasks encode where the
+        :class:`~shardpipe.engine.reports.WriteReport`. Piece tasks encode where the
         blocks live, so the graph suits every scheduler. After a failed
         computation, :func:`shardpipe.cleanup` removes what it left.
 

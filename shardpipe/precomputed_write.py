@@ -39,6 +39,7 @@ from dask.delayed import Delayed, delayed
 from shardpipe.core.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, check_scattered
+from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.errors import (
     ArrayExistsError,
     InvalidArgumentError,
@@ -51,7 +52,6 @@ from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES, UNFINISHED_KEY
 from shardpipe.job import STAGING_DIR
 from shardpipe.precomputed_graph import downsampled, part_chunks, shard_tasks
 from shardpipe.precomputed_tasks import PrecomputedTarget
-from shardpipe.reports import WriteReport, add_reports
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.places import check_not_a_file, check_target

@@ -30,6 +30,7 @@ import zarr
 from dask.delayed import Delayed
 
 from shardpipe.core.checks import check_bool, check_json, check_progress
+from shardpipe.core.display import html_table, text_table
 from shardpipe.core.grid import Shape
 from shardpipe.core.rechunk import (
     ReadCost,
@@ -39,13 +40,13 @@ from shardpipe.core.rechunk import (
     straddles,
 )
 from shardpipe.core.sizes import format_bytes
+from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.prepare import prepare_write
 from shardpipe.rechunk_intermediate import Intermediate
 from shardpipe.rechunk_memory import HOLD_SHARE, automatic_temp_store, one_pass_hold
 from shardpipe.rechunk_source import Source, open_source
-from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume, check_same_job, complete_shards
 from shardpipe.stored.places import (
     check_source_options,
@@ -53,7 +54,6 @@ from shardpipe.stored.places import (
     check_temp_store,
     resolve_named,
 )
-from shardpipe.summary import html_table, text_table
 from shardpipe.transaction import check_commit
 from shardpipe.validate import check_max_mem, resolve_shapes
 

@@ -23,12 +23,12 @@ import zarr
 
 from shardpipe.core.checks import check_bool, check_int_tuple, json_problem
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
+from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.execute import execute_together
 from shardpipe.job import DEFAULT_MAX_MEM
 from shardpipe.rechunk import RechunkJob, plan_rechunk
 from shardpipe.rechunk_source import open_source
-from shardpipe.reports import WriteReport
 from shardpipe.resume import check_resume
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore

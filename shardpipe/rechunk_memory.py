@@ -5,9 +5,9 @@ can afford are thinner than the target's inner chunks (slabs into cubes),
 one pass also holds what no single task does: every block feeding a part
 stays in memory until the part's last block is read. The graph reads blocks
 in order and at most a few ahead of the written parts
-(:mod:`shardpipe.read_gates`), so what waits is, per wave of shards, the
+(:mod:`shardpipe.engine.read_gates`), so what waits is, per wave of shards, the
 blocks of the parts being gathered plus the blocks read ahead, and a few
-waves run at once (:mod:`shardpipe.streaming`). :func:`one_pass_hold`
+waves run at once (:mod:`shardpipe.engine.streaming`). :func:`one_pass_hold`
 counts that from the plan.
 
 When it would exceed :data:`HOLD_SHARE` of ``max_mem``, :func:`shardpipe.plan_rechunk`
@@ -25,11 +25,11 @@ from bisect import bisect_right
 
 import numpy as np
 
+from shardpipe.engine.read_gates import read_ahead
+from shardpipe.engine.streaming import WAVES_PER_BATCH
 from shardpipe.job import ShardedWrite
-from shardpipe.read_gates import read_ahead
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.locations import store_location
-from shardpipe.streaming import WAVES_PER_BATCH
 
 HOLD_SHARE = 1.5
 """A one-pass rechunk may hold up to this many times ``max_mem`` between its tasks.
@@ -43,7 +43,7 @@ def one_pass_hold(write: ShardedWrite, threads: int | None = None) -> int:
 
     Per wave: the blocks (cut to the wave's box) that the parts being
     gathered need, plus those read ahead; times the waves that run at once
-    (two batches of about :data:`~shardpipe.streaming.WAVES_PER_BATCH`).
+    (two batches of about :data:`~shardpipe.engine.streaming.WAVES_PER_BATCH`).
     0 when every part is fed by one block.
 
     Parameters

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shardpipe.core.waves import WaveSchedule
-from shardpipe.graph import build_write_graph
+from shardpipe.engine.graph import build_write_graph
+from shardpipe.engine.progress import runs_in_process
+from shardpipe.engine.streaming import WaveGraph
+from shardpipe.engine.tasks import WriteTarget
+from shardpipe.engine.update_tasks import UpdateTarget
 from shardpipe.journal.markers import JobMarker
-from shardpipe.progress import runs_in_process
-from shardpipe.streaming import WaveGraph
-from shardpipe.tasks import WriteTarget
-from shardpipe.updating import UpdateTarget
 
 if TYPE_CHECKING:
     from shardpipe.job import ShardedWrite

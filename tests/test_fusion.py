@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import shardpipe
-from shardpipe.graph import WriteGraph, build_write_graph
-from shardpipe.task_groups import shards_per_task
+from shardpipe.engine.graph import WriteGraph, build_write_graph
+from shardpipe.engine.task_groups import shards_per_task
 from tests.readers import assert_same, read_zarr
 
 

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from shardpipe.heap import (
+from shardpipe.engine.heap import (
     FIXED_MMAP_THRESHOLD,
     FIXED_TRIM_THRESHOLD,
     M_MMAP_THRESHOLD,
@@ -79,7 +79,7 @@ CHILD = textwrap.dedent(
     """
     import json, resource, threading
     import numpy as np
-    from shardpipe.heap import heap_buffers, raises_threshold
+    from shardpipe.engine.heap import heap_buffers, raises_threshold
 
     def task():
         # an 8 MiB block, then buffers of 256 KiB made from it, all freed

@@ -4,7 +4,7 @@ Slabs thinner than the target's inner chunks make one pass gather every part
 from several blocks; the scheduler used to read every block of a wave before
 the first shard was done and hold them all (issue 28: a rechunk of (1, 4096,
 4096) slabs under ``max_mem="256MB"`` peaked at +899 MiB). Blocks are now read
-in order, a few ahead of the written parts (:mod:`shardpipe.read_gates`), and
+in order, a few ahead of the written parts (:mod:`shardpipe.engine.read_gates`), and
 where even that would hold more than 1.5 x ``max_mem`` the rechunk goes in two
 passes through a copy beside the target (:mod:`shardpipe.rechunk_memory`).
 

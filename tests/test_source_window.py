@@ -12,8 +12,8 @@ import pytest
 import zarr
 from dask.blockwise import Blockwise
 
+from shardpipe.engine.source_window import read_window
 from shardpipe.prepare import prepare_write
-from shardpipe.source_window import read_window
 from tests.readers import assert_same, read_zarr
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import shardpipe
+from shardpipe.engine.update_tasks import StoredShard
 from shardpipe.errors import ShardConflictError
-from shardpipe.updating import StoredShard
 from tests import race_child
 from tests.readers import read_zarr
 
@@ -74,7 +74,7 @@ def test_a_shard_changed_by_another_writer_is_never_overwritten(
     """Another writer (zarr-python) changes a shard between our read and our publish."""
     import zarr
 
-    import shardpipe.updating as updating
+    import shardpipe.engine.update_tasks as updating
 
     path = tmp_path / "a.zarr"
     data = np.arange(32 * 32, dtype="uint16").reshape(32, 32)

@@ -15,9 +15,9 @@ import pytest
 from dask.delayed import delayed
 
 import shardpipe
+from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.streaming import WaveGraph, run_waves
 from shardpipe.prepare import prepare_write
-from shardpipe.reports import WriteReport
-from shardpipe.streaming import WaveGraph, run_waves
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 SHAPE = (96, 80, 60)

@@ -8,8 +8,8 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
+from shardpipe.engine.reports import WriteReport
 from shardpipe.job import DEFAULT_MAX_MEM
-from shardpipe.reports import WriteReport
 
 
 class ShardAccessor:

@@ -48,11 +48,11 @@ from shardpipe.dataset.layout import (
     grid_aligned_chunks,
     variable_layout,
 )
+from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.execute import execute_together
 from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.prepare import prepare_fill, prepare_write
-from shardpipe.reports import WriteReport
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_store_reachable, check_target

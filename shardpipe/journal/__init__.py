@@ -25,7 +25,7 @@ record back (:func:`roll_back`) restores exactly the old shard: the old bytes
 go back and the object is cut to its old size. The record is removed once the
 shard is complete (and durable), so a record found later marks a shard whose
 update may be torn. The task that fails while writing a shard rolls it back
-at once (:mod:`shardpipe.updating`); a record stays only when the job was
+at once (:mod:`shardpipe.engine.update_tasks`); a record stays only when the job was
 killed or that rollback failed too, and then whichever job next holds the
 array rolls it back (:func:`recover`) before it changes anything.
 

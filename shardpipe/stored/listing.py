@@ -168,7 +168,7 @@ def over_shards[T](
         Called (here) with every listed key that is no shard of the grid.
     cluster : bool
         Run the tasks on the ``distributed`` cluster when a client is active
-        (:func:`shardpipe.progress.distributed_client`).
+        (:func:`shardpipe.engine.progress.distributed_client`).
     progress : bool
         Show a ``tqdm.auto`` bar over the shards; its total is known once
         the listing has ended.
@@ -184,7 +184,7 @@ def over_shards[T](
 
     client = None
     if cluster:
-        from shardpipe.progress import cluster_threads, distributed_client
+        from shardpipe.engine.progress import cluster_threads, distributed_client
 
         client = distributed_client()
         workers = (cluster_threads() or workers) if client is not None else workers

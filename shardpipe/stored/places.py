@@ -116,7 +116,7 @@ def check_store_reachable(arr: da.Array, target: ResolvedStore) -> None:
     processes (a distributed cluster with worker processes) would write into
     their own unpickled copies, and the data would be lost without an error.
     """
-    from shardpipe.progress import distributed_client, runs_in_process
+    from shardpipe.engine.progress import distributed_client, runs_in_process
 
     if not isinstance(target.zarr_store, MemoryStore) or runs_in_process(arr):
         return

@@ -5,7 +5,7 @@ An Icechunk repository keeps Zarr keys in snapshots: a writable
 cannot share the user's session across processes, so each publishing task
 writes through a fork of it (:meth:`IcechunkShardStore.collecting`) and
 hands the fork back in its report; the graph merges the forks on the way
-back (:func:`shardpipe.reports.add_reports`) and the client merges the sum
+back (:func:`shardpipe.engine.reports.add_reports`) and the client merges the sum
 into the user's session (:meth:`IcechunkShardStore.merge_changes`).
 
 Only the chunk references travel: Icechunk writes a chunk's bytes to the

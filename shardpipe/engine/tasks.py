@@ -1,7 +1,7 @@
 """The functions Dask runs: encode pieces, write shards and parts, stamp indexes.
 
 Each function is plain Python on NumPy arrays and bytes; the graph builder
-(:mod:`shardpipe.graph`) decides which runs where. Nothing here takes a lock:
+(:mod:`shardpipe.engine.graph`) decides which runs where. Nothing here takes a lock:
 every shard key has exactly one task that publishes it.
 """
 
@@ -21,6 +21,7 @@ from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.cut import cut_block, whole_chunk_blocks
 from shardpipe.core.grid import Box, Coords, ShardLayout, box_size, box_to_slices, intersect
 from shardpipe.core.plan import PartPlan
+from shardpipe.engine.reports import WriteReport
 from shardpipe.formats.base import (
     PartManifest,
     ShardFormat,
@@ -28,7 +29,6 @@ from shardpipe.formats.base import (
     lay_out_part,
     stream_shard,
 )
-from shardpipe.reports import WriteReport
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
 from shardpipe.storage.retry import retries_so_far
 

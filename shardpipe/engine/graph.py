@@ -18,7 +18,7 @@ names read well on the dashboard::
 
 On a transactional backend (an Icechunk session) each publishing task
 writes through its own fork of the session
-(:func:`~shardpipe.tasks.collecting_changes`) and its report carries the
+(:func:`~shardpipe.engine.tasks.collecting_changes`) and its report carries the
 fork back; ``merge-changes`` tasks merge them in a tree on the workers, so
 the client receives at most :data:`MERGE_FAN_IN` merged forks per graph.
 
@@ -28,10 +28,10 @@ to the box of blocks feeding it, so Dask culls the source's graph to them:
 no step walks every block of the array.
 
 A block that feeds a single task is computed inside that task
-(:func:`~shardpipe.fusion.fuse_blocks`): on ``distributed`` it is then born
+(:func:`~shardpipe.engine.fusion.fuse_blocks`): on ``distributed`` it is then born
 on the worker that encodes it, so no block travels between workers, and the
 scheduler handles one task per shard instead of two. Every task runs inside
-:func:`~shardpipe.heap.heap_buffers`.
+:func:`~shardpipe.engine.heap.heap_buffers`.
 """
 
 from __future__ import annotations
@@ -52,13 +52,13 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan, ShardPlan, WritePlan
 from shardpipe.core.waves import Wave
-from shardpipe.fusion import fuse_blocks
-from shardpipe.heap import in_heap_scope
-from shardpipe.read_gates import gate_reads, read_ahead
-from shardpipe.reports import add_reports
-from shardpipe.source_window import read_window
-from shardpipe.task_groups import group_publishing, shards_per_task
-from shardpipe.tasks import (
+from shardpipe.engine.fusion import fuse_blocks
+from shardpipe.engine.heap import in_heap_scope
+from shardpipe.engine.read_gates import gate_reads, read_ahead
+from shardpipe.engine.reports import add_reports
+from shardpipe.engine.source_window import read_window
+from shardpipe.engine.task_groups import group_publishing, shards_per_task
+from shardpipe.engine.tasks import (
     WriteTarget,
     begin_shard,
     collecting_changes,
@@ -68,7 +68,7 @@ from shardpipe.tasks import (
     write_part,
     write_shard,
 )
-from shardpipe.updating import UpdateTarget, update_shard
+from shardpipe.engine.update_tasks import UpdateTarget, update_shard
 
 PUBLISHING_TASKS = ("write-shard", "update-shard", "stamp-shard")
 """Names of the tasks after which a shard is complete at its key."""
@@ -84,9 +84,9 @@ class WriteGraph:
     Parameters
     ----------
     result : Delayed
-        Computes to a :class:`~shardpipe.reports.WriteReport` for the whole array.
+        Computes to a :class:`~shardpipe.engine.reports.WriteReport` for the whole array.
     publishing : list of Delayed
-        One per shard, or per group of shards (:mod:`shardpipe.task_groups`,
+        One per shard, or per group of shards (:mod:`shardpipe.engine.task_groups`,
         and the ``merge-changes`` tree of a transactional write): done once
         its shards are at their keys; computes to their report.
     n_shards : int
@@ -134,14 +134,14 @@ def build_write_graph(
         tasks in between, wherever the plan says holding them fits the budget.
     update : bool
         The array exists: each shard is changed by one ``update-shard``
-        task (``target`` is then an :class:`~shardpipe.updating.UpdateTarget`),
+        task (``target`` is then an :class:`~shardpipe.engine.update_tasks.UpdateTarget`),
         which needs every shard to be a single part.
     skip : frozenset of shard coordinates
         Shards not to write (complete already, when a job resumes).
     threads : int, optional
         Worker threads of the ``distributed`` cluster the graph will run on:
         small shards are then written several per task
-        (:mod:`shardpipe.task_groups`).
+        (:mod:`shardpipe.engine.task_groups`).
     wave : Wave, optional
         Write only this box of shards (``token`` should then name the wave).
     """

@@ -6,7 +6,7 @@ single-threaded worker processes on two cores, about 4-5 ms of CPU time per
 task (scheduler, client and worker together), against about 45 ms for
 writing an 8 MiB shard of zstd-1. On a small machine that time is taken from
 the workers. Once every block is computed inside the task writing its shard
-(:mod:`shardpipe.fusion`), consecutive shards' tasks can run as one: the
+(:mod:`shardpipe.engine.fusion`), consecutive shards' tasks can run as one: the
 group task runs them one after the other, so it holds no more memory than
 the largest of them, and reports their sum.
 
@@ -26,7 +26,7 @@ from dask._task_spec import Task, TaskRef
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from shardpipe.reports import WriteReport
+from shardpipe.engine.reports import WriteReport
 
 TASK_BYTES = 16 * 2**20
 """Raw bytes a task should write at least, where shards are smaller."""

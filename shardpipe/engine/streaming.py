@@ -37,8 +37,8 @@ from dask.base import compute
 from dask.delayed import Delayed
 from dask.system import CPU_COUNT
 
-from shardpipe.progress import ShardBar, distributed_client, local_progress, wait_idle
-from shardpipe.reports import WriteReport
+from shardpipe.engine.progress import ShardBar, distributed_client, local_progress, wait_idle
+from shardpipe.engine.reports import WriteReport
 
 WAVE_TASKS = 16_000
 """Default most tasks of one batch of waves on the scheduler (``shardpipe.wave-tasks``).
@@ -79,7 +79,7 @@ class WaveGraph:
     wave : int
         Number of the wave in its job.
     publishing : list of Delayed
-        Its publishing tasks, each computing to a :class:`~shardpipe.reports.WriteReport`.
+        Its publishing tasks, each computing to a :class:`~shardpipe.engine.reports.WriteReport`.
     n_tasks : int
         Tasks it puts on the scheduler (an estimate from the plan).
     """

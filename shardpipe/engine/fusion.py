@@ -1,6 +1,6 @@
 """Compute each block that feeds a single task inside that task.
 
-:func:`~shardpipe.graph.build_write_graph` takes the source's blocks as
+:func:`~shardpipe.engine.graph.build_write_graph` takes the source's blocks as
 tasks of their own (``arr.to_delayed()``). On ``distributed`` such a block is
 computed wherever the scheduler likes, and must then reach the task that
 encodes it; the scheduler's work stealing moves these consumers to idle
@@ -22,7 +22,7 @@ from dask._task_spec import Alias, Task, TaskRef
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from shardpipe.heap import run_in_heap_scope
+from shardpipe.engine.heap import run_in_heap_scope
 
 
 def fuse_blocks(
@@ -32,7 +32,7 @@ def fuse_blocks(
 
     The fused task keeps the consumer's key and runs the block's task inline,
     then the consumer's function, all inside
-    :func:`~shardpipe.heap.heap_buffers` (where the block is allocated and
+    :func:`~shardpipe.engine.heap.heap_buffers` (where the block is allocated and
     freed). The block's own dependencies become the fused task's. A block
     feeding several tasks (pieces of a misaligned block) stays a task of its
     own, computed once; so does one whose key is reached through an alias
@@ -113,7 +113,7 @@ def _single_use_chain(
 
 
 def _in_scope(node: Task, root: bool) -> Task:
-    """``node`` run inside :func:`~shardpipe.heap.heap_buffers`, nested blocks included."""
+    """``node`` run inside :func:`~shardpipe.engine.heap.heap_buffers`, nested blocks included."""
     keys = tuple(sorted(node.dependencies, key=str))
     return Task(
         node.key,

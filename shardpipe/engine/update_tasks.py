@@ -39,15 +39,15 @@ from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan
 from shardpipe.core.region import ShardCoverage
 from shardpipe.core.shard_update import Abilities, ShardBytes, ShardUpdate, plan_shard_update
+from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.tasks import WriteTarget, encode_part, stored_only
 from shardpipe.errors import ChunkDecodeError, ConditionFailedError, PlanError, ShardConflictError
 from shardpipe.formats.base import ShardFormat, ShardIndex, assemble_shard, read_checked_index
 from shardpipe.journal.markers import JobKeys, JobMarker, check_held
 from shardpipe.journal.stalls import step
 from shardpipe.journal.undo import UndoRecord, roll_back
-from shardpipe.reports import WriteReport
 from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.retry import retries_so_far
-from shardpipe.tasks import WriteTarget, encode_part, stored_only
 
 
 @dataclass(frozen=True)

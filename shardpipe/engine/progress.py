@@ -1,7 +1,7 @@
 """Where a write runs, and its progress bar over shards, bytes and waves.
 
 On a ``distributed`` client the bar advances as reports are gathered
-(:mod:`shardpipe.streaming`); on Dask's local schedulers a scheduler
+(:mod:`shardpipe.engine.streaming`); on Dask's local schedulers a scheduler
 callback advances it as publishing tasks end.
 """
 
@@ -15,8 +15,8 @@ import dask
 import dask.base
 from dask.callbacks import Callback
 
-from shardpipe.graph import PUBLISHING_TASKS
-from shardpipe.reports import WriteReport
+from shardpipe.engine.graph import PUBLISHING_TASKS
+from shardpipe.engine.reports import WriteReport
 
 
 def distributed_client() -> Any | None:
