@@ -17,15 +17,15 @@ from shardpipe.errors import (
     UnsupportedLegacyError,
     VerificationError,
 )
-from shardpipe.job import ShardedWrite
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
 from shardpipe.migrate import MigrateReport, migrate
 from shardpipe.precomputed_write import to_neuroglancer_precomputed
-from shardpipe.prepare import prepare_write
 from shardpipe.rechunk import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunk_group import plan_group_rechunk, rechunk_group
 from shardpipe.verify import VerifyReport, verify
-from shardpipe.writer import cleanup, to_sharded_zarr
+from shardpipe.write.api import cleanup, to_sharded_zarr
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.prepare import prepare_write
 
 __all__ = [
     "ArrayExistsError",

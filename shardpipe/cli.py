@@ -203,8 +203,8 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         check_size_limit,
         shape_param,
     )
-    from shardpipe.prepare import prepare_write
     from shardpipe.rechunk_source import open_source
+    from shardpipe.write.prepare import prepare_write
 
     blocks = check_int_tuple("blocks", args.blocks)
     if args.source is not None:
@@ -297,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(fixed)
         return 0 if fixed.ok else 1
     if args.command == "cleanup":
-        from shardpipe.writer import cleanup
+        from shardpipe.write.api import cleanup
 
         try:
             removed = cleanup(args.store, args.path, storage_options=options)

@@ -26,8 +26,8 @@ import zarr
 from distributed import Client, LocalCluster, wait
 from zarr.codecs import ZstdCodec
 
-from shardpipe.prepare import prepare_write
 from shardpipe.verify import verify
+from shardpipe.write.prepare import prepare_write
 
 
 def synthetic_volume(shape: tuple[int, int, int], chunks: tuple[int, int, int]) -> da.Array:

@@ -27,7 +27,6 @@ from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.engine.update_tasks import StoredShard, read_shard, rewrite_shard
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.existing import read_metadata
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal.array_lock import holding, release, take
@@ -40,6 +39,7 @@ from shardpipe.stored.listing import Listed, list_shards, over_shards
 from shardpipe.stored.metadata import format_of, layout_of
 from shardpipe.stored.places import check_node_present
 from shardpipe.verify import VerifyReport, verify
+from shardpipe.write.update_target import read_metadata
 
 
 def _each_shard[T](

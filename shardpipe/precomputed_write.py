@@ -49,13 +49,13 @@ from shardpipe.errors import (
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
 from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES, UNFINISHED_KEY
-from shardpipe.job import STAGING_DIR
 from shardpipe.precomputed_graph import downsampled, part_chunks, shard_tasks
 from shardpipe.precomputed_tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.places import check_not_a_file, check_target
-from shardpipe.validate import check_max_mem
+from shardpipe.write.arguments import check_max_mem
+from shardpipe.write.job import STAGING_DIR
 
 DATA_TYPES = ("uint8", "uint16", "uint32", "uint64", "float32")
 VOLUME_TYPES = ("image", "segmentation")

@@ -42,20 +42,20 @@ from shardpipe.core.rechunk import (
 from shardpipe.core.sizes import format_bytes
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
-from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
-from shardpipe.prepare import prepare_write
 from shardpipe.rechunk_intermediate import Intermediate
 from shardpipe.rechunk_memory import HOLD_SHARE, automatic_temp_store, one_pass_hold
 from shardpipe.rechunk_source import Source, open_source
-from shardpipe.resume import check_resume, check_same_job, complete_shards
 from shardpipe.stored.places import (
     check_source_options,
     check_target,
     check_temp_store,
     resolve_named,
 )
-from shardpipe.transaction import check_commit
-from shardpipe.validate import check_max_mem, resolve_shapes
+from shardpipe.write.arguments import check_max_mem, resolve_shapes
+from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.prepare import prepare_write
+from shardpipe.write.resume import check_resume, check_same_job, complete_shards
+from shardpipe.write.transaction import check_commit
 
 FIRST_BLOCK_SHARE = 2
 """Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.
@@ -426,7 +426,7 @@ def rechunk(
         codecs and attributes, as the job record saved beside ``zarr.json``
         after the metadata and before the first shard shows; else an error
         (``"force"`` skips the source comparison). Without a target, a fresh
-        start. See :mod:`shardpipe.resume`.
+        start. See :mod:`shardpipe.write.resume`.
     temp_store : str or os.PathLike, optional
         Where a two-pass rechunk may keep an intermediate copy (a path or
         URL that does not exist yet; deleted afterwards). Used only when the

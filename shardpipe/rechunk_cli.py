@@ -13,7 +13,7 @@ from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.icechunk_cli import add_writing as add_icechunk_writing
 from shardpipe.icechunk_cli import commit_arguments, planning_session, writable_session
-from shardpipe.validate import check_array_overrides
+from shardpipe.write.arguments import check_array_overrides
 
 
 def add_command(

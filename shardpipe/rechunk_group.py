@@ -25,17 +25,17 @@ from shardpipe.core.checks import check_bool, check_int_tuple, json_problem
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
-from shardpipe.execute import execute_together
-from shardpipe.job import DEFAULT_MAX_MEM
 from shardpipe.rechunk import RechunkJob, plan_rechunk
 from shardpipe.rechunk_source import open_source
-from shardpipe.resume import check_resume
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.places import check_source_options, check_target, resolve_named
-from shardpipe.transaction import check_commit, check_writable, commit_write
-from shardpipe.validate import check_array_overrides, check_index_location, check_max_mem
+from shardpipe.write.arguments import check_array_overrides, check_index_location, check_max_mem
+from shardpipe.write.job import DEFAULT_MAX_MEM
+from shardpipe.write.resume import check_resume
+from shardpipe.write.run import execute_together
+from shardpipe.write.transaction import check_commit, check_writable, commit_write
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
 """Arrays of at most this many raw bytes are copied unsharded, in one chunk."""

@@ -27,9 +27,9 @@ import numpy as np
 
 from shardpipe.engine.read_gates import read_ahead
 from shardpipe.engine.streaming import WAVES_PER_BATCH
-from shardpipe.job import ShardedWrite
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.locations import store_location
+from shardpipe.write.job import ShardedWrite
 
 HOLD_SHARE = 1.5
 """A one-pass rechunk may hold up to this many times ``max_mem`` between its tasks.

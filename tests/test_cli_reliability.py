@@ -16,11 +16,11 @@ import zarr
 from shardpipe.cli import main
 from shardpipe.cli_errors import BAD_INPUT, NO_ACCESS, OK, PROBLEMS, STORAGE_FAILED
 from shardpipe.errors import StorageFullError
-from shardpipe.prepare import prepare_write
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.retry import RetryingStore
 from shardpipe.testing.faults import FaultyStore
+from shardpipe.write.prepare import prepare_write
 
 LAYOUT = dict(shards=(16, 32, 32), chunks=(8, 16, 16))
 

@@ -28,11 +28,11 @@ import zarr
 
 import shardpipe
 from shardpipe.errors import StorageFullError, TransientStorageError
-from shardpipe.prepare import prepare_write
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.retry import RetryingStore, RetryPolicy
 from shardpipe.testing.faults import FaultyStore
+from shardpipe.write.prepare import prepare_write
 from tests.crash_child import wait_for
 from tests.readers import assert_same, read_tensorstore, read_zarr
 

@@ -12,7 +12,7 @@ import pytest
 
 import shardpipe
 from shardpipe.errors import InvalidArgumentError, StorageFullError
-from shardpipe.prepare import prepare_write
+from shardpipe.write.prepare import prepare_write
 from tests.readers import assert_same, read_zarr
 from tests.test_faults import _data, _faulty_target
 
@@ -94,8 +94,8 @@ def test_a_resumed_write_checks_its_record_again_when_it_runs(tmp_path: Path) ->
 
 def test_complete_shards_lists_the_shards_present(tmp_path: Path) -> None:
     """Resume looks at the shards listed, not at every position of a grid of a million."""
-    from shardpipe.resume import complete_shards
     from shardpipe.stored.metadata import layout_of, open_array_metadata
+    from shardpipe.write.resume import complete_shards
     from tests.test_verify import MILLION, counted, damage, sparse_array
 
     sparse_array(tmp_path, MILLION)

@@ -13,7 +13,7 @@ import zarr
 from dask.blockwise import Blockwise
 
 from shardpipe.engine.source_window import read_window
-from shardpipe.prepare import prepare_write
+from shardpipe.write.prepare import prepare_write
 from tests.readers import assert_same, read_zarr
 
 

@@ -25,11 +25,11 @@ import pytest
 import zarr
 
 import shardpipe
-from shardpipe.prepare import prepare_write
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.retry import RetryingStore, RetryPolicy
 from shardpipe.testing.io_errors import DeviceErrorStore
+from shardpipe.write.prepare import prepare_write
 from tests.readers import assert_same, read_zarr
 
 SHAPE, SHARDS, CHUNKS = (32, 32, 32), (16, 16, 16), (8, 8, 8)

@@ -17,7 +17,7 @@ from dask.delayed import delayed
 import shardpipe
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.streaming import WaveGraph, run_waves
-from shardpipe.prepare import prepare_write
+from shardpipe.write.prepare import prepare_write
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 SHAPE = (96, 80, 60)

@@ -2,7 +2,7 @@
 
 Each raises :class:`~shardpipe.errors.InvalidArgumentError` naming the
 parameter, showing the value and saying how to fix it. The checks of a
-write's own arguments are in :mod:`shardpipe.validate`, those of where data
+write's own arguments are in :mod:`shardpipe.write.arguments`, those of where data
 is read and written in :mod:`shardpipe.stored.places`.
 """
 

@@ -9,7 +9,7 @@ import xarray as xr
 from dask.delayed import Delayed
 
 from shardpipe.engine.reports import WriteReport
-from shardpipe.job import DEFAULT_MAX_MEM
+from shardpipe.write.job import DEFAULT_MAX_MEM
 
 
 class ShardAccessor:

@@ -15,9 +15,9 @@ import xarray as xr
 from shardpipe.core.checks import check_bool, check_json, check_path, check_progress
 from shardpipe.dataset.layout import check_dim_sizes
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.existing import check_strategy
-from shardpipe.job import DEFAULT_MAX_MEM
-from shardpipe.validate import check_dim_region, check_max_mem, check_variable_encoding
+from shardpipe.write.arguments import check_dim_region, check_max_mem, check_variable_encoding
+from shardpipe.write.job import DEFAULT_MAX_MEM
+from shardpipe.write.update_target import check_strategy
 
 MODES = ("w-", "w", "a", "r+")
 """Write modes, as in ``xarray.Dataset.to_zarr``."""

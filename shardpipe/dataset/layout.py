@@ -23,7 +23,7 @@ from typing import Any
 
 from shardpipe.core.checks import shape_param
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.validate import resolve_shapes
+from shardpipe.write.arguments import resolve_shapes
 
 Shape = tuple[int, ...]
 

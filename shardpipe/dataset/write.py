@@ -9,7 +9,7 @@ sharded variables, all of them in one Dask computation:
 - a variable that is new (every variable with ``mode="w"``/``"w-"``):
   xarray creates the array (metadata only: a writer passed to xarray takes
   the encoded data instead of storing it), and a job of
-  :func:`~shardpipe.prepare.prepare_fill` fills it;
+  :func:`~shardpipe.write.prepare.prepare_fill` fills it;
 - a sharded variable that exists (``mode="a"``/``"r+"``): its new data is
   encoded with the stored variable's encoding, as xarray does, and written
   by shardpipe's update machinery (``append_dim`` grows it, ``region`` writes
@@ -39,7 +39,6 @@ from xarray.backends.writers import dump_to_store
 from xarray.backends.zarr import ZarrStore
 
 from shardpipe.codec.chunk_codec import checksummed_compressors
-from shardpipe.creation import check_no_other_job
 from shardpipe.dataset.arguments import check_arguments
 from shardpipe.dataset.dry_run import check_metadata_write
 from shardpipe.dataset.existing import StoredVariables, check_compatible
@@ -50,13 +49,14 @@ from shardpipe.dataset.layout import (
 )
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
-from shardpipe.execute import execute_together
-from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
-from shardpipe.prepare import prepare_fill, prepare_write
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_store_reachable, check_target
-from shardpipe.transaction import check_commit, check_writable, commit_write
+from shardpipe.write.creation import check_no_other_job
+from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.prepare import prepare_fill, prepare_write
+from shardpipe.write.run import execute_together
+from shardpipe.write.transaction import check_commit, check_writable, commit_write
 
 CARRIED_ENCODING = frozenset(
     {"dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units", "calendar"}

@@ -1,7 +1,7 @@
 """What unfinished jobs left beside an array, as ``verify`` reports it.
 
 A write that was interrupted leaves some of these: its job record still
-saying ``"running"`` (:mod:`shardpipe.resume`), objects in the staging area
+saying ``"running"`` (:mod:`shardpipe.write.resume`), objects in the staging area
 (parts of shards that were being written in parts, markers of multipart
 uploads), and its job marker (:mod:`shardpipe.journal.undo`). None of them makes
 a shard wrong, so a plain ``verify`` lists them as notes; ``verify
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from shardpipe.errors import MetadataError
 from shardpipe.journal.markers import JobKeys, read_marker
-from shardpipe.resume import RECORD, read_record
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.write.resume import RECORD, read_record
 
 
 def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""Validate and plan a write into a :class:`~shardpipe.job.ShardedWrite`, writing nothing.
+"""Validate and plan a write into a :class:`~shardpipe.write.job.ShardedWrite`, writing nothing.
 
 :func:`prepare_write` is the one door: a new array (the whole array is the
 region), a region write into an existing array, or an append that grows it.
@@ -22,34 +22,11 @@ from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
-from shardpipe.creation import check_no_other_job
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
-from shardpipe.existing import (
-    ExistingArray,
-    appended_shape,
-    check_source_dtype,
-    check_strategy,
-    check_unchanged_settings,
-    metadata_bytes,
-    read_metadata,
-    region_offset,
-)
-from shardpipe.job import DEFAULT_MAX_MEM, ShardedWrite
-from shardpipe.resume import (
-    Resume,
-    check_resume,
-    check_same_job,
-    complete_shards,
-    finished_shards,
-    job_identity,
-    update_identity,
-    waves_done,
-)
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of, layout_of
 from shardpipe.stored.places import check_source_is_not_target, check_store_reachable, check_target
-from shardpipe.transaction import check_writable
-from shardpipe.validate import (
+from shardpipe.write.arguments import (
     as_dask_array,
     build_metadata,
     check_array,
@@ -59,6 +36,29 @@ from shardpipe.validate import (
     check_index_location,
     check_max_mem,
     resolve_shapes,
+)
+from shardpipe.write.creation import check_no_other_job
+from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.resume import (
+    Resume,
+    check_resume,
+    check_same_job,
+    complete_shards,
+    finished_shards,
+    job_identity,
+    update_identity,
+    waves_done,
+)
+from shardpipe.write.transaction import check_writable
+from shardpipe.write.update_target import (
+    ExistingArray,
+    appended_shape,
+    check_source_dtype,
+    check_strategy,
+    check_unchanged_settings,
+    metadata_bytes,
+    read_metadata,
+    region_offset,
 )
 
 
@@ -98,7 +98,7 @@ def prepare_write(
     that blocks are written as they are read instead of waiting in memory
     for the rest of their shard); ``source_identity``, what the job record
     says the source is (default: the Dask array's name; see
-    :mod:`shardpipe.resume`).
+    :mod:`shardpipe.write.resume`).
 
     With ``resume``, the complete shards of an interrupted run of the same
     write are found here (their indexes are read) and left out of the plan.

@@ -2,7 +2,7 @@
 
 A planned write looks at its target once more when it starts (another job
 may have taken the array, or a node appeared since planning), writes the
-metadata, and saves its job record (:mod:`shardpipe.resume`) before any
+metadata, and saves its job record (:mod:`shardpipe.write.resume`) before any
 shard. These functions run in the client (``ShardedWrite.execute``) or as
 the first and last tasks of a delayed write (``ShardedWrite.to_delayed``).
 """
@@ -18,7 +18,9 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.errors import MetadataError
 from shardpipe.journal.markers import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
-from shardpipe.resume import (
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.places import check_target
+from shardpipe.write.resume import (
     Resume,
     check_same_job,
     delete_record,
@@ -26,8 +28,6 @@ from shardpipe.resume import (
     read_record,
     save_record,
 )
-from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.places import check_target
 
 
 def create_array(
@@ -44,7 +44,7 @@ def create_array(
 
     ``holder`` is this job's marker, when it holds one; without it, a marker
     of another job that may still run is an error. With ``identity``, the
-    job record is saved after the metadata (see :mod:`shardpipe.resume`).
+    job record is saved after the metadata (see :mod:`shardpipe.write.resume`).
     Returns ``write_target`` unchanged, so that tasks can depend on the
     metadata being written.
 
@@ -119,7 +119,7 @@ def _remove_node(target: ResolvedStore) -> None:
 
     The job record and the records of finished update shards go first: until
     the old shards are all gone, no record may vouch for them (see
-    :mod:`shardpipe.resume`).
+    :mod:`shardpipe.write.resume`).
     """
     store = target.shards
     delete_record(target)

@@ -22,10 +22,10 @@ from shardpipe.core.checks import check_bool
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.streaming import WaveGraph, run_waves
 from shardpipe.engine.tasks import finish_write
-from shardpipe.job import ShardedWrite
 from shardpipe.journal.array_lock import release
-from shardpipe.resume import forget_finished, save_record
-from shardpipe.started_job import StartedJob
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.resume import forget_finished, save_record
+from shardpipe.write.started import StartedJob
 
 log = logging.getLogger("shardpipe")
 

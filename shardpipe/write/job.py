@@ -1,6 +1,6 @@
 """The write job: a validated, planned write that can be held, inspected and run.
 
-:func:`~shardpipe.prepare.prepare_write` checks every argument, resolves the
+:func:`~shardpipe.write.prepare.prepare_write` checks every argument, resolves the
 store, builds the array's metadata in memory and plans the write (a new array,
 a region of an existing one, or an append), writing nothing. The
 :class:`ShardedWrite` it returns shows the plan (``print(job)``, or a table
@@ -39,12 +39,6 @@ from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
 from shardpipe.core.waves import WaveSchedule, wave_shards
-from shardpipe.creation import (
-    check_metadata_written,
-    check_no_other_job,
-    create_array,
-    record_complete,
-)
 from shardpipe.engine.graph import build_write_graph
 from shardpipe.engine.progress import cluster_threads
 from shardpipe.engine.reports import WriteReport
@@ -56,24 +50,30 @@ from shardpipe.errors import (
     InvalidArgumentError,
     JobConflictError,
 )
-from shardpipe.existing import (
-    ExistingArray,
-    metadata_bytes,
-)
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.job_summary import summary_rows
 from shardpipe.journal.array_lock import acquire, release
 from shardpipe.journal.markers import JobKeys, JobMarker
 from shardpipe.journal.undo import recover
-from shardpipe.resume import (
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import format_of
+from shardpipe.write.creation import (
+    check_metadata_written,
+    check_no_other_job,
+    create_array,
+    record_complete,
+)
+from shardpipe.write.resume import (
     Resume,
     check_same_job,
     delete_record,
     forget_finished,
 )
-from shardpipe.started_job import StartedJob
-from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.metadata import format_of
+from shardpipe.write.started import StartedJob
+from shardpipe.write.summary import summary_rows
+from shardpipe.write.update_target import (
+    ExistingArray,
+    metadata_bytes,
+)
 
 DEFAULT_MAX_MEM = "1GiB"
 """Default memory budget per task (see ``to_sharded_zarr``'s ``max_mem``)."""
@@ -110,7 +110,7 @@ class ShardedWrite:
     identity : dict or None
         For a new array: what the write's job record holds (its source and
         target metadata), saved beside the array so that ``resume=True`` can
-        carry it on (:mod:`shardpipe.resume`); None for updates.
+        carry it on (:mod:`shardpipe.write.resume`); None for updates.
     resume : bool or "force"
         For a resumed write: how its job record is compared (again when it
         starts running: another job may have replaced the array meanwhile).
@@ -328,15 +328,15 @@ class ShardedWrite:
             If a node appeared at the target since planning and ``overwrite``
             is False.
         shardpipe.errors.TransactionConflictError
-            If the commit lost a race with another (see :mod:`shardpipe.transaction`).
+            If the commit lost a race with another (see :mod:`shardpipe.write.transaction`).
         Exception
             Whatever a task raised; shards already published stay, staging and
             unfinished uploads are removed first (a failure of that cleanup is
             added to the error's notes, never in its place). Into an Icechunk
             session, nothing of a failed write's shards reaches the session.
         """
-        from shardpipe.execute import execute_together
-        from shardpipe.transaction import check_commit, commit_write
+        from shardpipe.write.run import execute_together
+        from shardpipe.write.transaction import check_commit, commit_write
 
         message, rebase = check_commit(commit, rebase, self.target)
         report = execute_together([self], progress=progress)[0]

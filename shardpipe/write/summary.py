@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from shardpipe.core.sizes import format_bytes
 
 if TYPE_CHECKING:
-    from shardpipe.job import ShardedWrite
+    from shardpipe.write.job import ShardedWrite
 
 
 def summary_rows(job: ShardedWrite) -> list[tuple[str, str]]:

@@ -1,6 +1,6 @@
 """A write job that has started: its marker taken, its metadata written, its waves to build.
 
-Made by ``ShardedWrite._start`` and run by :mod:`shardpipe.execute`.
+Made by ``ShardedWrite._start`` and run by :mod:`shardpipe.write.run`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from shardpipe.engine.update_tasks import UpdateTarget
 from shardpipe.journal.markers import JobMarker
 
 if TYPE_CHECKING:
-    from shardpipe.job import ShardedWrite
+    from shardpipe.write.job import ShardedWrite
 
 
 @dataclass(frozen=True)
 class StartedJob:
-    """A job whose marker is taken and whose metadata is written (see :mod:`shardpipe.execute`).
+    """A job whose marker is taken and whose metadata is written (see :mod:`shardpipe.write.run`).
 
     Parameters
     ----------

@@ -61,10 +61,10 @@ from typing import Any, Literal
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.errors import InvalidArgumentError, MetadataError
-from shardpipe.existing import metadata_bytes
 from shardpipe.formats.base import ShardFormat
 from shardpipe.journal.markers import JOB_DIR, JobKeys
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.write.update_target import metadata_bytes
 
 RECORD = f"{JOB_DIR}/write.json"
 """Key, beside an array's ``zarr.json``, of the record of the write that made it."""

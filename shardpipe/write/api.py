@@ -1,4 +1,4 @@
-"""``to_sharded_zarr`` and ``cleanup``: the one-call front-ends over :mod:`shardpipe.job`."""
+"""``to_sharded_zarr`` and ``cleanup``: the one-call front-ends over :mod:`shardpipe.write.job`."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from dask.delayed import Delayed
 
 from shardpipe.core.checks import check_progress
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.job import DEFAULT_MAX_MEM, STAGING_DIR
 from shardpipe.journal.array_lock import holding
 from shardpipe.journal.markers import JOB_DIR, JobKeys
-from shardpipe.prepare import prepare_write
 from shardpipe.storage.resolve import resolve_store
-from shardpipe.transaction import check_commit
+from shardpipe.write.job import DEFAULT_MAX_MEM, STAGING_DIR
+from shardpipe.write.prepare import prepare_write
+from shardpipe.write.transaction import check_commit
 
 __all__ = ["DEFAULT_MAX_MEM", "cleanup", "to_sharded_zarr"]
 
@@ -137,7 +137,7 @@ def to_sharded_zarr(
         job record (``.shardpipe/write.json``) shows: same source (its Dask
         name), same metadata. ``"force"`` skips the source comparison (for
         sources whose Dask name is not deterministic). Without an array at
-        the target, the write starts afresh. See :mod:`shardpipe.resume`.
+        the target, the write starts afresh. See :mod:`shardpipe.write.resume`.
     progress : bool
         Show a progress bar over shards and bytes (with ``compute=True``).
     compute : bool
