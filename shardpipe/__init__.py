@@ -20,8 +20,8 @@ from shardpipe.errors import (
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
 from shardpipe.migrate import MigrateReport, migrate
 from shardpipe.precomputed_write import to_neuroglancer_precomputed
-from shardpipe.rechunk import RechunkJob, plan_rechunk, rechunk
-from shardpipe.rechunk_group import plan_group_rechunk, rechunk_group
+from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk
+from shardpipe.rechunking.group import plan_group_rechunk, rechunk_group
 from shardpipe.verify import VerifyReport, verify
 from shardpipe.write.api import cleanup, to_sharded_zarr
 from shardpipe.write.job import ShardedWrite

@@ -203,7 +203,7 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         check_size_limit,
         shape_param,
     )
-    from shardpipe.rechunk_source import open_source
+    from shardpipe.rechunking.source import open_source
     from shardpipe.write.prepare import prepare_write
 
     blocks = check_int_tuple("blocks", args.blocks)

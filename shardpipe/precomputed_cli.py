@@ -73,7 +73,7 @@ def run(
 
     from shardpipe.precomputed_write import to_neuroglancer_precomputed
     from shardpipe.rechunk_cli import scheduler
-    from shardpipe.rechunk_source import open_source
+    from shardpipe.rechunking.source import open_source
 
     try:
         sharding: Any = args.sharding

@@ -129,10 +129,10 @@ def run(
 
     def plan(target: Any) -> Any:
         if args.recursive:
-            from shardpipe.rechunk_group import plan_group_rechunk
+            from shardpipe.rechunking.group import plan_group_rechunk
 
             return plan_group_rechunk(args.source, target, arrays=arrays, **common)
-        from shardpipe.rechunk import plan_rechunk
+        from shardpipe.rechunking.api import plan_rechunk
 
         return plan_rechunk(
             args.source, target, path=args.path, temp_store=args.temp_store, **common

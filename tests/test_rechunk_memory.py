@@ -6,7 +6,7 @@ the first shard was done and hold them all (issue 28: a rechunk of (1, 4096,
 4096) slabs under ``max_mem="256MB"`` peaked at +899 MiB). Blocks are now read
 in order, a few ahead of the written parts (:mod:`shardpipe.engine.read_gates`), and
 where even that would hold more than 1.5 x ``max_mem`` the rechunk goes in two
-passes through a copy beside the target (:mod:`shardpipe.rechunk_memory`).
+passes through a copy beside the target (:mod:`shardpipe.rechunking.memory`).
 
 Each case runs in a fresh process on two threads; the peak is the kernel's
 high-water mark (``VmHWM``), reset just before the rechunk, above the RSS then.
@@ -26,7 +26,7 @@ import pytest
 import zarr
 
 import shardpipe
-from shardpipe.rechunk_memory import automatic_temp_store, one_pass_hold
+from shardpipe.rechunking.memory import automatic_temp_store, one_pass_hold
 from shardpipe.storage.resolve import resolve_store
 
 MiB = 2**20
@@ -176,7 +176,7 @@ def test_resume_and_given_temp_store_are_kept(tmp_path: Path, slabs: str) -> Non
 def test_the_automatic_copy_is_removed_when_the_rechunk_fails(
     tmp_path: Path, slabs: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shardpipe.rechunk_intermediate import Intermediate
+    from shardpipe.rechunking.intermediate import Intermediate
 
     job = shardpipe.plan_rechunk(
         slabs, tmp_path / "out.zarr", shards=(64, 256, 256), chunks=(64, 64, 64), max_mem="16MB"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardpipe.core.rechunk import intermediate_chunks, read_block_shape, read_cost, straddles
+from shardpipe.core.source_blocks import intermediate_chunks, read_block_shape, read_cost, straddles
 
 MiB = 1 << 20
 

@@ -1,12 +1,12 @@
 """The intermediate copy of a two-pass rechunk: write it, read it, remove it.
 
 When the blocks a one-pass rechunk can afford are thinner than the target's
-inner chunks (:func:`~shardpipe.core.rechunk.straddles`), each shard is
+inner chunks (:func:`~shardpipe.core.source_blocks.straddles`), each shard is
 gathered from raw pieces of many blocks, which wait in memory until the
 shard's last block is read. With ``temp_store``, the rechunk goes in two
 passes instead: the first copies the source, block by block, into an
 unsharded Zarr v3 array whose chunks those blocks fill whole
-(:func:`~shardpipe.core.rechunk.intermediate_chunks`); the second reads that
+(:func:`~shardpipe.core.source_blocks.intermediate_chunks`); the second reads that
 copy in blocks of whole inner chunks, which are written part by part as they
 are read. The copy is deleted when the second pass succeeds.
 """
@@ -22,8 +22,8 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from shardpipe.core.grid import Shape
-from shardpipe.core.rechunk import ReadCost
 from shardpipe.core.sizes import format_bytes
+from shardpipe.core.source_blocks import ReadCost
 
 
 @dataclass(frozen=True)

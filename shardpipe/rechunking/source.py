@@ -17,7 +17,7 @@ import zarr
 
 from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.rechunk_intermediate import placeholder
+from shardpipe.rechunking.intermediate import placeholder
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.urls import check_location
 

@@ -3,12 +3,12 @@
 The source (a Zarr v2 or v3 array, sharded or not, by path, URL or object;
 or any Dask array) is read in Dask blocks aligned to its chunks (its shards,
 if sharded) and as large as the memory budget allows
-(:mod:`shardpipe.core.rechunk`); the blocks go to the ordinary write plan,
+(:mod:`shardpipe.core.source_blocks`); the blocks go to the ordinary write plan,
 which writes whole shards where a block holds them, gathers encoded pieces
 where blocks straddle shards, and writes parts of shards as blocks are read.
 One pass, unless ``temp_store`` is given and the affordable blocks are
 thinner than the inner chunks: then two, through an intermediate copy
-(:mod:`shardpipe.rechunk_intermediate`).
+(:mod:`shardpipe.rechunking.intermediate`).
 
 What carries over from a Zarr source unless given: dtype, fill value,
 dimension names (Zarr v3 ``dimension_names``, or the ``_ARRAY_DIMENSIONS``
@@ -32,19 +32,19 @@ from dask.delayed import Delayed
 from shardpipe.core.checks import check_bool, check_json, check_progress
 from shardpipe.core.display import html_table, text_table
 from shardpipe.core.grid import Shape
-from shardpipe.core.rechunk import (
+from shardpipe.core.sizes import format_bytes
+from shardpipe.core.source_blocks import (
     ReadCost,
     intermediate_chunks,
     read_block_shape,
     read_cost,
     straddles,
 )
-from shardpipe.core.sizes import format_bytes
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
-from shardpipe.rechunk_intermediate import Intermediate
-from shardpipe.rechunk_memory import HOLD_SHARE, automatic_temp_store, one_pass_hold
-from shardpipe.rechunk_source import Source, open_source
+from shardpipe.rechunking.intermediate import Intermediate
+from shardpipe.rechunking.memory import HOLD_SHARE, automatic_temp_store, one_pass_hold
+from shardpipe.rechunking.source import Source, open_source
 from shardpipe.stored.places import (
     check_source_options,
     check_target,
@@ -105,7 +105,7 @@ class RechunkJob:
         Plans the second pass once the copy is written.
     held : int
         Bytes one pass would hold between its tasks
-        (:func:`~shardpipe.rechunk_memory.one_pass_hold`).
+        (:func:`~shardpipe.rechunking.memory.one_pass_hold`).
     one_pass : ShardedWrite or None
         For two passes chosen automatically (no ``temp_store`` given): the
         one-pass write, run instead where two passes cannot (``compute=False``).
@@ -431,7 +431,7 @@ def rechunk(
         Where a two-pass rechunk may keep an intermediate copy (a path or
         URL that does not exist yet; deleted afterwards). Used only when the
         blocks that fit ``max_mem`` are thinner than the inner chunks
-        (:mod:`shardpipe.rechunk_intermediate` says why); the plan says which.
+        (:mod:`shardpipe.rechunking.intermediate` says why); the plan says which.
     compute : bool
         Run now and return the target array, or return a ``Delayed``.
     progress : bool

@@ -25,8 +25,8 @@ from shardpipe.core.checks import check_bool, check_int_tuple, json_problem
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
-from shardpipe.rechunk import RechunkJob, plan_rechunk
-from shardpipe.rechunk_source import open_source
+from shardpipe.rechunking.api import RechunkJob, plan_rechunk
+from shardpipe.rechunking.source import open_source
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
