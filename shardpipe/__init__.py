@@ -19,7 +19,7 @@ from shardpipe.errors import (
 )
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
 from shardpipe.migrate import MigrateReport, migrate
-from shardpipe.precomputed_write import to_neuroglancer_precomputed
+from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunking.group import plan_group_rechunk, rechunk_group
 from shardpipe.verify import VerifyReport, verify

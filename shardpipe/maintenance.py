@@ -33,7 +33,7 @@ from shardpipe.journal.array_lock import holding, release, take
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import recover, undo_records
 from shardpipe.legacy_hierarchy import each_array, read_draft
-from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
+from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed, list_shards, over_shards
 from shardpipe.stored.metadata import format_of, layout_of
@@ -172,7 +172,7 @@ def info(
     """Describe the sharded array at ``path`` from its metadata and shard indexes.
 
     A Neuroglancer precomputed volume (an ``info`` file) is described scale
-    by scale (:func:`shardpipe.precomputed_verify.check_volume`, chunks not decoded).
+    by scale (:func:`shardpipe.precomputed.check.check_volume`, chunks not decoded).
 
     Reads each shard's index only (no inner chunk is read or decoded). For a
     group, returns a :class:`~shardpipe.groups.GroupInfo` with the

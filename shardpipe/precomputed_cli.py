@@ -71,7 +71,7 @@ def run(
     """Run ``write-precomputed``; return the exit status."""
     import dask.array as da
 
-    from shardpipe.precomputed_write import to_neuroglancer_precomputed
+    from shardpipe.precomputed.api import to_neuroglancer_precomputed
     from shardpipe.rechunk_cli import scheduler
     from shardpipe.rechunking.source import open_source
 

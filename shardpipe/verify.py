@@ -41,7 +41,7 @@ from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records
 from shardpipe.legacy_hierarchy import each_array, read_draft
-from shardpipe.precomputed_verify import PrecomputedReport, check_volume, read_info
+from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
 from shardpipe.stored.metadata import layout_of, open_array_metadata
@@ -290,8 +290,8 @@ def verify(
     """Check every shard present in the sharded array (or every array of the group) at ``path``.
 
     A sharded Neuroglancer precomputed volume (an ``info`` file at ``path``)
-    is checked by :func:`shardpipe.precomputed_verify.check_volume` and gives
-    a :class:`~shardpipe.precomputed_verify.PrecomputedReport`.
+    is checked by :func:`shardpipe.precomputed.check.check_volume` and gives
+    a :class:`~shardpipe.precomputed.check.PrecomputedReport`.
 
     The shards are found by listing the keys under the array's shard prefix,
     so that the work and the memory grow with the shards stored, not with

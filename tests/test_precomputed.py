@@ -627,7 +627,7 @@ def test_parts_on_s3_are_padded_to_its_minimum(s3_bucket: tuple[str, dict[str, A
 def test_scattered_shards_receive_encoded_chunks(tmp_path: Path) -> None:
     from dask.callbacks import Callback
 
-    from shardpipe.precomputed_tasks import BlockChunks
+    from shardpipe.precomputed.tasks import BlockChunks
 
     data = _volume((64, 64, 48, 1), "uint16", seed=15)
     shares: list[BlockChunks] = []

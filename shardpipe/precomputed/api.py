@@ -13,7 +13,7 @@ files; ``shardpipe cleanup`` does not know precomputed volumes: delete
 ``*.shardpipe-tmp``). A task's error that is not a ``ShardpipeError`` is
 raised as a :class:`~shardpipe.errors.WriteFailedError` whose cause it is.
 
-The graph is :mod:`shardpipe.precomputed_graph`'s: with the identity hash
+The graph is :mod:`shardpipe.precomputed.graph`'s: with the identity hash
 and shard bits reaching the top of the chunk ids (``sharding="auto"``
 always), every shard is an aligned box of chunks, cut by its own task from
 the blocks overlapping it; with murmurhash, chunks are encoded where their
@@ -49,8 +49,8 @@ from shardpipe.errors import (
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
 from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES, UNFINISHED_KEY
-from shardpipe.precomputed_graph import downsampled, part_chunks, shard_tasks
-from shardpipe.precomputed_tasks import PrecomputedTarget
+from shardpipe.precomputed.graph import downsampled, part_chunks, shard_tasks
+from shardpipe.precomputed.tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.places import check_not_a_file, check_target

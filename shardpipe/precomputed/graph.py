@@ -37,7 +37,7 @@ from shardpipe.core.precomputed_plan import (
 )
 from shardpipe.errors import MemoryBudgetError
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.precomputed_tasks import (
+from shardpipe.precomputed.tasks import (
     PrecomputedTarget,
     begin_shard,
     encode_block_chunks,
