@@ -17,8 +17,8 @@ from shardpipe.errors import (
     UnsupportedLegacyError,
     VerificationError,
 )
+from shardpipe.legacy.migration import MigrateReport, migrate
 from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
-from shardpipe.migrate import MigrateReport, migrate
 from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunking.group import plan_group_rechunk, rechunk_group

@@ -32,7 +32,7 @@ from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal.array_lock import holding, release, take
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import recover, undo_records
-from shardpipe.legacy_hierarchy import each_array, read_draft
+from shardpipe.legacy.hierarchy import each_array, read_draft
 from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed, list_shards, over_shards

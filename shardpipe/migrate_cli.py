@@ -52,7 +52,7 @@ def run(
     target_options: dict[str, Any] | None,
 ) -> int:
     """Run ``migrate``; return the exit status."""
-    from shardpipe.migrate import migrate
+    from shardpipe.legacy.migration import migrate
 
     try:
         report = migrate(

@@ -19,7 +19,7 @@ cannot all be detected: many decode without error to wrong values.
 A hierarchy of the sharding storage-transformer draft (before ``migrate``)
 is checked the same way: each array's draft document is translated to the
 v3 metadata it would get, and its shards under ``data/root/`` are read with
-the draft's shard format (:mod:`shardpipe.legacy_hierarchy`); arrays v3
+the draft's shard format (:mod:`shardpipe.legacy.hierarchy`); arrays v3
 cannot express are reported as skipped, with the reason.
 """
 
@@ -40,7 +40,7 @@ from shardpipe.groups import group_at, per_array
 from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records
-from shardpipe.legacy_hierarchy import each_array, read_draft
+from shardpipe.legacy.hierarchy import each_array, read_draft
 from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed

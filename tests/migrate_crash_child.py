@@ -18,7 +18,7 @@ from typing import Any
 import shardpipe
 from shardpipe.storage.local.store import LocalShardStore
 
-migrating = importlib.import_module("shardpipe.migrate")  # the module, not the function
+migrating = importlib.import_module("shardpipe.legacy.migration")  # the module, not the function
 
 
 def main(path: str, progress: str, phase: str) -> None:

@@ -32,8 +32,8 @@ from zarr.core.sync import sync
 
 import shardpipe
 from shardpipe.errors import ShardpipeError
-from shardpipe.legacy_hierarchy import read_draft
-from shardpipe.legacy_metadata import translate_array, translate_group
+from shardpipe.legacy.hierarchy import read_draft
+from shardpipe.legacy.metadata import translate_array, translate_group
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 from shardpipe.stored.metadata import parse_array_metadata

@@ -35,7 +35,7 @@ from shardpipe.errors import (
 )
 from shardpipe.formats.legacy_sharding import legacy_format
 from shardpipe.groups import GroupInfo
-from shardpipe.legacy_metadata import SHARDING, translate_array
+from shardpipe.legacy.metadata import SHARDING, translate_array
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.s3.store import S3ShardStore
 
@@ -44,7 +44,7 @@ EXPECTED = {k.replace("__", "/"): v for k, v in np.load(FIXTURES / "expected.npz
 EDGE = dict(np.load(FIXTURES / "edge.npz").items())  # in FIXTURES / "edge"; root0d holds 42
 ZLIB = {"a/zlib_u2", "a/sparse"}  # numcodecs.zlib: zarr-python reads it, tensorstore cannot
 V3_TOP = ["a", "flags", "scalar", "volume", "zarr.json"]  # what a migrated root folder holds
-MIGRATING = importlib.import_module("shardpipe.migrate")  # the module, not the function
+MIGRATING = importlib.import_module("shardpipe.legacy.migration")  # the module, not the function
 
 
 class Killed(Exception):
@@ -444,7 +444,7 @@ def test_a_local_draft_migrates_to_s3_in_parts(
 def test_copies_are_cut_into_parts_the_store_takes(
     size: int, most: int, least: int, max_parts: int | None, pieces: list[int]
 ) -> None:
-    from shardpipe.migrate_copy import _bounds
+    from shardpipe.legacy.copy import _bounds
 
     assert _bounds(size, most, least, max_parts) == pieces
 

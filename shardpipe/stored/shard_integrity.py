@@ -244,7 +244,7 @@ def checked_shards(
     ``others``. See :func:`shardpipe.stored.listing.over_shards` for
     ``workers``, ``cluster`` and ``progress``. ``shard_format`` replaces the
     format ``metadata`` gives (a draft array's shards: see
-    :mod:`shardpipe.legacy_hierarchy`).
+    :mod:`shardpipe.legacy.hierarchy`).
     """
     layout = layout_of(metadata)
     shard_format = format_of(metadata) if shard_format is None else shard_format

@@ -18,10 +18,10 @@ from typing import Any
 
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
 from shardpipe.formats.base import read_checked_index
-from shardpipe.legacy_hierarchy import read_draft, shard_target
-from shardpipe.legacy_metadata import LegacyArray
-from shardpipe.migrate_copy import DraftShard
-from shardpipe.migrate_marker import MigrationMarker
+from shardpipe.legacy.copy import DraftShard
+from shardpipe.legacy.hierarchy import read_draft, shard_target
+from shardpipe.legacy.marker import MigrationMarker
+from shardpipe.legacy.metadata import LegacyArray
 from shardpipe.storage.resolve import ResolvedStore
 
 SHARD_KEY = re.compile(r"c(?:[./][0-9]+)*")

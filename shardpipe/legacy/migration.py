@@ -1,7 +1,7 @@
 """Migrate draft sharded arrays (storage-transformer era) to Zarr v3 (``shardpipe.migrate``).
 
 A hierarchy written with the sharding storage-transformer draft (see
-:mod:`shardpipe.legacy_metadata`) becomes a Zarr v3 hierarchy whose arrays
+:mod:`shardpipe.legacy.metadata`) becomes a Zarr v3 hierarchy whose arrays
 use the ``sharding_indexed`` codec, without decoding or re-encoding a
 chunk: every shard object is copied byte for byte to its v3 key
 (``data/root/a/x/c0/1`` to ``a/x/c/0/1``), with a 4-byte CRC32C of its
@@ -51,8 +51,8 @@ and succeeds.
 
 The marker is trusted only when it names this run's source and in-place
 flag and every key it lists stays inside the hierarchy
-(:mod:`shardpipe.migrate_marker`); node names read from the draft's
-listing are checked likewise (:mod:`shardpipe.legacy_hierarchy`). Anything
+(:mod:`shardpipe.legacy.marker`); node names read from the draft's
+listing are checked likewise (:mod:`shardpipe.legacy.hierarchy`). Anything
 else is refused by name before a byte is written or deleted.
 """
 
@@ -67,10 +67,9 @@ from typing import Any
 
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.legacy_hierarchy import read_json
-from shardpipe.legacy_metadata import is_draft_entry_point
-from shardpipe.migrate_copy import DraftShard, copy_shard
-from shardpipe.migrate_marker import (
+from shardpipe.legacy.copy import DraftShard, copy_shard
+from shardpipe.legacy.hierarchy import read_json
+from shardpipe.legacy.marker import (
     STAGING,
     MigrationMarker,
     drop_marker,
@@ -78,7 +77,8 @@ from shardpipe.migrate_marker import (
     trusted_marker,
     write_marker,
 )
-from shardpipe.migrate_plan import (
+from shardpipe.legacy.metadata import is_draft_entry_point
+from shardpipe.legacy.plan import (
     MigrationPlan,
     plan_migration,
     refuse_clashes,
@@ -201,7 +201,7 @@ def migrate(
     ------
     shardpipe.errors.InvalidArgumentError
         When the source holds no draft hierarchy, an array uses something
-        Zarr v3 cannot express (:class:`~shardpipe.legacy_metadata.UnsupportedLegacyError`),
+        Zarr v3 cannot express (:class:`~shardpipe.legacy.metadata.UnsupportedLegacyError`),
         or the target is not empty. Nothing is written.
     shardpipe.errors.ShardFormatError
         When a shard's index is broken. Nothing is written.
@@ -344,7 +344,7 @@ def _start(
     The marker holds ``run`` (the source and whether in place) and lists
     every document and array of this run and of the interrupted one, before
     anything is deleted: a run killed while clearing is cleared by the next.
-    ``earlier`` is a marker :func:`~shardpipe.migrate_marker.trusted_marker`
+    ``earlier`` is a marker :func:`~shardpipe.legacy.marker.trusted_marker`
     accepted.
     """
     old_documents = list(earlier.documents) if earlier else []

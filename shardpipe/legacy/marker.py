@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardpipe.errors import InvalidArgumentError, MetadataError
-from shardpipe.legacy_hierarchy import read_json
+from shardpipe.legacy.hierarchy import read_json
 from shardpipe.storage.keys import checked_key
 from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore

@@ -2,7 +2,7 @@
 
 :func:`read_draft` finds the draft's entry point (``zarr.json`` naming the
 core protocol URL), reads every node's document under ``meta/`` and
-translates it (:mod:`shardpipe.legacy_metadata`). An array's shards lie
+translates it (:mod:`shardpipe.legacy.metadata`). An array's shards lie
 under ``data/root/<path>/``: :func:`shard_target` is that folder as a
 :class:`~shardpipe.storage.resolve.ResolvedStore`, so the code that lists
 and checks the shards of a v3 array serves the draft's too, with the
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.errors import InvalidArgumentError, UnsupportedLegacyError
-from shardpipe.legacy_metadata import (
+from shardpipe.legacy.metadata import (
     FIX,
     LegacyArray,
     is_draft_entry_point,

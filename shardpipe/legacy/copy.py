@@ -1,4 +1,4 @@
-"""Copying one shard of a draft array to its Zarr v3 key (for :mod:`shardpipe.migrate`).
+"""Copying one shard of a draft array to its Zarr v3 key (for :mod:`shardpipe.legacy.migration`).
 
 The cheapest way the stores allow, each copy atomic: a hard link when the
 bytes are unchanged and both keys lie on one local disk; a server-side
@@ -26,7 +26,7 @@ from shardpipe.core.grid import Coords
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import assemble_shard, read_checked_index
 from shardpipe.formats.zarr_sharding import CHECKSUM_NBYTES, ZarrShardingFormat
-from shardpipe.legacy_metadata import LegacyArray
+from shardpipe.legacy.metadata import LegacyArray
 from shardpipe.storage.base import PartsHandle, ShardStore
 from shardpipe.storage.resolve import ResolvedStore
 
