@@ -18,11 +18,18 @@ from shardpipe.errors import (
     VerificationError,
 )
 from shardpipe.legacy.migration import MigrateReport, migrate
-from shardpipe.maintenance import ArrayInfo, CompactReport, RepairReport, compact, info, repair
+from shardpipe.maintenance.upkeep import (
+    ArrayInfo,
+    CompactReport,
+    RepairReport,
+    compact,
+    info,
+    repair,
+)
+from shardpipe.maintenance.verification import VerifyReport, verify
 from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunking.group import plan_group_rechunk, rechunk_group
-from shardpipe.verify import VerifyReport, verify
 from shardpipe.write.api import cleanup, to_sharded_zarr
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write

@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except EXPECTED as err:
             return fail("plan", err)
     if args.command == "verify":
-        from shardpipe.verify import verify
+        from shardpipe.maintenance.verification import verify
 
         try:
             report = verify(
@@ -278,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(report)
         return 0 if report.ok else 1
     if args.command in ("info", "repair", "compact"):
-        from shardpipe import maintenance
+        from shardpipe.maintenance import upkeep as maintenance
 
         try:
             common: dict[str, Any] = dict(storage_options=options, progress=args.progress)

@@ -26,7 +26,7 @@ import zarr
 from distributed import Client, LocalCluster, wait
 from zarr.codecs import ZstdCodec
 
-from shardpipe.verify import verify
+from shardpipe.maintenance.verification import verify
 from shardpipe.write.prepare import prepare_write
 
 

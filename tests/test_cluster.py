@@ -12,7 +12,7 @@ import pytest
 from zarr.codecs import ZstdCodec
 
 import shardpipe
-from shardpipe.verify import verify
+from shardpipe.maintenance.verification import verify
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 pytestmark = pytest.mark.cluster

@@ -10,7 +10,7 @@ import zarr
 
 import shardpipe
 from shardpipe.cli import main
-from shardpipe.groups import GroupInfo
+from shardpipe.maintenance.groups import GroupInfo
 
 
 @pytest.fixture

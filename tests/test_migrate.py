@@ -34,8 +34,8 @@ from shardpipe.errors import (
     UnsupportedLegacyError,
 )
 from shardpipe.formats.legacy_sharding import legacy_format
-from shardpipe.groups import GroupInfo
 from shardpipe.legacy.metadata import SHARDING, translate_array
+from shardpipe.maintenance.groups import GroupInfo
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.s3.store import S3ShardStore
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import shardpipe
-from shardpipe.verify import verify
+from shardpipe.maintenance.verification import verify
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
 
 import shardpipe
+from shardpipe.maintenance.verification import verify
 from shardpipe.testing.strategies import WriteCase, write_cases
-from shardpipe.verify import verify
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 

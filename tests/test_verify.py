@@ -212,7 +212,7 @@ def test_past_the_entry_limit_clean_shards_are_counted_not_listed(
     sparse_array(tmp_path, MILLION)
     path = tmp_path / "c/1/3"
     path.write_bytes(b"short")
-    monkeypatch.setattr(sys.modules["shardpipe.verify"], "SHARD_ENTRIES", 3)
+    monkeypatch.setattr(sys.modules["shardpipe.maintenance.verification"], "SHARD_ENTRIES", 3)
     report = shardpipe.verify(str(tmp_path))
     assert [check.key for check in report.shards] == ["c/0/0", "c/0/1", "c/0/2", "c/1/3"]
     assert report.shards_left_out == 4 and report.shards_present == 8

@@ -13,7 +13,7 @@ allocated), or the codec's own error.
 
 :class:`ShardChecker` checks a batch of listed shards (a picklable task) and
 :func:`checked_shards` runs it over every shard present in an array
-(:mod:`shardpipe.stored.listing`); :mod:`shardpipe.verify` adds them up.
+(:mod:`shardpipe.stored.listing`); :mod:`shardpipe.maintenance.verification` adds them up.
 """
 
 from __future__ import annotations

@@ -305,7 +305,7 @@ def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -
         Present, index of the right size, CRC32C matching, every chunk range
         inside the object, outside the index and apart from the others.
     """
-    from shardpipe.verify import checked_shards
+    from shardpipe.maintenance.verification import checked_shards
 
     return frozenset(
         check.coords

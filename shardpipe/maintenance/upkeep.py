@@ -28,17 +28,17 @@ from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.engine.update_tasks import StoredShard, read_shard, rewrite_shard
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.groups import GroupInfo, group_at, per_array
 from shardpipe.journal.array_lock import holding, release, take
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import recover, undo_records
 from shardpipe.legacy.hierarchy import each_array, read_draft
+from shardpipe.maintenance.groups import GroupInfo, group_at, per_array
+from shardpipe.maintenance.verification import VerifyReport, verify
 from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed, list_shards, over_shards
 from shardpipe.stored.metadata import format_of, layout_of
 from shardpipe.stored.places import check_node_present
-from shardpipe.verify import VerifyReport, verify
 from shardpipe.write.update_target import read_metadata
 
 
@@ -175,7 +175,7 @@ def info(
     by scale (:func:`shardpipe.precomputed.check.check_volume`, chunks not decoded).
 
     Reads each shard's index only (no inner chunk is read or decoded). For a
-    group, returns a :class:`~shardpipe.groups.GroupInfo` with the
+    group, returns a :class:`~shardpipe.maintenance.groups.GroupInfo` with the
     :class:`ArrayInfo` of each sharded array in it. ``progress`` shows a bar
     over the shards of each array (``tqdm.auto``).
     """

@@ -27,7 +27,7 @@ from shardpipe.stored.metadata import (
 )
 
 if TYPE_CHECKING:
-    from shardpipe.maintenance import ArrayInfo
+    from shardpipe.maintenance.upkeep import ArrayInfo
 
 
 def group_at(target: ResolvedStore) -> zarr.Group | None:

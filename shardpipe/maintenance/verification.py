@@ -36,11 +36,11 @@ from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.groups import group_at, per_array
 from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records
 from shardpipe.legacy.hierarchy import each_array, read_draft
+from shardpipe.maintenance.groups import group_at, per_array
 from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
