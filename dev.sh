@@ -71,7 +71,7 @@ setup() {
 
 task="${1:-}"; shift || true
 case "$task" in
-    demo)  setup "";  exec .venv/bin/python -m shardpipe.demo "$@" ;;
+    demo)  setup "";  exec .venv/bin/python -m shardpipe.cli.demo "$@" ;;
     test)
         setup test
         .venv/bin/ruff check shardpipe tests benchmarks

@@ -2,6 +2,6 @@
 
 import sys
 
-from shardpipe.cli import main
+from shardpipe.cli.parser import main
 
 sys.exit(main())

@@ -1569,8 +1569,8 @@ def test_cli_bad_arguments_exit_2_with_one_line(
 ) -> None:
     import dask
 
-    from shardpipe.cli import main
-    from shardpipe.cli_errors import BAD_INPUT
+    from shardpipe.cli.exit_statuses import BAD_INPUT
+    from shardpipe.cli.parser import main
 
     before = _tree_digest(places.root)
     with dask.config.set(scheduler="threads"):
@@ -1604,8 +1604,8 @@ def test_cli_target_that_is_a_file_exits_3_with_one_line(
     """A file where the target folder goes: not writable there (status 3), named, one line."""
     import dask
 
-    from shardpipe.cli import main
-    from shardpipe.cli_errors import NO_ACCESS
+    from shardpipe.cli.exit_statuses import NO_ACCESS
+    from shardpipe.cli.parser import main
 
     before = _tree_digest(places.root)
     with dask.config.set(scheduler="threads"):

@@ -23,7 +23,7 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 import shardpipe
-from shardpipe.cli import main
+from shardpipe.cli.parser import main
 from shardpipe.codec.chunk_codec import ChunkCodec, ChunkDecodeError
 from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.errors import InvalidArgumentError

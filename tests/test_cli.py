@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import shardpipe
-from shardpipe.cli import main
+from shardpipe.cli.parser import main
 
 
 def _write(path: Path) -> None:
@@ -40,7 +40,7 @@ def test_verify_nothing_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_console_script_runs(tmp_path: Path) -> None:
     _write(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "shardpipe.cli", "verify", str(tmp_path)],
+        [sys.executable, "-m", "shardpipe.cli.parser", "verify", str(tmp_path)],
         capture_output=True,
         text=True,
         check=False,
@@ -50,7 +50,7 @@ def test_console_script_runs(tmp_path: Path) -> None:
     staging.mkdir(parents=True)
     (staging / "part-00000").write_bytes(b"left over")
     done = subprocess.run(
-        [sys.executable, "-m", "shardpipe.cli", "cleanup", str(tmp_path)],
+        [sys.executable, "-m", "shardpipe.cli.parser", "cleanup", str(tmp_path)],
         capture_output=True,
         text=True,
         check=False,

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from shardpipe import errors
-from shardpipe.cli import _parser
-from shardpipe.cli_errors import (
+from shardpipe.cli.exit_statuses import (
     EXIT_STATUSES,
     ExitStatus,
     exit_status,
     statuses_markdown,
     statuses_text,
 )
+from shardpipe.cli.parser import _parser
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import zarr
 
-from shardpipe.cli import main
-from shardpipe.cli_errors import BAD_INPUT, NO_ACCESS, OK, PROBLEMS, STORAGE_FAILED
+from shardpipe.cli.exit_statuses import BAD_INPUT, NO_ACCESS, OK, PROBLEMS, STORAGE_FAILED
+from shardpipe.cli.parser import main
 from shardpipe.errors import StorageFullError
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore

@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 import shardpipe
-from shardpipe.cli import main
+from shardpipe.cli.parser import main
 from shardpipe.maintenance.groups import GroupInfo
 
 

@@ -393,7 +393,7 @@ def test_rechunk_into_a_session(tmp_path: Path) -> None:
 def test_command_line_rechunk_into_s3(
     tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from shardpipe.cli import main
+    from shardpipe.cli.parser import main
     from shardpipe.storage.icechunk.repository import open_session
 
     bucket, options = s3_bucket

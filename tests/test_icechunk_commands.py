@@ -16,7 +16,7 @@ import xarray as xr
 import zarr
 
 import shardpipe
-from shardpipe.cli import main
+from shardpipe.cli.parser import main
 from tests.readers import assert_same
 from tests.test_icechunk import _data, _read, _repo
 from tests.test_rechunk import _v2_group

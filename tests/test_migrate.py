@@ -26,7 +26,7 @@ import tensorstore as ts
 import zarr
 
 import shardpipe
-from shardpipe.cli import main
+from shardpipe.cli.parser import main
 from shardpipe.errors import (
     InvalidArgumentError,
     ShardFormatError,

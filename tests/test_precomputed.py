@@ -364,7 +364,7 @@ def test_a_pyramid_from_one_graph(tmp_path: Path, volume_type: str, dtype: str) 
 def test_verify_and_info_read_precomputed_volumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from shardpipe.cli import main
+    from shardpipe.cli.parser import main
 
     data = _volume((40, 40, 24, 1), "uint16", seed=9)
     path = tmp_path / "vol"
@@ -535,7 +535,7 @@ def test_encodings_the_data_cannot_take_are_refused(tmp_path: Path) -> None:
 def test_command_line_write_precomputed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import zarr
 
-    from shardpipe.cli import main
+    from shardpipe.cli.parser import main
 
     zyx = _volume((21, 38, 45), "uint16", seed=12)
     source = zarr.create_array(
@@ -773,7 +773,7 @@ def test_a_pyramid_that_fails_mid_write_is_never_called_clean(tmp_path: Path) ->
     until the volume is written again."""
     import time
 
-    from shardpipe.cli import main
+    from shardpipe.cli.parser import main
 
     data = _volume((64, 64, 64, 1), "uint16", seed=3)
     path = tmp_path / "vol"

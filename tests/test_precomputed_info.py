@@ -224,7 +224,7 @@ def test_hostile_info_files_are_refused_by_name(
 def test_the_command_line_names_a_hostile_info_in_one_line(
     volume: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
-    from shardpipe.cli import main
+    from shardpipe.cli.parser import main
 
     change = next(h[1] for h in HOSTILE if h[0] == name)
     path = _write(volume, tmp_path / "vol", change)

@@ -17,7 +17,7 @@ from numcodecs import Blosc as V2Blosc
 from numcodecs import GZip, Zstd
 
 import shardpipe
-from shardpipe.cli import main
+from shardpipe.cli.parser import main
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
 from tests.readers import assert_same, read_tensorstore, read_zarr
 

@@ -26,7 +26,7 @@ import pytest
 import zarr
 
 import shardpipe
-from shardpipe.cli import main
+from shardpipe.cli.parser import main
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore
 

@@ -328,7 +328,7 @@ def test_a_new_dataset_needs_a_dataset(tmp_path: Path) -> None:
 def test_cli_writes_a_zarr_v2_dataset_sharded_and_repairs_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from shardpipe.cli import main
+    from shardpipe.cli.parser import main
 
     ds = _many_dtypes()
     v2 = tmp_path / "v2.zarr"
@@ -348,7 +348,7 @@ def test_cli_writes_a_zarr_v2_dataset_sharded_and_repairs_it(
 
 
 def test_cli_rejects_malformed_dim_sizes() -> None:
-    from shardpipe.cli import main
+    from shardpipe.cli.parser import main
 
     with pytest.raises(SystemExit):
         main(["write-dataset", "a", "b", "--shards", "time"])

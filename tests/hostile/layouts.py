@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 import shardpipe
-from shardpipe.cli import main as cli_main
+from shardpipe.cli.parser import main as cli_main
 from shardpipe.errors import ShardpipeError
 from shardpipe.journal.markers import JOB_DIR
 from shardpipe.journal.undo import UndoRecord

@@ -410,8 +410,8 @@ def test_command_line_exit_status_without_credentials(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from shardpipe.cli import main
-    from shardpipe.cli_errors import NO_ACCESS
+    from shardpipe.cli.exit_statuses import NO_ACCESS
+    from shardpipe.cli.parser import main
 
     bucket, direct = s3_bucket
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):

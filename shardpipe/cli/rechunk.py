@@ -8,11 +8,11 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from shardpipe.cli_errors import EXPECTED, exit_status, fail
+from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.icechunk_options import add_writing as add_icechunk_writing
+from shardpipe.cli.icechunk_options import commit_arguments, planning_session, writable_session
 from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.icechunk_cli import add_writing as add_icechunk_writing
-from shardpipe.icechunk_cli import commit_arguments, planning_session, writable_session
 from shardpipe.write.arguments import check_array_overrides
 
 

@@ -11,16 +11,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from shardpipe.cli_errors import EXPECTED, fail, statuses_text
-from shardpipe.dataset.commands import add_commands as add_dataset_commands
-from shardpipe.dataset.commands import run as run_dataset_command
-from shardpipe.icechunk_cli import add_reading as add_icechunk_reading
-from shardpipe.migrate_cli import add_command as add_migrate_command
-from shardpipe.migrate_cli import run as run_migrate
-from shardpipe.precomputed_cli import add_command as add_precomputed_command
-from shardpipe.precomputed_cli import run as run_precomputed
-from shardpipe.rechunk_cli import add_command as add_rechunk_command
-from shardpipe.rechunk_cli import run as run_rechunk
+from shardpipe.cli.datasets import add_commands as add_dataset_commands
+from shardpipe.cli.datasets import run as run_dataset_command
+from shardpipe.cli.exit_statuses import EXPECTED, fail, statuses_text
+from shardpipe.cli.icechunk_options import add_reading as add_icechunk_reading
+from shardpipe.cli.migrate import add_command as add_migrate_command
+from shardpipe.cli.migrate import run as run_migrate
+from shardpipe.cli.rechunk import add_command as add_rechunk_command
+from shardpipe.cli.rechunk import run as run_rechunk
+from shardpipe.cli.write_precomputed import add_command as add_precomputed_command
+from shardpipe.cli.write_precomputed import run as run_precomputed
 
 
 def _options(pairs: Sequence[str]) -> dict[str, object]:

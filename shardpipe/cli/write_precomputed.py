@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from shardpipe.cli_errors import EXPECTED, exit_status, fail
+from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.rechunk import add_compute_options
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.rechunk_cli import add_compute_options
 
 
 def add_command(
@@ -71,8 +71,8 @@ def run(
     """Run ``write-precomputed``; return the exit status."""
     import dask.array as da
 
+    from shardpipe.cli.rechunk import scheduler
     from shardpipe.precomputed.api import to_neuroglancer_precomputed
-    from shardpipe.rechunk_cli import scheduler
     from shardpipe.rechunking.source import open_source
 
     try:

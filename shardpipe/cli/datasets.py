@@ -6,9 +6,9 @@ import argparse
 import warnings
 from typing import Any
 
-from shardpipe.cli_errors import EXPECTED, fail
-from shardpipe.icechunk_cli import add_writing as add_icechunk_writing
-from shardpipe.icechunk_cli import commit_arguments, writable_session
+from shardpipe.cli.exit_statuses import EXPECTED, fail
+from shardpipe.cli.icechunk_options import add_writing as add_icechunk_writing
+from shardpipe.cli.icechunk_options import commit_arguments, writable_session
 from shardpipe.storage.local.contained import contained
 
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from shardpipe.cli_errors import EXPECTED, exit_status, fail
+from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
 from shardpipe.errors import InvalidArgumentError
 
 

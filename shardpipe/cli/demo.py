@@ -1,6 +1,6 @@
 """Demo: write a ~1 GiB synthetic volume on a LocalCluster and on threads, verify, print MB/s.
 
-Run with ``python -m shardpipe.demo [--out DIR] [--keep] [--small]``.
+Run with ``python -m shardpipe.cli.demo [--out DIR] [--keep] [--small]``.
 
 The same misaligned Dask blocks are written twice: on a ``LocalCluster`` of
 two single-threaded worker processes (as a batch job on a cluster would) and
