@@ -47,8 +47,9 @@ import shardpipe
 from shardpipe.errors import JobConflictError, MetadataError, ShardFormatError, ShardpipeError
 from shardpipe.formats.base import ShardIndex, assemble_shard
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat, decode_index
-from shardpipe.journal.markers import JOB_DIR, JobKeys, read_marker
+from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import UndoRecord
+from shardpipe.storage.keys import JOB_DIR
 
 MUTATIONS: Counter[str] = Counter()
 """Mutated inputs tried, by parser."""
@@ -776,15 +777,16 @@ IDENTITY = {"source": {"dask": "abc"}, "target": {"shape": [4, 4]}}
 )
 def test_job_records_read_or_raise_a_shardpipe_error(data: bytes) -> None:
     """The record a resumed write (or rechunk) compares itself with (``.shardpipe/write.json``)."""
+    from shardpipe.storage.keys import WRITE_RECORD
     from shardpipe.storage.resolve import ResolvedStore
-    from shardpipe.write.resume import RECORD, check_same_job, read_record
+    from shardpipe.write.resume import check_same_job, read_record
 
     MUTATIONS["job record"] += 1
     target = ResolvedStore(None, _OneObject(data), "arr")  # type: ignore[arg-type]
     try:
         record = read_record(target)
     except MetadataError as err:
-        assert f"arr/{RECORD}" in str(err)
+        assert f"arr/{WRITE_RECORD}" in str(err)
         return
     assert isinstance(record, dict)
     with contextlib.suppress(ShardpipeError):

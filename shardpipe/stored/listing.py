@@ -29,8 +29,7 @@ from typing import Any, NamedTuple
 
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.journal.markers import JOB_DIR
-from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX
+from shardpipe.storage.keys import JOB_DIR, TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 
 LIST_BATCH = 1024

@@ -211,7 +211,7 @@ def check_node_present(target: ResolvedStore, parameter: str, *, records: bool =
     if any(target.shards.get(target.key(k)) is not None for k in keys):
         return
     if records:
-        from shardpipe.journal.markers import JOB_DIR
+        from shardpipe.storage.keys import JOB_DIR
 
         if next(iter(target.shards.list(target.key(f"{JOB_DIR}/"))), None) is not None:
             return

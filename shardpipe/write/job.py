@@ -54,6 +54,7 @@ from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal.array_lock import acquire, release
 from shardpipe.journal.markers import JobKeys, JobMarker
 from shardpipe.journal.undo import recover
+from shardpipe.storage.keys import STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import format_of
 from shardpipe.write.creation import (
@@ -62,12 +63,7 @@ from shardpipe.write.creation import (
     create_array,
     record_complete,
 )
-from shardpipe.write.resume import (
-    Resume,
-    check_same_job,
-    delete_record,
-    forget_finished,
-)
+from shardpipe.write.resume import Resume, check_same_job, delete_record, forget_finished
 from shardpipe.write.started import StartedJob
 from shardpipe.write.summary import summary_rows
 from shardpipe.write.update_target import (
@@ -78,8 +74,6 @@ from shardpipe.write.update_target import (
 DEFAULT_MAX_MEM = "1GiB"
 """Default memory budget per task (see ``to_sharded_zarr``'s ``max_mem``)."""
 
-STAGING_DIR = ".shardpipe/staging"
-"""Folder (key prefix) beside the array's metadata for scratch data of writes."""
 
 log = logging.getLogger("shardpipe")
 

@@ -62,12 +62,10 @@ from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.formats.base import ShardFormat
-from shardpipe.journal.markers import JOB_DIR, JobKeys
+from shardpipe.journal.markers import JobKeys
+from shardpipe.storage.keys import WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.update_target import metadata_bytes
-
-RECORD = f"{JOB_DIR}/write.json"
-"""Key, beside an array's ``zarr.json``, of the record of the write that made it."""
 
 RESUME_WORKERS = 8
 """Shard indexes read at once when a resumed write looks for complete shards."""
@@ -153,7 +151,7 @@ def read_record(target: ResolvedStore) -> dict[str, Any] | None:
     MetadataError
         If the record is not a JSON object with ``source``, ``target`` and ``state``.
     """
-    key = target.key(RECORD)
+    key = target.key(WRITE_RECORD)
     data = target.shards.get(key)
     if data is None:
         return None
@@ -189,7 +187,7 @@ def save_record(
     finds its own token and leaves the array as it is. ``waves`` records the
     waves done (see :func:`record_bytes`).
     """
-    target.shards.put(target.key(RECORD), [record_bytes(identity, state, run, waves)])
+    target.shards.put(target.key(WRITE_RECORD), [record_bytes(identity, state, run, waves)])
 
 
 def waves_done(record: dict[str, Any]) -> tuple[int, int] | None:
@@ -205,7 +203,7 @@ def waves_done(record: dict[str, Any]) -> tuple[int, int] | None:
 
 def delete_record(target: ResolvedStore) -> None:
     """Remove the job record of the array at ``target`` (first step of an overwrite)."""
-    target.shards.delete(target.key(RECORD))
+    target.shards.delete(target.key(WRITE_RECORD))
 
 
 def check_same_job(

@@ -31,8 +31,8 @@ import numpy as np
 import shardpipe
 from shardpipe.cli.parser import main as cli_main
 from shardpipe.errors import ShardpipeError
-from shardpipe.journal.markers import JOB_DIR
 from shardpipe.journal.undo import UndoRecord
+from shardpipe.storage.keys import JOB_DIR
 
 FIXTURES = Path(__file__).parent.parent / "legacy_fixtures"
 RAW = re.compile(

@@ -64,9 +64,10 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from shardpipe.core.keys import checked_key
 from shardpipe.errors import StorageError
 from shardpipe.storage.base import PartReceipt, PartsHandle
-from shardpipe.storage.keys import checked_key, edge_key
+from shardpipe.storage.keys import edge_key
 from shardpipe.storage.s3.faults import error_code
 
 if TYPE_CHECKING:
