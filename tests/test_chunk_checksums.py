@@ -24,10 +24,10 @@ from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 import shardpipe
 from shardpipe.cli.parser import main
-from shardpipe.codec.chunk_codec import ChunkCodec, ChunkDecodeError
+from shardpipe.codec.chunk_codec import ChunkCodec, ChunkDecodeError, sharding_codec_of
 from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.stored.metadata import format_of, sharding_codec_of
+from shardpipe.stored.metadata import format_of
 from tests.readers import assert_same, read_tensorstore, read_zarr
 
 SHARDS, CHUNKS = (32, 64), (16, 32)

@@ -48,12 +48,12 @@ from typing import Any
 
 import numpy as np
 
+from shardpipe.core.documents import parse_json_object
 from shardpipe.core.keys import checked_key
 from shardpipe.core.morton import morton_bit_dims
 from shardpipe.core.precomputed_plan import ScaleGrid
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.stored.metadata import parse_json_object
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
 VOLUME_KINDS = ("image", "segmentation")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardpipe.core.documents import parse_json_object
 from shardpipe.core.keys import checked_key
 from shardpipe.errors import InvalidArgumentError, UnsupportedLegacyError
 from shardpipe.legacy.metadata import (
@@ -26,7 +27,6 @@ from shardpipe.legacy.metadata import (
 )
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.metadata import parse_json_object
 
 
 @dataclass
