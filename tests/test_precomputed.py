@@ -22,11 +22,12 @@ from hypothesis import strategies as st
 
 import shardpipe
 from shardpipe.core.morton import morton_ids
-from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, shards_of
+from shardpipe.core.precomputed_plan import ScaleGrid, shards_of
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.formats.base import ShardFormat, assemble_shard
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_shards import ScatteredShard, listed_shard_format
+from shardpipe.precomputed.auto_sharding import auto_sharding
 
 SPEC = "neuroglancer_uint64_sharded_v1"
 
