@@ -777,9 +777,10 @@ IDENTITY = {"source": {"dask": "abc"}, "target": {"shape": [4, 4]}}
 )
 def test_job_records_read_or_raise_a_shardpipe_error(data: bytes) -> None:
     """The record a resumed write (or rechunk) compares itself with (``.shardpipe/write.json``)."""
+    from shardpipe.journal.job_record import read_record
     from shardpipe.storage.keys import WRITE_RECORD
     from shardpipe.storage.resolve import ResolvedStore
-    from shardpipe.write.resume import check_same_job, read_record
+    from shardpipe.write.resume import check_same_job
 
     MUTATIONS["job record"] += 1
     target = ResolvedStore(None, _OneObject(data), "arr")  # type: ignore[arg-type]

@@ -86,7 +86,7 @@ def test_every_local_scheduler_writes_and_shows_progress(
 
 def test_processes_scheduler_gets_piece_tasks(tmp_path: Path) -> None:
     """On scheduler="processes" blocks travel: parts must not cut whole blocks in their task."""
-    from shardpipe.engine.progress import runs_in_process
+    from shardpipe.engine.scheduler import runs_in_process
 
     source = da.ones((10,), chunks=5)
     with dask.config.set(scheduler="processes"):

@@ -12,8 +12,9 @@ import pytest
 import zarr
 
 import shardpipe
+from shardpipe.engine.shard_sweep import bounded_map, split
 from shardpipe.storage.resolve import resolve_store
-from shardpipe.stored.listing import Listed, bounded_map, list_shards, shard_prefix, split
+from shardpipe.stored.listing import Listed, list_shards, shard_prefix
 from shardpipe.stored.metadata import format_of, layout_of, open_array_metadata
 
 ENCODINGS = [

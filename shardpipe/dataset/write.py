@@ -48,10 +48,11 @@ from shardpipe.dataset.layout import (
     variable_layout,
 )
 from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
-from shardpipe.stored.places import check_store_reachable, check_target
+from shardpipe.stored.places import check_target
 from shardpipe.write.creation import check_no_other_job
 from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.write.prepare import prepare_fill, prepare_write

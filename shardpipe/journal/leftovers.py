@@ -12,10 +12,10 @@ is then not the whole of what was to be written.
 from __future__ import annotations
 
 from shardpipe.errors import MetadataError
+from shardpipe.journal.job_record import read_record
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.storage.keys import WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.write.resume import read_record
 
 
 def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.shard_update import Abilities, plan_shard_update
+from shardpipe.engine.shard_sweep import over_shards
 from shardpipe.engine.update_tasks import StoredShard, read_shard, rewrite_shard
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
@@ -36,7 +37,7 @@ from shardpipe.maintenance.groups import GroupInfo, group_at, per_array
 from shardpipe.maintenance.verification import VerifyReport, verify
 from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.stored.listing import Listed, list_shards, over_shards
+from shardpipe.stored.listing import Listed, list_shards
 from shardpipe.stored.metadata import format_of, layout_of
 from shardpipe.stored.places import check_node_present
 from shardpipe.write.update_target import read_metadata

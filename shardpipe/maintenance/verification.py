@@ -34,6 +34,7 @@ from zarr.storage import MemoryStore
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.grid import Coords, Shape
+from shardpipe.engine.shard_sweep import checked_shards
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal.leftovers import unfinished_work
@@ -49,23 +50,10 @@ from shardpipe.stored.places import check_node_present
 from shardpipe.stored.shard_integrity import (
     ChunkFailure,
     ShardCheck,
-    ShardChecker,
-    check_shard,
-    checked_shards,
     checksum_note,
 )
 
-__all__ = [
-    "SHARD_ENTRIES",
-    "ChunkFailure",
-    "ShardCheck",
-    "ShardChecker",
-    "VerifyReport",
-    "check_shard",
-    "checked_shards",
-    "checksum_note",
-    "verify",
-]
+__all__ = ["SHARD_ENTRIES", "VerifyReport", "verify"]
 
 SHARD_ENTRIES = 10_000
 """Shards checked clean that a report lists one by one (per array); the others are only counted.

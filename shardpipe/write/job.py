@@ -40,8 +40,8 @@ from shardpipe.core.plan import WritePlan
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
 from shardpipe.core.waves import WaveSchedule, wave_shards
 from shardpipe.engine.graph import build_write_graph
-from shardpipe.engine.progress import cluster_threads
 from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.scheduler import cluster_threads
 from shardpipe.engine.streaming import WAVES_PER_BATCH, wave_tasks
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.engine.update_tasks import UpdateTarget
@@ -52,6 +52,7 @@ from shardpipe.errors import (
 )
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal.array_lock import acquire, release
+from shardpipe.journal.job_record import delete_record
 from shardpipe.journal.markers import JobKeys, JobMarker
 from shardpipe.journal.undo import recover
 from shardpipe.storage.keys import STAGING_DIR
@@ -63,7 +64,7 @@ from shardpipe.write.creation import (
     create_array,
     record_complete,
 )
-from shardpipe.write.resume import Resume, check_same_job, delete_record, forget_finished
+from shardpipe.write.resume import Resume, check_same_job, forget_finished
 from shardpipe.write.started import StartedJob
 from shardpipe.write.summary import summary_rows
 from shardpipe.write.update_target import (

@@ -22,10 +22,12 @@ from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
+from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
+from shardpipe.journal.job_record import job_identity, waves_done
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of, layout_of
-from shardpipe.stored.places import check_source_is_not_target, check_store_reachable, check_target
+from shardpipe.stored.places import check_source_is_not_target, check_target
 from shardpipe.write.arguments import (
     as_dask_array,
     build_metadata,
@@ -45,9 +47,7 @@ from shardpipe.write.resume import (
     check_same_job,
     complete_shards,
     finished_shards,
-    job_identity,
     update_identity,
-    waves_done,
 )
 from shardpipe.write.transaction import check_writable
 from shardpipe.write.update_target import (

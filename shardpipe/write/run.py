@@ -23,8 +23,9 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.streaming import WaveGraph, run_waves
 from shardpipe.engine.tasks import finish_write
 from shardpipe.journal.array_lock import release
+from shardpipe.journal.job_record import save_record
 from shardpipe.write.job import ShardedWrite
-from shardpipe.write.resume import forget_finished, save_record
+from shardpipe.write.resume import forget_finished
 from shardpipe.write.started import StartedJob
 
 log = logging.getLogger("shardpipe")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from shardpipe.core.waves import WaveSchedule
 from shardpipe.engine.graph import build_write_graph
-from shardpipe.engine.progress import runs_in_process
+from shardpipe.engine.scheduler import runs_in_process
 from shardpipe.engine.streaming import WaveGraph
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.engine.update_tasks import UpdateTarget
