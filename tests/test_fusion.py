@@ -25,7 +25,7 @@ def _graph(tmp_path: Path, chunks: Any, *, in_process: bool = False) -> tuple[An
     source = _source(chunks)
     job = shardpipe.prepare_write(source, str(tmp_path), shards=(20, 30, 20), chunks=(10, 10, 10))
     graph = build_write_graph(
-        source, job.plan, job._write_target("t"), job._key_of(), "t", in_process=in_process
+        source, job.plan, job.write_target("t"), job.key_of(), "t", in_process=in_process
     )
     return source, graph
 
@@ -81,8 +81,8 @@ def test_layers_annotated_differently_are_not_fused(tmp_path: Path) -> None:
     source = _source((20, 30, 20))
     job = shardpipe.prepare_write(source, str(tmp_path), shards=(20, 30, 20), chunks=(10, 10, 10))
     with dask.annotate(priority=5):
-        target = dask.delayed(_same, traverse=False)(job._write_target("t"))
-    graph = build_write_graph(source, job.plan, target, job._key_of(), "t")
+        target = dask.delayed(_same, traverse=False)(job.write_target("t"))
+    graph = build_write_graph(source, job.plan, target, job.key_of(), "t")
     keys = dict(graph.result.__dask_graph__())
     assert {b.key for b in source.to_delayed().flat} <= keys.keys()
 
@@ -93,7 +93,7 @@ def _small_shards(tmp_path: Path, threads: int | None) -> WriteGraph:
     source = da.from_array(values, chunks=(4, 8, 64)) + 1
     job = shardpipe.prepare_write(source, str(tmp_path), shards=(4, 8, 64), chunks=(4, 8, 16))
     graph = build_write_graph(
-        source, job.plan, job._write_target("t"), job._key_of(), "t", threads=threads
+        source, job.plan, job.write_target("t"), job.key_of(), "t", threads=threads
     )
     return graph
 

@@ -14,6 +14,7 @@ from dask.blockwise import Blockwise
 
 from shardpipe.engine.source_window import read_window
 from shardpipe.write.prepare import prepare_write
+from shardpipe.write.started import start
 from tests.readers import assert_same, read_zarr
 
 
@@ -53,7 +54,7 @@ def test_waves_of_a_vast_zarr_source_never_list_its_blocks(tmp_path: Path, monke
 
     job = prepare_write(whole, str(tmp_path), shards=(64, 64), chunks=(32, 32), overwrite=True)
     assert job.wave_schedule().n_waves > 1
-    started = job._start("tok")
+    started = start(job, "tok")
     monkeypatch.setattr(Blockwise, "get_output_keys", refuse)
     try:
         first = next(started.wave_graphs(0))

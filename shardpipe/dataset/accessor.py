@@ -8,8 +8,8 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.engine.reports import WriteReport
-from shardpipe.write.job import DEFAULT_MAX_MEM
 
 
 class ShardAccessor:

@@ -13,10 +13,10 @@ from typing import Any
 import xarray as xr
 
 from shardpipe.core.checks import check_bool, check_json, check_path, check_progress
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.dataset.layout import check_dim_sizes
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.write.arguments import check_dim_region, check_max_mem, check_variable_encoding
-from shardpipe.write.job import DEFAULT_MAX_MEM
 from shardpipe.write.update_target import check_strategy
 
 MODES = ("w-", "w", "a", "r+")

@@ -39,6 +39,7 @@ from xarray.backends.writers import dump_to_store
 from xarray.backends.zarr import ZarrStore
 
 from shardpipe.codec.chunk_codec import checksummed_compressors
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.dataset.arguments import check_arguments
 from shardpipe.dataset.dry_run import check_metadata_write
 from shardpipe.dataset.existing import StoredVariables, check_compatible
@@ -54,7 +55,7 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_target
 from shardpipe.write.creation import check_no_other_job
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_fill, prepare_write
 from shardpipe.write.run import execute_together
 from shardpipe.write.transaction import check_commit, check_writable, commit_write

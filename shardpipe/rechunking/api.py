@@ -32,6 +32,7 @@ from dask.delayed import Delayed
 from shardpipe.core.checks import check_bool, check_json, check_progress
 from shardpipe.core.display import html_table, text_table
 from shardpipe.core.grid import Shape
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.sizes import format_bytes
 from shardpipe.core.source_blocks import (
     ReadCost,
@@ -52,7 +53,7 @@ from shardpipe.stored.places import (
     resolve_named,
 )
 from shardpipe.write.arguments import check_max_mem, resolve_shapes
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.resume import check_resume, check_same_job, complete_shards
 from shardpipe.write.transaction import check_commit

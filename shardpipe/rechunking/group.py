@@ -22,6 +22,7 @@ import numpy as np
 import zarr
 
 from shardpipe.core.checks import check_bool, check_int_tuple, json_problem
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
@@ -32,7 +33,6 @@ from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.places import check_source_options, check_target, resolve_named
 from shardpipe.write.arguments import check_array_overrides, check_index_location, check_max_mem
-from shardpipe.write.job import DEFAULT_MAX_MEM
 from shardpipe.write.resume import check_resume
 from shardpipe.write.run import execute_together
 from shardpipe.write.transaction import check_commit, check_writable, commit_write

@@ -8,12 +8,12 @@ import zarr
 from dask.delayed import Delayed
 
 from shardpipe.core.checks import check_progress
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.journal.array_lock import holding
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.keys import JOB_DIR, STAGING_DIR
 from shardpipe.storage.resolve import resolve_store
-from shardpipe.write.job import DEFAULT_MAX_MEM
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.transaction import check_commit
 

@@ -18,7 +18,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
 from shardpipe.core.checks import check_bool, check_int, check_json_dict
 from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
-from shardpipe.core.memory import MemoryModel
+from shardpipe.core.memory import DEFAULT_MAX_MEM, MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
@@ -40,7 +40,7 @@ from shardpipe.write.arguments import (
     resolve_shapes,
 )
 from shardpipe.write.creation import check_no_other_job
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.job import ShardedWrite
 from shardpipe.write.resume import (
     Resume,
     check_resume,
