@@ -18,14 +18,9 @@ from shardpipe.errors import (
     VerificationError,
 )
 from shardpipe.legacy.migration import MigrateReport, migrate
-from shardpipe.maintenance.upkeep import (
-    ArrayInfo,
-    CompactReport,
-    RepairReport,
-    compact,
-    info,
-    repair,
-)
+from shardpipe.maintenance.array_info import ArrayInfo, info
+from shardpipe.maintenance.compaction import CompactReport, compact
+from shardpipe.maintenance.repairs import RepairReport, repair
 from shardpipe.maintenance.verification import VerifyReport, verify
 from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk

@@ -10,7 +10,7 @@ import zarr
 
 import shardpipe
 from shardpipe.cli.parser import main
-from shardpipe.maintenance.groups import GroupInfo
+from shardpipe.maintenance.array_info import GroupInfo
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from shardpipe.errors import (
 )
 from shardpipe.formats.legacy_sharding import legacy_format
 from shardpipe.legacy.metadata import SHARDING, translate_array
-from shardpipe.maintenance.groups import GroupInfo
+from shardpipe.maintenance.array_info import GroupInfo
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.s3.store import S3ShardStore
 

@@ -278,20 +278,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(report)
         return 0 if report.ok else 1
     if args.command in ("info", "repair", "compact"):
-        from shardpipe.maintenance import upkeep as maintenance
+        from shardpipe.maintenance.array_info import info
+        from shardpipe.maintenance.compaction import compact
+        from shardpipe.maintenance.repairs import repair
 
         try:
             common: dict[str, Any] = dict(storage_options=options, progress=args.progress)
             if args.command == "info":
-                print(maintenance.info(store, args.path, **common))
+                print(info(store, args.path, **common))
                 return 0
             if args.command == "compact":
-                compacted = maintenance.compact(
-                    args.store, args.path, threshold=args.threshold, **common
-                )
+                compacted = compact(args.store, args.path, threshold=args.threshold, **common)
                 print(compacted)
                 return 0
-            fixed = maintenance.repair(args.store, args.path, force=args.force, **common)
+            fixed = repair(args.store, args.path, force=args.force, **common)
         except EXPECTED as err:
             return fail(args.command, err, where=where)
         print(fixed)

@@ -22,6 +22,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import Shape
 from shardpipe.engine.scheduler import cluster_threads, distributed_client
+from shardpipe.engine.update_tasks import StoredShard, read_shard
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.listing import LIST_BATCH, Listed, list_shards
@@ -220,3 +221,46 @@ def checked_shards(
         progress=progress,
         name="shardpipe-verify",
     )
+
+
+def over_stored_shards[T](
+    target: ResolvedStore,
+    metadata: Any,
+    workers: int,
+    func: Callable[[StoredShard], T],
+    others: Callable[[Listed], None] | None = None,
+    *,
+    shard_format: ZarrShardingFormat | None = None,
+    progress: bool = False,
+    name: str = "shardpipe",
+) -> Iterator[T]:
+    """Apply ``func`` to every shard present (found by listing), ``workers`` at a time.
+
+    Keys under the shard prefix that name no shard of the grid are skipped
+    (given to ``others``); a shard deleted since it was listed is skipped.
+    ``shard_format`` replaces the format ``metadata`` gives (a draft array's).
+    ``progress`` shows a bar labelled ``name`` over the shards.
+    """
+    shard_format = format_of(metadata) if shard_format is None else shard_format
+
+    def task(batch: list[Listed]) -> list[T | None]:
+        results: list[T | None] = []
+        for item in batch:
+            assert item.coords is not None  # over_shards hands on only the grid's shards
+            stored = read_shard(target.shards, shard_format, item.key, shard=item.coords)
+            results.append(None if stored is None else func(stored))
+        return results
+
+    grid = layout_of(metadata).shard_grid
+    for result in over_shards(
+        target,
+        shard_format,
+        grid,
+        task,
+        workers=workers,
+        others=others,
+        progress=progress,
+        name=name,
+    ):
+        if result is not None:
+            yield result
