@@ -92,7 +92,7 @@ def _add_progress(command: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from shardpipe import __version__
+    from shardpipe._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="shardpipe",
@@ -195,6 +195,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     import dask.array as da
+    import dask.config
+    from dask.utils import parse_bytes
 
     from shardpipe.core.checks import (
         check_dtype,
@@ -216,7 +218,8 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         shape = check_int_tuple("shape", args.shape) or ()
         check_size_limit("shape", shape, dtype.itemsize)
         shape_param("blocks", blocks, len(shape))
-        check_made_up_blocks(shape, blocks, dtype.itemsize)
+        auto_block_nbytes = int(parse_bytes(dask.config.get("array.chunk-size")))
+        check_made_up_blocks(shape, blocks, dtype.itemsize, auto_block_nbytes)
         source = da.empty(shape, dtype=dtype, chunks=blocks or "auto")
     job = prepare_write(
         source,
