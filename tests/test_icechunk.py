@@ -463,7 +463,7 @@ def test_the_icechunk_backend_refuses_unsafe_keys(tmp_path: Path, key: str) -> N
 def test_keys_a_repository_cannot_hold_are_absent(tmp_path: Path, key: str) -> None:
     """Icechunk holds only Zarr keys: asking after any other finds nothing, never an error
     (verify asks for a precomputed ``info`` before it looks for ``zarr.json``)."""
-    from shardpipe.storage.icechunk import icechunk_backend
+    from shardpipe.storage.icechunk.store import icechunk_backend
 
     _, backend = icechunk_backend(_repo(tmp_path).writable_session("main"))
     assert backend.get(key) is None
