@@ -35,7 +35,7 @@ MOVED = {
     "graph": "engine.graph",
     "groups": "maintenance.groups",
     "heap": "engine.heap",
-    "icechunk_cli": "cli.icechunk_options",
+    "icechunk_cli": "cli.icechunk_sessions",
     "job": "write.job",
     "job_summary": "write.summary",
     "journal_stalls": "journal.stalls",

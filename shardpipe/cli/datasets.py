@@ -6,29 +6,13 @@ import argparse
 import warnings
 from typing import Any
 
+from shardpipe.cli import options as shared
 from shardpipe.cli.exit_statuses import EXPECTED, fail
-from shardpipe.cli.icechunk_options import add_writing as add_icechunk_writing
-from shardpipe.cli.icechunk_options import commit_arguments, writable_session
+from shardpipe.cli.icechunk_sessions import commit_arguments, writable_session
 from shardpipe.storage.local.contained import contained
 
 
-def dim_sizes(text: str) -> dict[str, int]:
-    """Parse ``time=365,lat=720`` into ``{"time": 365, "lat": 720}``."""
-    sizes: dict[str, int] = {}
-    for item in text.split(","):
-        name, sep, value = item.partition("=")
-        try:
-            sizes[name.strip()] = int(value)
-        except ValueError:
-            sep = ""
-        if not sep or not name.strip():
-            raise argparse.ArgumentTypeError(
-                f"expected DIM=SIZE pairs such as time=365,lat=720, got {text!r}"
-            )
-    return sizes
-
-
-def add_commands(commands: Any, add_store_options: Any) -> None:
+def add_commands(commands: Any) -> None:
     """Add ``write-dataset`` and ``repair-dataset`` to the subcommands of the parser."""
     write = commands.add_parser(
         "write-dataset",
@@ -44,24 +28,22 @@ def add_commands(commands: Any, add_store_options: Any) -> None:
         "repository)",
     )
     write.add_argument("--source-group", default=None, help="group inside SOURCE")
-    write.add_argument("--group", default=None, help="group inside TARGET")
-    write.add_argument("--shards", type=dim_sizes, help="shard size per dimension: time=365,...")
-    write.add_argument("--chunks", type=dim_sizes, help="inner chunk size per dimension")
+    shared.GROUP.add(write, "group inside TARGET")
+    shared.SHARD_SIZES.add(write)
+    shared.CHUNK_SIZES.add(write)
     write.add_argument("--mode", choices=["w-", "w", "a", "r+"], default=None)
     write.add_argument("--append-dim", default=None, help="dimension to append along")
-    write.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
+    shared.MAX_MEM.add(write)
     write.add_argument("--write-strategy", default="auto")
-    write.add_argument(
-        "--no-chunk-checksums",
-        action="store_true",
-        help="write the inner chunks of new sharded variables without a crc32c checksum",
+    shared.NO_CHUNK_CHECKSUMS.add(
+        write, "write the inner chunks of new sharded variables without a crc32c checksum"
     )
     write.add_argument(
         "--no-consolidated", action="store_true", help="do not write consolidated metadata"
     )
-    write.add_argument("--progress", action="store_true", help="show a progress bar")
-    add_icechunk_writing(write, "the write")
-    add_store_options(write)
+    shared.add_progress(write, shown=False)
+    shared.add_icechunk_writing(write, "the write")
+    shared.STORAGE_OPTION.add(write)
     fix = commands.add_parser(
         "repair-dataset",
         help="repair every array of a dataset and cut them back to its last complete state",
@@ -70,9 +52,9 @@ def add_commands(commands: Any, add_store_options: Any) -> None:
         "the writer rewrites last. Exits 1 when an array does not verify clean afterwards.",
     )
     fix.add_argument("store", help="local path or fsspec URL of the dataset")
-    fix.add_argument("--group", default=None, help="group inside the store")
-    fix.add_argument("--force", action="store_true", help="as for 'repair'")
-    add_store_options(fix)
+    shared.GROUP.add(fix)
+    shared.FORCE.add(fix)
+    shared.STORAGE_OPTION.add(fix)
 
 
 def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from typing import Any
 
+from shardpipe.cli import options as shared
 from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
 from shardpipe.errors import InvalidArgumentError
 
 
-def add_command(
-    commands: Any, add_storage_option: Callable[[argparse.ArgumentParser], None]
-) -> None:
+def add_command(commands: Any) -> None:
     """Add ``migrate`` to the subcommands of the parser."""
     command = commands.add_parser(
         "migrate",
@@ -33,26 +31,18 @@ def add_command(
         action="store_true",
         help="re-wrap zlib chunks as gzip (DEFLATE data kept) so tensorstore reads them too",
     )
-    command.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    command.add_argument("--workers", type=int, default=8, help="shards copied at once (8)")
-    command.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_storage_option(command)
-    command.add_argument(
-        "--target-storage-option",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="fsspec option for a TARGET elsewhere (default: those of SOURCE); repeatable",
-    )
+    shared.DRY_RUN.add(command, "report, write nothing")
+    shared.COPY_WORKERS.add(command)
+    shared.add_progress(command, shown=True)
+    shared.STORAGE_OPTION.add(command)
+    shared.TARGET_STORAGE_OPTION.add(command)
 
 
-def run(
-    args: argparse.Namespace,
-    options: dict[str, Any] | None,
-    target_options: dict[str, Any] | None,
-) -> int:
+def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     """Run ``migrate``; return the exit status."""
     from shardpipe.legacy.migration import migrate
+
+    target_options = shared.storage_options(args.target_storage_option, "--target-storage-option")
 
     try:
         report = migrate(
@@ -64,7 +54,7 @@ def run(
             target_storage_options=target_options,
             dry_run=args.dry_run,
             workers=args.workers,
-            progress=not args.no_progress,
+            progress=args.progress,
         )
     except EXPECTED as err:
         if isinstance(err, InvalidArgumentError):

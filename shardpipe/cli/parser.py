@@ -6,89 +6,21 @@ Every command ends with one of the exit statuses listed at the end of this help.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from shardpipe.cli import options as shared
 from shardpipe.cli.datasets import add_commands as add_dataset_commands
 from shardpipe.cli.datasets import run as run_dataset_command
 from shardpipe.cli.exit_statuses import EXPECTED, fail, statuses_text
-from shardpipe.cli.icechunk_options import add_reading as add_icechunk_reading
+from shardpipe.cli.icechunk_sessions import reading_session
 from shardpipe.cli.migrate import add_command as add_migrate_command
 from shardpipe.cli.migrate import run as run_migrate
 from shardpipe.cli.rechunk import add_command as add_rechunk_command
 from shardpipe.cli.rechunk import run as run_rechunk
 from shardpipe.cli.write_precomputed import add_command as add_precomputed_command
 from shardpipe.cli.write_precomputed import run as run_precomputed
-
-
-def _options(pairs: Sequence[str]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            print(f"shardpipe: --storage-option expects NAME=VALUE, got {pair!r}", file=sys.stderr)
-            raise SystemExit(2)  # bad arguments
-        try:
-            out[name] = json.loads(value)
-        except json.JSONDecodeError:
-            out[name] = value
-    return out
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers such as 64,64,64, got {text!r}"
-        ) from None
-    return values
-
-
-def parse_compressor(text: str) -> Any:
-    """Parse ``zstd[:level]``, ``gzip[:level]``, ``blosc[:cname[:level]]`` or ``none``."""
-    from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
-
-    name, *args = text.lower().split(":")
-    try:
-        if name == "none" and not args:
-            return None
-        if name == "zstd" and len(args) <= 1:
-            return ZstdCodec(level=int(args[0]) if args else 3)
-        if name == "gzip" and len(args) <= 1:
-            return GzipCodec(level=int(args[0]) if args else 5)
-        if name == "blosc" and len(args) <= 2:
-            cname: Any = args[0] if args else "zstd"
-            return BloscCodec(cname=cname, clevel=int(args[1]) if len(args) > 1 else 5)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"--compressor {text!r}: {err}") from None
-    raise argparse.ArgumentTypeError(
-        f"--compressor {text!r}: use zstd[:level], gzip[:level], blosc[:cname[:clevel]] or none"
-    )
-
-
-def _add_store_arguments(command: argparse.ArgumentParser, what: str) -> None:
-    command.add_argument("store", help=f"local path or fsspec URL of the {what}")
-    command.add_argument("--path", default=None, help="path of the array inside the store")
-    _add_storage_option(command)
-
-
-def _add_storage_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="fsspec option (VALUE parsed as JSON when it can be); repeatable",
-    )
-
-
-def _add_progress(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--progress", action="store_true", help="show a progress bar over the shards checked"
-    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,28 +40,24 @@ def _parser() -> argparse.ArgumentParser:
         "shape, dtype and Dask blocks) into a sharded array at STORE; print the plan. "
         "Nothing is written.",
     )
-    _add_store_arguments(plan, "target store")
+    shared.add_store(plan, "target store")
     source = plan.add_mutually_exclusive_group(required=True)
     source.add_argument("--source", help="local path or fsspec URL of a zarr array to read")
-    source.add_argument("--shape", type=_ints, help="shape of a made-up source, e.g. 512,1024,1024")
+    source.add_argument(
+        "--shape", type=shared.int_tuple, help="shape of a made-up source, e.g. 512,1024,1024"
+    )
     plan.add_argument("--dtype", default="uint16", help="dtype of a made-up source (uint16)")
     plan.add_argument(
-        "--blocks", type=_ints, help="Dask block shape (default: the source's chunks or shards)"
+        "--blocks",
+        type=shared.int_tuple,
+        help="Dask block shape (default: the source's chunks or shards)",
     )
-    plan.add_argument("--shards", type=_ints, help="shard shape, e.g. 256,256,256")
-    plan.add_argument("--chunks", type=_ints, help="inner chunk shape, e.g. 64,64,64")
-    plan.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
-    plan.add_argument(
-        "--compressor", type=parse_compressor, default="zstd", help="zstd[:level] ..."
+    shared.add_array_layout(
+        plan,
+        "plan inner chunks without a crc32c checksum (4 bytes smaller each; bit flips inside "
+        "compressed chunks then go undetected)",
     )
-    plan.add_argument("--index-location", default="end", choices=["end", "start"])
-    plan.add_argument(
-        "--no-chunk-checksums",
-        action="store_true",
-        help="plan inner chunks without a crc32c checksum (4 bytes smaller each; bit flips "
-        "inside compressed chunks then go undetected)",
-    )
-    plan.add_argument("--overwrite", action="store_true", help="plan as if replacing STORE")
+    shared.OVERWRITE.add(plan, "plan as if replacing STORE")
     check = commands.add_parser(
         "verify",
         help="check every shard present in a sharded Zarr v3 array",
@@ -139,29 +67,29 @@ def _parser() -> argparse.ArgumentParser:
         "of the grid. Traces of an unfinished write are noted; with --complete they are "
         "problems. Exits 1 when a problem is found.",
     )
-    _add_store_arguments(check, "store")
-    add_icechunk_reading(check)
+    shared.add_store(check, "store")
+    shared.add_icechunk_reading(check)
     check.add_argument(
         "--complete",
         action="store_true",
         help="also fail when a write is unfinished: its job record says so, staging data or "
         "a job marker is left",
     )
-    _add_progress(check)
+    shared.add_progress(check, shown=False)
     clean = commands.add_parser(
         "cleanup",
         help="remove staging files and abort uploads left by failed writes",
         description="Never run it while a write to the array is under way.",
     )
-    _add_store_arguments(clean, "store")
+    shared.add_store(clean, "store")
     about = commands.add_parser(
         "info",
         help="describe a sharded array: layout, codecs, shards, bytes used and unused",
         description="Reads zarr.json and every shard's index (no inner chunk).",
     )
-    _add_store_arguments(about, "store")
-    add_icechunk_reading(about)
-    _add_progress(about)
+    shared.add_store(about, "store")
+    shared.add_icechunk_reading(about)
+    shared.add_progress(about, shown=False)
     fix = commands.add_parser(
         "repair",
         help="roll back shards an interrupted update left, remove leftovers, verify",
@@ -169,27 +97,23 @@ def _parser() -> argparse.ArgumentParser:
         "removes staging data and a dead job's marker, then verifies. Exits 1 when the "
         "array does not verify clean afterwards.",
     )
-    _add_store_arguments(fix, "store")
-    fix.add_argument(
-        "--force",
-        action="store_true",
-        help="take over from a job shardpipe cannot prove dead (it ran on another machine)",
-    )
-    _add_progress(fix)
+    shared.add_store(fix, "store")
+    shared.FORCE.add(fix)
+    shared.add_progress(fix, shown=False)
     pack = commands.add_parser(
         "compact",
         help="rewrite shards whose unused space is above a threshold",
         description="Kept inner chunks are copied as they are; each shard is replaced atomically.",
     )
-    _add_store_arguments(pack, "store")
+    shared.add_store(pack, "store")
     pack.add_argument(
         "--threshold", type=float, default=0.1, help="unused share above which to rewrite (0.1)"
     )
-    _add_progress(pack)
-    add_rechunk_command(commands, _ints, parse_compressor, _add_storage_option)
-    add_precomputed_command(commands, _ints, _add_storage_option)
-    add_migrate_command(commands, _add_storage_option)
-    add_dataset_commands(commands, _add_storage_option)
+    shared.add_progress(pack, shown=False)
+    add_rechunk_command(commands)
+    add_precomputed_command(commands)
+    add_migrate_command(commands)
+    add_dataset_commands(commands)
     return parser
 
 
@@ -241,22 +165,20 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
-    options = _options(args.storage_option) or None
+    options = shared.storage_options(args.storage_option)
     if args.command in ("write-dataset", "repair-dataset"):
         return run_dataset_command(args, options)
     if args.command == "rechunk":
-        return run_rechunk(args, options, _options(args.source_storage_option) or None)
+        return run_rechunk(args, options)
     if args.command == "write-precomputed":
-        return run_precomputed(args, options, _options(args.source_storage_option) or None)
+        return run_precomputed(args, options)
     if args.command == "migrate":
-        return run_migrate(args, options, _options(args.target_storage_option) or None)
-    where = args.store + (f" (path {args.path!r})" if args.path else "")
+        return run_migrate(args, options)
+    where = shared.store_and_path(args)
     store: Any = args.store
     if getattr(args, "icechunk", False):
-        from shardpipe.storage.icechunk.repository import open_session
-
         try:
-            store = open_session(args.store, options, branch=args.branch, snapshot=args.snapshot)
+            store = reading_session(args, options)
         except EXPECTED as err:
             return fail(args.command, err, where=where)
         options = None

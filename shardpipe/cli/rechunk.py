@@ -5,23 +5,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+from shardpipe.cli import options as shared
 from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
-from shardpipe.cli.icechunk_options import add_writing as add_icechunk_writing
-from shardpipe.cli.icechunk_options import commit_arguments, planning_session, writable_session
+from shardpipe.cli.icechunk_sessions import commit_arguments, planning_session, writable_session
 from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.write.arguments import check_array_overrides
 
 
-def add_command(
-    commands: Any,
-    ints: Callable[[str], tuple[int, ...]],
-    compressor: Callable[[str], Any],
-    add_storage_option: Callable[[argparse.ArgumentParser], None],
-) -> None:
+def add_command(commands: Any) -> None:
     """Add ``rechunk`` to the subcommands of the parser."""
     command = commands.add_parser(
         "rechunk",
@@ -32,31 +27,17 @@ def add_command(
     )
     command.add_argument("source", help="local path or fsspec URL of the Zarr array to read")
     command.add_argument("target", help="local path or fsspec URL to write")
-    command.add_argument("--path", default=None, help="path of the array inside TARGET")
-    command.add_argument("--shards", type=ints, help="shard shape, e.g. 256,256,256")
-    command.add_argument("--chunks", type=ints, help="inner chunk shape, e.g. 64,64,64")
-    command.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
-    command.add_argument("--compressor", type=compressor, default="zstd", help="zstd[:level] ...")
-    command.add_argument("--index-location", default="end", choices=["end", "start"])
-    command.add_argument(
-        "--no-chunk-checksums",
-        action="store_true",
-        help="write inner chunks without a crc32c checksum (4 bytes smaller each; bit flips "
-        "inside compressed chunks then go undetected)",
-    )
-    command.add_argument("--overwrite", action="store_true", help="replace TARGET if it exists")
-    command.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    shared.PATH.add(command, "path of the array inside TARGET")
+    shared.add_array_layout(command)
+    shared.OVERWRITE.add(command)
+    shared.DRY_RUN.add(command)
     command.add_argument(
         "--temp-store",
         default=None,
         help="where a two-pass rechunk may keep an intermediate copy (deleted afterwards)",
     )
-    command.add_argument(
-        "--resume",
-        action="store_true",
-        help="carry on an interrupted run of the same command: keep complete shards",
-    )
-    command.add_argument("--no-progress", action="store_true", help="no progress bar")
+    shared.RESUME.add(command)
+    shared.add_progress(command, shown=True)
     command.add_argument(
         "--recursive",
         action="store_true",
@@ -68,36 +49,15 @@ def add_command(
         help='with --recursive: a JSON file {"arrays": {"PATH": {"shards": [...], '
         '"chunks": [...]}}} of per-array shapes',
     )
-    add_compute_options(command, add_storage_option)
-    add_icechunk_writing(command, "the rechunk")
+    shared.add_compute(command)
+    shared.STORAGE_OPTION.add(command)
+    shared.SOURCE_STORAGE_OPTION.add(command)
+    shared.add_icechunk_writing(command, "the rechunk")
 
 
-def add_compute_options(
-    command: argparse.ArgumentParser,
-    add_storage_option: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    """``--scheduler`` or ``--workers``, and the storage options of TARGET and SOURCE."""
-    where = command.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", default=None, help="address of a Dask scheduler to use")
-    where.add_argument(
-        "--workers", type=int, default=None, help="start a LocalCluster of N worker processes"
-    )
-    add_storage_option(command)
-    command.add_argument(
-        "--source-storage-option",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="fsspec option for SOURCE; repeatable",
-    )
-
-
-def run(
-    args: argparse.Namespace,
-    options: dict[str, Any] | None,
-    source_options: dict[str, Any] | None,
-) -> int:
+def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     """Run ``rechunk``; return the exit status (1: the rechunk failed, 2: it could not start)."""
+    source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
     target: Any = args.target
     exists, repository_options = True, options
     try:
@@ -149,7 +109,7 @@ def run(
         return 0
     try:
         with scheduler(args.scheduler, args.workers):
-            report = job.execute(progress=not args.no_progress, **commit)
+            report = job.execute(progress=args.progress, **commit)
     except Exception as err:  # a task's failure: say so, and how to carry on
         carry_on = (
             "nothing was committed; run the same command again"

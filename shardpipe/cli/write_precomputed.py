@@ -5,19 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
+from shardpipe.cli import options as shared
 from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
-from shardpipe.cli.rechunk import add_compute_options
 from shardpipe.errors import InvalidArgumentError
 
 
-def add_command(
-    commands: Any,
-    ints: Callable[[str], tuple[int, ...]],
-    add_storage_option: Callable[[argparse.ArgumentParser], None],
-) -> None:
+def add_command(commands: Any) -> None:
     """Add ``write-precomputed`` to the subcommands of the parser."""
     command = commands.add_parser(
         "write-precomputed",
@@ -29,8 +24,12 @@ def add_command(
     command.add_argument("source", help="local path or fsspec URL of the Zarr array to read")
     command.add_argument("target", help="directory or fsspec URL of the volume to write")
     command.add_argument("--resolution", type=_floats, required=True, help="nm per voxel, x,y,z")
-    command.add_argument("--chunk-size", type=ints, required=True, help="voxels per chunk, x,y,z")
-    command.add_argument("--voxel-offset", type=ints, default=(0, 0, 0), help="x,y,z (0,0,0)")
+    command.add_argument(
+        "--chunk-size", type=shared.int_tuple, required=True, help="voxels per chunk, x,y,z"
+    )
+    command.add_argument(
+        "--voxel-offset", type=shared.int_tuple, default=(0, 0, 0), help="x,y,z (0,0,0)"
+    )
     command.add_argument(
         "--scales", type=_scales, default=None, help="factors, e.g. 1,1,1:2,2,1:4,4,2"
     )
@@ -41,10 +40,12 @@ def add_command(
         "--sharding", default="auto", help="auto, or a neuroglancer_uint64_sharded_v1 JSON object"
     )
     command.add_argument("--zyx", action="store_true", help="SOURCE is indexed (z, y, x)")
-    command.add_argument("--max-mem", default="1GiB", help="memory budget per task (1GiB)")
-    command.add_argument("--overwrite", action="store_true", help="replace a volume at TARGET")
-    command.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_compute_options(command, add_storage_option)
+    shared.MAX_MEM.add(command)
+    shared.OVERWRITE.add(command, "replace a volume at TARGET")
+    shared.add_progress(command, shown=True)
+    shared.add_compute(command)
+    shared.STORAGE_OPTION.add(command)
+    shared.SOURCE_STORAGE_OPTION.add(command)
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -63,12 +64,9 @@ def _scales(text: str) -> list[tuple[int, ...]]:
         ) from None
 
 
-def run(
-    args: argparse.Namespace,
-    options: dict[str, Any] | None,
-    source_options: dict[str, Any] | None,
-) -> int:
+def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
     """Run ``write-precomputed``; return the exit status."""
+    source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
     import dask.array as da
 
     from shardpipe.cli.rechunk import scheduler
@@ -104,7 +102,7 @@ def run(
                 overwrite=args.overwrite,
                 storage_options=options,
                 max_mem=args.max_mem,
-                progress=not args.no_progress,
+                progress=args.progress,
             )
     except EXPECTED as err:
         if isinstance(err, InvalidArgumentError):

@@ -1,9 +1,10 @@
-"""Command-line options for Icechunk repositories: what to read, and a write as one commit.
+"""Icechunk repositories on the command line: the session to read, or to write one commit into.
 
-``verify`` and ``info`` take :func:`add_reading` (a branch or a snapshot);
-``rechunk`` and ``write-dataset`` take :func:`add_writing` (a branch, a
-commit message, ``--rebase``) and write into :func:`writable_session`;
-``rechunk`` plans against :func:`planning_session` first.
+``verify`` and ``info`` read :func:`reading_session` (``--branch`` or
+``--snapshot``); ``rechunk`` and ``write-dataset`` write into
+:func:`writable_session` as one commit (:func:`commit_arguments`), and
+``rechunk`` plans against :func:`planning_session` first. The options
+themselves are defined in :mod:`shardpipe.cli.options`.
 """
 
 from __future__ import annotations
@@ -12,37 +13,6 @@ import argparse
 from typing import Any
 
 from shardpipe.errors import InvalidArgumentError
-
-
-def add_reading(command: argparse.ArgumentParser) -> None:
-    """``--icechunk`` (the store is an Icechunk repository) and what to read of it."""
-    command.add_argument(
-        "--icechunk",
-        action="store_true",
-        help="the store is an Icechunk repository (local path or s3:// URL)",
-    )
-    command.add_argument("--branch", default=None, help="with --icechunk: branch to read (main)")
-    command.add_argument("--snapshot", default=None, help="with --icechunk: snapshot id to read")
-
-
-def add_writing(command: argparse.ArgumentParser, what: str) -> None:
-    """``--icechunk`` (TARGET is a repository, the write one commit), ``--branch``, ``--commit``,
-    ``--rebase``; ``what`` names the write in the help ("the rechunk")."""
-    command.add_argument(
-        "--icechunk",
-        action="store_true",
-        help="TARGET is an Icechunk repository (local path or s3:// URL; created if absent): "
-        f"{what} is one commit on --branch",
-    )
-    command.add_argument("--branch", default="main", help="with --icechunk: branch (main)")
-    command.add_argument(
-        "--commit", default=None, help="with --icechunk: commit message (default: the command)"
-    )
-    command.add_argument(
-        "--rebase",
-        action="store_true",
-        help="with --icechunk: rebase onto commits made meanwhile that changed other shards",
-    )
 
 
 def commit_arguments(args: argparse.Namespace, command: str) -> dict[str, Any]:
@@ -67,9 +37,17 @@ def commit_arguments(args: argparse.Namespace, command: str) -> dict[str, Any]:
     return {}
 
 
+def reading_session(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
+    """The read-only session of ``--branch`` (main) or ``--snapshot`` of the repository at
+    ``args.store``."""
+    from shardpipe.storage.icechunk.repository import open_session
+
+    return open_session(args.store, options, branch=args.branch, snapshot=args.snapshot)
+
+
 def writable_session(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
-    """The writable session on ``--branch`` of the repository at ``args.target`` (created if
-    absent)."""
+    """The writable session on ``--branch`` (main) of the repository at ``args.target``
+    (created if absent)."""
     from shardpipe.storage.icechunk.repository import open_session
 
     return open_session(args.target, options, branch=args.branch, writable=True, create=True)
