@@ -1,6 +1,6 @@
 """Icechunk repositories on the command line: the session to read, or to write one commit into.
 
-``verify`` and ``info`` read :func:`reading_session` (``--branch`` or
+``verify`` and ``info`` read :func:`store_to_read` (``--branch`` or
 ``--snapshot``); ``rechunk`` and ``write-dataset`` write into
 :func:`writable_session` as one commit (:func:`commit_arguments`), and
 ``rechunk`` plans against :func:`planning_session` first. The options
@@ -37,12 +37,21 @@ def commit_arguments(args: argparse.Namespace, command: str) -> dict[str, Any]:
     return {}
 
 
-def reading_session(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
-    """The read-only session of ``--branch`` (main) or ``--snapshot`` of the repository at
-    ``args.store``."""
+def store_to_read(
+    args: argparse.Namespace, options: dict[str, Any] | None
+) -> tuple[Any, dict[str, Any] | None]:
+    """What a reading command reads, and the storage options left to pass with it.
+
+    Without ``--icechunk``: ``args.store`` and ``options``. With it: the
+    read-only session of ``--branch`` (main) or ``--snapshot`` of the
+    repository at ``args.store`` (opened with ``options``), and None.
+    """
+    if not args.icechunk:
+        return args.store, options
     from shardpipe.storage.icechunk.repository import open_session
 
-    return open_session(args.store, options, branch=args.branch, snapshot=args.snapshot)
+    session = open_session(args.store, options, branch=args.branch, snapshot=args.snapshot)
+    return session, None
 
 
 def writable_session(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:

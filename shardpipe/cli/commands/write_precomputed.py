@@ -1,4 +1,4 @@
-"""The ``shardpipe write-precomputed`` command: a Zarr array as a sharded precomputed volume."""
+"""``shardpipe write-precomputed``: a Zarr array as a sharded Neuroglancer precomputed volume."""
 
 from __future__ import annotations
 
@@ -8,19 +8,24 @@ import sys
 from typing import Any
 
 from shardpipe.cli import options as shared
+from shardpipe.cli.compute import compute_on
 from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.subcommand import Subcommands, add_subcommand
+from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
 
+NAME = "write-precomputed"
+SUMMARY = "write a Zarr array as a sharded Neuroglancer precomputed volume (and pyramid)"
+DETAILS = (
+    "Read SOURCE (a Zarr v2/v3 array, local path or fsspec URL) indexed (x, y, z[, channel]) "
+    "-- or (z, y, x) with --zyx -- and write TARGET as a sharded precomputed volume: the info "
+    "file, then one task per shard file."
+)
 
-def add_command(commands: Any) -> None:
-    """Add ``write-precomputed`` to the subcommands of the parser."""
-    command = commands.add_parser(
-        "write-precomputed",
-        help="write a Zarr array as a sharded Neuroglancer precomputed volume (and pyramid)",
-        description="Read SOURCE (a Zarr v2/v3 array, local path or fsspec URL) indexed "
-        "(x, y, z[, channel]) -- or (z, y, x) with --zyx -- and write TARGET as a sharded "
-        "precomputed volume: the info file, then one task per shard file.",
-    )
+
+def add_command(commands: Subcommands) -> None:
+    """Add ``write-precomputed`` to the commands of ``shardpipe``."""
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
     command.add_argument("source", help="local path or fsspec URL of the Zarr array to read")
     command.add_argument("target", help="directory or fsspec URL of the volume to write")
     command.add_argument("--resolution", type=_floats, required=True, help="nm per voxel, x,y,z")
@@ -64,16 +69,18 @@ def _scales(text: str) -> list[tuple[int, ...]]:
         ) from None
 
 
-def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
-    """Run ``write-precomputed``; return the exit status."""
-    source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
+def run(args: argparse.Namespace) -> int:
+    """Run ``write-precomputed``: print the report; return the exit status."""
     import dask.array as da
 
-    from shardpipe.cli.rechunk import scheduler
     from shardpipe.precomputed.api import to_neuroglancer_precomputed
     from shardpipe.rechunking.source import open_source
 
+    options = shared.storage_options(args.storage_option)
+    source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
     try:
+        if args.workers is not None:
+            check_int("--workers", args.workers, example=4)
         sharding: Any = args.sharding
         if sharding != "auto":
             try:
@@ -87,7 +94,7 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         source = da.from_zarr(open_source(args.source, source_options).array)
         if args.zyx:
             source = source.transpose(2, 1, 0, *range(3, source.ndim))
-        with scheduler(args.scheduler, args.workers):
+        with compute_on(args.scheduler, args.workers):
             report = to_neuroglancer_precomputed(
                 source,
                 args.target,
@@ -106,8 +113,8 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             )
     except EXPECTED as err:
         if isinstance(err, InvalidArgumentError):
-            return fail("write-precomputed", err)
-        print(f"shardpipe write-precomputed: failed ({type(err).__name__}: {err})", file=sys.stderr)
+            return fail(NAME, err)
+        print(f"shardpipe {NAME}: failed ({type(err).__name__}: {err})", file=sys.stderr)
         return exit_status(err, during_work=True)
     print(report)
     return 0

@@ -1,4 +1,4 @@
-"""The dataset commands of the ``shardpipe`` command line: ``write-dataset``, ``repair-dataset``."""
+"""``shardpipe write-dataset``: a dataset xarray opens, written as sharded Zarr v3."""
 
 from __future__ import annotations
 
@@ -9,70 +9,52 @@ from typing import Any
 from shardpipe.cli import options as shared
 from shardpipe.cli.exit_statuses import EXPECTED, fail
 from shardpipe.cli.icechunk_sessions import commit_arguments, writable_session
+from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.storage.local.contained import contained
 
+NAME = "write-dataset"
+SUMMARY = "write a dataset (Zarr v2/v3, or a file xarray opens) as sharded Zarr v3"
+DETAILS = (
+    "Open SOURCE with xarray (xr.open_zarr for Zarr stores, xr.open_dataset otherwise) and "
+    "write it to TARGET with ds.shard.to_zarr: every data variable sharded, coordinates, "
+    "attributes and CF encoding as xarray writes them."
+)
 
-def add_commands(commands: Any) -> None:
-    """Add ``write-dataset`` and ``repair-dataset`` to the subcommands of the parser."""
-    write = commands.add_parser(
-        "write-dataset",
-        help="write a dataset (Zarr v2/v3, or a file xarray opens) as sharded Zarr v3",
-        description="Open SOURCE with xarray (xr.open_zarr for Zarr stores, xr.open_dataset "
-        "otherwise) and write it to TARGET with ds.shard.to_zarr: every data variable sharded, "
-        "coordinates, attributes and CF encoding as xarray writes them.",
-    )
-    write.add_argument("source", help="local path or fsspec URL of the dataset to read")
-    write.add_argument(
+
+def add_command(commands: Subcommands) -> None:
+    """Add ``write-dataset`` to the commands of ``shardpipe``."""
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command.add_argument("source", help="local path or fsspec URL of the dataset to read")
+    command.add_argument(
         "target",
         help="local path or fsspec URL of the Zarr v3 store to write (with --icechunk: the "
         "repository)",
     )
-    write.add_argument("--source-group", default=None, help="group inside SOURCE")
-    shared.GROUP.add(write, "group inside TARGET")
-    shared.SHARD_SIZES.add(write)
-    shared.CHUNK_SIZES.add(write)
-    write.add_argument("--mode", choices=["w-", "w", "a", "r+"], default=None)
-    write.add_argument("--append-dim", default=None, help="dimension to append along")
-    shared.MAX_MEM.add(write)
-    write.add_argument("--write-strategy", default="auto")
+    command.add_argument("--source-group", default=None, help="group inside SOURCE")
+    shared.GROUP.add(command, "group inside TARGET")
+    shared.SHARD_SIZES.add(command)
+    shared.CHUNK_SIZES.add(command)
+    command.add_argument("--mode", choices=["w-", "w", "a", "r+"], default=None)
+    command.add_argument("--append-dim", default=None, help="dimension to append along")
+    shared.MAX_MEM.add(command)
+    command.add_argument("--write-strategy", default="auto")
     shared.NO_CHUNK_CHECKSUMS.add(
-        write, "write the inner chunks of new sharded variables without a crc32c checksum"
+        command, "write the inner chunks of new sharded variables without a crc32c checksum"
     )
-    write.add_argument(
+    command.add_argument(
         "--no-consolidated", action="store_true", help="do not write consolidated metadata"
     )
-    shared.add_progress(write, shown=False)
-    shared.add_icechunk_writing(write, "the write")
-    shared.STORAGE_OPTION.add(write)
-    fix = commands.add_parser(
-        "repair-dataset",
-        help="repair every array of a dataset and cut them back to its last complete state",
-        description="After an interrupted ds.shard.to_zarr: repairs every sharded array (see "
-        "'repair') and resizes every array to its shape in the consolidated metadata, which "
-        "the writer rewrites last. Exits 1 when an array does not verify clean afterwards.",
-    )
-    fix.add_argument("store", help="local path or fsspec URL of the dataset")
-    shared.GROUP.add(fix)
-    shared.FORCE.add(fix)
-    shared.STORAGE_OPTION.add(fix)
+    shared.add_progress(command, shown=False)
+    shared.add_icechunk_writing(command, "the write")
+    shared.STORAGE_OPTION.add(command)
 
 
-def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
-    """Run ``write-dataset`` or ``repair-dataset``; return the exit status."""
-    if args.command == "repair-dataset":
-        from shardpipe.dataset.repair import repair_dataset
-
-        try:
-            repaired = repair_dataset(
-                args.store, group=args.group, storage_options=options, force=args.force
-            )
-        except EXPECTED as err:
-            return fail("repair-dataset", err, where=args.store)
-        print(repaired)
-        return 0 if repaired.ok else 1
+def run(args: argparse.Namespace) -> int:
+    """Run ``write-dataset``: print a report per array; return the exit status."""
     from shardpipe.dataset.arguments import check_arguments
     from shardpipe.dataset.write import keep_cf_encoding, to_zarr
 
+    options = shared.storage_options(args.storage_option)
     target: Any = args.target
     given: dict[str, Any] = dict(
         shards=args.shards,
@@ -87,7 +69,7 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         progress=args.progress,
     )
     try:
-        commit = commit_arguments(args, "write-dataset")
+        commit = commit_arguments(args, NAME)
         # the source's layout and codecs are not the target's: keep only its CF encoding
         ds = keep_cf_encoding(_open_source(args.source, args.source_group))
         if args.icechunk:  # check first: a refused write creates no repository
@@ -95,7 +77,7 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
             target, options = writable_session(args, options), None
         reports = to_zarr(ds, target, storage_options=options, **given, **commit)
     except EXPECTED as err:
-        return fail("write-dataset", err, during_work=True)
+        return fail(NAME, err, during_work=True)
     assert isinstance(reports, dict)
     for name, report in reports.items():
         print(f"{name}: {report}")

@@ -1,30 +1,33 @@
-"""The ``shardpipe rechunk`` command: plan (``--dry-run``) or run a rechunk into shards."""
+"""``shardpipe rechunk``: plan (``--dry-run``) or run a rechunk into shards."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 from shardpipe.cli import options as shared
+from shardpipe.cli.compute import compute_on
 from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
 from shardpipe.cli.icechunk_sessions import commit_arguments, planning_session, writable_session
+from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.write.arguments import check_array_overrides
 
+NAME = "rechunk"
+SUMMARY = "rechunk a Zarr v2/v3 array into a sharded Zarr v3 array in bounded memory"
+DETAILS = (
+    "Read SOURCE in blocks aligned to its chunks, as large as --max-mem allows, and write "
+    "TARGET sharded. Fill value, dimension names and attributes carry over; the codecs are "
+    "the target's defaults unless --compressor is given."
+)
 
-def add_command(commands: Any) -> None:
-    """Add ``rechunk`` to the subcommands of the parser."""
-    command = commands.add_parser(
-        "rechunk",
-        help="rechunk a Zarr v2/v3 array into a sharded Zarr v3 array in bounded memory",
-        description="Read SOURCE in blocks aligned to its chunks, as large as --max-mem allows, "
-        "and write TARGET sharded. Fill value, dimension names and attributes carry over; the "
-        "codecs are the target's defaults unless --compressor is given.",
-    )
+
+def add_command(commands: Subcommands) -> None:
+    """Add ``rechunk`` to the commands of ``shardpipe``."""
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
     command.add_argument("source", help="local path or fsspec URL of the Zarr array to read")
     command.add_argument("target", help="local path or fsspec URL to write")
     shared.PATH.add(command, "path of the array inside TARGET")
@@ -55,8 +58,9 @@ def add_command(commands: Any) -> None:
     shared.add_icechunk_writing(command, "the rechunk")
 
 
-def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``rechunk``; return the exit status (1: the rechunk failed, 2: it could not start)."""
+    options = shared.storage_options(args.storage_option)
     source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
     target: Any = args.target
     exists, repository_options = True, options
@@ -68,12 +72,12 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
                 "--config", "gives per-array shapes of a group", "Add --recursive, or leave it out"
             )
         arrays = _per_array_shapes(args.config)
-        commit = commit_arguments(args, "rechunk")
+        commit = commit_arguments(args, NAME)
         if args.icechunk:  # plan first: a new repository is created once the plan is accepted
             target, exists = planning_session(args, options)
             options = None
     except EXPECTED as err:
-        return fail("rechunk", err)
+        return fail(NAME, err)
     common: dict[str, Any] = dict(
         shards=args.shards,
         chunks=args.chunks,
@@ -103,12 +107,12 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         if args.icechunk and not exists and not args.dry_run:
             job = plan(writable_session(args, repository_options))
     except EXPECTED as err:
-        return fail("rechunk", err)
+        return fail(NAME, err)
     print(job)
     if args.dry_run:
         return 0
     try:
-        with scheduler(args.scheduler, args.workers):
+        with compute_on(args.scheduler, args.workers):
             report = job.execute(progress=args.progress, **commit)
     except Exception as err:  # a task's failure: say so, and how to carry on
         carry_on = (
@@ -129,8 +133,6 @@ def _per_array_shapes(config: str | None) -> dict[str, dict[str, tuple[int, ...]
     """Read ``{"arrays": {path: {"shards": [...], "chunks": [...]}}}`` from a JSON file."""
     if config is None:
         return {}
-    import json
-
     fix = 'Give a JSON file {"arrays": {"PATH": {"shards": [...], "chunks": [...]}}}'
     try:
         with open(config, encoding="utf-8") as text:
@@ -144,22 +146,3 @@ def _per_array_shapes(config: str | None) -> dict[str, dict[str, tuple[int, ...]
         return check_array_overrides(arrays)
     except InvalidArgumentError as err:
         raise InvalidArgumentError("--config", f"{config!r}: {err.problem}", err.fix) from None
-
-
-@contextlib.contextmanager
-def scheduler(address: str | None, workers: int | None) -> Iterator[None]:
-    """Compute on the given scheduler, on a LocalCluster of ``workers`` processes, or threads."""
-    if address is None and workers is None:
-        yield
-        return
-    from distributed import Client, LocalCluster
-
-    if address is not None:
-        with Client(address):
-            yield
-        return
-    with (
-        LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0") as cluster,
-        Client(cluster),
-    ):
-        yield

@@ -1,26 +1,28 @@
-"""The ``shardpipe migrate`` command: draft sharded arrays (storage transformer) to Zarr v3."""
+"""``shardpipe migrate``: draft sharded arrays (storage transformer) to Zarr v3."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from shardpipe.cli import options as shared
 from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.errors import InvalidArgumentError
 
+NAME = "migrate"
+SUMMARY = "turn arrays of the sharding storage-transformer draft into Zarr v3 arrays"
+DETAILS = (
+    "Translate every array and group of the draft hierarchy SOURCE (written by zarr-python "
+    "2.x with its experimental v3 sharding) to Zarr v3 with the sharding_indexed codec, "
+    "copying every shard byte for byte; in place unless TARGET is given. Run it again after "
+    "an interruption: it finishes the job."
+)
 
-def add_command(commands: Any) -> None:
-    """Add ``migrate`` to the subcommands of the parser."""
-    command = commands.add_parser(
-        "migrate",
-        help="turn arrays of the sharding storage-transformer draft into Zarr v3 arrays",
-        description="Translate every array and group of the draft hierarchy SOURCE (written by "
-        "zarr-python 2.x with its experimental v3 sharding) to Zarr v3 with the "
-        "sharding_indexed codec, copying every shard byte for byte; in place unless TARGET "
-        "is given. Run it again after an interruption: it finishes the job.",
-    )
+
+def add_command(commands: Subcommands) -> None:
+    """Add ``migrate`` to the commands of ``shardpipe``."""
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
     command.add_argument("source", help="local path or fsspec URL of the draft hierarchy")
     command.add_argument("target", nargs="?", default=None, help="where to write (in place)")
     command.add_argument(
@@ -38,10 +40,11 @@ def add_command(commands: Any) -> None:
     shared.TARGET_STORAGE_OPTION.add(command)
 
 
-def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
-    """Run ``migrate``; return the exit status."""
+def run(args: argparse.Namespace) -> int:
+    """Run ``migrate``: print the report; return the exit status."""
     from shardpipe.legacy.migration import migrate
 
+    options = shared.storage_options(args.storage_option)
     target_options = shared.storage_options(args.target_storage_option, "--target-storage-option")
 
     try:
@@ -58,8 +61,8 @@ def run(args: argparse.Namespace, options: dict[str, Any] | None) -> int:
         )
     except EXPECTED as err:
         if isinstance(err, InvalidArgumentError):
-            return fail("migrate", err)
-        print(f"shardpipe migrate: failed ({type(err).__name__}: {err})", file=sys.stderr)
+            return fail(NAME, err)
+        print(f"shardpipe {NAME}: failed ({type(err).__name__}: {err})", file=sys.stderr)
         return exit_status(err, during_work=True)
     print(report)
     return 0
