@@ -85,10 +85,10 @@ from shardpipe.legacy.plan import (
     refuse_strays,
     shard_keys,
 )
+from shardpipe.storage.delegating import DelegatingStore
 from shardpipe.storage.keys import MIGRATION_STAGING
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.storage.retry import RetryingStore
 
 
 @dataclass
@@ -291,7 +291,7 @@ def _resolve(
         name = renames.get(err.parameter, parameter)
         raise InvalidArgumentError(name, err.problem, err.fix) from None
     shards = resolved.shards
-    while isinstance(shards, RetryingStore):
+    while isinstance(shards, DelegatingStore):  # the retry layer, a fault injector ...
         shards = shards.inner
     if isinstance(shards, LocalShardStore):
         path = shards.root

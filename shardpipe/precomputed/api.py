@@ -38,6 +38,7 @@ from dask.delayed import Delayed, delayed
 
 from shardpipe.core.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.precomputed_plan import ScaleGrid, check_scattered
 from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.errors import (
@@ -78,7 +79,7 @@ def to_neuroglancer_precomputed(
     downsample: str = "auto",
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
-    max_mem: int | str = "1GiB",
+    max_mem: int | str = DEFAULT_MAX_MEM,
     compute: bool = True,
     progress: bool = False,
 ) -> WriteReport | Delayed:
