@@ -46,6 +46,8 @@ suppress_warnings = ["toc.empty_glob"]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
+# options such as --icechunk stay as typed (no en dashes, no curly quotes)
+smartquotes = False
 
 html_theme = "alabaster"
 html_title = f"shardpipe {release}"

@@ -58,7 +58,7 @@ def _option(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
     has_default = default not in (None, False, [], argparse.SUPPRESS) and action.nargs != 0
     if has_default and not shows_default:
         words.append(f"Default: {default}.")
-    text = " ".join(w if w.endswith((".", ")", ":")) else w + "." for w in words)
+    text = " ".join(w if w.endswith((".", ":")) else w + "." for w in words)
     return f"- `{name}`: " + escape(text)
 
 
