@@ -104,14 +104,25 @@ def test_help_text_is_shown_literally() -> None:
     assert escape("w-|w|a|r+ *x* <y>") == r"w-\|w\|a\|r+ \*x\* \<y\>"
 
 
-def test_the_architecture_page_follows_the_layer_contract() -> None:
+def _layers() -> list[list[str]]:
+    """The layers of ``[tool.importlinter]``, top to bottom, each a list of packages."""
     config = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())
     contracts = config["tool"]["importlinter"]["contracts"]
     layers = next(c for c in contracts if c["id"] == "layers")["layers"]
+    return [[p.strip() for p in layer.split("|")] for layer in layers]
+
+
+def test_the_architecture_page_follows_the_layer_contract() -> None:
     page = (DOCS / "architecture.md").read_text()
     rows = re.findall(r"^\| (`[^|]+`(?: \\\| `[^|]+`)*) \|", page, re.M)
     documented = [re.findall(r"`(\w+)`", row) for row in rows]
-    assert documented == [[p.strip() for p in layer.split("|")] for layer in layers]
+    assert documented == _layers()
+
+
+def test_the_readme_lists_the_layers_in_order() -> None:
+    rows = re.findall(r"^\| (`\w+`(?: · `\w+`)*) \|", README.read_text(), re.M)
+    documented = [re.findall(r"`(\w+)`", row) for row in rows]
+    assert documented == [[p for p in layer if p != "_version"] for layer in _layers()]
 
 
 def test_every_guide_and_page_the_readme_links_exists() -> None:
