@@ -3,7 +3,8 @@
 #   ./dev.sh demo    set up (runtime dependencies only), then write ~1 GiB on a LocalCluster,
 #                    verify it, print throughput
 #   ./dev.sh test    set up (+ test and docs extras), then ruff, mypy, the layer contracts
-#                    (lint-imports) and the whole pytest suite, in parallel on every core
+#                    (lint-imports), the documentation site (docs/, warnings as errors)
+#                    and the whole pytest suite, in parallel on every core
 #   ./dev.sh bench   set up (+ test and bench extras), then run the benchmark suite
 #                    (see benchmarks/README.md)
 #   ./dev.sh lock    regenerate requirements/constraints.txt from pyproject.toml
@@ -79,6 +80,8 @@ case "$task" in
         .venv/bin/ruff format --check shardpipe tests benchmarks
         .venv/bin/mypy
         .venv/bin/lint-imports --no-cache
+        # the documentation site, afresh (-E): warnings are errors, every reference resolves
+        .venv/bin/sphinx-build -E -W --keep-going -n -q -b html docs docs/_build/html
         # in parallel on every core (pytest-xdist); SHARDPIPE_TEST_WORKERS=0 runs in one process
         exec .venv/bin/python -m pytest -n "${SHARDPIPE_TEST_WORKERS:-auto}" "$@" ;;
     bench) setup "test,bench"; exec .venv/bin/python -m benchmarks "$@" ;;

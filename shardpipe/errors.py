@@ -1,4 +1,4 @@
-"""shardpipe's exceptions, all under :class:`ShardpipeError`.
+"""shardpipe's exceptions, all under ``ShardpipeError``.
 
 Every error shardpipe raises on purpose is defined here, so that a caller can
 catch ``ShardpipeError`` alone. Where a built-in exception type also fits

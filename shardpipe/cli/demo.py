@@ -5,7 +5,7 @@ Run with ``python -m shardpipe.cli.demo [--out DIR] [--keep] [--small]``.
 The same misaligned Dask blocks are written twice: on a ``LocalCluster`` of
 two single-threaded worker processes (as a batch job on a cluster would) and
 on Dask's threaded scheduler in this process (as in a notebook, and as in
-the README's performance table). On a 2-core machine the cluster is the
+the performance table of ``docs/guides/performance.md``). On a 2-core machine the cluster is the
 slower of the two: bits of inner chunks that straddle block edges are
 pickled and sent between the worker processes, and every task goes through
 the distributed scheduler, while the threaded scheduler passes blocks by

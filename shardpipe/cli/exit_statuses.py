@@ -3,7 +3,7 @@
 :data:`EXIT_STATUSES` is the one table of exit statuses: what each means
 and which errors end in it. :func:`exit_status` follows it, the help of
 ``shardpipe`` and of every command ends with it (:func:`statuses_text`),
-and the README's table is :func:`statuses_markdown` (tests compare them,
+and the CLI reference of the docs shows :func:`statuses_markdown` (tests compare them,
 and check that every public error class of :mod:`shardpipe.errors` ends
 in a status whose row names it or covers it).
 """
@@ -148,7 +148,7 @@ def statuses_text() -> str:
 
 
 def statuses_markdown() -> str:
-    """The table as the README shows it."""
+    """The table as the CLI reference of the docs (``docs/cli.md``) shows it."""
     rows = ["| status | meaning | errors |", "|---:|---|---|"]
     rows += [f"| {s.code} | {s.meaning} | {s.causes()} |" for s in EXIT_STATUSES]
     return "\n".join(rows)

@@ -11,7 +11,7 @@ several commands take is defined here, and means one thing in all of them.
 Two flags still mean two things (issue 32 settles them): ``--workers`` is
 the number of LocalCluster processes in ``rechunk`` and
 ``write-precomputed``, and shards copied at once in ``migrate``
-(:data:`COPY_WORKERS`); ``--shards``/``--chunks`` are shapes for arrays and
+(``COPY_WORKERS``); ``--shards``/``--chunks`` are shapes for arrays and
 sizes by dimension name for datasets.
 """
 

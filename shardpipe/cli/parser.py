@@ -1,4 +1,4 @@
-"""The ``shardpipe`` parser, built from the command modules, and :func:`main`, which runs one.
+"""The ``shardpipe`` parser, built from the command modules, and ``main``, which runs one.
 
 Each command lives in its own module of :mod:`shardpipe.cli.commands`
 (listed in :data:`COMMANDS`, in the order ``shardpipe --help`` lists

@@ -2,7 +2,7 @@
 
 A block encodes the inner chunks it holds whole where it lives and sends raw
 only the bits of chunks that straddle its edges (see
-:class:`~shardpipe.core.plan.PartPlan`).
+:class:`~shardpipe.core.shard_plan.PartPlan`).
 """
 
 from __future__ import annotations

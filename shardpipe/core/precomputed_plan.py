@@ -6,7 +6,7 @@ precomputed format stores edge chunks truncated). A chunk's id is its
 compressed Morton code; the sharding spec maps ids to shards.
 
 The sharding spec is anything that has the bits, the hash and ``locate``
-(:class:`ShardingSpec`; :class:`shardpipe.formats.precomputed.ShardingSpec`
+(:class:`ShardingSpec`; :class:`shardpipe.formats.precomputed.PrecomputedSharding`
 is one). The ``auto`` rule that picks a spec lives with the writer
 (:mod:`shardpipe.precomputed.auto_sharding`).
 """
@@ -107,7 +107,7 @@ class ShardChunks:
         Their grid coordinates, one row each.
     box : tuple of slice or None
         The voxel box the chunks fill, when they form one (identity hash with
-        boxes: see :func:`shard_boxes`); None when they are scattered.
+        boxes: see :func:`box_bits`); None when they are scattered.
     """
 
     shard: int

@@ -1,4 +1,4 @@
-"""xarray front-end: ``ds.shard.to_zarr(...)`` and :func:`open_dataset`."""
+"""xarray front-end: ``ds.shard.to_zarr(...)`` and :func:`~shardpipe.dataset.open.open_dataset`."""
 
 from shardpipe.dataset.accessor import ShardAccessor, register
 from shardpipe.dataset.open import open_dataset, shard_chunks

@@ -25,7 +25,9 @@ MODES = ("w-", "w", "a", "r+")
 
 @dataclass(frozen=True)
 class CheckedArguments:
-    """The arguments of :func:`to_zarr` that need no target, checked against the dataset.
+    """The arguments of ``to_zarr`` that need no target, checked against the dataset.
+
+    :func:`~shardpipe.dataset.write.to_zarr` checks them before it looks at the target.
 
     ``region``, ``append_dim`` and ``storage_options`` are as given (xarray
     and the target check them further).
@@ -54,7 +56,7 @@ def check_arguments(
     progress: bool = False,
     **options: Unpack[DatasetOptions],
 ) -> CheckedArguments:
-    """Check what :func:`to_zarr` can check before it looks at the target.
+    """Check what :func:`~shardpipe.dataset.write.to_zarr` can check before it looks at the target.
 
     The command line calls it before it creates an Icechunk repository.
 

@@ -54,7 +54,8 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
     Returns
     -------
     xarray.Dataset
-        Lazy: each variable's Dask chunks are its shards (see :func:`shard_chunks`).
+        Lazy: each variable's Dask chunks are its shards (see
+        :func:`~shardpipe.dataset.open.shard_chunks`).
     """
     if "chunks" in kwargs:
         raise InvalidArgumentError(

@@ -342,8 +342,8 @@ class SourceBlocks:
     shards, at block edges, so the slice has exactly those blocks and Dask
     culls the rest of the source's graph away. A source that reads an
     array-like directly (``da.from_zarr``, ``da.from_array``) is instead read
-    through a window on that array-like (:func:`read_window`). A source with
-    empty blocks (which a slice could drop) is taken whole.
+    through a window on that array-like (:func:`~shardpipe.engine.source_window.read_window`). A
+    source with empty blocks (which a slice could drop) is taken whole.
     """
 
     def __init__(self, arr: da.Array, plan: WritePlan, wave: Wave | None) -> None:

@@ -1,4 +1,4 @@
-"""What writes report: :class:`WriteReport`, added up over tasks, waves and jobs.
+"""What writes report: ``WriteReport``, added up over tasks, waves and jobs.
 
 Adding reports also merges what their tasks wrote into a transactional
 backend (an Icechunk session: :mod:`shardpipe.storage.icechunk.store`), so the

@@ -52,7 +52,9 @@ from shardpipe.storage.retry import retries_so_far
 
 @dataclass(frozen=True)
 class UpdateTarget:
-    """What an ``update-shard`` task needs besides the array's :class:`WriteTarget`.
+    """What an ``update-shard`` task needs besides the array's write target.
+
+    The array's write target is a :class:`~shardpipe.engine.tasks.WriteTarget`.
 
     Parameters
     ----------

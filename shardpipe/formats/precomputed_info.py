@@ -11,7 +11,8 @@ value and what is allowed:
 * ``@type`` ``"neuroglancer_multiscale_volume"`` (or absent, as cloud-volume
   writes it), ``type`` ``"image"`` or ``"segmentation"``, ``data_type`` one
   of :data:`DATA_TYPES`, ``num_channels`` a positive integer;
-* ``scales`` a list of 1 to :data:`MAX_SCALES` objects, each with a
+* ``scales`` a list of 1 to :data:`~shardpipe.formats.precomputed_info.MAX_SCALES` objects, each
+  with a
   ``key`` that is a relative key inside the volume
   (:func:`~shardpipe.core.keys.checked_key`: no ``..``, no absolute path;
   :class:`~shardpipe.errors.UnsafeKeyError` otherwise) and unique, ``size``
@@ -68,6 +69,7 @@ MAX_INFO_NBYTES = 16 << 20
 """Largest ``info`` file read (16 MiB; a volume's is a few KB)."""
 
 MAX_SCALES = 64
+"""Most scales an ``info`` file may list."""
 MAX_EXTENT = 2**53
 """Largest voxel count or offset along a dimension: JavaScript's largest exact integer."""
 

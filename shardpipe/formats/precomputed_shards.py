@@ -127,8 +127,8 @@ class PrecomputedShards(ABC):
         """Read the shard and minishard indexes of ``shard``; return the index by slot.
 
         Returns the index and the byte range of the shard index. Besides
-        what :meth:`PrecomputedSharding.read_listing` checks, every listed
-        chunk must be a chunk of this shard, listed once, in the minishard
+        what :meth:`~shardpipe.formats.precomputed.PrecomputedSharding.read_listing` checks, every
+        listed chunk must be a chunk of this shard, listed once, in the minishard
         its id hashes to, and apart from every minishard index.
 
         Raises
@@ -300,7 +300,7 @@ class ListedShard(ScatteredShard):
     this shard: found from the file, never by hashing the grid's chunks, so
     reading a shard costs what the file lists (bounded by its size), for
     grids of any size. Listed ids that are not members are reported by
-    :meth:`read_index` as chunks of another shard.
+    :meth:`PrecomputedShards.read_index` as chunks of another shard.
 
     Parameters
     ----------
@@ -323,7 +323,7 @@ def listed_shard_format(
     ------
     shardpipe.errors.ShardFormatError
         If its indexes do not decode (within the bound of
-        :meth:`PrecomputedSharding.read_listing`).
+        :meth:`~shardpipe.formats.precomputed.PrecomputedSharding.read_listing`).
     """
     low = box_bits(scale, sharding)
     most = math.prod(scale.grid)

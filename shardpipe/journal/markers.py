@@ -239,7 +239,7 @@ def conflict(other: JobMarker, keys: JobKeys, doing: str) -> JobConflictError:
 
 
 def check_held(store: ShardStore, keys: JobKeys, marker: JobMarker) -> None:
-    """Raise :class:`JobConflictError` unless ``marker`` still holds the array."""
+    """Raise :class:`~shardpipe.errors.JobConflictError` unless ``marker`` still holds the array."""
     current = read_marker(store, keys)
     if current is None or current.job != marker.job:
         other = "no job" if current is None else current.describe()

@@ -64,7 +64,8 @@ class UndoRecord:
             The stored record.
         key : str
             Its key (named in errors; with ``array``, its last component must
-            be the SHA-1 of the shard's key, as :meth:`JobKeys.undo_key` makes it).
+            be the SHA-1 of the shard's key, as :meth:`~shardpipe.journal.markers.JobKeys.undo_key`
+            makes it).
         array : str, optional
             Key prefix of the array: the shard must be a key under it (not
             ``zarr.json``, nothing under ``.shardpipe/``, no ``..`` component).

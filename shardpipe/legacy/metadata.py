@@ -19,7 +19,7 @@ A ``chunk_memory_layout`` of ``F`` becomes a ``transpose`` codec.
 
 What v3 cannot say (filters, other storage transformers or extensions,
 data types without a v3 name, a non-regular grid) raises
-:class:`UnsupportedLegacyError` naming the array and the feature. Pure: JSON
+:class:`~shardpipe.errors.UnsupportedLegacyError` naming the array and the feature. Pure: JSON
 in, JSON out.
 """
 

@@ -201,7 +201,7 @@ def migrate(
     ------
     shardpipe.errors.InvalidArgumentError
         When the source holds no draft hierarchy, an array uses something
-        Zarr v3 cannot express (:class:`~shardpipe.legacy.metadata.UnsupportedLegacyError`),
+        Zarr v3 cannot express (:class:`~shardpipe.errors.UnsupportedLegacyError`),
         or the target is not empty. Nothing is written.
     shardpipe.errors.ShardFormatError
         When a shard's index is broken. Nothing is written.

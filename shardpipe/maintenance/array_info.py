@@ -50,11 +50,12 @@ class ArrayInfo:
         Bytes of all shard objects.
     nbytes_unused : int
         Of those, bytes no index points at (left by appends and in-place
-        updates; :func:`compact` reclaims them).
+        updates; :func:`~shardpipe.maintenance.compaction.compact` reclaims them).
     job : str or None
         The job holding the array's marker, if any.
     pending_undo : int
-        Shards an interrupted update left mid-change (run :func:`repair`).
+        Shards an interrupted update left mid-change (run
+        :func:`~shardpipe.maintenance.repairs.repair`).
     not_shards : int
         Keys under the shard prefix that name no shard of the grid (and are
         not temporary files of a write): ``verify`` reports them.
@@ -156,7 +157,7 @@ def info(
     by scale (:func:`shardpipe.precomputed.check.check_volume`, chunks not decoded).
 
     Reads each shard's index only (no inner chunk is read or decoded). For a
-    group, returns a :class:`~shardpipe.maintenance.groups.GroupInfo` with the
+    group, returns a :class:`~shardpipe.maintenance.array_info.GroupInfo` with the
     :class:`ArrayInfo` of each sharded array in it. ``progress`` shows a bar
     over the shards of each array (``tqdm.auto``).
     """

@@ -40,7 +40,7 @@ class RepairReport:
         Shard objects removed that lay past the end of the array's grid:
         written by an append interrupted before the grown ``zarr.json`` was
         published, read by nothing until the array grows, and then stale.
-    verify : VerifyReport
+    verify : shardpipe.VerifyReport
         The check of the whole array afterwards.
     """
 

@@ -7,7 +7,8 @@ sparse array of millions of shards, or a ``zarr.json`` declaring a shape of
 ones are counted. A key under the prefix that names no shard of the grid is
 a problem. The checks run in batches on the ``distributed`` cluster when a
 client is active, else on threads; a report lists the shards with a problem
-and the first :data:`SHARD_ENTRIES` checked clean, and counts the rest.
+and the first :data:`~shardpipe.maintenance.verification.SHARD_ENTRIES` checked clean, and counts
+the rest.
 
 Each shard object is checked by :mod:`shardpipe.stored.shard_integrity` (its index,
 its chunk ranges, every inner chunk; a failing chunk is named by its
@@ -71,8 +72,8 @@ class VerifyReport:
     ----------
     shards : list of ShardCheck
         The shards checked, in grid order (of every array, for a group): every
-        one with a problem, and the first :data:`SHARD_ENTRIES` checked clean
-        (per array; ``shards_left_out`` counts the rest); then an entry per
+        one with a problem, and the first :data:`~shardpipe.maintenance.verification.SHARD_ENTRIES`
+        checked clean (per array; ``shards_left_out`` counts the rest); then an entry per
         key under the shard prefix that is no shard of the grid, and per
         absent shard an interrupted update left (both problems).
     arrays : dict
@@ -193,9 +194,9 @@ def _grid_order(check: ShardCheck) -> tuple[bool, Coords, str]:
 class _Tally:
     """Totals of the checks of one array, with the entries its report keeps.
 
-    Of the shards checked clean it keeps the first :data:`SHARD_ENTRIES` in
-    grid order (checks arrive in any order: past twice that many, the kept
-    ones are sorted and cut back).
+    Of the shards checked clean it keeps the first
+    :data:`~shardpipe.maintenance.verification.SHARD_ENTRIES` in grid order (checks arrive in any
+    order: past twice that many, the kept ones are sorted and cut back).
     """
 
     def __init__(self, undone: set[str], grid: Shape) -> None:
@@ -284,7 +285,7 @@ def verify(
     the grid: absent shards are counted, not visited. A key under that
     prefix that names no shard of the grid is a problem. When a
     ``distributed`` client is active, the shards are checked on its cluster
-    in tasks of up to :data:`~shardpipe.stored.listing.TASK_SHARDS` shards;
+    in tasks of up to :data:`~shardpipe.engine.shard_sweep.TASK_SHARDS` shards;
     otherwise (and for a zarr ``MemoryStore``, which lives in this process)
     on ``workers`` threads.
 
@@ -310,8 +311,9 @@ def verify(
     -------
     VerifyReport
         ``report.ok`` is False when any shard has a problem; ``str(report)``
-        is a short human-readable summary. Past :data:`SHARD_ENTRIES` shards
-        checked clean, the report counts them without listing them.
+        is a short human-readable summary. Past
+        :data:`~shardpipe.maintenance.verification.SHARD_ENTRIES` shards checked clean, the report
+        counts them without listing them.
     """
     complete = check_bool("complete", complete)
     progress = check_bool("progress", progress)

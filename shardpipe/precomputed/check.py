@@ -62,7 +62,7 @@ class ScaleReport:
     chunks_present, shards_present, nbytes : int
         Chunks stored, shard files, the bytes of the files (shards or chunk files).
     problems : list of str
-        The first :data:`MOST_PROBLEMS` problems.
+        The first :data:`~shardpipe.precomputed.check.MOST_PROBLEMS` problems.
     n_problems : int
         All problems.
     leftovers : int

@@ -1,4 +1,4 @@
-"""Rechunk an existing array into a sharded Zarr v3 array: :func:`plan_rechunk`, :func:`rechunk`.
+"""Rechunk an existing array into a sharded Zarr v3 array: ``plan_rechunk``, ``rechunk``.
 
 The source (a Zarr v2 or v3 array, sharded or not, by path, URL or object;
 or any Dask array) is read in Dask blocks aligned to its chunks (its shards,
@@ -95,7 +95,7 @@ class RechunkJob:
         The Dask blocks the source is read in.
     cost : ReadCost
         Reads, bytes read and read amplification.
-    write : ShardedWrite
+    write : shardpipe.ShardedWrite
         The write of the blocks into the target (its plan, memory, tasks).
     intermediate : Intermediate or None
         For a two-pass rechunk: the copy, and how the first pass fills it
@@ -109,7 +109,7 @@ class RechunkJob:
     held : int
         Bytes one pass would hold between its tasks
         (:func:`~shardpipe.rechunking.memory.one_pass_hold`).
-    one_pass : ShardedWrite or None
+    one_pass : shardpipe.ShardedWrite or None
         For two passes chosen automatically (no ``temp_store`` given): the
         one-pass write, run instead where two passes cannot (``compute=False``).
     """
@@ -177,7 +177,7 @@ class RechunkJob:
 
         A two-pass rechunk copies the source into the intermediate first, then
         writes the target from it, then deletes the copy. ``commit`` and
-        ``rebase`` are those of :meth:`ShardedWrite.execute` (Icechunk targets).
+        ``rebase`` are those of :meth:`shardpipe.ShardedWrite.execute` (Icechunk targets).
         """
         if self.intermediate is None:
             return self.write.execute(progress=progress, commit=commit, rebase=rebase)
@@ -197,7 +197,7 @@ class RechunkJob:
         return report
 
     def to_delayed(self) -> Delayed:
-        """The rechunk as a ``dask.delayed.Delayed`` (see :meth:`ShardedWrite.to_delayed`)."""
+        """The rechunk as a Dask ``Delayed``; see :meth:`shardpipe.ShardedWrite.to_delayed`."""
         if self.intermediate is not None:
             if self.one_pass is not None:  # two passes were chosen, not asked for
                 return self.one_pass.to_delayed()

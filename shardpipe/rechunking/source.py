@@ -1,4 +1,4 @@
-"""What a rechunk reads: :class:`Source` and :func:`open_source`.
+"""What a rechunk reads: ``Source`` and ``open_source``.
 
 A Zarr array (v2 or v3, sharded or not; by path, URL or object) or a Dask
 array, with the settings that carry over to the target: fill value,

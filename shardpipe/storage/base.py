@@ -254,7 +254,7 @@ class ShardStore(ABC):
 
         Absent keys are skipped. The default does nothing: a backend whose
         writes are durable once they succeed (an object store) has nothing to
-        add; a file system ``fsync``s each file and its folder.
+        add; a file system calls ``fsync`` on each file and its folder.
         """
         for key in keys:
             edge_key(key, self)

@@ -8,7 +8,7 @@ storage, the fault injectors of :mod:`shardpipe.testing` fail some of them.
 A method added to ``ShardStore`` is forwarded here once, and every wrapper
 forwards it (``tests/storage/test_delegating.py`` fails until it is).
 
-Every forwarded call passes through :meth:`DelegatingStore._forward` with the
+Every forwarded call passes through ``_forward`` with the
 name of the method, so a wrapper that treats all calls alike (injecting
 faults, counting) overrides that one method. Wrappers stay picklable as long
 as what they hold is: they travel to Dask workers inside tasks.
@@ -74,11 +74,11 @@ class DelegatingStore(ShardStore):
 
     # -- transactions --------------------------------------------------------
     def collecting[R](self, work: Callable[[], R]) -> tuple[R, Changes | None]:
-        """See :meth:`ShardStore.collecting`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.collecting`."""
         return self._forward("collecting", lambda: self.inner.collecting(work))
 
     def merge_changes(self, changes: Changes) -> None:
-        """See :meth:`ShardStore.merge_changes`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.merge_changes`."""
         self._forward("merge_changes", lambda: self.inner.merge_changes(changes))
 
     # -- whole objects -------------------------------------------------------
@@ -90,75 +90,75 @@ class DelegatingStore(ShardStore):
         if_absent: bool = False,
         if_version: ObjectVersion | None = None,
     ) -> None:
-        """See :meth:`ShardStore.put`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.put`."""
         self._forward(
             "put", lambda: self.inner.put(key, buffers, if_absent=if_absent, if_version=if_version)
         )
 
     def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
-        """See :meth:`ShardStore.put_streamed`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.put_streamed`."""
         return self._forward("put_streamed", lambda: self.inner.put_streamed(key, buffers))
 
     def make_durable(self, keys: Sequence[str]) -> None:
-        """See :meth:`ShardStore.make_durable`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.make_durable`."""
         self._forward("make_durable", lambda: self.inner.make_durable(keys))
 
     def get(self, key: str) -> bytes | None:
-        """See :meth:`ShardStore.get`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.get`."""
         return self._forward("get", lambda: self.inner.get(key))
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
-        """See :meth:`ShardStore.get_range`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.get_range`."""
         return self._forward("get_range", lambda: self.inner.get_range(key, start, stop))
 
     def size(self, key: str) -> int | None:
-        """See :meth:`ShardStore.size`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.size`."""
         return self._forward("size", lambda: self.inner.size(key))
 
     def version(self, key: str) -> ObjectVersion | None:
-        """See :meth:`ShardStore.version`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.version`."""
         return self._forward("version", lambda: self.inner.version(key))
 
     def delete(self, key: str) -> None:
-        """See :meth:`ShardStore.delete`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.delete`."""
         self._forward("delete", lambda: self.inner.delete(key))
 
     def list(self, prefix: str) -> Iterator[str]:
-        """See :meth:`ShardStore.list`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.list`."""
         return self._forward("list", lambda: self.inner.list(prefix))
 
     # -- in-place updates ----------------------------------------------------
     def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:
-        """See :meth:`ShardStore.write_at`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.write_at`."""
         self._forward("write_at", lambda: self.inner.write_at(key, offset, buffers))
 
     def write_ranges(self, key: str, ranges: Sequence[tuple[int, Sequence[Buffer]]]) -> None:
-        """See :meth:`ShardStore.write_ranges`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.write_ranges`."""
         self._forward("write_ranges", lambda: self.inner.write_ranges(key, ranges))
 
     def append(self, key: str, buffers: Sequence[Buffer]) -> int:
-        """See :meth:`ShardStore.append`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.append`."""
         return self._forward("append", lambda: self.inner.append(key, buffers))
 
     def truncate(self, key: str, size: int) -> None:
-        """See :meth:`ShardStore.truncate`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.truncate`."""
         self._forward("truncate", lambda: self.inner.truncate(key, size))
 
     # -- parts ---------------------------------------------------------------
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """See :meth:`ShardStore.begin_parts`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.begin_parts`."""
         return self._forward("begin_parts", lambda: self.inner.begin_parts(key, staging))
 
     def write_part(
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
     ) -> PartReceipt:
-        """See :meth:`ShardStore.write_part`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.write_part`."""
         return self._forward("write_part", lambda: self.inner.write_part(handle, number, buffers))
 
     def copy_part(
         self, handle: PartsHandle, number: int, source: str, start: int, stop: int
     ) -> PartReceipt:
-        """See :meth:`ShardStore.copy_part`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.copy_part`."""
         return self._forward(
             "copy_part", lambda: self.inner.copy_part(handle, number, source, start, stop)
         )
@@ -173,7 +173,7 @@ class DelegatingStore(ShardStore):
         if_absent: bool = False,
         if_version: ObjectVersion | None = None,
     ) -> None:
-        """See :meth:`ShardStore.finish_parts`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.finish_parts`."""
         self._forward(
             "finish_parts",
             lambda: self.inner.finish_parts(
@@ -182,21 +182,21 @@ class DelegatingStore(ShardStore):
         )
 
     def abort_parts(self, handle: PartsHandle) -> None:
-        """See :meth:`ShardStore.abort_parts`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.abort_parts`."""
         self._forward("abort_parts", lambda: self.inner.abort_parts(handle))
 
     def discard_staging(self, staging: str) -> None:
-        """See :meth:`ShardStore.discard_staging`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.discard_staging`."""
         self._forward("discard_staging", lambda: self.inner.discard_staging(staging))
 
     def link(self, source: str, key: str) -> None:
-        """See :meth:`ShardStore.link`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.link`."""
         self._forward("link", lambda: self.inner.link(source, key))
 
     def prune(self, prefix: str) -> None:
-        """See :meth:`ShardStore.prune`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.prune`."""
         self._forward("prune", lambda: self.inner.prune(prefix))
 
     def cleanup(self, staging: str, shard_prefix: str) -> int:
-        """See :meth:`ShardStore.cleanup`."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.cleanup`."""
         return self._forward("cleanup", lambda: self.inner.cleanup(staging, shard_prefix))

@@ -49,7 +49,7 @@ TEMPORARY_SUFFIX = ".shardpipe-tmp"
 def edge_key(key: str, store: object, *, prefix: bool = False) -> str:
     """Return ``key`` if it stays inside ``store``, else raise: a backend's own check.
 
-    :func:`checked_key` with the backend as the origin (described only when
+    :func:`~shardpipe.core.keys.checked_key` with the backend as the origin (described only when
     the key is refused, so the check costs a few string operations).
 
     Parameters

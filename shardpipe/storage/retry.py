@@ -7,7 +7,7 @@ each failure of the backend into one of three kinds:
   the S3 backend for HTTP 5xx, throttling, timeouts and connection resets;
   ``EINTR``, ``EAGAIN``, ``ETIMEDOUT``, ``ECONNRESET`` from a file system):
   tried again after an exponential backoff with full jitter, at most
-  :attr:`RetryPolicy.attempts` times in all;
+  ``attempts`` times in all (:class:`RetryPolicy`);
 * **permanent** (``ENOSPC``/``EDQUOT``: :class:`~shardpipe.errors.StorageFullError`;
   ``EROFS``/``EACCES``/``EPERM``: :class:`~shardpipe.errors.StorageAccessError`):
   raised at once, with the key and the cause in the message;
@@ -269,7 +269,7 @@ class RetryingStore(DelegatingStore):
         if_absent: bool = False,
         if_version: ObjectVersion | None = None,
     ) -> None:
-        """Publish ``buffers`` at ``key``; see :meth:`ShardStore.put`."""
+        """Publish ``buffers`` at ``key``; see :meth:`~shardpipe.storage.base.ShardStore.put`."""
         if not (if_absent or if_version is not None):
             self._call(f"writing {key!r}", lambda: self.inner.put(key, buffers))
             return
@@ -294,7 +294,9 @@ class RetryingStore(DelegatingStore):
         self._call(f"writing {key!r}", attempt)
 
     def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
-        """Publish ``buffers`` at ``key`` as they are produced; see :meth:`ShardStore.put_streamed`.
+        """Publish ``buffers`` at ``key`` as they are produced.
+
+        See :meth:`~shardpipe.storage.base.ShardStore.put_streamed`.
 
         The buffers produced are kept, so that a try that failed transiently
         is made again, from the start, with the same bytes: a retry never
@@ -332,7 +334,7 @@ class RetryingStore(DelegatingStore):
             raise failed.error from None
 
     def make_durable(self, keys: Sequence[str]) -> None:
-        """Make ``keys`` durable; see :meth:`ShardStore.make_durable`."""
+        """Make ``keys`` durable; see :meth:`~shardpipe.storage.base.ShardStore.make_durable`."""
         self._call(f"making {list(keys)!r} durable", lambda: self.inner.make_durable(keys))
 
     def get(self, key: str) -> bytes | None:

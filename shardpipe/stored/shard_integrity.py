@@ -12,7 +12,7 @@ declared content size is not the chunk's (read from the frame header, never
 allocated), or the codec's own error.
 
 :class:`ShardChecker` checks a batch of listed shards (a picklable task) and
-:func:`checked_shards` runs it over every shard present in an array
+:func:`~shardpipe.engine.shard_sweep.checked_shards` runs it over every shard present in an array
 (:mod:`shardpipe.stored.listing`); :mod:`shardpipe.maintenance.verification` adds them up.
 """
 

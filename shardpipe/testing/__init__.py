@@ -6,9 +6,10 @@
   the contract suite every storage backend passes, to subclass for your own;
 * :mod:`shardpipe.testing.s3`: pytest fixtures for a moto S3 server on
   127.0.0.1 (``pytest_plugins = ["shardpipe.testing.s3"]``);
-* :mod:`shardpipe.testing.null_store`: :class:`NullShardStore`, a backend that
+* :mod:`shardpipe.testing.null_store`: :class:`~shardpipe.testing.null_store.NullShardStore`, a
+  backend that
   counts the shards published to it and keeps none of their bytes, and
-  :func:`null_target`, a write target on it (scale runs, dry runs).
+  :func:`~shardpipe.testing.null_store.null_target`, a write target on it (scale runs, dry runs).
 
 These modules need the ``test`` extra (pytest, hypothesis, moto[server],
 boto3), except ``null_store``; importing ``shardpipe`` itself never imports them.

@@ -1,8 +1,9 @@
 """The contract every shardpipe storage backend keeps, as an inheritable pytest suite.
 
 Subclass :class:`ShardStoreTests` in a test module and implement
-:meth:`~ShardStoreTests.make_store` and :meth:`~ShardStoreTests.leftovers`
-(what unfinished or refused writes left behind: staging files, temporary
+:meth:`~shardpipe.testing.store_kit.StoreTestBase.make_store` and
+:meth:`~shardpipe.testing.store_kit.StoreTestBase.leftovers` (what unfinished or refused writes
+left behind: staging files, temporary
 files, open uploads); pytest collects every test method::
 
     from shardpipe.testing.backends import ShardStoreTests
@@ -21,7 +22,7 @@ are tested on every backend (a backend without ``create_only`` or
 ``replace_if_unchanged`` still checks just before publishing); racing
 conditional writers must have exactly one winner where the ability is
 declared. A test server that checks conditions without a lock (moto) sets
-:attr:`ShardStoreTests.atomic_conditions` to False: the races then only
+:attr:`~shardpipe.testing.store_kit.StoreTestBase.atomic_conditions` to False: the races then only
 check that every loser was told and the object is a winner's.
 
 Every backend must also keep keys inside the store

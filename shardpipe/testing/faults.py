@@ -22,7 +22,7 @@ Put it under the retry layer, as the backend itself would be::
     target = ResolvedStore(zarr.storage.LocalStore(path), RetryingStore(faulty), "")
     shardpipe.to_sharded_zarr(arr, target)
 
-Counters (:attr:`FaultyStore.injected`) say what was done. A ``FaultyStore``
+Counters (``FaultyStore.injected``) say what was done. A ``FaultyStore``
 pickles with its settings; on a cluster each worker's copy draws its own
 faults.
 """
@@ -54,7 +54,7 @@ class FaultyStore(DelegatingStore):
     """A backend wrapper failing a seeded share of calls.
 
     Every call of :class:`~shardpipe.storage.base.ShardStore` but those in
-    :data:`NEVER_FAILED` draws once, in :meth:`_forward`.
+    :data:`NEVER_FAILED` draws once, in ``_forward``.
 
     Parameters
     ----------
@@ -154,14 +154,17 @@ class FaultyStore(DelegatingStore):
         return result
 
     def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
-        """Collect ``buffers``, then :meth:`put` them (where the call draws), as a plain backend.
+        """Collect ``buffers``, then ``put`` them (where the call draws), as a plain backend.
 
-        See :meth:`ShardStore.put_streamed`.
+        See :meth:`~shardpipe.storage.base.ShardStore.put_streamed`.
         """
         return ShardStore.put_streamed(self, key, buffers)
 
     def list(self, prefix: str) -> Iterator[str]:
-        """See :meth:`ShardStore.list`: the whole listing is made within the call that draws."""
+        """List, all of it within the call that draws.
+
+        See :meth:`~shardpipe.storage.base.ShardStore.list`.
+        """
         return iter(self._forward("list", lambda: list(self.inner.list(prefix))))
 
     def finish_parts(
@@ -174,7 +177,9 @@ class FaultyStore(DelegatingStore):
         if_absent: bool = False,
         if_version: ObjectVersion | None = None,
     ) -> None:
-        """See :meth:`ShardStore.finish_parts` (fails only before publishing: see below).
+        """Finish the parts; fails only before publishing (see below).
+
+        See :meth:`~shardpipe.storage.base.ShardStore.finish_parts`.
 
         A lost answer after publishing is not injected here: a backend can
         tell a completed upload from a failed one (the S3 backend checks),

@@ -103,13 +103,13 @@ class DeviceErrorStore(DelegatingStore):
         raise self._error(key)
 
     def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:
-        """See :meth:`ShardStore.write_at` (fails before writing)."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.write_at` (fails before writing)."""
         self._positioned_write(key, lambda: self.inner.write_at(key, offset, buffers))
 
     def append(self, key: str, buffers: Sequence[Buffer]) -> int:
-        """See :meth:`ShardStore.append` (fails before writing)."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.append` (fails before writing)."""
         return self._positioned_write(key, lambda: self.inner.append(key, buffers))
 
     def truncate(self, key: str, size: int) -> None:
-        """See :meth:`ShardStore.truncate` (fails before writing)."""
+        """See :meth:`~shardpipe.storage.base.ShardStore.truncate` (fails before writing)."""
         self._positioned_write(key, lambda: self.inner.truncate(key, size))

@@ -69,7 +69,8 @@ class ShardedWrite(WriteSpec):
         computation, :func:`shardpipe.cleanup` removes what it left.
 
         The graph holds every shard of the write at once; :meth:`execute`
-        runs large writes wave by wave instead (see :attr:`wave_schedule`).
+        runs large writes wave by wave instead (see
+        :meth:`~shardpipe.write.spec.WriteSpec.wave_schedule`).
         """
         if self.existing is not None:
             raise InvalidArgumentError(

@@ -1,4 +1,4 @@
-"""Parameters that several front doors take, documented once: :func:`shares_parameters`.
+"""Parameters that several front doors take, documented once: ``shares_parameters``.
 
 ``to_sharded_zarr``, ``prepare_write``, the rechunk functions and the xarray
 accessor take many of the same options (``shards``, ``chunks``, ``max_mem``,

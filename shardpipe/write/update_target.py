@@ -190,7 +190,7 @@ def appended_shape(append_dim: Any, shape: Shape, source_shape: Shape) -> tuple[
 
 
 def check_strategy(write_strategy: Any) -> str:
-    """Return ``write_strategy`` if it is one of :data:`STRATEGIES`."""
+    """Return ``write_strategy`` if it is one of :data:`~shardpipe.core.shard_update.STRATEGIES`."""
     if write_strategy not in STRATEGIES:
         raise InvalidArgumentError(
             "write_strategy",

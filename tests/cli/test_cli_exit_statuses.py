@@ -1,7 +1,8 @@
-"""The exit-status table covers every error class, and the help and README show that table."""
+"""The exit-status table covers every error class, and the help and the docs show that table."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import re
 
@@ -18,7 +19,8 @@ from shardpipe.cli.exit_statuses import (
 from shardpipe.cli.parser import _parser
 from tests.support import REPOSITORY
 
-README = REPOSITORY / "README.md"
+CLI_PAGE = REPOSITORY / "docs" / "cli.md"
+CLI_REFERENCE = REPOSITORY / "docs" / "_ext" / "cli_reference.py"
 
 PUBLIC_ERRORS = sorted(
     (
@@ -65,10 +67,16 @@ def test_a_job_conflict_is_listed() -> None:
     assert "`JobConflictError`" in row and "another job holds the array" in row
 
 
-def test_the_readme_shows_the_table() -> None:
-    text = README.read_text()
-    section = text[text.index("### Exit statuses of the command line") :]
-    assert statuses_markdown() in section.split("\n\n### ")[0]
+def test_the_docs_show_the_table() -> None:
+    """The CLI reference (docs/cli.md, filled in from the parsers) ends with the table."""
+    assert "{shardpipe-cli-reference}" in CLI_PAGE.read_text()
+    spec = importlib.util.spec_from_file_location("cli_reference", CLI_REFERENCE)
+    assert spec is not None and spec.loader is not None
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    text = reference.cli_reference_markdown()
+    section = text[text.index("## Exit statuses") :]
+    assert statuses_markdown() in section
 
 
 def test_the_help_shows_the_table() -> None:

@@ -526,7 +526,8 @@ class LocalShardStore(ShardStore):
         looked for in the whole folder that holds ``shard_prefix`` (the
         array's folder): shard keys may be ``c/0/1``, ``c.0.1`` or ``0.1``.
         Those whose writer may still run are left alone
-        (:func:`writer_may_run`): the marker another job is creating, say.
+        (:func:`~shardpipe.storage.local.temporary.writer_may_run`): the marker another job is
+        creating, say.
         """
         edge_key(shard_prefix, self, prefix=True)
         folder = self._keys.folder(staging)

@@ -64,7 +64,7 @@ class Writeback:
 
     Call :meth:`written` after each write; every :data:`WRITEBACK_STEP`
     bytes the stretch written since the last request is handed to the
-    kernel. Disabled (``enabled=False``) when nothing will be ``fsync``ed:
+    kernel. Disabled (``enabled=False``) when ``fsync`` will not be called:
     starting writeback early would then only make the disk busier.
 
     Parameters

@@ -25,7 +25,7 @@ naming the operation, the key (``s3://bucket/key``), the cause and the fix,
 in one line, with the original exception as ``__cause__``: transient,
 a matter of access, or neither, as :func:`.faults.classify` decides.
 
-The file systems made by :mod:`.s3_config` (the ones shardpipe writes
+The file systems made by :mod:`~shardpipe.storage.s3.config` (the ones shardpipe writes
 shards with) retry in botocore only (standard mode, 3 attempts with jittered
 exponential backoff, connect timeout 5 s, read timeout 15 s) and not again in
 s3fs, so that botocore's, s3fs's and shardpipe's retries do
