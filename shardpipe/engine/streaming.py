@@ -172,13 +172,16 @@ def _runner_for_scheduler(bar: ShardBar, token: str) -> _Runner:
     client = distributed_client()
     if client is not None:
         return _ClusterRunner(client, bar, token)
-    if dask.base.get_scheduler() is dask.threaded.get:
+    # None: no scheduler configured, where Dask computes arrays and delayed on threads
+    if dask.base.get_scheduler() in (None, dask.threaded.get):
         return _ThreadsRunner(bar)
     return _InlineRunner(bar)
 
 
 class _InlineRunner:
-    """Any other scheduler: each batch computed when submitted, one after the other."""
+    """Any other scheduler (``"sync"``, ``"processes"``, a custom ``get``): each batch
+    computed when submitted, one after the other. After a failure of the
+    ``"processes"`` scheduler, tasks running in other processes are not waited for."""
 
     def __init__(self, bar: ShardBar) -> None:
         self.bar = bar

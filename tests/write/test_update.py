@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,40 @@ def _fail_in_one_block(block: np.ndarray, block_info: Any = None) -> np.ndarray:
     if block_info is not None and block_info[0]["chunk-location"] == (1, 1, 1):
         raise RuntimeError("injected failure")
     return block
+
+
+def _fail_at_once_while_another_block_is_slow(
+    block: np.ndarray, block_info: Any = None
+) -> np.ndarray:
+    if block_info is not None and block_info[0]["chunk-location"] == (1, 1, 1):
+        raise RuntimeError("injected failure")
+    if block_info is not None and block_info[0]["chunk-location"] == (0, 0, 0):
+        time.sleep(0.5)  # still running when the failure is raised
+    return block
+
+
+@pytest.mark.parametrize("scheduler", [None, "threads"])
+@pytest.mark.parametrize("strategy", ["in_place", "append", "rewrite", "overwrite"])
+def test_nothing_is_written_after_a_failed_write_returns(
+    tmp_path: Path, strategy: str, scheduler: str | None
+) -> None:
+    """A write that raises has waited for its running tasks: the store does not change
+    afterwards (with Dask's default scheduler too, where none is configured)."""
+    path = tmp_path / "a.zarr"
+    data = _volume((32, 32, 32))
+    _write(path, data)
+    source = da.from_array(_volume((32, 32, 32), seed=4), chunks=(16, 16, 16))
+    source = source.map_blocks(_fail_at_once_while_another_block_is_slow, dtype=data.dtype)
+    kwargs: dict[str, Any] = (
+        {"overwrite": True, "shards": (16, 16, 16), "chunks": (4, 8, 8)}
+        if strategy == "overwrite"
+        else {"region": (slice(0, 32),) * 3, "write_strategy": strategy}
+    )
+    with dask.config.set(scheduler=scheduler), pytest.raises(RuntimeError, match="injected"):
+        shardpipe.to_sharded_zarr(source, str(path), **kwargs)
+    when_raised = _snapshot(path)
+    time.sleep(1.0)
+    assert _snapshot(path) == when_raised
 
 
 @pytest.mark.parametrize("strategy", ["in_place", "append", "rewrite"])
