@@ -120,13 +120,3 @@ def default_chunk_shape_within(
 def _nearest_divisor(n: int, wanted: int) -> int:
     candidates = _divisors_up_to(n, 2 * wanted)
     return min(candidates, key=lambda d: abs(math.log(d / wanted)))
-
-
-def format_bytes(n: int) -> str:
-    """Format a byte count with binary units (``"1.5 GiB"``)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError  # pragma: no cover

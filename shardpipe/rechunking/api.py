@@ -30,9 +30,8 @@ import zarr
 from dask.delayed import Delayed
 
 from shardpipe.core.checks import check_json, check_progress
-from shardpipe.core.display import html_table, text_table
+from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape
-from shardpipe.core.sizes import format_bytes
 from shardpipe.core.source_blocks import (
     ReadCost,
     intermediate_chunks,
