@@ -16,6 +16,7 @@ import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
+from shardpipe.codec.names import codec_specs
 from shardpipe.core.grid import Shape
 from shardpipe.core.sizes import (
     default_chunk_shape,
@@ -336,4 +337,16 @@ def check_variable_encoding(name: Hashable, encoding: Any) -> dict[str, Any]:
             raise InvalidArgumentError(
                 "encoding", f"variable {name!r}: {err.parameter}: {err.problem}", err.fix
             ) from None
-    return dict(encoding)
+    checked = dict(encoding)
+    for key in ("compressors", "filters", "serializer"):  # names and short dicts, as zarr's
+        if key in checked:
+            try:
+                checked[key] = codec_specs(key, checked[key])
+            except InvalidArgumentError as err:
+                raise InvalidArgumentError(
+                    "encoding", f"variable {name!r}: {key}: {err.problem}", err.fix
+                ) from None
+    for key in ("shards", "chunks"):  # zarr's "auto": shardpipe's default (None: unsharded)
+        if isinstance(checked.get(key), str) and checked[key] == "auto":
+            del checked[key]
+    return checked

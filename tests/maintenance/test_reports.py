@@ -152,5 +152,5 @@ def _report_types() -> list[type]:
 def test_every_exported_report_has_a_short_repr_and_html(report_type: type) -> None:
     """No report keeps the dataclass repr (every field in full)."""
     assert "__repr__" not in vars(report_type) or report_type.__repr__ is not object.__repr__
-    assert getattr(report_type, "__repr__").__qualname__ == "ShowsSummary.__repr__"
+    assert report_type.__repr__.__qualname__ == "ShowsSummary.__repr__"
     assert callable(getattr(report_type, "_repr_html_", None))
