@@ -38,6 +38,7 @@ from shardpipe.maintenance.repairs import RepairReport, repair
 from shardpipe.maintenance.verification import VerifyReport, verify
 from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.precomputed.check import PrecomputedReport, ScaleReport
+from shardpipe.reading import open_array
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunking.group import (
     GroupRechunkJob,
@@ -92,6 +93,7 @@ __all__ = [
     "compact",
     "info",
     "migrate",
+    "open_array",
     "open_dataset",
     "plan_group_rechunk",
     "plan_rechunk",

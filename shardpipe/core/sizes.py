@@ -120,3 +120,24 @@ def default_chunk_shape_within(
 def _nearest_divisor(n: int, wanted: int) -> int:
     candidates = _divisors_up_to(n, 2 * wanted)
     return min(candidates, key=lambda d: abs(math.log(d / wanted)))
+
+
+def shard_multiple_block(shape: Shape, unit: Shape, itemsize: int, budget: int | None) -> Shape:
+    """A read block of whole ``unit`` s (shards) for an array of ``shape``, within ``budget``.
+
+    ``budget=None``: one unit (clipped to the array). Otherwise the block
+    grows by whole units along the last axis, then the one before, and so
+    on, while its bytes stay within ``budget``; units that pass ``budget``
+    on their own are refused by the caller (the block is one unit then).
+    """
+    block = [min(u, n) for u, n in zip(unit, shape, strict=True)]
+    if budget is None:
+        return tuple(block)
+    for axis in reversed(range(len(shape))):
+        while block[axis] < shape[axis]:
+            wider = [*block]
+            wider[axis] = min(block[axis] + unit[axis], shape[axis])
+            if math.prod(wider) * itemsize > budget:
+                break
+            block = wider
+    return tuple(block)
