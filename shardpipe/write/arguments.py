@@ -216,7 +216,10 @@ ARRAY_OVERRIDE_KEYS = ("shards", "chunks")
 
 
 def check_array_overrides(arrays: Any) -> dict[str, dict[str, Shape]]:
-    """Check ``arrays={"path": {"shards": (...), "chunks": (...)}}`` of a group rechunk."""
+    """Check ``arrays={"path": {"shards": (...), "chunks": (...)}}`` of a group rechunk.
+
+    A shape of None or ``"auto"`` is the default (the group's, else shardpipe's).
+    """
     if arrays is None:
         return {}
     if not isinstance(arrays, Mapping):
@@ -242,6 +245,8 @@ def check_array_overrides(arrays: Any) -> dict[str, dict[str, Shape]]:
             )
         checked[path] = {}
         for key, shape in shapes.items():
+            if isinstance(shape, str) and shape == "auto":  # zarr's spelling of the default
+                continue
             try:
                 checked[path][key] = check_int_tuple(key, shape) or ()
             except InvalidArgumentError as err:

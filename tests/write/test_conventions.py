@@ -89,6 +89,15 @@ def test_rechunk_takes_the_same_spellings(tmp_path: Path) -> None:
     back = zarr.open_array(str(tmp_path / "t"), mode="r")
     assert isinstance(back.compressors[0], GzipCodec)
     np.testing.assert_array_equal(back[:], DATA)
+    zarr.open_group(str(tmp_path / "g"), mode="w")
+    shardpipe.to_sharded_zarr(DATA, str(tmp_path / "g"), path="a", shards=(16, 48))
+    shardpipe.rechunk_group(
+        str(tmp_path / "g"),
+        str(tmp_path / "h"),
+        arrays={"a": {"shards": "auto", "chunks": "auto"}},
+        compressors={"name": "zstd"},
+    )
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "h"), path="a")[:], DATA)
 
 
 def test_append_dim_by_dimension_name(tmp_path: Path) -> None:
