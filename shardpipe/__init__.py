@@ -2,7 +2,12 @@
 
 from shardpipe import _moved
 from shardpipe._version import __version__ as __version__
-from shardpipe.dataset import DatasetRepairReport, open_dataset, repair_dataset
+from shardpipe.dataset import (
+    DatasetRepairReport,
+    DatasetWriteReport,
+    open_dataset,
+    repair_dataset,
+)
 from shardpipe.dataset import register as _register_accessors
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import (
@@ -58,6 +63,7 @@ __all__ = [
     "CompactReport",
     "ConditionFailedError",
     "DatasetRepairReport",
+    "DatasetWriteReport",
     "GroupInfo",
     "GroupRechunkJob",
     "GroupRechunkReport",
