@@ -6,7 +6,7 @@ shards (128, 256, 256) with inner chunks (64, 64, 64), zstd level 1, no
 chunk checksum, on Dask's threaded scheduler. Each writer runs in a fresh
 process, in turn, ``--reps`` times:
 
-* ``shardpipe-icechunk``: ``to_sharded_zarr(src, session, commit=...)`` into
+* ``shardpipe-icechunk``: ``prepare_write(src, session).execute(commit=...)`` into
   an Icechunk repository on local storage;
 * ``store_dask``: the array created in the session with the same shards,
   chunks and codec, the source rechunked to one Dask block per shard (as
@@ -67,7 +67,7 @@ def child(writer: str, where: Path, shape: tuple[int, ...]) -> dict[str, Any]:
     start = time.perf_counter()
     if writer == "shardpipe-icechunk":
         assert repo is not None
-        shardpipe.to_sharded_zarr(
+        shardpipe.prepare_write(
             source,
             repo.writable_session("main"),
             path="v",
@@ -75,8 +75,7 @@ def child(writer: str, where: Path, shape: tuple[int, ...]) -> dict[str, Any]:
             chunks=CHUNKS,
             compressors=[codec],
             chunk_checksums=False,
-            commit="shardpipe",
-        )
+        ).execute(commit="shardpipe")
     elif writer == "store_dask":
         assert repo is not None
         from icechunk.dask import store_dask

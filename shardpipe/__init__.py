@@ -2,7 +2,12 @@
 
 from shardpipe import _moved
 from shardpipe._version import __version__ as __version__
-from shardpipe.dataset import DatasetRepairReport, open_dataset, repair_dataset
+from shardpipe.dataset import (
+    DatasetRepairReport,
+    DatasetWriteReport,
+    open_dataset,
+    repair_dataset,
+)
 from shardpipe.dataset import register as _register_accessors
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import (
@@ -38,6 +43,7 @@ from shardpipe.maintenance.repairs import RepairReport, repair
 from shardpipe.maintenance.verification import VerifyReport, verify
 from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.precomputed.check import PrecomputedReport, ScaleReport
+from shardpipe.reading import open_array
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunking.group import (
     GroupRechunkJob,
@@ -57,6 +63,7 @@ __all__ = [
     "CompactReport",
     "ConditionFailedError",
     "DatasetRepairReport",
+    "DatasetWriteReport",
     "GroupInfo",
     "GroupRechunkJob",
     "GroupRechunkReport",
@@ -92,6 +99,7 @@ __all__ = [
     "compact",
     "info",
     "migrate",
+    "open_array",
     "open_dataset",
     "plan_group_rechunk",
     "plan_rechunk",

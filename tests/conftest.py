@@ -11,9 +11,15 @@ from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["shardpipe.testing.s3"]
 
+# "ci", the default: the same examples on every run (derandomize, no example database), so a
+# red seed shows on the machine that runs the suite first, never only on a user's. "thorough":
+# random examples, ten times as many, to hunt for new failures by hand before a release:
+# `pytest --hypothesis-profile thorough` (or HYPOTHESIS_PROFILE=thorough).
 settings.register_profile(
     "ci",
     max_examples=40,
+    derandomize=True,
+    database=None,
     deadline=None,
     derandomize=True,  # the same examples on every run: a red seed shows here first
     database=None,
@@ -23,8 +29,10 @@ settings.register_profile(
 settings.register_profile(
     "thorough",
     max_examples=500,
+    derandomize=False,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import (
     BlockGrid,
     ChunkBox,
@@ -45,7 +46,6 @@ from shardpipe.core.plan_totals import PlanTotals, TotalsBuilder
 from shardpipe.core.region import Placement
 from shardpipe.core.shard_classes import shard_classes
 from shardpipe.core.shard_plan import PartPlan, ShardPlan
-from shardpipe.core.sizes import format_bytes
 from shardpipe.errors import MemoryBudgetError, PlanError
 
 __all__ = ["PartPlan", "PlanError", "PlanTotals", "ShardPlan", "WritePlan", "plan_write"]

@@ -122,11 +122,22 @@ def _nearest_divisor(n: int, wanted: int) -> int:
     return min(candidates, key=lambda d: abs(math.log(d / wanted)))
 
 
-def format_bytes(n: int) -> str:
-    """Format a byte count with binary units (``"1.5 GiB"``)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError  # pragma: no cover
+def shard_multiple_block(shape: Shape, unit: Shape, itemsize: int, budget: int | None) -> Shape:
+    """A read block of whole ``unit`` s (shards) for an array of ``shape``, within ``budget``.
+
+    ``budget=None``: one unit (clipped to the array). Otherwise the block
+    grows by whole units along the last axis, then the one before, and so
+    on, while its bytes stay within ``budget``; units that pass ``budget``
+    on their own are refused by the caller (the block is one unit then).
+    """
+    block = [min(u, n) for u, n in zip(unit, shape, strict=True)]
+    if budget is None:
+        return tuple(block)
+    for axis in reversed(range(len(shape))):
+        while block[axis] < shape[axis]:
+            wider = [*block]
+            wider[axis] = min(block[axis] + unit[axis], shape[axis])
+            if math.prod(wider) * itemsize > budget:
+                break
+            block = wider
+    return tuple(block)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any, Unpack
 
 import xarray as xr
 from dask.delayed import Delayed
 
 from shardpipe.dataset.options import DATASET_PARAMETERS, DatasetOptions
-from shardpipe.engine.reports import WriteReport
+from shardpipe.dataset.write_report import DatasetWriteReport
 from shardpipe.write.parameters import shares_parameters
 
 
@@ -29,7 +28,7 @@ class ShardAccessor:
         commit: str | None = None,
         rebase: bool = False,
         **options: Unpack[DatasetOptions],
-    ) -> dict[Hashable, WriteReport] | Delayed:
+    ) -> DatasetWriteReport | Delayed:
         """Write to a Zarr v3 group whose data variables are sharded, whatever the Dask chunks.
 
         What ``Dataset.to_zarr(zarr_format=3)`` writes (attributes,
@@ -45,8 +44,10 @@ class ShardAccessor:
 
         Returns
         -------
-        dict or dask.delayed.Delayed
-            Per sharded variable, its :class:`~shardpipe.WriteReport`.
+        DatasetWriteReport or dask.delayed.Delayed
+            Per sharded variable, its :class:`~shardpipe.WriteReport` (a
+            ``dict`` with a short repr and an HTML table); with
+            ``compute=False``, the delayed write, which computes to it.
 
         Raises
         ------

@@ -82,6 +82,7 @@ def check_arguments(
     # write_strategy, chunk_checksums, max_mem as every front door checks them (the
     # dataset's shards, chunks, region and append_dim name dimensions: not checked there)
     shared = check_array_options(options)
+    dims = list(ds.dims)
     return CheckedArguments(
         mode=mode,
         progress=progress,
@@ -90,14 +91,37 @@ def check_arguments(
         chunk_checksums=shared.chunk_checksums,
         strategy=shared.write_strategy,
         budget=shared.max_mem,
-        shard_sizes=check_dim_sizes("shards", options.get("shards"), list(ds.dims)),
-        chunk_sizes=check_dim_sizes("chunks", options.get("chunks"), list(ds.dims)),
+        shard_sizes=check_dim_sizes("shards", _by_name("shards", options.get("shards"), ds), dims),
+        chunk_sizes=check_dim_sizes("chunks", _by_name("chunks", options.get("chunks"), ds), dims),
         encoding=_check_encoding(options.get("encoding"), ds),
         group=group,
         region=region,
         append_dim=append_dim,
         storage_options=shared.storage_options,
     )
+
+
+def _by_name(parameter: str, sizes: Any, ds: xr.Dataset) -> Any:
+    """``shards``/``chunks`` as given, or by dimension name from a tuple; ``"auto"``: None.
+
+    A tuple (or list) gives one size per dimension of the dataset, in the
+    order of ``ds.sizes``, as xarray reads a tuple of Dask chunks
+    (``dict(zip(ds.dims, sizes))``).
+    """
+    if isinstance(sizes, str) and sizes == "auto":
+        return None
+    if not isinstance(sizes, tuple | list):
+        return sizes
+    dims = tuple(ds.sizes)
+    if len(sizes) != len(dims):
+        raise InvalidArgumentError(
+            parameter,
+            f"{tuple(sizes)!r} has {len(sizes)} size(s) for the {len(dims)} dimensions "
+            f"{dims} of the dataset (a tuple follows the order of ds.sizes)",
+            f"Give one size per dimension (-1 for a whole one), or a dict by dimension name, "
+            f"e.g. {parameter}={dict.fromkeys(dims, -1)}",
+        )
+    return dict(zip(dims, sizes, strict=True))
 
 
 def _check_attributes(ds: xr.Dataset) -> None:

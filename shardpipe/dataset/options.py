@@ -21,8 +21,8 @@ from shardpipe.write.parameters import SharedParameters
 class DatasetOptions(TypedDict, total=False):
     """Every option of ``ds.shard.to_zarr`` (but those about running it)."""
 
-    shards: Mapping[Hashable, int] | None
-    chunks: Mapping[Hashable, int] | None
+    shards: Mapping[Hashable, int] | tuple[int, ...] | str | None
+    chunks: Mapping[Hashable, int] | tuple[int, ...] | str | None
     encoding: Mapping[Hashable, Mapping[str, Any]] | None
     mode: str | None
     append_dim: Hashable | None
@@ -42,14 +42,18 @@ DATASET_PARAMETERS = ARRAY_PARAMETERS | SharedParameters(
         store, or a writable Icechunk ``Session`` (see ``commit``;
         ``consolidated`` is then off, and variables left unsharded are
         written by xarray on local threads, through the session).
-    shards : dict, optional
+    shards : dict, tuple or "auto", optional
         Shard size per dimension name for every sharded variable, e.g.
         ``{"time": 365}``; ``-1`` is the whole dimension. A dimension left
         out spans the whole dimension. Variables none of whose dimensions
-        is named get shardpipe's default (about 256 MiB per shard).
-    chunks : dict, optional
-        Inner-chunk size per dimension name; a dimension left out spans
-        the shard. Default: about 1 MiB per inner chunk.
+        is named get shardpipe's default (about 256 MiB per shard). A tuple
+        gives one size per dimension of the dataset, in the order of
+        ``ds.sizes`` (as xarray reads a tuple of Dask chunks); ``"auto"``
+        (zarr's spelling) or None: shardpipe's default for every variable.
+    chunks : dict, tuple or "auto", optional
+        Inner-chunk size per dimension name (a tuple or ``"auto"`` as for
+        ``shards``); a dimension left out spans the shard. Default: about
+        1 MiB per inner chunk.
     encoding : dict, optional
         Per variable, as in ``Dataset.to_zarr``: CF keys (``dtype``,
         ``scale_factor``, ``add_offset``, ``_FillValue``, ``units``,

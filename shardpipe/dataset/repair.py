@@ -20,6 +20,7 @@ import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.checks import check_bool, check_path
+from shardpipe.core.display import ShowsSummary, Summary, format_count
 from shardpipe.dataset.existing import consolidated_metadata
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.maintenance.repairs import RepairReport, repair
@@ -28,8 +29,8 @@ from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_node_present
 
 
-@dataclass
-class DatasetRepairReport:
+@dataclass(repr=False)
+class DatasetRepairReport(ShowsSummary):
     """What :func:`repair_dataset` did.
 
     Attributes
@@ -51,6 +52,27 @@ class DatasetRepairReport:
     def ok(self) -> bool:
         """Whether every sharded array verifies clean afterwards."""
         return all(report.ok for report in self.arrays.values())
+
+    def _summary(self) -> Summary:
+        rows = [
+            ("arrays repaired", format_count(len(self.arrays))),
+            (
+                "rolled back",
+                f"{format_count(sum(r.rolled_back for r in self.arrays.values()))} shard(s)",
+            ),
+            ("resized", format_count(len(self.resized))),
+            ("not consolidated", f"{format_count(len(self.unknown))} array(s), left as is"),
+        ]
+        problems = [
+            f"{path}: {key}: {problem}"
+            for path, report in self.arrays.items()
+            for key, problem in report.verify.problems[:20]
+        ]
+        total = sum(len(r.verify.problems) for r in self.arrays.values())
+        status = "OK" if self.ok else "PROBLEMS LEFT"
+        return Summary(
+            "DatasetRepairReport", status, rows, problems, total, "arrays[path].verify.problems"
+        )
 
     def __str__(self) -> str:
         lines = [

@@ -48,6 +48,7 @@ from shardpipe.dataset.layout import (
     variable_layout,
 )
 from shardpipe.dataset.options import DATASET_PARAMETERS, DatasetOptions
+from shardpipe.dataset.write_report import DatasetWriteReport
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
@@ -85,7 +86,7 @@ def to_zarr(
     commit: str | None = None,
     rebase: bool = False,
     **options: Unpack[DatasetOptions],
-) -> dict[Hashable, WriteReport] | Delayed:
+) -> DatasetWriteReport | Delayed:
     """Write ``obj`` to a Zarr v3 group whose data variables are sharded.
 
     What ``obj.shard.to_zarr(...)`` does: see
@@ -185,7 +186,9 @@ def to_zarr(
     if message is not None:
         snapshot = commit_write(root, message, rebase=rebase)
         reports = [replace(report, snapshot_id=snapshot) for report in reports]
-    return {_variable(ds, path): report for path, report in zip(jobs, reports, strict=True)}
+    return DatasetWriteReport(
+        (_variable(ds, path), report) for path, report in zip(jobs, reports, strict=True)
+    )
 
 
 def _open_target(
@@ -428,7 +431,7 @@ def _finish_delayed(
     _others: Any,
     root: ResolvedStore,
     consolidated: bool,
-) -> dict[str, WriteReport]:
+) -> DatasetWriteReport:
     if consolidated:
         _consolidate(root)
-    return dict(zip(names, reports, strict=True))
+    return DatasetWriteReport(zip(names, reports, strict=True))

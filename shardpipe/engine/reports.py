@@ -11,11 +11,12 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.storage.base import Changes
 
 
-@dataclass(frozen=True)
-class WriteReport:
+@dataclass(frozen=True, repr=False)
+class WriteReport(ShowsSummary):
     """What a write (or one of its publishing tasks) did.
 
     Attributes
@@ -78,16 +79,45 @@ class WriteReport:
             changes=_merged(self.changes, other.changes),
         )
 
+    def _summary(self) -> Summary:
+        rows = [
+            ("shards written", format_count(self.shards_written)),
+            ("left out as empty", format_count(self.shards_empty)),
+            ("inner chunks stored", format_count(self.chunks_stored)),
+            ("bytes", format_nbytes(self.nbytes)),
+        ]
+        if self.seconds:
+            rows.append(("seconds", f"{self.seconds:.2f}{self._rate()}"))
+        if self.strategies:
+            rows.append(("updates", self._strategies()))
+        if self.shards_skipped:
+            rows.append(("complete already", f"{format_count(self.shards_skipped)} shard(s)"))
+        if self.retries:
+            rows.append(("storage retries", format_count(self.retries)))
+        if self.snapshot_id:
+            rows.append(("snapshot", self.snapshot_id))
+        return Summary("WriteReport", None, rows)
+
+    def _rate(self) -> str:
+        return f", {self.nbytes / 1e6 / self.seconds:,.0f} MB/s stored" if self.seconds else ""
+
+    def _strategies(self) -> str:
+        return ", ".join(f"{k} {n:,}" for k, n in sorted(self.strategies.items()))
+
     def __str__(self) -> str:
-        rate = f", {self.nbytes / 1e6 / self.seconds:,.0f} MB/s stored" if self.seconds else ""
-        how = ", ".join(f"{k} {n}" for k, n in sorted(self.strategies.items()))
+        rate = self._rate()
+        how = self._strategies()
         return (
-            f"{self.shards_written} shard(s) written, {self.shards_empty} left out as empty, "
-            f"{self.chunks_stored} inner chunks, {self.nbytes:,} bytes"
+            f"{self.shards_written:,} shard(s) written, {self.shards_empty:,} left out as "
+            f"empty, {self.chunks_stored:,} inner chunks, {format_nbytes(self.nbytes)}"
             + (f" in {self.seconds:.2f} s{rate}" if self.seconds else "")
             + (f" ({how})" if how else "")
-            + (f"; {self.shards_skipped} complete already, skipped" if self.shards_skipped else "")
-            + (f"; {self.retries} storage retries" if self.retries else "")
+            + (
+                f"; {self.shards_skipped:,} complete already, skipped"
+                if self.shards_skipped
+                else ""
+            )
+            + (f"; {self.retries:,} storage retries" if self.retries else "")
             + (f"; committed as snapshot {self.snapshot_id}" if self.snapshot_id else "")
         )
 

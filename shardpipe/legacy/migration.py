@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.core.checks import check_bool, check_int
+from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.legacy.copy import DraftShard, copy_shard
 from shardpipe.legacy.hierarchy import read_json
@@ -91,8 +92,8 @@ from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 
 
-@dataclass
-class MigrateReport:
+@dataclass(repr=False)
+class MigrateReport(ShowsSummary):
     """What :func:`migrate` did (or, with ``dry_run``, would do).
 
     Attributes
@@ -129,6 +130,19 @@ class MigrateReport:
     finished_earlier: bool = False
     leftovers: int = 0
 
+    def _summary(self) -> Summary:
+        rows = [
+            ("arrays", format_count(len(self.arrays))),
+            ("groups", format_count(len(self.groups))),
+            ("shards copied", format_count(self.shards)),
+            ("bytes", format_nbytes(self.nbytes)),
+            ("rebuilt (zlib as gzip)", format_count(self.rebuilt)),
+            ("where", "in place" if self.in_place else "to the target"),
+        ]
+        if self.finished_earlier:
+            rows.append(("finished earlier", f"{format_count(self.leftovers)} leftover key(s)"))
+        return Summary("MigrateReport", "dry run" if self.dry_run else None, rows)
+
     def __str__(self) -> str:
         verb = "would migrate" if self.dry_run else "migrated"
         where = "in place" if self.in_place else "to the target"
@@ -148,7 +162,7 @@ class MigrateReport:
         )
         return (
             f"{verb} {len(self.arrays)} array(s) and {len(self.groups)} group(s) {where}: "
-            f"{self.shards} shard(s), {self.nbytes:,} bytes, payload unchanged{rebuilt}"
+            f"{self.shards:,} shard(s), {format_nbytes(self.nbytes)}, payload unchanged{rebuilt}"
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.checks import check_bool, check_int
-from shardpipe.core.sizes import format_bytes
+from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.engine.shard_sweep import over_stored_shards
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal.markers import JobKeys, read_marker
@@ -28,8 +28,8 @@ from shardpipe.stored.metadata import format_of, layout_of
 from shardpipe.write.update_target import read_metadata
 
 
-@dataclass(frozen=True)
-class ArrayInfo:
+@dataclass(frozen=True, repr=False)
+class ArrayInfo(ShowsSummary):
     """What :func:`info` reports about a sharded array.
 
     Attributes
@@ -81,6 +81,44 @@ class ArrayInfo:
         """Unused share of the stored bytes."""
         return self.nbytes_unused / self.nbytes_stored if self.nbytes_stored else 0.0
 
+    def _warnings(self) -> list[str]:
+        warnings = []
+        if self.pending_undo:
+            warnings.append(
+                f"{format_count(self.pending_undo)} shard(s) left mid-update: run `repair`"
+            )
+        if self.not_shards:
+            warnings.append(
+                f"{format_count(self.not_shards)} key(s) under the shard prefix name no shard "
+                "(`verify` names them)"
+            )
+        return warnings
+
+    def _summary(self) -> Summary:
+        rows = [
+            ("shape", str(self.shape)),
+            ("dtype", self.dtype),
+            ("inner chunks", str(self.chunks)),
+            ("shards", f"{self.shards} (index at the {self.index_location})"),
+            ("inner codecs", " -> ".join(self.codecs) or "none"),
+            (
+                "shards present",
+                f"{format_count(self.shards_present)} of {format_count(self.n_shards)}",
+            ),
+            ("inner chunks stored", format_count(self.chunks_stored)),
+            ("bytes stored", self._bytes_text()),
+        ]
+        if self.job:
+            rows.append(("held by", self.job))
+        warnings = self._warnings()
+        return Summary("ArrayInfo", None, rows, warnings, where="__str__()")
+
+    def _bytes_text(self) -> str:
+        return (
+            f"{format_nbytes(self.nbytes_stored)}, {format_nbytes(self.nbytes_unused)} unused "
+            f"({self.unused_ratio:.1%})"
+        )
+
     def __str__(self) -> str:
         lines = [
             f"shape: {self.shape}",
@@ -90,13 +128,12 @@ class ArrayInfo:
             f"inner codecs: {' -> '.join(self.codecs) or 'none'}",
             f"shards present: {self.shards_present:,} of {self.n_shards:,}",
             f"inner chunks stored: {self.chunks_stored:,}",
-            f"bytes stored: {self.nbytes_stored:,} ({self.nbytes_unused:,} unused, "
-            f"{self.unused_ratio:.1%})",
+            f"bytes stored: {self._bytes_text()}",
         ]
         if self.job:
             lines.append(f"held by: {self.job}")
         if self.pending_undo:
-            lines.append(f"left mid-update: {self.pending_undo} shard(s); run `shardpipe repair`")
+            lines.append(f"left mid-update: {self.pending_undo:,} shard(s); run `shardpipe repair`")
         if self.not_shards:
             lines.append(
                 f"not shards of the grid: {self.not_shards:,} key(s) under the shard prefix "
@@ -105,8 +142,8 @@ class ArrayInfo:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class GroupInfo:
+@dataclass(frozen=True, repr=False)
+class GroupInfo(ShowsSummary):
     """What :func:`shardpipe.info` reports about a group: one :class:`ArrayInfo` per array.
 
     Attributes
@@ -125,10 +162,28 @@ class GroupInfo:
         """Bytes of all shard objects of all arrays."""
         return sum(a.nbytes_stored for a in self.arrays.values())
 
+    def _summary(self) -> Summary:
+        unused = sum(a.nbytes_unused for a in self.arrays.values())
+        rows = [
+            ("sharded arrays", format_count(len(self.arrays))),
+            ("skipped", format_count(len(self.skipped))),
+            ("shards present", format_count(sum(a.shards_present for a in self.arrays.values()))),
+            (
+                "bytes stored",
+                f"{format_nbytes(self.nbytes_stored)}, {format_nbytes(unused)} unused",
+            ),
+        ]
+        rows += [
+            (path, f"{a.shape} {a.dtype}, {format_nbytes(a.nbytes_stored)}")
+            for path, a in self.arrays.items()
+        ]
+        warnings = [f"{path}: {w}" for path, a in self.arrays.items() for w in a._warnings()]
+        return Summary("GroupInfo", None, rows, warnings, where="arrays")
+
     def __str__(self) -> str:
         lines = [
             f"{path}: shape {a.shape}, {a.dtype}, shards {a.shards}, inner chunks {a.chunks}, "
-            f"{a.shards_present:,}/{a.n_shards:,} shards, {format_bytes(a.nbytes_stored)}"
+            f"{a.shards_present:,}/{a.n_shards:,} shards, {format_nbytes(a.nbytes_stored)}"
             + (f", {a.unused_ratio:.1%} unused" if a.nbytes_unused else "")
             for path, a in self.arrays.items()
         ]
@@ -137,7 +192,7 @@ class GroupInfo:
         lines.append(
             f"total: {len(self.arrays)} sharded array(s), "
             f"{sum(a.shards_present for a in self.arrays.values()):,} shards, "
-            f"{format_bytes(self.nbytes_stored)} ({format_bytes(unused)} unused)"
+            f"{format_nbytes(self.nbytes_stored)}, {format_nbytes(unused)} unused"
             + (f"; {len(self.skipped)} skipped" if self.skipped else "")
         )
         return "\n".join(lines)

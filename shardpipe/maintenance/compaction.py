@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardpipe.core.checks import check_bool, check_int
+from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.core.shard_update import Abilities, plan_shard_update
 from shardpipe.engine.shard_sweep import over_stored_shards
 from shardpipe.engine.update_tasks import StoredShard, rewrite_shard
@@ -25,8 +26,8 @@ from shardpipe.stored.places import check_node_present
 from shardpipe.write.update_target import read_metadata
 
 
-@dataclass
-class CompactReport:
+@dataclass(repr=False)
+class CompactReport(ShowsSummary):
     """What :func:`compact` did.
 
     Attributes
@@ -44,11 +45,29 @@ class CompactReport:
     nbytes_before: int = 0
     nbytes_after: int = 0
 
+    @property
+    def nbytes_reclaimed(self) -> int:
+        """Bytes the rewritten shards gave back."""
+        return self.nbytes_before - self.nbytes_after
+
+    def _summary(self) -> Summary:
+        return Summary(
+            "CompactReport",
+            None,
+            [
+                ("shards checked", format_count(self.shards_checked)),
+                ("shards rewritten", format_count(self.shards_rewritten)),
+                ("bytes before", format_nbytes(self.nbytes_before)),
+                ("bytes after", format_nbytes(self.nbytes_after)),
+                ("reclaimed", format_nbytes(self.nbytes_reclaimed)),
+            ],
+        )
+
     def __str__(self) -> str:
-        saved = self.nbytes_before - self.nbytes_after
         return (
-            f"{self.shards_rewritten} of {self.shards_checked} shard(s) rewritten, "
-            f"{self.nbytes_before:,} -> {self.nbytes_after:,} bytes ({saved:,} reclaimed)"
+            f"{self.shards_rewritten:,} of {self.shards_checked:,} shard(s) rewritten: "
+            f"{format_nbytes(self.nbytes_before)} -> {format_nbytes(self.nbytes_after)}, "
+            f"{format_nbytes(self.nbytes_reclaimed)} reclaimed"
         )
 
 

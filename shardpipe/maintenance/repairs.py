@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.core.checks import check_bool
+from shardpipe.core.display import ShowsSummary, Summary, format_count
 from shardpipe.journal.array_lock import release, take
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import recover
@@ -25,8 +26,8 @@ from shardpipe.stored.places import check_node_present
 from shardpipe.write.update_target import read_metadata
 
 
-@dataclass
-class RepairReport:
+@dataclass(repr=False)
+class RepairReport(ShowsSummary):
     """What :func:`repair` did.
 
     Attributes
@@ -54,13 +55,31 @@ class RepairReport:
         """Whether the array verifies clean after the repair."""
         return self.verify.ok
 
+    def _summary(self) -> Summary:
+        checked = self.verify._summary()
+        rows = [
+            ("rolled back", f"{format_count(self.rolled_back)} shard(s) left mid-update"),
+            ("past the grid", f"{format_count(self.removed_past_grid)} shard(s) removed"),
+        ]
+        if self.removed_marker:
+            rows.append(("removed marker", self.removed_marker))
+        rows += [(f"after: {label}", value) for label, value in checked.rows]
+        return Summary(
+            "RepairReport",
+            "OK" if self.ok else "PROBLEMS LEFT",
+            rows,
+            checked.problems,
+            checked.n_problems,
+            where="verify.problems",
+        )
+
     def __str__(self) -> str:
-        lines = [f"rolled back: {self.rolled_back} shard(s) left mid-update"]
+        lines = [f"rolled back: {self.rolled_back:,} shard(s) left mid-update"]
         if self.removed_marker:
             lines.append(f"removed the marker of {self.removed_marker}")
         if self.removed_past_grid:
             lines.append(
-                f"removed {self.removed_past_grid} shard(s) past the end of the grid "
+                f"removed {self.removed_past_grid:,} shard(s) past the end of the grid "
                 "(an interrupted append's)"
             )
         return "\n".join([*lines, str(self.verify)])

@@ -34,6 +34,7 @@ from zarr.storage import MemoryStore
 
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool, check_int
+from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.engine.shard_sweep import checked_shards
 from shardpipe.errors import ShardFormatError
@@ -60,9 +61,13 @@ SHARD_ENTRIES = 10_000
 Shards with a problem are always listed."""
 
 
-@dataclass
-class VerifyReport:
+@dataclass(repr=False)
+class VerifyReport(ShowsSummary):
     """The outcome of :func:`verify`.
+
+    Its ``repr`` is short (the problems first, then the counts; every
+    problem is in :attr:`problems`); ``str`` is the full account the command
+    line prints; notebooks show an HTML table.
 
     Only the shards present are checked (they are found by listing the
     array's shard prefix); the absent ones are counted,
@@ -139,6 +144,36 @@ class VerifyReport:
         """Share of the shard bytes no index points at (``compact`` reclaims them)."""
         return self.unused_nbytes / self.nbytes if self.nbytes else 0.0
 
+    def _summary(self) -> Summary:
+        bad = sum(1 for s in self.shards if s.problems)
+        rows = [
+            (
+                "shards",
+                f"{format_count(self.n_shards)} in grid, {format_count(self.shards_present)} "
+                f"present, {format_count(self.shards_absent)} absent",
+            ),
+            ("with problems", f"{format_count(bad)} shard(s)"),
+            ("inner chunks stored", format_count(self.chunks_stored)),
+            ("bytes", self._bytes_text()),
+        ]
+        if self.arrays or self.skipped:
+            rows.insert(0, ("arrays", f"{len(self.arrays)} checked, {len(self.skipped)} skipped"))
+        if self.notes:
+            rows.append(("notes", f"{len(self.notes)} (see .notes)"))
+        return Summary(
+            "VerifyReport",
+            "OK" if self.ok else "FAILED",
+            rows,
+            [f"{key}: {problem}" for key, problem in self.problems[:20]],
+            len(self.problems),
+        )
+
+    def _bytes_text(self) -> str:
+        return (
+            f"{format_nbytes(self.nbytes)}, {format_nbytes(self.unused_nbytes)} unused "
+            f"({self.unused_ratio:.1%})"
+        )
+
     def __str__(self) -> str:
         if self.arrays or self.skipped:
             return self._group_str()
@@ -149,7 +184,7 @@ class VerifyReport:
         for path, report in self.arrays.items():
             lines.append(
                 f"{path}: {report.shards_present:,}/{report.n_shards:,} shards, "
-                f"{report.nbytes} bytes, {len(report.problems)} problem(s) "
+                f"{format_nbytes(report.nbytes)}, {len(report.problems):,} problem(s) "
                 f"{'OK' if report.ok else 'FAILED'}"
             )
             lines += [f"  note: {note}" for note in report.notes]
@@ -162,7 +197,7 @@ class VerifyReport:
             f"shards: {self.n_shards:,} in grid, {self.shards_present:,} present, "
             f"{self.shards_absent:,} absent (read as fill value)",
             f"inner chunks stored: {self.chunks_stored:,}",
-            f"bytes: {self.nbytes} ({self.unused_nbytes} unused, {self.unused_ratio:.1%})",
+            f"bytes: {self._bytes_text()}",
         ]
         if self.shards_left_out:
             lines.append(
@@ -172,11 +207,11 @@ class VerifyReport:
         if not self.arrays:
             lines += [f"note: {note}" for note in self.notes]
         bad = [s for s in self.shards if s.problems]
-        lines.append(f"problems: {len(self.problems)} in {len(bad)} shard(s)")
+        lines.append(f"problems: {len(self.problems):,} in {len(bad):,} shard(s)")
         for key, problem in self.problems[:50]:
             lines.append(f"  {key}: {problem}")
         if len(self.problems) > 50:
-            lines.append(f"  ... and {len(self.problems) - 50} more")
+            lines.append(f"  ... and {len(self.problems) - 50:,} more")
         lines.append("OK" if self.ok else "FAILED")
         return "\n".join(lines)
 

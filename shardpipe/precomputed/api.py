@@ -103,13 +103,16 @@ def to_neuroglancer_precomputed(
         The ``type`` of the ``info`` file.
     encoding : {"raw", "jpeg", "compressed_segmentation"}
         Chunk encoding (:mod:`shardpipe.formats.precomputed_chunks`): ``raw``
-        for any data type (compress it with ``sharding={...,
-        "data_encoding": "gzip"}``), ``jpeg`` for uint8 images of 1 or 3
-        channels, ``compressed_segmentation`` for uint32/uint64 labels.
+        for any data type and volume type (the default; ``sharding="auto"``
+        gzips it in the shards, losslessly), ``jpeg`` for uint8 images of 1
+        or 3 channels (lossy), ``compressed_segmentation`` for uint32/uint64
+        labels.
     sharding : "auto", dict or list
-        ``"auto"`` (the rule in :mod:`shardpipe.core.precomputed_plan`, per
-        scale), a ``neuroglancer_uint64_sharded_v1`` object for every scale,
-        or a list of one (or ``"auto"``) per scale.
+        ``"auto"`` (the rule in :mod:`shardpipe.precomputed.auto_sharding`,
+        per scale: boxes of chunks within the memory budget, the chunks
+        gzip'd, ``data_encoding: "gzip"``, unless they are ``jpeg``), a
+        ``neuroglancer_uint64_sharded_v1`` object for every scale, or a list
+        of one (or ``"auto"``) per scale.
     scales : list of (int, int, int), optional
         Downsampling factors of the scales to write, e.g. ``[(1, 1, 1), (2, 2,
         1), (4, 4, 2)]``: the first is the source, each a multiple of the one
@@ -186,7 +189,7 @@ def to_neuroglancer_precomputed(
         scaled = tuple(-(-n // f) for n, f in zip(size, factor, strict=True))
         grid = ScaleGrid(scaled, chunks)
         if spec is None:
-            spec = auto_sharding(grid, chunk_nbytes, budget // TASK_COPIES)
+            spec = auto_sharding(grid, chunk_nbytes, budget // TASK_COPIES, encoding)
         check_scattered(grid, spec, factor)  # before any per-chunk plan
         parts = part_chunks(grid, spec, TASK_COPIES * chunk_nbytes, budget, factor, target)
         levels.append((factor, grid, spec, parts))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from shardpipe.codec.bounded import gunzip
+from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.core.morton import morton_coords
 from shardpipe.core.precomputed_plan import ScaleGrid
 from shardpipe.errors import ChunkDecodeError, MetadataError, ShardFormatError
@@ -45,8 +46,8 @@ MOST_PROBLEMS = 50
 """Problems listed per scale; the rest are counted."""
 
 
-@dataclass
-class ScaleReport:
+@dataclass(repr=False)
+class ScaleReport(ShowsSummary):
     """What one scale holds and what is wrong with it.
 
     Attributes
@@ -86,6 +87,27 @@ class ScaleReport:
     leftovers: int = 0
     notes: list[str] = field(default_factory=list)
 
+    def _line(self) -> str:
+        return (
+            f"{format_count(self.shards_present)} shard file(s), "
+            f"{format_count(self.chunks_present)} of {format_count(self.n_chunks)} chunks, "
+            f"{format_nbytes(self.nbytes)}"
+        )
+
+    def _summary(self) -> Summary:
+        rows = [
+            ("size", str(list(self.size))),
+            ("chunk size", str(list(self.chunk_size))),
+            ("sharding", "unsharded" if self.sharding is None else _describe(self.sharding)),
+            ("stored", self._line()),
+        ]
+        if self.leftovers:
+            rows.append(("leftovers", f"{format_count(self.leftovers)} temporary file(s)"))
+        if self.notes:
+            rows.append(("notes", f"{len(self.notes)} (see .notes)"))
+        status = "OK" if not self.n_problems else "PROBLEMS FOUND"
+        return Summary(f"ScaleReport {self.key}", status, rows, self.problems, self.n_problems)
+
     def problem(self, text: str) -> None:
         """Record a problem."""
         self.n_problems += 1
@@ -93,8 +115,8 @@ class ScaleReport:
             self.problems.append(text)
 
 
-@dataclass
-class PrecomputedReport:
+@dataclass(repr=False)
+class PrecomputedReport(ShowsSummary):
     """The report on a precomputed volume: one :class:`ScaleReport` per scale.
 
     ``problems`` are the volume's own: the marker of a write that did not
@@ -113,6 +135,24 @@ class PrecomputedReport:
         """True when neither the volume nor a scale has a problem."""
         return not self.problems and not any(s.n_problems for s in self.scales)
 
+    @property
+    def n_problems(self) -> int:
+        """The volume's problems and every scale's."""
+        return len(self.problems) + sum(s.n_problems for s in self.scales)
+
+    def _summary(self) -> Summary:
+        rows = [
+            ("volume", f"{self.volume_type}, {self.data_type}, {self.num_channels} channel(s)"),
+            *((s.key, s._line()) for s in self.scales),
+        ]
+        problems = [*self.problems, *(f"{s.key}: {p}" for s in self.scales for p in s.problems)]
+        status = ("OK" if self.ok else "PROBLEMS FOUND") if self.checked_chunks else None
+        if status is None and not self.ok:
+            status = "PROBLEMS FOUND"
+        return Summary(
+            "PrecomputedReport", status, rows, problems, self.n_problems, "scales[i].problems"
+        )
+
     def __str__(self) -> str:
         lines = [
             f"neuroglancer precomputed {self.volume_type}: {self.data_type}, "
@@ -123,8 +163,7 @@ class PrecomputedReport:
             how = "unsharded" if s.sharding is None else _describe(s.sharding)
             lines.append(
                 f"  {s.key}: size {list(s.size)}, chunks {list(s.chunk_size)}, {how}; "
-                f"{s.shards_present} shard file(s), {s.chunks_present} of {s.n_chunks} chunks, "
-                f"{s.nbytes:,} bytes"
+                f"{s._line()}"
                 + (
                     f"; {s.leftovers} temporary file(s) of an unfinished write"
                     if s.leftovers
@@ -134,7 +173,7 @@ class PrecomputedReport:
             lines += [f"    note: {n}" for n in s.notes]
             lines += [f"    problem: {p}" for p in s.problems]
             if s.n_problems > len(s.problems):
-                lines.append(f"    ... and {s.n_problems - len(s.problems)} more problems")
+                lines.append(f"    ... and {s.n_problems - len(s.problems):,} more problems")
         if self.checked_chunks:
             lines.append("OK" if self.ok else "PROBLEMS FOUND")
         return "\n".join(lines)

@@ -30,9 +30,8 @@ import zarr
 from dask.delayed import Delayed
 
 from shardpipe.core.checks import check_json, check_progress
-from shardpipe.core.display import html_table, text_table
+from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape
-from shardpipe.core.sizes import format_bytes
 from shardpipe.core.source_blocks import (
     ReadCost,
     intermediate_chunks,
@@ -58,7 +57,7 @@ from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.resume import check_same_job, complete_shards
-from shardpipe.write.transaction import check_commit
+from shardpipe.write.transaction import check_commit, snapshot_id_returned
 
 FIRST_BLOCK_SHARE = 2
 """Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.
@@ -385,9 +384,12 @@ def rechunk(
 
     Returns
     -------
-    zarr.Array or dask.delayed.Delayed or str
-        The target array; the delayed rechunk; or, with ``commit``, the
-        Icechunk snapshot's id.
+    zarr.Array or dask.delayed.Delayed
+        The target array. With ``compute=False``, Dask's convention: the
+        delayed rechunk, which computes to a :class:`~shardpipe.WriteReport`.
+        Deprecated: with ``commit``, the Icechunk snapshot's id, with a
+        ``FutureWarning`` (from 0.3: the array; the id is on the report of
+        ``plan_rechunk(...).execute(commit=...)``).
     """
     progress, compute = check_progress(progress, compute)
     job = plan_rechunk(source, target, **options)
@@ -395,4 +397,6 @@ def rechunk(
     if not compute:
         return job.to_delayed()
     report = job.execute(progress=progress, commit=commit, rebase=rebase)
-    return report.snapshot_id or job.write.open()
+    if report.snapshot_id is not None:
+        return snapshot_id_returned("rechunk", "shardpipe.plan_rechunk", report.snapshot_id)
+    return job.write.open()

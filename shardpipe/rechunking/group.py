@@ -22,7 +22,8 @@ import numpy as np
 import zarr
 
 from shardpipe.core.checks import check_bool, check_int_tuple, json_problem
-from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
+from shardpipe.core.display import ShowsSummary, Summary, format_bytes, format_count, format_nbytes
+from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk
@@ -42,8 +43,8 @@ SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
 """Arrays of at most this many raw bytes are copied unsharded, in one chunk."""
 
 
-@dataclass
-class GroupRechunkReport:
+@dataclass(repr=False)
+class GroupRechunkReport(ShowsSummary):
     """What :func:`rechunk_group` did.
 
     Attributes
@@ -63,12 +64,28 @@ class GroupRechunkReport:
     groups: list[str] = field(default_factory=list)
     snapshot_id: str | None = None
 
+    def _summary(self) -> Summary:
+        stored = sum(r.nbytes for r in self.rechunked.values())
+        rows = [
+            ("rechunked", f"{format_count(len(self.rechunked))} array(s)"),
+            ("copied", f"{format_count(len(self.copied))} small array(s), unsharded"),
+            ("groups", format_count(len(self.groups))),
+            ("bytes stored", format_nbytes(stored)),
+            *(
+                (path, f"{format_count(r.shards_written)} shard(s), {format_nbytes(r.nbytes)}")
+                for path, r in self.rechunked.items()
+            ),
+        ]
+        if self.snapshot_id:
+            rows.insert(4, ("snapshot", self.snapshot_id))
+        return Summary("GroupRechunkReport", None, rows)
+
     def __str__(self) -> str:
         lines = [f"{path}: {report}" for path, report in self.rechunked.items()]
         lines += [f"{path}: copied unsharded (small)" for path in self.copied]
         stored = sum(r.nbytes for r in self.rechunked.values())
         lines.append(
-            f"total: {len(self.rechunked)} array(s) rechunked ({format_bytes(stored)} stored), "
+            f"total: {len(self.rechunked)} array(s) rechunked ({format_nbytes(stored)} stored), "
             f"{len(self.copied)} copied, {len(self.groups)} group(s)"
             + (f"; committed as snapshot {self.snapshot_id}" if self.snapshot_id else "")
         )

@@ -21,8 +21,8 @@ import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
 
+from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import Shape
-from shardpipe.core.sizes import format_bytes
 from shardpipe.core.source_blocks import ReadCost
 
 

@@ -17,7 +17,7 @@ from shardpipe.storage.resolve import resolve_store
 from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.transaction import check_commit
+from shardpipe.write.transaction import check_commit, snapshot_id_returned
 
 __all__ = ["DEFAULT_MAX_MEM", "cleanup", "to_sharded_zarr"]
 
@@ -50,10 +50,13 @@ def to_sharded_zarr(
 
     Returns
     -------
-    zarr.Array or dask.delayed.Delayed or str
-        The written array, opened for reading and writing; or the delayed
-        write, which computes to a :class:`~shardpipe.WriteReport`; or, with
-        ``commit``, the id of the Icechunk snapshot committed.
+    zarr.Array or dask.delayed.Delayed
+        The written array, opened for reading and writing. With
+        ``compute=False``, Dask's convention: the delayed write, which
+        computes to a :class:`~shardpipe.WriteReport`. Deprecated: with
+        ``commit``, the id of the Icechunk snapshot committed, with a
+        ``FutureWarning`` (from 0.3: the array, as without ``commit``; the
+        id is on the report of ``prepare_write(...).execute(commit=...)``).
 
     Raises
     ------
@@ -87,7 +90,9 @@ def to_sharded_zarr(
         return job.to_delayed()
     report = job.execute(progress=progress, commit=commit, rebase=rebase)
     if report.snapshot_id is not None:
-        return report.snapshot_id
+        return snapshot_id_returned(
+            "to_sharded_zarr", "shardpipe.prepare_write", report.snapshot_id
+        )
     return job.open()
 
 

@@ -16,6 +16,7 @@ import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
+from shardpipe.codec.names import codec_specs
 from shardpipe.core.grid import Shape
 from shardpipe.core.sizes import (
     default_chunk_shape,
@@ -215,7 +216,10 @@ ARRAY_OVERRIDE_KEYS = ("shards", "chunks")
 
 
 def check_array_overrides(arrays: Any) -> dict[str, dict[str, Shape]]:
-    """Check ``arrays={"path": {"shards": (...), "chunks": (...)}}`` of a group rechunk."""
+    """Check ``arrays={"path": {"shards": (...), "chunks": (...)}}`` of a group rechunk.
+
+    A shape of None or ``"auto"`` is the default (the group's, else shardpipe's).
+    """
     if arrays is None:
         return {}
     if not isinstance(arrays, Mapping):
@@ -241,6 +245,8 @@ def check_array_overrides(arrays: Any) -> dict[str, dict[str, Shape]]:
             )
         checked[path] = {}
         for key, shape in shapes.items():
+            if isinstance(shape, str) and shape == "auto":  # zarr's spelling of the default
+                continue
             try:
                 checked[path][key] = check_int_tuple(key, shape) or ()
             except InvalidArgumentError as err:
@@ -336,4 +342,16 @@ def check_variable_encoding(name: Hashable, encoding: Any) -> dict[str, Any]:
             raise InvalidArgumentError(
                 "encoding", f"variable {name!r}: {err.parameter}: {err.problem}", err.fix
             ) from None
-    return dict(encoding)
+    checked = dict(encoding)
+    for key in ("compressors", "filters", "serializer"):  # names and short dicts, as zarr's
+        if key in checked:
+            try:
+                checked[key] = codec_specs(key, checked[key])
+            except InvalidArgumentError as err:
+                raise InvalidArgumentError(
+                    "encoding", f"variable {name!r}: {key}: {err.problem}", err.fix
+                ) from None
+    for key in ("shards", "chunks"):  # zarr's "auto": shardpipe's default (None: unsharded)
+        if isinstance(checked.get(key), str) and checked[key] == "auto":
+            del checked[key]
+    return checked

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from shardpipe.codec.names import codec_specs
 from shardpipe.core.checks import check_bool, check_json_dict
 from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.formats.zarr_sharding import IndexLocation
@@ -65,7 +66,7 @@ class WriteOptions(TargetOptions, LayoutOptions, total=False):
     write_empty_chunks: bool
     max_mem: int | str
     region: Any
-    append_dim: int | None
+    append_dim: int | str | None
     write_strategy: str
 
 
@@ -83,19 +84,23 @@ ARRAY_PARAMETERS = SharedParameters(
         the transaction.
     path : str, optional
         Path of the array inside the store; the store's root by default.
-    shards : tuple of int, optional
-        Shard shape. Default: about 256 MiB of whole inner chunks, near a
-        cube, no larger than the array needs.
-    chunks : tuple of int, optional
-        Inner chunk shape; must divide ``shards``. Default: about 1 MiB, near
-        a cube, power-of-two sides (dividing ``shards`` if given).
-    compressors : codec, dict, sequence of them, or "auto"
-        Inner-chunk compressors, exactly as in ``zarr.create_array``
-        (``"auto"``: zarr's default, zstd).
-    filters : codec, dict or sequence of them, optional
-        Inner-chunk filters (array-to-array codecs), as in ``zarr.create_array``.
-    serializer : codec, dict or "auto"
-        Inner-chunk serializer (array-to-bytes codec), as in ``zarr.create_array``.
+    shards : tuple of int or "auto", optional
+        Shard shape. Default (None or ``"auto"``, as zarr spells it):
+        shardpipe's, about 256 MiB of whole inner chunks, near a cube, no
+        larger than the array needs.
+    chunks : tuple of int or "auto", optional
+        Inner chunk shape; must divide ``shards``. Default (None or
+        ``"auto"``): shardpipe's, about 1 MiB, near a cube, power-of-two
+        sides (dividing ``shards`` if given).
+    compressors : codec, name, dict, sequence of them, or "auto"
+        Inner-chunk compressors, as in ``zarr.create_array``: codec objects,
+        ``{"name": "zstd", "configuration": {"level": 3}}`` dicts, and also
+        bare names (``"zstd"``) and dicts without ``configuration`` (the
+        codec's defaults); ``"auto"``: zarr's default, zstd.
+    filters : codec, name, dict or sequence of them, optional
+        Inner-chunk filters (array-to-array codecs), given as ``compressors``.
+    serializer : codec, name, dict or "auto"
+        Inner-chunk serializer (array-to-bytes codec), given as ``compressors``.
     fill_value : scalar, optional
         Value of elements never written; zarr's default for the dtype if None.
     index_location : {"end", "start"}, optional
@@ -125,8 +130,9 @@ ARRAY_PARAMETERS = SharedParameters(
         and re-encoded; untouched ones are never decoded. Layout and codec
         arguments, left out, are the existing array's; given, they must
         match it.
-    append_dim : int, optional
-        Grow the existing array along this axis by the source's length and
+    append_dim : int or str, optional
+        Grow the existing array along this axis (a number, or a name of its
+        ``dimension_names``) by the source's length and
         write the source at the new end. The new shape is published after
         every shard: readers see the old array until then. Layout and codec
         arguments are as for ``region``.
@@ -236,8 +242,11 @@ def check_array_options(given: Mapping[str, object]) -> ArrayOptions:
     Every door that takes array options calls this first, before it opens
     anything: the booleans, ``resume`` (against ``overwrite``),
     ``write_strategy``, ``max_mem``, ``index_location`` and ``attributes``
-    are checked here, once for all doors. Keys that are not array options
-    (a door's own) are ignored.
+    are checked here, once for all doors; codec names and short dicts in
+    ``compressors``, ``filters`` and ``serializer`` become the dicts zarr
+    takes (:func:`~shardpipe.codec.names.codec_specs`), and ``shards`` or
+    ``chunks`` of ``"auto"`` (zarr's spelling) become None, shardpipe's
+    defaults. Keys that are not array options (a door's own) are ignored.
 
     Raises
     ------
@@ -247,6 +256,10 @@ def check_array_options(given: Mapping[str, object]) -> ArrayOptions:
     values: dict[str, Any] = {name: given.get(name, default) for name, default in _DEFAULTS.items()}
     overwrite = check_bool("overwrite", values["overwrite"])
     index_location = values["index_location"]
+    for name in ("compressors", "filters", "serializer"):
+        values[name] = codec_specs(name, values[name])
+    for name in ("shards", "chunks"):
+        values[name] = auto_as_default(values[name])
     return ArrayOptions(
         **{name: values[name] for name in _AS_GIVEN},
         overwrite=overwrite,
@@ -258,6 +271,11 @@ def check_array_options(given: Mapping[str, object]) -> ArrayOptions:
         index_location=None if index_location is None else check_index_location(index_location),
         attributes=check_json_dict("attributes", values["attributes"]),
     )
+
+
+def auto_as_default(shape: Any) -> Any:
+    """``"auto"`` (zarr's spelling of "choose for me") as None, shardpipe's default; else as is."""
+    return None if isinstance(shape, str) and shape == "auto" else shape
 
 
 _DEFAULTS = {name: ARRAY_PARAMETERS.defaults[name] for name in ArrayOptions.__dataclass_fields__}

@@ -51,6 +51,7 @@ from shardpipe.write.resume import (
 from shardpipe.write.transaction import check_writable
 from shardpipe.write.update_target import (
     ExistingArray,
+    append_axis,
     appended_shape,
     check_source_dtype,
     check_unchanged_settings,
@@ -305,7 +306,8 @@ def _prepare_update(
         shape, offset = old_shape, region_offset(region, old_shape, tuple(arr.shape))
         grown = None
     else:
-        shape, offset = appended_shape(append_dim, old_shape, tuple(arr.shape))
+        axis = append_axis(append_dim, metadata.dimension_names)
+        shape, offset = appended_shape(axis, old_shape, tuple(arr.shape))
         grown = metadata.update_shape(shape)
     layout = layout_of(grown or metadata)
     array = as_dask_array(arr, layout.shard_shape)

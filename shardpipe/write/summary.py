@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from shardpipe.core.sizes import format_bytes
+from shardpipe.core.display import format_bytes
 from shardpipe.write.spec import WriteSpec
 
 

@@ -9,6 +9,8 @@ rebased onto when they changed no shard this write changed.
 
 from __future__ import annotations
 
+import warnings
+
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.icechunk.store import IcechunkShardStore
 from shardpipe.storage.resolve import ResolvedStore
@@ -73,3 +75,21 @@ def commit_write(target: ResolvedStore, message: str, *, rebase: bool) -> str:
     shards = target.shards
     assert isinstance(shards, IcechunkShardStore)
     return shards.commit(message, rebase=rebase)
+
+
+def snapshot_id_returned(function: str, planned: str, snapshot_id: str) -> str:
+    """The snapshot id ``function(commit=...)`` still returns, with a ``FutureWarning``.
+
+    Returning the id with ``commit`` and the array without made the return
+    type depend on an argument (issue 32). From shardpipe 0.3 ``function``
+    returns the written array in both cases; the id is the ``snapshot_id``
+    of the report that ``planned(...).execute(commit=...)`` returns.
+    """
+    warnings.warn(
+        f"{function}(commit=...) returns the Icechunk snapshot id in shardpipe 0.2 and will "
+        f"return the written array from 0.3, as without commit. For the id, call "
+        f"{planned}(...).execute(commit=...): its report's snapshot_id",
+        FutureWarning,
+        stacklevel=4,  # the caller of the public function (through its parameter wrapper)
+    )
+    return snapshot_id

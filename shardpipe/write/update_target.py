@@ -7,6 +7,7 @@ checked here against the array's metadata before anything is written.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,8 +159,28 @@ def region_offset(region: Any, shape: Shape, source_shape: Shape) -> Coords:
     return tuple(offset)
 
 
+def append_axis(append_dim: Any, dimension_names: Sequence[str | None] | None) -> Any:
+    """``append_dim`` as an axis: a dimension name becomes its position in ``dimension_names``.
+
+    An integer (or anything else) is returned as given, for
+    :func:`appended_shape` to check.
+    """
+    if not isinstance(append_dim, str):
+        return append_dim
+    names = list(dimension_names or ())
+    if append_dim not in names:
+        named = [n for n in names if n is not None]
+        raise InvalidArgumentError(
+            "append_dim",
+            f"{append_dim!r} is not a dimension name of the array"
+            + (f" (its dimension_names are {names})" if named else " (it has no dimension_names)"),
+            f"Use one of {named} or an axis number" if named else "Use an axis number",
+        )
+    return names.index(append_dim)
+
+
 def appended_shape(append_dim: Any, shape: Shape, source_shape: Shape) -> tuple[Shape, Coords]:
-    """The grown shape, and the offset of the source, for ``append_dim``."""
+    """The grown shape, and the offset of the source, for ``append_dim`` (an axis)."""
     ndim = len(shape)
     if not is_integer(append_dim) or not -ndim <= int(append_dim) < ndim:
         raise InvalidArgumentError(

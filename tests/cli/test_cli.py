@@ -12,6 +12,7 @@ import pytest
 
 import shardpipe
 from shardpipe.cli.parser import main
+from shardpipe.core.display import format_nbytes
 
 
 def _write(path: Path) -> None:
@@ -110,7 +111,7 @@ def test_info_compact_and_repair(tmp_path: Path, capsys: pytest.CaptureFixture[s
     unused = shardpipe.info(str(tmp_path)).nbytes_unused
     assert unused > 0
     assert main(["compact", str(tmp_path), "--threshold", "0"]) == 0
-    assert f"({unused:,} reclaimed)" in capsys.readouterr().out
+    assert f"{format_nbytes(unused)} reclaimed" in capsys.readouterr().out
     assert main(["repair", str(tmp_path)]) == 0
     assert "rolled back: 0" in capsys.readouterr().out
     # a live job's marker: repair refuses (exit 2) unless --force

@@ -810,3 +810,47 @@ def test_a_pyramid_that_fails_mid_write_is_never_called_clean(tmp_path: Path) ->
     shardpipe.to_neuroglancer_precomputed(data, path, overwrite=True, **kwargs)
     assert shardpipe.verify(path).ok
     np.testing.assert_array_equal(_read_ts(path), data)
+
+
+@pytest.mark.parametrize(
+    ("volume_type", "dtype", "encoding", "data_encoding"),
+    [
+        ("image", "uint8", "raw", "gzip"),
+        ("image", "float32", "raw", "gzip"),
+        ("segmentation", "uint64", "raw", "gzip"),
+        ("segmentation", "uint32", "compressed_segmentation", "gzip"),
+        ("image", "uint8", "jpeg", "raw"),  # compressed already: gzip would only cost time
+    ],
+)
+def test_volumes_are_compressed_by_default_for_every_reader(
+    tmp_path: Path, volume_type: str, dtype: str, encoding: str, data_encoding: str
+) -> None:
+    """Issue 32: precomputed volumes were written uncompressed by default (671 MB for 512 MB
+    of uint8). ``sharding="auto"`` now gzips the chunks in their shards (lossless, decoded by
+    every reader of the format); the chunk encoding stays ``raw`` unless asked otherwise."""
+    from cloudvolume import CloudVolume
+
+    data = np.zeros((64, 64, 64), dtype=dtype)  # compressible: blocks of a few values
+    data[:32] = 7
+    data[:, :16] = 3
+    kwargs: dict[str, Any] = {"volume_type": volume_type}
+    if encoding != "raw":
+        kwargs["encoding"] = encoding
+    path = tmp_path / "vol"
+    shardpipe.to_neuroglancer_precomputed(
+        data, path, resolution=(4, 4, 40), chunk_size=(32, 32, 32), **kwargs
+    )
+    scale = json.loads((path / "info").read_text())["scales"][0]
+    assert scale["encoding"] == encoding
+    assert scale["sharding"]["data_encoding"] == data_encoding
+    stored = sum(f.stat().st_size for f in (path / scale["key"]).iterdir())
+    if data_encoding == "gzip":
+        assert stored < data.nbytes / 10, stored
+    back = _read_ts(path)[..., 0]
+    cloud = np.asarray(CloudVolume(f"file://{path}", progress=False)[:, :, :])[..., 0]
+    if encoding == "jpeg":  # lossy, but these blocks of one value survive it
+        np.testing.assert_allclose(back, data, atol=2)
+    else:
+        np.testing.assert_array_equal(back, data)
+        np.testing.assert_array_equal(cloud, data)
+    assert shardpipe.verify(path).ok

@@ -52,15 +52,17 @@ def test_write_commit_and_read_back(
     data = _data((60, 70, 50))
     session = repo.writable_session("main")
     first = session.snapshot_id
-    snapshot = shardpipe.to_sharded_zarr(
-        da.from_array(data, chunks=dask_chunks),
-        session,
-        path="g/a",
-        shards=(32, 32, 32),
-        chunks=(8, 16, 16),
-        index_location=index_location,
-        commit="first write",
-    )
+    with pytest.warns(FutureWarning, match=r"prepare_write\(...\).execute\(commit=...\)") as w:
+        snapshot = shardpipe.to_sharded_zarr(  # deprecated: the id, not the array
+            da.from_array(data, chunks=dask_chunks),
+            session,
+            path="g/a",
+            shards=(32, 32, 32),
+            chunks=(8, 16, 16),
+            index_location=index_location,
+            commit="first write",
+        )
+    assert w[0].filename == __file__  # the warning names the caller's line
     assert isinstance(snapshot, str)
     assert repo.lookup_branch("main") == snapshot
     assert_same(_read(repo, "g/a"), data)
@@ -112,13 +114,16 @@ def test_shards_in_parts_are_joined_on_a_worker(tmp_path: Path) -> None:
 def test_region_append_and_time_travel(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     data = _data((48, 40))
-    first = shardpipe.to_sharded_zarr(
-        da.from_array(data, chunks=13),
-        repo.writable_session("main"),
-        path="a",
-        shards=(16, 16),
-        chunks=(8, 8),
-        commit="create",
+    first = (
+        shardpipe.prepare_write(
+            da.from_array(data, chunks=13),
+            repo.writable_session("main"),
+            path="a",
+            shards=(16, 16),
+            chunks=(8, 8),
+        )
+        .execute(commit="create")
+        .snapshot_id
     )
     patch = np.full((10, 12), 999, dtype="uint16")
     report = shardpipe.prepare_write(
@@ -130,12 +135,15 @@ def test_region_append_and_time_travel(tmp_path: Path) -> None:
     assert report.strategies == {"rewrite": 2}  # inside a transaction, shards are rewritten
     second = report.snapshot_id
     more = _data((20, 40), seed=9)
-    third = shardpipe.to_sharded_zarr(
-        da.from_array(more, chunks=7),
-        repo.writable_session("main"),
-        path="a",
-        append_dim=0,
-        commit="append",
+    third = (
+        shardpipe.prepare_write(
+            da.from_array(more, chunks=7),
+            repo.writable_session("main"),
+            path="a",
+            append_dim=0,
+        )
+        .execute(commit="append")
+        .snapshot_id
     )
     patched = data.copy()
     patched[5:15, 14:26] = 999
@@ -148,22 +156,25 @@ def test_region_append_and_time_travel(tmp_path: Path) -> None:
 
 def _shared_array(repo: Any) -> str:
     return str(
-        shardpipe.to_sharded_zarr(
+        shardpipe.prepare_write(
             da.zeros((32, 32), chunks=16, dtype="uint16"),
             repo.writable_session("main"),
             path="a",
             shards=(16, 16),
             chunks=(8, 8),
             write_empty_chunks=True,
-            commit="zeros",
         )
+        .execute(commit="zeros")
+        .snapshot_id
     )
 
 
 def _patch(session: Any, value: int, region: tuple[slice, ...], **kw: Any) -> Any:
+    """Write ``value`` into ``region`` of ``a``; the snapshot id with ``commit=``."""
     shape = tuple(s.stop - s.start for s in region)
     source = da.full(shape, value, dtype="uint16", chunks=8)
-    return shardpipe.to_sharded_zarr(source, session, path="a", region=region, **kw)
+    job = shardpipe.prepare_write(source, session, path="a", region=region)
+    return job.execute(**kw).snapshot_id
 
 
 def test_a_conflict_on_one_shard_names_it_and_commits_nothing(tmp_path: Path) -> None:
@@ -196,13 +207,15 @@ def test_disjoint_shards_rebase_and_both_changes_land(tmp_path: Path) -> None:
     three = repo.writable_session("main")
     _patch(one_more := three, 3, (slice(0, 4), slice(20, 24)))
     _patch(repo.writable_session("main"), 4, (slice(20, 24), slice(0, 4)), commit="four")
-    final = shardpipe.to_sharded_zarr(
-        da.full((1, 1), 3, dtype="uint16", chunks=1),
-        one_more,
-        path="a",
-        region=(slice(31, 32), slice(31, 32)),
-        commit="three",
-        rebase=True,
+    final = (
+        shardpipe.prepare_write(
+            da.full((1, 1), 3, dtype="uint16", chunks=1),
+            one_more,
+            path="a",
+            region=(slice(31, 32), slice(31, 32)),
+        )
+        .execute(commit="three", rebase=True)
+        .snapshot_id
     )
     assert repo.lookup_branch("main") == final != snapshot
     expected = np.zeros((32, 32), dtype="uint16")
@@ -230,13 +243,16 @@ def test_icechunk_on_s3(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     )
     repo = icechunk.Repository.create(storage)
     data = _data((50, 40, 30), seed=5)
-    snapshot = shardpipe.to_sharded_zarr(
-        da.from_array(data, chunks=(17, 13, 30)),
-        repo.writable_session("main"),
-        path="v",
-        shards=(32, 32, 32),
-        chunks=(16, 16, 16),
-        commit="on s3",
+    snapshot = (
+        shardpipe.prepare_write(
+            da.from_array(data, chunks=(17, 13, 30)),
+            repo.writable_session("main"),
+            path="v",
+            shards=(32, 32, 32),
+            chunks=(16, 16, 16),
+        )
+        .execute(commit="on s3")
+        .snapshot_id
     )
     assert_same(_read(repo, "v", snapshot_id=snapshot), data)
 
@@ -245,13 +261,16 @@ def test_icechunk_on_s3(s3_bucket: tuple[str, dict[str, Any]]) -> None:
 def test_icechunk_on_a_local_cluster(tmp_path: Path, cluster_client: Any) -> None:
     repo = _repo(tmp_path)
     data = _data((64, 48, 40), seed=7)
-    snapshot = shardpipe.to_sharded_zarr(
-        da.from_array(data, chunks=(21, 17, 40)),
-        repo.writable_session("main"),
-        path="c",
-        shards=(16, 16, 40),
-        chunks=(8, 8, 8),
-        commit="cluster",
+    snapshot = (
+        shardpipe.prepare_write(
+            da.from_array(data, chunks=(21, 17, 40)),
+            repo.writable_session("main"),
+            path="c",
+            shards=(16, 16, 40),
+            chunks=(8, 8, 8),
+        )
+        .execute(commit="cluster")
+        .snapshot_id
     )
     assert_same(_read(repo, "c", snapshot_id=snapshot), data)
     report = shardpipe.prepare_write(
@@ -321,7 +340,7 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None
     assert not writable.has_uncommitted_changes
     assert repo.lookup_branch("main") == first
     # an array of another shape at the path: the region does not fit, nothing changes
-    shardpipe.to_sharded_zarr(source, writable, path="a", shards=(4, 4), commit="a")
+    shardpipe.prepare_write(source, writable, path="a", shards=(4, 4)).execute(commit="a")
     after = repo.writable_session("main")
     with pytest.raises(InvalidArgumentError, match="region"):
         shardpipe.to_sharded_zarr(
@@ -333,13 +352,16 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None
 def test_a_killed_write_leaves_the_last_commit(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     data = _data((256, 256))
-    base = shardpipe.to_sharded_zarr(
-        da.from_array(data, chunks=64),
-        repo.writable_session("main"),
-        path="a",
-        shards=(32, 32),
-        chunks=(16, 16),
-        commit="base",
+    base = (
+        shardpipe.prepare_write(
+            da.from_array(data, chunks=64),
+            repo.writable_session("main"),
+            path="a",
+            shards=(32, 32),
+            chunks=(16, 16),
+        )
+        .execute(commit="base")
+        .snapshot_id
     )
     chunks = tmp_path / "repo" / "chunks"  # shard objects (none is small enough to inline)
     stored = len(list(chunks.iterdir()))
@@ -367,13 +389,12 @@ def test_a_killed_write_leaves_the_last_commit(tmp_path: Path) -> None:
     assert reopened.lookup_branch("main") == base
     assert_same(_read(reopened, "a"), data)
     # and the repository takes the next write
-    shardpipe.to_sharded_zarr(
+    shardpipe.prepare_write(
         da.full((256, 256), 5, dtype="uint16", chunks=64),
         reopened.writable_session("main"),
         path="a",
         region=(slice(0, 256), slice(0, 256)),
-        commit="after the kill",
-    )
+    ).execute(commit="after the kill")
     assert_same(_read(reopened, "a"), np.full((256, 256), 5, dtype="uint16"))
 
 
@@ -382,14 +403,15 @@ def test_rechunk_into_a_session(tmp_path: Path) -> None:
     data = _data((60, 50), seed=11)
     source[...] = data
     repo = _repo(tmp_path)
-    snapshot = shardpipe.rechunk(
-        str(tmp_path / "src.zarr"),
-        repo.writable_session("main"),
-        path="r",
-        shards=(32, 32),
-        chunks=(8, 8),
-        commit="rechunked",
-    )
+    with pytest.warns(FutureWarning, match=r"plan_rechunk\(...\).execute\(commit=...\)"):
+        snapshot = shardpipe.rechunk(  # deprecated: the id, not the array
+            str(tmp_path / "src.zarr"),
+            repo.writable_session("main"),
+            path="r",
+            shards=(32, 32),
+            chunks=(8, 8),
+            commit="rechunked",
+        )
     assert snapshot == repo.lookup_branch("main")
     assert_same(_read(repo, "r"), data)
     report = shardpipe.verify(repo.readonly_session("main"), "r")

@@ -38,7 +38,13 @@ def add_command(commands: Subcommands) -> None:
     command.add_argument(
         "--scales", type=_scales, default=None, help="factors, e.g. 1,1,1:2,2,1:4,4,2"
     )
-    command.add_argument("--encoding", default="raw", help="raw, jpeg or compressed_segmentation")
+    command.add_argument(
+        "--encoding",
+        default="raw",
+        choices=["raw", "jpeg", "compressed_segmentation"],
+        help="chunk encoding; with --sharding auto, raw and compressed_segmentation chunks are "
+        "gzip'd in their shards",
+    )
     command.add_argument("--volume-type", default="image", choices=["image", "segmentation"])
     command.add_argument("--downsample", default="auto", choices=["auto", "mean", "mode"])
     command.add_argument(

@@ -1,0 +1,72 @@
+"""The suite's hypothesis profiles: derandomized by default, random and longer by hand."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+PROBE = """
+from hypothesis import settings
+
+
+def test_probe():
+    s = settings.default
+    print(f"PROFILE derandomize={s.derandomize} database={s.database} n={s.max_examples}")
+"""
+
+
+def _run_probe(*args: str, profile: str | None = None) -> str:
+    """Run a one-test module under the suite's conftest; what its settings were."""
+    root = Path(__file__).resolve().parents[2]
+    probe = root / "tests" / "api" / f"_profile_probe_{os.getpid()}.py"  # not a test_ name
+    env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_PROFILE"}
+    if profile:
+        env["HYPOTHESIS_PROFILE"] = profile
+    probe.write_text(PROBE)
+    try:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(probe),
+                "-s",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                *args,
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        probe.unlink()
+    assert run.returncode == 0, run.stdout + run.stderr
+    return next(line for line in run.stdout.splitlines() if "PROFILE" in line)
+
+
+def test_the_default_profile_is_derandomized(request: pytest.FixtureRequest) -> None:
+    """Issue 32: a property test failed on some seeds only, so CI could pass where users fail."""
+    if request.config.getoption("hypothesis_profile", None) or os.environ.get("HYPOTHESIS_PROFILE"):
+        pytest.skip("a profile was chosen for this run")
+    assert settings.default.derandomize is True
+    assert settings.default.database is None
+    assert settings.default.deadline is None
+
+
+def test_profiles_as_pytest_selects_them() -> None:
+    """No choice: "ci"; ``--hypothesis-profile thorough`` or the variable: random, 500."""
+    assert "derandomize=True database=None n=40" in _run_probe()
+    thorough = _run_probe("--hypothesis-profile", "thorough")
+    assert "derandomize=False" in thorough and "n=500" in thorough
+    assert "derandomize=False" in _run_probe(profile="thorough")
