@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from shardpipe._version import __version__
+from shardpipe.cli.closed_pipe import output_may_be_cut_short
 from shardpipe.cli.commands import (
     cleanup,
     compact,
@@ -69,9 +70,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
-    args = _parser().parse_args(argv)
-    status: int = args.run(args)
+    """Run the command line; return the exit status.
+
+    Standard output closed early by its reader (``| head -1``) is no error:
+    the command ends with its own status (:mod:`shardpipe.cli.closed_pipe`).
+    """
+    with output_may_be_cut_short():
+        args = _parser().parse_args(argv)
+        status: int = args.run(args)
     return status
 
 
