@@ -1408,7 +1408,11 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("migrate missing", lambda p: ["migrate", p.missing], "no hierarchy of the sharding"),
     ("migrate a file", lambda p: ["migrate", f"{p.arr}/zarr.json"], "source"),
     ("migrate into a file", lambda p: ["migrate", p.draft, f"{p.arr}/zarr.json"], "target"),
-    ("migrate --workers", lambda p: ["migrate", p.draft, p.new, "--workers", "0"], "workers"),
+    (
+        "migrate --copy-concurrency",
+        lambda p: ["migrate", p.draft, p.new, "--copy-concurrency", "0"],
+        "--copy-concurrency",
+    ),
     ("rechunk --shards", lambda p: ["rechunk", p.src, p.new, "--shards", "x"], "--shards"),
     ("rechunk --commit", lambda p: ["rechunk", p.src, p.new, "--commit", "m"], "--icechunk"),
     # into a repository that does not exist yet: refused before it is created

@@ -33,14 +33,25 @@ def add_command(commands: Subcommands) -> None:
         "--chunk-size", type=shared.int_tuple, required=True, help="voxels per chunk, x,y,z"
     )
     command.add_argument(
-        "--voxel-offset", type=shared.int_tuple, default=(0, 0, 0), help="x,y,z (0,0,0)"
+        "--voxel-offset", type=shared.int_tuple, default=(0, 0, 0), help="x,y,z of the first voxel"
     )
     command.add_argument(
         "--scales", type=_scales, default=None, help="factors, e.g. 1,1,1:2,2,1:4,4,2"
     )
     command.add_argument("--encoding", default="raw", help="raw, jpeg or compressed_segmentation")
-    command.add_argument("--volume-type", default="image", choices=["image", "segmentation"])
-    command.add_argument("--downsample", default="auto", choices=["auto", "mean", "mode"])
+    command.add_argument(
+        "--volume-type",
+        default="image",
+        choices=["image", "segmentation"],
+        help="what the voxels are: intensities, or object labels",
+    )
+    command.add_argument(
+        "--downsample",
+        default="auto",
+        choices=["auto", "mean", "mode"],
+        help="how a coarser scale's voxel is made from finer ones (auto: mean for images, "
+        "mode for segmentations)",
+    )
     command.add_argument(
         "--sharding", default="auto", help="auto, or a neuroglancer_uint64_sharded_v1 JSON object"
     )
