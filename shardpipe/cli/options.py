@@ -79,6 +79,32 @@ class DeprecatedFlag(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class NameValuePairs(argparse.Action):
+    """``--storage-option A=1 B=2``: one or more ``NAME=VALUE`` pairs, the flag repeatable.
+
+    The pairs of every use are collected in one list, in order. A word
+    without ``=`` is refused here, while it is still known where it stood:
+    most often it is a positional argument put after the pairs.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        for value in values:
+            name, sep, _ = value.partition("=")
+            if not sep or not name:
+                raise argparse.ArgumentError(
+                    self,
+                    f"expected NAME=VALUE pairs, got {value!r}; if it is a positional "
+                    f"argument, put it before {option_string}",
+                )
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *values])
+
+
 def int_tuple(text: str) -> tuple[int, ...]:
     """Read ``64,64,64`` as ``(64, 64, 64)``."""
     try:
@@ -179,18 +205,19 @@ PATH = Option(("--path",), "path of the array inside the store", {"default": Non
 
 STORAGE_OPTION = Option(
     ("--storage-option",),
-    "fsspec option (VALUE parsed as JSON when it can be); repeatable",
-    {"action": "append", "default": [], "metavar": "NAME=VALUE"},
+    "fsspec options, e.g. key=... secret=... endpoint_url=http://host:9000 (each VALUE "
+    "parsed as JSON when it can be); one or more pairs, the flag repeatable",
+    {"action": NameValuePairs, "nargs": "+", "default": [], "metavar": "NAME=VALUE"},
 )
 SOURCE_STORAGE_OPTION = Option(
     ("--source-storage-option",),
-    "fsspec option for SOURCE; repeatable",
-    {"action": "append", "default": [], "metavar": "NAME=VALUE"},
+    "fsspec options for SOURCE, as --storage-option",
+    {"action": NameValuePairs, "nargs": "+", "default": [], "metavar": "NAME=VALUE"},
 )
 TARGET_STORAGE_OPTION = Option(
     ("--target-storage-option",),
-    "fsspec option for a TARGET elsewhere (default: those of SOURCE); repeatable",
-    {"action": "append", "default": [], "metavar": "NAME=VALUE"},
+    "fsspec options for a TARGET elsewhere, as --storage-option (default: those of SOURCE)",
+    {"action": NameValuePairs, "nargs": "+", "default": [], "metavar": "NAME=VALUE"},
 )
 GROUP = Option(("--group",), "group inside the store", {"default": None})
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from shardpipe._version import __version__
+from shardpipe.advice import command_line_terms
 from shardpipe.cli.closed_pipe import output_may_be_cut_short
 from shardpipe.cli.commands import (
     cleanup,
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Standard output closed early by its reader (``| head -1``) is no error:
     the command ends with its own status (:mod:`shardpipe.cli.closed_pipe`).
     """
-    with output_may_be_cut_short():
+    with output_may_be_cut_short(), command_line_terms():
         args = _parser().parse_args(argv)
         status: int = args.run(args)
     return status

@@ -36,6 +36,7 @@ import dask.array as da
 import numpy as np
 from dask.delayed import Delayed, delayed
 
+from shardpipe import advice
 from shardpipe.core.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.memory import DEFAULT_MAX_MEM
@@ -235,7 +236,8 @@ def to_neuroglancer_precomputed(
             err.add_note(f"shardpipe: removing the staging data failed too ({cleanup_err!r})")
         left = (
             f"the volume at {target.zarr_store} is left unfinished (its info and the shards "
-            "published so far; verify reports it): write it again with overwrite=True"
+            "published so far; verify reports it): write it again with "
+            f"{advice.setting('overwrite')}"
         )
         if isinstance(err, ShardpipeError) or not isinstance(err, Exception):
             err.add_note(f"shardpipe: {left}")
@@ -472,7 +474,7 @@ def _write_info(
         raise ArrayExistsError(
             f"store: a precomputed volume already exists at {target.zarr_store} (its info "
             + ("file, left by an unfinished write" if left else "file")
-            + "); pass overwrite=True to replace it"
+            + f"); pass {advice.setting('overwrite')} to replace it"
         )
     store.put(marker, [json.dumps(unfinished).encode()])
     if exists:
