@@ -254,9 +254,16 @@ NO_CHUNK_CHECKSUMS = Option(
 # How a command runs.
 
 MAX_MEM = Option(("--max-mem",), "memory budget per task", {"default": DEFAULT_MAX_MEM})
-PROGRESS = Option(("--progress",), "show a progress bar", {"action": "store_true"})
+PROGRESS = Option(
+    ("--progress",),
+    "show a progress bar on stderr even when it is not a terminal (default: a bar when "
+    "stderr is a terminal)",
+    {"action": "store_const", "const": True, "default": None},
+)
 NO_PROGRESS = Option(
-    ("--no-progress",), "no progress bar", {"action": "store_false", "dest": "progress"}
+    ("--no-progress",),
+    "no progress bar, even on a terminal",
+    {"action": "store_const", "const": False, "dest": "progress", "default": None},
 )
 SCHEDULER = Option(("--scheduler",), "address of a Dask scheduler to use", {"default": None})
 CLUSTER_WORKERS = Option(
@@ -327,10 +334,19 @@ def add_array_layout(command: argparse.ArgumentParser, checksums_help: str | Non
     NO_CHUNK_CHECKSUMS.add(command, checksums_help)
 
 
-def add_progress(command: argparse.ArgumentParser, *, shown: bool) -> None:
-    """``args.progress``: ``--no-progress`` where a bar is ``shown`` by default, else
-    ``--progress``."""
-    (NO_PROGRESS if shown else PROGRESS).add(command)
+def add_progress(command: argparse.ArgumentParser) -> None:
+    """``--progress`` and ``--no-progress``, one policy for every command: ``args.progress``
+    is None unless one is given, and :func:`show_progress` decides then."""
+    either = command.add_mutually_exclusive_group()
+    PROGRESS.add(either)
+    NO_PROGRESS.add(either)
+
+
+def show_progress(args: argparse.Namespace) -> None:
+    """Settle ``args.progress`` (if the command has it): as given, else a bar exactly when
+    stderr, where bars are drawn, is a terminal."""
+    if getattr(args, "progress", False) is None:
+        args.progress = sys.stderr.isatty()
 
 
 def add_compute(command: argparse.ArgumentParser) -> None:

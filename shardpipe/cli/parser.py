@@ -30,6 +30,7 @@ from shardpipe.cli.commands import (
     write_precomputed,
 )
 from shardpipe.cli.exit_statuses import statuses_text
+from shardpipe.cli.options import show_progress
 from shardpipe.cli.subcommand import Command, HelpFormatter
 
 COMMANDS: tuple[Command, ...] = (
@@ -78,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     with output_may_be_cut_short(), command_line_terms():
         args = _parser().parse_args(argv)
+        show_progress(args)
         status: int = args.run(args)
     return status
 

@@ -20,7 +20,7 @@ def add_command(commands: Subcommands) -> None:
     command.add_argument(
         "--threshold", type=float, default=0.1, help="unused share above which to rewrite"
     )
-    shared.add_progress(command, shown=False)
+    shared.add_progress(command)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ def add_command(commands: Subcommands) -> None:
     shared.DRY_RUN.add(command, "report, write nothing")
     shared.COPY_CONCURRENCY.add(command)
     shared.DEPRECATED_COPY_WORKERS.add(command)
-    shared.add_progress(command, shown=True)
+    shared.add_progress(command)
     shared.STORAGE_OPTION.add(command)
     shared.TARGET_STORAGE_OPTION.add(command)
 

@@ -65,7 +65,7 @@ def add_command(commands: Subcommands) -> None:
     command.add_argument(
         "--no-consolidated", action="store_true", help="do not write consolidated metadata"
     )
-    shared.add_progress(command, shown=False)
+    shared.add_progress(command)
     shared.add_compute(command)
     shared.add_icechunk_writing(command, "the write")
     shared.STORAGE_OPTION.add(command)

@@ -58,7 +58,7 @@ def add_command(commands: Subcommands) -> None:
     command.add_argument("--zyx", action="store_true", help="SOURCE is indexed (z, y, x)")
     shared.MAX_MEM.add(command)
     shared.OVERWRITE.add(command, "replace a volume at TARGET")
-    shared.add_progress(command, shown=True)
+    shared.add_progress(command)
     shared.add_compute(command)
     shared.STORAGE_OPTION.add(command)
     shared.SOURCE_STORAGE_OPTION.add(command)
