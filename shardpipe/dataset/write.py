@@ -54,7 +54,7 @@ from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
-from shardpipe.stored.places import check_target
+from shardpipe.stored.places import check_nothing_else_there, check_target
 from shardpipe.write.creation import check_no_other_job
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.parameters import shares_parameters
@@ -208,6 +208,8 @@ def _open_target(
             f"{advice.place(root.path, root.zarr_store)}; pass {advice.setting('mode', 'w')} to "
             f"replace it, or {advice.setting('mode', 'a')} to add to it"
         )
+    if mode == "w-":
+        check_nothing_else_there(root, "store", advice.setting("mode", "w"))
     for path in stored.array_paths():
         check_no_other_job(ResolvedStore(root.zarr_store, root.shards, path), None, "write it")
     return root, stored

@@ -83,13 +83,17 @@ def check_target(target: ResolvedStore, overwrite: bool, name: str = "store") ->
     check_nothing_else_there(target, name)
 
 
-def check_nothing_else_there(target: ResolvedStore, name: str = "store") -> None:
+def check_nothing_else_there(
+    target: ResolvedStore, name: str = "store", replace: str | None = None
+) -> None:
     """Refuse a target that holds something other than a Zarr v3 node and shardpipe's records.
 
     A Zarr v2 array or group, or files of some other kind (a folder of notes,
     another tool's output under an S3 prefix), would end up mixed with the new
     array's shards; ``overwrite=True`` replaces them instead. One listing of
     the target's keys, stopped at the first key that is not shardpipe's own.
+    ``replace`` is what replaces it (default ``overwrite=True``, in the
+    caller's terms).
     """
     prefix = target.key("")
     records = f"{JOB_DIR}/"
@@ -102,7 +106,8 @@ def check_nothing_else_there(target: ResolvedStore, name: str = "store") -> None
         )
         raise ArrayExistsError(
             f"{advice.name(name)}: {advice.place(target.path, target.zarr_store)} is not empty: it "
-            f"holds {what}; pass {advice.setting('overwrite')} to replace what is there, or "
+            f"holds {what}; pass {replace or advice.setting('overwrite')} to replace what is "
+            "there, or "
             "choose an empty or new place"
         )
 

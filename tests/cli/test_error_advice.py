@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -125,3 +126,40 @@ def test_the_cli_refuses_a_folder_that_holds_no_zarr(
     err = capsys.readouterr().err
     assert "--overwrite" in err and "notes.txt" in err, err
     assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
+
+
+def test_a_dataset_is_not_written_into_a_folder_that_holds_no_zarr(tmp_path: Path) -> None:
+    target = tmp_path / "notes"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    ds = xr.Dataset({"a": (("x",), np.arange(4))})
+    with pytest.raises(ArrayExistsError) as err:
+        ds.shard.to_zarr(target)
+    assert "mode='w'" in str(err.value) and "notes.txt" in str(err.value), err.value
+    assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.s3
+def test_an_s3_prefix_that_holds_no_zarr_is_not_written_into(
+    s3_bucket: tuple[str, dict[str, Any]],
+) -> None:
+    import s3fs
+
+    bucket, options = s3_bucket
+    fs = s3fs.S3FileSystem(**options)
+    fs.pipe(f"{bucket}/volume.zarr/report.csv", b"a,b\n")
+    url = f"s3://{bucket}/volume.zarr"
+    with pytest.raises(ArrayExistsError, match=r"report\.csv"):
+        shardpipe.to_sharded_zarr(
+            np.ones((8, 8), "u1"), url, shards=(4, 4), chunks=(2, 2), storage_options=options
+        )
+    assert fs.find(f"{bucket}/volume.zarr") == [f"{bucket}/volume.zarr/report.csv"]
+    shardpipe.to_sharded_zarr(
+        np.ones((8, 8), "u1"),
+        url,
+        shards=(4, 4),
+        chunks=(2, 2),
+        storage_options=options,
+        overwrite=True,
+    )
+    np.testing.assert_array_equal(zarr.open_array(url, storage_options=options)[:], 1)
