@@ -328,10 +328,18 @@ def _check_sharding(sharding: Any, n_scales: int) -> list[PrecomputedSharding | 
 
 def _as_xyzc(arr: Any) -> da.Array:
     if not isinstance(arr, da.Array | np.ndarray):
+        kind = type(arr).__name__
+        fixes = {
+            "Dataset": "A volume holds one array: pass a variable's, ds['name'].data "
+            "(indexed x, y, z; transpose it if not); ds.shard.to_zarr writes a whole Dataset "
+            "as Zarr",
+            "DataArray": "Pass its array, da.data (indexed x, y, z; transpose it if not); "
+            "da.shard.to_zarr writes it as Zarr",
+        }
         raise InvalidArgumentError(
             "arr",
-            f"expected a Dask or NumPy array, got {type(arr).__name__}",
-            "Wrap the data with dask.array.from_array(...) first",
+            f"expected a Dask or NumPy array, got {kind}",
+            fixes.get(kind, "Wrap the data with dask.array.from_array(...) first"),
         )
     if arr.ndim not in (3, 4):
         raise InvalidArgumentError(

@@ -163,3 +163,17 @@ def test_an_s3_prefix_that_holds_no_zarr_is_not_written_into(
         overwrite=True,
     )
     np.testing.assert_array_equal(zarr.open_array(url, storage_options=options)[:], 1)
+
+
+@pytest.mark.parametrize("kind", ["Dataset", "DataArray"])
+def test_the_precomputed_writer_says_what_to_pass_of_an_xarray_object(
+    tmp_path: Path, kind: str
+) -> None:
+    ds = xr.Dataset({"a": (("x", "y", "z"), np.zeros((8, 8, 8), "u1"))})
+    obj = ds if kind == "Dataset" else ds["a"]
+    with pytest.raises(InvalidArgumentError) as err:
+        shardpipe.to_neuroglancer_precomputed(
+            obj, tmp_path / "v", resolution=(1, 1, 1), chunk_size=(4, 4, 4)
+        )
+    assert ".data" in str(err.value) and ".shard.to_zarr" in str(err.value), err.value
+    assert not (tmp_path / "v").exists()
