@@ -616,6 +616,7 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
             lambda p: rd(p.ds, storage_options="x"),
         ),
         ("repair_dataset", "force", "yes", "got 'yes'", lambda p: rd(p.ds, force="yes")),
+        ("repair_dataset", "progress", "yes", "got 'yes'", lambda p: rd(p.ds, progress="yes")),
         ("to_zarr", "obj", "numpy", "got ndarray", lambda p: to_zarr(np.zeros(3), p.new)),
         ("to_zarr", "store", 5, "got int", lambda p: _dataset().shard.to_zarr(5)),
         (
