@@ -8,6 +8,8 @@ derives from it too, so code written against the built-in keeps working.
 
 from __future__ import annotations
 
+from shardpipe import advice
+
 
 class ShardpipeError(Exception):
     """Base class of every error shardpipe raises on purpose."""
@@ -30,7 +32,7 @@ class InvalidArgumentError(ShardpipeError, ValueError):
         self.parameter = parameter
         self.problem = problem
         self.fix = fix
-        super().__init__(f"{parameter}: {problem}. {fix}")
+        super().__init__(f"{advice.name(parameter)}: {problem}. {fix}")
 
     def __reduce__(self) -> tuple[type[InvalidArgumentError], tuple[str, str, str]]:
         return type(self), (self.parameter, self.problem, self.fix)

@@ -21,8 +21,6 @@ settings.register_profile(
     derandomize=True,
     database=None,
     deadline=None,
-    derandomize=True,  # the same examples on every run: a red seed shows here first
-    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
 )

@@ -8,11 +8,11 @@ choices) may not change. The readers of option values (``64,64,64``,
 read the same way by every command. tests/cli checks that every flag that
 several commands take is defined here, and means one thing in all of them.
 
-Two flags still mean two things (issue 32 settles them): ``--workers`` is
-the number of LocalCluster processes in ``rechunk`` and
-``write-precomputed``, and shards copied at once in ``migrate``
-(``COPY_WORKERS``); ``--shards``/``--chunks`` are shapes for arrays and
-sizes by dimension name for datasets.
+Two flags are read two ways: ``--shards``/``--chunks`` are shapes for
+arrays and sizes by dimension name for datasets. ``migrate --workers`` (shards
+copied at once) is now ``--copy-concurrency``; the old spelling is read with a
+warning until 0.3.0 (:data:`DEPRECATED_COPY_WORKERS`), and ``--workers`` is
+otherwise the number of LocalCluster processes.
 """
 
 from __future__ import annotations
@@ -54,6 +54,57 @@ class Option:
         return command.add_argument(*self.flags, help=help or self.help, **self.settings)
 
 
+class DeprecatedFlag(argparse.Action):
+    """A flag's old spelling: stores its value as the new flag does and warns on stderr.
+
+    ``new_flag`` (an extra keyword of ``add_argument``) names the flag to use instead.
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new_flag: str, **kwargs: Any):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new_flag = new_flag
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"{parser.prog}: {option_string} is deprecated and will be removed in 0.3.0; "
+            f"use {self.new_flag}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
+class NameValuePairs(argparse.Action):
+    """``--storage-option A=1 B=2``: one or more ``NAME=VALUE`` pairs, the flag repeatable.
+
+    The pairs of every use are collected in one list, in order. A word
+    without ``=`` is refused here, while it is still known where it stood:
+    most often it is a positional argument put after the pairs.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        for value in values:
+            name, sep, _ = value.partition("=")
+            if not sep or not name:
+                raise argparse.ArgumentError(
+                    self,
+                    f"expected NAME=VALUE pairs, got {value!r}; if it is a positional "
+                    f"argument, put it before {option_string}",
+                )
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *values])
+
+
 def int_tuple(text: str) -> tuple[int, ...]:
     """Read ``64,64,64`` as ``(64, 64, 64)``."""
     try:
@@ -79,6 +130,26 @@ def dim_sizes(text: str) -> dict[str, int]:
                 f"expected DIM=SIZE pairs such as time=365,lat=720, got {text!r}"
             )
     return sizes
+
+
+def dim_region(text: str) -> dict[str, slice] | str:
+    """Read ``time=10:20,lat=0:360`` as ``{"time": slice(10, 20), "lat": slice(0, 360)}``;
+    ``auto`` as it is (found from the coordinates, as xarray does)."""
+    if text == "auto":
+        return text
+    region: dict[str, slice] = {}
+    for item in text.split(","):
+        name, sep, bounds = item.partition("=")
+        start, colon, stop = bounds.partition(":")
+        try:
+            region[name.strip()] = slice(int(start), int(stop))
+        except ValueError:
+            colon = ""
+        if not (sep and colon and name.strip()):
+            raise argparse.ArgumentTypeError(
+                f"expected auto or DIM=START:STOP pairs such as time=10:20,lat=0:360, got {text!r}"
+            )
+    return region
 
 
 def parse_compressor(text: str) -> Any:
@@ -134,18 +205,19 @@ PATH = Option(("--path",), "path of the array inside the store", {"default": Non
 
 STORAGE_OPTION = Option(
     ("--storage-option",),
-    "fsspec option (VALUE parsed as JSON when it can be); repeatable",
-    {"action": "append", "default": [], "metavar": "NAME=VALUE"},
+    "fsspec options, e.g. key=... secret=... endpoint_url=http://host:9000 (each VALUE "
+    "parsed as JSON when it can be); one or more pairs, the flag repeatable",
+    {"action": NameValuePairs, "nargs": "+", "default": [], "metavar": "NAME=VALUE"},
 )
 SOURCE_STORAGE_OPTION = Option(
     ("--source-storage-option",),
-    "fsspec option for SOURCE; repeatable",
-    {"action": "append", "default": [], "metavar": "NAME=VALUE"},
+    "fsspec options for SOURCE, as --storage-option",
+    {"action": NameValuePairs, "nargs": "+", "default": [], "metavar": "NAME=VALUE"},
 )
 TARGET_STORAGE_OPTION = Option(
     ("--target-storage-option",),
-    "fsspec option for a TARGET elsewhere (default: those of SOURCE); repeatable",
-    {"action": "append", "default": [], "metavar": "NAME=VALUE"},
+    "fsspec options for a TARGET elsewhere, as --storage-option (default: those of SOURCE)",
+    {"action": NameValuePairs, "nargs": "+", "default": [], "metavar": "NAME=VALUE"},
 )
 GROUP = Option(("--group",), "group inside the store", {"default": None})
 
@@ -156,10 +228,21 @@ CHUNK_SHAPE = Option(("--chunks",), "inner chunk shape, e.g. 64,64,64", {"type":
 SHARD_SIZES = Option(("--shards",), "shard size per dimension: time=365,...", {"type": dim_sizes})
 CHUNK_SIZES = Option(("--chunks",), "inner chunk size per dimension", {"type": dim_sizes})
 COMPRESSOR = Option(
-    ("--compressor",), "zstd[:level] ...", {"type": parse_compressor, "default": "zstd"}
+    ("--compressor",),
+    "codec of the inner chunks: zstd[:level], gzip[:level], blosc[:cname[:clevel]] or none; "
+    "levels zstd 3, gzip 5, blosc zstd 5 unless given",
+    {"type": parse_compressor, "default": "zstd"},
+)
+REGION = Option(
+    ("--region",),
+    "write SOURCE into this part of existing variables: DIM=START:STOP[,...] (indices), or "
+    "auto to find it from the coordinates",
+    {"type": dim_region, "default": None},
 )
 INDEX_LOCATION = Option(
-    ("--index-location",), None, {"default": "end", "choices": ["end", "start"]}
+    ("--index-location",),
+    "where each shard keeps its index",
+    {"default": "end", "choices": ["end", "start"]},
 )
 NO_CHUNK_CHECKSUMS = Option(
     ("--no-chunk-checksums",),
@@ -170,18 +253,37 @@ NO_CHUNK_CHECKSUMS = Option(
 
 # How a command runs.
 
-MAX_MEM = Option(
-    ("--max-mem",), f"memory budget per task ({DEFAULT_MAX_MEM})", {"default": DEFAULT_MAX_MEM}
+MAX_MEM = Option(("--max-mem",), "memory budget per task", {"default": DEFAULT_MAX_MEM})
+PROGRESS = Option(
+    ("--progress",),
+    "show a progress bar on stderr even when it is not a terminal (default: a bar when "
+    "stderr is a terminal)",
+    {"action": "store_const", "const": True, "default": None},
 )
-PROGRESS = Option(("--progress",), "show a progress bar", {"action": "store_true"})
 NO_PROGRESS = Option(
-    ("--no-progress",), "no progress bar", {"action": "store_false", "dest": "progress"}
+    ("--no-progress",),
+    "no progress bar, even on a terminal",
+    {"action": "store_const", "const": False, "dest": "progress", "default": None},
 )
 SCHEDULER = Option(("--scheduler",), "address of a Dask scheduler to use", {"default": None})
 CLUSTER_WORKERS = Option(
     ("--workers",), "start a LocalCluster of N worker processes", {"type": int, "default": None}
 )
-COPY_WORKERS = Option(("--workers",), "shards copied at once (8)", {"type": int, "default": 8})
+COPY_CONCURRENCY = Option(
+    ("--copy-concurrency",), "shards copied at once", {"type": int, "default": 8, "metavar": "N"}
+)
+DEPRECATED_COPY_WORKERS = Option(
+    ("--workers",),
+    argparse.SUPPRESS,
+    {
+        "type": int,
+        "dest": "copy_concurrency",
+        "action": DeprecatedFlag,
+        "new_flag": "--copy-concurrency",
+    },
+)
+"""``migrate --workers``, the old spelling of ``--copy-concurrency``: still read, with a
+warning, until 0.3.0 (``--workers`` is the number of LocalCluster processes elsewhere)."""
 OVERWRITE = Option(("--overwrite",), "replace TARGET if it exists", {"action": "store_true"})
 RESUME = Option(
     ("--resume",),
@@ -202,7 +304,7 @@ ICECHUNK = Option(
     "the store is an Icechunk repository (local path or s3:// URL)",
     {"action": "store_true"},
 )
-BRANCH = Option(("--branch",), "with --icechunk: branch (main)", {"default": None})
+BRANCH = Option(("--branch",), "with --icechunk: branch (default: main)", {"default": None})
 SNAPSHOT = Option(("--snapshot",), "with --icechunk: snapshot id to read", {"default": None})
 COMMIT = Option(
     ("--commit",), "with --icechunk: commit message (default: the command)", {"default": None}
@@ -232,10 +334,19 @@ def add_array_layout(command: argparse.ArgumentParser, checksums_help: str | Non
     NO_CHUNK_CHECKSUMS.add(command, checksums_help)
 
 
-def add_progress(command: argparse.ArgumentParser, *, shown: bool) -> None:
-    """``args.progress``: ``--no-progress`` where a bar is ``shown`` by default, else
-    ``--progress``."""
-    (NO_PROGRESS if shown else PROGRESS).add(command)
+def add_progress(command: argparse.ArgumentParser) -> None:
+    """``--progress`` and ``--no-progress``, one policy for every command: ``args.progress``
+    is None unless one is given, and :func:`show_progress` decides then."""
+    either = command.add_mutually_exclusive_group()
+    PROGRESS.add(either)
+    NO_PROGRESS.add(either)
+
+
+def show_progress(args: argparse.Namespace) -> None:
+    """Settle ``args.progress`` (if the command has it): as given, else a bar exactly when
+    stderr, where bars are drawn, is a terminal."""
+    if getattr(args, "progress", False) is None:
+        args.progress = sys.stderr.isatty()
 
 
 def add_compute(command: argparse.ArgumentParser) -> None:
@@ -249,7 +360,7 @@ def add_compute(command: argparse.ArgumentParser) -> None:
 def add_icechunk_reading(command: argparse.ArgumentParser) -> None:
     """``--icechunk`` (the store is an Icechunk repository) and a branch or snapshot to read."""
     ICECHUNK.add(command)
-    BRANCH.add(command, "with --icechunk: branch to read (main)")
+    BRANCH.add(command, "with --icechunk: branch to read (default: main)")
     SNAPSHOT.add(command)
 
 

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from shardpipe._version import __version__
+from shardpipe.advice import command_line_terms
+from shardpipe.cli.closed_pipe import output_may_be_cut_short
 from shardpipe.cli.commands import (
     cleanup,
     compact,
@@ -28,6 +30,7 @@ from shardpipe.cli.commands import (
     write_precomputed,
 )
 from shardpipe.cli.exit_statuses import statuses_text
+from shardpipe.cli.options import show_progress
 from shardpipe.cli.subcommand import Command, HelpFormatter
 
 COMMANDS: tuple[Command, ...] = (
@@ -69,9 +72,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
-    args = _parser().parse_args(argv)
-    status: int = args.run(args)
+    """Run the command line; return the exit status.
+
+    Standard output closed early by its reader (``| head -1``) is no error:
+    the command ends with its own status (:mod:`shardpipe.cli.closed_pipe`).
+    """
+    with output_may_be_cut_short(), command_line_terms():
+        args = _parser().parse_args(argv)
+        show_progress(args)
+        status: int = args.run(args)
     return status
 
 

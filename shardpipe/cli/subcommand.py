@@ -41,10 +41,36 @@ _ROW = re.compile(r" +\S+ +")
 """The start of a table row, "  2  ...": its continuation lines are indented past it."""
 
 
+def shown_default(value: object) -> str:
+    """A default as the help shows it: a shape as it is typed (``0,0,0``), else as text."""
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Wraps the description and epilog to the terminal: paragraphs (split at blank lines)
     are filled; in a paragraph of lines, each line that starts with spaces is a row of a
-    table, wrapped on its own with a hanging indent."""
+    table, wrapped on its own with a hanging indent.
+
+    Every option's help ends with its choices (``choices: end, start``) and its
+    default (``default: 1GiB``) unless it names them itself; flags that are on or
+    off, and options without a default, show none.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or text is argparse.SUPPRESS:
+            return action.help
+        extra = []
+        if action.choices is not None and not all(str(c) in text for c in action.choices):
+            extra.append("choices: " + ", ".join(str(c) for c in action.choices))
+        default = action.default
+        if default not in (None, False, True, [], "", argparse.SUPPRESS) and "default" not in text:
+            extra.append("default: " + shown_default(default).replace("%", "%%"))
+        if not extra:
+            return action.help
+        return f"{text} ({'; '.join(extra)})" if text else "; ".join(extra)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         paragraphs = []

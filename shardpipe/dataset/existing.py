@@ -17,6 +17,7 @@ import zarr
 from xarray import conventions
 from zarr.core.group import ConsolidatedMetadata
 
+from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError, ShardpipeError
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import (
@@ -74,8 +75,8 @@ class StoredVariables:
                 raise InvalidArgumentError(
                     "mode",
                     f"{mode!r} writes into an existing group, and there is none at "
-                    f"{root.path or 'the store root'!r} of {root.zarr_store}",
-                    "Write the dataset first with mode='w-'",
+                    f"{advice.place(root.path, root.zarr_store)}",
+                    f"Write the dataset first with {advice.setting('mode', 'w-')}",
                 ) from None
             return cls(exists=False)
         if not isinstance(node, zarr.Group):

@@ -94,6 +94,7 @@ def repair_dataset(
     group: str | None = None,
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
+    progress: bool = False,
 ) -> DatasetRepairReport:
     """Repair every array of a dataset and cut them back to its consolidated shapes.
 
@@ -103,6 +104,8 @@ def repair_dataset(
         Where the dataset is, as for ``ds.shard.to_zarr``.
     force : bool
         Passed to :func:`shardpipe.repair` for each sharded array.
+    progress : bool
+        Show a progress bar over the shards of each sharded array.
 
     Raises
     ------
@@ -114,6 +117,7 @@ def repair_dataset(
     """
     check_path("group", group)
     force = check_bool("force", force)
+    progress = check_bool("progress", progress)
     root = resolve_store(store, group, storage_options)
     check_node_present(root, "group" if group else "store")
     known = _consolidated_arrays(root)
@@ -123,7 +127,7 @@ def repair_dataset(
         path = str(array.path)
         if is_sharded(array.metadata):
             report.arrays[path] = repair(
-                ResolvedStore(root.zarr_store, root.shards, path), force=force
+                ResolvedStore(root.zarr_store, root.shards, path), force=force, progress=progress
             )
         shape = known.get(path)
         if shape is None:

@@ -38,6 +38,7 @@ from xarray.backends.common import ArrayWriter
 from xarray.backends.writers import dump_to_store
 from xarray.backends.zarr import ZarrStore
 
+from shardpipe import advice
 from shardpipe.codec.chunk_codec import checksummed_compressors
 from shardpipe.dataset.arguments import check_arguments
 from shardpipe.dataset.dry_run import check_metadata_write
@@ -54,7 +55,7 @@ from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
-from shardpipe.stored.places import check_target
+from shardpipe.stored.places import check_nothing_else_there, check_target
 from shardpipe.write.creation import check_no_other_job
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.parameters import shares_parameters
@@ -206,9 +207,12 @@ def _open_target(
     stored = StoredVariables.read(root, mode)
     if mode == "w-" and stored.exists:
         raise ArrayExistsError(
-            f"mode: a Zarr node already exists at {root.path or 'the store root'!r} of "
-            f"{root.zarr_store}; pass mode='w' to replace it, or mode='a' to add to it"
+            f"{advice.name('mode')}: a Zarr node already exists at "
+            f"{advice.place(root.path, root.zarr_store)}; pass {advice.setting('mode', 'w')} to "
+            f"replace it, or {advice.setting('mode', 'a')} to add to it"
         )
+    if mode == "w-":
+        check_nothing_else_there(root, "store", advice.setting("mode", "w"))
     for path in stored.array_paths():
         check_no_other_job(ResolvedStore(root.zarr_store, root.shards, path), None, "write it")
     return root, stored

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from tqdm.auto import tqdm
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import Shape
+from shardpipe.engine.progress import bar_class
 from shardpipe.engine.scheduler import cluster_threads, distributed_client
 from shardpipe.engine.update_tasks import StoredShard, read_shard
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
@@ -126,7 +126,11 @@ def over_shards[T](
     if cluster:
         client = distributed_client()
         workers = (cluster_threads() or workers) if client is not None else workers
-    with tqdm(total=None, unit="shard", desc=name, disable=not progress, dynamic_ncols=True) as bar:
+    # delay: no bar of unknown length while the listing is quick; it is drawn with its
+    # total once the listing has ended
+    with bar_class()(
+        total=None, unit="shard", desc=name, disable=not progress, dynamic_ncols=True, delay=2
+    ) as bar:
         listed = [0]
 
         def shards() -> Iterator[Listed]:
@@ -137,6 +141,7 @@ def over_shards[T](
                 elif others is not None:
                     others(item)
             bar.total = listed[0]
+            bar.delay = 0  # drawn from now on, and once more on closing
             bar.refresh()
 
         tasks = (
@@ -149,7 +154,10 @@ def over_shards[T](
         else:
             results = _on_cluster(client, task, tasks, 2 * workers, name)
         for result in results:
-            bar.update(len(result))
+            if bar.total is not None and bar.n + len(result) >= bar.total:
+                bar.n += len(result)  # the last: drawn once, on closing
+            else:
+                bar.update(len(result))
             yield from result
 
 

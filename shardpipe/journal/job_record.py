@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shardpipe import advice
 from shardpipe.errors import MetadataError
 from shardpipe.storage.keys import WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
@@ -72,12 +73,12 @@ def read_record(target: ResolvedStore) -> dict[str, Any] | None:
     if not isinstance(record, dict) or not {"source", "target", "state"} <= record.keys():
         raise MetadataError(
             f"job record {key!r} lacks source, target or state; delete it and write the "
-            "array again with overwrite=True"
+            f"array again with {advice.setting('overwrite')}"
         )
     if not isinstance(record["target"], dict) or not isinstance(record["state"], str):
         raise MetadataError(
             f"job record {key!r}: its target is not an object or its state not a string; "
-            "delete it and write the array again with overwrite=True"
+            f"delete it and write the array again with {advice.setting('overwrite')}"
         )
     return record
 

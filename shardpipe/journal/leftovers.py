@@ -11,6 +11,7 @@ is then not the whole of what was to be written.
 
 from __future__ import annotations
 
+from shardpipe import advice
 from shardpipe.errors import MetadataError
 from shardpipe.journal.job_record import read_record
 from shardpipe.journal.markers import JobKeys, read_marker
@@ -43,7 +44,8 @@ def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tupl
                 target.key(WRITE_RECORD),
                 f"the write that made this array did not finish (its job record says "
                 f"{record['state']!r}); {absent} of {total} shards are absent, and it may "
-                "have been about to write some of them. Run the same write with resume=True",
+                "have been about to write some of them. Run the same write with "
+                f"{advice.setting('resume')}",
             )
         )
     staging = list(target.shards.list(f"{keys.staging}/"))
@@ -52,7 +54,7 @@ def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tupl
             (
                 keys.staging,
                 f"{len(staging)} object(s) of an unfinished write are in the staging area; "
-                "run `shardpipe cleanup` (or the same write with resume=True)",
+                f"run `shardpipe cleanup` (or the same write with {advice.setting('resume')})",
             )
         )
     marker = read_marker(target.shards, keys)

@@ -67,6 +67,7 @@ from typing import Any
 
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
+from shardpipe.engine.progress import bar_class
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.legacy.copy import DraftShard, copy_shard
 from shardpipe.legacy.hierarchy import read_json
@@ -393,12 +394,15 @@ def _clear_leftovers(
 
 def _follow(copies: Iterator[None], shards: list[DraftShard], progress: bool) -> None:
     """Wait for every copy (in order), a bar counting their bytes with ``progress``."""
-    from tqdm.auto import tqdm
-
     total = sum(s.size for s in shards)
-    with tqdm(total=total, unit="B", unit_scale=True, desc="migrate", disable=not progress) as bar:
+    with bar_class()(
+        total=total, unit="B", unit_scale=True, desc="migrate", disable=not progress
+    ) as bar:
         for shard, _ in zip(shards, copies, strict=True):
-            bar.update(shard.size)
+            if bar.n + shard.size >= total:
+                bar.n += shard.size  # the last: drawn once, on closing
+            else:
+                bar.update(shard.size)
 
 
 def _delete_draft(src: ResolvedStore, *, dry_run: bool = False) -> int:

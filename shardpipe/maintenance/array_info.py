@@ -240,7 +240,7 @@ def describe_array(
 ) -> ArrayInfo:
     """Describe the array at ``target``; ``metadata`` and ``shard_format`` are a draft array's."""
     if metadata is None:
-        metadata, _ = read_metadata(target, "store")
+        metadata, _ = read_metadata(target, "store", writing=False)
     layout = layout_of(metadata)
     shard_format = format_of(metadata) if shard_format is None else shard_format
     present = chunks = nbytes = unused = strays = 0

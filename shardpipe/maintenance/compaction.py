@@ -106,7 +106,7 @@ def compact(
     progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
     check_node_present(target, "path" if path else "store")
-    metadata, _ = read_metadata(target, "store")
+    metadata, _ = read_metadata(target, "store", writing=False)
     shard_format = format_of(metadata)
     report = CompactReport()
 

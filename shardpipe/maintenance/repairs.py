@@ -141,7 +141,7 @@ def repair(
 
 def _remove_past_grid(target: ResolvedStore) -> int:
     """Delete the shard objects of ``target`` whose position lies past the end of its grid."""
-    metadata, _ = read_metadata(target, "store")
+    metadata, _ = read_metadata(target, "store", writing=False)
     shard_format, grid = format_of(metadata), layout_of(metadata).shard_grid
     base = target.key("")
     removed = 0

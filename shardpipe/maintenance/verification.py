@@ -32,6 +32,7 @@ from typing import Any
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
+from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
@@ -402,9 +403,13 @@ def _verify_array(
     """Check the array at ``target``; ``metadata`` and ``shard_format`` are a draft array's."""
     if metadata is None:
         metadata = open_array_metadata(target)  # MetadataError if zarr.json is broken
+    fix = f"make a sharded copy with {advice.job('rechunk')}"
     if not isinstance(metadata, ArrayV3Metadata):
-        raise ShardFormatError("verify checks Zarr v3 arrays sharded with sharding_indexed")
-    layout = layout_of(metadata)
+        raise ShardFormatError(f"verify checks Zarr v3 arrays sharded with sharding_indexed; {fix}")
+    try:
+        layout = layout_of(metadata)
+    except ShardFormatError as err:
+        raise ShardFormatError(f"{err}; {fix}") from err
     undone = {record.key for _, record in undo_records(target.shards, JobKeys(target.key("")))}
     tally = _Tally(undone, layout.shard_grid)
     # a MemoryStore lives here: tasks on worker processes would each carry a copy of it

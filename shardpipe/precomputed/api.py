@@ -36,10 +36,12 @@ import dask.array as da
 import numpy as np
 from dask.delayed import Delayed, delayed
 
+from shardpipe import advice
 from shardpipe.core.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.precomputed_plan import ScaleGrid, check_scattered
+from shardpipe.engine.progress import ShardBar, local_progress
 from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.errors import (
     ArrayExistsError,
@@ -51,7 +53,7 @@ from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
 from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES
 from shardpipe.precomputed.auto_sharding import auto_sharding
-from shardpipe.precomputed.graph import downsampled, part_chunks, shard_tasks
+from shardpipe.precomputed.graph import PUBLISHING, downsampled, part_chunks, shard_tasks
 from shardpipe.precomputed.tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, STAGING_DIR
@@ -224,9 +226,10 @@ def to_neuroglancer_precomputed(
         return total
     try:
         if progress:
-            from dask.diagnostics.progress import ProgressBar
-
-            with ProgressBar():
+            with (
+                ShardBar(len(tasks), 1, show=True) as bar,
+                local_progress(bar, PUBLISHING, per_task=True),
+            ):
                 report: WriteReport = total.compute()
             return report
         computed: WriteReport = total.compute()
@@ -238,7 +241,8 @@ def to_neuroglancer_precomputed(
             err.add_note(f"shardpipe: removing the staging data failed too ({cleanup_err!r})")
         left = (
             f"the volume at {target.zarr_store} is left unfinished (its info and the shards "
-            "published so far; verify reports it): write it again with overwrite=True"
+            "published so far; verify reports it): write it again with "
+            f"{advice.setting('overwrite')}"
         )
         if isinstance(err, ShardpipeError) or not isinstance(err, Exception):
             err.add_note(f"shardpipe: {left}")
@@ -327,10 +331,18 @@ def _check_sharding(sharding: Any, n_scales: int) -> list[PrecomputedSharding | 
 
 def _as_xyzc(arr: Any) -> da.Array:
     if not isinstance(arr, da.Array | np.ndarray):
+        kind = type(arr).__name__
+        fixes = {
+            "Dataset": "A volume holds one array: pass a variable's, ds['name'].data "
+            "(indexed x, y, z; transpose it if not); ds.shard.to_zarr writes a whole Dataset "
+            "as Zarr",
+            "DataArray": "Pass its array, da.data (indexed x, y, z; transpose it if not); "
+            "da.shard.to_zarr writes it as Zarr",
+        }
         raise InvalidArgumentError(
             "arr",
-            f"expected a Dask or NumPy array, got {type(arr).__name__}",
-            "Wrap the data with dask.array.from_array(...) first",
+            f"expected a Dask or NumPy array, got {kind}",
+            fixes.get(kind, "Wrap the data with dask.array.from_array(...) first"),
         )
     if arr.ndim not in (3, 4):
         raise InvalidArgumentError(
@@ -475,7 +487,7 @@ def _write_info(
         raise ArrayExistsError(
             f"store: a precomputed volume already exists at {target.zarr_store} (its info "
             + ("file, left by an unfinished write" if left else "file")
-            + "); pass overwrite=True to replace it"
+            + f"); pass {advice.setting('overwrite')} to replace it"
         )
     store.put(marker, [json.dumps(unfinished).encode()])
     if exists:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from shardpipe import advice
 from shardpipe.codec.bounded import gunzip
 from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.core.morton import morton_coords
@@ -257,7 +258,7 @@ def _unfinished(target: ResolvedStore, marker: str, size: int) -> str:
             pass
     return (
         f"an unfinished write{when} left this volume: its shards may be missing or be the "
-        "old volume's; write it again with overwrite=True"
+        f"old volume's; write it again with {advice.setting('overwrite')}"
     )
 
 

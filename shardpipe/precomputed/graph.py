@@ -50,6 +50,9 @@ from shardpipe.precomputed.tasks import (
 )
 from shardpipe.storage.resolve import ResolvedStore
 
+PUBLISHING = ("write-precomputed-shard", "stamp-precomputed-shard")
+"""Names of the tasks after which a shard file of a volume is complete (progress counts them)."""
+
 
 def part_chunks(
     grid: ScaleGrid,

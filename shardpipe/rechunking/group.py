@@ -21,6 +21,7 @@ from typing import Any, Unpack
 import numpy as np
 import zarr
 
+from shardpipe import advice
 from shardpipe.core.checks import check_bool, check_int_tuple, json_problem
 from shardpipe.core.display import ShowsSummary, Summary, format_bytes, format_count, format_nbytes
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES
@@ -214,8 +215,9 @@ def plan_group_rechunk(
         )
     if root.shards.get(root.key("zarr.json")) is not None and not (overwrite or resume):
         raise ArrayExistsError(
-            f"target: something exists at {root.zarr_store}; pass overwrite=True to replace it, "
-            "or resume=True to carry on an interrupted rechunk"
+            f"{advice.name('target')}: something exists at {root.zarr_store}; pass "
+            f"{advice.setting('overwrite')} to replace it, "
+            f"or {advice.setting('resume')} to carry on an interrupted rechunk"
         )
     jobs: dict[str, RechunkJob] = {}
     small: list[tuple[str, zarr.Array[Any]]] = []

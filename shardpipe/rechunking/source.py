@@ -15,6 +15,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from shardpipe import advice
 from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.rechunking.intermediate import placeholder
@@ -95,7 +96,7 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
                 "source",
                 f"cannot open a Zarr array at {name!r} ({type(err).__name__}: {err})",
                 "Give the path or URL of a Zarr v2 or v3 array (not of a group), with "
-                "source_storage_options for remote stores",
+                f"{advice.name('source_storage_options')} for remote stores",
             ) from err
     elif isinstance(source, zarr.Array):
         array, name = source, f"{source.store}/{source.path}"

@@ -25,6 +25,7 @@ from shardpipe.storage.base import ShardStore
 from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk
 from shardpipe.storage.local.contained import ContainedLocalStore
 from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.urls import check_location
 from shardpipe.storage.zarr_store import ZarrShardStore
@@ -169,6 +170,7 @@ def resolve_store(
     if isinstance(store, str | os.PathLike):
         text = check_location("store", store)
         if "://" in text and not text.startswith("file://"):
+            options = check_storage_options("storage_options", text, options) or {}
             try:
                 fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)
             except (TypeError, ValueError, ImportError) as err:

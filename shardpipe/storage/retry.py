@@ -41,6 +41,7 @@ from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from shardpipe import advice
 from shardpipe.errors import (
     ConditionFailedError,
     InvalidArgumentError,
@@ -160,7 +161,8 @@ def permanent_error(err: OSError, what: str, *, in_place: bool = False) -> Stora
         return StorageFullError(
             f"{what}: {err.strerror} (errno {errno.errorcode[err.errno]}). {happened}; "
             "shards published before stay, so the array is partial. Free space (or raise "
-            "the quota), then run the same write with resume=True to write only what is "
+            f"the quota), then run the same write with {advice.setting('resume')} to "
+            "write only what is "
             "missing"
         )
     if err.errno in ACCESS_ERRNOS:
@@ -255,7 +257,7 @@ class RetryingStore(DelegatingStore):
             raise TransientStorageError(
                 f"{what} still failed after {attempt} tries ({err}); the storage may "
                 "be overloaded or unreachable. Nothing half-written was published; "
-                "run the same write with resume=True once it answers again"
+                f"run the same write with {advice.setting('resume')} once it answers again"
             ) from err
         self._sleep(self.policy.delay(attempt, rng))
         _count_retry()

@@ -26,6 +26,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.core.group import GroupMetadata
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe import advice
 from shardpipe.codec.chunk_codec import sharding_codec_of
 from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import ShardLayout, ceildiv
@@ -309,9 +310,9 @@ def open_array_metadata(target: ResolvedStore) -> Any:
         except (FileNotFoundError, ShardpipeError):
             raise
         except ZARR_PARSE_ERRORS as err:
-            where = target.path or "the store root"
             raise MetadataError(
-                f"zarr cannot read the metadata of the node at {where!r} ({_describe(err)})"
+                f"zarr cannot read the metadata of the node at {advice.place(target.path)} "
+                f"({_describe(err)})"
             ) from err
     return node
 
@@ -343,8 +344,7 @@ def broken_metadata(store: ShardStore, prefix: str, err: BaseException) -> Metad
     except MetadataError as found:
         return found
     return MetadataError(
-        f"zarr cannot read the metadata of a node under {prefix or 'the store root'!r} "
-        f"({_describe(err)})"
+        f"zarr cannot read the metadata of a node under {advice.place(prefix)} ({_describe(err)})"
     )
 
 

@@ -14,12 +14,15 @@ import dask.array as da
 import zarr
 from zarr.storage import LocalStore
 
+from shardpipe import advice
 from shardpipe.errors import (
     ArrayExistsError,
     InvalidArgumentError,
     SourceOverlapsTargetError,
     StoreNotWritableError,
 )
+from shardpipe.storage.keys import JOB_DIR
+from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.locations import Location, source_locations, store_location
 
@@ -72,10 +75,40 @@ def check_target(target: ResolvedStore, overwrite: bool, name: str = "store") ->
     from zarr.core.sync import sync
 
     if sync(store.exists(target.key("zarr.json"))):
-        where = target.path or "the store root"
         raise ArrayExistsError(
-            f"{name}: an array or group already exists at {where!r} in {store}; "
-            "pass overwrite=True to replace it, or choose another path"
+            f"{advice.name(name)}: an array or group already exists at "
+            f"{advice.place(target.path, store)}; "
+            f"pass {advice.setting('overwrite')} to replace it, or choose another path"
+        )
+    check_nothing_else_there(target, name)
+
+
+def check_nothing_else_there(
+    target: ResolvedStore, name: str = "store", replace: str | None = None
+) -> None:
+    """Refuse a target that holds something other than a Zarr v3 node and shardpipe's records.
+
+    A Zarr v2 array or group, or files of some other kind (a folder of notes,
+    another tool's output under an S3 prefix), would end up mixed with the new
+    array's shards; ``overwrite=True`` replaces them instead. One listing of
+    the target's keys, stopped at the first key that is not shardpipe's own.
+    ``replace`` is what replaces it (default ``overwrite=True``, in the
+    caller's terms).
+    """
+    prefix = target.key("")
+    records = f"{JOB_DIR}/"
+    for key in target.shards.list(prefix):
+        relative = key[len(prefix) :]
+        if relative == "zarr.json" or relative.startswith(records):
+            continue
+        what = {".zarray": "a Zarr v2 array", ".zgroup": "a Zarr v2 group"}.get(
+            relative, f"{relative!r}, which is no Zarr v3 node"
+        )
+        raise ArrayExistsError(
+            f"{advice.name(name)}: {advice.place(target.path, target.zarr_store)} is not empty: it "
+            f"holds {what}; pass {replace or advice.setting('overwrite')} to replace what is "
+            "there, or "
+            "choose an empty or new place"
         )
 
 
@@ -172,7 +205,7 @@ def check_source_options(source: Any, options: Any) -> dict[str, Any] | None:
             "given as a URL (s3://...)",
             "Leave source_storage_options out",
         )
-    return checked
+    return check_storage_options("source_storage_options", source, checked)
 
 
 def check_node_present(target: ResolvedStore, parameter: str, *, records: bool = False) -> None:
@@ -189,10 +222,10 @@ def check_node_present(target: ResolvedStore, parameter: str, *, records: bool =
 
         if next(iter(target.shards.list(target.key(f"{JOB_DIR}/"))), None) is not None:
             return
-    where = target.path or "the store root"
     raise InvalidArgumentError(
         parameter,
-        f"there is no Zarr array or group at {where!r} of {target.zarr_store} (no zarr.json, "
+        f"there is no Zarr array or group at {advice.place(target.path, target.zarr_store)} "
+        "(no zarr.json, "
         ".zarray or .zgroup)",
         "Check the store and path: they must name an existing array or group",
     )

@@ -49,11 +49,20 @@ def check_array(arr: Any) -> None:
     if not isinstance(arr, da.Array | np.ndarray):
         kind = type(arr).__name__
         fix = "Wrap the data with dask.array.from_array(...) first"
-        if kind in ("DataArray", "Dataset", "Variable"):
+        if kind == "Dataset":
             fix = (
-                f"Pass the xarray {kind}'s Dask or NumPy array (e.g. data_array.data) together "
-                "with dimension_names=data_array.dims"
+                "Write a Dataset with its accessor, ds.shard.to_zarr(store, shards={...}) "
+                "(after import shardpipe): every data variable sharded, coordinates and "
+                "attributes kept"
             )
+        elif kind == "DataArray":
+            fix = (
+                "Write a DataArray with its accessor, da.shard.to_zarr(store, shards={...}) "
+                "(after import shardpipe), as ds.shard.to_zarr writes a Dataset; or pass its "
+                "array, da.data, with dimension_names=da.dims"
+            )
+        elif kind == "Variable":
+            fix = "Pass its array, var.data, with dimension_names=var.dims"
         raise InvalidArgumentError(
             "arr", f"expected a dask.array.Array or numpy.ndarray, got {kind}", fix
         )

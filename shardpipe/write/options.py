@@ -114,7 +114,11 @@ ARRAY_PARAMETERS = SharedParameters(
         existing node is an error and nothing is touched.
     storage_options : dict, optional
         fsspec options for URLs; for local paths only ``{"fsync": bool}``
-        (default True: shards are made durable before they appear).
+        (default True: shards are made durable before they appear). For an
+        S3-compatible server (MinIO, Ceph, moto...) give its address as
+        ``endpoint_url``, e.g. ``{"key": "...", "secret": "...",
+        "endpoint_url": "http://localhost:9000"}``. An option s3fs does not
+        take is refused by name, with the closest one it does.
     write_empty_chunks : bool
         Store inner chunks that equal the fill value everywhere. Default
         False: they are left out of the shard (and wholly empty shards are

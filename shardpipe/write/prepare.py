@@ -15,6 +15,7 @@ from typing import Any, Unpack
 
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
 from shardpipe.core.checks import check_bool, check_int, check_json_dict
 from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
@@ -141,7 +142,8 @@ def prepare_write(
         raise InvalidArgumentError(
             "write_strategy",
             f"{given.write_strategy!r} applies to shards that exist; a new array is written whole",
-            "Leave write_strategy out, or pass region= or append_dim=",
+            f"Leave {advice.name('write_strategy')} out, or pass {advice.name('region')} or "
+            f"{advice.name('append_dim')}",
         )
     shard_shape, chunk_shape = resolve_shapes(
         arr.shape, arr.dtype.itemsize, given.shards, given.chunks
@@ -244,11 +246,11 @@ def prepare_fill(
     metadata, _ = read_metadata(target, "store")
     check_source_dtype(arr.dtype, metadata)
     if tuple(arr.shape) != tuple(metadata.shape):
-        where = target.path or "the store root"
         raise InvalidArgumentError(
             "arr",
-            f"shape {tuple(arr.shape)} differs from the shape {metadata.shape} of {where!r}",
-            "Write a source of the array's shape, or use region= for a part of it",
+            f"shape {tuple(arr.shape)} differs from the shape {metadata.shape} of the array "
+            f"at {advice.place(target.path)}",
+            f"Write a source of the array's shape, or use {advice.name('region')} for a part of it",
         )
     layout = layout_of(metadata)
     array = as_dask_array(arr, layout.shard_shape)
@@ -294,8 +296,10 @@ def _prepare_update(
     if overwrite:
         raise InvalidArgumentError(
             "overwrite",
-            f"overwrite=True replaces the whole array, which contradicts {parameter}",
-            f"Pass overwrite=True without {parameter} to replace the array, or leave it out",
+            f"{advice.setting('overwrite')} replaces the whole array, which contradicts "
+            f"{advice.name(parameter)}",
+            f"Pass {advice.setting('overwrite')} without {advice.name(parameter)} to replace the "
+            "array, or leave it out",
         )
     check_no_other_job(target, None, f"write into the array ({parameter})")
     metadata, version = read_metadata(target, parameter)

@@ -58,6 +58,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
+from shardpipe import advice
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.engine.shard_sweep import checked_shards
@@ -98,12 +99,13 @@ def check_resume(resume: Any, overwrite: bool) -> Resume:
         raise InvalidArgumentError(
             "resume",
             f"expected True, False or 'force', got {resume!r}",
-            "Pass resume=True to carry on an interrupted write",
+            f"Pass {advice.setting('resume')} to carry on an interrupted write",
         )
     if resume and overwrite:
         raise InvalidArgumentError(
             "resume",
-            "resume keeps what an interrupted write published, overwrite=True deletes it",
+            "resume keeps what an interrupted write published, "
+            f"{advice.setting('overwrite')} deletes it",
             "Pick one",
         )
     return resume  # type: ignore[no-any-return]
@@ -121,14 +123,14 @@ def check_same_job(
     InvalidArgumentError
         Naming ``resume``, what differs and the fix.
     """
-    where = f"at {target.path!r}" if target.path else "at the store root"
+    where = f"at {advice.place(target.path)}"
     record = read_record(target)
     if record is None:
         raise InvalidArgumentError(
             "resume",
             f"the array {where} has no shardpipe job record, so nothing shows which "
             "write made its shards",
-            "Write it again with overwrite=True",
+            f"Write it again with {advice.setting('overwrite')}",
         )
     compared = ["target"] if resume == "force" else ["source", "target"]
     different = [k for k in compared if record.get(k) != identity[k]]
@@ -152,7 +154,8 @@ def check_same_job(
         raise InvalidArgumentError(
             "resume",
             f"the array {where} was written by another job: its {what} from this write's{hint}",
-            "Run the same write as the interrupted one, or start again with overwrite=True",
+            "Run the same write as the interrupted one, or start again with "
+            f"{advice.setting('overwrite')}",
         )
     stored = target.shards.get(target.key("zarr.json"))
     try:
@@ -165,7 +168,7 @@ def check_same_job(
             "resume",
             f"the zarr.json of the array {where} is no longer the one the interrupted write "
             f"made (changed: {changed})",
-            "Start again with overwrite=True",
+            f"Start again with {advice.setting('overwrite')}",
         )
     return record
 

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 
+from shardpipe import advice
 from shardpipe.core.checks import check_bool
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.streaming import WaveGraph, run_waves
@@ -117,7 +118,7 @@ def _undo_failed(spec: WriteSpec, err: BaseException, marker: JobMarker) -> None
     elif spec.identity is not None:
         what_now = (
             "shardpipe: the write did not finish; the shards it published are complete "
-            "and kept. Run the same write with resume=True to write only the rest"
+            f"and kept. Run the same write with {advice.setting('resume')} to write only the rest"
         )
     else:
         what_now = None

@@ -15,6 +15,7 @@ import numpy as np
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe import advice
 from shardpipe.core.checks import is_integer
 from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import Coords, Shape
@@ -58,8 +59,14 @@ class ExistingArray:
     in_place_fits: bool = True
 
 
-def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadata, ObjectVersion]:
+def read_metadata(
+    target: ResolvedStore, parameter: str, *, writing: bool = True
+) -> tuple[ArrayV3Metadata, ObjectVersion]:
     """Read the sharded Zarr v3 array at the target, with the version of its ``zarr.json``.
+
+    ``writing``: the array is read to be written into (a region, an append),
+    and a refusal advises how to write; else (``info``, ``repair``,
+    ``compact``) it advises how to make an array those can read.
 
     Raises
     ------
@@ -73,20 +80,28 @@ def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadat
     store = target.shards
     version = store.version(key)
     data = store.get(key) if version is not None else None
-    where = target.path or "the store root"
+    where = advice.place(target.path)
     if data is None or version is None:
         v2 = store.get(target.key(".zarray")) is not None
         raise InvalidArgumentError(
             parameter,
-            f"no Zarr v3 array at {where!r} to write into"
+            f"no Zarr v3 array at {where} to write into"
             + (" (a Zarr v2 array is there)" if v2 else ""),
-            "Write the array first without region/append_dim"
-            + (", or rechunk the v2 array into a sharded v3 one" if v2 else ""),
+            (
+                f"Write the array first without {advice.name('region')} or "
+                f"{advice.name('append_dim')}"
+                + (", or rechunk the v2 array into a sharded v3 one" if v2 else "")
+            )
+            if writing
+            else f"Point {advice.name(parameter)} at a sharded Zarr v3 array"
+            + (f", or make one of this array with {advice.job('rechunk')}" if v2 else ""),
         )
     document = parse_json_object(data, repr(key))  # MetadataError if broken
     if document.get("node_type") == "group":
         raise InvalidArgumentError(
-            parameter, f"{where!r} is a group, not an array", "Point path at an array"
+            parameter,
+            f"{where} is a group, not an array",
+            f"Point {advice.name('path')} at an array",
         )
     metadata = parse_array_metadata(document, key)
     try:
@@ -94,9 +109,13 @@ def read_metadata(target: ResolvedStore, parameter: str) -> tuple[ArrayV3Metadat
     except ShardFormatError as err:
         raise InvalidArgumentError(
             parameter,
-            f"the array at {where!r} is not sharded the way shardpipe writes ({err})",
-            "Write into an array whose only array-to-bytes codec is sharding_indexed on a "
-            "regular grid, or rewrite it with overwrite=True",
+            f"the array at {where} is not sharded the way shardpipe writes ({err})",
+            (
+                "Write into an array whose only array-to-bytes codec is sharding_indexed on a "
+                f"regular grid, or rewrite it with {advice.setting('overwrite')}"
+            )
+            if writing
+            else f"Make a sharded copy of it with {advice.job('rechunk')}",
         ) from err
     return metadata, version
 
@@ -253,13 +272,15 @@ def check_unchanged_settings(metadata: ArrayV3Metadata, **given: Any) -> None:
                 raise InvalidArgumentError(
                     name,
                     f"{value!r} differs from the existing array's {existing[name]!r}",
-                    f"Leave {name} out when writing into an existing array, or rewrite the "
-                    "whole array with overwrite=True",
+                    f"Leave {advice.name(name)} out when writing into an existing array, "
+                    "or rewrite the "
+                    f"whole array with {advice.setting('overwrite')}",
                 )
             continue
         raise InvalidArgumentError(
             name,
             f"{value!r} cannot be changed by a region write or an append",
-            f"Leave {name} out (the existing array's settings are used), or rewrite the whole "
-            "array with overwrite=True",
+            f"Leave {advice.name(name)} out (the existing array's settings are used), or "
+            "rewrite the whole "
+            f"array with {advice.setting('overwrite')}",
         )

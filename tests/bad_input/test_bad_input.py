@@ -160,9 +160,9 @@ def test_xarray_input_suggests_its_data(tmp_path: Path) -> None:
     import xarray as xr
 
     values = xr.DataArray(np.zeros((4, 4)), dims=("y", "x"))
-    with pytest.raises(InvalidArgumentError, match=r"data_array\.data") as info:
+    with pytest.raises(InvalidArgumentError, match=r"da\.shard\.to_zarr") as info:
         shardpipe.to_sharded_zarr(values, str(tmp_path / "x"))
-    assert "dimension_names=data_array.dims" in str(info.value)
+    assert "da.data, with dimension_names=da.dims" in str(info.value)
 
 
 @pytest.mark.parametrize("where", ["same", "inside", "parent"])
@@ -622,6 +622,7 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
             lambda p: rd(p.ds, storage_options="x"),
         ),
         ("repair_dataset", "force", "yes", "got 'yes'", lambda p: rd(p.ds, force="yes")),
+        ("repair_dataset", "progress", "yes", "got 'yes'", lambda p: rd(p.ds, progress="yes")),
         ("to_zarr", "obj", "numpy", "got ndarray", lambda p: to_zarr(np.zeros(3), p.new)),
         ("to_zarr", "store", 5, "got int", lambda p: _dataset().shard.to_zarr(5)),
         (
@@ -1322,12 +1323,12 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     (
         "plan --max-mem",
         lambda p: ["plan", p.new, "--shape", "40,30", "--max-mem", "lots"],
-        "max_mem",
+        "--max-mem",
     ),
     (
         "plan --max-mem 0",
         lambda p: ["plan", p.new, "--shape", "40,30", "--max-mem", "0"],
-        "max_mem",
+        "--max-mem",
     ),
     (
         "plan --index-location",
@@ -1412,9 +1413,13 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("compact --threshold x", lambda p: ["compact", p.arr, "--threshold", "x"], "--threshold"),
     ("cleanup missing", lambda p: ["cleanup", p.missing], "nothing to clean up"),
     ("migrate missing", lambda p: ["migrate", p.missing], "no hierarchy of the sharding"),
-    ("migrate a file", lambda p: ["migrate", f"{p.arr}/zarr.json"], "source"),
-    ("migrate into a file", lambda p: ["migrate", p.draft, f"{p.arr}/zarr.json"], "target"),
-    ("migrate --workers", lambda p: ["migrate", p.draft, p.new, "--workers", "0"], "workers"),
+    ("migrate a file", lambda p: ["migrate", f"{p.arr}/zarr.json"], "SOURCE"),
+    ("migrate into a file", lambda p: ["migrate", p.draft, f"{p.arr}/zarr.json"], "TARGET"),
+    (
+        "migrate --copy-concurrency",
+        lambda p: ["migrate", p.draft, p.new, "--copy-concurrency", "0"],
+        "--copy-concurrency",
+    ),
     ("rechunk --shards", lambda p: ["rechunk", p.src, p.new, "--shards", "x"], "--shards"),
     ("rechunk --commit", lambda p: ["rechunk", p.src, p.new, "--commit", "m"], "--icechunk"),
     # into a repository that does not exist yet: refused before it is created
@@ -1442,14 +1447,14 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     (
         "write-dataset --icechunk --append-dim",
         lambda p: ["write-dataset", p.ds, p.new, "--icechunk", "--append-dim", "nope"],
-        "append_dim",
+        "--append-dim",
     ),
     (
         "verify --icechunk",
         lambda p: ["verify", p.missing, "--icechunk"],
         "no Icechunk repository",
     ),
-    ("rechunk --max-mem", lambda p: ["rechunk", p.src, p.new, "--max-mem", "lots"], "max_mem"),
+    ("rechunk --max-mem", lambda p: ["rechunk", p.src, p.new, "--max-mem", "lots"], "--max-mem"),
     (
         "rechunk --index-location",
         lambda p: ["rechunk", p.src, p.new, "--index-location", "m"],
@@ -1459,22 +1464,22 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     ("rechunk --workers -2", lambda p: ["rechunk", p.src, p.new, "--workers", "-2"], "--workers"),
     ("rechunk --workers x", lambda p: ["rechunk", p.src, p.new, "--workers", "x"], "--workers"),
     ("rechunk source", lambda p: ["rechunk", p.missing, p.new], "source"),
-    ("rechunk one-slash source", lambda p: ["rechunk", "s3:/b/x", p.new], "source: 's3:/b/x'"),
+    ("rechunk one-slash source", lambda p: ["rechunk", "s3:/b/x", p.new], "SOURCE: 's3:/b/x'"),
     ("rechunk a file", lambda p: ["rechunk", p.file, p.new], "source"),
     (
         "rechunk --shards numeric",
         lambda p: ["rechunk", p.src, p.new, "--shards", "2e1,10"],
         "--shards",
     ),
-    ("rechunk one-slash target", lambda p: ["rechunk", p.src, "s3:/b/x"], "target: 's3:/b/x'"),
-    ("plan one-slash --source", lambda p: ["plan", p.new, "--source", "s3:/b/x"], "source"),
+    ("rechunk one-slash target", lambda p: ["rechunk", p.src, "s3:/b/x"], "TARGET: 's3:/b/x'"),
+    ("plan one-slash --source", lambda p: ["plan", p.new, "--source", "s3:/b/x"], "SOURCE"),
     (
         "write-dataset one-slash source",
         lambda p: ["write-dataset", "s3:/b/x", p.new],
-        "source: 's3:/b/x'",
+        "SOURCE: 's3:/b/x'",
     ),
-    ("verify one-slash", lambda p: ["verify", "s3:/b/x"], "store: 's3:/b/x'"),
-    ("rechunk existing", lambda p: ["rechunk", p.src, p.arr], "overwrite"),
+    ("verify one-slash", lambda p: ["verify", "s3:/b/x"], "STORE: 's3:/b/x'"),
+    ("rechunk existing", lambda p: ["rechunk", p.src, p.arr], "--overwrite"),
     (
         "rechunk --resume --overwrite",
         lambda p: ["rechunk", p.src, p.new, "--resume", "--overwrite"],
@@ -1493,7 +1498,7 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     (
         "rechunk --temp-store",
         lambda p: ["rechunk", p.src, p.new, "--temp-store", p.src],
-        "temp_store",
+        "--temp-store",
     ),
     (
         "rechunk --source-storage-option",
@@ -1514,17 +1519,17 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     (
         "write-dataset --write-strategy",
         lambda p: ["write-dataset", p.ds, p.new, "--write-strategy", "fast"],
-        "write_strategy",
+        "--write-strategy",
     ),
     (
         "write-dataset --max-mem",
         lambda p: ["write-dataset", p.ds, p.new, "--max-mem", "lots"],
-        "max_mem",
+        "--max-mem",
     ),
     (
         "write-dataset --append-dim",
         lambda p: ["write-dataset", p.ds, p.new, "--append-dim", "nope"],
-        "append_dim",
+        "--append-dim",
     ),
     ("write-dataset source", lambda p: ["write-dataset", p.missing, p.new], "source"),
     (
@@ -1552,7 +1557,7 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
             ("--downsample", {"--downsample": "median"}, "--downsample"),
             ("--sharding", {"--sharding": "{"}, "--sharding"),
             ("--sharding spec", {"--sharding": '{"@type": "x"}'}, "sharding"),
-            ("--max-mem", {"--max-mem": "lots"}, "max_mem"),
+            ("--max-mem", {"--max-mem": "lots"}, "--max-mem"),
             ("--storage-option", {"--storage-option": "anon=true"}, "['anon']"),
         ]
     ),

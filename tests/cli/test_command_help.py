@@ -9,6 +9,8 @@ import pytest
 
 from shardpipe.cli.exit_statuses import EXIT_STATUSES, statuses_text
 from shardpipe.cli.parser import _parser, main
+from shardpipe.cli.subcommand import HelpFormatter
+from shardpipe.core.shard_update import STRATEGIES
 
 COMMANDS = [
     "plan",
@@ -85,3 +87,53 @@ def test_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
     for name in ["", *COMMANDS]:
         text = _help([name] if name else [], capsys)
         assert "``" not in text and ":func:" not in text and ":mod:" not in text, name
+
+
+def _options(name: str) -> list[argparse.Action]:
+    """The optional flags of command ``name`` shown in its help (not ``-h``)."""
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = commands.choices[name]
+    return [
+        a
+        for a in parser._actions
+        if a.option_strings and a.help is not argparse.SUPPRESS and "-h" not in a.option_strings
+    ]
+
+
+def _shown_help(action: argparse.Action) -> str:
+    """The help of ``action`` as its command's help prints it (one line, unwrapped)."""
+    return HelpFormatter("shardpipe")._expand_help(action)
+
+
+def _worth_showing(default: object) -> bool:
+    return default not in (None, False, True, [], "", argparse.SUPPRESS)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_option_shows_its_choices_and_default(name: str) -> None:
+    for action in _options(name):
+        shown = _shown_help(action)
+        flag = action.option_strings[0]
+        assert action.help, f"{name} {flag} has no help"
+        for choice in action.choices or ():
+            assert str(choice) in shown, (name, flag, shown)
+        if _worth_showing(action.default) and not isinstance(action, argparse._VersionAction):
+            default = action.default
+            text = ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
+            assert f"default: {text}" in shown, (name, flag, shown)
+
+
+@pytest.mark.parametrize("name", ["rechunk", "write-dataset"])
+def test_the_compressor_values_are_listed(name: str) -> None:
+    (compressor,) = [a for a in _options(name) if "--compressor" in a.option_strings]
+    shown = _shown_help(compressor)
+    for value in ("zstd[:level]", "gzip[:level]", "blosc[:cname[:clevel]]", "none"):
+        assert value in shown, shown
+
+
+def test_write_strategy_choices_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    (strategy,) = [a for a in _options("write-dataset") if "--write-strategy" in a.option_strings]
+    assert list(strategy.choices or ()) == list(STRATEGIES)
+    with pytest.raises(SystemExit):
+        main(["write-dataset", "a", "b", "--write-strategy", "sideways"])
+    assert "invalid choice: 'sideways'" in capsys.readouterr().err

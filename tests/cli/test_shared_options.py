@@ -14,13 +14,12 @@ import pytest
 import shardpipe.cli
 from shardpipe.cli import options
 from shardpipe.cli.parser import _parser
+from shardpipe.cli.subcommand import HelpFormatter
 from shardpipe.core.memory import DEFAULT_MAX_MEM
 
 CLI = Path(shardpipe.cli.__file__).parent
 
 TWO_MEANINGS = {
-    # issue 32 renames migrate's --workers (shards copied at once) to what it is
-    "--workers": "LocalCluster worker processes in rechunk and write-precomputed",
     # dataset commands give sizes by dimension name (time=365), array commands a shape
     "--shards": "a shape (256,256,256), or sizes by dimension name (time=365)",
     "--chunks": "a shape (64,64,64), or sizes by dimension name (time=365)",
@@ -34,9 +33,12 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 
 
 def _flags() -> Iterator[tuple[str, str, argparse.Action]]:
-    """(command, flag, action) for every optional flag of every command (not ``-h``)."""
+    """(command, flag, action) for every optional flag of every command (not ``-h``, nor a
+    deprecated spelling, hidden from the help: see test_deprecated_spellings_still_work)."""
     for name, parser in _commands().items():
         for action in parser._actions:
+            if action.help is argparse.SUPPRESS:
+                continue
             for flag in action.option_strings:
                 if flag not in ("-h", "--help"):
                     yield name, flag, action
@@ -69,7 +71,7 @@ def _definitions() -> dict[str, list[tuple[Any, ...]]]:
     """Flag -> the meanings cli/options.py defines for it."""
     found: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for value in vars(options).values():
-        if isinstance(value, options.Option):
+        if isinstance(value, options.Option) and value.help is not argparse.SUPPRESS:
             action = value.add(argparse.ArgumentParser(add_help=False))
             for flag in action.option_strings:
                 found[flag].append(_meaning(action))
@@ -124,17 +126,17 @@ def test_max_mem_has_the_library_default_everywhere() -> None:
     assert len(taking) == 4
     for name, action in taking:
         assert action.default == DEFAULT_MAX_MEM, name
-        assert action.help and DEFAULT_MAX_MEM in action.help, name
+        assert f"default: {DEFAULT_MAX_MEM}" in HelpFormatter(name)._expand_help(action), name
 
 
 def test_progress_is_one_destination() -> None:
-    """``--progress`` (off by default) and ``--no-progress`` (on by default) set one value."""
+    """``--progress`` and ``--no-progress`` set one value, None (the terminal decides) unless
+    one is given (tests/cli/test_progress_policy.py checks the policy)."""
     for name, parser in _commands().items():
         flags = {f for a in parser._actions for f in a.option_strings}
         if flags & {"--progress", "--no-progress"}:
-            args = parser.parse_args(_required(name))
-            assert isinstance(args.progress, bool), name
-            assert args.progress == ("--no-progress" in flags), name
+            assert {"--progress", "--no-progress"} <= flags, name
+            assert parser.parse_args(_required(name)).progress is None, name
 
 
 def _required(name: str) -> list[str]:
@@ -147,3 +149,27 @@ def _required(name: str) -> list[str]:
         "plan": ["a", "--shape", "4"],
     }
     return positional.get(name, ["a"])
+
+
+def test_migrate_copy_concurrency_has_its_own_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--workers`` is LocalCluster processes wherever it is shown; migrate's shards copied
+    at once are ``--copy-concurrency``."""
+    migrate = _commands()["migrate"]
+    shown = {
+        f for a in migrate._actions if a.help is not argparse.SUPPRESS for f in a.option_strings
+    }
+    assert "--copy-concurrency" in shown and "--workers" not in shown
+    assert migrate.parse_args(["a", "--copy-concurrency", "3"]).copy_concurrency == 3
+    assert migrate.parse_args(["a"]).copy_concurrency == 8
+    assert capsys.readouterr().err == ""
+    for name, flag, action in _flags():
+        if flag == "--workers":
+            assert action.dest == "workers" and "LocalCluster" in (action.help or ""), name
+
+
+def test_deprecated_spellings_still_work(capsys: pytest.CaptureFixture[str]) -> None:
+    """``migrate --workers N`` still sets the copy concurrency, with a warning, until 0.3.0."""
+    args = _commands()["migrate"].parse_args(["a", "--workers", "3"])
+    assert args.copy_concurrency == 3
+    err = capsys.readouterr().err
+    assert "--workers is deprecated" in err and "--copy-concurrency" in err and "0.3.0" in err

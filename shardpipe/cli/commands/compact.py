@@ -18,9 +18,9 @@ def add_command(commands: Subcommands) -> None:
     command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
     shared.add_store(command, "store")
     command.add_argument(
-        "--threshold", type=float, default=0.1, help="unused share above which to rewrite (0.1)"
+        "--threshold", type=float, default=0.1, help="unused share above which to rewrite"
     )
-    shared.add_progress(command, shown=False)
+    shared.add_progress(command)
 
 
 def run(args: argparse.Namespace) -> int:

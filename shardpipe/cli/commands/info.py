@@ -19,7 +19,7 @@ def add_command(commands: Subcommands) -> None:
     command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
     shared.add_store(command, "store")
     shared.add_icechunk_reading(command)
-    shared.add_progress(command, shown=False)
+    shared.add_progress(command)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import sys
 from shardpipe.cli import options as shared
 from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
+from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
 
 NAME = "migrate"
@@ -34,8 +35,9 @@ def add_command(commands: Subcommands) -> None:
         help="re-wrap zlib chunks as gzip (DEFLATE data kept) so tensorstore reads them too",
     )
     shared.DRY_RUN.add(command, "report, write nothing")
-    shared.COPY_WORKERS.add(command)
-    shared.add_progress(command, shown=True)
+    shared.COPY_CONCURRENCY.add(command)
+    shared.DEPRECATED_COPY_WORKERS.add(command)
+    shared.add_progress(command)
     shared.STORAGE_OPTION.add(command)
     shared.TARGET_STORAGE_OPTION.add(command)
 
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     target_options = shared.storage_options(args.target_storage_option, "--target-storage-option")
 
     try:
+        check_int("--copy-concurrency", args.copy_concurrency, example=8)
         report = migrate(
             args.source,
             args.target,
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             storage_options=options,
             target_storage_options=target_options,
             dry_run=args.dry_run,
-            workers=args.workers,
+            workers=args.copy_concurrency,
             progress=args.progress,
         )
     except EXPECTED as err:

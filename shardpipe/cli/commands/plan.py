@@ -26,7 +26,7 @@ def add_command(commands: Subcommands) -> None:
     source.add_argument(
         "--shape", type=shared.int_tuple, help="shape of a made-up source, e.g. 512,1024,1024"
     )
-    command.add_argument("--dtype", default="uint16", help="dtype of a made-up source (uint16)")
+    command.add_argument("--dtype", default="uint16", help="dtype of a made-up source")
     command.add_argument(
         "--blocks",
         type=shared.int_tuple,

@@ -40,7 +40,7 @@ def add_command(commands: Subcommands) -> None:
         help="where a two-pass rechunk may keep an intermediate copy (deleted afterwards)",
     )
     shared.RESUME.add(command)
-    shared.add_progress(command, shown=True)
+    shared.add_progress(command)
     command.add_argument(
         "--recursive",
         action="store_true",

@@ -22,7 +22,7 @@ def add_command(commands: Subcommands) -> None:
     command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
     shared.add_store(command, "store")
     shared.FORCE.add(command)
-    shared.add_progress(command, shown=False)
+    shared.add_progress(command)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ def add_command(commands: Subcommands) -> None:
     command.add_argument("store", help="local path or fsspec URL of the dataset")
     shared.GROUP.add(command)
     shared.FORCE.add(command)
+    shared.add_progress(command)
     shared.STORAGE_OPTION.add(command)
 
 
@@ -33,7 +34,11 @@ def run(args: argparse.Namespace) -> int:
     options = shared.storage_options(args.storage_option)
     try:
         repaired = repair_dataset(
-            args.store, group=args.group, storage_options=options, force=args.force
+            args.store,
+            group=args.group,
+            storage_options=options,
+            force=args.force,
+            progress=args.progress,
         )
     except EXPECTED as err:
         return fail(NAME, err, where=args.store)

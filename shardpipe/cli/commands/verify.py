@@ -31,7 +31,7 @@ def add_command(commands: Subcommands) -> None:
         help="also fail when a write is unfinished: its job record says so, staging data or "
         "a job marker is left",
     )
-    shared.add_progress(command, shown=False)
+    shared.add_progress(command)
 
 
 def run(args: argparse.Namespace) -> int:

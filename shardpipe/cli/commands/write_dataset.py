@@ -7,9 +7,11 @@ import warnings
 from typing import Any
 
 from shardpipe.cli import options as shared
+from shardpipe.cli.compute import compute_on
 from shardpipe.cli.exit_statuses import EXPECTED, fail
 from shardpipe.cli.icechunk_sessions import commit_arguments, writable_session
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
+from shardpipe.core.shard_update import STRATEGIES
 from shardpipe.storage.local.contained import contained
 
 NAME = "write-dataset"
@@ -34,17 +36,37 @@ def add_command(commands: Subcommands) -> None:
     shared.GROUP.add(command, "group inside TARGET")
     shared.SHARD_SIZES.add(command)
     shared.CHUNK_SIZES.add(command)
-    command.add_argument("--mode", choices=["w-", "w", "a", "r+"], default=None)
+    command.add_argument(
+        "--mode",
+        choices=["w-", "w", "a", "r+"],
+        default=None,
+        help="as in Dataset.to_zarr: w- create (refused if anything is there), w overwrite, "
+        "a append or add variables, r+ write a region of existing variables (default: w-; a "
+        "with --append-dim, r+ with --region)",
+    )
     command.add_argument("--append-dim", default=None, help="dimension to append along")
+    shared.REGION.add(command)
+    shared.COMPRESSOR.add(
+        command,
+        "codec of the inner chunks of the data variables a new dataset gets (not with --mode a "
+        "or r+, --append-dim, --region): zstd[:level], gzip[:level], blosc[:cname[:clevel]] "
+        "or none",
+    )
     shared.MAX_MEM.add(command)
-    command.add_argument("--write-strategy", default="auto")
+    command.add_argument(
+        "--write-strategy",
+        default="auto",
+        choices=STRATEGIES,
+        help="how updates of existing sharded variables rewrite their shards",
+    )
     shared.NO_CHUNK_CHECKSUMS.add(
         command, "write the inner chunks of new sharded variables without a crc32c checksum"
     )
     command.add_argument(
         "--no-consolidated", action="store_true", help="do not write consolidated metadata"
     )
-    shared.add_progress(command, shown=False)
+    shared.add_progress(command)
+    shared.add_compute(command)
     shared.add_icechunk_writing(command, "the write")
     shared.STORAGE_OPTION.add(command)
 
@@ -61,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         chunks=args.chunks,
         mode=args.mode,
         append_dim=args.append_dim,
+        region=args.region,
         group=args.group,
         consolidated=not args.no_consolidated,
         write_strategy=args.write_strategy,
@@ -72,16 +95,24 @@ def run(args: argparse.Namespace) -> int:
         commit = commit_arguments(args, NAME)
         # the source's layout and codecs are not the target's: keep only its CF encoding
         ds = keep_cf_encoding(_open_source(args.source, args.source_group))
+        if _creates(args):
+            given["encoding"] = {name: {"compressors": args.compressor} for name in ds.data_vars}
         if args.icechunk:  # check first: a refused write creates no repository
             check_arguments(ds, **given)
             target, options = writable_session(args, options), None
-        reports = to_zarr(ds, target, storage_options=options, **given, **commit)
+        with compute_on(args.scheduler, args.workers):
+            reports = to_zarr(ds, target, storage_options=options, **given, **commit)
     except EXPECTED as err:
         return fail(NAME, err, during_work=True)
     assert isinstance(reports, dict)
     for name, report in reports.items():
         print(f"{name}: {report}")
     return 0
+
+
+def _creates(args: argparse.Namespace) -> bool:
+    """Whether the write makes a new dataset (whose variables take ``--compressor``)."""
+    return args.mode in (None, "w-", "w") and args.append_dim is None and args.region is None
 
 
 def _open_source(source: str, group: str | None) -> Any:

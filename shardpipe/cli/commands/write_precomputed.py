@@ -33,7 +33,7 @@ def add_command(commands: Subcommands) -> None:
         "--chunk-size", type=shared.int_tuple, required=True, help="voxels per chunk, x,y,z"
     )
     command.add_argument(
-        "--voxel-offset", type=shared.int_tuple, default=(0, 0, 0), help="x,y,z (0,0,0)"
+        "--voxel-offset", type=shared.int_tuple, default=(0, 0, 0), help="x,y,z of the first voxel"
     )
     command.add_argument(
         "--scales", type=_scales, default=None, help="factors, e.g. 1,1,1:2,2,1:4,4,2"
@@ -45,15 +45,26 @@ def add_command(commands: Subcommands) -> None:
         help="chunk encoding; with --sharding auto, raw and compressed_segmentation chunks are "
         "gzip'd in their shards",
     )
-    command.add_argument("--volume-type", default="image", choices=["image", "segmentation"])
-    command.add_argument("--downsample", default="auto", choices=["auto", "mean", "mode"])
+    command.add_argument(
+        "--volume-type",
+        default="image",
+        choices=["image", "segmentation"],
+        help="what the voxels are: intensities, or object labels",
+    )
+    command.add_argument(
+        "--downsample",
+        default="auto",
+        choices=["auto", "mean", "mode"],
+        help="how a coarser scale's voxel is made from finer ones (auto: mean for images, "
+        "mode for segmentations)",
+    )
     command.add_argument(
         "--sharding", default="auto", help="auto, or a neuroglancer_uint64_sharded_v1 JSON object"
     )
     command.add_argument("--zyx", action="store_true", help="SOURCE is indexed (z, y, x)")
     shared.MAX_MEM.add(command)
     shared.OVERWRITE.add(command, "replace a volume at TARGET")
-    shared.add_progress(command, shown=True)
+    shared.add_progress(command)
     shared.add_compute(command)
     shared.STORAGE_OPTION.add(command)
     shared.SOURCE_STORAGE_OPTION.add(command)

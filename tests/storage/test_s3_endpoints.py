@@ -1,0 +1,160 @@
+"""S3-compatible endpoints (MinIO, moto, Ceph...): ``endpoint_url`` at the top level of
+``storage_options``, several ``--storage-option`` pairs per flag, misspelt options refused.
+
+Runs against the real moto server of ``shardpipe.testing.s3``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import s3fs
+import zarr
+
+import shardpipe
+from shardpipe.cli.parser import main
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.option_names import check_storage_options
+
+pytestmark = pytest.mark.s3
+
+
+def _objects(bucket: str, endpoint: str) -> list[str]:
+    fs = s3fs.S3FileSystem(
+        key="testing", secret="testing", endpoint_url=endpoint, skip_instance_cache=True
+    )
+    return [str(p) for p in fs.find(bucket)]
+
+
+def test_the_guide_example_writes_to_an_s3_compatible_server(
+    s3_server: str, s3_bucket: tuple[str, dict[str, Any]]
+) -> None:
+    """What the storage_options entry of to_sharded_zarr's docstring shows, as written there."""
+    bucket, _ = s3_bucket
+    endpoint = s3_server  # e.g. "http://localhost:9000" for a MinIO server
+    volume = np.arange(64 * 64, dtype="uint16").reshape(64, 64)
+    storage_options = {"key": "testing", "secret": "testing", "endpoint_url": endpoint}
+    shardpipe.to_sharded_zarr(
+        volume,
+        f"s3://{bucket}/volume.zarr",
+        shards=(32, 32),
+        chunks=(16, 16),
+        storage_options=storage_options,
+    )
+    report = shardpipe.verify(f"s3://{bucket}/volume.zarr", storage_options=storage_options)
+    assert report.ok
+    back = zarr.open_array(f"s3://{bucket}/volume.zarr", storage_options=storage_options)
+    np.testing.assert_array_equal(back[:], volume)
+
+
+def test_endpoint_url_moves_into_client_kwargs() -> None:
+    options = check_storage_options(
+        "storage_options", "s3://b/x", {"endpoint_url": "http://h:9000", "anon": True}
+    )
+    assert options == {"client_kwargs": {"endpoint_url": "http://h:9000"}, "anon": True}
+    kept = {"client_kwargs": {"endpoint_url": "http://h:9000", "region_name": "eu"}}
+    assert check_storage_options("storage_options", "s3://b/x", kept) == kept
+
+
+def test_two_different_endpoints_are_refused() -> None:
+    given = {"endpoint_url": "http://a:9000", "client_kwargs": {"endpoint_url": "http://b:9000"}}
+    with pytest.raises(InvalidArgumentError, match="endpoint_url") as err:
+        check_storage_options("storage_options", "s3://b/x", given)
+    assert err.value.parameter == "storage_options"
+
+
+@pytest.mark.parametrize(
+    ("name", "closest"),
+    [("endpoint", "endpoint_url"), ("secrets", "secret"), ("annon", "anon")],
+)
+def test_a_misspelt_option_is_refused_before_any_byte_is_written(
+    s3_server: str, s3_bucket: tuple[str, dict[str, Any]], name: str, closest: str
+) -> None:
+    bucket, options = s3_bucket
+    with pytest.raises(InvalidArgumentError) as err:
+        shardpipe.to_sharded_zarr(
+            np.zeros((8, 8), "uint8"),
+            f"s3://{bucket}/a.zarr",
+            shards=(4, 4),
+            chunks=(2, 2),
+            storage_options={**options, name: "x"},
+        )
+    assert err.value.parameter == "storage_options"
+    text = str(err.value)
+    assert repr(name) in text and "'x'" in text and repr(closest) in text, text
+    assert "AioSession" not in text
+    assert _objects(bucket, s3_server) == []
+
+
+def test_a_botocore_client_option_is_pointed_to_client_kwargs() -> None:
+    with pytest.raises(InvalidArgumentError, match="client_kwargs") as err:
+        check_storage_options("storage_options", "s3://b/x", {"region_name": "eu-west-1"})
+    assert "'region_name'" in str(err.value) and "'eu-west-1'" in str(err.value)
+
+
+def test_the_common_fsspec_options_are_accepted() -> None:
+    common = {"skip_instance_cache": True, "use_listings_cache": False, "asynchronous": False}
+    assert check_storage_options("storage_options", "s3://b/x", common) == common
+
+
+def test_source_storage_options_are_checked_too(
+    s3_server: str, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Any
+) -> None:
+    bucket, options = s3_bucket
+    with pytest.raises(InvalidArgumentError) as err:
+        shardpipe.rechunk(
+            f"s3://{bucket}/src.zarr",
+            str(tmp_path / "out.zarr"),
+            shards=(4, 4),
+            chunks=(2, 2),
+            source_storage_options={**options, "endpoint": s3_server},
+        )
+    assert err.value.parameter == "source_storage_options"
+    assert "'endpoint_url'" in str(err.value)
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_cli_takes_several_pairs_per_flag(
+    s3_server: str, s3_bucket: tuple[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bucket, options = s3_bucket
+    url = f"s3://{bucket}/volume.zarr"
+    shardpipe.to_sharded_zarr(
+        np.ones((8, 8), "uint8"), url, shards=(4, 4), chunks=(2, 2), storage_options=options
+    )
+    pairs = ["key=testing", "secret=testing", f"endpoint_url={s3_server}"]
+    assert main(["verify", url, "--storage-option", *pairs]) == 0, capsys.readouterr().err
+    assert "OK" in capsys.readouterr().out
+    repeated = [item for pair in pairs for item in ("--storage-option", pair)]
+    assert main(["info", url, *repeated]) == 0, capsys.readouterr().err
+    mixed = ["--storage-option", *pairs[:2], "--storage-option", pairs[2]]
+    assert main(["info", url, *mixed]) == 0, capsys.readouterr().err
+
+
+def test_cli_names_a_misspelt_option_in_flag_terms(
+    s3_server: str,
+    s3_bucket: tuple[str, dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    bucket, _ = s3_bucket
+    url = f"s3://{bucket}/volume.zarr"
+    source = str(tmp_path / "in.zarr")
+    shardpipe.to_sharded_zarr(np.ones((8, 8), "uint8"), source, shards=(4, 4), chunks=(2, 2))
+    argv = ["rechunk", source, url, "--shards", "4,4", "--chunks", "2,2", "--storage-option"]
+    assert main([*argv, "key=testing", f"endpoint={s3_server}"]) == 2
+    err = capsys.readouterr().err
+    assert "--storage-option" in err and "'endpoint'" in err and "endpoint_url" in err, err
+    assert "storage_options" not in err, err
+    assert _objects(bucket, s3_server) == []
+
+
+def test_cli_a_pair_without_a_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["info", "--storage-option", "anon=true", "store"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "NAME=VALUE" in err and "'store'" in err and "before" in err, err
