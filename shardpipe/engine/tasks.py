@@ -21,6 +21,7 @@ from shardpipe.codec.chunk_codec import ChunkCodec, EncodedChunk
 from shardpipe.core.cut import cut_block, whole_chunk_blocks
 from shardpipe.core.grid import Box, Coords, ShardLayout, box_size, box_to_slices, intersect
 from shardpipe.core.plan import PartPlan
+from shardpipe.engine.encoders import encode_in_order, encoding_task
 from shardpipe.engine.reports import WriteReport
 from shardpipe.formats.base import (
     PartManifest,
@@ -49,6 +50,9 @@ class WriteTarget:
         How shards are laid out (slot order, index, head and tail).
     staging : str
         Key prefix for scratch data of this write.
+    encoders : int
+        Most inner chunks one task may encode at once, on idle cores
+        (:mod:`shardpipe.engine.encoders`): what ``max_mem`` allows.
     """
 
     store: ShardStore
@@ -56,6 +60,7 @@ class WriteTarget:
     codec: ChunkCodec
     shard_format: ShardFormat
     staging: str
+    encoders: int = 1
 
 
 @dataclass
@@ -109,7 +114,8 @@ def encode_piece(
     """
     cut = cut_block(target.layout, shard, part, block_box)
     origin = tuple(start for start, _ in block_box)
-    piece = Piece(dict(_encode_from(target, shard, iter(cut.whole), block, origin)))
+    with encoding_task():
+        piece = Piece(dict(_encode_from(target, shard, iter(cut.whole), block, origin)))
     whole_block = box_size(block_box)
     for box in cut.raw_boxes:
         bits = block[box_to_slices(box, origin)]
@@ -249,12 +255,33 @@ def _encode_held(
     allocation, reused from task to task by the allocator, spares a page
     fault per 4 KiB written. ``scattered``: chunks may come as several
     buffers (:meth:`~shardpipe.codec.chunk_codec.ChunkCodec.encode_scattered`).
+    While cores are idle, up to ``target.encoders`` chunks are encoded at
+    once (:func:`~shardpipe.engine.encoders.encode_in_order`).
     """
-    layout = target.layout
     codec = target.codec
     encode: Callable[[np.ndarray, np.ndarray | None], EncodedChunk | None] = (
         codec.encode_scattered if scattered else codec.encode
     )
+
+    def encode_job(job: tuple[int, np.ndarray, np.ndarray | None]) -> tuple[int, Any]:
+        slot, chunk, room = job
+        return slot, encode(chunk, room)
+
+    jobs = _held_chunks(target, shard, part, blocks, block_boxes, holders)
+    return encode_in_order(encode_job, jobs, target.encoders)
+
+
+def _held_chunks(
+    target: WriteTarget,
+    shard: Coords,
+    part: PartPlan,
+    blocks: tuple[Any, ...],
+    block_boxes: tuple[Box, ...],
+    holders: list[int],
+) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+    """Each chunk of ``part``, lazily, in C order: its index slot, its view, its arena slot."""
+    layout = target.layout
+    codec = target.codec
     slot_of = target.shard_format.slot
     origin = tuple(start for start, _ in part.chunks.element_box(layout, shard))
     arena = ChunkCanvas(codec, part.chunks, origin) if codec.encodes_raw else None
@@ -263,7 +290,7 @@ def _encode_held(
         box = layout.clip(layout.chunk_box(shard, local))
         assert box is not None
         chunk = blocks[i][box_to_slices(box, block_origins[i])]
-        yield slot_of(local), encode(chunk, None if arena is None else arena.slot(index))
+        yield slot_of(local), chunk, None if arena is None else arena.slot(index)
 
 
 def _in_order(
@@ -369,13 +396,16 @@ def write_shard(
     system the device writes the first chunks while the last are encoded,
     and the shard appears at its key, durable, when the task returns.
     """
-    encoded = stored_only(encode_part(target, shard, part, sources, block_boxes, scattered=True))
-    first = next(encoded, None)
-    if first is None:
-        return EMPTY_SHARD
-    return put_shard(
-        target.store, key, target.shard_format, itertools.chain([first], encoded), shard=shard
-    )
+    with encoding_task():
+        encoded = stored_only(
+            encode_part(target, shard, part, sources, block_boxes, scattered=True)
+        )
+        first = next(encoded, None)
+        if first is None:
+            return EMPTY_SHARD
+        return put_shard(
+            target.store, key, target.shard_format, itertools.chain([first], encoded), shard=shard
+        )
 
 
 def put_shard(
@@ -421,9 +451,10 @@ def write_part(
     shard's last bytes (its last part, in a format with nothing after the
     chunks).
     """
-    encoded = list(
-        stored_only(encode_part(target, shard, part, sources, block_boxes, scattered=True))
-    )
+    with encoding_task():
+        encoded = list(
+            stored_only(encode_part(target, shard, part, sources, block_boxes, scattered=True))
+        )
     last_bytes = is_last and not target.shard_format.has_tail
     min_size = 0 if last_bytes else target.store.min_part_size
     return put_part(target.store, handle, part.number, encoded, min_size=min_size)
