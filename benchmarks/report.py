@@ -48,7 +48,10 @@ fsynced raw-write s alone).
 Ratios: shardpipe MB/s divided by the anchor's MB/s, same volume and codec (and same blocks for \
 zarrs/dask), like with like: shardpipe (no fsync) against the writers and limits that do not \
 fsync, shardpipe (durable) against the fsynced raw writes and the durable limit; raw-write only \
-for codec none. >1: shardpipe faster. Verdicts: issue #11's targets."""
+for codec none. >1: shardpipe faster. Verdicts: issue #11's targets, then issue #30's.
+format-work limit = cut, encode (numcodecs), crc32c, index + crc32c, one writev per shard \
+(durable: + fsync, rename, directory fsync), one task per shard per core; ts+crc = tensorstore \
+with crc32c after each inner chunk (shardpipe's chain)."""
 LARGE_SHARD_LEGEND = """
 MB/s = 1e6 raw bytes per second of the best rep, data generation included; cpu s = CPU of the \
 case's process in that rep; busy% = share of all cores other processes (not workers) used;
@@ -234,8 +237,10 @@ def suite_volume(results: Sequence[Record], volume: str) -> str:
     if rows:
         lines += ["", table(rows, ratios, left=(0, 1, 2))]
     checks = [v for v in targets.verdicts(mine) if v["verdict"] != "n/a"]
-    if checks:
-        lines += ["", f"issue #11 targets ({volume}):", *map(targets.verdict_line, checks)]
+    for issue in (11, 30):
+        theirs = [v for v in checks if v["issue"] == issue]
+        if theirs:
+            lines += ["", f"issue #{issue} targets ({volume}):", *map(targets.verdict_line, theirs)]
     return "\n".join([*lines, "", notes(mine)])
 
 

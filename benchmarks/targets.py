@@ -8,6 +8,12 @@ could reach if it overlapped encoding and fsynced writing perfectly: the raw
 array bytes over the larger of the encode-only time and the fsynced raw-write
 time of that codec's shard sizes (for ``none``, over the fsynced raw-write
 time alone). Every figure is per volume.
+
+Issue #30 judges shardpipe against the **format-work limit**
+(:mod:`benchmarks.format_limit`: the work any writer of the array must do,
+CRC32C, index and write included; durable or not) and against TensorStore
+with the same chain (``crc32c`` after each inner chunk): :data:`TARGETS_30`.
+Issue #11's :data:`TARGETS` stay, so the history reads on.
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ ANCHORS = {  # anchor: (column title, measured per block case, shardpipe writer 
     "raw": ("/raw-write", False, "shardpipe-nofsync"),  # measured under codec none only
     "raw-fsync": ("/raw-fsync", False, "shardpipe"),
     "durable": ("/durable limit", False, "shardpipe"),  # derived, see durable_limit
+    "format": ("/format", False, "shardpipe-nofsync"),
+    "format-fsync": ("/format durable", False, "shardpipe"),
+    "tensorstore-crc": ("/ts+crc", False, "shardpipe-nofsync"),
+    "tensorstore-crc-fsync": ("/ts+crc durable", False, "shardpipe"),
 }
 ANCHOR_NAMES = {
     "encode": "encode-only",
@@ -36,6 +46,10 @@ ANCHOR_NAMES = {
     "raw": "raw writes (no fsync)",
     "raw-fsync": "fsynced raw writes",
     "durable": "durable limit",
+    "format": "format-work limit",
+    "format-fsync": "format-work limit (durable)",
+    "tensorstore-crc": "tensorstore + crc32c",
+    "tensorstore-crc-fsync": "tensorstore + crc32c (durable)",
 }
 
 
@@ -60,6 +74,21 @@ TARGETS = (
     Target("shardpipe-nofsync", "none", "aligned", "raw", 0.8),
     Target("shardpipe", "none", "aligned", "raw-fsync", 0.85),
 )
+"""Issue #11's targets."""
+
+TARGETS_30 = (
+    Target("shardpipe-nofsync", "zstd1", "aligned", "format", 0.95),
+    Target("shardpipe-nofsync", "zstd1", "aligned", "tensorstore-crc", 1.2),
+    Target("shardpipe-nofsync", "zstd1", "aligned", "zarrs", 1.3),
+    Target("shardpipe", "zstd1", "aligned", "format-fsync", 0.90),
+    Target("shardpipe-nofsync", "none", "aligned", "format", 0.90),
+    Target("shardpipe", "none", "aligned", "format-fsync", 0.90),
+    Target("shardpipe-nofsync", "zstd1", "misaligned", "format", 0.85),
+    Target("shardpipe-nofsync", "zstd1", "misaligned", "dask", 1.6),
+    Target("shardpipe-nofsync", "zstd1", "slabs", "format", 0.85),
+    Target("shardpipe-nofsync", "zstd1", "slabs", "dask", 1.6),
+)
+"""Issue #30's targets: against the format-work limit (aligned blocks) and like-for-like peers."""
 
 
 def ok(r: Record) -> bool:
@@ -147,12 +176,17 @@ def ratio_rows(results: Sequence[Record]) -> list[Record]:
 
 
 def verdicts(results: Sequence[Record]) -> list[Record]:
-    """Every target on every volume: ratio, threshold, PASS / FAIL (``n/a`` if unmeasured)."""
+    """Every target of issues #11 and #30 on every volume: ratio, threshold, PASS / FAIL.
+
+    ``n/a`` if unmeasured; each row names its ``issue``.
+    """
     rows = []
-    for volume, t in itertools.product(volumes_of(results), TARGETS):
+    issues = [(11, t) for t in TARGETS] + [(30, t) for t in TARGETS_30]
+    for volume, (issue, t) in itertools.product(volumes_of(results), issues):
         value = ratio(results, t, volume)
         verdict = "n/a" if value is None else "PASS" if value >= t.threshold else "FAIL"
-        rows.append(t._asdict() | {"volume": volume, "ratio": value, "verdict": verdict})
+        row = t._asdict() | {"volume": volume, "ratio": value, "verdict": verdict}
+        rows.append(row | {"issue": issue})
     return rows
 
 

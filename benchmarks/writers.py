@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from benchmarks.cases import Case
+from benchmarks.format_limit import format_work
 from benchmarks.volumes import DTYPES, Region, Volume, grid, synthetic_array
 
 Write = Callable[[], object]
@@ -231,19 +232,23 @@ def dask_to_zarr(
     return write, [f"{x.npartitions} input blocks; to_zarr rechunks to {rechunk}"]
 
 
-def tensorstore_write(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
+def tensorstore_write(
+    case: Case, volume: np.ndarray, *, crc: bool = False, fsync: bool = False
+) -> tuple[Write, list[str]]:
     """TensorStore ``zarr3``: one write per shard region, all issued before any is awaited.
 
-    No transaction (each write covers a whole shard); ``file_io_sync`` off
-    because no other writer fsyncs.
+    No transaction (each write covers a whole shard). ``crc``: the inner
+    chain ends with ``crc32c``, as shardpipe's (like with like, issue #30);
+    ``fsync``: ``file_io_sync`` on (durable), else off.
     """
     import tensorstore as ts
 
     little = {"name": "bytes", "configuration": {"endian": "little"}}
     zstd = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
+    checksum = [{"name": "crc32c"}] if crc else []
     sharding = {
         "chunk_shape": list(case.chunks),
-        "codecs": [little, zstd] if case.codec == "zstd1" else [little],
+        "codecs": [*([little, zstd] if case.codec == "zstd1" else [little]), *checksum],
         "index_codecs": [little, {"name": "crc32c"}],
         "index_location": "end",
     }
@@ -259,7 +264,7 @@ def tensorstore_write(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]
         "driver": "zarr3",
         "kvstore": {"driver": "file", "path": case.target},
         "metadata": metadata,
-        "context": {"file_io_sync": False},
+        "context": {"file_io_sync": fsync},
     }
     regions = list(grid(case.shape, case.shards))
 
@@ -269,7 +274,9 @@ def tensorstore_write(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]
         for future in futures:
             future.result()
 
-    return write, [f"{len(regions)} concurrent per-shard writes, file_io_sync off"]
+    sync = "on" if fsync else "off"
+    chain = ", crc32c after each inner chunk" if crc else ""
+    return write, [f"{len(regions)} concurrent per-shard writes, file_io_sync {sync}{chain}"]
 
 
 def cubed_store(case: Case, volume: np.ndarray) -> tuple[Write, list[str]]:
@@ -386,7 +393,7 @@ def check_zarr(case: Case, vol: Volume, written: object) -> tuple[int, list[str]
     problems = [] if got == want else [f"layout {got}, expected {want}"]
     codecs = [(type(c).__name__, getattr(c, "level", None)) for c in arr.compressors]
     want_codecs: list[tuple[str, int | None]] = [("ZstdCodec", 1)] if case.codec == "zstd1" else []
-    if case.writer.startswith("shardpipe"):  # chunk_checksums=True (shardpipe_args)
+    if case.writer in CHECKSUMMED:  # chunk_checksums=True (shardpipe_args), or the same chain
         want_codecs.append(("Crc32cCodec", None))
     if codecs != want_codecs:
         problems.append(f"compressors {arr.compressors}")
@@ -450,6 +457,17 @@ def check_raw_fsync(case: Case, vol: Volume, written: object) -> tuple[int, list
     return total, problems
 
 
+CHECKSUMMED = (
+    "shardpipe",
+    "shardpipe-nofsync",
+    "format",
+    "format-fsync",
+    "tensorstore-crc",
+    "tensorstore-crc-fsync",
+)
+"""Writers whose inner chunks end with a ``crc32c`` (shardpipe's default chain)."""
+
+
 class Writer(NamedTuple):
     """A writer: the modules it needs, its factory, and the check of its output."""
 
@@ -465,6 +483,14 @@ WRITERS = {
     "dask": Writer(("dask.array", "zarr"), dask_to_zarr),
     "zarrs": Writer(("dask.array", "zarr", "zarrs"), lambda c, x: dask_to_zarr(c, x, ZARRS_CONFIG)),
     "tensorstore": Writer(("tensorstore",), tensorstore_write),
+    "tensorstore-crc": Writer(
+        ("tensorstore",), lambda c, v: tensorstore_write(c, v, crc=True, fsync=False)
+    ),
+    "tensorstore-crc-fsync": Writer(
+        ("tensorstore",), lambda c, v: tensorstore_write(c, v, crc=True, fsync=True)
+    ),
+    "format": Writer(("numcodecs", "crc32c"), lambda c, v: format_work(c, v, durable=False)),
+    "format-fsync": Writer(("numcodecs", "crc32c"), lambda c, v: format_work(c, v, durable=True)),
     "cubed": Writer(("cubed", "zarr"), cubed_store),
     "shardpipe": Writer(("dask.array", "zarr", "shardpipe"), shardpipe_write),
     "shardpipe-nofsync": Writer(

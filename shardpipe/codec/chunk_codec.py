@@ -38,12 +38,24 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
 from shardpipe.codec.bounded import check_blosc_header, gunzip, unzlib
-from shardpipe.codec.plain_chain import CRC32C_NBYTES, PlainChain, append_crc32c, run_codec
+from shardpipe.codec.plain_chain import (
+    CRC32C_NBYTES,
+    EncodedChunk,
+    PlainChain,
+    append_crc32c,
+    run_codec,
+)
 from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.core.grid import Shape
 from shardpipe.errors import ChunkDecodeError, InvalidArgumentError, ShardFormatError
 
-__all__ = ["CRC32C_NBYTES", "ChunkCodec", "ChunkDecodeError", "checksummed_compressors"]
+__all__ = [
+    "CRC32C_NBYTES",
+    "ChunkCodec",
+    "ChunkDecodeError",
+    "EncodedChunk",
+    "checksummed_compressors",
+]
 
 
 def sharding_codec_of(metadata: ArrayV3Metadata) -> ShardingCodec:
@@ -292,6 +304,22 @@ class ChunkCodec:
         plain = self.plain
         if plain is not None:
             return plain.encode(np.asarray(chunk), slot)
+        return self._encode_chain(chunk)
+
+    def encode_scattered(
+        self, chunk: np.ndarray, slot: np.ndarray | None = None
+    ) -> EncodedChunk | None:
+        """:meth:`encode`, maybe as several buffers to write back to back (fewer copies).
+
+        A chain that ends with a compressor then ``crc32c`` gives the
+        compressed bytes and their CRC32C as two buffers; the concatenation
+        is always :meth:`encode`'s bytes.
+        """
+        if not self.write_empty_chunks and self.is_fill(chunk):
+            return None
+        plain = self.plain
+        if plain is not None:
+            return plain.encode_scattered(np.asarray(chunk), slot)
         return self._encode_chain(chunk)
 
     def encode_slot(self, slot: np.ndarray) -> BytesLike | None:

@@ -15,7 +15,13 @@ encoded bytes can be made with fewer copies than zarr's codec objects make:
   when the raw bytes are the output;
 * a trailing ``crc32c`` is written in place after the raw bytes when no
   compressor comes between (a *slot* has room for it), instead of copying
-  the chunk to append four bytes.
+  the chunk to append four bytes; after a compressor, a caller that writes
+  buffers back to back (:meth:`PlainChain.encode_scattered`) gets the
+  compressed bytes and the four bytes of their CRC32C as two buffers,
+  instead of a copy of the compressed bytes with the CRC32C appended;
+* a chain whose one compressor is zarr's ``zstd`` calls numcodecs' ``Zstd``
+  (what zarr's codec runs, with the same level and checksum flag) directly
+  on the bytes, without zarr's buffer wrappers around each call.
 
 The bytes are the same as those of the codec objects (tests compare them).
 Any other chain takes the general path in :class:`~shardpipe.codec.chunk_codec.ChunkCodec`.
@@ -28,10 +34,12 @@ import math
 import threading
 from collections.abc import Buffer as BytesLike
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import crc32c
 import numpy as np
+from numcodecs import Zstd  # type: ignore[import-untyped]
 from zarr.abc.codec import BytesBytesCodec, Codec
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.core.array_spec import ArraySpec
@@ -43,6 +51,21 @@ CRC32C_NBYTES = 4
 
 FRESH_OUTPUT = (ZstdCodec, GzipCodec, BloscCodec)
 """Compressors whose output never shares memory with their input."""
+
+type EncodedChunk = BytesLike | tuple[BytesLike, ...]
+"""An encoded inner chunk: one buffer, or buffers whose concatenation is its bytes."""
+
+
+def encoded_nbytes(encoded: EncodedChunk) -> int:
+    """Bytes of an encoded chunk, one buffer or several."""
+    if isinstance(encoded, tuple):
+        return sum(memoryview(b).nbytes for b in encoded)
+    return memoryview(encoded).nbytes
+
+
+def crc32c_bytes(data: BytesLike) -> bytes:
+    """The CRC32C of ``data`` as the ``crc32c`` codec stores it (4 bytes, little endian)."""
+    return crc32c.crc32c(data).to_bytes(CRC32C_NBYTES, "little")
 
 
 def _supports_sync(codec: Codec) -> bool:
@@ -126,6 +149,7 @@ class PlainChain:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_local"]
+        state.pop("_zstd", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -197,6 +221,25 @@ class PlainChain:
         self._into(slot, chunk)
         return self._compress(slot[: self.chunk_nbytes])
 
+    def encode_scattered(self, chunk: np.ndarray, slot: np.ndarray | None = None) -> EncodedChunk:
+        """:meth:`encode`, the CRC32C after a compressor as a buffer of its own (no copy).
+
+        The concatenation of the result is :meth:`encode`'s bytes.
+        """
+        if not (self.crc_last and self.compressors):
+            return self.encode(chunk, slot)
+        if (
+            chunk.shape == self.chunk_shape
+            and chunk.dtype == self.dtype
+            and chunk.flags.c_contiguous
+        ):
+            body = self._compressed(_c_contiguous_bytes(chunk))
+        else:
+            scratch = self._scratch()
+            self._into(scratch, chunk)
+            body = self._compressed(scratch[: self.chunk_nbytes])
+        return body, crc32c_bytes(body)
+
     def encode_slot(self, slot: np.ndarray) -> BytesLike:
         """Encode the chunk held in ``slot``; the result may be a view of ``slot``."""
         if self.in_place_crc:
@@ -217,6 +260,25 @@ class PlainChain:
         """
         if not self.compressors:  # a final crc32c is done in place (encode_slot)
             return raw
+        result = self._compressed(raw)
+        if self.crc_last:
+            return append_crc32c(np.frombuffer(result, dtype=np.uint8))
+        return result
+
+    @cached_property
+    def _zstd(self) -> Any:
+        """numcodecs' ``Zstd`` if the one compressor is zarr's ``zstd`` (what it runs)."""
+        if len(self.compressors) != 1 or not isinstance(self.compressors[0][0], ZstdCodec):
+            return None
+        codec = self.compressors[0][0]
+        return Zstd(level=codec.level, checksum=codec.checksum)
+
+    def _compressed(self, raw: np.ndarray) -> BytesLike:
+        """Run the compressors (not a final CRC32C) on raw bytes: never a view of ``raw``."""
+        zstd = self._zstd
+        if zstd is not None:
+            compressed: BytesLike = zstd.encode(raw)  # new bytes
+            return compressed
         value: Any = self.compressors[0][1].prototype.buffer.from_array_like(raw)
         for codec, spec in self.compressors:
             if isinstance(codec, Crc32cCodec):  # not the last codec: checksums what came before
@@ -225,8 +287,6 @@ class PlainChain:
             else:
                 value = run_codec(codec, "encode", value, spec)
         result: np.ndarray = value.as_numpy_array().view(np.uint8).reshape(-1)
-        if self.crc_last:
-            return append_crc32c(result)
         last = self.compressors[-1][0]
         if not isinstance(last, FRESH_OUTPUT) and np.may_share_memory(result, raw):
             result = result.copy()  # never hand out the scratch slot or the caller's block

@@ -38,6 +38,12 @@ encodes twice: that is the enc(raw(p)) already counted.
 A part gathered in its own task (no piece tasks; only on schedulers in this
 process, where blocks do not travel) holds all its blocks at once; a plan
 uses that path for a part only where it fits the budget.
+
+Encoding on idle cores: a task may encode up to ``e`` of its chunks at once
+(:mod:`shardpipe.engine.encoders`), each holding one ``working``; its peak is
+then the figure above plus ``(e - 1) x working``. ``e`` is the largest that
+keeps the write's highest projected peak within the budget
+(:meth:`MemoryModel.encoders_within`), 1 when there is no room.
 """
 
 from __future__ import annotations
@@ -120,6 +126,16 @@ class MemoryModel:
     def gathered_in_task(self, blocks: int, part_raw: int, *, padded: bool = False) -> int:
         """A part whose task cuts all its blocks itself (schedulers in this process)."""
         return blocks + part_raw + self._out(part_raw, padded) + self.working
+
+    def encoders_within(self, budget: int, peak: int, most: int) -> int:
+        """Most chunks a task whose serial peak is ``peak`` may encode at once within ``budget``.
+
+        Each chunk encoded beside the first holds one more :attr:`working`.
+        Between 1 and ``most``.
+        """
+        if most <= 1 or peak >= budget:
+            return 1
+        return max(1, min(most, 1 + (budget - peak) // max(self.working, 1)))
 
     @staticmethod
     def stamp(head: int, tail: int) -> int:

@@ -225,6 +225,13 @@ class WritePlan:
         peaks = [*self.projected_peaks().values(), *self.projected_peaks(in_process=True).values()]
         return max((m.nbytes for m in peaks), default=0)
 
+    def encoders(self, most: int) -> int:
+        """Most inner chunks one task may encode at once within ``max_mem`` (1 to ``most``).
+
+        See :meth:`~shardpipe.core.memory.MemoryModel.encoders_within`.
+        """
+        return self.model.encoders_within(self.max_mem, self.max_projected_mem, most)
+
     def __repr__(self) -> str:
         return (
             f"WritePlan(shape={self.layout.shape}, region={self.placement.region}, "

@@ -12,15 +12,16 @@ import math
 from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, overload
 
 import numpy as np
 
 from shardpipe.codec.canvas import ChunkCanvas
-from shardpipe.codec.chunk_codec import ChunkCodec
+from shardpipe.codec.chunk_codec import ChunkCodec, EncodedChunk
 from shardpipe.core.cut import cut_block, whole_chunk_blocks
 from shardpipe.core.grid import Box, Coords, ShardLayout, box_size, box_to_slices, intersect
 from shardpipe.core.plan import PartPlan
+from shardpipe.engine.encoders import encode_in_order, encoding_task
 from shardpipe.engine.reports import WriteReport
 from shardpipe.formats.base import (
     PartManifest,
@@ -49,6 +50,9 @@ class WriteTarget:
         How shards are laid out (slot order, index, head and tail).
     staging : str
         Key prefix for scratch data of this write.
+    encoders : int
+        Most inner chunks one task may encode at once, on idle cores
+        (:mod:`shardpipe.engine.encoders`): what ``max_mem`` allows.
     """
 
     store: ShardStore
@@ -56,6 +60,7 @@ class WriteTarget:
     codec: ChunkCodec
     shard_format: ShardFormat
     staging: str
+    encoders: int = 1
 
 
 @dataclass
@@ -109,7 +114,8 @@ def encode_piece(
     """
     cut = cut_block(target.layout, shard, part, block_box)
     origin = tuple(start for start, _ in block_box)
-    piece = Piece(dict(_encode_from(target, shard, iter(cut.whole), block, origin)))
+    with encoding_task():
+        piece = Piece(dict(_encode_from(target, shard, iter(cut.whole), block, origin)))
     whole_block = box_size(block_box)
     for box in cut.raw_boxes:
         bits = block[box_to_slices(box, origin)]
@@ -208,7 +214,9 @@ def _cut_in_task(
     blocks: tuple[Any, ...],
     block_boxes: tuple[Box, ...],
     old: OldChunks | None,
-) -> Iterator[tuple[int, Buffer | None]]:
+    *,
+    scattered: bool = False,
+) -> Iterator[tuple[int, EncodedChunk | None]]:
     """Encode ``part`` from the blocks feeding it, held by its own task.
 
     Where every chunk lies whole in a block, each is encoded from its block
@@ -220,7 +228,7 @@ def _cut_in_task(
         None if old is not None else whole_chunk_blocks(layout, shard, part.chunks, block_boxes)
     )
     if holders is not None:
-        return _encode_held(target, shard, part, blocks, block_boxes, holders)
+        return _encode_held(target, shard, part, blocks, block_boxes, holders, scattered=scattered)
     raw = []
     for block, box in zip(blocks, block_boxes, strict=True):
         common = intersect(box, part.region)
@@ -236,25 +244,53 @@ def _encode_held(
     blocks: tuple[Any, ...],
     block_boxes: tuple[Box, ...],
     holders: list[int],
-) -> Iterator[tuple[int, Buffer | None]]:
+    *,
+    scattered: bool = False,
+) -> Iterator[tuple[int, EncodedChunk | None]]:
     """Encode each chunk of ``part`` from ``blocks[holders[i]]``, lazily, in C order.
 
     Where a chunk's encoding is its raw bytes (no compressor), they are
     copied into one buffer for the whole part (slots of a canvas) rather
     than one new buffer per chunk: the memory is the same, and one large
     allocation, reused from task to task by the allocator, spares a page
-    fault per 4 KiB written.
+    fault per 4 KiB written. ``scattered``: chunks may come as several
+    buffers (:meth:`~shardpipe.codec.chunk_codec.ChunkCodec.encode_scattered`).
+    While cores are idle, up to ``target.encoders`` chunks are encoded at
+    once (:func:`~shardpipe.engine.encoders.encode_in_order`).
     """
+    codec = target.codec
+    encode: Callable[[np.ndarray, np.ndarray | None], EncodedChunk | None] = (
+        codec.encode_scattered if scattered else codec.encode
+    )
+
+    def encode_job(job: tuple[int, np.ndarray, np.ndarray | None]) -> tuple[int, Any]:
+        slot, chunk, room = job
+        return slot, encode(chunk, room)
+
+    jobs = _held_chunks(target, shard, part, blocks, block_boxes, holders)
+    return encode_in_order(encode_job, jobs, target.encoders)
+
+
+def _held_chunks(
+    target: WriteTarget,
+    shard: Coords,
+    part: PartPlan,
+    blocks: tuple[Any, ...],
+    block_boxes: tuple[Box, ...],
+    holders: list[int],
+) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+    """Each chunk of ``part``, lazily, in C order: its index slot, its view, its arena slot."""
     layout = target.layout
     codec = target.codec
+    slot_of = target.shard_format.slot
     origin = tuple(start for start, _ in part.chunks.element_box(layout, shard))
     arena = ChunkCanvas(codec, part.chunks, origin) if codec.encodes_raw else None
+    block_origins = [[start for start, _ in box] for box in block_boxes]
     for index, (local, i) in enumerate(zip(part.chunks.chunks(), holders, strict=True)):
         box = layout.clip(layout.chunk_box(shard, local))
         assert box is not None
-        chunk = blocks[i][box_to_slices(box, [a for a, _ in block_boxes[i]])]
-        slot = None if arena is None else arena.slot(index)
-        yield target.shard_format.slot(local), codec.encode(chunk, slot)
+        chunk = blocks[i][box_to_slices(box, block_origins[i])]
+        yield slot_of(local), chunk, None if arena is None else arena.slot(index)
 
 
 def _in_order(
@@ -267,9 +303,47 @@ def _in_order(
     ]
 
 
-def stored_only(encoded: Iterable[tuple[int, Buffer | None]]) -> Iterator[tuple[int, Buffer]]:
+@overload
+def stored_only(encoded: Iterable[tuple[int, Buffer | None]]) -> Iterator[tuple[int, Buffer]]: ...
+
+
+@overload
+def stored_only(
+    encoded: Iterable[tuple[int, EncodedChunk | None]],
+) -> Iterator[tuple[int, EncodedChunk]]: ...
+
+
+def stored_only(
+    encoded: Iterable[tuple[int, EncodedChunk | None]],
+) -> Iterator[tuple[int, EncodedChunk]]:
     """The chunks of ``encoded`` that are to be stored (lazily, in order)."""
     return ((slot, data) for slot, data in encoded if data is not None)
+
+
+@overload
+def encode_part(
+    target: WriteTarget,
+    shard: Coords,
+    part: PartPlan,
+    sources: tuple[Any, ...],
+    block_boxes: tuple[Box, ...] | None,
+    old: OldChunks | None = None,
+    *,
+    scattered: Literal[False] = False,
+) -> Iterable[tuple[int, Buffer | None]]: ...
+
+
+@overload
+def encode_part(
+    target: WriteTarget,
+    shard: Coords,
+    part: PartPlan,
+    sources: tuple[Any, ...],
+    block_boxes: tuple[Box, ...] | None,
+    old: OldChunks | None = None,
+    *,
+    scattered: Literal[True],
+) -> Iterable[tuple[int, EncodedChunk | None]]: ...
 
 
 def encode_part(
@@ -279,21 +353,30 @@ def encode_part(
     sources: tuple[Any, ...],
     block_boxes: tuple[Box, ...] | None,
     old: OldChunks | None = None,
-) -> Iterable[tuple[int, Buffer | None]]:
+    *,
+    scattered: bool = False,
+) -> Iterable[tuple[int, EncodedChunk | None]]:
     """Encode every chunk of ``part`` from its sources, in slot order (None: not stored).
 
     ``sources`` are the Dask blocks feeding the part (with ``block_boxes``)
     or the pieces they already made (``block_boxes`` None). ``old`` gives
     the old content of partly covered chunks (an update). A part cut from
     one block is encoded lazily, chunk by chunk as they are asked for, so
-    that writing one chunk can overlap encoding the next.
+    that writing one chunk can overlap encoding the next. ``scattered``:
+    a chunk may come as several buffers to write back to back (a
+    compressed chunk and its CRC32C), for callers that lay chunks out
+    (:func:`~shardpipe.formats.base.stream_shard`,
+    :func:`~shardpipe.formats.base.lay_out_part`).
     """
     if block_boxes is None:
         return _gather(target, shard, part, sources, old)
     partial = old is not None and any(part.chunks.contains(c) for c in old.partial)
     if part.is_direct and not partial:
-        return _encode_held(target, shard, part, sources, block_boxes, [0] * part.chunks.n_chunks)
-    return _cut_in_task(target, shard, part, sources, block_boxes, old if partial else None)
+        holders = [0] * part.chunks.n_chunks
+        return _encode_held(target, shard, part, sources, block_boxes, holders, scattered=scattered)
+    return _cut_in_task(
+        target, shard, part, sources, block_boxes, old if partial else None, scattered=scattered
+    )
 
 
 def write_shard(
@@ -313,20 +396,23 @@ def write_shard(
     system the device writes the first chunks while the last are encoded,
     and the shard appears at its key, durable, when the task returns.
     """
-    encoded = stored_only(encode_part(target, shard, part, sources, block_boxes))
-    first = next(encoded, None)
-    if first is None:
-        return EMPTY_SHARD
-    return put_shard(
-        target.store, key, target.shard_format, itertools.chain([first], encoded), shard=shard
-    )
+    with encoding_task():
+        encoded = stored_only(
+            encode_part(target, shard, part, sources, block_boxes, scattered=True)
+        )
+        first = next(encoded, None)
+        if first is None:
+            return EMPTY_SHARD
+        return put_shard(
+            target.store, key, target.shard_format, itertools.chain([first], encoded), shard=shard
+        )
 
 
 def put_shard(
     store: ShardStore,
     key: str,
     shard_format: ShardFormat,
-    encoded: Iterable[tuple[int, Buffer]],
+    encoded: Iterable[tuple[int, EncodedChunk]],
     *,
     shard: Coords,
 ) -> WriteReport:
@@ -365,7 +451,10 @@ def write_part(
     shard's last bytes (its last part, in a format with nothing after the
     chunks).
     """
-    encoded = list(stored_only(encode_part(target, shard, part, sources, block_boxes)))
+    with encoding_task():
+        encoded = list(
+            stored_only(encode_part(target, shard, part, sources, block_boxes, scattered=True))
+        )
     last_bytes = is_last and not target.shard_format.has_tail
     min_size = 0 if last_bytes else target.store.min_part_size
     return put_part(target.store, handle, part.number, encoded, min_size=min_size)
@@ -375,7 +464,7 @@ def put_part(
     store: ShardStore,
     handle: PartsHandle,
     number: int,
-    encoded: list[tuple[int, Buffer]],
+    encoded: Sequence[tuple[int, EncodedChunk]],
     *,
     min_size: int,
 ) -> WrittenPart:

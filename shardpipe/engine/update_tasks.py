@@ -39,6 +39,7 @@ from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan
 from shardpipe.core.region import ShardCoverage
 from shardpipe.core.shard_update import Abilities, ShardBytes, ShardUpdate, plan_shard_update
+from shardpipe.engine.encoders import encoding_task
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.tasks import WriteTarget, encode_part, stored_only
 from shardpipe.errors import ChunkDecodeError, ConditionFailedError, PlanError, ShardConflictError
@@ -206,7 +207,8 @@ def update_shard(
         If this job no longer holds the array's marker.
     """
     before = retries_so_far()
-    report = _update_shard(target, sources, shard, key, part, block_boxes, coverage)
+    with encoding_task():
+        report = _update_shard(target, sources, shard, key, part, block_boxes, coverage)
     if target.update:
         try:
             target.store.put(target.keys.done_key(target.update, key), [b""])

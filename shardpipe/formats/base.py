@@ -37,6 +37,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from shardpipe.codec.plain_chain import EncodedChunk
 from shardpipe.core.grid import Coords
 from shardpipe.errors import ShardFormatError
 
@@ -284,13 +285,13 @@ def read_checked_index(
 
 
 def lay_out_part(
-    encoded: Iterable[tuple[int, Buffer]], *, min_size: int = 0
+    encoded: Iterable[tuple[int, EncodedChunk]], *, min_size: int = 0
 ) -> tuple[list[Buffer], PartManifest]:
     """Lay encoded chunks back to back and describe where each one landed.
 
     Parameters
     ----------
-    encoded : iterable of (slot, bytes-like)
+    encoded : iterable of (slot, bytes-like or tuple of bytes-like)
         Index slot and encoded bytes of every chunk to store.
     min_size : int
         Pad the part with zero bytes up to this size (object stores require
@@ -312,15 +313,24 @@ def lay_out_part(
     return buffers, manifest
 
 
-def _laid_out(encoded: Iterable[tuple[int, Buffer]], manifest: PartManifest) -> Iterator[Buffer]:
-    """Yield each chunk's bytes, recording in ``manifest`` where it lands (back to back)."""
+def _laid_out(
+    encoded: Iterable[tuple[int, EncodedChunk]], manifest: PartManifest
+) -> Iterator[Buffer]:
+    """Yield each chunk's buffers, recording in ``manifest`` where it lands (back to back)."""
+    slots, offsets, sizes = manifest.slots, manifest.offsets, manifest.nbytes
     for slot, data in encoded:
-        n = memoryview(data).nbytes
-        manifest.slots.append(slot)
-        manifest.offsets.append(manifest.size)
-        manifest.nbytes.append(n)
+        if isinstance(data, tuple):
+            n = sum(memoryview(b).nbytes for b in data)
+        else:
+            n = memoryview(data).nbytes
+        slots.append(slot)
+        offsets.append(manifest.size)
+        sizes.append(n)
         manifest.size += n
-        yield data
+        if isinstance(data, tuple):
+            yield from data
+        else:
+            yield data
 
 
 def stamp_index(n_slots: int, parts: Sequence[PartManifest], *, first_offset: int) -> ShardIndex:
@@ -347,7 +357,7 @@ def stamp_index(n_slots: int, parts: Sequence[PartManifest], *, first_offset: in
 
 
 def assemble_shard(
-    shard_format: ShardFormat, encoded: Iterable[tuple[int, Buffer]], *, shard: Coords
+    shard_format: ShardFormat, encoded: Iterable[tuple[int, EncodedChunk]], *, shard: Coords
 ) -> list[Buffer]:
     """Return the buffers whose concatenation is the complete shard ``shard``.
 
@@ -355,7 +365,7 @@ def assemble_shard(
     ----------
     shard_format : ShardFormat
         The format.
-    encoded : iterable of (slot, bytes-like)
+    encoded : iterable of (slot, bytes-like or tuple of bytes-like)
         Index slot and encoded bytes of every stored inner chunk, in the
         order they are to lie.
     shard : tuple of int
@@ -372,7 +382,7 @@ class StreamedShard:
     ----------
     shard_format : ShardFormat
         The format.
-    encoded : iterable of (slot, bytes-like)
+    encoded : iterable of (slot, bytes-like or tuple of bytes-like)
         The stored chunks, produced on demand.
     shard : tuple of int
         The shard's coordinates.
@@ -382,7 +392,7 @@ class StreamedShard:
     """
 
     shard_format: ShardFormat
-    encoded: Iterable[tuple[int, Buffer]]
+    encoded: Iterable[tuple[int, EncodedChunk]]
     shard: Coords
     manifest: PartManifest = field(default_factory=PartManifest)
 
@@ -429,7 +439,7 @@ def encode_stamped(
 
 
 def stream_shard(
-    shard_format: ShardFormat, encoded: Iterable[tuple[int, Buffer]], *, shard: Coords
+    shard_format: ShardFormat, encoded: Iterable[tuple[int, EncodedChunk]], *, shard: Coords
 ) -> StreamedShard:
     """Lay out shard ``shard`` lazily from ``encoded`` (slot, bytes) pairs, produced on demand.
 

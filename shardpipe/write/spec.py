@@ -146,6 +146,7 @@ class WriteSpec:
             codec=self.chunk_codec(),
             shard_format=self.shard_format,
             staging=self.target.key(f"{STAGING_DIR}/{token}"),
+            encoders=self.plan.encoders(CPU_COUNT),
         )
 
     def key_of(self) -> Callable[[Coords], str]:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import shardpipe.storage.local.file_io as file_io
 import shardpipe.storage.local.writeback as writeback
+from shardpipe.storage.local.file_io import batched
 from shardpipe.storage.local.store import LocalShardStore
 
 MiB = 1 << 20
@@ -43,6 +45,33 @@ def test_writeback_starts_while_buffers_are_produced_only_when_durable(
         return
     # every MiB written is handed to the device before the next buffers are produced
     assert requests == [(2, 0, MiB), (4, MiB, MiB), (6, 2 * MiB, MiB)]
+
+
+def test_batches_hold_back_at_most_their_size_plus_one_buffer() -> None:
+    sizes = [3, 1, 4, 1, 5, 9, 2, 6]
+    batches = list(batched((bytes(n) for n in sizes), 6))
+    assert [[len(b) for b in batch] for batch in batches] == [[3, 1, 4], [1, 5], [9], [2, 6]]
+    assert list(batched([], 6)) == []
+
+
+def test_streamed_buffers_go_to_the_file_in_few_writev_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = os.writev
+
+    def counting(fd: int, views: list[memoryview]) -> int:
+        calls.append(len(views))
+        return real(fd, views)
+
+    monkeypatch.setattr(file_io.os, "writev", counting)
+    chunks = [bytes([i]) * (40 << 10) for i in range(20)]  # 20 x 40 KiB, and a CRC each
+    buffers = [b for i, chunk in enumerate(chunks) for b in (chunk, i.to_bytes(4, "little"))]
+    store = LocalShardStore(tmp_path, fsync=False)
+    assert store.put_streamed("a/c/0", iter(buffers)) == sum(len(b) for b in buffers)
+    assert (tmp_path / "a" / "c" / "0").read_bytes() == b"".join(buffers)
+    assert sum(calls) == len(buffers)
+    assert len(calls) <= -(-sum(len(b) for b in buffers) // file_io.WRITE_BATCH)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")

@@ -124,6 +124,27 @@ def test_encode_gives_the_bytes_of_the_codec_objects(
     from_slot = codec.encode_slot(slot)
     assert from_slot is not None
     assert comparable(from_slot, compressor, checksums) == expected
+    scattered = codec.encode_scattered(chunk)
+    assert scattered is not None
+    assert comparable(joined(scattered), compressor, checksums) == expected
+
+
+def joined(encoded: Any) -> bytes:
+    """The bytes of an encoded chunk given as one buffer or a tuple of them."""
+    parts = encoded if isinstance(encoded, tuple) else (encoded,)
+    return b"".join(as_bytes(p) for p in parts)
+
+
+@pytest.mark.parametrize("compressor", ["zstd", "gzip", "blosc"])
+def test_a_compressed_chunk_and_its_crc32c_come_as_two_buffers(compressor: str) -> None:
+    """No copy of the compressed bytes to append 4: the CRC32C is a buffer of its own."""
+    codec = make_codec("uint16", (4, 8, 8), compressor)
+    chunk = values("uint16", (8, 16, 16), 3)[:4, :8, :8]
+    body, crc = codec.encode_scattered(chunk)  # type: ignore[misc]
+    assert as_bytes(crc) == crc32c(as_bytes(body)).to_bytes(4, "little")
+    assert comparable(joined((body, crc)), compressor, True) == comparable(
+        codec._encode_chain(chunk), compressor, True
+    )
 
 
 @pytest.mark.parametrize("compressor", ["none", "zstd", "gzip", "blosc"])

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Buffer, Sequence
+from collections.abc import Buffer, Iterable, Iterator, Sequence
 
 IOV_MAX = 512
 """Most buffers handed to one ``writev`` / ``pwritev`` call."""
+
+WRITE_BATCH = 256 << 10
+"""Bytes of streamed buffers gathered for one ``writev`` (:func:`batched`)."""
 
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
 
@@ -21,6 +24,25 @@ _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
 def _views(buffers: Sequence[Buffer]) -> list[memoryview]:
     """Flat byte views of the non-empty buffers."""
     return [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
+
+
+def batched(buffers: Iterable[Buffer], nbytes: int = WRITE_BATCH) -> Iterator[list[Buffer]]:
+    """Group ``buffers``, in order, into lists of at least ``nbytes`` bytes (the last less).
+
+    One ``writev`` per list instead of one ``write`` per buffer: an encoded
+    chunk and its CRC32C, or small chunks, go to the kernel in one call. At
+    most ``nbytes`` bytes plus one buffer are held back from the file.
+    """
+    batch: list[Buffer] = []
+    size = 0
+    for buffer in buffers:
+        batch.append(buffer)
+        size += memoryview(buffer).nbytes
+        if size >= nbytes:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
 
 def _advance(views: list[memoryview], written: int) -> None:

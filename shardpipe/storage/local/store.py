@@ -61,7 +61,7 @@ from shardpipe.storage.base import (
     StoreAbilities,
 )
 from shardpipe.storage.keys import TEMPORARY_SUFFIX, edge_key
-from shardpipe.storage.local.file_io import copy_into, fsync_dir, pwrite_all, write_all
+from shardpipe.storage.local.file_io import batched, copy_into, fsync_dir, pwrite_all, write_all
 from shardpipe.storage.local.keys import LocalKeys
 from shardpipe.storage.local.temporary import temporary_name, writer_may_run
 from shardpipe.storage.local.writeback import Writeback
@@ -229,7 +229,10 @@ class LocalShardStore(ShardStore):
         self._publish(key, lambda fd: write_all(fd, buffers), if_absent, if_version)
 
     def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
-        """Publish ``buffers`` at ``key`` atomically, writing each one as it is produced.
+        """Publish ``buffers`` at ``key`` atomically, writing them as they are produced.
+
+        Buffers go to the file in batches of about 256 KiB, one ``writev`` each
+        (:func:`~shardpipe.storage.local.file_io.batched`).
 
         With ``fsync``, the kernel starts writing each stretch of the
         temporary file to the device as soon as it is written
@@ -242,8 +245,8 @@ class LocalShardStore(ShardStore):
         def write(fd: int) -> None:
             nonlocal total
             writeback = Writeback(fd, enabled=self.fsync)
-            for buffer in buffers:
-                n = write_all(fd, [buffer])
+            for batch in batched(buffers):
+                n = write_all(fd, batch)
                 writeback.written(n)
                 total += n
 

@@ -1,0 +1,220 @@
+"""Shard tasks against the format-work limit, one-shard writes: ``python -m benchmarks.shard_cost``.
+
+Issue #30 measures shardpipe against the format-work limit
+(:mod:`benchmarks.format_limit`) in MB/s; on a machine that other processes
+load, wall times say little. Two measurements that other processes disturb
+less, in one process on the same data:
+
+``tasks`` (default)
+    The suite's noisy ``uint16`` volume (``--shape``, default (256, 1024,
+    1024), 512 MiB) written in shards (128, 256, 256) of chunks (64, 64, 64)
+    by shardpipe (Dask blocks of one shard, threaded scheduler, no fsync)
+    and by the format-work limit, alternately, ``--reps`` times each, on
+    ``--threads`` threads. Each shard task is timed by its own thread's CPU
+    clock (``time.thread_time``): shardpipe's ``write_shard`` and the
+    limit's per-shard function; shardpipe encodes every chunk on its task's
+    thread here (no encoding on idle cores, which would move work off the
+    task's clock). Reported: the minimum, 10th percentile and
+    median per shard, their ratios (limit / shardpipe: 1.0 means shardpipe
+    does no more work per shard than the format needs), and each write's
+    process CPU seconds beside the sum of its shard tasks (the rest is work
+    outside the shard tasks: graph, scheduler, metadata).
+``one-shard``
+    One shard of that volume (128, 256, 256), 16 MiB, written whole, then
+    its first half rewritten as a region update, with chunks encoded on one
+    thread (:func:`shardpipe.engine.encoders.task_threads` forced to 1) and
+    on the idle cores (the default), alternately, ``--reps`` times each:
+    wall times (median and best).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import format_limit
+from benchmarks.cases import CHUNKS, SHARDS, Case
+from benchmarks.volumes import make_volume
+
+MIB = 1 << 20
+
+
+def _compressors(codec: str) -> Any:
+    from zarr.codecs import ZstdCodec
+
+    return [ZstdCodec(level=1)] if codec == "zstd1" else None
+
+
+def shard_tasks(
+    shape: tuple[int, ...], codec: str, threads: int, reps: int, out: Path
+) -> dict[str, Any]:
+    """Thread CPU seconds of every shard task of shardpipe and of the format-work limit."""
+    import dask
+    import dask.array as da
+
+    import shardpipe
+    import shardpipe.engine.encoders as encoders
+    import shardpipe.engine.graph as graph
+    import shardpipe.engine.tasks as tasks
+
+    # every chunk of a shard encoded on its task's thread, as the limit does, so
+    # that the task's thread CPU clock counts all the shard's work
+    encoders.task_threads = lambda: 1
+
+    volume = make_volume(shape, kind="noisy")
+    x = da.from_array(volume, chunks=SHARDS)
+    times: dict[str, list[float]] = {"format": [], "shardpipe": []}
+    writes: dict[str, list[tuple[float, float, float]]] = {"format": [], "shardpipe": []}
+
+    def timed(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                times[name].append(time.thread_time() - start)
+
+        return run
+
+    # the graph builder's reference to the task function, as it puts it in every graph
+    setattr(graph, "write_shard", timed("shardpipe", tasks.write_shard))  # noqa: B010
+    writer_call = format_limit.ShardWriter.__call__
+    format_limit.ShardWriter.__call__ = timed("format", writer_call)  # type: ignore[method-assign]
+    format_limit.THREADS = threads
+    case = Case("suite", "format", "format", "noisy", shape, str(out / "format"), codec)
+    limit_write, _ = format_limit.format_work(case, volume, durable=False)
+
+    def write_shardpipe() -> None:
+        with dask.config.set(scheduler="threads", num_workers=threads):
+            shardpipe.to_sharded_zarr(
+                x,
+                str(out / "shardpipe"),
+                shards=SHARDS,
+                chunks=CHUNKS,
+                compressors=_compressors(codec),
+                overwrite=True,
+                storage_options={"fsync": False},
+            )
+
+    runs = {"format": limit_write, "shardpipe": write_shardpipe}
+    for rep in range(reps):
+        order = ["format", "shardpipe"] if rep % 2 == 0 else ["shardpipe", "format"]
+        for name in order:
+            shutil.rmtree(out / name, ignore_errors=True)
+            first = len(times[name])
+            wall, cpu = time.perf_counter(), time.process_time()
+            runs[name]()
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            writes[name].append((wall, cpu, sum(times[name][first:])))
+    return {"times": times, "writes": writes, "nbytes": volume.nbytes}
+
+
+def report_tasks(result: dict[str, Any]) -> None:
+    """Print the per-shard figures of :func:`shard_tasks`."""
+    times, writes, nbytes = result["times"], result["writes"], result["nbytes"]
+    stats = {}
+    for name in ("format", "shardpipe"):
+        ts = sorted(times[name])
+        stats[name] = (ts[0], ts[len(ts) // 10], statistics.median(ts))
+        walls = sorted(w for w, _, _ in writes[name])
+        print(
+            f"{name:9s} per shard task, thread CPU ms: min {1000 * ts[0]:.1f}  "
+            f"p10 {1000 * stats[name][1]:.1f}  median {1000 * stats[name][2]:.1f}  "
+            f"(n={len(ts)});  wall MB/s: best {nbytes / walls[0] / 1e6:.0f}  "
+            f"median {nbytes / statistics.median(walls) / 1e6:.0f}"
+        )
+        cpu = "  ".join(f"{c:.2f}/{t:.2f}" for _, c, t in writes[name])
+        print(f"{'':9s} per write, process CPU s / sum of shard tasks s: {cpu}")
+    ratios = [f / s for f, s in zip(stats["format"], stats["shardpipe"], strict=True)]
+    print(
+        "format-work limit / shardpipe, per shard task CPU: "
+        f"min {ratios[0]:.3f}  p10 {ratios[1]:.3f}  median {ratios[2]:.3f}"
+    )
+
+
+def one_shard(reps: int, codec: str, out: Path) -> dict[str, list[float]]:
+    """Wall seconds of a one-shard write and a half-shard update, one thread or idle cores."""
+    import dask
+    import dask.array as da
+
+    import shardpipe
+    import shardpipe.engine.encoders as encoders
+
+    volume = make_volume(SHARDS, kind="noisy")
+    x = da.from_array(volume, chunks=volume.shape)
+    half = da.from_array(volume[: SHARDS[0] // 2] + 1, chunks=(SHARDS[0] // 2, *SHARDS[1:]))
+    region = (slice(0, SHARDS[0] // 2), slice(None), slice(None))
+    cores = encoders.task_threads
+    results: dict[str, list[float]] = {}
+    for rep in range(reps):
+        for mode in ("one thread", "idle cores")[:: 1 if rep % 2 == 0 else -1]:
+            encoders.task_threads = (lambda: 1) if mode == "one thread" else cores
+            path = str(out / mode.replace(" ", "-"))
+            with dask.config.set(scheduler="threads"):
+                start = time.perf_counter()
+                shardpipe.to_sharded_zarr(
+                    x,
+                    path,
+                    shards=SHARDS,
+                    chunks=CHUNKS,
+                    compressors=_compressors(codec),
+                    overwrite=True,
+                    storage_options={"fsync": False},
+                )
+                results.setdefault(f"write, {mode}", []).append(time.perf_counter() - start)
+                start = time.perf_counter()
+                shardpipe.to_sharded_zarr(
+                    half, path, region=region, storage_options={"fsync": False}
+                )
+                results.setdefault(f"update, {mode}", []).append(time.perf_counter() - start)
+    encoders.task_threads = cores
+    return results
+
+
+def report_one_shard(results: dict[str, list[float]]) -> None:
+    """Print the wall times of :func:`one_shard` and the speed-ups of the idle cores."""
+    for name, seconds in results.items():
+        runs = " ".join(f"{1000 * s:.0f}" for s in seconds)
+        print(
+            f"{name:22s} median {1000 * statistics.median(seconds):6.1f} ms  "
+            f"best {1000 * min(seconds):6.1f} ms  ({runs})"
+        )
+    for kind in ("write", "update"):
+        one, idle = results[f"{kind}, one thread"], results[f"{kind}, idle cores"]
+        median = statistics.median(one) / statistics.median(idle)
+        print(
+            f"{kind}: one thread / idle cores: median {median:.2f}x, "
+            f"best {min(one) / min(idle):.2f}x"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: ``python -m benchmarks.shard_cost [tasks|one-shard] [options]``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", nargs="?", choices=["tasks", "one-shard"], default="tasks")
+    parser.add_argument("--codec", choices=["zstd1", "none"], default="zstd1")
+    parser.add_argument("--shape", type=int, nargs=3, default=[256, 1024, 1024])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=4)
+    args = parser.parse_args(argv)
+    Path("benchmarks/out").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="shard-cost-", dir="benchmarks/out") as tmp:
+        out = Path(tmp)
+        if args.what == "tasks":
+            shape = tuple(args.shape)
+            print(f"volume noisy {shape} uint16, {np.prod(shape) * 2 / MIB:.0f} MiB, {args.codec}")
+            report_tasks(shard_tasks(shape, args.codec, args.threads, args.reps, out))
+        else:
+            report_one_shard(one_shard(args.reps, args.codec, out))
+
+
+if __name__ == "__main__":
+    main()
