@@ -38,7 +38,7 @@ class ShardBar:
 
     Drawn with :func:`bar_class`: a console bar in a terminal, a widget in a
     notebook that has ipywidgets; nothing when ``show`` is False. Safe to
-    advance from several threads. The last advance is left for :meth:`close`
+    advance from several threads. The last advance is left for leaving the ``with`` block
     to draw, so the finished bar is printed once.
 
     Parameters
