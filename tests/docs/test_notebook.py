@@ -1,4 +1,4 @@
-"""The quickstart notebook runs top to bottom."""
+"""Every notebook runs top to bottom, with no error and no warning printed."""
 
 from __future__ import annotations
 
@@ -30,3 +30,12 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
         if o.output_type == "error"
     ]
     assert errors == []
+    # e.g. distributed's "Sending large graph", tqdm's "IProgress not found"
+    warnings = [
+        o["text"]
+        for c in notebook.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.output_type == "stream" and o.get("name") == "stderr" and "Warning" in o["text"]
+    ]
+    assert warnings == []
