@@ -27,6 +27,10 @@ from shardpipe.maintenance.upkeep import (
     repair,
 )
 from shardpipe.maintenance.verification import VerifyReport, verify
+from shardpipe.ome.api import to_ome_zarr
+from shardpipe.ome.job import OmeZarrWrite
+from shardpipe.ome.prepare import prepare_ome_zarr
+from shardpipe.ome.report import OmeZarrReport
 from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk
 from shardpipe.rechunking.group import plan_group_rechunk, rechunk_group
@@ -42,6 +46,8 @@ __all__ = [
     "JobConflictError",
     "MemoryBudgetError",
     "MigrateReport",
+    "OmeZarrReport",
+    "OmeZarrWrite",
     "RechunkJob",
     "RepairReport",
     "ShardConflictError",
@@ -60,11 +66,13 @@ __all__ = [
     "open_dataset",
     "plan_group_rechunk",
     "plan_rechunk",
+    "prepare_ome_zarr",
     "prepare_write",
     "rechunk",
     "rechunk_group",
     "repair",
     "to_neuroglancer_precomputed",
+    "to_ome_zarr",
     "to_sharded_zarr",
     "verify",
 ]

@@ -39,6 +39,7 @@ from dask.delayed import Delayed, delayed
 from shardpipe.core.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, check_scattered
+from shardpipe.engine.pyramid import downsampled
 from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.errors import (
     ArrayExistsError,
@@ -49,7 +50,7 @@ from shardpipe.errors import (
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
 from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES, UNFINISHED_KEY
-from shardpipe.precomputed.graph import downsampled, part_chunks, shard_tasks
+from shardpipe.precomputed.graph import part_chunks, shard_tasks
 from shardpipe.precomputed.tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store

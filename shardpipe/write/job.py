@@ -120,6 +120,11 @@ class ShardedWrite:
     wave_size : int or None
         Shards per wave; None chooses them when the job runs
         (:meth:`wave_schedule`). A resumed write keeps its first run's.
+    shared_source : bool
+        The source's blocks feed other jobs run together with this one (the
+        levels of a pyramid): the job runs as one wave, in one computation
+        with those jobs, and its graph keeps the blocks as tasks of their own
+        (see :func:`~shardpipe.engine.graph.build_write_graph`).
 
     Notes
     -----
@@ -145,6 +150,7 @@ class ShardedWrite:
         resume: Resume = False,
         first_wave: int = 0,
         wave_size: int | None = None,
+        shared_source: bool = False,
     ) -> None:
         self.source = source
         self.target = target
@@ -160,6 +166,7 @@ class ShardedWrite:
         self.resume = resume
         self.first_wave = first_wave
         self.wave_size = wave_size
+        self.shared_source = shared_source
 
     @property
     def keys(self) -> JobKeys:
@@ -187,7 +194,7 @@ class ShardedWrite:
         so that every thread has work.
         """
         plan = self.plan
-        size = self.wave_size
+        size = max(plan.n_shards, 1) if self.shared_source else self.wave_size
         if size is None:
             from dask.system import CPU_COUNT
 
@@ -476,6 +483,7 @@ class ShardedWrite:
             resume=resume,
             first_wave=first_wave,
             wave_size=wave_size,
+            shared_source=self.shared_source,
         )
 
     def open(self) -> zarr.Array[Any]:
