@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardpipe.core.grid import Shape, ceildiv
+from shardpipe.core.grid import Box, Shape, ceildiv
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 
 __all__ = [
@@ -40,9 +40,11 @@ __all__ = [
     "downsample_blocks",
     "downsample_nbytes",
     "level_layout",
+    "level_region",
     "level_shape",
     "plan_levels",
     "steps_of",
+    "window_region",
 ]
 
 MAX_AUTO_LEVELS = 16
@@ -344,4 +346,27 @@ def downsample_blocks(
         if step[d] == 1 and shape[d] == max(aligned[d])
         else _regular(totals[d], shape[d])
         for d in range(ndim)
+    )
+
+
+def level_region(region: Box, factor: Sequence[int], shape: Shape) -> Box:
+    """The box of a level (of ``factor``, ``shape``) whose windows touch ``region`` of level 0.
+
+    A region write of level 0 changes every window it touches: those are
+    the level's voxels to compute again.
+    """
+    return tuple(
+        (a // f, min(ceildiv(b, f), n)) for (a, b), f, n in zip(region, factor, shape, strict=True)
+    )
+
+
+def window_region(region: Box, factor: Sequence[int], shape: Shape) -> Box:
+    """The box of level 0 (of ``shape``) covered by the windows of ``factor`` touching ``region``.
+
+    What a level of ``factor`` is computed from when ``region`` changes: the
+    region widened to whole windows (clipped at the far end).
+    """
+    return tuple(
+        ((a // f) * f, min(ceildiv(b, f) * f, n))
+        for (a, b), f, n in zip(region, factor, shape, strict=True)
     )

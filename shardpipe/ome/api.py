@@ -7,8 +7,12 @@ from typing import Any
 import zarr
 
 from shardpipe.core.checks import check_bool
+from shardpipe.errors import InvalidArgumentError
 from shardpipe.ome.prepare import prepare_ome_zarr
+from shardpipe.ome.update import prepare_ome_update
+from shardpipe.storage.resolve import resolve_store
 from shardpipe.write.job import DEFAULT_MAX_MEM
+from shardpipe.write.transaction import check_writable
 
 __all__ = ["to_ome_zarr"]
 
@@ -37,6 +41,9 @@ def to_ome_zarr(
     max_mem: int | str = DEFAULT_MAX_MEM,
     chunk_checksums: bool = True,
     resume: bool = False,
+    region: Any = None,
+    append_dim: Any = None,
+    write_strategy: str = "auto",
     progress: bool = False,
     commit: str | None = None,
     rebase: bool = False,
@@ -112,8 +119,18 @@ def to_ome_zarr(
     chunk_checksums : bool
         End the inner codec chain with ``crc32c`` (default True).
     resume : bool
-        Carry on an interrupted write of the same image: shards already
-        written (complete) are kept, the rest written.
+        Carry on an interrupted write (or update) of the same image: shards
+        already written (complete) are kept, the rest written.
+    region : tuple of slice, optional
+        Write ``image`` into this box of level 0 of the existing image at
+        the location; every lower level's voxels whose windows touch it are
+        computed again (from level 0 read back) and written. See
+        :mod:`shardpipe.ome.update`.
+    append_dim : str or int, optional
+        Append ``image`` to the existing image along this axis (``"t"``):
+        every level grows by its downsampled share, computed in one pass.
+    write_strategy : {"auto", "in_place", "append", "rewrite"}
+        How updates change existing shards (see ``to_sharded_zarr``).
     progress : bool
         Show a progress bar over every shard.
     commit : str, optional
@@ -136,6 +153,49 @@ def to_ome_zarr(
         If a node is at the location and ``overwrite`` is False.
     """
     progress = check_bool("progress", progress)
+    if region is not None or append_dim is not None:
+        given: dict[str, Any] = {
+            "scale": scale,
+            "translation": translation,
+            "axes_units": axes_units,
+            "scale_factors": scale_factors,
+            "method": method,
+            "shards": shards,
+            "chunks": chunks,
+            "name": name,
+            "omero": omero,
+            "channel_names": channel_names,
+            "labels": labels,
+            "label_method": label_method,
+        }
+        for parameter, value in [
+            *given.items(),
+            ("compressors", None if compressors == "auto" else compressors),
+            ("overwrite", overwrite or None),
+        ]:
+            if value is not None:
+                raise InvalidArgumentError(
+                    parameter,
+                    f"{value!r} given with {'region' if region is not None else 'append_dim'}: "
+                    "an update keeps the stored image's levels, layout and metadata",
+                    f"Leave {parameter} out (update a label image with path='labels/<name>')",
+                )
+        target = resolve_store(store, path, storage_options)
+        check_writable(target)
+        update = prepare_ome_update(
+            image,
+            target,
+            axes=axes,
+            region=region,
+            append_dim=append_dim,
+            write_strategy=write_strategy,
+            max_mem=max_mem,
+            resume=resume,
+        )
+        done = update.execute(progress=progress, commit=commit, rebase=rebase)
+        if done.snapshot_id is not None:
+            return done.snapshot_id
+        return zarr.open_group(target.zarr_store, path=target.path or None, mode="r")
     job = prepare_ome_zarr(
         image,
         store,

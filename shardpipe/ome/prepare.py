@@ -48,7 +48,7 @@ from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.transaction import check_writable
 
-__all__ = ["plan_multiscale", "prepare_ome_zarr"]
+__all__ = ["plan_multiscale", "prepare_ome_zarr", "pyramid_arrays"]
 
 
 def _version() -> str:
@@ -56,6 +56,53 @@ def _version() -> str:
         return version("shardpipe")
     except PackageNotFoundError:  # pragma: no cover - a source tree
         return "0.1.0"
+
+
+def pyramid_arrays(
+    data: da.Array, steps: Sequence[Shape], method: str, *, budget: int, what: str
+) -> tuple[list[da.Array], list[int]]:
+    """Each level's Dask array, from ``data`` by ``steps``, and its downsampling task's memory.
+
+    ``steps`` are the levels' steps from the level before (level 0's ones
+    first). Blocks are regrouped before each step as
+    :func:`~shardpipe.core.pyramid.downsample_blocks` chooses.
+
+    Raises
+    ------
+    shardpipe.errors.MemoryBudgetError
+        When a downsampling (or regrouping) task cannot fit ``budget``.
+    """
+    dtype = np.dtype(data.dtype)
+    target_nbytes = max(math.prod(max(c) for c in data.chunks) * dtype.itemsize, 1 << 20)
+    arrays = [data]
+    memory = [0]
+    for index, step in enumerate(steps[1:], start=1):
+        before = arrays[-1]
+        task = f"downsample-{method} (level {index} of {what})"
+        blocks = downsample_blocks(
+            before.chunks,
+            step,
+            dtype,
+            method,
+            target_nbytes=target_nbytes,
+            budget=budget,
+            what=task,
+        )
+        largest = tuple(max(b) for b in blocks)
+        projected = downsample_nbytes(largest, step, dtype, method)
+        if tuple(map(tuple, blocks)) != tuple(before.chunks):
+            regroup = 2 * math.prod(largest) * dtype.itemsize  # pieces and the joined block
+            if regroup > budget:
+                raise MemoryBudgetError(
+                    f"rechunk (level {index} of {what})",
+                    regroup,
+                    budget,
+                    "raise max_mem, or pass the image in smaller Dask blocks",
+                )
+            projected = max(projected, regroup)
+        memory.append(projected)
+        arrays.append(downsampled(before, step, method, blocks))
+    return arrays, memory
 
 
 def plan_multiscale(
@@ -69,43 +116,16 @@ def plan_multiscale(
     budget: int,
     write_kwargs: dict[str, Any],
 ) -> tuple[list[ShardedWrite], list[int]]:
-    """Each level's Dask array and planned write, and its downsampling task's memory.
+    """Each level's planned write of a new pyramid, and its downsampling task's memory.
 
     Raises
     ------
     shardpipe.errors.MemoryBudgetError
         When a downsampling task or a level's write cannot fit ``budget``.
     """
-    dtype = np.dtype(data.dtype)
-    target_nbytes = max(math.prod(max(c) for c in data.chunks) * dtype.itemsize, 1 << 20)
-    arrays = [data]
-    memory = [0]
-    for level in levels[1:]:
-        before = arrays[-1]
-        what = f"downsample-{method} (level {level.index} of {path or 'image'})"
-        blocks = downsample_blocks(
-            before.chunks,
-            level.step,
-            dtype,
-            method,
-            target_nbytes=target_nbytes,
-            budget=budget,
-            what=what,
-        )
-        largest = tuple(max(b) for b in blocks)
-        projected = downsample_nbytes(largest, level.step, dtype, method)
-        if tuple(map(tuple, blocks)) != tuple(before.chunks):
-            regroup = 2 * math.prod(largest) * dtype.itemsize  # pieces and the joined block
-            if regroup > budget:
-                raise MemoryBudgetError(
-                    f"rechunk (level {level.index} of {path or 'image'})",
-                    regroup,
-                    budget,
-                    "raise max_mem, or pass the image in smaller Dask blocks",
-                )
-            projected = max(projected, regroup)
-        memory.append(projected)
-        arrays.append(downsampled(before, level.step, method, blocks))
+    arrays, memory = pyramid_arrays(
+        data, [level.step for level in levels], method, budget=budget, what=path or "image"
+    )
     jobs = []
     shared = len(levels) > 1
     for level, array in zip(levels, arrays, strict=True):
