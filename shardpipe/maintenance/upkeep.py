@@ -34,6 +34,8 @@ from shardpipe.journal.undo import recover, undo_records
 from shardpipe.legacy.hierarchy import each_array, read_draft
 from shardpipe.maintenance.groups import GroupInfo, group_at, per_array
 from shardpipe.maintenance.verification import VerifyReport, verify
+from shardpipe.ome.group_repair import repair_group
+from shardpipe.ome.stored import is_ome_image
 from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed, list_shards, over_shards
@@ -270,12 +272,16 @@ class RepairReport:
         published, read by nothing until the array grows, and then stale.
     verify : VerifyReport
         The check of the whole array afterwards.
+    notes : list of str
+        For an OME-Zarr image group: how its recorded update was settled
+        (:mod:`shardpipe.ome.group_repair`).
     """
 
     rolled_back: int = 0
     removed_marker: str | None = None
     removed_past_grid: int = 0
     verify: VerifyReport = field(default_factory=lambda: VerifyReport([]))
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -291,6 +297,7 @@ class RepairReport:
                 f"removed {self.removed_past_grid} shard(s) past the end of the grid "
                 "(an interrupted append's)"
             )
+        lines += self.notes
         return "\n".join([*lines, str(self.verify)])
 
 
@@ -330,6 +337,8 @@ def repair(
     force = check_bool("force", force)
     progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
+    if is_ome_image(target):  # an OME-Zarr image group: each level array, then the group
+        return _repair_ome(target, force, progress)
     check_node_present(target, "path" if path else "store", records=True)
     shards, keys = target.shards, JobKeys(target.key(""))
     report = RepairReport()
@@ -344,6 +353,22 @@ def repair(
         release(shards, keys, taken.marker)
     checked = verify(target, progress=progress)
     assert isinstance(checked, VerifyReport)  # a zarr array: its metadata was read above
+    report.verify = checked
+    return report
+
+
+def _repair_ome(target: ResolvedStore, force: bool, progress: bool) -> RepairReport:
+    """Repair every level array of an OME-Zarr image group and settle its record."""
+    done = repair_group(target, lambda array: repair(array, force=force))
+    arrays = done.arrays.values()
+    report = RepairReport(
+        rolled_back=sum(r.rolled_back for r in arrays),
+        removed_marker="; ".join(r.removed_marker for r in arrays if r.removed_marker) or None,
+        removed_past_grid=sum(r.removed_past_grid for r in arrays),
+        notes=done.notes,
+    )
+    checked = verify(target, progress=progress)
+    assert isinstance(checked, VerifyReport)
     report.verify = checked
     return report
 

@@ -41,6 +41,7 @@ from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records
 from shardpipe.legacy.hierarchy import each_array, read_draft
 from shardpipe.maintenance.groups import group_at, per_array
+from shardpipe.ome.group_checks import ome_problems
 from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
@@ -362,6 +363,7 @@ def verify(
         shards = [check for report in arrays.values() for check in report.shards]
         notes = [f"{path}: {note}" for path, report in arrays.items() for note in report.notes]
         job_problems = [p for report in arrays.values() for p in report.job_problems]
+        job_problems += ome_problems(target)  # an OME-Zarr image group's own findings
         return VerifyReport(
             shards,
             arrays,

@@ -429,7 +429,7 @@ def _label_list(value: Any, parameter: str, key: str) -> list[dict[str, Any]] | 
     return out
 
 
-def check_labels(labels: Any, image: ImageInput) -> list[LabelInput]:
+def check_labels(labels: Any, shape: Shape, axes: Sequence[Axis]) -> list[LabelInput]:
     """The label images of ``labels=``: integer arrays of the image's shape, with metadata.
 
     A label image has the image's shape, or the image's shape without its
@@ -466,13 +466,12 @@ def check_labels(labels: Any, image: ImageInput) -> list[LabelInput]:
             data = data.data
         array = _as_dask(data, "labels")
         _check_dtype(array, "labels", labels=True)
-        channel = [d for d, a in enumerate(image.axes) if a.type == "channel"]
-        without = tuple(n for d, n in enumerate(image.data.shape) if d not in channel)
-        if tuple(array.shape) not in (tuple(image.data.shape), without):
+        channel = [d for d, a in enumerate(axes) if a.type == "channel"]
+        without = tuple(n for d, n in enumerate(shape) if d not in channel)
+        if tuple(array.shape) not in (tuple(shape), without):
             raise InvalidArgumentError(
                 "labels",
-                f"{name!r} has the shape {tuple(array.shape)}, not the image's "
-                f"{tuple(image.data.shape)}"
+                f"{name!r} has the shape {tuple(array.shape)}, not the image's {tuple(shape)}"
                 + (f" (or {without} without its channel axis)" if channel else ""),
                 "Pass label images of the image's shape",
             )

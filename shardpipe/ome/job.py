@@ -42,8 +42,9 @@ class OmeZarrWrite:
         One per label image.
     label_names : list of str
         Every name the ``labels`` group lists after the write.
-    overwrite : bool
-        Whether the existing group is replaced.
+    remove : list of str
+        Groups removed before the write (``""``: the whole image group, with
+        ``overwrite``; ``"labels/<name>"``: a label image replaced).
     identity : dict
         What the group's job record holds (for ``resume=True``).
     resume : bool
@@ -56,7 +57,7 @@ class OmeZarrWrite:
     image: MultiscaleWrite | None
     labels: list[MultiscaleWrite]
     label_names: list[str]
-    overwrite: bool
+    remove: list[str]
     identity: dict[str, Any]
     resume: bool
     max_mem: int
@@ -133,7 +134,7 @@ class OmeZarrWrite:
             self.target,
             self.multiscales,
             self.label_names,
-            overwrite=self.overwrite,
+            remove=self.remove,
             identity=self.identity,
             resume=self.resume,
             progress=progress,

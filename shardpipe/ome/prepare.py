@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import dask.array as da
 import numpy as np
+from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.checks import check_bool
 from shardpipe.core.grid import Shape
@@ -25,7 +27,7 @@ from shardpipe.core.pyramid import (
     plan_levels,
 )
 from shardpipe.engine.pyramid import downsampled
-from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
 from shardpipe.ome.arguments import (
     ImageInput,
     LabelInput,
@@ -37,11 +39,14 @@ from shardpipe.ome.arguments import (
     scale_factors_param,
 )
 from shardpipe.ome.axes import Axis
+from shardpipe.ome.group_checks import label_names
 from shardpipe.ome.job import OmeZarrWrite
 from shardpipe.ome.metadata import image_attributes, label_attributes, multiscale, omero_document
 from shardpipe.ome.multiscale import MultiscaleWrite
-from shardpipe.ome.run import read_group_record
+from shardpipe.ome.run import GROUP_RECORD, read_group_record
+from shardpipe.ome.stored import read_image
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.metadata import layout_of, read_node_metadata
 from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
@@ -144,16 +149,94 @@ def plan_multiscale(
     return jobs, memory
 
 
-def _label_axes(image: ImageInput, label: LabelInput) -> tuple[tuple[Axis, ...], list[int]]:
-    """The label image's axes and which of the image's axes they are."""
-    if label.data.ndim == image.data.ndim:
-        return image.axes, list(range(len(image.axes)))
-    kept = [d for d, a in enumerate(image.axes) if a.type != "channel"]
-    return tuple(image.axes[d] for d in kept), kept
+@dataclass(frozen=True)
+class ImageFrame:
+    """The geometry every pyramid of a write shares: the image's, new or stored.
+
+    Parameters
+    ----------
+    axes : tuple of Axis
+        The image's axes.
+    shape : tuple of int
+        Level 0's shape.
+    scale, translation : tuple of float
+        Level 0's voxel size and origin.
+    factors : list of tuple of int
+        The levels' factors after level 0.
+    shard_shape, chunk_shape : tuple of int
+        Level 0's shards and inner chunks (clipped per level).
+    """
+
+    axes: tuple[Axis, ...]
+    shape: Shape
+    scale: tuple[float, ...]
+    translation: tuple[float, ...]
+    factors: list[Shape]
+    shard_shape: Shape
+    chunk_shape: Shape
+
+    @property
+    def paths(self) -> list[str]:
+        """The level arrays' paths."""
+        return [str(k) for k in range(len(self.factors) + 1)]
+
+    def levels(self, dims: Sequence[int]) -> list[PyramidLevel]:
+        """The levels of a pyramid over the axes ``dims`` of the image."""
+        n = len(self.factors) + 1
+        return plan_levels(
+            _pick(self.shape, dims),
+            [_pick(f, dims) for f in self.factors],
+            [_pick(self.shard_shape, dims)] * n,
+            [_pick(self.chunk_shape, dims)] * n,
+        )
 
 
 def _pick(values: Sequence[Any], dims: Sequence[int]) -> tuple[Any, ...]:
     return tuple(values[d] for d in dims)
+
+
+def _label_dims(frame: ImageFrame, label: LabelInput) -> list[int]:
+    """Which of the image's axes the label image has (all, or all but the channel axis)."""
+    if label.data.ndim == len(frame.axes):
+        return list(range(len(frame.axes)))
+    return [d for d, a in enumerate(frame.axes) if a.type != "channel"]
+
+
+def _stored_frame(target: ResolvedStore, shards: Any, chunks: Any) -> ImageFrame:
+    """The frame of the image stored at ``target`` (labels are added to it)."""
+    stored = read_image(target, "store")
+    problems = stored.consistency_problems()
+    if problems:
+        raise InvalidArgumentError(
+            "store",
+            f"the image's levels do not form a pyramid ({'; '.join(problems)})",
+            "Run `shardpipe repair` on the group, or rewrite the image",
+        )
+    axes = stored.multiscale.axes
+    metadata = read_node_metadata(
+        target.shards, target.key(f"{stored.multiscale.paths[0]}/zarr.json")
+    )
+    assert isinstance(metadata, ArrayV3Metadata)  # read_image checked it
+    layout = layout_of(metadata)
+    given_shards = layout_param("shards", shards, axes)
+    given_chunks = layout_param("chunks", chunks, axes)
+    shard_shape, chunk_shape = default_layout(
+        stored.shapes[0],
+        axes,
+        1,
+        given_shards or layout.shard_shape,
+        given_chunks or (layout.chunk_shape if given_shards is None else None),
+    )
+    scale = stored.multiscale.scales[0]
+    return ImageFrame(
+        axes,
+        stored.shapes[0],
+        scale,
+        stored.multiscale.translations[0],
+        stored.factors[1:],
+        shard_shape,
+        chunk_shape,
+    )
 
 
 def prepare_ome_zarr(
@@ -184,7 +267,11 @@ def prepare_ome_zarr(
     """Validate and plan an OME-Zarr write; write nothing.
 
     Parameters are those of :func:`~shardpipe.to_ome_zarr` without
-    ``progress``, ``commit`` and ``rebase``, which belong to running it.
+    ``progress``, ``commit`` and ``rebase``, which belong to running it, and
+    without the updates (``region``, ``append_dim``). With ``image=None``,
+    ``labels`` are added to the image already at the location (their
+    pyramids take its levels; ``overwrite`` then replaces label images of
+    the same names only).
 
     Returns
     -------
@@ -199,33 +286,9 @@ def prepare_ome_zarr(
         )
     if name is not None and not isinstance(name, str):
         raise InvalidArgumentError("name", f"{name!r} is not a string", "Pass a name or None")
-    picture = check_image(image, axes, scale, translation, axes_units)
     budget = check_max_mem(max_mem)
     method = check_method(method, labels=False)
     label_method = check_method(label_method, labels=True, parameter="label_method")
-    label_inputs = check_labels(labels, picture)
-    n_channels = next(
-        (n for n, a in zip(picture.data.shape, picture.axes, strict=True) if a.type == "channel"),
-        1,
-    )
-    omero_doc = omero_document(omero, channel_names, n_channels)
-    shape: Shape = tuple(int(n) for n in picture.data.shape)
-    itemsize = np.dtype(picture.data.dtype).itemsize
-    shard_shape, chunk_shape = default_layout(
-        shape,
-        picture.axes,
-        itemsize,
-        layout_param("shards", shards, picture.axes),
-        layout_param("chunks", chunks, picture.axes),
-    )
-    factors = scale_factors_param(scale_factors, picture.axes)
-    if factors is None:
-        factors = auto_factors(
-            shape, [a.is_space for a in picture.axes], picture.scale, shard_shape
-        )
-    levels = plan_levels(
-        shape, factors, [shard_shape] * (len(factors) + 1), [chunk_shape] * (len(factors) + 1)
-    )
     target = resolve_store(store, path, storage_options)
     check_not_a_file(target, "store")
     check_writable(target)
@@ -235,9 +298,72 @@ def prepare_ome_zarr(
             "True, but an Icechunk write that did not finish left nothing to resume",
             "Write again in a writable session, without resume",
         )
+    picture: ImageInput | None = None
+    if image is None:
+        if labels is None:
+            raise InvalidArgumentError(
+                "image", "None without labels", "Pass an image, or labels to add to the image"
+            )
+        given = {
+            "axes": axes,
+            "scale": scale,
+            "translation": translation,
+            "axes_units": axes_units,
+            "scale_factors": scale_factors,
+            "method": method if method != "mean" else None,
+            "omero": omero,
+            "channel_names": channel_names,
+            "name": name,
+        }
+        for parameter, value in given.items():
+            if value is not None:
+                raise InvalidArgumentError(
+                    parameter,
+                    f"{value!r} given to add labels to a stored image, whose own it takes",
+                    f"Leave {parameter} out",
+                )
+        frame = _stored_frame(target, shards, chunks)
+        existing = label_names(target)
+    else:
+        picture = check_image(image, axes, scale, translation, axes_units)
+        shape: Shape = tuple(int(n) for n in picture.data.shape)
+        shard_shape, chunk_shape = default_layout(
+            shape,
+            picture.axes,
+            np.dtype(picture.data.dtype).itemsize,
+            layout_param("shards", shards, picture.axes),
+            layout_param("chunks", chunks, picture.axes),
+        )
+        factors = scale_factors_param(scale_factors, picture.axes)
+        if factors is None:
+            factors = auto_factors(
+                shape, [a.is_space for a in picture.axes], picture.scale, shard_shape
+            )
+        frame = ImageFrame(
+            picture.axes,
+            shape,
+            picture.scale,
+            picture.translation,
+            factors,
+            shard_shape,
+            chunk_shape,
+        )
+        existing = []
+    label_inputs = check_labels(labels, frame.shape, frame.axes)
     record = read_group_record(target) if resume else None
-    if not resume or record is None:
-        check_target(target, overwrite)
+    remove: list[str] = []
+    if picture is not None:
+        if not resume or record is None:
+            check_target(target, overwrite)
+        remove = [""] if overwrite else []
+    else:
+        clash = [n.name for n in label_inputs if n.name in existing]
+        if clash and not overwrite and not (resume and record is not None):
+            raise ArrayExistsError(
+                f"labels: the image at {target.path or 'the store root'!r} has label images "
+                f"named {clash} already; pass overwrite=True to replace them"
+            )
+        remove = [f"labels/{n}" for n in clash] if overwrite else []
     write_kwargs: dict[str, Any] = dict(
         compressors=compressors,
         overwrite=overwrite,
@@ -245,46 +371,41 @@ def prepare_ome_zarr(
         resume=resume,
     )
     version_ = _version()
-    image_jobs, image_memory = plan_multiscale(
-        picture.data,
-        target,
-        "",
-        picture.axes,
-        levels,
-        method,
-        budget=budget,
-        write_kwargs=write_kwargs,
-    )
-    paths = [str(level.index) for level in levels]
-    all_factors = [level.factor for level in levels]
-    image_document = multiscale(
-        name,
-        picture.axes,
-        paths,
-        all_factors,
-        picture.scale,
-        picture.translation,
-        method,
-        version_,
-    )
-    image_write = MultiscaleWrite(
-        "",
-        picture.axes,
-        levels,
-        method,
-        image_jobs,
-        image_memory,
-        image_attributes(image_document, omero_doc),
-    )
+    image_write = None
+    if picture is not None:
+        n_channels = next(
+            (n for n, a in zip(frame.shape, frame.axes, strict=True) if a.type == "channel"), 1
+        )
+        omero_doc = omero_document(omero, channel_names, n_channels)
+        levels = frame.levels(range(len(frame.axes)))
+        jobs, memory = plan_multiscale(
+            picture.data,
+            target,
+            "",
+            frame.axes,
+            levels,
+            method,
+            budget=budget,
+            write_kwargs=write_kwargs,
+        )
+        document = multiscale(
+            name,
+            frame.axes,
+            frame.paths,
+            [level.factor for level in levels],
+            frame.scale,
+            frame.translation,
+            method,
+            version_,
+        )
+        image_write = MultiscaleWrite(
+            "", frame.axes, levels, method, jobs, memory, image_attributes(document, omero_doc)
+        )
     label_writes = []
     for label in label_inputs:
-        label_axes, dims = _label_axes(picture, label)
-        label_levels = plan_levels(
-            _pick(shape, dims),
-            [_pick(f, dims) for f in factors],
-            [_pick(shard_shape, dims)] * len(levels),
-            [_pick(chunk_shape, dims)] * len(levels),
-        )
+        dims = _label_dims(frame, label)
+        label_axes = _pick(frame.axes, dims)
+        label_levels = frame.levels(dims)
         group = f"labels/{label.name}"
         jobs, memory = plan_multiscale(
             label.data,
@@ -299,10 +420,10 @@ def prepare_ome_zarr(
         document = multiscale(
             label.name,
             label_axes,
-            paths,
+            frame.paths,
             [level.factor for level in label_levels],
-            _pick(picture.scale, dims),
-            _pick(picture.translation, dims),
+            _pick(frame.scale, dims),
+            _pick(frame.translation, dims),
             label_method,
             version_,
         )
@@ -317,27 +438,19 @@ def prepare_ome_zarr(
                 label_attributes(document, label.colors, label.properties),
             )
         )
+    sources = [m.jobs[0].source.name for m in ([image_write] if image_write else [])]
     identity = {
-        "sources": [j.source.name for j in image_jobs[:1]]
-        + [m.jobs[0].source.name for m in label_writes],
-        "image": image_write.attributes,
+        "sources": sources + [m.jobs[0].source.name for m in label_writes],
+        "image": image_write.attributes if image_write is not None else None,
         "labels": {m.path: m.attributes for m in label_writes},
     }
     if resume and record is not None and record.get("identity") != identity:
         raise InvalidArgumentError(
             "resume",
-            f"the unfinished write recorded at {target.key('.shardpipe/ome-write.json')} wrote "
-            "another image or other metadata",
+            f"the unfinished write recorded at {target.key(GROUP_RECORD)} wrote another image "
+            "or other metadata",
             "Pass the same image and arguments as the write that was interrupted, or write "
             "anew with overwrite=True",
         )
-    return OmeZarrWrite(
-        target,
-        image_write,
-        label_writes,
-        [label.name for label in label_inputs],
-        overwrite,
-        identity,
-        resume,
-        budget,
-    )
+    names = existing + [n.name for n in label_inputs if n.name not in existing]
+    return OmeZarrWrite(target, image_write, label_writes, names, remove, identity, resume, budget)

@@ -2,7 +2,8 @@
 
 Order of a run (nothing of it before the whole plan is checked):
 
-1. with ``overwrite``, the old group is removed (every key under it);
+1. with ``overwrite``, the old group is removed (every key under it), or
+   the old label images that new ones replace;
 2. the group's job record ``.shardpipe/ome-write.json`` is saved, saying
    that a write is under way and what it writes (not into an Icechunk
    session, where an unfinished write never reaches a commit);
@@ -89,14 +90,19 @@ def save_group_record(target: ResolvedStore, identity: dict[str, Any], doing: st
 
 
 def delete_group_record(target: ResolvedStore) -> None:
-    """Remove the group's record: no write is under way any more."""
+    """Remove the group's record (and its folder, when empty): no write is under way any more.
+
+    An empty ``.shardpipe`` folder left in the group would make zarr warn, on
+    every walk of the hierarchy, of an object it does not recognise.
+    """
     target.shards.delete(target.key(GROUP_RECORD))
+    target.shards.prune(target.key(f"{JOB_DIR}/"))
 
 
-def remove_group(target: ResolvedStore) -> None:
-    """Delete every key under the group (its arrays, labels and records)."""
+def remove_group(target: ResolvedStore, path: str = "") -> None:
+    """Delete every key under the group at ``path`` (its arrays, labels and records)."""
     store = target.shards
-    prefix = target.key("")
+    prefix = target.key(f"{path}/" if path else "")
     for key in list(store.list(prefix)):
         store.delete(key)
 
@@ -127,7 +133,7 @@ def run_pyramids(
     multiscales: Sequence[MultiscaleWrite],
     label_names: Sequence[str],
     *,
-    overwrite: bool,
+    remove: Sequence[str],
     identity: dict[str, Any],
     resume: bool,
     progress: bool = False,
@@ -144,8 +150,8 @@ def run_pyramids(
         The image's pyramid and the label images', planned.
     label_names : sequence of str
         Every name the ``labels`` group lists after the write.
-    overwrite : bool
-        Remove the old group first.
+    remove : sequence of str
+        Groups to remove first (``""``: the whole image group).
     identity : dict
         What the group's record holds (compared by ``resume=True``).
     resume : bool
@@ -163,8 +169,8 @@ def run_pyramids(
     message, rebase = check_commit(commit, rebase, target)
     start = time.perf_counter()
     transactional = target.transactional
-    if overwrite:
-        remove_group(target)
+    for path in remove:
+        remove_group(target, path)
     if not transactional:
         save_group_record(target, identity, "write")
     write_groups(target, multiscales, label_names)
