@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from shardpipe.cli.convert_ome_zarr import add_command as add_convert_ome_command
+from shardpipe.cli.convert_ome_zarr import run as run_convert_ome
 from shardpipe.cli.datasets import add_commands as add_dataset_commands
 from shardpipe.cli.datasets import run as run_dataset_command
 from shardpipe.cli.exit_statuses import EXPECTED, fail, statuses_text
@@ -19,6 +21,8 @@ from shardpipe.cli.migrate import add_command as add_migrate_command
 from shardpipe.cli.migrate import run as run_migrate
 from shardpipe.cli.rechunk import add_command as add_rechunk_command
 from shardpipe.cli.rechunk import run as run_rechunk
+from shardpipe.cli.write_ome_zarr import add_command as add_write_ome_command
+from shardpipe.cli.write_ome_zarr import run as run_write_ome
 from shardpipe.cli.write_precomputed import add_command as add_precomputed_command
 from shardpipe.cli.write_precomputed import run as run_precomputed
 
@@ -188,6 +192,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_progress(pack)
     add_rechunk_command(commands, _ints, parse_compressor, _add_storage_option)
     add_precomputed_command(commands, _ints, _add_storage_option)
+    add_write_ome_command(commands, _ints, parse_compressor, _add_storage_option)
+    add_convert_ome_command(commands, _ints, _add_storage_option)
     add_migrate_command(commands, _add_storage_option)
     add_dataset_commands(commands, _add_storage_option)
     return parser
@@ -245,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_rechunk(args, options, _options(args.source_storage_option) or None)
     if args.command == "write-precomputed":
         return run_precomputed(args, options, _options(args.source_storage_option) or None)
+    if args.command in ("write-ome-zarr", "convert-ome-zarr"):
+        run_ome = run_write_ome if args.command == "write-ome-zarr" else run_convert_ome
+        return run_ome(args, options, _options(args.source_storage_option) or None)
     if args.command == "migrate":
         return run_migrate(args, options, _options(args.target_storage_option) or None)
     where = args.store + (f" (path {args.path!r})" if args.path else "")
