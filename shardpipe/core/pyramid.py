@@ -47,6 +47,9 @@ __all__ = [
     "window_region",
 ]
 
+TASK_OVERHEAD = 64 << 10
+"""Bytes a downsampling task holds besides its arrays (NumPy's and Python's bookkeeping)."""
+
 MAX_AUTO_LEVELS = 16
 """Most levels the default rule makes (a 2**16-fold reduction along the finest axis)."""
 
@@ -249,20 +252,22 @@ def downsample_nbytes(
     * ``mode``: the block, its padded copy, the windows laid out as rows and
       sorted (three copies of ``n' s`` bytes), the sort order (``8 n'``) and
       about four masks of ``n'`` bytes;
-    * ``nearest``: the block and the output.
+    * ``nearest``: the block and the output;
+
+    and :data:`TASK_OVERHEAD` for each.
     """
     n = math.prod(block_shape)
     s = dtype.itemsize
     out = math.prod(ceildiv(b, f) for b, f in zip(block_shape, step, strict=True))
     window = math.prod(step)
     if method == "nearest":
-        return n * s + out * s
+        return n * s + out * s + TASK_OVERHEAD
     if method == "mode":
         padded = math.prod(ceildiv(b, f) * f for b, f in zip(block_shape, step, strict=True))
-        return n * s + padded * (3 * s + 8 + 4) + out * (s + 24)
+        return n * s + padded * (3 * s + 8 + 4) + out * (s + 24) + TASK_OVERHEAD
     wide = _wide_itemsize(dtype, window)
     first = max((f for f in step if f > 1), default=1)
-    total = n * s + 2 * (n // first) * wide + 7 * out * wide + out * s
+    total = n * s + 2 * (n // first) * wide + 7 * out * wide + out * s + TASK_OVERHEAD
     if dtype.kind in "iu" and 8 * s + window.bit_length() > 64:
         total += 3 * 8 * n
     if dtype.kind == "f" and s >= 8:
