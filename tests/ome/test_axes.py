@@ -39,7 +39,7 @@ def test_the_spec_allows(axes: Any, types: list[str]) -> None:
         ("zct", "spec's order"),
         ("x", "1 axes"),
         ("tcx", "space axes"),
-        ("ttyx", "time axes"),
+        (["t", {"name": "u", "type": "time"}, "y", "x"], "2 time axes"),
         ("ccyx", "repeat"),
         ("zzyx", "repeat"),
         ("wzyx", "no known type"),
