@@ -357,6 +357,7 @@ def prepare_conversion(
     check_writable(dst)
     check_target(dst, overwrite, "target")
     levels = []
+    by_name: dict[str, int] | None = None
     for group, level_paths in images:
         entry = groups[group]["ome"]["multiscales"][0]
         try:
@@ -364,10 +365,26 @@ def prepare_conversion(
         except InvalidArgumentError as err:
             raise InvalidArgumentError("source", err.problem, err.fix) from err
         axes[group] = group_axes
+        group_shards: Any = None
+        if shards is not None and by_name is None:  # the image's first: shards name its axes
+            given = layout_param("shards", shards, group_axes)
+            assert given is not None
+            by_name = {a.name: n for a, n in zip(group_axes, given, strict=True)}
+        if by_name is not None:
+            missing = [a.name for a in group_axes if a.name not in by_name]
+            if missing:
+                raise InvalidArgumentError(
+                    "shards",
+                    f"the label image {group!r} has the axes {missing}, which the image has not",
+                    "Leave shards out, or convert the label image on its own",
+                )
+            group_shards = tuple(by_name[a.name] for a in group_axes)
         for level_path in level_paths:
             path = f"{group}/{level_path}" if group else level_path
             levels.append(
-                _plan_level(src, dst, path, group_axes, shards, budget, chunk_checksums, reencode)
+                _plan_level(
+                    src, dst, path, group_axes, group_shards, budget, chunk_checksums, reencode
+                )
             )
     return OmeZarrConversion(src, dst, groups, levels, axes, overwrite, chunk_checksums, budget)
 
@@ -464,7 +481,8 @@ def convert_ome_zarr(
         Where the 0.5 image group goes.
     shards : sequence of int or dict, optional
         Shard shape of every level (clipped to it), a whole number of the
-        source's chunks along every axis. Default: one chunk along time and
+        source's chunks along every axis, per axis of the image (label
+        images take the sizes of the axes they have). Default: one chunk along time and
         channel axes, about 256 MiB along the space axes.
     overwrite : bool
         Replace what is at ``target``.

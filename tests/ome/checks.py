@@ -63,7 +63,9 @@ def stored_factors(group: zarr.Group) -> list[tuple[int, ...]]:
     """The factors of the levels after level 0, from the stored scales."""
     datasets = group.attrs["ome"]["multiscales"][0]["datasets"]
     scales = [d["coordinateTransformations"][0]["scale"] for d in datasets]
-    return [tuple(round(s / s0) for s, s0 in zip(scale, scales[0], strict=True)) for scale in scales[1:]]
+    return [
+        tuple(round(s / s0) for s, s0 in zip(scale, scales[0], strict=True)) for scale in scales[1:]
+    ]
 
 
 def check_image(

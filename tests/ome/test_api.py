@@ -117,7 +117,9 @@ def test_labels_have_their_own_pyramid_on_the_images_levels(tmp_path: Path, meth
     image_sets = group.attrs["ome"]["multiscales"][0]["datasets"]
     label_sets = group["labels/cells"].attrs["ome"]["multiscales"][0]["datasets"]
     for a, b in zip(image_sets, label_sets, strict=True):
-        for ta, tb in zip(a["coordinateTransformations"], b["coordinateTransformations"], strict=True):
+        for ta, tb in zip(
+            a["coordinateTransformations"], b["coordinateTransformations"], strict=True
+        ):
             assert ta[ta["type"]][1:] == tb[tb["type"]]
 
 
