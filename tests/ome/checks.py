@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,22 +69,30 @@ def stored_factors(group: zarr.Group) -> list[tuple[int, ...]]:
 
 
 def check_image(
-    path: Path | str,
+    path: Path | str | zarr.Group,
     expected: Sequence[np.ndarray],
     *,
     group: str = "",
     label: bool = False,
+    kvstore: Callable[[str], dict[str, Any]] | None = None,
 ) -> None:
     """The image (or label image) at ``path``/``group``: valid 0.5 metadata, levels as expected.
 
     Validated by ome-zarr-models; every level read by zarr-python and by
-    tensorstore and compared with ``expected``.
+    tensorstore and compared with ``expected``. ``path`` is a local folder
+    or an open group (of any store); tensorstore reads a level of an open
+    group through ``kvstore(level path)`` (skipped without it).
     """
     from ome_zarr_models.v05.image import Image
     from ome_zarr_models.v05.image_label import ImageLabel
 
-    where = Path(path) / group if group else Path(path)
-    node = zarr.open_group(str(where), mode="r")
+    if isinstance(path, zarr.Group):
+        node = path[group] if group else path
+        where: Path | None = None
+    else:
+        where = Path(path) / group if group else Path(path)
+        node = zarr.open_group(str(where), mode="r")
+    assert isinstance(node, zarr.Group)
     model = ImageLabel.from_zarr(node) if label else Image.from_zarr(node)
     datasets = model.attributes.ome.multiscales[0].datasets
     assert len(datasets) == len(expected)
@@ -93,7 +101,13 @@ def check_image(
         assert array.metadata.dimension_names == tuple(
             a.name for a in model.attributes.ome.multiscales[0].axes
         )
-        for got in (np.asarray(array[...]), read_tensorstore(str(where / dataset.path))):
+        got_all = [np.asarray(array[...])]
+        if where is not None:
+            got_all.append(read_tensorstore(str(where / dataset.path)))
+        elif kvstore is not None:
+            level = "/".join(p for p in (group, dataset.path) if p)
+            got_all.append(read_tensorstore("", kvstore(level)))
+        for got in got_all:
             if reference.dtype.kind == "f":  # sums in another order: the last bit may differ
                 assert got.dtype == reference.dtype
                 np.testing.assert_allclose(got, reference, rtol=1e-6)
