@@ -169,9 +169,7 @@ def _brute_nd(block: np.ndarray, factor: tuple[int, ...], method: str) -> np.nda
             out[index] = min(v for v, n in counts.items() if n == best)
         else:
             quotient, remainder = divmod(sum(int(v) for v in values), len(values))
-            up = 2 * remainder > len(values) or (
-                2 * remainder == len(values) and quotient % 2 == 1
-            )
+            up = 2 * remainder > len(values) or (2 * remainder == len(values) and quotient % 2 == 1)
             out[index] = quotient + up
     return out
 

@@ -167,9 +167,7 @@ def test_downsample_blocks_are_whole_windows_within_the_budget(
     budget = data.draw(st.integers(70_000, 3_000_000))
     kind = np.dtype(dtype)
     try:
-        out = downsample_blocks(
-            chunks, step, kind, method, target_nbytes=50_000, budget=budget
-        )
+        out = downsample_blocks(chunks, step, kind, method, target_nbytes=50_000, budget=budget)
     except MemoryBudgetError:
         # refused only when a block of one window per axis does not fit
         assert downsample_nbytes(step, step, kind, method) > budget
@@ -200,9 +198,7 @@ def test_downsample_nbytes_covers_what_the_task_allocates(method: str, dtype: st
     assert peak + block.nbytes <= downsample_nbytes(block.shape, step, np.dtype(dtype), method)
 
 
-@given(
-    st.integers(0, 60), st.integers(0, 60), st.integers(1, 8), st.integers(1, 70)
-)
+@given(st.integers(0, 60), st.integers(0, 60), st.integers(1, 8), st.integers(1, 70))
 def test_level_region_is_the_windows_touching_the_region(a: int, b: int, f: int, n: int) -> None:
     start, stop = sorted((min(a, n), min(b, n)))
     if start == stop:
