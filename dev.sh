@@ -2,7 +2,8 @@
 # shardpipe developer entry point: sets up .venv (Python >= 3.12) and runs a task.
 #   ./dev.sh demo    set up (runtime dependencies only), then write ~1 GiB on a LocalCluster,
 #                    verify it, print throughput
-#   ./dev.sh test    set up (+ test extra), then ruff + mypy + the whole pytest suite
+#   ./dev.sh test    set up (+ test and docs extras), then ruff, mypy, the layer contracts
+#                    (lint-imports) and the whole pytest suite
 #   ./dev.sh bench   set up (+ test and bench extras), then run the benchmark suite
 #                    (see benchmarks/README.md)
 #   ./dev.sh lock    regenerate requirements/constraints.txt from pyproject.toml
@@ -73,10 +74,11 @@ task="${1:-}"; shift || true
 case "$task" in
     demo)  setup "";  exec .venv/bin/python -m shardpipe.cli.demo "$@" ;;
     test)
-        setup test
+        setup test,docs
         .venv/bin/ruff check shardpipe tests benchmarks
         .venv/bin/ruff format --check shardpipe tests benchmarks
         .venv/bin/mypy
+        .venv/bin/lint-imports --no-cache
         exec .venv/bin/python -m pytest "$@" ;;
     bench) setup "test,bench"; exec .venv/bin/python -m benchmarks "$@" ;;
     lock)

@@ -1,11 +1,11 @@
 """How the command line reports a failure: one line on stderr and an exit status.
 
 :data:`EXIT_STATUSES` is the one table of exit statuses: what each means
-and which errors end in it. :func:`exit_status` follows it, the command
-line's help shows it (:func:`statuses_text`) and the README's table is
-:func:`statuses_markdown` (a test compares them, and checks that every
-public error class of :mod:`shardpipe.errors` ends in a status whose row
-names it or covers it).
+and which errors end in it. :func:`exit_status` follows it, the help of
+``shardpipe`` and of every command ends with it (:func:`statuses_text`),
+and the README's table is :func:`statuses_markdown` (tests compare them,
+and check that every public error class of :mod:`shardpipe.errors` ends
+in a status whose row names it or covers it).
 """
 
 from __future__ import annotations
@@ -139,11 +139,12 @@ def exit_status(err: BaseException, *, during_work: bool = False) -> int:
 
 
 def statuses_text() -> str:
-    """The table in one paragraph, for the command line's help."""
-    return "Exit statuses. " + " ".join(
-        f"{s.code}: {s.meaning}" + (f" [{s.causes()}]." if s.causes() else ".")
+    """The table as every help of the command line ends: a heading, then a row per status."""
+    rows = [
+        f"  {s.code}  {s.meaning}" + (f" [{s.causes()}]." if s.causes() else ".")
         for s in EXIT_STATUSES
-    ).replace("`", "")
+    ]
+    return "\n".join(["Exit statuses:", *rows]).replace("`", "")
 
 
 def statuses_markdown() -> str:

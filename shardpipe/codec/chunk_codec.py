@@ -31,6 +31,7 @@ import zarr
 from numcodecs import Zstd  # type: ignore[import-untyped]
 from zarr.abc.codec import BytesBytesCodec, Codec
 from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.codecs.sharding import ShardingCodec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
@@ -40,10 +41,27 @@ from shardpipe.codec.bounded import check_blosc_header, gunzip, unzlib
 from shardpipe.codec.plain_chain import CRC32C_NBYTES, PlainChain, append_crc32c, run_codec
 from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.core.grid import Shape
-from shardpipe.errors import ChunkDecodeError, InvalidArgumentError
-from shardpipe.stored.metadata import sharding_codec_of
+from shardpipe.errors import ChunkDecodeError, InvalidArgumentError, ShardFormatError
 
 __all__ = ["CRC32C_NBYTES", "ChunkCodec", "ChunkDecodeError", "checksummed_compressors"]
+
+
+def sharding_codec_of(metadata: ArrayV3Metadata) -> ShardingCodec:
+    """Return the ``sharding_indexed`` codec of ``metadata``.
+
+    Raises
+    ------
+    ShardFormatError
+        If the array is not sharded with a single ``sharding_indexed`` codec.
+    """
+    codecs = metadata.codecs
+    sharding = [c for c in codecs if isinstance(c, ShardingCodec)]
+    if len(codecs) != 1 or len(sharding) != 1:
+        raise ShardFormatError(
+            "shardpipe handles arrays whose codec chain is a single sharding_indexed codec, "
+            f"got {[type(c).__name__ for c in codecs]}"
+        )
+    return sharding[0]
 
 
 def has_chunk_checksum(compressors: Sequence[Codec]) -> bool:

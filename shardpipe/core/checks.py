@@ -13,9 +13,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-import dask.config
 import numpy as np
-from dask.utils import parse_bytes
 
 from shardpipe.core.grid import Shape
 from shardpipe.errors import (
@@ -319,16 +317,18 @@ MAX_MADE_UP_BLOCKS = 2**24
 takes minutes and gigabytes."""
 
 
-def check_made_up_blocks(shape: Shape, blocks: Shape | None, itemsize: int) -> None:
+def check_made_up_blocks(
+    shape: Shape, blocks: Shape | None, itemsize: int, auto_block_nbytes: int
+) -> None:
     """Refuse a made-up source of more than :data:`MAX_MADE_UP_BLOCKS` Dask blocks.
 
-    With ``blocks`` None (Dask's ``"auto"`` blocks of ``array.chunk-size``
-    bytes) the count is estimated from the bytes, before Dask builds the
-    block tuples, which for an absurd shape would not fit in memory.
+    With ``blocks`` None (Dask's ``"auto"`` blocks of ``auto_block_nbytes``,
+    its ``array.chunk-size``) the count is estimated from the bytes, before
+    Dask builds the block tuples, which for an absurd shape would not fit in
+    memory.
     """
     if blocks is None:
-        block_nbytes = int(parse_bytes(dask.config.get("array.chunk-size")))
-        count = -(-math.prod(shape) * itemsize // block_nbytes)
+        count = -(-math.prod(shape) * itemsize // auto_block_nbytes)
         fix = "Give --blocks (Dask block shape) so that there are fewer blocks"
     else:
         count = math.prod(-(-n // b) for n, b in zip(shape, blocks, strict=True))

@@ -47,6 +47,9 @@ from dataclasses import dataclass
 
 from shardpipe.errors import MemoryBudgetError
 
+DEFAULT_MAX_MEM = "1GiB"
+"""Default memory budget per task (the ``max_mem`` of every front door)."""
+
 TASK_KINDS = ("write-shard", "encode-piece", "write-part", "stamp-shard")
 """Task kinds whose memory the model projects."""
 

@@ -5,23 +5,10 @@ chunks are ``chunk_size`` voxels, clipped at the volume's end (the
 precomputed format stores edge chunks truncated). A chunk's id is its
 compressed Morton code; the sharding spec maps ids to shards.
 
-The ``auto`` rule (:func:`auto_sharding`): identity hash; the lowest
-``p`` bits of a chunk id (``preshift_bits + minishard_bits``) span an
-aligned box of chunks, chosen as the largest box whose raw bytes stay within
-``target_shard_nbytes`` (a third of ``max_mem``: one task holds a shard),
-so that every shard is one box and one task owns it. Of those bits, the
-minishard bits are as many as keep each minishard to at most 64 chunks (an
-index of 1.5 KiB before gzip) without the shard index passing 8 KiB (512
-minishards); the rest are preshift bits. ``shard_bits`` is what remains of
-the ids, so no two boxes share a shard.
-
-Against cloud-volume's recommendation (``compute_shard_params_for_image``,
-which igneous uses): it also takes the identity hash for images and a
-power-of-two number of chunks per shard, but sizes shards to about 3.5 GB
-uncompressed (igneous tasks are sized to hold them) and lets a minishard
-list up to 4,000 chunks (an index of up to 96 KB), keeping the shard index
-to 8 KiB too. shardpipe's shards follow the memory budget instead, and its
-smaller minishard indexes make a viewer's first read of a chunk cheaper.
+The sharding spec is anything that has the bits, the hash and ``locate``
+(:class:`ShardingSpec`; :class:`shardpipe.formats.precomputed.ShardingSpec`
+is one). The ``auto`` rule that picks a spec lives with the writer
+(:mod:`shardpipe.precomputed.auto_sharding`).
 """
 
 from __future__ import annotations
@@ -29,24 +16,43 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from shardpipe.core.morton import low_bits_box, morton_bit_dims, morton_ids
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.formats.precomputed import PrecomputedSharding
-
-MINISHARD_CHUNKS_BITS = 6
-"""Up to 2**6 chunks per minishard in the ``auto`` rule (where the shard index allows)."""
-
-MAX_MINISHARD_BITS = 9
-"""At most 2**9 minishards: a shard index of 8 KiB."""
 
 MAX_SCATTERED_CHUNKS = 2**20
 """Most chunks of a scale whose shards are not boxes (murmurhash, or identity bits that do
 not reach the top of the ids). Each chunk is hashed and listed in the write's graph, about
 256 bytes and 30 us apiece (measured: 2**18 chunks, +67 MiB, 7.5 s), so 2**20 plan in about
 256 MiB and half a minute; boxes need no per-chunk plan."""
+
+
+class ShardingSpec(Protocol):
+    """What planning needs of a sharding spec: its bits, its hash and where ids go.
+
+    Its read-only attributes ``preshift_bits``, ``minishard_bits`` and
+    ``shard_bits`` are the spec's bits (see the format's specification);
+    ``hash`` is ``"identity"`` or ``"murmurhash3_x86_128"``.
+    """
+
+    @property
+    def preshift_bits(self) -> int: ...
+
+    @property
+    def minishard_bits(self) -> int: ...
+
+    @property
+    def shard_bits(self) -> int: ...
+
+    @property
+    def hash(self) -> str: ...
+
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shard and minishard numbers of chunk ``ids``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class ShardChunks:
     box: tuple[slice, ...] | None
 
 
-def box_bits(scale: ScaleGrid, sharding: PrecomputedSharding) -> int | None:
+def box_bits(scale: ScaleGrid, sharding: ShardingSpec) -> int | None:
     """Low id bits spanning one shard's box, or None when shards are not boxes.
 
     Shards are aligned boxes of chunks when the hash is the identity and
@@ -122,7 +128,7 @@ def box_bits(scale: ScaleGrid, sharding: PrecomputedSharding) -> int | None:
     return low
 
 
-def check_scattered(scale: ScaleGrid, sharding: PrecomputedSharding, factor: Sequence[int]) -> None:
+def check_scattered(scale: ScaleGrid, sharding: ShardingSpec, factor: Sequence[int]) -> None:
     """Refuse a scale of scattered shards with more chunks than a plan lists.
 
     Raises
@@ -145,7 +151,7 @@ def check_scattered(scale: ScaleGrid, sharding: PrecomputedSharding, factor: Seq
         )
 
 
-def shards_of(scale: ScaleGrid, sharding: PrecomputedSharding) -> Iterator[ShardChunks]:
+def shards_of(scale: ScaleGrid, sharding: ShardingSpec) -> Iterator[ShardChunks]:
     """Every shard that holds a chunk of the scale, in increasing shard number."""
     low = box_bits(scale, sharding)
     if low is not None:  # boxes: walk them, no per-chunk hashing
@@ -175,41 +181,9 @@ def shards_of(scale: ScaleGrid, sharding: PrecomputedSharding) -> Iterator[Shard
             yield ShardChunks(int(shards[part[0]]), ids[part], coords[part], None)
 
 
-def largest_shard_chunks(scale: ScaleGrid, sharding: PrecomputedSharding) -> int:
+def largest_shard_chunks(scale: ScaleGrid, sharding: ShardingSpec) -> int:
     """Most chunks any shard holds (an upper bound for scattered shards: the exact count)."""
     low = box_bits(scale, sharding)
     if low is not None:
         return math.prod(low_bits_box(scale.grid, low))
     return max((len(s.ids) for s in shards_of(scale, sharding)), default=0)
-
-
-def auto_sharding(
-    scale: ScaleGrid, chunk_nbytes: int, target_shard_nbytes: int
-) -> PrecomputedSharding:
-    """The ``sharding="auto"`` spec of a scale (the rule is in the module's docstring).
-
-    Parameters
-    ----------
-    scale : ScaleGrid
-        The scale's grid.
-    chunk_nbytes : int
-        Raw bytes of a whole chunk (all channels).
-    target_shard_nbytes : int
-        Most raw bytes of a shard's box.
-    """
-    bits = scale.id_bits
-    low = 0
-    while low < bits and chunk_nbytes * math.prod(low_bits_box(scale.grid, low + 1)) <= (
-        target_shard_nbytes
-    ):
-        low += 1
-    minishard = min(max(low - MINISHARD_CHUNKS_BITS, 0), MAX_MINISHARD_BITS)
-    preshift = low - minishard
-    return PrecomputedSharding(
-        preshift_bits=preshift,
-        minishard_bits=minishard,
-        shard_bits=bits - low,
-        hash="identity",
-        minishard_index_encoding="gzip",
-        data_encoding="raw",
-    )

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import xarray as xr
 
 from shardpipe.core.checks import check_bool, check_json, check_path, check_progress
 from shardpipe.dataset.layout import check_dim_sizes
+from shardpipe.dataset.options import DatasetOptions
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.write.arguments import check_dim_region, check_max_mem, check_variable_encoding
-from shardpipe.write.job import DEFAULT_MAX_MEM
-from shardpipe.write.update_target import check_strategy
+from shardpipe.write.arguments import check_dim_region, check_variable_encoding
+from shardpipe.write.options import check_array_options
 
 MODES = ("w-", "w", "a", "r+")
 """Write modes, as in ``xarray.Dataset.to_zarr``."""
@@ -25,7 +25,11 @@ MODES = ("w-", "w", "a", "r+")
 
 @dataclass(frozen=True)
 class CheckedArguments:
-    """The arguments of :func:`to_zarr` that need no target, checked against the dataset."""
+    """The arguments of :func:`to_zarr` that need no target, checked against the dataset.
+
+    ``region``, ``append_dim`` and ``storage_options`` are as given (xarray
+    and the target check them further).
+    """
 
     mode: str
     progress: bool
@@ -37,24 +41,18 @@ class CheckedArguments:
     shard_sizes: dict[Hashable, int]
     chunk_sizes: dict[Hashable, int]
     encoding: dict[Hashable, dict[str, Any]]
+    group: str | None
+    region: Any
+    append_dim: Hashable | None
+    storage_options: Any
 
 
 def check_arguments(
     ds: xr.Dataset,
     *,
-    shards: Mapping[Hashable, int] | None = None,
-    chunks: Mapping[Hashable, int] | None = None,
-    encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
-    mode: str | None = None,
-    append_dim: Hashable | None = None,
-    region: Mapping[Hashable, Any] | str | None = None,
-    group: str | None = None,
-    consolidated: bool = True,
-    write_strategy: str = "auto",
-    chunk_checksums: bool = True,
-    max_mem: int | str = DEFAULT_MAX_MEM,
     compute: bool = True,
     progress: bool = False,
+    **options: Unpack[DatasetOptions],
 ) -> CheckedArguments:
     """Check what :func:`to_zarr` can check before it looks at the target.
 
@@ -65,11 +63,12 @@ def check_arguments(
     shardpipe.errors.InvalidArgumentError
         Naming the first argument refused.
     """
-    mode = _check_mode(mode, append_dim, region)
+    append_dim, region = options.get("append_dim"), options.get("region")
+    mode = _check_mode(options.get("mode"), append_dim, region)
     if mode != "r+":  # xarray writes the attributes (not in region writes)
         _check_attributes(ds)
     check_dim_region(region, ds.dims)
-    check_path("group", group)
+    group = check_path("group", options.get("group"))
     progress, compute = check_progress(progress, compute)
     if append_dim is not None and append_dim not in ds.dims:
         raise InvalidArgumentError(
@@ -77,17 +76,25 @@ def check_arguments(
             f"{append_dim!r} is not a dimension of the dataset (it has {list(ds.dims)})",
             "Name the dimension to append along",
         )
+    consolidated = check_bool("consolidated", options.get("consolidated", True))
+    # write_strategy, chunk_checksums, max_mem as every front door checks them (the
+    # dataset's shards, chunks, region and append_dim name dimensions: not checked there)
+    shared = check_array_options(options)
     return CheckedArguments(
         mode=mode,
         progress=progress,
         compute=compute,
-        consolidated=check_bool("consolidated", consolidated),
-        chunk_checksums=check_bool("chunk_checksums", chunk_checksums),
-        strategy=check_strategy(write_strategy),
-        budget=check_max_mem(max_mem),
-        shard_sizes=check_dim_sizes("shards", shards, list(ds.dims)),
-        chunk_sizes=check_dim_sizes("chunks", chunks, list(ds.dims)),
-        encoding=_check_encoding(encoding, ds),
+        consolidated=consolidated,
+        chunk_checksums=shared.chunk_checksums,
+        strategy=shared.write_strategy,
+        budget=shared.max_mem,
+        shard_sizes=check_dim_sizes("shards", options.get("shards"), list(ds.dims)),
+        chunk_sizes=check_dim_sizes("chunks", options.get("chunks"), list(ds.dims)),
+        encoding=_check_encoding(options.get("encoding"), ds),
+        group=group,
+        region=region,
+        append_dim=append_dim,
+        storage_options=shared.storage_options,
     )
 
 

@@ -22,7 +22,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from shardpipe.core.checks import check_bool, check_path
 from shardpipe.dataset.existing import consolidated_metadata
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.maintenance.upkeep import RepairReport, repair
+from shardpipe.maintenance.repairs import RepairReport, repair
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_node_present

@@ -27,7 +27,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Hashable, Mapping
 from dataclasses import replace
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn, Unpack, cast
 
 import dask.array as da
 import numpy as np
@@ -47,13 +47,16 @@ from shardpipe.dataset.layout import (
     grid_aligned_chunks,
     variable_layout,
 )
+from shardpipe.dataset.options import DATASET_PARAMETERS, DatasetOptions
 from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
-from shardpipe.stored.places import check_store_reachable, check_target
+from shardpipe.stored.places import check_target
 from shardpipe.write.creation import check_no_other_job
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_fill, prepare_write
 from shardpipe.write.run import execute_together
 from shardpipe.write.transaction import check_commit, check_writable, commit_write
@@ -72,55 +75,36 @@ SHARDED_KINDS = "biufcmM"
 """NumPy dtype kinds of the data variables shardpipe shards (strings are left to xarray)."""
 
 
+@shares_parameters(DATASET_PARAMETERS)
 def to_zarr(
     obj: xr.Dataset | xr.DataArray,
     store: Any,
     *,
-    shards: Mapping[Hashable, int] | None = None,
-    chunks: Mapping[Hashable, int] | None = None,
-    encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
-    mode: str | None = None,
-    append_dim: Hashable | None = None,
-    region: Mapping[Hashable, Any] | str | None = None,
-    group: str | None = None,
-    consolidated: bool = True,
-    write_strategy: str = "auto",
-    chunk_checksums: bool = True,
-    max_mem: int | str = DEFAULT_MAX_MEM,
-    storage_options: dict[str, Any] | None = None,
     compute: bool = True,
     progress: bool = False,
     commit: str | None = None,
     rebase: bool = False,
+    **options: Unpack[DatasetOptions],
 ) -> dict[Hashable, WriteReport] | Delayed:
     """Write ``obj`` to a Zarr v3 group whose data variables are sharded.
 
-    See :meth:`shardpipe.dataset.accessor.ShardAccessor.to_zarr` for the
-    parameters.
+    What ``obj.shard.to_zarr(...)`` does: see
+    :meth:`shardpipe.dataset.accessor.ShardAccessor.to_zarr`.
+
+    Parameters
+    ----------
+    obj : xarray.Dataset or xarray.DataArray
+        What to write (a DataArray is named as ``DataArray.to_zarr`` names it).
     """
     ds = as_dataset(obj)
-    checked = check_arguments(
-        ds,
-        shards=shards,
-        chunks=chunks,
-        encoding=encoding,
-        mode=mode,
-        append_dim=append_dim,
-        region=region,
-        group=group,
-        consolidated=consolidated,
-        write_strategy=write_strategy,
-        chunk_checksums=chunk_checksums,
-        max_mem=max_mem,
-        compute=compute,
-        progress=progress,
-    )
+    checked = check_arguments(ds, compute=compute, progress=progress, **options)
     mode, progress, compute = checked.mode, checked.progress, checked.compute
     consolidated, chunk_checksums = checked.consolidated, checked.chunk_checksums
     strategy, budget, encoding = checked.strategy, checked.budget, checked.encoding
     shard_sizes, chunk_sizes = checked.shard_sizes, checked.chunk_sizes
+    append_dim, region = checked.append_dim, checked.region
     given = {name: dict(value) for name, value in encoding.items()}  # the caller's, as given
-    root, stored = _open_target(store, group, storage_options, mode)
+    root, stored = _open_target(store, checked.group, checked.storage_options, mode)
     message, rebase = check_commit(commit, rebase, root)
     if root.transactional:
         if not compute:

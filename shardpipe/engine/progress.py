@@ -1,4 +1,4 @@
-"""Where a write runs, and its progress bar over shards, bytes and waves.
+"""The progress bar of a write, over shards, bytes and waves.
 
 On a ``distributed`` client the bar advances as reports are gathered
 (:mod:`shardpipe.engine.streaming`); on Dask's local schedulers a scheduler
@@ -8,51 +8,12 @@ callback advances it as publishing tasks end.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
-import dask
-import dask.base
 from dask.callbacks import Callback
 
 from shardpipe.engine.graph import PUBLISHING_TASKS
 from shardpipe.engine.reports import WriteReport
-
-
-def distributed_client() -> Any | None:
-    """The ``distributed`` client computations would run on now, if any."""
-    if dask.config.get("scheduler", None) not in (None, "dask.distributed", "distributed"):
-        return None
-    try:
-        from distributed import get_client
-
-        return get_client()
-    except (ImportError, ValueError):
-        return None
-
-
-def cluster_threads() -> int | None:
-    """Worker threads of the ``distributed`` cluster computations would run on now, if any."""
-    client = distributed_client()
-    if client is None:
-        return None
-    return sum(client.nthreads().values()) or None
-
-
-def runs_in_process(collection: Any) -> bool:
-    """Whether ``collection`` would be computed now by a scheduler in this process.
-
-    True for Dask's threaded and synchronous schedulers, where blocks do not
-    travel between processes; False for ``distributed`` and for the
-    multiprocessing scheduler (``scheduler="processes"``).
-    """
-    import dask.local
-    import dask.threaded
-
-    if distributed_client() is not None:
-        return False
-    scheduler = dask.base.get_scheduler(collections=[collection])
-    return scheduler in (dask.threaded.get, dask.local.get_sync)
 
 
 class ShardBar:
@@ -130,24 +91,3 @@ def local_progress(bar: ShardBar) -> Callback:
     process-wide: computations in other threads advance the bar too).
     """
     return _LocalProgress(bar)
-
-
-def wait_idle(client: Any, token: str, timeout: float = 600.0) -> None:
-    """Wait until no task whose name holds ``token`` runs on the cluster's workers.
-
-    Asks the workers, not the scheduler: a task whose future was cancelled
-    is forgotten by the scheduler at once but keeps running in its worker's
-    thread until it returns, and may still be writing.
-    """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running = client.run(_running_keys)
-        if not any(token in key for keys in running.values() for key in keys):
-            return
-        time.sleep(0.05)
-
-
-def _running_keys(dask_worker: Any) -> list[str]:
-    """Keys of the tasks running in ``dask_worker``'s threads, cancelled ones included."""
-    state = dask_worker.state
-    return [str(ts.key) for ts in (*state.executing, *state.long_running)]

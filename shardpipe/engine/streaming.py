@@ -37,8 +37,9 @@ from dask.base import compute
 from dask.delayed import Delayed
 from dask.system import CPU_COUNT
 
-from shardpipe.engine.progress import ShardBar, distributed_client, local_progress, wait_idle
+from shardpipe.engine.progress import ShardBar, local_progress
 from shardpipe.engine.reports import WriteReport
+from shardpipe.engine.scheduler import distributed_client, wait_idle
 
 WAVE_TASKS = 16_000
 """Default most tasks of one batch of waves on the scheduler (``shardpipe.wave-tasks``).

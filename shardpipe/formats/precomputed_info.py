@@ -13,7 +13,7 @@ value and what is allowed:
   of :data:`DATA_TYPES`, ``num_channels`` a positive integer;
 * ``scales`` a list of 1 to :data:`MAX_SCALES` objects, each with a
   ``key`` that is a relative key inside the volume
-  (:func:`~shardpipe.storage.keys.checked_key`: no ``..``, no absolute path;
+  (:func:`~shardpipe.core.keys.checked_key`: no ``..``, no absolute path;
   :class:`~shardpipe.errors.UnsafeKeyError` otherwise) and unique, ``size``
   and every ``chunk_sizes`` entry three integers in ``[1, 2**53]``,
   ``voxel_offset`` three integers in ``[-2**53, 2**53]`` (absent: zeros),
@@ -48,12 +48,12 @@ from typing import Any
 
 import numpy as np
 
+from shardpipe.core.documents import parse_json_object
+from shardpipe.core.keys import checked_key
 from shardpipe.core.morton import morton_bit_dims
 from shardpipe.core.precomputed_plan import ScaleGrid
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.formats.precomputed import PrecomputedSharding
-from shardpipe.storage.keys import checked_key
-from shardpipe.stored.metadata import parse_json_object
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
 VOLUME_KINDS = ("image", "segmentation")
@@ -76,10 +76,6 @@ MAX_CHUNK_NBYTES = 2**28
 
 MAX_ID_BITS = 64
 """Chunk ids are stored as uint64."""
-
-UNFINISHED_KEY = ".shardpipe/precomputed-write.json"
-"""Beside the ``info`` of a volume being written, from before the ``info`` until the last
-shard is published: a volume that holds it is not complete (``verify`` says so)."""
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ is then not the whole of what was to be written.
 from __future__ import annotations
 
 from shardpipe.errors import MetadataError
+from shardpipe.journal.job_record import read_record
 from shardpipe.journal.markers import JobKeys, read_marker
+from shardpipe.storage.keys import WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.write.resume import RECORD, read_record
 
 
 def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tuple[str, str]]:
@@ -32,12 +33,14 @@ def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tupl
     try:
         record = read_record(target)
     except MetadataError as err:
-        findings.append((target.key(RECORD), f"{err}; nothing shows which write made the array"))
+        findings.append(
+            (target.key(WRITE_RECORD), f"{err}; nothing shows which write made the array")
+        )
         record = None
     if record is not None and record["state"] != "complete":
         findings.append(
             (
-                target.key(RECORD),
+                target.key(WRITE_RECORD),
                 f"the write that made this array did not finish (its job record says "
                 f"{record['state']!r}); {absent} of {total} shards are absent, and it may "
                 "have been about to write some of them. Run the same write with resume=True",

@@ -20,12 +20,7 @@ from typing import Any
 
 from shardpipe.errors import JobConflictError, MetadataError
 from shardpipe.storage.base import ObjectVersion, ShardStore
-
-JOB_DIR = ".shardpipe"
-"""Folder (key prefix) beside an array's ``zarr.json`` for shardpipe's own records."""
-
-NO_STAGING = "none"
-"""A staging area no write uses: cleaning it up removes only temporary files."""
+from shardpipe.storage.keys import JOB_DIR
 
 _ACTIVE: set[str] = set()
 """Ids of the jobs this process is running (a marker of ours not among them is stale)."""

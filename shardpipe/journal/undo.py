@@ -17,16 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardpipe.errors import JobConflictError, MetadataError
-from shardpipe.journal.markers import (
-    JOB_DIR,
-    NO_STAGING,
-    JobKeys,
-    JobMarker,
-    check_held,
-    decoded_marker,
-)
+from shardpipe.journal.markers import JobKeys, JobMarker, check_held, decoded_marker
 from shardpipe.journal.stalls import step
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.keys import JOB_DIR, NO_STAGING
 
 _HEADER = struct.Struct("<I")
 

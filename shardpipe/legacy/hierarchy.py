@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardpipe.core.documents import parse_json_object
+from shardpipe.core.keys import checked_key
 from shardpipe.errors import InvalidArgumentError, UnsupportedLegacyError
 from shardpipe.legacy.metadata import (
     FIX,
@@ -24,9 +26,7 @@ from shardpipe.legacy.metadata import (
     translate_group,
 )
 from shardpipe.storage.base import ShardStore
-from shardpipe.storage.keys import checked_key
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.metadata import parse_json_object
 
 
 @dataclass
@@ -135,7 +135,7 @@ def _nodes(target: ResolvedStore) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """``(path, "array" or "group", document)`` of every node the draft lists under ``meta/``.
 
     A node's path comes from a listed key, so it is checked to stay inside
-    the hierarchy (:func:`~shardpipe.storage.keys.checked_key`) before
+    the hierarchy (:func:`~shardpipe.core.keys.checked_key`) before
     anything is read or written for it.
 
     Raises

@@ -8,7 +8,7 @@ run left, and deletes keys it lists, so the marker is stored bytes like
 any other: anyone could have written it.
 
 It is trusted only when it is well formed, every key it lists stays inside
-the hierarchy (:func:`~shardpipe.storage.keys.checked_key`) and is a
+the hierarchy (:func:`~shardpipe.core.keys.checked_key`) and is a
 ``zarr.json`` key, and it names *this* run: the same source, and the same
 in-place flag. Anything else is refused by name before anything is written
 or deleted.
@@ -20,19 +20,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from shardpipe.core.keys import checked_key
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.legacy.hierarchy import read_json
-from shardpipe.storage.keys import checked_key
-from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX
+from shardpipe.storage.keys import JOB_DIR, MIGRATION_MARKER, MIGRATION_STAGING, TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 
-MARKER = ".shardpipe/migrate.json"
-"""Key of the marker, relative to the target's root."""
-STAGING = ".shardpipe/migrate-staging"
-"""Where multipart copies keep their records, relative to the target's root."""
-TEMPORARY = ".shardpipe/.migrate.json."
+TEMPORARY = f"{JOB_DIR}/.migrate.json."
 """Start of the keys of the marker's temporary files (a kill while it was written)."""
-_FIX = f"delete {MARKER} only if no migration is under way there"
+_FIX = f"delete {MIGRATION_MARKER} only if no migration is under way there"
 
 
 @dataclass(frozen=True)
@@ -78,7 +74,7 @@ def read_marker(target: ResolvedStore) -> MigrationMarker | None:
     shardpipe.errors.UnsafeKeyError
         When a key it lists could lead outside the hierarchy.
     """
-    key = target.key(MARKER)
+    key = target.key(MIGRATION_MARKER)
     found = read_json(target.shards, key)
     if found is None:
         return None
@@ -154,7 +150,7 @@ def trusted_marker(
     raise InvalidArgumentError(
         parameter,
         f"{given!r} holds an interrupted migration of {marker.source!r} "
-        f"{_where(marker.in_place)} (its marker is {MARKER}), not of {source!r} "
+        f"{_where(marker.in_place)} (its marker is {MIGRATION_MARKER}), not of {source!r} "
         f"{_where(in_place)} as this run would be",
         f"Run migrate again as that run was called to finish it, or pass another "
         f"{parameter}; {_FIX}",
@@ -167,7 +163,7 @@ def _where(in_place: bool) -> str:
 
 def write_marker(target: ResolvedStore, marker: MigrationMarker) -> None:
     """Write ``marker`` at ``target`` (replacing the one there)."""
-    target.shards.put(target.key(MARKER), [marker.to_json()])
+    target.shards.put(target.key(MIGRATION_MARKER), [marker.to_json()])
 
 
 def drop_marker(target: ResolvedStore, *, dry_run: bool = False) -> int:
@@ -179,11 +175,11 @@ def drop_marker(target: ResolvedStore, *, dry_run: bool = False) -> int:
     """
     shards = target.shards
     leftovers = [k for k in shards.list(target.key(TEMPORARY)) if k.endswith(TEMPORARY_SUFFIX)]
-    if shards.size(target.key(MARKER)) is not None:
-        leftovers.append(target.key(MARKER))
+    if shards.size(target.key(MIGRATION_MARKER)) is not None:
+        leftovers.append(target.key(MIGRATION_MARKER))
     if dry_run:
         return len(leftovers)
-    shards.discard_staging(target.key(STAGING))
+    shards.discard_staging(target.key(MIGRATION_STAGING))
     for key in leftovers:
         shards.delete(key)
     shards.prune(target.key(".shardpipe/"))

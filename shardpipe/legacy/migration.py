@@ -70,7 +70,6 @@ from shardpipe.errors import InvalidArgumentError
 from shardpipe.legacy.copy import DraftShard, copy_shard
 from shardpipe.legacy.hierarchy import read_json
 from shardpipe.legacy.marker import (
-    STAGING,
     MigrationMarker,
     drop_marker,
     read_marker,
@@ -86,9 +85,10 @@ from shardpipe.legacy.plan import (
     refuse_strays,
     shard_keys,
 )
+from shardpipe.storage.delegating import DelegatingStore
+from shardpipe.storage.keys import MIGRATION_STAGING
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.storage.retry import RetryingStore
 
 
 @dataclass
@@ -261,7 +261,7 @@ def migrate(
     _start(dst, MigrationMarker(_name(source), in_place), plan, earlier)
     with ThreadPoolExecutor(workers) as pool:
         copies = pool.map(
-            lambda shard: copy_shard(src, dst, shard, add_crc32c, STAGING), plan.shards
+            lambda shard: copy_shard(src, dst, shard, add_crc32c, MIGRATION_STAGING), plan.shards
         )
         try:
             _follow(copies, plan.shards, progress)
@@ -291,7 +291,7 @@ def _resolve(
         name = renames.get(err.parameter, parameter)
         raise InvalidArgumentError(name, err.problem, err.fix) from None
     shards = resolved.shards
-    while isinstance(shards, RetryingStore):
+    while isinstance(shards, DelegatingStore):  # the retry layer, a fault injector ...
         shards = shards.inner
     if isinstance(shards, LocalShardStore):
         path = shards.root
@@ -364,7 +364,7 @@ def _clear_leftovers(
 ) -> None:
     """Abort open uploads; delete the shards of ``arrays`` and the ``documents`` not planned."""
     for array in arrays:  # open uploads aborted, temporary files removed
-        dst.shards.cleanup(dst.key(STAGING), dst.key(f"{array}/c" if array else "c"))
+        dst.shards.cleanup(dst.key(MIGRATION_STAGING), dst.key(f"{array}/c" if array else "c"))
     planned = {dst.key(shard.v3_key) for shard in plan.shards}
     for array in arrays:
         stale = [key for key in shard_keys(dst, array) if key not in planned]

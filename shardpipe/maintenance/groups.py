@@ -1,4 +1,4 @@
-"""Walk a Zarr group: verify or describe every sharded array in it.
+"""Walk a Zarr group: every sharded array in it, and those skipped with the reason.
 
 ``shardpipe.verify`` and ``shardpipe.info`` (and their commands) accept a
 group as well as an array; for a group they report each sharded array on a
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.core.sizes import format_bytes
 from shardpipe.errors import ShardpipeError
-from shardpipe.journal.markers import JOB_DIR
+from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import (
     ZARR_PARSE_ERRORS,
@@ -27,9 +25,6 @@ from shardpipe.stored.metadata import (
     is_sharded,
     read_node_metadata,
 )
-
-if TYPE_CHECKING:
-    from shardpipe.maintenance.upkeep import ArrayInfo
 
 
 def group_at(target: ResolvedStore) -> zarr.Group | None:
@@ -88,41 +83,3 @@ def per_array(
         else:
             skipped[path] = reason
     return results, skipped
-
-
-@dataclass(frozen=True)
-class GroupInfo:
-    """What :func:`shardpipe.info` reports about a group: one :class:`ArrayInfo` per array.
-
-    Attributes
-    ----------
-    arrays : dict
-        Per sharded array (by store path), its :class:`~shardpipe.ArrayInfo`.
-    skipped : dict
-        Arrays that are not sharded Zarr v3 arrays, with the reason.
-    """
-
-    arrays: dict[str, ArrayInfo] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def nbytes_stored(self) -> int:
-        """Bytes of all shard objects of all arrays."""
-        return sum(a.nbytes_stored for a in self.arrays.values())
-
-    def __str__(self) -> str:
-        lines = [
-            f"{path}: shape {a.shape}, {a.dtype}, shards {a.shards}, inner chunks {a.chunks}, "
-            f"{a.shards_present:,}/{a.n_shards:,} shards, {format_bytes(a.nbytes_stored)}"
-            + (f", {a.unused_ratio:.1%} unused" if a.nbytes_unused else "")
-            for path, a in self.arrays.items()
-        ]
-        lines += [f"{path}: skipped ({reason})" for path, reason in self.skipped.items()]
-        unused = sum(a.nbytes_unused for a in self.arrays.values())
-        lines.append(
-            f"total: {len(self.arrays)} sharded array(s), "
-            f"{sum(a.shards_present for a in self.arrays.values()):,} shards, "
-            f"{format_bytes(self.nbytes_stored)} ({format_bytes(unused)} unused)"
-            + (f"; {len(self.skipped)} skipped" if self.skipped else "")
-        )
-        return "\n".join(lines)

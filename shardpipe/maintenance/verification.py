@@ -34,39 +34,25 @@ from zarr.storage import MemoryStore
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.grid import Coords, Shape
+from shardpipe.engine.shard_sweep import checked_shards
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records
-from shardpipe.legacy.hierarchy import each_array, read_draft
-from shardpipe.maintenance.groups import group_at, per_array
+from shardpipe.maintenance.targets import over_target
 from shardpipe.ome.group_checks import ome_problems
-from shardpipe.precomputed.check import PrecomputedReport, check_volume, read_info
+from shardpipe.precomputed.check import PrecomputedReport, check_volume
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
 from shardpipe.stored.metadata import layout_of, open_array_metadata
-from shardpipe.stored.places import check_node_present
 from shardpipe.stored.shard_integrity import (
     ChunkFailure,
     ShardCheck,
-    ShardChecker,
-    check_shard,
-    checked_shards,
     checksum_note,
 )
 
-__all__ = [
-    "SHARD_ENTRIES",
-    "ChunkFailure",
-    "ShardCheck",
-    "ShardChecker",
-    "VerifyReport",
-    "check_shard",
-    "checked_shards",
-    "checksum_note",
-    "verify",
-]
+__all__ = ["SHARD_ENTRIES", "VerifyReport", "verify"]
 
 SHARD_ENTRIES = 10_000
 """Shards checked clean that a report lists one by one (per array); the others are only counted.
@@ -332,52 +318,49 @@ def verify(
     progress = check_bool("progress", progress)
     workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
-    if (precomputed := read_info(target)) is not None:
-        return check_volume(target, precomputed, decode=True)
-    draft = read_draft(target, strict=False)
-    if draft is None:
-        check_node_present(target, "path" if path else "store")
-    group = group_at(target) if draft is None else None
+    return over_target(
+        target,
+        "path" if path else "store",
+        volume=lambda volume, found: check_volume(volume, found, decode=True),
+        array=lambda at: _verify_array(
+            at.target,
+            workers,
+            complete,
+            progress,
+            metadata=at.metadata,
+            shard_format=at.shard_format,
+        ),
+        arrays=_verified_together,
+        image=lambda group, arrays, skipped: _verified_together(
+            arrays, skipped, ome_problems(group)
+        ),
+    )
 
-    def one(array: ResolvedStore) -> VerifyReport:
-        return _verify_array(array, workers, complete, progress)
 
-    if draft is not None or group is not None:
-        if draft is not None:
-            arrays = each_array(
-                target,
-                draft,
-                lambda folder, a: _verify_array(
-                    folder,
-                    workers,
-                    complete,
-                    progress,
-                    metadata=a.metadata,
-                    shard_format=a.shard_format,
-                ),
-            )
-            skipped = dict(draft.unsupported)
-        else:
-            assert group is not None
-            arrays, skipped = per_array(target, group, one)
-        shards = [check for report in arrays.values() for check in report.shards]
-        notes = [f"{path}: {note}" for path, report in arrays.items() for note in report.notes]
-        job_problems = [p for report in arrays.values() for p in report.job_problems]
-        job_problems += ome_problems(target)  # an OME-Zarr image group's own findings
-        return VerifyReport(
-            shards,
-            arrays,
-            skipped,
-            notes,
-            job_problems,
-            n_shards=sum(r.n_shards for r in arrays.values()),
-            shards_present=sum(r.shards_present for r in arrays.values()),
-            chunks_stored=sum(r.chunks_stored for r in arrays.values()),
-            nbytes=sum(r.nbytes for r in arrays.values()),
-            unused_nbytes=sum(r.unused_nbytes for r in arrays.values()),
-            shards_left_out=sum(r.shards_left_out for r in arrays.values()),
-        )
-    return one(target)
+def _verified_together(
+    arrays: dict[str, VerifyReport],
+    skipped: dict[str, str],
+    group_problems: list[tuple[str, str]] | None = None,
+) -> VerifyReport:
+    """One report for the arrays of a group or a draft hierarchy; ``group_problems``
+    are the group's own (an OME-Zarr image group's, :mod:`shardpipe.ome.group_checks`)."""
+    shards = [check for report in arrays.values() for check in report.shards]
+    notes = [f"{path}: {note}" for path, report in arrays.items() for note in report.notes]
+    job_problems = [p for report in arrays.values() for p in report.job_problems]
+    job_problems += group_problems or []
+    return VerifyReport(
+        shards,
+        arrays,
+        skipped,
+        notes,
+        job_problems,
+        n_shards=sum(r.n_shards for r in arrays.values()),
+        shards_present=sum(r.shards_present for r in arrays.values()),
+        chunks_stored=sum(r.chunks_stored for r in arrays.values()),
+        nbytes=sum(r.nbytes for r in arrays.values()),
+        unused_nbytes=sum(r.unused_nbytes for r in arrays.values()),
+        shards_left_out=sum(r.shards_left_out for r in arrays.values()),
+    )
 
 
 def _verify_array(

@@ -42,8 +42,9 @@ from shardpipe.codec.v2_carry import CarriedCodec, carried_codec
 from shardpipe.core.checks import check_bool
 from shardpipe.core.display import html_table, text_table
 from shardpipe.core.grid import Shape, ceildiv
-from shardpipe.engine.progress import distributed_client
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.engine.reports import WriteReport, add_reports
+from shardpipe.engine.scheduler import distributed_client
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.ome.arguments import default_layout, layout_param
 from shardpipe.ome.axes import Axis, axes_from_document
@@ -55,12 +56,12 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of
 from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.run import execute_together
 from shardpipe.write.transaction import check_writable
 
-__all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_conversion"]
+__all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_ome_conversion"]
 
 SOURCE_VERSION = "0.4"
 
@@ -317,13 +318,13 @@ def _translate_image(attributes: dict[str, Any], where: str) -> tuple[dict[str, 
     return ome, [str(p) for p in paths]
 
 
-def prepare_conversion(
+def prepare_ome_conversion(
     source: Any,
     target: Any,
     *,
     shards: Any = None,
     overwrite: bool = False,
-    source_options: dict[str, Any] | None = None,
+    source_storage_options: dict[str, Any] | None = None,
     storage_options: dict[str, Any] | None = None,
     max_mem: int | str = DEFAULT_MAX_MEM,
     chunk_checksums: bool = True,
@@ -334,7 +335,7 @@ def prepare_conversion(
     chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
     reencode = check_bool("reencode", reencode)
     budget = check_max_mem(max_mem)
-    src = resolve_store(source, None, source_options)
+    src = resolve_store(source, None, source_storage_options)
     attributes = _json(src, ".zattrs", "the source")
     groups: dict[str, dict[str, Any]] = {}
     axes: dict[str, tuple[Axis, ...]] = {}
@@ -464,7 +465,7 @@ def convert_ome_zarr(
     *,
     shards: Any = None,
     overwrite: bool = False,
-    source_options: dict[str, Any] | None = None,
+    source_storage_options: dict[str, Any] | None = None,
     storage_options: dict[str, Any] | None = None,
     max_mem: int | str = DEFAULT_MAX_MEM,
     chunk_checksums: bool = True,
@@ -486,7 +487,7 @@ def convert_ome_zarr(
         channel axes, about 256 MiB along the space axes.
     overwrite : bool
         Replace what is at ``target``.
-    source_options, storage_options : dict, optional
+    source_storage_options, storage_options : dict, optional
         fsspec options of the source and of the target.
     max_mem : int or str
         Memory budget per task.
@@ -504,12 +505,12 @@ def convert_ome_zarr(
     OmeZarrReport
         Each level array's report.
     """
-    return prepare_conversion(
+    return prepare_ome_conversion(
         source,
         target,
         shards=shards,
         overwrite=overwrite,
-        source_options=source_options,
+        source_storage_options=source_storage_options,
         storage_options=storage_options,
         max_mem=max_mem,
         chunk_checksums=chunk_checksums,

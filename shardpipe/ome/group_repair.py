@@ -2,7 +2,7 @@
 
 Every level array (the image's and each label image's) is repaired as any
 sharded array is (shards left mid-update rolled back, leftovers removed),
-by the function the caller passes (:func:`shardpipe.maintenance.upkeep.repair`
+by the function the caller passes (:func:`shardpipe.maintenance.repairs.repair`
 on one array). Then the group's record of an interrupted update is settled:
 
 * an **append** is rolled back: the levels already grown get their old
@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.core.downsample import METHODS
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.ome.group_checks import level_arrays
 from shardpipe.ome.run import delete_group_record, read_group_record
 from shardpipe.ome.stored import read_image
 from shardpipe.ome.update import recompute_levels, roll_back_append
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.job import DEFAULT_MAX_MEM
 from shardpipe.write.run import execute_together
 
 __all__ = ["GroupRepair", "repair_group"]

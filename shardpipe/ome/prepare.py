@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Unpack
 
 import dask.array as da
 import numpy as np
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.core.checks import check_bool
 from shardpipe.core.grid import Shape
 from shardpipe.core.pyramid import (
     PyramidLevel,
@@ -43,13 +42,15 @@ from shardpipe.ome.group_checks import label_names
 from shardpipe.ome.job import OmeZarrWrite
 from shardpipe.ome.metadata import image_attributes, label_attributes, multiscale, omero_document
 from shardpipe.ome.multiscale import MultiscaleWrite
+from shardpipe.ome.options import OME_PARAMETERS, OmeZarrOptions, check_resume_of_image
 from shardpipe.ome.run import GROUP_RECORD, read_group_record
 from shardpipe.ome.stored import read_image
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import layout_of, read_node_metadata
 from shardpipe.stored.places import check_not_a_file, check_target
-from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.options import check_array_options
+from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.transaction import check_writable
 
@@ -144,8 +145,7 @@ def plan_multiscale(
             max_mem=budget,
             **write_kwargs,
         )
-        job.shared_source = shared
-        jobs.append(job)
+        jobs.append(replace(job, shared_source=shared))
     return jobs, memory
 
 
@@ -239,30 +239,9 @@ def _stored_frame(target: ResolvedStore, shards: Any, chunks: Any) -> ImageFrame
     )
 
 
+@shares_parameters(OME_PARAMETERS)
 def prepare_ome_zarr(
-    image: Any,
-    store: Any,
-    axes: Any = None,
-    *,
-    scale: Any = None,
-    translation: Any = None,
-    axes_units: Any = None,
-    scale_factors: Any = None,
-    method: str | None = None,
-    shards: Any = None,
-    chunks: Any = None,
-    compressors: Any = "auto",
-    name: str | None = None,
-    omero: Any = None,
-    channel_names: Any = None,
-    labels: Any = None,
-    label_method: str | None = None,
-    path: str | None = None,
-    overwrite: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    max_mem: int | str = DEFAULT_MAX_MEM,
-    chunk_checksums: bool = True,
-    resume: bool = False,
+    image: Any, store: Any, axes: Any = None, **options: Unpack[OmeZarrOptions]
 ) -> OmeZarrWrite:
     """Validate and plan an OME-Zarr write; write nothing.
 
@@ -273,23 +252,37 @@ def prepare_ome_zarr(
     pyramids take its levels; ``overwrite`` then replaces label images of
     the same names only).
 
+    Parameters
+    ----------
+
     Returns
     -------
     OmeZarrWrite
         ``print`` it to see the plan; ``execute()`` runs it.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        On bad arguments (naming the parameter), before anything is written.
+    shardpipe.errors.MemoryBudgetError
+        If a task of the plan cannot fit ``max_mem``.
+    shardpipe.errors.ArrayExistsError
+        If a node is at the location and ``overwrite`` is False.
     """
-    overwrite = check_bool("overwrite", overwrite)
-    resume = check_bool("resume", resume)
-    if resume and overwrite:
-        raise InvalidArgumentError(
-            "resume", "True together with overwrite=True", "Pass one of them"
-        )
+    checked = check_array_options(options)  # the options every array writer checks alike
+    resume = check_resume_of_image(checked)
+    overwrite, budget, chunk_checksums = checked.overwrite, checked.max_mem, checked.chunk_checksums
+    shards, chunks, compressors = checked.shards, checked.chunks, checked.compressors
+    scale, translation = options.get("scale"), options.get("translation")
+    axes_units, scale_factors = options.get("axes_units"), options.get("scale_factors")
+    method, label_method = options.get("method"), options.get("label_method")
+    name, labels = options.get("name"), options.get("labels")
+    omero, channel_names = options.get("omero"), options.get("channel_names")
     if name is not None and not isinstance(name, str):
         raise InvalidArgumentError("name", f"{name!r} is not a string", "Pass a name or None")
-    budget = check_max_mem(max_mem)
     method = check_method(method, labels=False)
     label_method = check_method(label_method, labels=True, parameter="label_method")
-    target = resolve_store(store, path, storage_options)
+    target = resolve_store(store, checked.path, checked.storage_options)
     check_not_a_file(target, "store")
     check_writable(target)
     if resume and target.transactional:

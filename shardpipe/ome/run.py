@@ -36,10 +36,10 @@ from typing import Any
 import zarr
 
 from shardpipe.errors import MetadataError
-from shardpipe.journal.markers import JOB_DIR
 from shardpipe.ome.metadata import labels_attributes
 from shardpipe.ome.multiscale import MultiscaleWrite
 from shardpipe.ome.report import OmeZarrReport
+from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.run import execute_together
 from shardpipe.write.transaction import check_commit, commit_write

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dask.array as da
@@ -38,6 +38,7 @@ from shardpipe.core.checks import check_bool, is_integer
 from shardpipe.core.display import html_table, text_table
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.grid import Box, Shape
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.pyramid import level_region, level_shape, steps_of, window_region
 from shardpipe.core.sizes import format_bytes
 from shardpipe.engine.reports import WriteReport
@@ -50,7 +51,7 @@ from shardpipe.ome.stored import StoredImage, read_image
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import read_node_metadata
 from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.run import execute_together
 from shardpipe.write.transaction import check_commit, commit_write
@@ -340,8 +341,7 @@ def _prepare_append(
             max_mem=budget,
             resume=resume,
         )
-        job.shared_source = len(paths) > 1
-        jobs.append(job)
+        jobs.append(replace(job, shared_source=len(paths) > 1))
         written.append(path)
     return OmeZarrUpdate(
         target, "append", [jobs], [written], {"doing": "append", "identity": identity}
@@ -391,8 +391,7 @@ def recompute_levels(
             max_mem=budget,
             resume=resume,
         )
-        job.shared_source = len(paths) > 2
-        jobs.append(job)
+        jobs.append(replace(job, shared_source=len(paths) > 2))
         written.append(paths[k])
     return jobs, written
 

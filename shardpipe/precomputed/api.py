@@ -38,7 +38,8 @@ from dask.delayed import Delayed, delayed
 
 from shardpipe.core.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
-from shardpipe.core.precomputed_plan import ScaleGrid, auto_sharding, check_scattered
+from shardpipe.core.memory import DEFAULT_MAX_MEM
+from shardpipe.core.precomputed_plan import ScaleGrid, check_scattered
 from shardpipe.engine.pyramid import downsampled
 from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.errors import (
@@ -49,14 +50,15 @@ from shardpipe.errors import (
 )
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
-from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES, UNFINISHED_KEY
+from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES
+from shardpipe.precomputed.auto_sharding import auto_sharding
 from shardpipe.precomputed.graph import part_chunks, shard_tasks
 from shardpipe.precomputed.tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.job import STAGING_DIR
 
 DATA_TYPES = ("uint8", "uint16", "uint32", "uint64", "float32")
 VOLUME_TYPES = ("image", "segmentation")
@@ -78,7 +80,7 @@ def to_neuroglancer_precomputed(
     downsample: str = "auto",
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
-    max_mem: int | str = "1GiB",
+    max_mem: int | str = DEFAULT_MAX_MEM,
     compute: bool = True,
     progress: bool = False,
 ) -> WriteReport | Delayed:
@@ -193,7 +195,7 @@ def to_neuroglancer_precomputed(
         _scale_info(grid, res, factor, offset, encoding, spec) for factor, grid, spec, _ in levels
     ]
     token = uuid.uuid4().hex[:12]
-    marker = target.key(UNFINISHED_KEY)
+    marker = target.key(PRECOMPUTED_UNFINISHED)
     _write_info(
         target,
         _info(source.dtype, channels, volume_type, scale_infos),
@@ -464,7 +466,7 @@ def _write_info(
     """Mark the volume unfinished, then write ``info`` (with ``overwrite``, after removing
     the old shards of these scales). The marker goes first: from then until the last
     shard is published, ``verify`` reports an unfinished write."""
-    store, info_key, marker = target.shards, target.key("info"), target.key(UNFINISHED_KEY)
+    store, info_key, marker = target.shards, target.key("info"), target.key(PRECOMPUTED_UNFINISHED)
     exists = store.get(info_key) is not None
     if exists and not overwrite:
         left = store.size(marker) is not None

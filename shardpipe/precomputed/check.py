@@ -36,14 +36,9 @@ from shardpipe.formats.base import read_checked_index
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, decode_chunk, max_encoded_nbytes
 from shardpipe.formats.precomputed_chunks import ENCODINGS as DECODED
-from shardpipe.formats.precomputed_info import (
-    MAX_INFO_NBYTES,
-    UNFINISHED_KEY,
-    VolumeInfo,
-    parse_info,
-)
+from shardpipe.formats.precomputed_info import MAX_INFO_NBYTES, VolumeInfo, parse_info
 from shardpipe.formats.precomputed_shards import listed_shard_format
-from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX
+from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 
 MOST_PROBLEMS = 50
@@ -204,7 +199,7 @@ def check_volume(
     volume = PrecomputedReport(
         info.volume_type, info.data_type, info.num_channels, scales, checked_chunks=decode
     )
-    marker = target.key(UNFINISHED_KEY)
+    marker = target.key(PRECOMPUTED_UNFINISHED)
     if (size := target.shards.size(marker)) is not None:
         volume.problems.append(f"{marker}: {_unfinished(target, marker, size)}")
     return volume

@@ -23,13 +23,13 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import dask.array as da
 import zarr
 from dask.delayed import Delayed
 
-from shardpipe.core.checks import check_bool, check_json, check_progress
+from shardpipe.core.checks import check_json, check_progress
 from shardpipe.core.display import html_table, text_table
 from shardpipe.core.grid import Shape
 from shardpipe.core.sizes import format_bytes
@@ -44,6 +44,7 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.rechunking.intermediate import Intermediate
 from shardpipe.rechunking.memory import HOLD_SHARE, automatic_temp_store, one_pass_hold
+from shardpipe.rechunking.options import RECHUNK_PARAMETERS, RechunkOptions
 from shardpipe.rechunking.source import Source, open_source
 from shardpipe.stored.places import (
     check_source_options,
@@ -51,10 +52,12 @@ from shardpipe.stored.places import (
     check_temp_store,
     resolve_named,
 )
-from shardpipe.write.arguments import check_max_mem, resolve_shapes
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.arguments import resolve_shapes
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.options import check_array_options
+from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.resume import check_resume, check_same_job, complete_shards
+from shardpipe.write.resume import check_same_job, complete_shards
 from shardpipe.write.transaction import check_commit
 
 FIRST_BLOCK_SHARE = 2
@@ -206,32 +209,24 @@ class RechunkJob:
         return self.write.to_delayed()
 
 
-def plan_rechunk(
-    source: Any,
-    target: Any,
-    *,
-    path: str | None = None,
-    shards: Any = None,
-    chunks: Any = None,
-    max_mem: int | str = DEFAULT_MAX_MEM,
-    compressors: Any = "auto",
-    filters: Any = None,
-    chunk_checksums: bool = True,
-    fill_value: Any = None,
-    index_location: str | None = None,
-    dimension_names: Any = None,
-    attributes: dict[str, Any] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    source_storage_options: dict[str, Any] | None = None,
-    overwrite: bool = False,
-    resume: bool | str = False,
-    temp_store: str | os.PathLike[str] | None = None,
-) -> RechunkJob:
+@shares_parameters(RECHUNK_PARAMETERS)
+def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) -> RechunkJob:
     """Plan a rechunk of ``source`` into a sharded array at ``target``; write nothing.
 
-    Parameters are those of :func:`rechunk` (without ``progress`` and ``compute``).
-    With ``resume``, the shards of the target that are complete (their index
-    verifies) are found here and left out of the plan.
+    The parameters are those of :func:`rechunk` but ``progress``,
+    ``compute``, ``commit`` and ``rebase``, which belong to running the job
+    (:meth:`RechunkJob.execute`). With ``resume``, the shards of the target
+    that are complete (their index verifies) are found here and left out of
+    the plan.
+
+    Parameters
+    ----------
+
+    Returns
+    -------
+    RechunkJob
+        The planned rechunk: ``print`` it to see how the source is read and
+        the target written, call ``execute()`` to run it.
 
     Raises
     ------
@@ -240,8 +235,10 @@ def plan_rechunk(
     shardpipe.errors.MemoryBudgetError
         If no block shape lets every task fit ``max_mem``.
     """
-    opened = open_source(source, check_source_options(source, source_storage_options))
-    if attributes is None:  # carried over: JSON must hold them (the source's JSON may not)
+    given = check_array_options(options)
+    source_options = options.get("source_storage_options")
+    opened = open_source(source, check_source_options(source, source_options))
+    if given.attributes is None:  # carried over: JSON must hold them (the source's JSON may not)
         check_json(
             "source",
             opened.attributes,
@@ -249,18 +246,18 @@ def plan_rechunk(
             f"The source {opened.name!r} holds them; pass attributes= to write others "
             "(e.g. the same without that value)",
         )
-    budget = check_max_mem(max_mem)
-    overwrite = check_bool("overwrite", overwrite)
-    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
-    resume = check_resume(resume, overwrite)
-    resolved = resolve_named("target", target, path, storage_options)
+    budget, overwrite, resume = given.max_mem, given.overwrite, given.resume
+    resolved = resolve_named("target", target, given.path, given.storage_options)
     check_target(resolved, overwrite or bool(resume), name="target")
-    temp_store = check_temp_store(temp_store, resolved, opened.array)
+    temp_store = check_temp_store(options.get("temp_store"), resolved, opened.array)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
-    shard_shape, chunk_shape = resolve_shapes(opened.shape, opened.dtype.itemsize, shards, chunks)
+    shard_shape, chunk_shape = resolve_shapes(
+        opened.shape, opened.dtype.itemsize, given.shards, given.chunks
+    )
+    fill_value, names, attributes = given.fill_value, given.dimension_names, given.attributes
     carried = dict(
         fill_value=opened.fill_value if fill_value is None else fill_value,
-        dimension_names=opened.dimension_names if dimension_names is None else dimension_names,
+        dimension_names=opened.dimension_names if names is None else names,
         attributes=opened.attributes if attributes is None else attributes,
     )
 
@@ -272,10 +269,10 @@ def plan_rechunk(
             resolved,  # resolved once: every try of a block shape writes the same place
             shards=shard_shape,
             chunks=chunk_shape,
-            compressors=compressors,
-            filters=filters,
-            chunk_checksums=chunk_checksums,
-            index_location=index_location,
+            compressors=given.compressors,
+            filters=given.filters,
+            chunk_checksums=given.chunk_checksums,
+            index_location=given.index_location,
             overwrite=overwrite or resuming,
             max_mem=budget,
             part_limit=share * opened.dtype.itemsize,
@@ -309,7 +306,7 @@ def plan_rechunk(
         where = os.fspath(temp_store)
         inter = Intermediate(
             where,
-            {k: v for k, v in (storage_options or {}).items() if k != "fsync"}
+            {k: v for k, v in (given.storage_options or {}).items() if k != "fsync"}
             if "://" in where
             else None,
             inter_chunks,
@@ -365,80 +362,26 @@ def _largest_fitting(
             block_budget //= 2
 
 
+@shares_parameters(RECHUNK_PARAMETERS)
 def rechunk(
     source: Any,
     target: Any,
     *,
-    path: str | None = None,
-    shards: Any = None,
-    chunks: Any = None,
-    max_mem: int | str = DEFAULT_MAX_MEM,
-    compressors: Any = "auto",
-    filters: Any = None,
-    chunk_checksums: bool = True,
-    fill_value: Any = None,
-    index_location: str | None = None,
-    dimension_names: Any = None,
-    attributes: dict[str, Any] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    source_storage_options: dict[str, Any] | None = None,
-    overwrite: bool = False,
-    resume: bool | str = False,
-    temp_store: str | os.PathLike[str] | None = None,
     compute: bool = True,
     progress: bool = False,
     commit: str | None = None,
     rebase: bool = False,
+    **options: Unpack[RechunkOptions],
 ) -> zarr.Array[Any] | Delayed | str:
     """Rechunk ``source`` into a sharded Zarr v3 array at ``target``, in bounded memory.
 
+    The source is read in the largest blocks aligned to its chunks (its
+    shards, if sharded) with which every task fits ``max_mem``. The target's
+    codecs are those given or shardpipe's defaults, not the source's; its
+    fill value, dimension names and attributes are the source's unless given.
+
     Parameters
     ----------
-    source : str, os.PathLike, zarr.Array or dask.array.Array
-        A Zarr v2 or v3 array (sharded or not), its local path or fsspec
-        URL, or any Dask array (read as it is blocked).
-    target : str, os.PathLike, zarr Store, zarr Group or icechunk.Session
-        Where to write, as for :func:`~shardpipe.to_sharded_zarr`.
-    path : str, optional
-        Path of the array inside ``target``.
-    shards, chunks : tuple of int, optional
-        Target shard and inner-chunk shapes (shardpipe's defaults if left out).
-    max_mem : int or str
-        Memory budget per task; the source is read in the largest blocks
-        aligned to its chunks with which every task fits.
-    compressors, filters, index_location
-        Target codecs and index location, as in :func:`~shardpipe.to_sharded_zarr`;
-        they default to the target's defaults, not the source's codecs.
-    chunk_checksums : bool
-        End the target's inner codec chain with ``crc32c`` (default True), as
-        in :func:`~shardpipe.to_sharded_zarr`.
-    fill_value, dimension_names, attributes
-        Default: the source's.
-    storage_options, source_storage_options : dict, optional
-        fsspec options for the target and for the source.
-    overwrite : bool
-        Replace an existing array at the target.
-    resume : bool or "force"
-        Carry on an interrupted run of the same rechunk: shards of the target
-        that are complete (present, index verifying) are kept, the rest
-        written. The target must have been written by a rechunk of the same
-        source (location, shape, dtype, read unit) into the same layout,
-        codecs and attributes, as the job record saved beside ``zarr.json``
-        after the metadata and before the first shard shows; else an error
-        (``"force"`` skips the source comparison). Without a target, a fresh
-        start. See :mod:`shardpipe.write.resume`.
-    temp_store : str or os.PathLike, optional
-        Where a two-pass rechunk may keep an intermediate copy (a path or
-        URL that does not exist yet; deleted afterwards). Used only when the
-        blocks that fit ``max_mem`` are thinner than the inner chunks
-        (:mod:`shardpipe.rechunking.intermediate` says why); the plan says which.
-    compute : bool
-        Run now and return the target array, or return a ``Delayed``.
-    progress : bool
-        Show a progress bar.
-    commit, rebase
-        Into an Icechunk session: commit it at the end, as in
-        :func:`~shardpipe.to_sharded_zarr`.
 
     Returns
     -------
@@ -447,26 +390,7 @@ def rechunk(
         Icechunk snapshot's id.
     """
     progress, compute = check_progress(progress, compute)
-    job = plan_rechunk(
-        source,
-        target,
-        path=path,
-        shards=shards,
-        chunks=chunks,
-        max_mem=max_mem,
-        compressors=compressors,
-        filters=filters,
-        chunk_checksums=chunk_checksums,
-        fill_value=fill_value,
-        index_location=index_location,
-        dimension_names=dimension_names,
-        attributes=attributes,
-        storage_options=storage_options,
-        source_storage_options=source_storage_options,
-        overwrite=overwrite,
-        resume=resume,
-        temp_store=temp_store,
-    )
+    job = plan_rechunk(source, target, **options)
     check_commit(commit, rebase, job.write.target)
     if not compute:
         return job.to_delayed()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import zarr
@@ -26,14 +26,15 @@ from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES, format_bytes
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.rechunking.api import RechunkJob, plan_rechunk
+from shardpipe.rechunking.options import GROUP_PARAMETERS, GroupRechunkOptions
 from shardpipe.rechunking.source import open_source
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.places import check_source_options, check_target, resolve_named
-from shardpipe.write.arguments import check_array_overrides, check_index_location, check_max_mem
-from shardpipe.write.job import DEFAULT_MAX_MEM
-from shardpipe.write.resume import check_resume
+from shardpipe.write.arguments import check_array_overrides
+from shardpipe.write.options import check_array_options
+from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.run import execute_together
 from shardpipe.write.transaction import check_commit, check_writable, commit_write
 
@@ -156,46 +157,31 @@ class GroupRechunkJob:
         return report
 
 
+@shares_parameters(GROUP_PARAMETERS)
 def plan_group_rechunk(
-    source: Any,
-    target: Any,
-    *,
-    shards: Any = None,
-    chunks: Any = None,
-    arrays: Mapping[str, Mapping[str, Any]] | None = None,
-    max_mem: int | str = DEFAULT_MAX_MEM,
-    compressors: Any = "auto",
-    chunk_checksums: bool = True,
-    index_location: str | None = None,
-    storage_options: dict[str, Any] | None = None,
-    source_storage_options: dict[str, Any] | None = None,
-    overwrite: bool = False,
-    resume: bool = False,
+    source: Any, target: Any, **options: Unpack[GroupRechunkOptions]
 ) -> GroupRechunkJob:
     """Plan the rechunk of every array of the group at ``source``; write nothing.
 
+    Every array is planned by :func:`~shardpipe.plan_rechunk` with the
+    options given here.
+
     Parameters
     ----------
-    source : str, os.PathLike or zarr.Group
-        A Zarr v2 or v3 group (path, fsspec URL or object).
-    target : str, os.PathLike, zarr Store or icechunk.Session
-        Where to write the Zarr v3 hierarchy; into a writable Icechunk session,
-        the hierarchy is one transaction (see :meth:`GroupRechunkJob.execute`).
-    shards, chunks : tuple of int, optional
-        Shapes for every array with as many dimensions (others get the defaults).
-    arrays : dict, optional
-        Per array path (relative to the group), ``{"shards": ..., "chunks": ...}``.
-    max_mem, compressors, chunk_checksums, index_location, storage_options,
-    source_storage_options, overwrite, resume
-        As for :func:`~shardpipe.rechunk`, for every array.
+
+    Returns
+    -------
+    GroupRechunkJob
+        The planned rechunks and copies: ``print`` it to see them, call
+        ``execute()`` to run them.
     """
-    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
-    shards, chunks = check_int_tuple("shards", shards), check_int_tuple("chunks", chunks)
-    overrides = check_array_overrides(arrays)
-    check_max_mem(max_mem)
-    if index_location is not None:
-        check_index_location(index_location)
-    check_resume(resume, check_bool("overwrite", overwrite))
+    given = check_array_options(options)
+    shards = check_int_tuple("shards", given.shards)
+    chunks = check_int_tuple("chunks", given.chunks)
+    overrides = check_array_overrides(options.get("arrays"))
+    overwrite, resume = given.overwrite, given.resume
+    source_storage_options = options.get("source_storage_options")
+    storage_options = given.storage_options
     group = _open_group(source, check_source_options(source, source_storage_options))
     root = resolve_named("target", target, None, storage_options)
     check_writable(root)
@@ -228,16 +214,17 @@ def plan_group_rechunk(
             ResolvedStore(root.zarr_store, root.shards, root.key(path)),
             shards=shapes.get("shards", shards if _fits(shards, node) else None),
             chunks=shapes.get("chunks", chunks if _fits(chunks, node) else None),
-            max_mem=max_mem,
-            compressors=compressors,
-            chunk_checksums=chunk_checksums,
-            index_location=index_location,
+            max_mem=given.max_mem,
+            compressors=given.compressors,
+            chunk_checksums=given.chunk_checksums,
+            index_location=given.index_location,
             overwrite=overwrite,
             resume=resume,
         )
     return GroupRechunkJob(root, group, jobs, small, overwrite)
 
 
+@shares_parameters(GROUP_PARAMETERS)
 def rechunk_group(
     source: Any,
     target: Any,
@@ -245,15 +232,25 @@ def rechunk_group(
     progress: bool = False,
     commit: str | None = None,
     rebase: bool = False,
-    **kwargs: Any,
+    **options: Unpack[GroupRechunkOptions],
 ) -> GroupRechunkReport:
     """Rechunk every array of a group.
 
-    ``plan_group_rechunk(source, target, **kwargs).execute(progress=...,
-    commit=..., rebase=...)``; ``target`` may be a writable Icechunk session.
+    ``plan_group_rechunk(source, target, **options).execute(progress=...,
+    commit=..., rebase=...)``: see :func:`~shardpipe.plan_group_rechunk` and
+    :meth:`~shardpipe.GroupRechunkJob.execute`.
+
+    Parameters
+    ----------
+
+    Returns
+    -------
+    GroupRechunkReport
+        What was rechunked, copied and created (and, with ``commit``, the
+        Icechunk snapshot committed).
     """
     progress = check_bool("progress", progress)
-    job = plan_group_rechunk(source, target, **kwargs)
+    job = plan_group_rechunk(source, target, **options)
     return job.execute(progress=progress, commit=commit, rebase=rebase)
 
 

@@ -35,7 +35,7 @@ HOLD_SHARE = 1.5
 """A one-pass rechunk may hold up to this many times ``max_mem`` between its tasks.
 
 With what its running tasks hold besides (their parts, encoded bytes and codec
-copies), the process stays under twice ``max_mem`` (``tests/test_rechunk_memory.py``)."""
+copies), the process stays under twice ``max_mem`` (``tests/rechunking/test_rechunk_memory.py``)."""
 
 
 def one_pass_hold(write: ShardedWrite, threads: int | None = None) -> int:

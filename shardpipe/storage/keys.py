@@ -1,87 +1,49 @@
-"""Store keys: the one check that keeps every key inside its store.
+"""Keys at the storage edge: the names shardpipe reserves, and the check every backend makes.
 
-A key is a ``/``-separated path relative to a store's root
-(``"group/array/c/0/1"``). Keys that shardpipe builds from arguments are
-checked where the argument is parsed; keys that come from *stored bytes*
-(metadata documents, listings, markers and records, a precomputed ``info``,
-draft node names) could have been written by anyone, so they go through
-:func:`checked_key` before they reach a backend, and every backend checks
-the keys it is given again at its edge.
+Every key that shardpipe itself writes beside an array's data is named
+here, once:
 
-A safe key has no empty, ``.`` or ``..`` part, does not start with ``/``,
-and holds no NUL and no backslash (a separator on some systems). Nothing
-else is forbidden: zarr keys may hold any other character.
+* :data:`JOB_DIR` (``.shardpipe/``) beside an array's ``zarr.json`` holds
+  the job marker, claims, undo records, job records and staging areas (see
+  :mod:`shardpipe.journal`);
+* :data:`STAGING_DIR`, :data:`WRITE_RECORD`, :data:`MIGRATION_MARKER`,
+  :data:`MIGRATION_STAGING` and :data:`PRECOMPUTED_UNFINISHED` are the keys
+  under it that writes, migrations and precomputed writes use;
+* :data:`TEMPORARY_SUFFIX` ends the names of the temporary files a
+  file-system backend writes beside a key before it renames them.
+
+Backends call :func:`edge_key` on every key they are given (the pure check
+is :func:`shardpipe.core.keys.checked_key`).
 """
 
 from __future__ import annotations
 
+from shardpipe.core.keys import key_problem
 from shardpipe.errors import UnsafeKeyError
 
+JOB_DIR = ".shardpipe"
+"""Folder (key prefix) beside an array's ``zarr.json`` for shardpipe's own records."""
 
-def key_problem(key: str, *, prefix: bool = False) -> str | None:
-    """What makes ``key`` unsafe, or None when it stays inside the store.
+STAGING_DIR = f"{JOB_DIR}/staging"
+"""Key prefix, relative to an array, of the staging areas of writes in parts."""
 
-    Parameters
-    ----------
-    key : str
-        The key to check.
-    prefix : bool
-        Whether ``key`` is a key prefix, which may be empty (the root) or end
-        with ``/``.
+NO_STAGING = "none"
+"""A staging area no write uses: cleaning it up removes only temporary files."""
 
-    Returns
-    -------
-    str or None
-        The reason in words, or None.
-    """
-    if not isinstance(key, str):
-        return f"a key must be a str, not {type(key).__name__}"
-    if prefix:
-        if key == "":
-            return None
-        key = key.removesuffix("/")
-    if key == "":
-        return "it is empty"
-    if "\0" in key:
-        return "it holds a NUL character"
-    if "\\" in key:
-        return "it holds a backslash"
-    if key.startswith("/"):
-        return "it is an absolute path"
-    for part in key.split("/"):
-        if part == "":
-            return "it has an empty part ('//')"
-        if part in (".", ".."):
-            return f"it has a {part!r} part"
-    return None
+WRITE_RECORD = f"{JOB_DIR}/write.json"
+"""Key, relative to an array, of the record of a write that ``resume=True`` carries on."""
 
+MIGRATION_MARKER = f"{JOB_DIR}/migrate.json"
+"""Key, relative to a hierarchy's root, of the marker of a migration under way."""
 
-def checked_key(key: str, origin: str = "", *, prefix: bool = False) -> str:
-    """Return ``key`` if it stays inside the store, else raise.
+MIGRATION_STAGING = f"{JOB_DIR}/migrate-staging"
+"""Key prefix, relative to a hierarchy's root, of a migration's staging data."""
 
-    Parameters
-    ----------
-    key : str
-        The key (or, with ``prefix=True``, key prefix) to check.
-    origin : str
-        Where the key came from, for the error message.
-    prefix : bool
-        Accept ``""`` and a trailing ``/``.
+PRECOMPUTED_UNFINISHED = f"{JOB_DIR}/precomputed-write.json"
+"""Key, relative to a precomputed volume, of the marker of a write not yet finished."""
 
-    Returns
-    -------
-    str
-        ``key``, unchanged.
-
-    Raises
-    ------
-    shardpipe.errors.UnsafeKeyError
-        Naming the key, its origin and what is wrong with it.
-    """
-    problem = key_problem(key, prefix=prefix)
-    if problem is not None:
-        raise UnsafeKeyError(str(key), origin, problem)
-    return key
+TEMPORARY_SUFFIX = ".shardpipe-tmp"
+"""End of the names of the temporary files a ``put`` writes beside its key."""
 
 
 def edge_key(key: str, store: object, *, prefix: bool = False) -> str:

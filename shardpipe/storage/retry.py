@@ -49,14 +49,8 @@ from shardpipe.errors import (
     StorageFullError,
     TransientStorageError,
 )
-from shardpipe.storage.base import (
-    Changes,
-    ObjectVersion,
-    PartReceipt,
-    PartsHandle,
-    ShardStore,
-    StoreAbilities,
-)
+from shardpipe.storage.base import ObjectVersion, PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.delegating import DelegatingStore
 
 T = TypeVar("T")
 
@@ -186,8 +180,13 @@ def is_transient(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in TRANSIENT_ERRNOS
 
 
-class RetryingStore(ShardStore):
+class RetryingStore(DelegatingStore):
     """A backend whose transient faults are retried and permanent ones explained.
+
+    Every method that touches storage is retried here; the rest (the
+    abilities, :meth:`~shardpipe.storage.base.ShardStore.collecting` and
+    :meth:`~shardpipe.storage.base.ShardStore.merge_changes`) is forwarded
+    as :class:`~shardpipe.storage.delegating.DelegatingStore` forwards it.
 
     Parameters
     ----------
@@ -206,7 +205,7 @@ class RetryingStore(ShardStore):
         *,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.policy = policy
         self._sleep = sleep
 
@@ -223,11 +222,6 @@ class RetryingStore(ShardStore):
         self.__dict__.update(state)
         if self._sleep is None:
             self._sleep = time.sleep
-
-    @property
-    def abilities(self) -> StoreAbilities:  # type: ignore[override]
-        """The inner backend's abilities."""
-        return self.inner.abilities
 
     def _call(
         self,
@@ -336,14 +330,6 @@ class RetryingStore(ShardStore):
             return self._call(f"writing {key!r}", attempt)
         except _ProducerFailed as failed:
             raise failed.error from None
-
-    def collecting[R](self, work: Callable[[], R]) -> tuple[R, Changes | None]:
-        """The inner backend's :meth:`ShardStore.collecting`."""
-        return self.inner.collecting(work)
-
-    def merge_changes(self, changes: Changes) -> None:
-        """The inner backend's :meth:`ShardStore.merge_changes`."""
-        self.inner.merge_changes(changes)
 
     def make_durable(self, keys: Sequence[str]) -> None:
         """Make ``keys`` durable; see :meth:`ShardStore.make_durable`."""

@@ -18,16 +18,16 @@ size (the commands that look at shards list those present,
 
 from __future__ import annotations
 
-import json
 import math
 from typing import TYPE_CHECKING, Any
 
 import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
-from zarr.codecs.sharding import ShardingCodec
 from zarr.core.group import GroupMetadata
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe.codec.chunk_codec import sharding_codec_of
+from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import ShardLayout, ceildiv
 from shardpipe.errors import MetadataError, ShardFormatError, ShardpipeError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
@@ -59,24 +59,6 @@ ZARR_PARSE_ERRORS: tuple[type[Exception], ...] = (
     NotImplementedError,
 )
 """What zarr and json raise on a document they cannot read (storage errors are not here)."""
-
-
-def sharding_codec_of(metadata: ArrayV3Metadata) -> ShardingCodec:
-    """Return the ``sharding_indexed`` codec of ``metadata``.
-
-    Raises
-    ------
-    ShardFormatError
-        If the array is not sharded with a single ``sharding_indexed`` codec.
-    """
-    codecs = metadata.codecs
-    sharding = [c for c in codecs if isinstance(c, ShardingCodec)]
-    if len(codecs) != 1 or len(sharding) != 1:
-        raise ShardFormatError(
-            "shardpipe handles arrays whose codec chain is a single sharding_indexed codec, "
-            f"got {[type(c).__name__ for c in codecs]}"
-        )
-    return sharding[0]
 
 
 def is_sharded(metadata: Any) -> bool:
@@ -138,40 +120,6 @@ def format_of(metadata: ArrayV3Metadata) -> ZarrShardingFormat:
         key_prefix=prefix,
         key_separator=separator,
     )
-
-
-_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
-_JSON_KINDS[type(None)] = "null"
-
-
-def parse_json_object(data: bytes, what: str) -> dict[str, Any]:
-    """Decode ``data`` as a JSON object.
-
-    Parameters
-    ----------
-    data : bytes
-        The stored bytes.
-    what : str
-        The document and its key, as error messages name it (``"'a/zarr.json'"``).
-
-    Raises
-    ------
-    MetadataError
-        If the bytes are not UTF-8, not JSON, nest too deeply or hold
-        something other than an object.
-    """
-    try:
-        document = json.loads(bytes(data))
-    except UnicodeDecodeError as err:
-        raise MetadataError(f"{what} is not UTF-8 text ({err})") from err
-    except ValueError as err:
-        raise MetadataError(f"{what} is not JSON ({err})") from err
-    except RecursionError as err:
-        raise MetadataError(f"{what} nests JSON too deeply to be metadata") from err
-    if not isinstance(document, dict):
-        kind = _JSON_KINDS.get(type(document), type(document).__name__)
-        raise MetadataError(f"{what} holds a JSON {kind}, not an object")
-    return document
 
 
 def _is_int(value: Any) -> bool:

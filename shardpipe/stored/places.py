@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import zarr
-from zarr.storage import LocalStore, MemoryStore
+from zarr.storage import LocalStore
 
 from shardpipe.errors import (
     ArrayExistsError,
@@ -109,32 +109,6 @@ def check_not_a_file(target: ResolvedStore, parameter: str) -> None:
     )
 
 
-def check_store_reachable(arr: da.Array, target: ResolvedStore) -> None:
-    """Refuse a zarr ``MemoryStore`` that worker processes would write copies of.
-
-    A ``MemoryStore`` lives in this process's memory. Tasks running in other
-    processes (a distributed cluster with worker processes) would write into
-    their own unpickled copies, and the data would be lost without an error.
-    """
-    from shardpipe.engine.progress import distributed_client, runs_in_process
-
-    if not isinstance(target.zarr_store, MemoryStore) or runs_in_process(arr):
-        return
-    client = distributed_client()
-    if client is None:
-        return
-    here = os.getpid()
-    if all(pid == here for pid in client.run(os.getpid).values()):
-        return  # workers are threads of this process
-    raise InvalidArgumentError(
-        "store",
-        f"{target.zarr_store} lives in this process's memory, but the active distributed "
-        "client runs tasks in worker processes, which would write into their own copies "
-        "(the data would be lost)",
-        "Write to a local path or S3, or compute with dask.config.set(scheduler='threads')",
-    )
-
-
 # -- generic checks, shared by the public functions -------------------------------------------
 
 
@@ -211,7 +185,7 @@ def check_node_present(target: ResolvedStore, parameter: str, *, records: bool =
     if any(target.shards.get(target.key(k)) is not None for k in keys):
         return
     if records:
-        from shardpipe.journal.markers import JOB_DIR
+        from shardpipe.storage.keys import JOB_DIR
 
         if next(iter(target.shards.list(target.key(f"{JOB_DIR}/"))), None) is not None:
             return

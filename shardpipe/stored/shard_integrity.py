@@ -19,11 +19,9 @@ allocated), or the codec's own error.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.chunk_codec import ChunkCodec, ChunkDecodeError, describe_error
 from shardpipe.core.grid import Coords, ShardLayout
@@ -31,9 +29,7 @@ from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.storage.base import ShardStore
-from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.listing import Listed, over_shards
-from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.stored.listing import Listed
 
 WHOLE_READ_LIMIT = 256 << 20
 """Shards up to this size are read in one request; larger ones by ranges."""
@@ -225,40 +221,3 @@ class ShardChecker:
             )
             for item in batch
         ]
-
-
-def checked_shards(
-    target: ResolvedStore,
-    metadata: ArrayV3Metadata,
-    workers: int,
-    *,
-    decode: bool = True,
-    cluster: bool = False,
-    progress: bool = False,
-    others: Callable[[Listed], None] | None = None,
-    shard_format: ZarrShardingFormat | None = None,
-) -> Iterator[ShardCheck]:
-    """Check every shard present (found by listing), as the checks finish (not in grid order).
-
-    Keys under the shard prefix that are no shard of the grid go to
-    ``others``. See :func:`shardpipe.stored.listing.over_shards` for
-    ``workers``, ``cluster`` and ``progress``. ``shard_format`` replaces the
-    format ``metadata`` gives (a draft array's shards: see
-    :mod:`shardpipe.legacy.hierarchy`).
-    """
-    layout = layout_of(metadata)
-    shard_format = format_of(metadata) if shard_format is None else shard_format
-    checker = ShardChecker(
-        target.shards, layout, ChunkCodec.from_metadata(metadata), shard_format, decode
-    )
-    return over_shards(
-        target,
-        shard_format,
-        layout.shard_grid,
-        checker,
-        workers=workers,
-        others=others,
-        cluster=cluster,
-        progress=progress,
-        name="shardpipe-verify",
-    )

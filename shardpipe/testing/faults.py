@@ -33,28 +33,28 @@ import errno
 import random
 import threading
 from collections import Counter
-from collections.abc import Buffer, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from shardpipe.errors import TransientStorageError
-from shardpipe.storage.base import (
-    ObjectVersion,
-    PartReceipt,
-    PartsHandle,
-    ShardStore,
-    StoreAbilities,
-)
-
-T = TypeVar("T")
+from shardpipe.storage.base import ObjectVersion, PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.delegating import DelegatingStore
 
 WRITES = frozenset(
     {"put", "write_at", "write_ranges", "append", "truncate", "write_part", "copy_part"}
 )
 """Calls that change stored bytes (the ones ``full_after`` counts)."""
 
+NEVER_FAILED = frozenset({"collecting", "merge_changes", "make_durable"})
+"""Calls forwarded without a draw: a task's whole body and the client's merge (no storage
+calls of their own), and making durable what zarr wrote (not a write of shardpipe's)."""
 
-class FaultyStore(ShardStore):
+
+class FaultyStore(DelegatingStore):
     """A backend wrapper failing a seeded share of calls.
+
+    Every call of :class:`~shardpipe.storage.base.ShardStore` but those in
+    :data:`NEVER_FAILED` draws once, in :meth:`_forward`.
 
     Parameters
     ----------
@@ -89,7 +89,7 @@ class FaultyStore(ShardStore):
         unknown = set(kinds) - {"transient", "lost"}
         if unknown or not 0 <= share <= 1:
             raise ValueError(f"kinds {sorted(unknown)} unknown or share {share} not in [0, 1]")
-        self.inner = inner
+        super().__init__(inner)
         self.share = share
         self.kinds = tuple(kinds)
         self.calls = calls
@@ -114,11 +114,6 @@ class FaultyStore(ShardStore):
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r}, share={self.share}, kinds={self.kinds})"
 
-    @property
-    def abilities(self) -> StoreAbilities:  # type: ignore[override]
-        """The inner backend's abilities."""
-        return self.inner.abilities
-
     def _draw(self, name: str) -> str | None:
         with self._lock:
             full = self.full_after is not None and self._writes >= self.full_after
@@ -139,93 +134,35 @@ class FaultyStore(ShardStore):
             self.injected[kind] += 1
             return kind
 
-    def _call(self, name: str, call: Callable[[], T]) -> T:
-        kind = self._draw(name)
+    def _forward[T](self, method: str, call: Callable[[], T]) -> T:
+        """Make ``call`` (the ``ShardStore`` method ``method``), or fail as drawn."""
+        if method in NEVER_FAILED:
+            return call()
+        kind = self._draw(method)
         if kind == "full":
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
         if kind == "transient":
             if self._rng.random() < 0.5:
-                raise OSError(errno.EAGAIN, f"injected transient fault in {name}")
-            raise TransientStorageError(f"injected transient fault in {name} (HTTP 503)")
+                raise OSError(errno.EAGAIN, f"injected transient fault in {method}")
+            raise TransientStorageError(f"injected transient fault in {method} (HTTP 503)")
         result = call()
-        if name in WRITES:
+        if method in WRITES:
             with self._lock:
                 self._writes += 1
         if kind == "lost":
-            raise TransientStorageError(f"injected: the answer to {name} was lost")
+            raise TransientStorageError(f"injected: the answer to {method} was lost")
         return result
 
-    def put(
-        self,
-        key: str,
-        buffers: Sequence[Buffer],
-        *,
-        if_absent: bool = False,
-        if_version: ObjectVersion | None = None,
-    ) -> None:
-        """See :meth:`ShardStore.put`."""
-        self._call(
-            "put",
-            lambda: self.inner.put(key, buffers, if_absent=if_absent, if_version=if_version),
-        )
+    def put_streamed(self, key: str, buffers: Iterable[Buffer]) -> int:
+        """Collect ``buffers``, then :meth:`put` them (where the call draws), as a plain backend.
 
-    def get(self, key: str) -> bytes | None:
-        """See :meth:`ShardStore.get`."""
-        return self._call("get", lambda: self.inner.get(key))
-
-    def get_range(self, key: str, start: int, stop: int) -> bytes:
-        """See :meth:`ShardStore.get_range`."""
-        return self._call("get_range", lambda: self.inner.get_range(key, start, stop))
-
-    def size(self, key: str) -> int | None:
-        """See :meth:`ShardStore.size`."""
-        return self._call("size", lambda: self.inner.size(key))
-
-    def version(self, key: str) -> ObjectVersion | None:
-        """See :meth:`ShardStore.version`."""
-        return self._call("version", lambda: self.inner.version(key))
-
-    def delete(self, key: str) -> None:
-        """See :meth:`ShardStore.delete`."""
-        self._call("delete", lambda: self.inner.delete(key))
+        See :meth:`ShardStore.put_streamed`.
+        """
+        return ShardStore.put_streamed(self, key, buffers)
 
     def list(self, prefix: str) -> Iterator[str]:
-        """See :meth:`ShardStore.list`."""
-        return iter(self._call("list", lambda: list(self.inner.list(prefix))))
-
-    def write_at(self, key: str, offset: int, buffers: Sequence[Buffer]) -> None:
-        """See :meth:`ShardStore.write_at`."""
-        self._call("write_at", lambda: self.inner.write_at(key, offset, buffers))
-
-    def write_ranges(self, key: str, ranges: Sequence[tuple[int, Sequence[Buffer]]]) -> None:
-        """See :meth:`ShardStore.write_ranges`."""
-        self._call("write_ranges", lambda: self.inner.write_ranges(key, ranges))
-
-    def append(self, key: str, buffers: Sequence[Buffer]) -> int:
-        """See :meth:`ShardStore.append`."""
-        return self._call("append", lambda: self.inner.append(key, buffers))
-
-    def truncate(self, key: str, size: int) -> None:
-        """See :meth:`ShardStore.truncate`."""
-        self._call("truncate", lambda: self.inner.truncate(key, size))
-
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """See :meth:`ShardStore.begin_parts`."""
-        return self._call("begin_parts", lambda: self.inner.begin_parts(key, staging))
-
-    def write_part(
-        self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
-    ) -> PartReceipt:
-        """See :meth:`ShardStore.write_part`."""
-        return self._call("write_part", lambda: self.inner.write_part(handle, number, buffers))
-
-    def copy_part(
-        self, handle: PartsHandle, number: int, source: str, start: int, stop: int
-    ) -> PartReceipt:
-        """See :meth:`ShardStore.copy_part`."""
-        return self._call(
-            "copy_part", lambda: self.inner.copy_part(handle, number, source, start, stop)
-        )
+        """See :meth:`ShardStore.list`: the whole listing is made within the call that draws."""
+        return iter(self._forward("list", lambda: list(self.inner.list(prefix))))
 
     def finish_parts(
         self,
@@ -251,23 +188,3 @@ class FaultyStore(ShardStore):
         self.inner.finish_parts(
             handle, receipts, head, tail, if_absent=if_absent, if_version=if_version
         )
-
-    def abort_parts(self, handle: PartsHandle) -> None:
-        """See :meth:`ShardStore.abort_parts`."""
-        self._call("abort_parts", lambda: self.inner.abort_parts(handle))
-
-    def discard_staging(self, staging: str) -> None:
-        """See :meth:`ShardStore.discard_staging`."""
-        self._call("discard_staging", lambda: self.inner.discard_staging(staging))
-
-    def link(self, source: str, key: str) -> None:
-        """See :meth:`ShardStore.link`."""
-        self._call("link", lambda: self.inner.link(source, key))
-
-    def prune(self, prefix: str) -> None:
-        """See :meth:`ShardStore.prune`."""
-        self._call("prune", lambda: self.inner.prune(prefix))
-
-    def cleanup(self, staging: str, shard_prefix: str) -> int:
-        """See :meth:`ShardStore.cleanup`."""
-        return self._call("cleanup", lambda: self.inner.cleanup(staging, shard_prefix))

@@ -24,13 +24,15 @@ from collections.abc import Buffer, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from shardpipe.storage.base import ShardStore
-from shardpipe.testing.faults import FaultyStore
+from shardpipe.storage.delegating import DelegatingStore
 
 T = TypeVar("T")
 
 
-class DeviceErrorStore(FaultyStore):
+class DeviceErrorStore(DelegatingStore):
     """A backend wrapper whose chosen positioned writes fail with ``EIO`` part way.
+
+    Every other call is forwarded to the backend as it is.
 
     Parameters
     ----------
@@ -48,7 +50,7 @@ class DeviceErrorStore(FaultyStore):
     """
 
     def __init__(self, inner: ShardStore, *, fail: Collection[int], sticky: bool = False) -> None:
-        super().__init__(inner, share=0.0)
+        super().__init__(inner)
         self.fail = frozenset(fail)
         self.sticky = sticky
         self.failed: list[str] = []
@@ -57,12 +59,12 @@ class DeviceErrorStore(FaultyStore):
         self._count_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
+        state = dict(self.__dict__)
         del state["_count_lock"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
+        self.__dict__.update(state)
         self._count_lock = threading.Lock()
 
     def heal(self) -> None:

@@ -4,7 +4,7 @@ Part of :class:`shardpipe.testing.backends.ShardStoreTests`; kept in its own
 module so that each part of the contract reads on its own. Every method of
 a backend that takes a key or a key prefix (reads, writes, links, listings,
 deletions, parts, clean-ups) must refuse one that could lead outside the
-store (:func:`shardpipe.storage.keys.key_problem`) with
+store (:func:`shardpipe.core.keys.key_problem`) with
 :class:`~shardpipe.errors.UnsafeKeyError`, and change nothing.
 """
 

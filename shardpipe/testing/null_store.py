@@ -43,7 +43,6 @@ import zarr
 from zarr.abc.store import Store
 
 from shardpipe.errors import ConditionFailedError
-from shardpipe.journal.markers import JOB_DIR
 from shardpipe.storage.base import (
     ObjectVersion,
     PartReceipt,
@@ -51,7 +50,7 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
-from shardpipe.storage.keys import edge_key
+from shardpipe.storage.keys import JOB_DIR, edge_key
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 

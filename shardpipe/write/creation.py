@@ -17,17 +17,12 @@ import zarr
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.errors import MetadataError
-from shardpipe.journal.markers import JOB_DIR, JobKeys, JobMarker, conflict, read_marker
+from shardpipe.journal.job_record import delete_record, read_record, save_record
+from shardpipe.journal.markers import JobKeys, JobMarker, conflict, read_marker
+from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import check_target
-from shardpipe.write.resume import (
-    Resume,
-    check_same_job,
-    delete_record,
-    forget_finished,
-    read_record,
-    save_record,
-)
+from shardpipe.write.resume import Resume, check_same_job, forget_finished
 
 
 def create_array(

@@ -11,50 +11,48 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Unpack
 
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
 from shardpipe.core.checks import check_bool, check_int, check_json_dict
 from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
-from shardpipe.core.memory import MemoryModel
+from shardpipe.core.memory import DEFAULT_MAX_MEM, MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
+from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
+from shardpipe.journal.job_record import job_identity, waves_done
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of, layout_of
-from shardpipe.stored.places import check_source_is_not_target, check_store_reachable, check_target
+from shardpipe.stored.places import check_source_is_not_target, check_target
 from shardpipe.write.arguments import (
     as_dask_array,
     build_metadata,
     check_array,
-    check_attributes,
     check_dimension_names,
     check_fill_value,
-    check_index_location,
     check_max_mem,
     resolve_shapes,
 )
 from shardpipe.write.creation import check_no_other_job
-from shardpipe.write.job import DEFAULT_MAX_MEM, ShardedWrite
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions, check_array_options
+from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.resume import (
     Resume,
-    check_resume,
     check_same_job,
     complete_shards,
     finished_shards,
-    job_identity,
     update_identity,
-    waves_done,
 )
 from shardpipe.write.transaction import check_writable
 from shardpipe.write.update_target import (
     ExistingArray,
     appended_shape,
     check_source_dtype,
-    check_strategy,
     check_unchanged_settings,
     metadata_bytes,
     read_metadata,
@@ -62,46 +60,34 @@ from shardpipe.write.update_target import (
 )
 
 
+@shares_parameters(ARRAY_PARAMETERS)
 def prepare_write(
     arr: Any,
     store: Any,
     *,
-    path: str | None = None,
-    shards: Any = None,
-    chunks: Any = None,
-    compressors: Any = "auto",
-    filters: Any = None,
-    serializer: Any = "auto",
-    fill_value: Any = None,
-    index_location: str | None = None,
-    dimension_names: Any = None,
-    attributes: dict[str, Any] | None = None,
-    overwrite: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    write_empty_chunks: bool = False,
-    max_mem: int | str = DEFAULT_MAX_MEM,
-    region: Any = None,
-    append_dim: int | None = None,
-    write_strategy: str = "auto",
-    chunk_checksums: bool = True,
-    resume: bool | str = False,
     part_limit: int | None = None,
     source_identity: dict[str, Any] | None = None,
+    **options: Unpack[WriteOptions],
 ) -> ShardedWrite:
     """Validate and plan a write of ``arr`` to a sharded Zarr v3 array; write nothing.
 
-    Parameters are those of :func:`~shardpipe.to_sharded_zarr` (without
-    ``progress`` and ``compute``, which belong to running the job), and two
-    for front-ends built on it: ``part_limit``, at most this many raw bytes
-    per part where the store can write shards in parts (new arrays only;
-    :func:`~shardpipe.rechunk` sets it to one block's share of a shard, so
-    that blocks are written as they are read instead of waiting in memory
-    for the rest of their shard); ``source_identity``, what the job record
-    says the source is (default: the Dask array's name; see
-    :mod:`shardpipe.write.resume`).
+    The parameters are those of :func:`~shardpipe.to_sharded_zarr` but
+    ``progress``, ``compute``, ``commit`` and ``rebase``, which belong to
+    running the job (:meth:`~shardpipe.ShardedWrite.execute`), and two for
+    front-ends built on it. With ``resume``, the complete shards of an
+    interrupted run of the same write are found here (their indexes are
+    read) and left out of the plan.
 
-    With ``resume``, the complete shards of an interrupted run of the same
-    write are found here (their indexes are read) and left out of the plan.
+    Parameters
+    ----------
+    part_limit : int, optional
+        At most this many raw bytes per part where the store can write
+        shards in parts (new arrays only): :func:`~shardpipe.rechunk` sets it
+        to one block's share of a shard, so that blocks are written as they
+        are read instead of waiting in memory for the rest of their shard.
+    source_identity : dict, optional
+        What the job record says the source is (default: the Dask array's
+        name; see :mod:`shardpipe.write.resume`).
 
     Returns
     -------
@@ -124,68 +110,65 @@ def prepare_write(
     if part_limit is not None:
         part_limit = check_int("part_limit", part_limit, example=64 << 20)
     check_json_dict("source_identity", source_identity)
-    overwrite = check_bool("overwrite", overwrite)
-    resume = check_resume(resume, overwrite)
-    write_empty_chunks = check_bool("write_empty_chunks", write_empty_chunks)
-    # checked for every write; region writes and appends keep the stored codec chain
-    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
-    strategy = check_strategy(write_strategy)
+    # the chunk_checksums of region writes and appends are checked, then the stored chain kept
+    given = check_array_options(options)
     settings: dict[str, Any] = dict(
-        compressors=compressors,
-        filters=filters,
-        serializer=serializer,
-        fill_value=fill_value,
-        dimension_names=dimension_names,
-        attributes=attributes,
+        compressors=given.compressors,
+        filters=given.filters,
+        serializer=given.serializer,
+        fill_value=given.fill_value,
+        dimension_names=given.dimension_names,
+        attributes=given.attributes,
     )
-    if region is not None or append_dim is not None:
-        layout_settings = dict(shards=shards, chunks=chunks, index_location=index_location)
+    if given.region is not None or given.append_dim is not None:
+        layout_settings = dict(
+            shards=given.shards, chunks=given.chunks, index_location=given.index_location
+        )
         return _prepare_update(
             arr,
-            _resolved(store, path, storage_options, resume),
+            _resolved(store, given.path, given.storage_options, given.resume),
             {**layout_settings, **settings},
-            overwrite=overwrite,
-            write_empty_chunks=write_empty_chunks,
-            budget=check_max_mem(max_mem),
-            region=region,
-            append_dim=append_dim,
-            strategy=strategy,
-            resume=bool(resume),
+            overwrite=given.overwrite,
+            write_empty_chunks=given.write_empty_chunks,
+            budget=given.max_mem,
+            region=given.region,
+            append_dim=given.append_dim,
+            strategy=given.write_strategy,
+            resume=bool(given.resume),
         )
-    if strategy != "auto":
+    if given.write_strategy != "auto":
         raise InvalidArgumentError(
             "write_strategy",
-            f"{strategy!r} applies to shards that exist; a new array is written whole",
+            f"{given.write_strategy!r} applies to shards that exist; a new array is written whole",
             "Leave write_strategy out, or pass region= or append_dim=",
         )
-    shard_shape, chunk_shape = resolve_shapes(arr.shape, arr.dtype.itemsize, shards, chunks)
+    shard_shape, chunk_shape = resolve_shapes(
+        arr.shape, arr.dtype.itemsize, given.shards, given.chunks
+    )
     array = as_dask_array(arr, shard_shape)
-    location = check_index_location("end" if index_location is None else index_location)
-    check_fill_value(fill_value, array.dtype)
-    check_dimension_names(dimension_names, array.ndim)
-    check_attributes(attributes)
-    budget = check_max_mem(max_mem)
+    check_fill_value(given.fill_value, array.dtype)
+    check_dimension_names(given.dimension_names, array.ndim)
     settings["compressors"] = checksummed_compressors(
-        compressors, array.dtype, chunk_checksums=chunk_checksums
+        given.compressors, array.dtype, chunk_checksums=given.chunk_checksums
     )
     create_kwargs: dict[str, Any] = dict(
         shape=array.shape,
         dtype=array.dtype,
         chunks=chunk_shape,
-        shards={"shape": shard_shape, "index_location": location},
+        shards={"shape": shard_shape, "index_location": given.index_location or "end"},
         **settings,
     )
     metadata = build_metadata(**create_kwargs)
-    target = _resolved(store, path, storage_options, resume)
+    target = _resolved(store, given.path, given.storage_options, given.resume)
     check_source_is_not_target(array, target)
     check_store_reachable(array, target)
-    resuming = bool(resume) and target.shards.get(target.key("zarr.json")) is not None
+    resuming = bool(given.resume) and target.shards.get(target.key("zarr.json")) is not None
     layout = ShardLayout(tuple(array.shape), shard_shape, chunk_shape)
     codec = ChunkCodec.from_metadata(metadata)
     plan = _plan(
         Placement.whole(layout, BlockGrid(array.chunks)),
         codec,
-        budget,
+        given.max_mem,
         target,
         metadata,
         part_limit=part_limit,
@@ -195,20 +178,20 @@ def prepare_write(
         json.loads(metadata_bytes(metadata)),
     )
     if not resuming:
-        check_target(target, overwrite)
+        check_target(target, given.overwrite)
     job = ShardedWrite(
         array,
         target,
         create_kwargs,
         metadata,
         plan,
-        overwrite=overwrite,
-        write_empty_chunks=write_empty_chunks,
+        overwrite=given.overwrite,
+        write_empty_chunks=given.write_empty_chunks,
         identity=identity,
     )
     if resuming:
-        record = check_same_job(target, identity, resume)
-        job = _resumed(job, record, complete_shards(target, metadata, layout), resume)
+        record = check_same_job(target, identity, given.resume)
+        job = _resumed(job, record, complete_shards(target, metadata, layout), given.resume)
     return job
 
 

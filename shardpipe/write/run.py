@@ -7,7 +7,8 @@ one before runs, small waves of several jobs together), records each wave
 of a new array as done in its job record once it is (so that a resumed
 write starts at the first wave not done), and on failure rolls back what
 the jobs left mid-update before the error is raised.
-``ShardedWrite.execute`` is ``execute_together([job])``.
+``ShardedWrite.execute`` is ``execute_together([job])``: a job is a
+:class:`~shardpipe.write.spec.WriteSpec`.
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.streaming import WaveGraph, run_waves
 from shardpipe.engine.tasks import finish_write
 from shardpipe.journal.array_lock import release
-from shardpipe.write.job import ShardedWrite
-from shardpipe.write.resume import forget_finished, save_record
-from shardpipe.write.started import StartedJob
+from shardpipe.journal.job_record import save_record
+from shardpipe.journal.markers import JobMarker
+from shardpipe.journal.undo import recover
+from shardpipe.write.resume import forget_finished
+from shardpipe.write.spec import WriteSpec
+from shardpipe.write.started import StartedJob, publish_grown, start
 
 log = logging.getLogger("shardpipe")
 
 
-def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) -> list[WriteReport]:
+def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> list[WriteReport]:
     """Run several write jobs as one computation; return their reports in order.
 
     All shards of all jobs go to the scheduler at once, so the arrays of a
@@ -42,18 +46,18 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
 
     Parameters
     ----------
-    jobs : sequence of ShardedWrite
+    jobs : sequence of WriteSpec
         Jobs on distinct arrays.
     progress : bool
         Show one progress bar over the shards of all jobs.
     """
     progress = check_bool("progress", progress)
-    start = time.perf_counter()
+    began = time.perf_counter()
     token = uuid.uuid4().hex
     started: list[StartedJob] = []
     try:
         for number, job in enumerate(jobs):
-            started.append(job._start(f"{token}-{number}"))
+            started.append(start(job, f"{token}-{number}"))
 
         def record_wave(wave: WaveGraph) -> None:
             job = started[wave.job]
@@ -74,7 +78,7 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
             )
         except BaseException as err:
             for s in started:
-                s.job._undo_failed(err, s.marker)
+                _undo_failed(s.job, err, s.marker)
             raise
         results = []
         for s, total in zip(started, totals, strict=True):
@@ -85,7 +89,7 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
             existing = s.job.existing
             transactional = s.job.target.transactional
             if existing is not None and existing.grown is not None and not transactional:
-                s.job._publish_grown(existing)
+                publish_grown(s.job, existing)
             if existing is not None:
                 forget_finished(s.job.target)
             if s.job.identity is not None:
@@ -94,8 +98,44 @@ def execute_together(jobs: Sequence[ShardedWrite], *, progress: bool = False) ->
     finally:
         for s in reversed(started):
             release(s.job.target.shards, s.job.keys, s.marker)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - began
     results = [replace(report, seconds=seconds) for report in results]
     for report in results:
         log.info("shardpipe: %s", report)
     return results
+
+
+def _undo_failed(spec: WriteSpec, err: BaseException, marker: JobMarker) -> None:
+    """After a failed run: roll back shards left mid-update, remove staging data.
+
+    Runs while the job still holds the array (``marker``): no other job
+    writes it meanwhile. Say what is left and what to do, once per error
+    (jobs run together share it).
+    """
+    if spec.target.transactional:
+        what_now: str | None = (
+            "shardpipe: the write did not finish; none of its shards reached the Icechunk "
+            "session (the metadata it wrote did: session.discard_changes() drops it)"
+        )
+    elif spec.identity is not None:
+        what_now = (
+            "shardpipe: the write did not finish; the shards it published are complete "
+            "and kept. Run the same write with resume=True to write only the rest"
+        )
+    else:
+        what_now = None
+    if what_now is not None and what_now not in getattr(err, "__notes__", ()):
+        err.add_note(what_now)
+    try:
+        rolled = recover(spec.target.shards, spec.keys, marker)
+        if rolled:
+            named = ", ".join(map(repr, rolled[:8])) + (" ..." if len(rolled) > 8 else "")
+            err.add_note(
+                f"shardpipe: {len(rolled)} shard(s) left mid-update were rolled back "
+                f"to their old bytes: {named}"
+            )
+    except Exception as cleanup_err:
+        err.add_note(
+            f"shardpipe: undoing the failed write failed too ({cleanup_err!r}); "
+            f"run `shardpipe repair` on the array"
+        )

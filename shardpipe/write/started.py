@@ -1,6 +1,7 @@
-"""A write job that has started: its marker taken, its metadata written, its waves to build.
+"""Starting a write job: its marker taken, its metadata written or checked, its waves to build.
 
-Made by ``ShardedWrite._start`` and run by :mod:`shardpipe.write.run`.
+:func:`start` turns a :class:`~shardpipe.write.spec.WriteSpec` into a
+:class:`StartedJob`, which :mod:`shardpipe.write.run` runs.
 """
 
 from __future__ import annotations
@@ -8,18 +9,22 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
 from shardpipe.core.waves import WaveSchedule
 from shardpipe.engine.graph import build_write_graph
-from shardpipe.engine.progress import runs_in_process
+from shardpipe.engine.scheduler import cluster_threads, runs_in_process
 from shardpipe.engine.streaming import WaveGraph
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.engine.update_tasks import UpdateTarget
+from shardpipe.errors import ConditionFailedError, JobConflictError
+from shardpipe.journal.array_lock import acquire, release
+from shardpipe.journal.job_record import delete_record
 from shardpipe.journal.markers import JobMarker
-
-if TYPE_CHECKING:
-    from shardpipe.write.job import ShardedWrite
+from shardpipe.write.creation import check_no_other_job, create_array
+from shardpipe.write.resume import check_same_job, forget_finished
+from shardpipe.write.spec import WriteSpec
+from shardpipe.write.update_target import ExistingArray, metadata_bytes
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class StartedJob:
 
     Parameters
     ----------
-    job : ShardedWrite
+    job : WriteSpec
         The job.
     marker : JobMarker
         The array's marker it holds.
@@ -44,7 +49,7 @@ class StartedJob:
         Its waves.
     """
 
-    job: ShardedWrite
+    job: WriteSpec
     marker: JobMarker
     write_target: WriteTarget
     target: WriteTarget | UpdateTarget
@@ -75,7 +80,7 @@ class StartedJob:
                 job.source,
                 plan,
                 self.target,
-                job._key_of(),
+                job.key_of(),
                 self.token if whole else f"{self.token}-w{number}",
                 in_process=in_process,
                 update=job.existing is not None,
@@ -85,3 +90,85 @@ class StartedJob:
                 shared_source=job.shared_source,
             )
             yield WaveGraph(index, number, graph.publishing, math.ceil(wave.n_shards * per_shard))
+
+
+def start(spec: WriteSpec, token: str) -> StartedJob:
+    """Take the array's marker and write or check the metadata; the graphs come later.
+
+    Parameters
+    ----------
+    spec : WriteSpec
+        The job.
+    token : str
+        Unique id of this run, in its tasks' names and its staging area.
+    """
+    store, keys = spec.target.shards, spec.keys
+    marker = acquire(store, keys, "write" if spec.existing is None else "update")
+    try:
+        write_target = spec.write_target(token)
+        target: WriteTarget | UpdateTarget = write_target
+        if spec.existing is not None:
+            target = _update_target(spec, spec.existing, write_target, marker)
+            # the shards are about to change: the record of the write that made
+            # them vouches for them no longer, nor do other updates' records
+            delete_record(spec.target)
+            forget_finished(spec.target, keep=spec.existing.update)
+            if spec.target.transactional and spec.existing.grown is not None:
+                # inside a transaction nobody sees it early, and Icechunk takes
+                # chunks only inside the array's shape
+                publish_grown(spec, spec.existing)
+        elif spec.create_kwargs is None:
+            check_no_other_job(spec.target, marker, "write the array")
+            if spec.resume and spec.identity is not None:
+                check_same_job(spec.target, spec.identity, spec.resume)
+        else:
+            create_array(
+                spec.target,
+                spec.create_kwargs,
+                spec.overwrite,
+                write_target,
+                marker,
+                identity=spec.identity,
+            )
+    except BaseException:
+        release(store, keys, marker)
+        raise
+    threads = cluster_threads()
+    return StartedJob(
+        spec, marker, write_target, target, token, threads, spec.wave_schedule(threads)
+    )
+
+
+def _update_target(
+    spec: WriteSpec, existing: ExistingArray, write_target: WriteTarget, marker: JobMarker
+) -> UpdateTarget:
+    if spec.target.shards.version(spec.target.key("zarr.json")) != existing.version:
+        raise JobConflictError(
+            "the array's zarr.json changed since this update was planned; plan it again"
+        )
+    return UpdateTarget(
+        write=write_target,
+        strategy=existing.strategy,
+        threshold=DEFAULT_UNUSED_THRESHOLD,
+        rewrite_fits=spec.rewrite_fits,
+        keys=spec.keys,
+        marker=marker,
+        update=existing.update,
+        in_place_fits=existing.in_place_fits,
+    )
+
+
+def publish_grown(spec: WriteSpec, existing: ExistingArray) -> None:
+    """Publish the grown ``zarr.json`` of an append, if nobody changed it meanwhile."""
+    assert existing.grown is not None
+    try:
+        spec.target.shards.put(
+            spec.target.key("zarr.json"),
+            [metadata_bytes(existing.grown)],
+            if_version=existing.version,
+        )
+    except ConditionFailedError as err:
+        raise JobConflictError(
+            "the array's zarr.json changed during the append; its shards hold the new "
+            "data but the array was not grown. Check what else writes this array"
+        ) from err

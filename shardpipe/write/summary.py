@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from shardpipe.core.sizes import format_bytes
-
-if TYPE_CHECKING:
-    from shardpipe.write.job import ShardedWrite
+from shardpipe.write.spec import WriteSpec
 
 
-def summary_rows(job: ShardedWrite) -> list[tuple[str, str]]:
+def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
     """The plan's summary as ``(label, value)`` rows (what ``repr`` and the HTML show)."""
     plan, meta = job.plan, job.metadata
     location = job.target.path or "/"
@@ -66,13 +63,13 @@ def summary_rows(job: ShardedWrite) -> list[tuple[str, str]]:
     ]
 
 
-def _place(job: ShardedWrite) -> str:
+def _place(job: WriteSpec) -> str:
     """The target store in one line (an Icechunk session by its branch and snapshot)."""
     target = job.target
     return str(target.shards if target.transactional else target.zarr_store)
 
 
-def _waves_row(job: ShardedWrite) -> str:
+def _waves_row(job: WriteSpec) -> str:
     schedule = job.wave_schedule()
     per_wave = min(schedule.max_shards, job.plan.n_shards)
     tasks = math.ceil(job.plan.num_tasks / max(job.plan.n_shards, 1) * per_wave)
@@ -80,7 +77,7 @@ def _waves_row(job: ShardedWrite) -> str:
     return f"{schedule.n_waves:,} of up to {per_wave:,} shards (~{tasks:,} tasks){done}"
 
 
-def _update_rows(job: ShardedWrite) -> list[tuple[str, str]]:
+def _update_rows(job: WriteSpec) -> list[tuple[str, str]]:
     existing = job.existing
     if existing is None:
         return []

@@ -15,12 +15,13 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.checks import is_integer
+from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.core.shard_update import STRATEGIES
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
 from shardpipe.storage.base import ObjectVersion
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.metadata import format_of, layout_of, parse_array_metadata, parse_json_object
+from shardpipe.stored.metadata import format_of, layout_of, parse_array_metadata
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ def test_steps_are_the_ratios_of_consecutive_factors() -> None:
         ((256, 1024, 1024), (True,) * 3, (4, 1, 1), (64, 128, 128),
          [(1, 2, 2), (1, 4, 4), (2, 8, 8), (4, 16, 16)]),
         # time and channel axes are never halved
-        ((10, 3, 100, 100), (False, False, True, True), (1, 1, 1, 1), (1, 1, 64, 64), [(1, 1, 2, 2)]),
+        ((10, 3, 100, 100), (False, False, True, True), (1, 1, 1, 1), (1, 1, 64, 64),
+         [(1, 1, 2, 2)]),
         # already one shard: no pyramid
         ((10, 20), (True, True), (1, 1), (16, 32), []),
         # an axis of one voxel is done

@@ -31,10 +31,11 @@ import numpy as np
 import shardpipe
 from shardpipe.cli.parser import main as cli_main
 from shardpipe.errors import ShardpipeError
-from shardpipe.journal.markers import JOB_DIR
 from shardpipe.journal.undo import UndoRecord
+from shardpipe.storage.keys import JOB_DIR
+from tests.support import DRAFT_FIXTURES
 
-FIXTURES = Path(__file__).parent.parent / "legacy_fixtures"
+FIXTURES = DRAFT_FIXTURES
 RAW = re.compile(
     r"\b(FileNotFoundError|NotADirectoryError|IsADirectoryError|PermissionError|OSError|"
     r"KeyError|TypeError|IndexError|ZeroDivisionError|AttributeError|ValueError|"

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 from tests.hostile.layouts import LAYOUTS
+from tests.support import REPOSITORY
 
-ROOT = Path(__file__).parent.parent.parent
+ROOT = REPOSITORY
 
 
 def _run_layout(tmp_path: Path, name: str, settings: dict[str, Any]) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ import zarr
 
 import shardpipe
 from shardpipe.errors import MemoryBudgetError
-from tests.ome.checks import (
+from tests.support.ome_checks import (
     check_image,
     read_with_napari,
     read_with_ngff_zarr,

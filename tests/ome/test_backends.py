@@ -12,7 +12,7 @@ import pytest
 import zarr
 
 import shardpipe
-from tests.ome.checks import check_image, reference_pyramid
+from tests.support.ome_checks import check_image, reference_pyramid
 
 icechunk.set_logs_filter("error")
 

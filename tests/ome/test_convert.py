@@ -17,8 +17,8 @@ import tensorstore as ts
 import zarr
 
 import shardpipe
-from shardpipe.ome.convert import convert_ome_zarr, prepare_conversion
-from tests.ome.checks import check_image, reference_pyramid
+from shardpipe.ome.convert import convert_ome_zarr, prepare_ome_conversion
+from tests.support.ome_checks import check_image, reference_pyramid
 
 IMAGE = np.random.default_rng(5).integers(0, 4000, (2, 20, 48, 40), dtype=np.uint16)
 MASK = (IMAGE[0] > 2000).astype(np.uint8)
@@ -84,7 +84,7 @@ def test_a_v04_image_converts_with_its_labels(
     source = tmp_path / "v04.zarr"
     _write_v04(source, compressor, filters)
     target = tmp_path / "v05.ome.zarr"
-    job = prepare_conversion(str(source), str(target), shards=(1, 16, 32, 32))
+    job = prepare_ome_conversion(str(source), str(target), shards=(1, 16, 32, 32))
     assert ("chunks copied as they are" in repr(job)) == carried or name == "filters"
     convert_ome_zarr(str(source), str(target), shards=(1, 16, 32, 32))
     old = zarr.open_group(str(source), mode="r")

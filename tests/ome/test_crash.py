@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import shardpipe
-from tests.crash_child import wait_for
-from tests.ome.checks import check_image, reference_pyramid
-from tests.ome_crash_child import FACTORS, KWARGS, image
+from tests.support.crash_child import wait_for
+from tests.support.ome_checks import check_image, reference_pyramid
+from tests.support.ome_crash_child import FACTORS, KWARGS, image
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -29,7 +29,7 @@ def _shard_files(root: Path) -> int:
 def _kill_child(target: Path, progress: Path, what: str, after: int, delay: float) -> bool:
     """Start the child, SIGKILL it ``delay`` s after ``after`` shard files exist; finished?"""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.ome_crash_child", str(target), str(progress), what],
+        [sys.executable, "-m", "tests.support.ome_crash_child", str(target), str(progress), what],
         cwd=ROOT,
         stderr=subprocess.PIPE,
     )

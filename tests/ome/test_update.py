@@ -11,7 +11,7 @@ import zarr
 
 import shardpipe
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
-from tests.ome.checks import check_image, reference_pyramid
+from tests.support.ome_checks import check_image, reference_pyramid
 
 FACTORS = [(1, 1, 1, 2, 2), (1, 1, 2, 4, 4)]
 

@@ -37,14 +37,13 @@ from typing import TYPE_CHECKING, Any
 from zarr.core.sync import sync
 
 from shardpipe.errors import AbilityNotSupportedError, TransactionConflictError
-from shardpipe.journal.markers import JOB_DIR
 from shardpipe.storage.base import (
     ObjectVersion,
     PartReceipt,
     PartsHandle,
     StoreAbilities,
 )
-from shardpipe.storage.keys import edge_key
+from shardpipe.storage.keys import JOB_DIR, edge_key
 from shardpipe.storage.zarr_store import ZarrShardStore, content_version
 
 if TYPE_CHECKING:

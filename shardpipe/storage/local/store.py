@@ -60,10 +60,10 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
-from shardpipe.storage.keys import edge_key
+from shardpipe.storage.keys import TEMPORARY_SUFFIX, edge_key
 from shardpipe.storage.local.file_io import copy_into, fsync_dir, pwrite_all, write_all
 from shardpipe.storage.local.keys import LocalKeys
-from shardpipe.storage.local.temporary import TEMPORARY_SUFFIX, temporary_name, writer_may_run
+from shardpipe.storage.local.temporary import temporary_name, writer_may_run
 from shardpipe.storage.local.writeback import Writeback
 
 

@@ -20,8 +20,7 @@ import socket
 import time
 import uuid
 
-TEMPORARY_SUFFIX = ".shardpipe-tmp"
-"""End of the names of the temporary files a ``put`` writes beside its key."""
+from shardpipe.storage.keys import TEMPORARY_SUFFIX
 
 FOREIGN_TEMPORARY_AGE = 3600.0
 """Seconds after which another machine's temporary file, unchanged, counts as left behind."""

@@ -62,15 +62,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from shardpipe.core.keys import checked_key
 from shardpipe.errors import StorageError
 from shardpipe.storage.base import PartReceipt, PartsHandle
-from shardpipe.storage.keys import checked_key, edge_key
+from shardpipe.storage.keys import edge_key
 from shardpipe.storage.s3.faults import error_code
-
-if TYPE_CHECKING:
-    from shardpipe.storage.s3.store import S3ShardStore
+from shardpipe.storage.s3.requests import S3Requests
 
 HEAD_PART = 1
 FIRST_PART = 2
@@ -115,7 +114,7 @@ def _marker(staging: str, key: str) -> str:
     return f"{staging}/{hashlib.sha1(key.encode()).hexdigest()}{_MARKER_SUFFIX}"
 
 
-def _abort(store: S3ShardStore, key: str, upload_id: str) -> bool:
+def _abort(store: S3Requests, key: str, upload_id: str) -> bool:
     """Abort upload ``upload_id`` of ``key``; False when it was already gone."""
     try:
         store.call("abort_multipart_upload", key, Key=store.full_key(key), UploadId=upload_id)
@@ -126,7 +125,7 @@ def _abort(store: S3ShardStore, key: str, upload_id: str) -> bool:
     return True
 
 
-def _abort_others(store: S3ShardStore, key: str, keep: str | None) -> int:
+def _abort_others(store: S3Requests, key: str, keep: str | None) -> int:
     """Abort every open upload of exactly ``key`` but ``keep``; return how many."""
     return sum(
         _abort(store, key, upload)
@@ -135,12 +134,12 @@ def _abort_others(store: S3ShardStore, key: str, keep: str | None) -> int:
     )
 
 
-def begin_parts(store: S3ShardStore, key: str, staging: str) -> PartsHandle:
+def begin_parts(store: S3Requests, key: str, staging: str) -> PartsHandle:
     """Create the multipart upload of ``key``, recorded under ``staging`` before it exists.
 
     Parameters
     ----------
-    store : S3ShardStore
+    store : S3Requests
         The store writing the shard.
     key : str
         The shard's key.
@@ -169,7 +168,7 @@ def begin_parts(store: S3ShardStore, key: str, staging: str) -> PartsHandle:
     return PartsHandle(key, upload_id, staging)
 
 
-def _upload(store: S3ShardStore, handle: PartsHandle, part_number: int, body: bytes) -> str:
+def _upload(store: S3Requests, handle: PartsHandle, part_number: int, body: bytes) -> str:
     kwargs = {"Key": store.full_key(handle.key), "UploadId": handle.upload, "Body": body}
     return str(store.call("upload_part", handle.key, PartNumber=part_number, **kwargs)["ETag"])
 
@@ -179,12 +178,12 @@ def _check_number(handle: PartsHandle, number: int) -> None:
         raise ValueError(f"part number {number} of {handle.key!r} not in [0, {MAX_TASK_PARTS})")
 
 
-def write_part(store: S3ShardStore, handle: PartsHandle, number: int, body: bytes) -> PartReceipt:
+def write_part(store: S3Requests, handle: PartsHandle, number: int, body: bytes) -> PartReceipt:
     """Upload part ``number`` as S3 part number ``number + 2`` (replacing an earlier try).
 
     Parameters
     ----------
-    store : S3ShardStore
+    store : S3Requests
         The store writing the shard.
     handle : PartsHandle
         The upload, from :func:`begin_parts`.
@@ -204,13 +203,13 @@ def write_part(store: S3ShardStore, handle: PartsHandle, number: int, body: byte
 
 
 def copy_part(
-    store: S3ShardStore, handle: PartsHandle, number: int, source: str, start: int, stop: int
+    store: S3Requests, handle: PartsHandle, number: int, source: str, start: int, stop: int
 ) -> PartReceipt:
     """Make bytes ``[start, stop)`` of ``source`` part ``number`` with ``UploadPartCopy``.
 
     Parameters
     ----------
-    store : S3ShardStore
+    store : S3Requests
         The store writing the shard.
     handle : PartsHandle
         The upload, from :func:`begin_parts`.
@@ -258,7 +257,7 @@ def copy_part(
 
 
 def finish_parts(
-    store: S3ShardStore,
+    store: S3Requests,
     handle: PartsHandle,
     receipts: Sequence[PartReceipt],
     head: bytes,
@@ -269,7 +268,7 @@ def finish_parts(
 
     Parameters
     ----------
-    store : S3ShardStore
+    store : S3Requests
         The store writing the shard.
     handle : PartsHandle
         The upload, from :func:`begin_parts`.
@@ -341,7 +340,7 @@ def finish_parts(
 
 
 def _completed(
-    store: S3ShardStore, key: str, expected: str | None, size: int, err: StorageError
+    store: S3Requests, key: str, expected: str | None, size: int, err: StorageError
 ) -> bool:
     """Whether the object at ``key`` is the one a completion that seemed to fail made."""
     if expected is None:
@@ -358,12 +357,12 @@ def _completed(
     )
 
 
-def abort_parts(store: S3ShardStore, handle: PartsHandle) -> None:
+def abort_parts(store: S3Requests, handle: PartsHandle) -> None:
     """Abort the multipart upload of ``handle`` and any other open upload of its key.
 
     Parameters
     ----------
-    store : S3ShardStore
+    store : S3Requests
         The store writing the shard.
     handle : PartsHandle
         The upload; nothing to do for one already gone.
@@ -373,7 +372,7 @@ def abort_parts(store: S3ShardStore, handle: PartsHandle) -> None:
     store.delete(_marker(handle.staging, handle.key))
 
 
-def cleanup(store: S3ShardStore, staging: str, shard_prefix: str) -> int:
+def cleanup(store: S3Requests, staging: str, shard_prefix: str) -> int:
     """Abort the multipart uploads the writes with staging prefix ``staging`` left open.
 
     Every key :func:`begin_parts` started an upload of is named by a marker
@@ -385,7 +384,7 @@ def cleanup(store: S3ShardStore, staging: str, shard_prefix: str) -> int:
 
     Parameters
     ----------
-    store : S3ShardStore
+    store : S3Requests
         The store the writes went to.
     staging : str
         The writes' staging prefix.

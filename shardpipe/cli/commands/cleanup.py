@@ -1,0 +1,34 @@
+"""``shardpipe cleanup``: remove what failed writes left (staging data, unfinished uploads)."""
+
+from __future__ import annotations
+
+import argparse
+
+from shardpipe.cli import options as shared
+from shardpipe.cli.exit_statuses import EXPECTED, fail
+from shardpipe.cli.subcommand import Subcommands, add_subcommand
+
+NAME = "cleanup"
+SUMMARY = "remove staging files and abort uploads left by failed writes"
+DETAILS = (
+    "Prints how many leftovers it removed. Never run it while a write to the array is under way."
+)
+
+
+def add_command(commands: Subcommands) -> None:
+    """Add ``cleanup`` to the commands of ``shardpipe``."""
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    shared.add_store(command, "store")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``cleanup``: print how many leftovers went; return the exit status."""
+    from shardpipe.write.api import cleanup
+
+    options = shared.storage_options(args.storage_option)
+    try:
+        removed = cleanup(args.store, args.path, storage_options=options)
+    except EXPECTED as err:
+        return fail(NAME, err, where=shared.store_and_path(args))
+    print(f"removed {removed} leftover(s)")
+    return 0

@@ -1,0 +1,148 @@
+"""``shardpipe rechunk``: plan (``--dry-run``) or run a rechunk into shards."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from shardpipe.cli import options as shared
+from shardpipe.cli.compute import compute_on
+from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.icechunk_sessions import commit_arguments, planning_session, writable_session
+from shardpipe.cli.subcommand import Subcommands, add_subcommand
+from shardpipe.core.checks import check_int
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.write.arguments import check_array_overrides
+
+NAME = "rechunk"
+SUMMARY = "rechunk a Zarr v2/v3 array into a sharded Zarr v3 array in bounded memory"
+DETAILS = (
+    "Read SOURCE in blocks aligned to its chunks, as large as --max-mem allows, and write "
+    "TARGET sharded. Fill value, dimension names and attributes carry over; the codecs are "
+    "the target's defaults unless --compressor is given."
+)
+
+
+def add_command(commands: Subcommands) -> None:
+    """Add ``rechunk`` to the commands of ``shardpipe``."""
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command.add_argument("source", help="local path or fsspec URL of the Zarr array to read")
+    command.add_argument("target", help="local path or fsspec URL to write")
+    shared.PATH.add(command, "path of the array inside TARGET")
+    shared.add_array_layout(command)
+    shared.OVERWRITE.add(command)
+    shared.DRY_RUN.add(command)
+    command.add_argument(
+        "--temp-store",
+        default=None,
+        help="where a two-pass rechunk may keep an intermediate copy (deleted afterwards)",
+    )
+    shared.RESUME.add(command)
+    shared.add_progress(command, shown=True)
+    command.add_argument(
+        "--recursive",
+        action="store_true",
+        help="SOURCE is a group: rechunk every array in it, keeping the hierarchy",
+    )
+    command.add_argument(
+        "--config",
+        default=None,
+        help='with --recursive: a JSON file {"arrays": {"PATH": {"shards": [...], '
+        '"chunks": [...]}}} of per-array shapes',
+    )
+    shared.add_compute(command)
+    shared.STORAGE_OPTION.add(command)
+    shared.SOURCE_STORAGE_OPTION.add(command)
+    shared.add_icechunk_writing(command, "the rechunk")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``rechunk``; return the exit status (1: the rechunk failed, 2: it could not start)."""
+    options = shared.storage_options(args.storage_option)
+    source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
+    target: Any = args.target
+    exists, repository_options = True, options
+    try:
+        if args.workers is not None:
+            check_int("--workers", args.workers, example=4)
+        if args.config is not None and not args.recursive:
+            raise InvalidArgumentError(
+                "--config", "gives per-array shapes of a group", "Add --recursive, or leave it out"
+            )
+        arrays = _per_array_shapes(args.config)
+        commit = commit_arguments(args, NAME)
+        if args.icechunk:  # plan first: a new repository is created once the plan is accepted
+            target, exists = planning_session(args, options)
+            options = None
+    except EXPECTED as err:
+        return fail(NAME, err)
+    common: dict[str, Any] = dict(
+        shards=args.shards,
+        chunks=args.chunks,
+        max_mem=args.max_mem,
+        compressors=args.compressor,
+        chunk_checksums=not args.no_chunk_checksums,
+        index_location=args.index_location,
+        storage_options=options,
+        source_storage_options=source_options,
+        overwrite=args.overwrite,
+        resume=args.resume,
+    )
+
+    def plan(target: Any) -> Any:
+        if args.recursive:
+            from shardpipe.rechunking.group import plan_group_rechunk
+
+            return plan_group_rechunk(args.source, target, arrays=arrays, **common)
+        from shardpipe.rechunking.api import plan_rechunk
+
+        return plan_rechunk(
+            args.source, target, path=args.path, temp_store=args.temp_store, **common
+        )
+
+    try:
+        job = plan(target)
+        if args.icechunk and not exists and not args.dry_run:
+            job = plan(writable_session(args, repository_options))
+    except EXPECTED as err:
+        return fail(NAME, err)
+    print(job)
+    if args.dry_run:
+        return 0
+    try:
+        with compute_on(args.scheduler, args.workers):
+            report = job.execute(progress=args.progress, **commit)
+    except Exception as err:  # a task's failure: say so, and how to carry on
+        carry_on = (
+            "nothing was committed; run the same command again"
+            if args.icechunk
+            else "complete shards are kept: run the same command with --resume to write the rest"
+        )
+        print(
+            f"shardpipe rechunk: failed ({type(err).__name__}: {err}); {carry_on}",
+            file=sys.stderr,
+        )
+        return exit_status(err, during_work=True)
+    print(report)
+    return 0
+
+
+def _per_array_shapes(config: str | None) -> dict[str, dict[str, tuple[int, ...]]]:
+    """Read ``{"arrays": {path: {"shards": [...], "chunks": [...]}}}`` from a JSON file."""
+    if config is None:
+        return {}
+    fix = 'Give a JSON file {"arrays": {"PATH": {"shards": [...], "chunks": [...]}}}'
+    try:
+        with open(config, encoding="utf-8") as text:
+            document = json.load(text)
+    except (OSError, ValueError) as err:
+        raise InvalidArgumentError("--config", f"cannot read {config!r} ({err})", fix) from None
+    arrays = document.get("arrays", {}) if isinstance(document, dict) else None
+    if not isinstance(arrays, dict):
+        raise InvalidArgumentError("--config", f"{config!r} has no 'arrays' object", fix)
+    try:
+        return check_array_overrides(arrays)
+    except InvalidArgumentError as err:
+        raise InvalidArgumentError("--config", f"{config!r}: {err.problem}", err.fix) from None

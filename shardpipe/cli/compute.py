@@ -1,0 +1,31 @@
+"""Where a command's Dask work runs: ``--scheduler``, ``--workers``, or threads.
+
+``rechunk`` and ``write-precomputed`` take both options
+(:func:`shardpipe.cli.options.add_compute`) and run their work inside
+:func:`compute_on`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def compute_on(address: str | None, workers: int | None) -> Iterator[None]:
+    """Compute on the scheduler at ``address``, on a LocalCluster of ``workers`` processes
+    of one thread each, or (neither given) on Dask's default scheduler."""
+    if address is None and workers is None:
+        yield
+        return
+    from distributed import Client, LocalCluster  # distributed only when asked for
+
+    if address is not None:
+        with Client(address):
+            yield
+        return
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster),
+    ):
+        yield

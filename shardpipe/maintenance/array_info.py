@@ -1,0 +1,226 @@
+"""``info``: what an array holds, from its metadata and shard indexes alone.
+
+:func:`info` reads each shard's index (no inner chunk is read or decoded)
+and reports the shape, layout, codecs, shards present, inner chunks stored,
+bytes used and unused (:class:`ArrayInfo`); for a group or a draft
+hierarchy, one :class:`ArrayInfo` per array (:class:`GroupInfo`); for a
+Neuroglancer precomputed volume, its scales.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zarr.core.metadata.v3 import ArrayV3Metadata
+
+from shardpipe.core.checks import check_bool, check_int
+from shardpipe.core.sizes import format_bytes
+from shardpipe.engine.shard_sweep import over_stored_shards
+from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.journal.markers import JobKeys, read_marker
+from shardpipe.journal.undo import undo_records
+from shardpipe.maintenance.targets import over_target
+from shardpipe.precomputed.check import PrecomputedReport, check_volume
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.listing import Listed
+from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.write.update_target import read_metadata
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """What :func:`info` reports about a sharded array.
+
+    Attributes
+    ----------
+    shape, dtype, chunks, shards
+        The array's shape, dtype, inner chunk shape and shard shape.
+    codecs : list of str
+        Names of the inner chunk codecs.
+    index_location : str
+        ``"start"`` or ``"end"``.
+    n_shards : int
+        Shards in the grid.
+    shards_present : int
+        Shard objects stored.
+    chunks_stored : int
+        Inner chunks stored.
+    nbytes_stored : int
+        Bytes of all shard objects.
+    nbytes_unused : int
+        Of those, bytes no index points at (left by appends and in-place
+        updates; :func:`compact` reclaims them).
+    job : str or None
+        The job holding the array's marker, if any.
+    pending_undo : int
+        Shards an interrupted update left mid-change (run :func:`repair`).
+    not_shards : int
+        Keys under the shard prefix that name no shard of the grid (and are
+        not temporary files of a write): ``verify`` reports them.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...]
+    codecs: list[str]
+    index_location: str
+    n_shards: int
+    shards_present: int
+    chunks_stored: int
+    nbytes_stored: int
+    nbytes_unused: int
+    job: str | None = None
+    pending_undo: int = 0
+    not_shards: int = 0
+
+    @property
+    def unused_ratio(self) -> float:
+        """Unused share of the stored bytes."""
+        return self.nbytes_unused / self.nbytes_stored if self.nbytes_stored else 0.0
+
+    def __str__(self) -> str:
+        lines = [
+            f"shape: {self.shape}",
+            f"dtype: {self.dtype}",
+            f"inner chunks: {self.chunks}",
+            f"shards: {self.shards} (index at the {self.index_location})",
+            f"inner codecs: {' -> '.join(self.codecs) or 'none'}",
+            f"shards present: {self.shards_present:,} of {self.n_shards:,}",
+            f"inner chunks stored: {self.chunks_stored:,}",
+            f"bytes stored: {self.nbytes_stored:,} ({self.nbytes_unused:,} unused, "
+            f"{self.unused_ratio:.1%})",
+        ]
+        if self.job:
+            lines.append(f"held by: {self.job}")
+        if self.pending_undo:
+            lines.append(f"left mid-update: {self.pending_undo} shard(s); run `shardpipe repair`")
+        if self.not_shards:
+            lines.append(
+                f"not shards of the grid: {self.not_shards:,} key(s) under the shard prefix "
+                "(skipped; `shardpipe verify` names them)"
+            )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """What :func:`shardpipe.info` reports about a group: one :class:`ArrayInfo` per array.
+
+    Attributes
+    ----------
+    arrays : dict
+        Per sharded array (by store path), its :class:`~shardpipe.ArrayInfo`.
+    skipped : dict
+        Arrays that are not sharded Zarr v3 arrays, with the reason.
+    """
+
+    arrays: dict[str, ArrayInfo] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nbytes_stored(self) -> int:
+        """Bytes of all shard objects of all arrays."""
+        return sum(a.nbytes_stored for a in self.arrays.values())
+
+    def __str__(self) -> str:
+        lines = [
+            f"{path}: shape {a.shape}, {a.dtype}, shards {a.shards}, inner chunks {a.chunks}, "
+            f"{a.shards_present:,}/{a.n_shards:,} shards, {format_bytes(a.nbytes_stored)}"
+            + (f", {a.unused_ratio:.1%} unused" if a.nbytes_unused else "")
+            for path, a in self.arrays.items()
+        ]
+        lines += [f"{path}: skipped ({reason})" for path, reason in self.skipped.items()]
+        unused = sum(a.nbytes_unused for a in self.arrays.values())
+        lines.append(
+            f"total: {len(self.arrays)} sharded array(s), "
+            f"{sum(a.shards_present for a in self.arrays.values()):,} shards, "
+            f"{format_bytes(self.nbytes_stored)} ({format_bytes(unused)} unused)"
+            + (f"; {len(self.skipped)} skipped" if self.skipped else "")
+        )
+        return "\n".join(lines)
+
+
+def info(
+    store: Any,
+    path: str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    workers: int = 8,
+    progress: bool = False,
+) -> ArrayInfo | GroupInfo | PrecomputedReport:
+    """Describe the sharded array at ``path`` from its metadata and shard indexes.
+
+    A Neuroglancer precomputed volume (an ``info`` file) is described scale
+    by scale (:func:`shardpipe.precomputed.check.check_volume`, chunks not decoded).
+
+    Reads each shard's index only (no inner chunk is read or decoded). For a
+    group, returns a :class:`~shardpipe.maintenance.groups.GroupInfo` with the
+    :class:`ArrayInfo` of each sharded array in it. ``progress`` shows a bar
+    over the shards of each array (``tqdm.auto``).
+    """
+    workers = check_int("workers", workers, example=8)
+    progress = check_bool("progress", progress)
+    target = resolve_store(store, path, storage_options)
+    return over_target(
+        target,
+        "path" if path else "store",
+        volume=lambda volume, found: check_volume(volume, found, decode=False),
+        array=lambda at: describe_array(
+            at.target, workers, progress, metadata=at.metadata, shard_format=at.shard_format
+        ),
+        arrays=GroupInfo,
+    )
+
+
+def describe_array(
+    target: ResolvedStore,
+    workers: int,
+    progress: bool = False,
+    *,
+    metadata: ArrayV3Metadata | None = None,
+    shard_format: ZarrShardingFormat | None = None,
+) -> ArrayInfo:
+    """Describe the array at ``target``; ``metadata`` and ``shard_format`` are a draft array's."""
+    if metadata is None:
+        metadata, _ = read_metadata(target, "store")
+    layout = layout_of(metadata)
+    shard_format = format_of(metadata) if shard_format is None else shard_format
+    present = chunks = nbytes = unused = strays = 0
+
+    def stray(listed: Listed) -> None:
+        nonlocal strays
+        strays += not listed.temporary
+
+    for size, stored, free in over_stored_shards(
+        target,
+        metadata,
+        workers,
+        lambda s: (s.layout.size, len(s.stored), s.layout.unused_nbytes()),
+        stray,
+        shard_format=shard_format,
+        progress=progress,
+        name=f"info {target.path}" if target.path else "info",
+    ):
+        present, chunks, nbytes, unused = present + 1, chunks + stored, nbytes + size, unused + free
+    sharding = metadata.codecs[0]
+    codecs = [str(c.to_dict()["name"]) for c in getattr(sharding, "codecs", ())]
+    jobs = JobKeys(target.key(""))
+    marker = read_marker(target.shards, jobs)
+    return ArrayInfo(
+        shape=tuple(metadata.shape),
+        dtype=str(metadata.dtype.to_native_dtype()),
+        chunks=layout.chunk_shape,
+        shards=layout.shard_shape,
+        codecs=codecs,
+        index_location=shard_format.index_location,
+        n_shards=layout.n_shards,
+        shards_present=present,
+        chunks_stored=chunks,
+        nbytes_stored=nbytes,
+        nbytes_unused=unused,
+        job=None if marker is None else marker.describe(),
+        pending_undo=sum(1 for _ in undo_records(target.shards, jobs)),
+        not_shards=strays,
+    )

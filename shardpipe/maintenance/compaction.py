@@ -1,0 +1,111 @@
+"""``compact``: rewrite shards whose unused bytes pass a threshold.
+
+Appends and in-place updates leave bytes no index points at. :func:`compact`
+rewrites each shard whose unused share is above ``threshold``, copying the
+kept inner chunks as they are (never decoded); each shard is replaced
+atomically and only if it did not change since its index was read, while
+the job holds the array's marker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardpipe.core.checks import check_bool, check_int
+from shardpipe.core.shard_update import Abilities, plan_shard_update
+from shardpipe.engine.shard_sweep import over_stored_shards
+from shardpipe.engine.update_tasks import StoredShard, rewrite_shard
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.journal.array_lock import holding
+from shardpipe.journal.markers import JobKeys
+from shardpipe.storage.resolve import resolve_store
+from shardpipe.stored.metadata import format_of
+from shardpipe.stored.places import check_node_present
+from shardpipe.write.update_target import read_metadata
+
+
+@dataclass
+class CompactReport:
+    """What :func:`compact` did.
+
+    Attributes
+    ----------
+    shards_checked : int
+        Shards present.
+    shards_rewritten : int
+        Shards rewritten compactly.
+    nbytes_before, nbytes_after : int
+        Bytes of the rewritten shards before and after.
+    """
+
+    shards_checked: int = 0
+    shards_rewritten: int = 0
+    nbytes_before: int = 0
+    nbytes_after: int = 0
+
+    def __str__(self) -> str:
+        saved = self.nbytes_before - self.nbytes_after
+        return (
+            f"{self.shards_rewritten} of {self.shards_checked} shard(s) rewritten, "
+            f"{self.nbytes_before:,} -> {self.nbytes_after:,} bytes ({saved:,} reclaimed)"
+        )
+
+
+def compact(
+    store: Any,
+    path: str | None = None,
+    *,
+    threshold: float = 0.1,
+    storage_options: dict[str, Any] | None = None,
+    workers: int = 4,
+    progress: bool = False,
+) -> CompactReport:
+    """Rewrite every shard whose unused share of bytes is above ``threshold``.
+
+    Kept inner chunks are copied as they are (never decoded). Each shard is
+    replaced atomically and only if it did not change since its index was
+    read; every worker holds one whole shard.
+
+    Parameters
+    ----------
+    store, path, storage_options
+        Where the array is, as for :func:`~shardpipe.to_sharded_zarr`.
+    threshold : float
+        In ``[0, 1)``: shards with a larger unused share are rewritten
+        (``0`` rewrites every shard with any unused byte).
+    workers : int
+        Shards rewritten concurrently.
+    progress : bool
+        Show a bar over the shards checked (``tqdm.auto``).
+    """
+    if not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
+        raise InvalidArgumentError(
+            "threshold", f"{threshold!r} is not in [0, 1)", "Use e.g. threshold=0.1"
+        )
+    workers = check_int("workers", workers, example=4)
+    progress = check_bool("progress", progress)
+    target = resolve_store(store, path, storage_options)
+    check_node_present(target, "path" if path else "store")
+    metadata, _ = read_metadata(target, "store")
+    shard_format = format_of(metadata)
+    report = CompactReport()
+
+    def one(stored: StoredShard) -> tuple[int, int]:
+        size, unused = stored.layout.size, stored.layout.unused_nbytes()
+        if not unused or unused <= threshold * size:
+            return size, -1
+        plan = plan_shard_update(stored.layout, {}, "rewrite", Abilities())
+        return size, rewrite_shard(shard_format, stored, plan, {})
+
+    with holding(target.shards, JobKeys(target.key("")), "compact"):
+        shards = over_stored_shards(
+            target, metadata, workers, one, progress=progress, name="compact"
+        )
+        for before, after in shards:
+            report.shards_checked += 1
+            if after >= 0:
+                report.shards_rewritten += 1
+                report.nbytes_before += before
+                report.nbytes_after += after
+    return report

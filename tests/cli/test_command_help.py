@@ -1,0 +1,89 @@
+"""Every command's help: a summary line first, the one exit-status table last."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from shardpipe.cli.exit_statuses import EXIT_STATUSES, statuses_text
+from shardpipe.cli.parser import _parser, main
+
+COMMANDS = [
+    "plan",
+    "verify",
+    "cleanup",
+    "info",
+    "repair",
+    "compact",
+    "rechunk",
+    "write-precomputed",
+    "write-ome-zarr",
+    "convert-ome-zarr",
+    "migrate",
+    "write-dataset",
+    "repair-dataset",
+]
+
+
+def _summaries() -> dict[str, str]:
+    """Each command's line in the list of ``shardpipe --help``."""
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {choice.dest: choice.help or "" for choice in commands._choices_actions}
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def test_every_command_is_checked() -> None:
+    assert list(_summaries()) == COMMANDS
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_the_help_opens_with_the_summary_line(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = _summaries()[name]
+    assert summary and "\n" not in summary and not summary.endswith("."), summary
+    paragraphs = _paragraphs(_help([name], capsys))
+    assert paragraphs[0].startswith(f"usage: shardpipe {name}")
+    first = paragraphs[1]
+    assert first == summary[0].upper() + summary[1:] + ".", (name, first)
+    assert len(first) <= 79, "the summary fits on one line of an 80-column terminal"
+    assert not paragraphs[2].startswith(("positional arguments", "options")), (
+        f"{name}: the summary is followed by what the command does, in more words"
+    )
+
+
+@pytest.mark.parametrize("name", ["", *COMMANDS])
+def test_the_help_ends_with_the_exit_statuses(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = _help([name] if name else [], capsys)
+    table = text[text.index("Exit statuses:") :]
+    assert table.split() == statuses_text().split(), name
+    for status in EXIT_STATUSES:
+        assert re.search(rf"^  {status.code}  \S", table, re.MULTILINE), (name, status.code)
+
+
+def test_the_exit_statuses_read_the_same_in_every_help(capsys: pytest.CaptureFixture[str]) -> None:
+    tables = {}
+    for name in ["", *COMMANDS]:
+        text = _help([name] if name else [], capsys)
+        tables[name] = text[text.index("Exit statuses:") :]
+    assert len(set(tables.values())) == 1, tables
+
+
+def test_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ["", *COMMANDS]:
+        text = _help([name] if name else [], capsys)
+        assert "``" not in text and ":func:" not in text and ":mod:" not in text, name

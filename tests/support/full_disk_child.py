@@ -1,0 +1,148 @@
+"""Writes into a small tmpfs that fills up, for ``tests/write/test_update_full_disk.py``.
+
+``python -m tests.support.full_disk_child WORKDIR SCENARIOS_JSON``: for each scenario
+(``{"strategy": ..., "free_kib": ...}``) mounts a fresh 8 MiB tmpfs under
+WORKDIR (the process must be allowed to mount: root, or run under
+``unshare -rm``), writes an array, fills the file system until
+``free_kib`` KiB are left, runs the write that is to fail, and reports on
+one line of JSON per scenario what it left: the error and its notes, what
+zarr-python reads in each shard right after the error (``old``, ``new``,
+``mixed`` or ``unreadable``), what ``verify`` finds, and whether the same
+write with ``resume=True`` completes the array once space is freed.
+
+Strategies: ``auto``, ``rewrite``, ``in_place``, ``append`` (a region
+update of an existing array, every shard partly covered) and ``parts`` (a
+new array whose shards are written in parts: staging files joined at the
+end; its old data is the fill value).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+
+import shardpipe
+
+UPDATE = dict(shape=(64, 128, 128), shards=(32, 64, 64), chunks=(16, 32, 32))
+REGION = (slice(8, 56), slice(0, 128), slice(0, 128))  # partly covers every shard
+PARTS = dict(shape=(64, 96, 80), shards=(32, 48, 40), chunks=(8, 16, 20), blocks=(8, 48, 40))
+
+
+def _arrays(shape: tuple[int, ...], region: tuple[slice, ...] | None) -> tuple[Any, Any]:
+    rng = np.random.default_rng(7)
+    old = rng.integers(0, 2**16, shape).astype("uint16")
+    new = old.copy()
+    box = region or tuple(slice(0, n) for n in shape)
+    new[box] = rng.integers(0, 2**16, new[box].shape).astype("uint16")
+    return old, new
+
+
+def _fill(where: Path, free: int) -> None:
+    stat = os.statvfs(where)
+    available = stat.f_bavail * stat.f_frsize
+    with open(where / "filler", "wb") as f:
+        f.write(b"\1" * max(0, available - free))
+
+
+def _shard_states(path: Path, shards: tuple[int, ...], old: Any, new: Any) -> dict[str, str]:
+    array = zarr.open_array(str(path), mode="r")
+    states = {}
+    for index in np.ndindex(*(n // s for n, s in zip(old.shape, shards, strict=True))):
+        box = tuple(slice(i * s, (i + 1) * s) for i, s in zip(index, shards, strict=True))
+        key = "c/" + "/".join(map(str, index))
+        try:
+            got = np.asarray(array[box])
+        except Exception:
+            states[key] = "unreadable"
+            continue
+        if (got == old[box]).all():
+            states[key] = "old"
+        elif (got == new[box]).all():
+            states[key] = "new"
+        else:
+            states[key] = "mixed"
+    return states
+
+
+def _write(strategy: str, path: Path, new: Any, resume: bool = False) -> None:
+    if strategy == "parts":
+        source = da.from_array(new, chunks=PARTS["blocks"])
+        shardpipe.to_sharded_zarr(
+            source,
+            str(path),
+            shards=PARTS["shards"],
+            chunks=PARTS["chunks"],
+            max_mem=100_000,
+            resume=resume,
+        )
+    else:
+        shardpipe.to_sharded_zarr(
+            new[REGION], str(path), region=REGION, write_strategy=strategy, resume=resume
+        )
+
+
+def scenario(work: Path, strategy: str, free_kib: int) -> dict[str, Any]:
+    """Run one scenario in a tmpfs of its own; return what it left."""
+    where = work / f"{strategy}-{free_kib}"
+    where.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], check=True)
+    try:
+        path = where / "a.zarr"
+        if strategy == "parts":
+            old = np.zeros(PARTS["shape"], "uint16")
+            _, new = _arrays(PARTS["shape"], None)
+            shards = PARTS["shards"]
+        else:
+            old, new = _arrays(UPDATE["shape"], REGION)
+            shards = UPDATE["shards"]
+            shardpipe.to_sharded_zarr(old, str(path), shards=shards, chunks=UPDATE["chunks"])
+        _fill(where, free_kib * 1024)
+        result: dict[str, Any] = {"strategy": strategy, "free_kib": free_kib, "error": None}
+        try:
+            _write(strategy, path, new)
+        except Exception as err:
+            result["error"] = type(err).__name__
+            result["message"] = str(err)
+            result["notes"] = list(getattr(err, "__notes__", []))
+            failed = re.match(r"(?:writing|writing into) '([^']+)'", str(err))
+            result["failed_key"] = failed[1] if failed else None
+        try:
+            zarr.open_array(str(path), mode="r")[...]  # the whole array, right after
+            result["whole_read"] = "ok"
+        except Exception as err:
+            result["whole_read"] = f"{type(err).__name__}: {err}"
+        result["shards"] = _shard_states(path, shards, old, new)
+        result["verify"] = [key for key, _ in shardpipe.verify(str(path)).problems]
+        os.unlink(where / "filler")
+        _write(strategy, path, new, resume=True)
+        after = np.asarray(zarr.open_array(str(path), mode="r")[...])
+        result["resumed"] = bool((after == new).all())
+        return result
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def main(work: str, scenarios: str) -> int:
+    dask.config.set(scheduler="threads")
+    for item in json.loads(scenarios):
+        try:
+            result = scenario(Path(work), item["strategy"], item["free_kib"])
+        except Exception:
+            result = {**item, "crash": traceback.format_exc()}
+        print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

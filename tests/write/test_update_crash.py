@@ -1,0 +1,95 @@
+"""kill -9 during in-place and append updates, then repair: every inner chunk is old or new."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shardpipe
+from tests.support import REPOSITORY, crash_child
+from tests.support.readers import read_tensorstore, read_zarr
+
+KILLS = 6
+
+
+def _chunk_boxes() -> list[tuple[slice, ...]]:
+    ranges = [range(0, n, c) for n, c in zip(crash_child.SHAPE, crash_child.CHUNKS, strict=True)]
+    return [
+        tuple(slice(a, a + c) for a, c in zip(corner, crash_child.CHUNKS, strict=True))
+        for corner in itertools.product(*ranges)
+    ]
+
+
+def _done(progress: Path) -> int:
+    lines = progress.read_text().split()
+    return sum(1 for word in lines if word == "done")
+
+
+@pytest.mark.parametrize("strategy", ["in_place", "append"])
+def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str) -> None:
+    path = tmp_path / "a.zarr"
+    start = crash_child.initial()
+    shardpipe.to_sharded_zarr(
+        start,
+        str(path),
+        shards=crash_child.SHARDS,
+        chunks=crash_child.CHUNKS,
+        storage_options={"fsync": False},
+    )
+    boxes = _chunk_boxes()
+    rand = random.Random(7)
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    rolled_back_total, kills_mid_update = 0, 0
+    for attempt in range(KILLS):
+        # each run applies the same sequence over whatever the last one left
+        states = _model_from(start)
+        progress = tmp_path / f"progress-{attempt}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.crash_child", str(path), strategy, str(progress)],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            crash_child.wait_for(progress, "ready", proc)
+            # updates take tens of milliseconds: kill somewhere in the next few
+            time.sleep(rand.uniform(0.05, 1.5))
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait()
+        done = _done(progress)
+        report = shardpipe.repair(str(path))
+        assert report.ok, str(report)
+        rolled_back_total += report.rolled_back
+        kills_mid_update += report.rolled_back > 0
+        got = read_zarr(str(path))
+        np.testing.assert_array_equal(read_tensorstore(str(path)), got)
+        before, after = states[done], states[min(done + 1, len(states) - 1)]
+        for box in boxes:
+            assert (got[box] == before[box]).all() or (got[box] == after[box]).all(), (
+                f"kill {attempt}: inner chunk at {box} is neither old nor new"
+            )
+        start = got
+    print(
+        f"{strategy}: {KILLS} kills, {kills_mid_update} mid-update, "
+        f"{rolled_back_total} shard(s) rolled back"
+    )
+
+
+def _model_from(start: np.ndarray) -> list[np.ndarray]:
+    """The array after 0, 1, ... updates of the child's sequence, from ``start``."""
+    out = [start]
+    for k in range(crash_child.UPDATES):
+        region, values = crash_child.update(k)
+        nxt = out[-1].copy()
+        nxt[region] = values
+        out.append(nxt)
+    return out

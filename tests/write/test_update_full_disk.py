@@ -1,0 +1,103 @@
+"""A real disk filling up under every write strategy: each shard old or new, readable at once.
+
+Each scenario (``tests.support.full_disk_child``) runs in a fresh 8 MiB tmpfs left
+with a few hundred KiB: region updates with ``write_strategy`` ``auto``,
+``rewrite``, ``in_place``, ``append``, and a new array whose shards are
+written in parts. Right after the error: zarr-python reads the whole array;
+every shard holds its old data or its new data, never a mix (the shard the
+error names: its old data); ``verify`` is clean, or names exactly the shards
+the error says could not be rolled back; and the same write with
+``resume=True`` completes the array once space is freed.
+
+Mounting needs root, or a user and mount namespace (``unshare -rm``); the
+test says which it used, and skips, saying why, only if neither works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.support import REPOSITORY
+
+STRATEGIES = ["auto", "rewrite", "in_place", "append", "parts"]
+FREE_KIB = [64, 256, 450, 640, 1536]
+
+
+def _launcher() -> list[str] | str:
+    """The command prefix that lets the child mount a tmpfs, or why there is none."""
+    if sys.platform != "linux":
+        return "mounts a Linux tmpfs"
+    if os.geteuid() == 0:
+        return []
+    if shutil.which("unshare"):
+        probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+        if probe.returncode == 0:
+            return ["unshare", "-rm"]
+    return "cannot mount a tmpfs: not root, and `unshare -rm` is not permitted here"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, Any]]:
+    launcher = _launcher()
+    if isinstance(launcher, str):
+        pytest.skip(launcher)
+    work = tmp_path_factory.mktemp("full")
+    scenarios = json.dumps([{"strategy": s, "free_kib": f} for s in STRATEGIES for f in FREE_KIB])
+    done = subprocess.run(
+        [*launcher, sys.executable, "-m", "tests.support.full_disk_child", str(work), scenarios],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    print(f"\ntmpfs scenarios run {'as root' if not launcher else 'under unshare -rm'}")
+    return {(r["strategy"], r["free_kib"]): r for r in found}
+
+
+def _named(notes: list[str], what: str) -> set[str]:
+    return {m[1] for note in notes if (m := re.match(rf"shardpipe: shard '([^']+)' {what}", note))}
+
+
+@pytest.mark.parametrize("free_kib", FREE_KIB)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_full_disk_leaves_every_shard_old_or_new(
+    results: dict[tuple[str, int], dict[str, Any]], strategy: str, free_kib: int
+) -> None:
+    result = results[(strategy, free_kib)]
+    assert "crash" not in result, result.get("crash")
+    assert result["error"] in (None, "StorageFullError"), result
+    assert result["whole_read"] == "ok", result
+    states = result["shards"]
+    assert set(states.values()) <= {"old", "new"}, states
+    if result["error"] is None:
+        assert set(states.values()) == {"new"}, states
+    else:
+        notes = result["notes"]
+        failed = result["failed_key"]
+        if failed in states:  # a shard's write failed: it holds its old data
+            assert states[failed] == "old", (failed, states)
+            if result["message"].startswith("writing into"):  # a positioned write, torn
+                assert "Nothing was published" not in result["message"], result["message"]
+                assert failed in _named(notes, "was rolled back to its old bytes"), notes
+        left = _named(notes, "could not be rolled back")
+        assert set(result["verify"]) == left, (result["verify"], notes)
+    assert result["resumed"], result
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_met_a_full_disk(
+    results: dict[tuple[str, int], dict[str, Any]], strategy: str
+) -> None:
+    """The sizes are small enough that each strategy fails at least once (or nothing is tested)."""
+    failed = [f for f in FREE_KIB if results[(strategy, f)]["error"] is not None]
+    assert failed, f"{strategy}: no free size made it fail"

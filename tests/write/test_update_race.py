@@ -1,0 +1,106 @@
+"""Two jobs on one array at once: one wins, the other fails clearly, nothing is mixed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+
+import shardpipe
+from shardpipe.engine.update_tasks import StoredShard
+from shardpipe.errors import ShardConflictError
+from tests.support import REPOSITORY, race_child
+from tests.support.readers import read_zarr
+
+ROUNDS = 5
+
+
+def _race(path: Path, mode: str, go: Path) -> list[tuple[int, str]]:
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.support.race_child", str(path), mode, str(v), str(go)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for v in (1, 2)
+    ]
+    import time
+
+    time.sleep(3)  # both have imported everything and wait for the start
+    go.touch()
+    return [(p.wait(timeout=300), p.stderr.read() if p.stderr else "") for p in procs]
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "region"])
+def test_two_jobs_on_one_array(tmp_path: Path, mode: str) -> None:
+    outcomes = {"one failed": 0, "both ran": 0}
+    for round_ in range(ROUNDS):
+        path = tmp_path / f"a{round_}.zarr"
+        shardpipe.to_sharded_zarr(
+            np.zeros(race_child.SHAPE, "uint16"),
+            str(path),
+            shards=(16, 32, 32),
+            chunks=(8, 16, 16),
+            write_empty_chunks=True,
+        )
+        results = _race(path, mode, tmp_path / f"go{round_}")
+        codes = sorted(code for code, _ in results)
+        assert codes in ([0, 0], [0, 3]), results
+        if codes == [0, 3]:
+            outcomes["one failed"] += 1
+            loser = next(err for code, err in results if code == 3)
+            assert "JobConflictError" in loser and "repair" in loser, loser
+        else:
+            outcomes["both ran"] += 1  # one after the other
+        got = read_zarr(str(path))
+        # nothing mixed: every element holds the same job's value
+        assert len(np.unique(got)) == 1 and got.flat[0] in (1, 2), np.unique(got)
+        assert shardpipe.verify(str(path)).ok
+        assert not (path / ".shardpipe" / "job.json").exists()
+    print(mode, outcomes)
+
+
+def test_a_shard_changed_by_another_writer_is_never_overwritten(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Another writer (zarr-python) changes a shard between our read and our publish."""
+    import zarr
+
+    import shardpipe.engine.update_tasks as updating
+
+    path = tmp_path / "a.zarr"
+    data = np.arange(32 * 32, dtype="uint16").reshape(32, 32)
+    shardpipe.to_sharded_zarr(data, str(path), shards=(16, 16), chunks=(4, 4))
+    real = updating.read_shard
+
+    def read_then_interfere(*args: Any, **kwargs: Any) -> StoredShard | None:
+        stored = real(*args, **kwargs)
+        zarr.open_array(str(path), mode="r+")[0:16, 0:16] = 7  # the other writer
+        return stored
+
+    monkeypatch.setattr(updating, "read_shard", read_then_interfere)
+    # the patch lives in this process: run the tasks here
+    monkeypatch.setitem(dask.config.config, "scheduler", "threads")
+    for strategy in ("in_place", "append", "rewrite"):
+        with pytest.raises(ShardConflictError) as info:
+            shardpipe.to_sharded_zarr(
+                np.ones((4, 4), "uint16"),
+                str(path),
+                region=(slice(0, 4), slice(0, 4)),
+                write_strategy=strategy,
+            )
+        assert info.value.keys == ["c/0/0"], info.value.keys
+        monkeypatch.setattr(updating, "read_shard", real)
+        got = read_zarr(str(path))
+        assert (got[0:16, 0:16] == 7).all()  # the other writer's shard stands
+        assert (got[16:, :] == data[16:, :]).all()
+        monkeypatch.setattr(updating, "read_shard", read_then_interfere)
+    assert shardpipe.verify(str(path)).ok
