@@ -84,6 +84,8 @@ ROWS = [
     ({"max_mem": "lots"}, "max_mem", "byte size"),
     ({"overwrite": "yes"}, "overwrite", "True or False"),
     ({"resume": True, "overwrite": True}, "resume", "overwrite"),
+    ({"resume": "force"}, "resume", "always compares its group's record"),
+    ({"write_strategy": "sideways", "region": (slice(0, 1),)}, "write_strategy", "sideways"),
     ({"append_dim": "w"}, "append_dim", "not an axis"),
     ({"append_dim": "c", "image": IMAGE[:, :, :8]}, "append_dim", "differs"),
     ({"region": (slice(0, 1),), "scale_factors": [2]}, "scale_factors", "update keeps"),

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dask
 import numpy as np
 import pytest
+import zarr
 
 import shardpipe
 from tests.support.crash_child import wait_for
@@ -26,20 +30,44 @@ def _shard_files(root: Path) -> int:
     return sum(1 for p in root.rglob("c/*/*/*/*") if p.is_file() and not p.name.startswith("."))
 
 
-def _kill_child(target: Path, progress: Path, what: str, after: int, delay: float) -> bool:
+def _shard_objects(url: str, options: dict[str, Any] | None) -> int:
+    """Shard objects under ``url`` (an S3 prefix): keys with a ``c/`` part, none hidden."""
+    import boto3
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    endpoint = (options or {})["client_kwargs"]["endpoint_url"]
+    pages = boto3.client("s3", endpoint_url=endpoint).get_paginator("list_objects_v2")
+    keys: list[str] = []
+    for page in pages.paginate(Bucket=bucket, Prefix=prefix):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    return sum(1 for k in keys if "/c/" in k and ".shardpipe" not in k)
+
+
+def _kill_child(
+    target: Path | str,
+    progress: Path,
+    what: str,
+    after: int,
+    delay: float,
+    options: dict[str, Any] | None = None,
+) -> bool:
     """Start the child, SIGKILL it ``delay`` s after ``after`` shard files exist; finished?"""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.ome_crash_child", str(target), str(progress), what],
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
+    command = ["-m", "tests.support.ome_crash_child", str(target), str(progress), what]
+    if options is not None:
+        command.append(json.dumps(options))
+    proc = subprocess.Popen([sys.executable, *command], cwd=ROOT, stderr=subprocess.PIPE)
+    count: Callable[[], int] = (
+        (lambda: _shard_objects(str(target), options))
+        if options is not None
+        else (lambda: _shard_files(Path(target)))
     )
     try:
         wait_for(progress, "started", proc)
         deadline = time.monotonic() + 120
-        while _shard_files(target) < after and "done" not in progress.read_text():
+        while count() < after and "done" not in progress.read_text():
             assert proc.poll() is None or "done" in progress.read_text(), proc.stderr
             assert time.monotonic() < deadline
-            time.sleep(0.005)
+            time.sleep(0.005 if options is None else 0.05)  # listings load the S3 server
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -103,3 +131,47 @@ def test_sigkill_during_a_time_point_append_then_resume_or_repair(
     report = shardpipe.verify(str(target), complete=True)
     assert report.ok, str(report)
     assert not finished  # the kill landed mid-append
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize(("what", "settle"), [("write", "resume"), ("append", "repair")])
+def test_sigkill_on_s3_then_resume_or_repair(
+    tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]], what: str, settle: str
+) -> None:
+    """The same kills against S3 (the moto server): objects are whole or absent, and the
+    group's record and the arrays' undo records settle the image as on a file system."""
+    bucket, options = s3_bucket
+    url = f"s3://{bucket}/img.ome.zarr"
+    before = 0
+    if what == "append":
+        with dask.config.set(scheduler="threads"):
+            shardpipe.to_ome_zarr(image(), url, "tzyx", storage_options=options, **KWARGS)
+        before = _shard_objects(url, options)
+    finished = _kill_child(url, tmp_path / "progress", what, before + 2, 0.3, options)
+    with dask.config.set(scheduler="threads"):
+        if settle == "resume":
+            shardpipe.to_ome_zarr(
+                image(), url, "tzyx", resume=True, storage_options=options, **KWARGS
+            )
+            expected = _model(3)
+        else:
+            repaired = shardpipe.repair(url, storage_options=options)
+            assert repaired.ok, str(repaired)
+            expected = _model(3, (2, 7)) if finished else _model(3)
+    group = zarr.open_group(url, mode="r", storage_options=options)
+    endpoint = options["client_kwargs"]["endpoint_url"]
+
+    def kvstore(level: str) -> dict[str, Any]:
+        return {
+            "driver": "s3",
+            "bucket": bucket,
+            "path": f"img.ome.zarr/{level}/",
+            "endpoint": endpoint,
+            "aws_region": "us-east-1",
+            "aws_credentials": {"type": "environment"},
+        }
+
+    check_image(group, expected, kvstore=kvstore)
+    report = shardpipe.verify(url, storage_options=options, complete=True)
+    assert report.ok, str(report)
+    assert not finished  # the kill landed mid-write

@@ -1,6 +1,7 @@
 """A process writing an OME-Zarr pyramid (or appending a time point) until the test kills it.
 
-Run as ``python -m tests.support.ome_crash_child TARGET PROGRESS write|append``. It
+Run as ``python -m tests.support.ome_crash_child TARGET PROGRESS write|append
+[STORAGE-OPTIONS-JSON]`` (TARGET a folder, or an ``s3://`` URL with its options). It
 writes ``started`` to PROGRESS once its imports are done and ``done`` at the
 end. Its source is deterministic (the same Dask names in every process), so
 that ``resume=True`` in the test recognises the interrupted job.
@@ -8,6 +9,7 @@ that ``resume=True`` in the test recognises the interrupted job.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -38,16 +40,16 @@ def image(t: int = 3, seed: int = 42) -> da.Array:
     return arr.map_blocks(_slow, dtype=arr.dtype)
 
 
-def main(target: str, progress: Path, what: str) -> None:
+def main(target: str, progress: Path, what: str, options: dict[str, Any] | None = None) -> None:
     """Write the image (or append the new time points) to ``target``, reporting to ``progress``."""
     import shardpipe
 
     progress.write_text("started\n")
     with dask.config.set(scheduler="threads", num_workers=2):
         if what == "append":
-            shardpipe.to_ome_zarr(image(2, seed=7), target, append_dim="t")
+            shardpipe.to_ome_zarr(image(2, seed=7), target, append_dim="t", storage_options=options)
         else:
-            shardpipe.to_ome_zarr(image(), target, "tzyx", **KWARGS)
+            shardpipe.to_ome_zarr(image(), target, "tzyx", storage_options=options, **KWARGS)
     with progress.open("a") as out:
         out.write("done\n")
 
@@ -56,4 +58,4 @@ if __name__ == "__main__":
     # through the module's own name: functions in a Dask graph are part of its name
     from tests.support.ome_crash_child import main as run
 
-    run(sys.argv[1], Path(sys.argv[2]), sys.argv[3])
+    run(sys.argv[1], Path(sys.argv[2]), sys.argv[3], *map(json.loads, sys.argv[4:5]))
