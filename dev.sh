@@ -3,7 +3,7 @@
 #   ./dev.sh demo    set up (runtime dependencies only), then write ~1 GiB on a LocalCluster,
 #                    verify it, print throughput
 #   ./dev.sh test    set up (+ test and docs extras), then ruff, mypy, the layer contracts
-#                    (lint-imports) and the whole pytest suite
+#                    (lint-imports) and the whole pytest suite, in parallel on every core
 #   ./dev.sh bench   set up (+ test and bench extras), then run the benchmark suite
 #                    (see benchmarks/README.md)
 #   ./dev.sh lock    regenerate requirements/constraints.txt from pyproject.toml
@@ -79,7 +79,8 @@ case "$task" in
         .venv/bin/ruff format --check shardpipe tests benchmarks
         .venv/bin/mypy
         .venv/bin/lint-imports --no-cache
-        exec .venv/bin/python -m pytest "$@" ;;
+        # in parallel on every core (pytest-xdist); SHARDPIPE_TEST_WORKERS=0 runs in one process
+        exec .venv/bin/python -m pytest -n "${SHARDPIPE_TEST_WORKERS:-auto}" "$@" ;;
     bench) setup "test,bench"; exec .venv/bin/python -m benchmarks "$@" ;;
     lock)
         make_venv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -14,6 +15,8 @@ settings.register_profile(
     "ci",
     max_examples=40,
     deadline=None,
+    derandomize=True,  # the same examples on every run: a red seed shows here first
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
 )
@@ -27,8 +30,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")
-def cluster_client() -> Iterator[object]:
-    """A ``distributed.Client`` on a LocalCluster of two worker processes."""
+def _cluster() -> Iterator[Any]:
+    """A ``distributed.Client`` on a LocalCluster of two worker processes, shared by the
+    session but the current client only inside the tests that ask for it."""
     from distributed import Client, LocalCluster
 
     with (
@@ -39,6 +43,14 @@ def cluster_client() -> Iterator[object]:
             dashboard_address=":0",
             memory_limit="4GiB",
         ) as cluster,
-        Client(cluster) as client,
+        Client(cluster, set_as_default=False) as client,
     ):
         yield client
+
+
+@pytest.fixture
+def cluster_client(_cluster: Any) -> Iterator[Any]:
+    """The shared cluster's client, current (Dask computes on it) for this test only: a
+    test after it that writes into a ``MemoryStore`` still runs on threads."""
+    with _cluster.as_current():
+        yield _cluster

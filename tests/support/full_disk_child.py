@@ -1,4 +1,4 @@
-"""Writes into a small tmpfs that fills up, for ``tests/write/test_update_full_disk.py``.
+"""Writes into a small tmpfs that fills up, for ``tests/faults/test_update_full_disk.py``.
 
 ``python -m tests.support.full_disk_child WORKDIR SCENARIOS_JSON``: for each scenario
 (``{"strategy": ..., "free_kib": ...}``) mounts a fresh 8 MiB tmpfs under

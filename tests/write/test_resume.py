@@ -13,8 +13,8 @@ import pytest
 import shardpipe
 from shardpipe.errors import InvalidArgumentError, StorageFullError
 from shardpipe.write.prepare import prepare_write
+from tests.faults.test_write_faults import _data, _faulty_target
 from tests.support.readers import assert_same, read_zarr
-from tests.write.test_faults import _data, _faulty_target
 
 LAYOUT = dict(shards=(16, 48, 40), chunks=(8, 16, 20))
 REGION = (slice(3, 60), slice(0, 96), slice(5, 75))

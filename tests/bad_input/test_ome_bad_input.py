@@ -1,4 +1,4 @@
-"""Bad input to the OME-Zarr writer: an error naming the parameter, and nothing written."""
+"""Bad input to `to_ome_zarr`: an error naming the parameter, and nothing written."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ class UpdateMachine(RuleBasedStateMachine):
     shape: ClassVar[tuple[int, int]] = (13, 22)
     shards: ClassVar[tuple[int, int]] = (8, 8)
     chunks: ClassVar[tuple[int, int]] = (2, 4)
+    blocks: ClassVar[tuple[int, int]] = (5, 7)  # of the first write: on no chunk boundary
     dtype: ClassVar[str] = "uint16"
     strategies: ClassVar[st.SearchStrategy[str]] = STRATEGIES
     options: ClassVar[dict[str, Any]] = {"fsync": False}
@@ -60,7 +61,7 @@ class UpdateMachine(RuleBasedStateMachine):
         self.rng = np.random.default_rng(seed)
         self.model = self._values(self.shape)
         shardpipe.to_sharded_zarr(
-            da.from_array(self.model, chunks=(5, 7)),
+            da.from_array(self.model, chunks=self.blocks),
             self.path,
             shards=self.shards,
             chunks=self.chunks,
@@ -149,6 +150,7 @@ def test_s3_appends_and_rewrites_follow_the_model(s3_bucket: tuple[str, dict[str
         shape = (2400, 2560)
         shards = (2560, 2560)
         chunks = (256, 256)
+        blocks = (300, 320)  # (5, 7) would make 175,000 Dask tasks of the first write
         dtype = "uint8"
         strategies = st.sampled_from(["auto", "append", "rewrite"])
         url = f"s3://{bucket}/stateful.zarr"

@@ -47,7 +47,8 @@ INJECTED: Counter[str] = Counter()
 def _print_injected() -> Iterator[None]:
     """Print what this module injected (seen with ``pytest -s``), for the README's figures."""
     yield
-    print(f"\nfaults injected by tests/write/test_faults.py: {dict(sorted(INJECTED.items()))}")
+    injected = dict(sorted(INJECTED.items()))
+    print(f"\nfaults injected by tests/faults/test_write_faults.py: {injected}")
 
 
 @pytest.fixture(autouse=True)
@@ -253,9 +254,6 @@ def test_real_full_tmpfs(tmp_path: Path) -> None:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-CHILD = REPOSITORY / "tests" / "support" / "resume_child.py"
-
-
 def _files(folder: Path) -> int:
     """Files under ``folder`` at their keys (temporary files start with a dot)."""
     return sum(1 for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
@@ -269,7 +267,7 @@ def _kill_child(
     the array; return whether it had finished by then."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.resume_child", str(target), str(progress), *what],
-        cwd=CHILD.parent.parent,
+        cwd=REPOSITORY,
         stderr=subprocess.PIPE,
     )
     try:

@@ -19,11 +19,10 @@ import pytest
 import zarr
 
 import shardpipe
+from tests.support import REPOSITORY
 from tests.support.crash_child import wait_for
 from tests.support.ome_checks import check_image, reference_pyramid
 from tests.support.ome_crash_child import FACTORS, KWARGS, image
-
-ROOT = Path(__file__).parent.parent.parent
 
 
 def _shard_files(root: Path) -> int:
@@ -55,7 +54,7 @@ def _kill_child(
     command = ["-m", "tests.support.ome_crash_child", str(target), str(progress), what]
     if options is not None:
         command.append(json.dumps(options))
-    proc = subprocess.Popen([sys.executable, *command], cwd=ROOT, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, *command], cwd=REPOSITORY, stderr=subprocess.PIPE)
     count: Callable[[], int] = (
         (lambda: _shard_objects(str(target), options))
         if options is not None
