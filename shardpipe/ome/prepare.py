@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Unpack
 
 import dask.array as da
 import numpy as np
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe._version import __version__
 from shardpipe.core.grid import Shape
 from shardpipe.core.pyramid import (
     PyramidLevel,
@@ -55,13 +55,6 @@ from shardpipe.write.prepare import prepare_write
 from shardpipe.write.transaction import check_writable
 
 __all__ = ["plan_multiscale", "prepare_ome_zarr", "pyramid_arrays"]
-
-
-def _version() -> str:
-    try:
-        return version("shardpipe")
-    except PackageNotFoundError:  # pragma: no cover - a source tree
-        return "0.1.0"
 
 
 def pyramid_arrays(
@@ -363,7 +356,7 @@ def prepare_ome_zarr(
         chunk_checksums=chunk_checksums,
         resume=resume,
     )
-    version_ = _version()
+    version_ = __version__
     image_write = None
     if picture is not None:
         n_channels = next(
