@@ -41,6 +41,11 @@ from shardpipe.maintenance.array_info import ArrayInfo, GroupInfo, info
 from shardpipe.maintenance.compaction import CompactReport, compact
 from shardpipe.maintenance.repairs import RepairReport, repair
 from shardpipe.maintenance.verification import VerifyReport, verify
+from shardpipe.ome.api import to_ome_zarr
+from shardpipe.ome.convert import OmeZarrConversion, convert_ome_zarr, prepare_ome_conversion
+from shardpipe.ome.job import OmeZarrWrite
+from shardpipe.ome.prepare import prepare_ome_zarr
+from shardpipe.ome.report import OmeZarrReport
 from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.precomputed.check import PrecomputedReport, ScaleReport
 from shardpipe.reading import open_array
@@ -72,6 +77,9 @@ __all__ = [
     "MemoryBudgetError",
     "MetadataError",
     "MigrateReport",
+    "OmeZarrConversion",
+    "OmeZarrReport",
+    "OmeZarrWrite",
     "PartsNotSupportedError",
     "PlanError",
     "PrecomputedReport",
@@ -97,18 +105,22 @@ __all__ = [
     "WriteReport",
     "cleanup",
     "compact",
+    "convert_ome_zarr",
     "info",
     "migrate",
     "open_array",
     "open_dataset",
     "plan_group_rechunk",
     "plan_rechunk",
+    "prepare_ome_conversion",
+    "prepare_ome_zarr",
     "prepare_write",
     "rechunk",
     "rechunk_group",
     "repair",
     "repair_dataset",
     "to_neuroglancer_precomputed",
+    "to_ome_zarr",
     "to_sharded_zarr",
     "verify",
 ]

@@ -290,6 +290,9 @@ RESUME = Option(
     "carry on an interrupted run of the same command: keep complete shards",
     {"action": "store_true"},
 )
+APPEND_DIM = Option(
+    ("--append-dim",), "append SOURCE along this dimension (axis)", {"default": None}
+)
 DRY_RUN = Option(("--dry-run",), "print the plan, write nothing", {"action": "store_true"})
 FORCE = Option(
     ("--force",),

@@ -19,6 +19,7 @@ from shardpipe.cli.closed_pipe import output_may_be_cut_short
 from shardpipe.cli.commands import (
     cleanup,
     compact,
+    convert_ome_zarr,
     info,
     migrate,
     plan,
@@ -27,6 +28,7 @@ from shardpipe.cli.commands import (
     repair_dataset,
     verify,
     write_dataset,
+    write_ome_zarr,
     write_precomputed,
 )
 from shardpipe.cli.exit_statuses import statuses_text
@@ -42,6 +44,8 @@ COMMANDS: tuple[Command, ...] = (
     compact,
     rechunk,
     write_precomputed,
+    write_ome_zarr,
+    convert_ome_zarr,
     migrate,
     write_dataset,
     repair_dataset,
@@ -50,7 +54,8 @@ COMMANDS: tuple[Command, ...] = (
 
 DESCRIPTION = (
     "Write, rechunk, check and maintain sharded Zarr v3 arrays; write and repair datasets; "
-    "write Neuroglancer precomputed volumes; migrate arrays of the sharding draft.\n\n"
+    "write OME-Zarr 0.5 images and Neuroglancer precomputed volumes; migrate arrays of the "
+    "sharding draft.\n\n"
     "shardpipe COMMAND --help describes a command. Every command ends with one of the exit "
     "statuses listed at the end of this help."
 )

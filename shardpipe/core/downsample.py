@@ -1,9 +1,12 @@
-"""Downsampling a block by integer factors: the mean (images) and the mode (segmentations).
+"""Downsampling a block by integer factors: the mean (images), the mode and nearest (labels).
 
-Pure NumPy. A block is ``(x, y, z, channel)``; ``factor`` has one entry per
-spatial dimension. A block whose size is not a multiple of the factor (the
-volume's end) gives partial windows: the mean and the mode are taken over
-the voxels a window has, so the output has ``ceil(size / factor)`` voxels.
+Pure NumPy, for blocks of any number of dimensions. ``factor`` has one entry
+per leading dimension of the block; dimensions past it are not downsampled
+(a Neuroglancer block is ``(x, y, z, channel)`` with three factors, an
+OME-Zarr block ``(t, c, z, y, x)`` with five). A block whose size is not a
+multiple of the factor (the volume's end) gives partial windows: the mean
+and the mode are taken over the voxels a window has, so the output has
+``ceil(size / factor)`` voxels.
 
 * ``mean``: the average of the window. Integers are summed exactly and
   rounded to the nearest value, halves to even, for every integer type
@@ -16,6 +19,8 @@ the voxels a window has, so the output has ``ceil(size / factor)`` voxels.
   infinities, averages to NaN).
 * ``mode``: the most frequent value of the window; ties go to the smallest
   value (the order is fixed, so every block of a volume agrees).
+* ``nearest``: the window's first voxel (its lowest corner), so every value
+  of the output is a value of the input: label ids are never averaged.
 """
 
 from __future__ import annotations
@@ -26,34 +31,39 @@ from typing import Any
 
 import numpy as np
 
-METHODS = ("mean", "mode")
+METHODS = ("mean", "mode", "nearest")
 
 SPLIT_WINDOW_LIMIT = 2**31
 """Windows of fewer voxels than this sum 64-bit integers in two uint64 halves; larger in Python."""
+
+
+def full_factor(ndim: int, factor: Sequence[int]) -> tuple[int, ...]:
+    """``factor`` with 1 for every dimension past it (``ndim`` entries in all)."""
+    if len(factor) > ndim:
+        raise ValueError(f"{len(factor)} factors for a block of {ndim} dimensions")
+    return (*(int(f) for f in factor), *(1,) * (ndim - len(factor)))
 
 
 def _windows(
     block: np.ndarray, factor: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """``(values, valid, out_shape)``: each output voxel's window as a row of ``prod(factor)``."""
-    spatial = block.shape[:3]
-    out = tuple(-(-n // f) for n, f in zip(spatial, factor, strict=True))
+    out = tuple(-(-n // f) for n, f in zip(block.shape, factor, strict=True))
     padded_shape = tuple(o * f for o, f in zip(out, factor, strict=True))
-    pad = [(0, p - n) for p, n in zip(padded_shape, spatial, strict=True)] + [(0, 0)]
+    pad = [(0, p - n) for p, n in zip(padded_shape, block.shape, strict=True)]
     values = np.pad(block, pad)
-    valid = np.pad(np.ones(spatial, dtype=bool), pad[:3])
-    channels = block.shape[3]
-    shape = (out[0], factor[0], out[1], factor[1], out[2], factor[2])
-    values = values.reshape(*shape, channels).transpose(0, 2, 4, 6, 1, 3, 5)
-    valid = valid.reshape(shape).transpose(0, 2, 4, 1, 3, 5)
+    valid = np.pad(np.ones(block.shape, dtype=bool), pad)
+    interleaved = tuple(v for pair in zip(out, factor, strict=True) for v in pair)
+    order = (*range(0, 2 * block.ndim, 2), *range(1, 2 * block.ndim, 2))
     k = math.prod(factor)
-    rows = values.reshape(-1, channels, k)
-    mask = np.broadcast_to(valid.reshape(-1, 1, k), rows.shape)
-    return rows, mask, (*out, channels)
+    rows = values.reshape(interleaved).transpose(order).reshape(-1, k)
+    mask = valid.reshape(interleaved).transpose(order).reshape(-1, k)
+    return rows, mask, out
 
 
 def downsample_block(block: np.ndarray, factor: Sequence[int], method: str) -> np.ndarray:
-    """Downsample an ``(x, y, z, channel)`` block by ``factor`` with ``method``."""
+    """Downsample ``block`` by ``factor`` (its leading dimensions) with ``method``."""
+    factor = full_factor(block.ndim, factor)
     if all(f == 1 for f in factor):
         return block
     if method == "mean":
@@ -63,6 +73,9 @@ def downsample_block(block: np.ndarray, factor: Sequence[int], method: str) -> n
     if method == "mode":
         rows, valid, out_shape = _windows(block, factor)
         return _mode(rows, valid).reshape(out_shape)
+    if method == "nearest":
+        picked: np.ndarray = block[tuple(slice(None, None, f) for f in factor)].copy()
+        return picked
     raise ValueError(f"unknown downsampling method {method!r}; use one of {METHODS}")
 
 
@@ -97,10 +110,13 @@ def _window_sums(block: np.ndarray, factor: Sequence[int], wide: np.dtype[Any]) 
 
 def _window_counts(shape: Sequence[int], factor: Sequence[int]) -> np.ndarray:
     """Voxels in every window, shaped to broadcast against the window sums."""
-    counts = np.ones((1, 1, 1, 1), dtype=np.int64)
-    for axis, (n, f) in enumerate(zip(shape[:3], factor, strict=True)):
+    ndim = len(shape)
+    counts = np.ones((1,) * ndim, dtype=np.int64)
+    for axis, (n, f) in enumerate(zip(shape, factor, strict=True)):
+        if f == 1:
+            continue
         along = np.minimum(f, n - np.arange(-(-n // f), dtype=np.int64) * f)
-        counts = counts * along.reshape([-1 if a == axis else 1 for a in range(4)])
+        counts = counts * along.reshape([-1 if a == axis else 1 for a in range(ndim)])
     return counts
 
 

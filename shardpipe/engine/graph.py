@@ -110,6 +110,7 @@ def build_write_graph(
     skip: frozenset[Coords] = frozenset(),
     threads: int | None = None,
     wave: Wave | None = None,
+    shared_source: bool = False,
 ) -> WriteGraph:
     """Build the Dask graph that writes ``arr`` according to ``plan``.
 
@@ -144,8 +145,14 @@ def build_write_graph(
         (:mod:`shardpipe.engine.task_groups`).
     wave : Wave, optional
         Write only this box of shards (``token`` should then name the wave).
+    shared_source : bool
+        The source's blocks also feed other graphs computed together with
+        this one (the levels of a pyramid, :mod:`shardpipe.engine.pyramid`):
+        they keep their keys (the source's graph is not optimised) and stay
+        tasks of their own, neither fused into this write's tasks nor held
+        behind read gates, so that each is computed once for every graph.
     """
-    blocks = SourceBlocks(arr, plan, wave)
+    blocks = SourceBlocks(arr, plan, wave, optimize=not shared_source)
     transactional = (
         isinstance(target, WriteTarget | UpdateTarget) and target.store.abilities.transactional
     )
@@ -273,6 +280,10 @@ def build_write_graph(
     graph = _with_layer(outside.values(), layer, tasks)
     result = Delayed(done_key, graph, layer=layer)
     publishing = [Delayed(key, graph, layer=layer) for key in publishing]
+    if shared_source:
+        if transactional:
+            result, publishing = _merge_in_tree(result, publishing, token)
+        return WriteGraph(result, publishing, n_shards)
     block_keys = {b: blocks[b].key for _, fed in consumers for b in fed}
     gated = gate_reads(result, publishing, block_keys, consumers, read_ahead(threads), token)
     if gated is not None:
@@ -343,10 +354,13 @@ class SourceBlocks:
     culls the rest of the source's graph away. A source that reads an
     array-like directly (``da.from_zarr``, ``da.from_array``) is instead read
     through a window on that array-like (:func:`~shardpipe.engine.source_window.read_window`). A
-    source with empty blocks (which a slice could drop) is taken whole.
+    source with empty blocks (which a slice could drop) is taken whole. With ``optimize``
+    False, the blocks keep the keys they have in the source's graph.
     """
 
-    def __init__(self, arr: da.Array, plan: WritePlan, wave: Wave | None) -> None:
+    def __init__(
+        self, arr: da.Array, plan: WritePlan, wave: Wave | None, *, optimize: bool = True
+    ) -> None:
         self.origin: Coords = (0,) * arr.ndim
         if wave is not None and all(all(sizes) for sizes in plan.blocks.chunks):
             first, stop = _block_ranges(plan, wave)
@@ -358,7 +372,7 @@ class SourceBlocks:
             window = read_window(arr, index)
             arr = arr[index] if window is None else window
             self.origin = first
-        self._delayed: np.ndarray = arr.to_delayed(optimize_graph=True)
+        self._delayed: np.ndarray = arr.to_delayed(optimize_graph=optimize)
 
     def __getitem__(self, block: Coords) -> Delayed:
         local = tuple(b - o for b, o in zip(block, self.origin, strict=True))

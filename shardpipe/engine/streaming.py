@@ -108,6 +108,7 @@ def run_waves(
     total_shards: int,
     total_waves: int,
     on_wave_done: Callable[[WaveGraph], None] = lambda wave: None,
+    together: bool = False,
 ) -> list[WriteReport]:
     """Run every wave, at most two batches at once; return each job's summed report.
 
@@ -125,6 +126,9 @@ def run_waves(
         The bar's totals.
     on_wave_done : callable
         Called with each wave once it and every wave before it are done.
+    together : bool
+        Run every wave in one batch, one computation: the jobs share blocks
+        (the levels of a pyramid) that must be computed once for all.
     """
     totals = [WriteReport() for _ in range(n_jobs)]
     limit = wave_tasks()
@@ -148,7 +152,7 @@ def run_waves(
             for wave in waves:
                 batch.append(wave)
                 tasks += wave.n_tasks
-                if tasks >= limit or not in_flight:  # the first wave starts at once
+                if not together and (tasks >= limit or not in_flight):  # the first at once
                     in_flight.append((runner.submit(_publishing(batch)), batch))
                     batch, tasks = [], 0
                     while len(in_flight) > 1:

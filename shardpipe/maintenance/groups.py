@@ -8,6 +8,7 @@ are listed as skipped, with the reason.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.errors import ShardpipeError
+from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import (
     ZARR_PARSE_ERRORS,
@@ -48,7 +50,11 @@ def walk_arrays(group: zarr.Group) -> Iterator[tuple[str, str | None]]:
     Yields ``(store path, None)`` for a sharded Zarr v3 array and
     ``(store path, reason)`` for one shardpipe skips.
     """
-    arrays = [node for _, node in group.members(max_depth=None) if isinstance(node, zarr.Array)]
+    with warnings.catch_warnings():
+        # a group's own shardpipe records (an OME-Zarr image's unfinished write) are no node
+        warnings.filterwarnings("ignore", f"Object at {JOB_DIR} is not recognized", UserWarning)
+        members = list(group.members(max_depth=None))
+    arrays = [node for _, node in members if isinstance(node, zarr.Array)]
     for array in sorted(arrays, key=lambda a: str(a.path)):
         if is_sharded(array.metadata):
             yield str(array.path), None

@@ -6,6 +6,9 @@ with an undo record is restored to its state before the interrupted update,
 staging data, open uploads and temporary files of dead processes go, and
 shard objects past the end of the grid (an append interrupted before it
 published the grown ``zarr.json``) are removed. Then the array is verified.
+
+An OME-Zarr image group is repaired as a whole: each level array as above,
+then the update the group records is settled (:mod:`shardpipe.ome.group_repair`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from shardpipe.core.display import ShowsSummary, Summary, format_count
 from shardpipe.journal.array_lock import release, take
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import recover
+from shardpipe.maintenance.targets import is_image_group
 from shardpipe.maintenance.verification import VerifyReport, verify
+from shardpipe.ome.group_repair import repair_group
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import list_shards
 from shardpipe.stored.metadata import format_of, layout_of
@@ -43,12 +48,16 @@ class RepairReport(ShowsSummary):
         published, read by nothing until the array grows, and then stale.
     verify : shardpipe.VerifyReport
         The check of the whole array afterwards.
+    notes : list of str
+        For an OME-Zarr image group: how its recorded update was settled
+        (:mod:`shardpipe.ome.group_repair`).
     """
 
     rolled_back: int = 0
     removed_marker: str | None = None
     removed_past_grid: int = 0
     verify: VerifyReport = field(default_factory=lambda: VerifyReport([]))
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -82,6 +91,7 @@ class RepairReport(ShowsSummary):
                 f"removed {self.removed_past_grid:,} shard(s) past the end of the grid "
                 "(an interrupted append's)"
             )
+        lines += self.notes
         return "\n".join([*lines, str(self.verify)])
 
 
@@ -121,6 +131,8 @@ def repair(
     force = check_bool("force", force)
     progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
+    if is_image_group(target):  # an OME-Zarr image group: each level array, then the group
+        return _repair_image(target, force, progress)
     check_node_present(target, "path" if path else "store", records=True)
     shards, keys = target.shards, JobKeys(target.key(""))
     report = RepairReport()
@@ -135,6 +147,22 @@ def repair(
         release(shards, keys, taken.marker)
     checked = verify(target, progress=progress)
     assert isinstance(checked, VerifyReport)  # a zarr array: its metadata was read above
+    report.verify = checked
+    return report
+
+
+def _repair_image(target: ResolvedStore, force: bool, progress: bool) -> RepairReport:
+    """Repair every level array of an OME-Zarr image group and settle its record."""
+    done = repair_group(target, lambda array: repair(array, force=force))
+    arrays = done.arrays.values()
+    report = RepairReport(
+        rolled_back=sum(r.rolled_back for r in arrays),
+        removed_marker="; ".join(r.removed_marker for r in arrays if r.removed_marker) or None,
+        removed_past_grid=sum(r.removed_past_grid for r in arrays),
+        notes=done.notes,
+    )
+    checked = verify(target, progress=progress)
+    assert isinstance(checked, VerifyReport)  # a group of zarr arrays
     report.verify = checked
     return report
 

@@ -44,6 +44,7 @@ from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records
 from shardpipe.maintenance.targets import over_target
+from shardpipe.ome.group_checks import ome_problems
 from shardpipe.precomputed.check import PrecomputedReport, check_volume
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
@@ -368,14 +369,23 @@ def verify(
             shard_format=at.shard_format,
         ),
         arrays=_verified_together,
+        image=lambda group, arrays, skipped: _verified_together(
+            arrays, skipped, ome_problems(group)
+        ),
     )
 
 
-def _verified_together(arrays: dict[str, VerifyReport], skipped: dict[str, str]) -> VerifyReport:
-    """One report for the arrays of a group or a draft hierarchy."""
+def _verified_together(
+    arrays: dict[str, VerifyReport],
+    skipped: dict[str, str],
+    group_problems: list[tuple[str, str]] | None = None,
+) -> VerifyReport:
+    """One report for the arrays of a group or a draft hierarchy; ``group_problems``
+    are the group's own (an OME-Zarr image group's, :mod:`shardpipe.ome.group_checks`)."""
     shards = [check for report in arrays.values() for check in report.shards]
     notes = [f"{path}: {note}" for path, report in arrays.items() for note in report.notes]
     job_problems = [p for report in arrays.values() for p in report.job_problems]
+    job_problems += group_problems or []
     return VerifyReport(
         shards,
         arrays,

@@ -42,6 +42,7 @@ from shardpipe.core.downsample import METHODS
 from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.precomputed_plan import ScaleGrid, check_scattered
 from shardpipe.engine.progress import ShardBar, local_progress
+from shardpipe.engine.pyramid import downsampled
 from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.errors import (
     ArrayExistsError,
@@ -53,7 +54,7 @@ from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
 from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES
 from shardpipe.precomputed.auto_sharding import auto_sharding
-from shardpipe.precomputed.graph import PUBLISHING, downsampled, part_chunks, shard_tasks
+from shardpipe.precomputed.graph import PUBLISHING, part_chunks, shard_tasks
 from shardpipe.precomputed.tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, STAGING_DIR

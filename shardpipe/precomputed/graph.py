@@ -26,7 +26,6 @@ import dask.array as da
 import numpy as np
 from dask.delayed import Delayed, delayed
 
-from shardpipe.core.downsample import downsample_block
 from shardpipe.core.grid import Box
 from shardpipe.core.precomputed_plan import (
     ScaleGrid,
@@ -287,32 +286,3 @@ def _overlapping(
         ]
         index.update(itertools.product(*ranges))
     return sorted(index)
-
-
-def downsampled(level: da.Array, step: tuple[int, ...], method: str) -> da.Array:
-    """``level`` downsampled by ``step`` (blocks first aligned to multiples of it)."""
-    if all(s == 1 for s in step):
-        return level
-    spatial = zip(level.chunks[:3], step, strict=True)
-    source = level.rechunk((*(_aligned(sizes, s) for sizes, s in spatial), level.chunks[3]))
-    smaller = zip(source.chunks[:3], step, strict=True)
-    out_chunks = (*(tuple(-(-c // s) for c in sizes) for sizes, s in smaller), source.chunks[3])
-    result: da.Array = source.map_blocks(
-        downsample_block,
-        step,
-        method,
-        chunks=out_chunks,
-        dtype=source.dtype,
-        token=f"downsample-{method}",
-    )
-    return result
-
-
-def _aligned(sizes: tuple[int, ...], step: int) -> tuple[int, ...]:
-    """Block sizes near ``sizes`` whose boundaries are multiples of ``step`` (the last one free)."""
-    total = sum(sizes)
-    target = max(step, (max(sizes) // step) * step)
-    out = [target] * (total // target)
-    if total % target:
-        out.append(total % target)
-    return tuple(out)

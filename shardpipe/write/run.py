@@ -39,7 +39,9 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
     """Run several write jobs as one computation; return their reports in order.
 
     All shards of all jobs go to the scheduler at once, so the arrays of a
-    dataset share the workers. Each job holds its array's marker throughout.
+    dataset share the workers. Jobs whose sources share blocks (``shared_source``:
+    the levels of a pyramid) run in one batch, so that each block is computed
+    once. Each job holds its array's marker throughout.
     If any task fails, every job rolls back the shards it left mid-update and
     removes its staging data before the error is raised.
 
@@ -73,6 +75,7 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
                 total_shards=sum(s.n_shards_to_write for s in started),
                 total_waves=sum(len(s.waves_to_run) for s in started),
                 on_wave_done=record_wave,
+                together=any(s.job.shared_source for s in started),
             )
         except BaseException as err:
             for s in started:

@@ -77,6 +77,11 @@ class WriteSpec:
     wave_size : int or None
         Shards per wave; None chooses them when the job runs
         (:meth:`wave_schedule`). A resumed write keeps its first run's.
+    shared_source : bool
+        The source's blocks feed other jobs run together with this one (the
+        levels of a pyramid): the job runs as one wave, in one computation
+        with those jobs, and its graph keeps the blocks as tasks of their own
+        (see :func:`~shardpipe.engine.graph.build_write_graph`).
     """
 
     source: da.Array
@@ -94,6 +99,7 @@ class WriteSpec:
     resume: Resume = False
     first_wave: int = 0
     wave_size: int | None = None
+    shared_source: bool = False
 
     @property
     def keys(self) -> JobKeys:
@@ -120,7 +126,7 @@ class WriteSpec:
         so that every thread has work.
         """
         plan = self.plan
-        size = self.wave_size
+        size = max(plan.n_shards, 1) if self.shared_source else self.wave_size
         if size is None:
             per_shard = plan.num_tasks / max(plan.n_shards, 1)
             tasks = wave_tasks() // WAVES_PER_BATCH

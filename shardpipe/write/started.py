@@ -87,6 +87,7 @@ class StartedJob:
                 skip=job.skip,
                 threads=self.threads,
                 wave=None if whole else wave,
+                shared_source=job.shared_source,
             )
             yield WaveGraph(index, number, graph.publishing, math.ceil(wave.n_shards * per_shard))
 

@@ -84,3 +84,41 @@ def test_the_old_names_that_now_mean_a_function_stay_the_function() -> None:
         for name in ("verify", "migrate", "rechunk", "rechunk_group"):
             assert inspect.isfunction(getattr(shardpipe, name)), name
             assert name not in MOVED
+
+
+OME_ZARR_NAMES = (
+    "to_ome_zarr",
+    "prepare_ome_zarr",
+    "convert_ome_zarr",
+    "prepare_ome_conversion",
+    "OmeZarrWrite",
+    "OmeZarrReport",
+    "OmeZarrConversion",
+)
+
+
+def test_the_ome_zarr_doors_and_what_they_return_are_exported() -> None:
+    missing = [name for name in OME_ZARR_NAMES if name not in shardpipe.__all__]
+    assert not missing
+
+
+@pytest.mark.parametrize("door", ["to_ome_zarr", "prepare_ome_zarr"])
+def test_the_ome_zarr_doors_take_the_array_options_as_to_sharded_zarr_does(door: str) -> None:
+    """The options an image write shares with every array writer: same names, same defaults."""
+    array = inspect.signature(shardpipe.to_sharded_zarr).parameters
+    image = inspect.signature(getattr(shardpipe, door)).parameters
+    shared = {
+        "path",
+        "shards",
+        "chunks",
+        "compressors",
+        "overwrite",
+        "storage_options",
+        "max_mem",
+        "chunk_checksums",
+        "resume",
+    }
+    assert shared <= set(image), shared - set(image)
+    for name in shared:
+        assert image[name].default == array[name].default, name
+        assert image[name].kind is inspect.Parameter.KEYWORD_ONLY, name

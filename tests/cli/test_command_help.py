@@ -21,6 +21,8 @@ COMMANDS = [
     "compact",
     "rechunk",
     "write-precomputed",
+    "write-ome-zarr",
+    "convert-ome-zarr",
     "migrate",
     "write-dataset",
     "repair-dataset",

@@ -123,7 +123,7 @@ def test_no_command_module_spells_a_shared_flag() -> None:
 
 def test_max_mem_has_the_library_default_everywhere() -> None:
     taking = [(name, action) for name, flag, action in _flags() if flag == "--max-mem"]
-    assert len(taking) == 4
+    assert len(taking) == 6
     for name, action in taking:
         assert action.default == DEFAULT_MAX_MEM, name
         assert f"default: {DEFAULT_MAX_MEM}" in HelpFormatter(name)._expand_help(action), name
@@ -146,6 +146,8 @@ def _required(name: str) -> list[str]:
         "write-precomputed": ["a", "b", "--resolution", "1,1,1", "--chunk-size", "8,8,8"],
         "migrate": ["a"],
         "write-dataset": ["a", "b"],
+        "write-ome-zarr": ["a", "b"],
+        "convert-ome-zarr": ["a", "b"],
         "plan": ["a", "--shape", "4"],
     }
     return positional.get(name, ["a"])

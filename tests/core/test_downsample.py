@@ -151,3 +151,49 @@ def test_a_window_larger_than_any_integer_sum_type() -> None:
     block = np.full((1, 1, 1, 1), 2**32 - 1, dtype="uint32")
     factor = (2**11, 2**11, 2**11)
     np.testing.assert_array_equal(downsample_block(block, factor, "mean"), block)
+
+
+def _brute_nd(block: np.ndarray, factor: tuple[int, ...], method: str) -> np.ndarray:
+    """Any number of dimensions; ``factor`` for the leading ones, window by window."""
+    full = factor + (1,) * (block.ndim - len(factor))
+    out_shape = tuple(-(-n // f) for n, f in zip(block.shape, full, strict=True))
+    out = np.zeros(out_shape, dtype=block.dtype)
+    for index in itertools.product(*(range(n) for n in out_shape)):
+        window = block[tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, full, strict=True))]
+        values = window.reshape(-1)
+        if method == "nearest":
+            out[index] = values[0]
+        elif method == "mode":
+            counts = Counter(values.tolist())
+            best = max(counts.values())
+            out[index] = min(v for v, n in counts.items() if n == best)
+        else:
+            quotient, remainder = divmod(sum(int(v) for v in values), len(values))
+            up = 2 * remainder > len(values) or (2 * remainder == len(values) and quotient % 2 == 1)
+            out[index] = quotient + up
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["uint8", "int16", "uint32", "int64"]),
+    st.lists(st.integers(1, 7), min_size=1, max_size=5),
+    st.data(),
+    st.sampled_from(["mean", "mode", "nearest"]),
+)
+def test_any_number_of_dimensions_matches_the_brute_force(
+    dtype: str, shape: list[int], data: st.DataObject, method: str
+) -> None:
+    factor = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=len(shape)))
+    info = np.iinfo(dtype)
+    elements = st.integers(0, 4) if method == "mode" else st.integers(info.min, info.max)
+    block = data.draw(hnp.arrays(dtype, tuple(shape), elements=elements))
+    got = downsample_block(block, tuple(factor), method)
+    np.testing.assert_array_equal(got, _brute_nd(block, tuple(factor), method), strict=True)
+
+
+def test_nearest_keeps_the_first_voxel_of_each_window_and_copies() -> None:
+    block = np.arange(5 * 7, dtype="uint32").reshape(5, 7)
+    got = downsample_block(block, (2, 3), "nearest")
+    np.testing.assert_array_equal(got, block[::2, ::3])
+    assert got.base is None  # a copy: the block can be freed

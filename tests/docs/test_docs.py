@@ -154,3 +154,11 @@ def test_the_readme_example_runs_when_pasted(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "(512, 512, 512) (256, 256, 256) (64, 64, 64)" in done.stdout
     assert (tmp_path / "volume.zarr" / "zarr.json").is_file()
+
+
+def test_every_package_has_its_internal_reference() -> None:
+    """Each package and top-level module of the layers has its generated pages."""
+    page = (DOCS / "api" / "internals.rst").read_text()
+    listed = re.findall(r"^   shardpipe\.(\w+)$", page, re.M)
+    layered = [p for layer in _layers() for p in layer if p != "_version"]
+    assert listed == [*layered, "testing"]

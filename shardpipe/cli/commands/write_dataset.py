@@ -44,7 +44,7 @@ def add_command(commands: Subcommands) -> None:
         "a append or add variables, r+ write a region of existing variables (default: w-; a "
         "with --append-dim, r+ with --region)",
     )
-    command.add_argument("--append-dim", default=None, help="dimension to append along")
+    shared.APPEND_DIM.add(command, "dimension to append along")
     shared.REGION.add(command)
     shared.COMPRESSOR.add(
         command,

@@ -1,0 +1,518 @@
+"""Convert an OME-Zarr 0.4 image (Zarr v2) into a sharded OME-Zarr 0.5 image (Zarr v3).
+
+Every level array of the image and of each label image is converted as it
+is (no level is computed again). Where the chunks carry over
+(:func:`~shardpipe.codec.v2_carry.carried_codec`: no filters, C order, a
+compressor Zarr v3 has), the v2 chunks become the inner chunks of the v3
+shards byte for byte, one task per shard (:mod:`shardpipe.ome.carry_tasks`);
+otherwise the level is decoded and written again with shardpipe's
+defaults (a write job per level). The metadata moves under
+``attributes.ome`` with ``version: "0.5"`` (the per-multiscale and
+per-label ``version`` keys go); ``omero``, labels, colours and properties
+are kept.
+
+Order: the target's group metadata, then every level array's ``zarr.json``
+and shards. A conversion that stops part way leaves a group whose missing
+shards read as the fill value; ``verify`` reports the unfinished
+conversion (the group's record) until it is run again with
+``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+from dask.base import compute
+from dask.delayed import delayed
+from dask.diagnostics.progress import ProgressBar
+from zarr.core.metadata.v3 import ArrayV3Metadata
+
+from shardpipe.codec.chunk_codec import ChunkCodec
+from shardpipe.codec.v2_carry import CarriedCodec, carried_codec
+from shardpipe.core.checks import check_bool
+from shardpipe.core.display import html_table, text_table
+from shardpipe.core.grid import Shape, ceildiv
+from shardpipe.core.memory import DEFAULT_MAX_MEM
+from shardpipe.engine.reports import WriteReport, add_reports
+from shardpipe.engine.scheduler import distributed_client
+from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.ome.arguments import default_layout, layout_param
+from shardpipe.ome.axes import Axis, axes_from_document
+from shardpipe.ome.carry_tasks import CarryTarget, carry_shard
+from shardpipe.ome.metadata import NGFF_VERSION
+from shardpipe.ome.report import OmeZarrReport
+from shardpipe.ome.run import delete_group_record, remove_group, save_group_record, write_group
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.metadata import format_of
+from shardpipe.stored.places import check_not_a_file, check_target
+from shardpipe.write.arguments import check_max_mem
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.prepare import prepare_write
+from shardpipe.write.run import execute_together
+from shardpipe.write.transaction import check_writable
+
+__all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_ome_conversion"]
+
+SOURCE_VERSION = "0.4"
+
+
+@dataclass(frozen=True)
+class LevelConversion:
+    """How one level array is converted.
+
+    Parameters
+    ----------
+    path : str
+        Its path in the image group.
+    shape, chunks, shards : tuple of int
+        Its shape, its v2 chunks (the v3 inner chunks) and the v3 shards.
+    dtype : numpy.dtype
+        Its data type.
+    carried : CarriedCodec or None
+        How its chunks carry over, or None when it is written again.
+    zarray : dict
+        The v2 array's ``.zarray``.
+    job : ShardedWrite or None
+        The write of a level whose chunks do not carry over.
+    """
+
+    path: str
+    shape: Shape
+    chunks: Shape
+    shards: Shape
+    dtype: np.dtype[Any]
+    carried: CarriedCodec | None
+    zarray: dict[str, Any]
+    job: ShardedWrite | None
+
+    @property
+    def n_shards(self) -> int:
+        """Shards of the v3 array."""
+        return math.prod(ceildiv(n, s) for n, s in zip(self.shape, self.shards, strict=True))
+
+
+@dataclass
+class OmeZarrConversion:
+    """A planned conversion of an OME-Zarr 0.4 image to sharded 0.5: run it with :meth:`execute`.
+
+    Parameters
+    ----------
+    source, target : ResolvedStore
+        The 0.4 image group and where the 0.5 one goes.
+    groups : dict of str to dict
+        The attributes of every group to write, by path (``""``, ``"labels"``,
+        ``"labels/<name>"``).
+    levels : list of LevelConversion
+        Every level array.
+    axes : dict of str to tuple of Axis
+        Each image group's axes (dimension names of its arrays).
+    overwrite : bool
+        Remove what is at the target first.
+    chunk_checksums : bool
+        End the inner chains with ``crc32c``.
+    max_mem : int
+        Memory budget per task.
+    """
+
+    source: ResolvedStore
+    target: ResolvedStore
+    groups: dict[str, dict[str, Any]]
+    levels: list[LevelConversion]
+    axes: dict[str, tuple[Axis, ...]]
+    overwrite: bool
+    chunk_checksums: bool
+    max_mem: int
+    notes: list[str] = field(default_factory=list)
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The plan as ``(label, value)`` rows."""
+        rows = [
+            ("source", f"{self.source.zarr_store} (OME-Zarr {SOURCE_VERSION}, Zarr v2)"),
+            ("target", f"{self.target.zarr_store} (OME-Zarr {NGFF_VERSION}, sharded)"),
+        ]
+        for level in self.levels:
+            how = (
+                f"chunks copied as they are ({_codec_name(level.carried)})"
+                if level.carried is not None
+                else "decoded and written again"
+            )
+            rows.append(
+                (
+                    level.path,
+                    f"shape {level.shape}, {level.dtype}, {level.n_shards:,} shard(s) of "
+                    f"{level.shards}, inner chunks {level.chunks}: {how}",
+                )
+            )
+        return rows
+
+    def __repr__(self) -> str:
+        return text_table("OmeZarrConversion", self.summary_rows())
+
+    def _repr_html_(self) -> str:
+        return html_table("OmeZarrConversion", self.summary_rows())
+
+    def execute(self, *, progress: bool = False) -> OmeZarrReport:
+        """Write the groups, then every level array; return each level's report."""
+        progress = check_bool("progress", progress)
+        start = time.perf_counter()
+        target = self.target
+        if self.overwrite:
+            remove_group(target)
+        transactional = target.transactional
+        if not transactional:
+            save_group_record(target, {"convert": str(self.source.zarr_store)}, "conversion")
+        for path in sorted(self.groups, key=lambda p: (p.count("/"), p)):
+            write_group(target, path, self.groups[path])
+        reports: dict[str, WriteReport] = {}
+        tasks, carried = [], []
+        for level in self.levels:
+            if level.carried is None:
+                continue
+            carry = self._create_carried(level)
+            grid = tuple(ceildiv(n, s) for n, s in zip(level.shape, level.shards, strict=True))
+            shards = list(np.ndindex(*grid))
+            tasks.append([delayed(carry_shard, pure=False)(carry, s) for s in shards])
+            carried.append(level.path)
+        # into an Icechunk session the tasks write through its store: threads of this process
+        local = dask.config.set(scheduler="threads") if transactional else nullcontext()
+        bar = ProgressBar() if progress and distributed_client() is None else nullcontext()
+        with local, bar:
+            results = compute(*tasks)
+        for path, done in zip(carried, results, strict=True):
+            reports[path] = add_reports(*done)
+        jobs = [level.job for level in self.levels if level.job is not None]
+        if jobs:
+            written = execute_together(jobs, progress=progress)
+            paths = [level.path for level in self.levels if level.job is not None]
+            reports.update(zip(paths, written, strict=True))
+        if not transactional:
+            delete_group_record(target)
+        ordered = {level.path: reports[level.path] for level in self.levels}
+        return OmeZarrReport(ordered, time.perf_counter() - start)
+
+    def _create_carried(self, level: LevelConversion) -> CarryTarget:
+        """Write the v3 metadata of a level whose chunks carry over; return its tasks' target."""
+        carried = level.carried
+        assert carried is not None
+        compressors: list[Any] = [] if carried.compressor is None else [carried.compressor]
+        if self.chunk_checksums:
+            compressors.append({"name": "crc32c"})
+        serializer: Any = {"name": "bytes", "configuration": {"endian": carried.endian}}
+        if carried.endian is None:
+            serializer = {"name": "bytes"}
+        group = level.path.rsplit("/", 1)[0] if "/" in level.path else ""
+        array = zarr.create_array(
+            self.target.zarr_store,
+            name=self.target.key(level.path),
+            shape=level.shape,
+            dtype=level.dtype.newbyteorder("=") if level.dtype.byteorder == ">" else level.dtype,
+            chunks=level.chunks,
+            shards=level.shards,
+            compressors=compressors or None,
+            serializer=serializer,
+            filters=None,
+            fill_value=_fill_value(level.zarray, level.dtype),
+            dimension_names=[a.name for a in self.axes[group]],
+            zarr_format=3,
+            overwrite=True,
+        )
+        metadata = array.metadata
+        assert isinstance(metadata, ArrayV3Metadata)
+        codec = ChunkCodec.from_metadata(metadata)
+        return CarryTarget(
+            source=self.source.shards,
+            source_prefix=self.source.key(f"{level.path}/"),
+            separator=str(level.zarray.get("dimension_separator") or "."),
+            chunk_grid=tuple(ceildiv(n, c) for n, c in zip(level.shape, level.chunks, strict=True)),
+            target=self.target.shards,
+            target_prefix=self.target.key(f"{level.path}/"),
+            shard_format=format_of(metadata),
+            rewrap_zlib=carried.rewrap_zlib,
+            checksum=self.chunk_checksums,
+            limit=codec.step_limit,
+        )
+
+
+def _codec_name(carried: CarriedCodec | None) -> str:
+    if carried is None or carried.compressor is None:
+        return "uncompressed"
+    name = str(carried.compressor["name"])
+    return "zlib re-wrapped as gzip" if carried.rewrap_zlib else name
+
+
+def _fill_value(zarray: Mapping[str, Any], dtype: np.dtype[Any]) -> Any:
+    fill = zarray.get("fill_value")
+    if fill is None:
+        return 0
+    if isinstance(fill, str) and dtype.kind == "f":
+        return {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}[fill]
+    return fill
+
+
+def _json(source: ResolvedStore, key: str, what: str) -> dict[str, Any]:
+    data = source.shards.get(source.key(key))
+    if data is None:
+        raise InvalidArgumentError(
+            "source",
+            f"{what} has no {key} at {source.zarr_store}",
+            f"Point at an OME-Zarr {SOURCE_VERSION} image (a Zarr v2 group with multiscales)",
+        )
+    try:
+        document = json.loads(data)
+    except ValueError as err:
+        raise InvalidArgumentError(
+            "source", f"{source.key(key)} is not JSON ({err})", "Repair the source"
+        ) from err
+    if not isinstance(document, dict):
+        raise InvalidArgumentError(
+            "source", f"{source.key(key)} is not a JSON object", "Repair the source"
+        )
+    return document
+
+
+def _translate_image(attributes: dict[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
+    """The 0.5 ``ome`` attribute of a 0.4 image (or label image) group, and its level paths."""
+    entries = attributes.get("multiscales")
+    if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+        raise InvalidArgumentError(
+            "source", f"{where} has no multiscales", "Point at an OME-Zarr 0.4 image group"
+        )
+    version = entries[0].get("version")
+    if version != SOURCE_VERSION:
+        raise InvalidArgumentError(
+            "source",
+            f"{where} is OME-Zarr {version!r}, not {SOURCE_VERSION}",
+            "Convert OME-Zarr 0.4 images (a 0.5 image needs no conversion)",
+        )
+    multiscales = []
+    for entry in entries:
+        kept = {k: v for k, v in entry.items() if k != "version"}
+        multiscales.append(kept)
+    ome: dict[str, Any] = {"version": NGFF_VERSION, "multiscales": multiscales}
+    if "omero" in attributes:
+        omero = attributes["omero"]
+        ome["omero"] = (
+            {k: v for k, v in omero.items() if k != "version"} if isinstance(omero, dict) else omero
+        )
+    if "image-label" in attributes:
+        label = attributes["image-label"]
+        if isinstance(label, dict):
+            label = {k: v for k, v in label.items() if k != "version"}
+        ome["image-label"] = label
+    datasets = entries[0].get("datasets")
+    if not isinstance(datasets, list):
+        raise InvalidArgumentError("source", f"{where} has no datasets", "Repair the source")
+    paths = [d.get("path") for d in datasets if isinstance(d, dict)]
+    if len(paths) != len(datasets) or not all(isinstance(p, str) and p for p in paths):
+        raise InvalidArgumentError("source", f"{where}: a dataset has no path", "Repair the source")
+    return ome, [str(p) for p in paths]
+
+
+def prepare_ome_conversion(
+    source: Any,
+    target: Any,
+    *,
+    shards: Any = None,
+    overwrite: bool = False,
+    source_storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    max_mem: int | str = DEFAULT_MAX_MEM,
+    chunk_checksums: bool = True,
+    reencode: bool = False,
+) -> OmeZarrConversion:
+    """Validate and plan a conversion (see :func:`convert_ome_zarr`); write nothing."""
+    overwrite = check_bool("overwrite", overwrite)
+    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
+    reencode = check_bool("reencode", reencode)
+    budget = check_max_mem(max_mem)
+    src = resolve_store(source, None, source_storage_options)
+    attributes = _json(src, ".zattrs", "the source")
+    groups: dict[str, dict[str, Any]] = {}
+    axes: dict[str, tuple[Axis, ...]] = {}
+    images: list[tuple[str, list[str]]] = []
+    ome, paths = _translate_image(attributes, "the source's .zattrs")
+    groups[""] = {"ome": ome}
+    images.append(("", paths))
+    labels = _labels_of(src)
+    if labels:
+        groups["labels"] = {"ome": {"version": NGFF_VERSION, "labels": labels}}
+    for name in labels:
+        group = f"labels/{name}"
+        label_ome, label_paths = _translate_image(
+            _json(src, f"{group}/.zattrs", f"the label image {name!r}"), f"{group}/.zattrs"
+        )
+        groups[group] = {"ome": label_ome}
+        images.append((group, label_paths))
+    dst = resolve_store(target, None, storage_options)
+    check_not_a_file(dst, "target")
+    check_writable(dst)
+    check_target(dst, overwrite, "target")
+    levels = []
+    by_name: dict[str, int] | None = None
+    for group, level_paths in images:
+        entry = groups[group]["ome"]["multiscales"][0]
+        try:
+            group_axes = axes_from_document(entry.get("axes"), f"{group or 'the image'}")
+        except InvalidArgumentError as err:
+            raise InvalidArgumentError("source", err.problem, err.fix) from err
+        axes[group] = group_axes
+        group_shards: Any = None
+        if shards is not None and by_name is None:  # the image's first: shards name its axes
+            given = layout_param("shards", shards, group_axes)
+            assert given is not None
+            by_name = {a.name: n for a, n in zip(group_axes, given, strict=True)}
+        if by_name is not None:
+            missing = [a.name for a in group_axes if a.name not in by_name]
+            if missing:
+                raise InvalidArgumentError(
+                    "shards",
+                    f"the label image {group!r} has the axes {missing}, which the image has not",
+                    "Leave shards out, or convert the label image on its own",
+                )
+            group_shards = tuple(by_name[a.name] for a in group_axes)
+        for level_path in level_paths:
+            path = f"{group}/{level_path}" if group else level_path
+            levels.append(
+                _plan_level(
+                    src, dst, path, group_axes, group_shards, budget, chunk_checksums, reencode
+                )
+            )
+    return OmeZarrConversion(src, dst, groups, levels, axes, overwrite, chunk_checksums, budget)
+
+
+def _labels_of(src: ResolvedStore) -> list[str]:
+    data = src.shards.get(src.key("labels/.zattrs"))
+    if data is None:
+        return []
+    try:
+        names = json.loads(data).get("labels", [])
+    except (ValueError, AttributeError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise InvalidArgumentError(
+            "source", "labels/.zattrs has no list of label names", "Repair the source"
+        )
+    return names
+
+
+def _plan_level(
+    src: ResolvedStore,
+    dst: ResolvedStore,
+    path: str,
+    axes: tuple[Axis, ...],
+    shards: Any,
+    budget: int,
+    chunk_checksums: bool,
+    reencode: bool,
+) -> LevelConversion:
+    zarray = _json(src, f"{path}/.zarray", f"the level {path!r}")
+    shape = tuple(int(n) for n in zarray.get("shape", ()))
+    chunks = tuple(int(n) for n in zarray.get("chunks", ()))
+    if len(shape) != len(axes) or len(chunks) != len(axes):
+        raise InvalidArgumentError(
+            "source",
+            f"the level {path!r} has {len(shape)} dimensions for {len(axes)} axes",
+            "Repair the source",
+        )
+    dtype = np.dtype(zarray["dtype"])
+    native = dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype
+    shard_shape, _ = default_layout(
+        shape, axes, dtype.itemsize, layout_param("shards", shards, axes), chunks
+    )
+    carried = None if reencode else carried_codec(zarray)
+    job = None
+    if carried is not None:
+        projected = 2 * math.prod(shard_shape) * dtype.itemsize + 64 * math.prod(
+            ceildiv(s, c) for s, c in zip(shard_shape, chunks, strict=True)
+        )
+        if projected > budget:
+            raise MemoryBudgetError(
+                f"carry-shard ({path})",
+                projected,
+                budget,
+                "a shard's task holds its chunks and the joined shard; raise max_mem or pass "
+                "smaller shards",
+            )
+    else:
+        array = zarr.open_array(src.zarr_store, path=src.key(path), mode="r", zarr_format=2)
+        job = prepare_write(
+            da.from_zarr(array).astype(native),
+            dst,
+            path=path,
+            shards=shard_shape,
+            chunks=chunks,
+            dimension_names=[a.name for a in axes],
+            fill_value=_fill_value(zarray, dtype),
+            chunk_checksums=chunk_checksums,
+            max_mem=budget,
+        )
+    return LevelConversion(path, shape, chunks, shard_shape, dtype, carried, zarray, job)
+
+
+def convert_ome_zarr(
+    source: Any,
+    target: Any,
+    *,
+    shards: Any = None,
+    overwrite: bool = False,
+    source_storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    max_mem: int | str = DEFAULT_MAX_MEM,
+    chunk_checksums: bool = True,
+    reencode: bool = False,
+    progress: bool = False,
+) -> OmeZarrReport:
+    """Convert the OME-Zarr 0.4 image at ``source`` into a sharded OME-Zarr 0.5 image at ``target``.
+
+    Parameters
+    ----------
+    source : str, os.PathLike or zarr Store
+        The 0.4 image group (Zarr v2), with its labels if it has any.
+    target : str, os.PathLike, zarr Store or icechunk.Session
+        Where the 0.5 image group goes.
+    shards : sequence of int or dict, optional
+        Shard shape of every level (clipped to it), a whole number of the
+        source's chunks along every axis, per axis of the image (label
+        images take the sizes of the axes they have). Default: one chunk along time and
+        channel axes, about 256 MiB along the space axes.
+    overwrite : bool
+        Replace what is at ``target``.
+    source_storage_options, storage_options : dict, optional
+        fsspec options of the source and of the target.
+    max_mem : int or str
+        Memory budget per task.
+    chunk_checksums : bool
+        End every inner chunk with a CRC32C (computed over the chunk's bytes,
+        which are not decoded).
+    reencode : bool
+        Decode and encode every level with shardpipe's defaults instead of
+        copying the chunks.
+    progress : bool
+        Show progress bars.
+
+    Returns
+    -------
+    OmeZarrReport
+        Each level array's report.
+    """
+    return prepare_ome_conversion(
+        source,
+        target,
+        shards=shards,
+        overwrite=overwrite,
+        source_storage_options=source_storage_options,
+        storage_options=storage_options,
+        max_mem=max_mem,
+        chunk_checksums=chunk_checksums,
+        reencode=reencode,
+    ).execute(progress=progress)

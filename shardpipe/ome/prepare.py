@@ -1,0 +1,442 @@
+"""Validate and plan an OME-Zarr write into an :class:`~shardpipe.ome.job.OmeZarrWrite`.
+
+Every argument is checked and every level of every pyramid planned (its
+Dask array built, its shards planned and their memory checked) before
+anything is written; a task that cannot fit ``max_mem`` refuses the plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Unpack
+
+import dask.array as da
+import numpy as np
+from zarr.core.metadata.v3 import ArrayV3Metadata
+
+from shardpipe._version import __version__
+from shardpipe.core.grid import Shape
+from shardpipe.core.pyramid import (
+    PyramidLevel,
+    auto_factors,
+    downsample_blocks,
+    downsample_nbytes,
+    plan_levels,
+)
+from shardpipe.engine.pyramid import downsampled
+from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
+from shardpipe.ome.arguments import (
+    ImageInput,
+    LabelInput,
+    check_image,
+    check_labels,
+    check_method,
+    default_layout,
+    layout_param,
+    scale_factors_param,
+)
+from shardpipe.ome.axes import Axis
+from shardpipe.ome.group_checks import label_names
+from shardpipe.ome.job import OmeZarrWrite
+from shardpipe.ome.metadata import image_attributes, label_attributes, multiscale, omero_document
+from shardpipe.ome.multiscale import MultiscaleWrite
+from shardpipe.ome.options import OME_PARAMETERS, OmeZarrOptions, check_resume_of_image
+from shardpipe.ome.run import GROUP_RECORD, read_group_record
+from shardpipe.ome.stored import read_image
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.metadata import layout_of, read_node_metadata
+from shardpipe.stored.places import check_not_a_file, check_target
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.options import check_array_options
+from shardpipe.write.parameters import shares_parameters
+from shardpipe.write.prepare import prepare_write
+from shardpipe.write.transaction import check_writable
+
+__all__ = ["plan_multiscale", "prepare_ome_zarr", "pyramid_arrays"]
+
+
+def pyramid_arrays(
+    data: da.Array, steps: Sequence[Shape], method: str, *, budget: int, what: str
+) -> tuple[list[da.Array], list[int]]:
+    """Each level's Dask array, from ``data`` by ``steps``, and its downsampling task's memory.
+
+    ``steps`` are the levels' steps from the level before (level 0's ones
+    first). Blocks are regrouped before each step as
+    :func:`~shardpipe.core.pyramid.downsample_blocks` chooses.
+
+    Raises
+    ------
+    shardpipe.errors.MemoryBudgetError
+        When a downsampling (or regrouping) task cannot fit ``budget``.
+    """
+    dtype = np.dtype(data.dtype)
+    target_nbytes = max(math.prod(max(c) for c in data.chunks) * dtype.itemsize, 1 << 20)
+    arrays = [data]
+    memory = [0]
+    for index, step in enumerate(steps[1:], start=1):
+        before = arrays[-1]
+        task = f"downsample-{method} (level {index} of {what})"
+        blocks = downsample_blocks(
+            before.chunks,
+            step,
+            dtype,
+            method,
+            target_nbytes=target_nbytes,
+            budget=budget,
+            what=task,
+        )
+        largest = tuple(max(b) for b in blocks)
+        projected = downsample_nbytes(largest, step, dtype, method)
+        if tuple(map(tuple, blocks)) != tuple(before.chunks):
+            regroup = 2 * math.prod(largest) * dtype.itemsize  # pieces and the joined block
+            if regroup > budget:
+                raise MemoryBudgetError(
+                    f"rechunk (level {index} of {what})",
+                    regroup,
+                    budget,
+                    "raise max_mem, or pass the image in smaller Dask blocks",
+                )
+            projected = max(projected, regroup)
+        memory.append(projected)
+        arrays.append(downsampled(before, step, method, blocks))
+    return arrays, memory
+
+
+def plan_multiscale(
+    data: da.Array,
+    target: ResolvedStore,
+    path: str,
+    axes: tuple[Axis, ...],
+    levels: list[PyramidLevel],
+    method: str,
+    *,
+    budget: int,
+    write_kwargs: dict[str, Any],
+) -> tuple[list[ShardedWrite], list[int]]:
+    """Each level's planned write of a new pyramid, and its downsampling task's memory.
+
+    Raises
+    ------
+    shardpipe.errors.MemoryBudgetError
+        When a downsampling task or a level's write cannot fit ``budget``.
+    """
+    arrays, memory = pyramid_arrays(
+        data, [level.step for level in levels], method, budget=budget, what=path or "image"
+    )
+    jobs = []
+    shared = len(levels) > 1
+    for level, array in zip(levels, arrays, strict=True):
+        job = prepare_write(
+            array,
+            target,
+            path="/".join(p for p in (path, str(level.index)) if p),
+            shards=level.shard_shape,
+            chunks=level.chunk_shape,
+            dimension_names=[a.name for a in axes],
+            max_mem=budget,
+            **write_kwargs,
+        )
+        jobs.append(replace(job, shared_source=shared))
+    return jobs, memory
+
+
+@dataclass(frozen=True)
+class ImageFrame:
+    """The geometry every pyramid of a write shares: the image's, new or stored.
+
+    Parameters
+    ----------
+    axes : tuple of Axis
+        The image's axes.
+    shape : tuple of int
+        Level 0's shape.
+    scale, translation : tuple of float
+        Level 0's voxel size and origin.
+    factors : list of tuple of int
+        The levels' factors after level 0.
+    shard_shape, chunk_shape : tuple of int
+        Level 0's shards and inner chunks (clipped per level).
+    """
+
+    axes: tuple[Axis, ...]
+    shape: Shape
+    scale: tuple[float, ...]
+    translation: tuple[float, ...]
+    factors: list[Shape]
+    shard_shape: Shape
+    chunk_shape: Shape
+
+    @property
+    def paths(self) -> list[str]:
+        """The level arrays' paths."""
+        return [str(k) for k in range(len(self.factors) + 1)]
+
+    def levels(self, dims: Sequence[int]) -> list[PyramidLevel]:
+        """The levels of a pyramid over the axes ``dims`` of the image."""
+        n = len(self.factors) + 1
+        return plan_levels(
+            _pick(self.shape, dims),
+            [_pick(f, dims) for f in self.factors],
+            [_pick(self.shard_shape, dims)] * n,
+            [_pick(self.chunk_shape, dims)] * n,
+        )
+
+
+def _pick(values: Sequence[Any], dims: Sequence[int]) -> tuple[Any, ...]:
+    return tuple(values[d] for d in dims)
+
+
+def _label_dims(frame: ImageFrame, label: LabelInput) -> list[int]:
+    """Which of the image's axes the label image has (all, or all but the channel axis)."""
+    if label.data.ndim == len(frame.axes):
+        return list(range(len(frame.axes)))
+    return [d for d, a in enumerate(frame.axes) if a.type != "channel"]
+
+
+def _stored_frame(target: ResolvedStore, shards: Any, chunks: Any) -> ImageFrame:
+    """The frame of the image stored at ``target`` (labels are added to it)."""
+    stored = read_image(target, "store")
+    problems = stored.consistency_problems()
+    if problems:
+        raise InvalidArgumentError(
+            "store",
+            f"the image's levels do not form a pyramid ({'; '.join(problems)})",
+            "Run `shardpipe repair` on the group, or rewrite the image",
+        )
+    axes = stored.multiscale.axes
+    metadata = read_node_metadata(
+        target.shards, target.key(f"{stored.multiscale.paths[0]}/zarr.json")
+    )
+    assert isinstance(metadata, ArrayV3Metadata)  # read_image checked it
+    layout = layout_of(metadata)
+    given_shards = layout_param("shards", shards, axes)
+    given_chunks = layout_param("chunks", chunks, axes)
+    shard_shape, chunk_shape = default_layout(
+        stored.shapes[0],
+        axes,
+        1,
+        given_shards or layout.shard_shape,
+        given_chunks or (layout.chunk_shape if given_shards is None else None),
+    )
+    scale = stored.multiscale.scales[0]
+    return ImageFrame(
+        axes,
+        stored.shapes[0],
+        scale,
+        stored.multiscale.translations[0],
+        stored.factors[1:],
+        shard_shape,
+        chunk_shape,
+    )
+
+
+@shares_parameters(OME_PARAMETERS)
+def prepare_ome_zarr(
+    image: Any, store: Any, axes: Any = None, **options: Unpack[OmeZarrOptions]
+) -> OmeZarrWrite:
+    """Validate and plan an OME-Zarr write; write nothing.
+
+    Parameters are those of :func:`~shardpipe.to_ome_zarr` without
+    ``progress``, ``commit`` and ``rebase``, which belong to running it, and
+    without the updates (``region``, ``append_dim``). With ``image=None``,
+    ``labels`` are added to the image already at the location (their
+    pyramids take its levels; ``overwrite`` then replaces label images of
+    the same names only).
+
+    Parameters
+    ----------
+
+    Returns
+    -------
+    OmeZarrWrite
+        ``print`` it to see the plan; ``execute()`` runs it.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        On bad arguments (naming the parameter), before anything is written.
+    shardpipe.errors.MemoryBudgetError
+        If a task of the plan cannot fit ``max_mem``.
+    shardpipe.errors.ArrayExistsError
+        If a node is at the location and ``overwrite`` is False.
+    """
+    checked = check_array_options(options)  # the options every array writer checks alike
+    resume = check_resume_of_image(checked)
+    overwrite, budget, chunk_checksums = checked.overwrite, checked.max_mem, checked.chunk_checksums
+    shards, chunks, compressors = checked.shards, checked.chunks, checked.compressors
+    scale, translation = options.get("scale"), options.get("translation")
+    axes_units, scale_factors = options.get("axes_units"), options.get("scale_factors")
+    method, label_method = options.get("method"), options.get("label_method")
+    name, labels = options.get("name"), options.get("labels")
+    omero, channel_names = options.get("omero"), options.get("channel_names")
+    if name is not None and not isinstance(name, str):
+        raise InvalidArgumentError("name", f"{name!r} is not a string", "Pass a name or None")
+    method = check_method(method, labels=False)
+    label_method = check_method(label_method, labels=True, parameter="label_method")
+    target = resolve_store(store, checked.path, checked.storage_options)
+    check_not_a_file(target, "store")
+    check_writable(target)
+    if resume and target.transactional:
+        raise InvalidArgumentError(
+            "resume",
+            "True, but an Icechunk write that did not finish left nothing to resume",
+            "Write again in a writable session, without resume",
+        )
+    picture: ImageInput | None = None
+    if image is None:
+        if labels is None:
+            raise InvalidArgumentError(
+                "image", "None without labels", "Pass an image, or labels to add to the image"
+            )
+        given = {
+            "axes": axes,
+            "scale": scale,
+            "translation": translation,
+            "axes_units": axes_units,
+            "scale_factors": scale_factors,
+            "method": method if method != "mean" else None,
+            "omero": omero,
+            "channel_names": channel_names,
+            "name": name,
+        }
+        for parameter, value in given.items():
+            if value is not None:
+                raise InvalidArgumentError(
+                    parameter,
+                    f"{value!r} given to add labels to a stored image, whose own it takes",
+                    f"Leave {parameter} out",
+                )
+        frame = _stored_frame(target, shards, chunks)
+        existing = label_names(target)
+    else:
+        picture = check_image(image, axes, scale, translation, axes_units)
+        shape: Shape = tuple(int(n) for n in picture.data.shape)
+        shard_shape, chunk_shape = default_layout(
+            shape,
+            picture.axes,
+            np.dtype(picture.data.dtype).itemsize,
+            layout_param("shards", shards, picture.axes),
+            layout_param("chunks", chunks, picture.axes),
+        )
+        factors = scale_factors_param(scale_factors, picture.axes)
+        if factors is None:
+            factors = auto_factors(
+                shape, [a.is_space for a in picture.axes], picture.scale, shard_shape
+            )
+        frame = ImageFrame(
+            picture.axes,
+            shape,
+            picture.scale,
+            picture.translation,
+            factors,
+            shard_shape,
+            chunk_shape,
+        )
+        existing = []
+    label_inputs = check_labels(labels, frame.shape, frame.axes)
+    record = read_group_record(target) if resume else None
+    remove: list[str] = []
+    if picture is not None:
+        if not resume or record is None:
+            check_target(target, overwrite)
+        remove = [""] if overwrite else []
+    else:
+        clash = [n.name for n in label_inputs if n.name in existing]
+        if clash and not overwrite and not (resume and record is not None):
+            raise ArrayExistsError(
+                f"labels: the image at {target.path or 'the store root'!r} has label images "
+                f"named {clash} already; pass overwrite=True to replace them"
+            )
+        remove = [f"labels/{n}" for n in clash] if overwrite else []
+    write_kwargs: dict[str, Any] = dict(
+        compressors=compressors,
+        overwrite=overwrite,
+        chunk_checksums=chunk_checksums,
+        resume=resume,
+    )
+    version_ = __version__
+    image_write = None
+    if picture is not None:
+        n_channels = next(
+            (n for n, a in zip(frame.shape, frame.axes, strict=True) if a.type == "channel"), 1
+        )
+        omero_doc = omero_document(omero, channel_names, n_channels)
+        levels = frame.levels(range(len(frame.axes)))
+        jobs, memory = plan_multiscale(
+            picture.data,
+            target,
+            "",
+            frame.axes,
+            levels,
+            method,
+            budget=budget,
+            write_kwargs=write_kwargs,
+        )
+        document = multiscale(
+            name,
+            frame.axes,
+            frame.paths,
+            [level.factor for level in levels],
+            frame.scale,
+            frame.translation,
+            method,
+            version_,
+        )
+        image_write = MultiscaleWrite(
+            "", frame.axes, levels, method, jobs, memory, image_attributes(document, omero_doc)
+        )
+    label_writes = []
+    for label in label_inputs:
+        dims = _label_dims(frame, label)
+        label_axes = _pick(frame.axes, dims)
+        label_levels = frame.levels(dims)
+        group = f"labels/{label.name}"
+        jobs, memory = plan_multiscale(
+            label.data,
+            target,
+            group,
+            label_axes,
+            label_levels,
+            label_method,
+            budget=budget,
+            write_kwargs=write_kwargs,
+        )
+        document = multiscale(
+            label.name,
+            label_axes,
+            frame.paths,
+            [level.factor for level in label_levels],
+            _pick(frame.scale, dims),
+            _pick(frame.translation, dims),
+            label_method,
+            version_,
+        )
+        label_writes.append(
+            MultiscaleWrite(
+                group,
+                label_axes,
+                label_levels,
+                label_method,
+                jobs,
+                memory,
+                label_attributes(document, label.colors, label.properties),
+            )
+        )
+    sources = [m.jobs[0].source.name for m in ([image_write] if image_write else [])]
+    identity = {
+        "sources": sources + [m.jobs[0].source.name for m in label_writes],
+        "image": image_write.attributes if image_write is not None else None,
+        "labels": {m.path: m.attributes for m in label_writes},
+    }
+    if resume and record is not None and record.get("identity") != identity:
+        raise InvalidArgumentError(
+            "resume",
+            f"the unfinished write recorded at {target.key(GROUP_RECORD)} wrote another image "
+            "or other metadata",
+            "Pass the same image and arguments as the write that was interrupted, or write "
+            "anew with overwrite=True",
+        )
+    names = existing + [n.name for n in label_inputs if n.name not in existing]
+    return OmeZarrWrite(target, image_write, label_writes, names, remove, identity, resume, budget)

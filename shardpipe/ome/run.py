@@ -1,0 +1,197 @@
+"""Running an OME-Zarr write: the group's record, its metadata, every level in one computation.
+
+Order of a run (nothing of it before the whole plan is checked):
+
+1. with ``overwrite``, the old group is removed (every key under it), or
+   the old label images that new ones replace;
+2. the group's job record ``.shardpipe/ome-write.json`` is saved, saying
+   that a write is under way and what it writes (not into an Icechunk
+   session, where an unfinished write never reaches a commit);
+3. the ``zarr.json`` of the image group, the ``labels`` group and each label
+   group are written, with their OME attributes;
+4. every level of every pyramid is written by
+   :func:`~shardpipe.write.run.execute_together`: one computation, in which
+   each source block is read once and feeds the level-0 shards and the
+   downsampling to the next level; each level array is created (and
+   holds its job marker and job record) as a write of its own does;
+5. the group's record is removed (or, into Icechunk, the session committed
+   with ``commit``).
+
+A run that stops part way (an error, ``kill -9``) leaves the record:
+:func:`shardpipe.verify` on the group reports the unfinished write,
+and the same call with ``resume=True`` writes the shards that are missing
+(each level resumes as a write does: :mod:`shardpipe.write.resume`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import zarr
+
+from shardpipe.errors import MetadataError
+from shardpipe.ome.metadata import labels_attributes
+from shardpipe.ome.multiscale import MultiscaleWrite
+from shardpipe.ome.report import OmeZarrReport
+from shardpipe.storage.keys import JOB_DIR
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.write.run import execute_together
+from shardpipe.write.transaction import check_commit, commit_write
+
+__all__ = [
+    "GROUP_RECORD",
+    "read_group_record",
+    "remove_group",
+    "run_pyramids",
+    "write_group",
+]
+
+GROUP_RECORD = f"{JOB_DIR}/ome-write.json"
+"""Key (inside the image group) of the record of a write under way."""
+
+
+def read_group_record(target: ResolvedStore) -> dict[str, Any] | None:
+    """The group's job record, or None when no write is under way.
+
+    Raises
+    ------
+    shardpipe.errors.MetadataError
+        When the record is not a JSON object.
+    """
+    data = target.shards.get(target.key(GROUP_RECORD))
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError as err:
+        raise MetadataError(f"{target.key(GROUP_RECORD)} is not JSON ({err})") from err
+    if not isinstance(record, dict):
+        raise MetadataError(f"{target.key(GROUP_RECORD)} is not a JSON object")
+    return record
+
+
+def save_group_record(target: ResolvedStore, identity: dict[str, Any], doing: str) -> None:
+    """Record that a write (``doing``) of the group is under way, and what it writes."""
+    document = {
+        "doing": doing,
+        "job": uuid.uuid4().hex,
+        "started": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "identity": identity,
+    }
+    target.shards.put(target.key(GROUP_RECORD), [json.dumps(document).encode()])
+
+
+def delete_group_record(target: ResolvedStore) -> None:
+    """Remove the group's record (and its folder, when empty): no write is under way any more.
+
+    An empty ``.shardpipe`` folder left in the group would make zarr warn, on
+    every walk of the hierarchy, of an object it does not recognise.
+    """
+    target.shards.delete(target.key(GROUP_RECORD))
+    target.shards.prune(target.key(f"{JOB_DIR}/"))
+
+
+def remove_group(target: ResolvedStore, path: str = "") -> None:
+    """Delete every key under the group at ``path`` (its arrays, labels and records)."""
+    store = target.shards
+    prefix = target.key(f"{path}/" if path else "")
+    for key in list(store.list(prefix)):
+        store.delete(key)
+
+
+def write_group(target: ResolvedStore, path: str, attributes: dict[str, Any]) -> None:
+    """Write (or replace the attributes of) the group at ``path`` inside the image group."""
+    where = target.key(path) if path else target.path
+    group = zarr.open_group(target.zarr_store, path=where or None, mode="a", zarr_format=3)
+    group.attrs.put(attributes)
+
+
+def write_groups(
+    target: ResolvedStore, multiscales: Sequence[MultiscaleWrite], label_names: Sequence[str]
+) -> None:
+    """The ``zarr.json`` of every group the write makes: image, ``labels``, label images."""
+    for m in multiscales:
+        if m.path == "":
+            write_group(target, "", m.attributes)
+    if label_names:
+        write_group(target, "labels", labels_attributes(label_names))
+    for m in multiscales:
+        if m.path:
+            write_group(target, m.path, m.attributes)
+
+
+def run_pyramids(
+    target: ResolvedStore,
+    multiscales: Sequence[MultiscaleWrite],
+    label_names: Sequence[str],
+    *,
+    remove: Sequence[str],
+    identity: dict[str, Any],
+    resume: bool,
+    progress: bool = False,
+    commit: str | None = None,
+    rebase: bool = False,
+) -> OmeZarrReport:
+    """Write the groups, then every level of every pyramid in one computation.
+
+    Parameters
+    ----------
+    target : ResolvedStore
+        The image group.
+    multiscales : sequence of MultiscaleWrite
+        The image's pyramid and the label images', planned.
+    label_names : sequence of str
+        Every name the ``labels`` group lists after the write.
+    remove : sequence of str
+        Groups to remove first (``""``: the whole image group).
+    identity : dict
+        What the group's record holds (compared by ``resume=True``).
+    resume : bool
+        Carry on an interrupted write (its record stays until the end).
+    progress : bool
+        Show one progress bar over every shard.
+    commit, rebase
+        Into an Icechunk session: commit it at the end (see ``to_sharded_zarr``).
+
+    Returns
+    -------
+    OmeZarrReport
+        Each level's report.
+    """
+    message, rebase = check_commit(commit, rebase, target)
+    start = time.perf_counter()
+    transactional = target.transactional
+    for path in remove:
+        remove_group(target, path)
+    if not transactional:
+        save_group_record(target, identity, "write")
+    write_groups(target, multiscales, label_names)
+    jobs = [job for m in multiscales for job in m.jobs]
+    try:
+        reports = execute_together(jobs, progress=progress)
+    except BaseException as err:
+        if not transactional:
+            err.add_note(
+                "shardpipe: the OME-Zarr group is left unfinished (verify reports it); run the "
+                "same write with resume=True to write the shards that are missing"
+            )
+        raise
+    if not transactional:
+        delete_group_record(target)
+    snapshot = commit_write(target, message, rebase=rebase) if message is not None else None
+    paths = [
+        "/".join(p for p in (m.path, str(level.index)) if p)
+        for m in multiscales
+        for level in m.levels
+    ]
+    return OmeZarrReport(
+        dict(zip(paths, reports, strict=True)), time.perf_counter() - start, snapshot
+    )

@@ -1,0 +1,176 @@
+"""kill -9 during a pyramid write and during a time-point append, then resume or repair."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import zarr
+
+import shardpipe
+from tests.support import REPOSITORY
+from tests.support.crash_child import wait_for
+from tests.support.ome_checks import check_image, reference_pyramid
+from tests.support.ome_crash_child import FACTORS, KWARGS, image
+
+
+def _shard_files(root: Path) -> int:
+    return sum(1 for p in root.rglob("c/*/*/*/*") if p.is_file() and not p.name.startswith("."))
+
+
+def _shard_objects(url: str, options: dict[str, Any] | None) -> int:
+    """Shard objects under ``url`` (an S3 prefix): keys with a ``c/`` part, none hidden."""
+    import boto3
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    endpoint = (options or {})["client_kwargs"]["endpoint_url"]
+    pages = boto3.client("s3", endpoint_url=endpoint).get_paginator("list_objects_v2")
+    keys: list[str] = []
+    for page in pages.paginate(Bucket=bucket, Prefix=prefix):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    return sum(1 for k in keys if "/c/" in k and ".shardpipe" not in k)
+
+
+def _kill_child(
+    target: Path | str,
+    progress: Path,
+    what: str,
+    after: int,
+    delay: float,
+    options: dict[str, Any] | None = None,
+) -> bool:
+    """Start the child, SIGKILL it ``delay`` s after ``after`` shard files exist; finished?"""
+    command = ["-m", "tests.support.ome_crash_child", str(target), str(progress), what]
+    if options is not None:
+        command.append(json.dumps(options))
+    proc = subprocess.Popen([sys.executable, *command], cwd=REPOSITORY, stderr=subprocess.PIPE)
+    count: Callable[[], int] = (
+        (lambda: _shard_objects(str(target), options))
+        if options is not None
+        else (lambda: _shard_files(Path(target)))
+    )
+    try:
+        wait_for(progress, "started", proc)
+        deadline = time.monotonic() + 120
+        while count() < after and "done" not in progress.read_text():
+            assert proc.poll() is None or "done" in progress.read_text(), proc.stderr
+            assert time.monotonic() < deadline
+            time.sleep(0.005 if options is None else 0.05)  # listings load the S3 server
+        time.sleep(delay)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return "done" in progress.read_text()
+
+
+def _model(t: int, *appended: tuple[int, int]) -> list[np.ndarray]:
+    with dask.config.set(scheduler="threads"):
+        data = image(t).compute()
+        for n, seed in appended:
+            data = np.concatenate([data, image(n, seed=seed).compute()])
+    return reference_pyramid(data, FACTORS, "mean")
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_sigkill_during_a_pyramid_write_then_resume(tmp_path: Path, run: int) -> None:
+    target = tmp_path / "img.ome.zarr"
+    delay = random.Random(run).uniform(0.0, 1.5)
+    finished = _kill_child(target, tmp_path / "progress", "write", after=4 * run, delay=delay)
+    if (target / "zarr.json").exists():
+        report = shardpipe.verify(str(target))
+        if not finished:  # the group says the write is unfinished
+            assert any("unfinished write" in p for _, p in report.problems), str(report)
+        # no shard is torn, whatever the kill left
+        assert not [p for _, p in report.problems if "unfinished" not in p], str(report)
+    job = shardpipe.prepare_ome_zarr(image(), target, "tzyx", resume=True, **KWARGS)
+    kept = sum(j.n_shards_skipped for j in job.jobs)
+    done = job.execute()
+    written = sum(r.shards for r in done.levels.values())
+    assert kept + written == sum(j.plan.n_shards for j in job.jobs)  # the rest, each once
+    check_image(target, _model(3))
+    report = shardpipe.verify(str(target), complete=True)
+    assert report.ok, str(report)
+    assert not finished  # the kill landed mid-write
+
+
+@pytest.mark.parametrize(("run", "settle"), [(0, "resume"), (1, "repair"), (2, "resume"),
+                                             (3, "repair")])  # fmt: skip
+def test_sigkill_during_a_time_point_append_then_resume_or_repair(
+    tmp_path: Path, run: int, settle: str
+) -> None:
+    target = tmp_path / "img.ome.zarr"
+    with dask.config.set(scheduler="threads"):
+        shardpipe.to_ome_zarr(image(), target, "tzyx", **KWARGS)
+    before = _shard_files(target)
+    delay = random.Random(100 + run).uniform(0.0, 1.0)
+    finished = _kill_child(target, tmp_path / "progress", "append", after=before + run, delay=delay)
+    if settle == "resume":
+        with dask.config.set(scheduler="threads"):
+            shardpipe.to_ome_zarr(image(2, seed=7), target, append_dim="t", resume=True)
+        expected = _model(3, (2, 7))
+    else:
+        repaired = shardpipe.repair(str(target))
+        assert repaired.ok, str(repaired)
+        assert not (target / ".shardpipe" / "ome-write.json").exists()  # the record is settled
+        expected = _model(3, (2, 7)) if finished else _model(3)
+    check_image(target, expected)
+    report = shardpipe.verify(str(target), complete=True)
+    assert report.ok, str(report)
+    assert not finished  # the kill landed mid-append
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize(("what", "settle"), [("write", "resume"), ("append", "repair")])
+def test_sigkill_on_s3_then_resume_or_repair(
+    tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]], what: str, settle: str
+) -> None:
+    """The same kills against S3 (the moto server): objects are whole or absent, and the
+    group's record and the arrays' undo records settle the image as on a file system."""
+    bucket, options = s3_bucket
+    url = f"s3://{bucket}/img.ome.zarr"
+    before = 0
+    if what == "append":
+        with dask.config.set(scheduler="threads"):
+            shardpipe.to_ome_zarr(image(), url, "tzyx", storage_options=options, **KWARGS)
+        before = _shard_objects(url, options)
+    finished = _kill_child(url, tmp_path / "progress", what, before + 2, 0.3, options)
+    with dask.config.set(scheduler="threads"):
+        if settle == "resume":
+            shardpipe.to_ome_zarr(
+                image(), url, "tzyx", resume=True, storage_options=options, **KWARGS
+            )
+            expected = _model(3)
+        else:
+            repaired = shardpipe.repair(url, storage_options=options)
+            assert repaired.ok, str(repaired)
+            expected = _model(3, (2, 7)) if finished else _model(3)
+    group = zarr.open_group(url, mode="r", storage_options=options)
+    endpoint = options["client_kwargs"]["endpoint_url"]
+
+    def kvstore(level: str) -> dict[str, Any]:
+        return {
+            "driver": "s3",
+            "bucket": bucket,
+            "path": f"img.ome.zarr/{level}/",
+            "endpoint": endpoint,
+            "aws_region": "us-east-1",
+            "aws_credentials": {"type": "environment"},
+        }
+
+    check_image(group, expected, kvstore=kvstore)
+    report = shardpipe.verify(url, storage_options=options, complete=True)
+    assert report.ok, str(report)
+    assert not finished  # the kill landed mid-write
