@@ -50,7 +50,13 @@ def add_command(commands: Subcommands) -> None:
         default=None,
         help="levels after the first, each a factor (2:4:8) or per axis (y=2,x=2:z=2,y=4,x=4)",
     )
-    command.add_argument("--method", default=None, choices=["mean", "mode", "nearest"])
+    command.add_argument(
+        "--method",
+        default=None,
+        choices=["mean", "mode", "nearest"],
+        help="how a coarser level's pixel is made from finer ones (default: mean for images, "
+        "mode for labels)",
+    )
     shared.SHARD_SHAPE.add(command, "shard shape of level 0 per axis, e.g. 1,64,256,256")
     shared.CHUNK_SHAPE.add(command, "inner chunk shape of level 0 per axis")
     shared.COMPRESSOR.add(command)
