@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"\nLocalCluster (2 processes x 1 thread): {mbps['cluster']:,.0f} MB/s; "
         f"threaded scheduler: {mbps['threads']:,.0f} MB/s (raw array bytes per second).\n"
-        "The README's table is measured on threads. On few cores the cluster is slower: "
-        "straddling bits of misaligned blocks travel between processes and every task "
-        "passes through the distributed scheduler."
+        "The throughput table of docs/guides/performance.md is measured on threads. On few "
+        "cores the cluster is slower: straddling bits of misaligned blocks travel between "
+        "processes and every task passes through the distributed scheduler."
     )
     if not args.keep and not args.out:
         shutil.rmtree(out, ignore_errors=True)
