@@ -63,7 +63,7 @@ def shard_tasks(
     import shardpipe
     import shardpipe.engine.encoders as encoders
     import shardpipe.engine.graph as graph
-    import shardpipe.engine.tasks as tasks
+    import shardpipe.engine.publish_tasks as tasks
 
     # every chunk of a shard encoded on its task's thread, as the limit does, so
     # that the task's thread CPU clock counts all the shard's work

@@ -18,7 +18,7 @@ names read well on the dashboard::
 
 On a transactional backend (an Icechunk session) each publishing task
 writes through its own fork of the session
-(:func:`~shardpipe.engine.tasks.collecting_changes`) and its report carries the
+(:func:`~shardpipe.engine.publish_tasks.collecting_changes`) and its report carries the
 fork back; ``merge-changes`` tasks merge them in a tree on the workers, so
 the client receives at most :data:`MERGE_FAN_IN` merged forks per graph.
 
@@ -54,20 +54,19 @@ from shardpipe.core.plan import PartPlan, ShardPlan, WritePlan
 from shardpipe.core.waves import Wave
 from shardpipe.engine.fusion import fuse_blocks
 from shardpipe.engine.heap import in_heap_scope
-from shardpipe.engine.read_gates import gate_reads, read_ahead
-from shardpipe.engine.reports import add_reports
-from shardpipe.engine.source_window import read_window
-from shardpipe.engine.task_groups import group_publishing, shards_per_task
-from shardpipe.engine.tasks import (
-    WriteTarget,
+from shardpipe.engine.publish_tasks import (
     begin_shard,
     collecting_changes,
-    encode_piece,
     finish_write,
     stamp_shard,
     write_part,
     write_shard,
 )
+from shardpipe.engine.read_gates import gate_reads, read_ahead
+from shardpipe.engine.reports import add_reports
+from shardpipe.engine.source_window import read_window
+from shardpipe.engine.task_groups import group_publishing, shards_per_task
+from shardpipe.engine.tasks import WriteTarget, encode_piece
 from shardpipe.engine.update_tasks import UpdateTarget, update_shard
 
 PUBLISHING_TASKS = ("write-shard", "update-shard", "stamp-shard")

@@ -20,10 +20,8 @@ conversion (the group's record) until it is run again with
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +50,14 @@ from shardpipe.ome.carry_tasks import CarryTarget, carry_shard
 from shardpipe.ome.metadata import NGFF_VERSION
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import delete_group_record, remove_group, save_group_record, write_group
+from shardpipe.ome.v04_source import (
+    SOURCE_VERSION,
+    codec_name,
+    fill_value_of,
+    labels_of,
+    read_json,
+    translate_image,
+)
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of
 from shardpipe.stored.places import check_not_a_file, check_target
@@ -62,8 +68,6 @@ from shardpipe.write.run import execute_together
 from shardpipe.write.transaction import check_writable
 
 __all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_ome_conversion"]
-
-SOURCE_VERSION = "0.4"
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ class OmeZarrConversion:
         ]
         for level in self.levels:
             how = (
-                f"chunks copied as they are ({_codec_name(level.carried)})"
+                f"chunks copied as they are ({codec_name(level.carried)})"
                 if level.carried is not None
                 else "decoded and written again"
             )
@@ -221,7 +225,7 @@ class OmeZarrConversion:
             compressors=compressors or None,
             serializer=serializer,
             filters=None,
-            fill_value=_fill_value(level.zarray, level.dtype),
+            fill_value=fill_value_of(level.zarray, level.dtype),
             dimension_names=[a.name for a in self.axes[group]],
             zarr_format=3,
             overwrite=True,
@@ -243,81 +247,6 @@ class OmeZarrConversion:
         )
 
 
-def _codec_name(carried: CarriedCodec | None) -> str:
-    if carried is None or carried.compressor is None:
-        return "uncompressed"
-    name = str(carried.compressor["name"])
-    return "zlib re-wrapped as gzip" if carried.rewrap_zlib else name
-
-
-def _fill_value(zarray: Mapping[str, Any], dtype: np.dtype[Any]) -> Any:
-    fill = zarray.get("fill_value")
-    if fill is None:
-        return 0
-    if isinstance(fill, str) and dtype.kind == "f":
-        return {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}[fill]
-    return fill
-
-
-def _json(source: ResolvedStore, key: str, what: str) -> dict[str, Any]:
-    data = source.shards.get(source.key(key))
-    if data is None:
-        raise InvalidArgumentError(
-            "source",
-            f"{what} has no {key} at {source.zarr_store}",
-            f"Point at an OME-Zarr {SOURCE_VERSION} image (a Zarr v2 group with multiscales)",
-        )
-    try:
-        document = json.loads(data)
-    except ValueError as err:
-        raise InvalidArgumentError(
-            "source", f"{source.key(key)} is not JSON ({err})", "Repair the source"
-        ) from err
-    if not isinstance(document, dict):
-        raise InvalidArgumentError(
-            "source", f"{source.key(key)} is not a JSON object", "Repair the source"
-        )
-    return document
-
-
-def _translate_image(attributes: dict[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
-    """The 0.5 ``ome`` attribute of a 0.4 image (or label image) group, and its level paths."""
-    entries = attributes.get("multiscales")
-    if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
-        raise InvalidArgumentError(
-            "source", f"{where} has no multiscales", "Point at an OME-Zarr 0.4 image group"
-        )
-    version = entries[0].get("version")
-    if version != SOURCE_VERSION:
-        raise InvalidArgumentError(
-            "source",
-            f"{where} is OME-Zarr {version!r}, not {SOURCE_VERSION}",
-            "Convert OME-Zarr 0.4 images (a 0.5 image needs no conversion)",
-        )
-    multiscales = []
-    for entry in entries:
-        kept = {k: v for k, v in entry.items() if k != "version"}
-        multiscales.append(kept)
-    ome: dict[str, Any] = {"version": NGFF_VERSION, "multiscales": multiscales}
-    if "omero" in attributes:
-        omero = attributes["omero"]
-        ome["omero"] = (
-            {k: v for k, v in omero.items() if k != "version"} if isinstance(omero, dict) else omero
-        )
-    if "image-label" in attributes:
-        label = attributes["image-label"]
-        if isinstance(label, dict):
-            label = {k: v for k, v in label.items() if k != "version"}
-        ome["image-label"] = label
-    datasets = entries[0].get("datasets")
-    if not isinstance(datasets, list):
-        raise InvalidArgumentError("source", f"{where} has no datasets", "Repair the source")
-    paths = [d.get("path") for d in datasets if isinstance(d, dict)]
-    if len(paths) != len(datasets) or not all(isinstance(p, str) and p for p in paths):
-        raise InvalidArgumentError("source", f"{where}: a dataset has no path", "Repair the source")
-    return ome, [str(p) for p in paths]
-
-
 def prepare_ome_conversion(
     source: Any,
     target: Any,
@@ -336,20 +265,20 @@ def prepare_ome_conversion(
     reencode = check_bool("reencode", reencode)
     budget = check_max_mem(max_mem)
     src = resolve_store(source, None, source_storage_options)
-    attributes = _json(src, ".zattrs", "the source")
+    attributes = read_json(src, ".zattrs", "the source")
     groups: dict[str, dict[str, Any]] = {}
     axes: dict[str, tuple[Axis, ...]] = {}
     images: list[tuple[str, list[str]]] = []
-    ome, paths = _translate_image(attributes, "the source's .zattrs")
+    ome, paths = translate_image(attributes, "the source's .zattrs")
     groups[""] = {"ome": ome}
     images.append(("", paths))
-    labels = _labels_of(src)
+    labels = labels_of(src)
     if labels:
         groups["labels"] = {"ome": {"version": NGFF_VERSION, "labels": labels}}
     for name in labels:
         group = f"labels/{name}"
-        label_ome, label_paths = _translate_image(
-            _json(src, f"{group}/.zattrs", f"the label image {name!r}"), f"{group}/.zattrs"
+        label_ome, label_paths = translate_image(
+            read_json(src, f"{group}/.zattrs", f"the label image {name!r}"), f"{group}/.zattrs"
         )
         groups[group] = {"ome": label_ome}
         images.append((group, label_paths))
@@ -390,21 +319,6 @@ def prepare_ome_conversion(
     return OmeZarrConversion(src, dst, groups, levels, axes, overwrite, chunk_checksums, budget)
 
 
-def _labels_of(src: ResolvedStore) -> list[str]:
-    data = src.shards.get(src.key("labels/.zattrs"))
-    if data is None:
-        return []
-    try:
-        names = json.loads(data).get("labels", [])
-    except (ValueError, AttributeError):
-        names = None
-    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-        raise InvalidArgumentError(
-            "source", "labels/.zattrs has no list of label names", "Repair the source"
-        )
-    return names
-
-
 def _plan_level(
     src: ResolvedStore,
     dst: ResolvedStore,
@@ -415,7 +329,7 @@ def _plan_level(
     chunk_checksums: bool,
     reencode: bool,
 ) -> LevelConversion:
-    zarray = _json(src, f"{path}/.zarray", f"the level {path!r}")
+    zarray = read_json(src, f"{path}/.zarray", f"the level {path!r}")
     shape = tuple(int(n) for n in zarray.get("shape", ()))
     chunks = tuple(int(n) for n in zarray.get("chunks", ()))
     if len(shape) != len(axes) or len(chunks) != len(axes):
@@ -452,7 +366,7 @@ def _plan_level(
             shards=shard_shape,
             chunks=chunks,
             dimension_names=[a.name for a in axes],
-            fill_value=_fill_value(zarray, dtype),
+            fill_value=fill_value_of(zarray, dtype),
             chunk_checksums=chunk_checksums,
             max_mem=budget,
         )

@@ -8,7 +8,7 @@ Shard files are laid out through the shard-format protocol
 (:mod:`shardpipe.formats.precomputed_shards`) with the helpers the zarr
 writer uses: a whole shard is streamed to one atomic ``put``; a shard too
 large for one task is written in parts (consecutive runs of its chunks in
-slot order) and stamped by :func:`shardpipe.engine.tasks.stamp_parts`.
+slot order) and stamped by :func:`shardpipe.engine.publish_tasks.stamp_parts`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 
 from shardpipe.core.grid import Box, intersect
 from shardpipe.core.precomputed_plan import ScaleGrid, ShardChunks
+from shardpipe.engine.publish_tasks import WrittenPart, put_part, put_shard, stamp_parts
 from shardpipe.engine.reports import WriteReport
-from shardpipe.engine.tasks import WrittenPart, put_part, put_shard, stamp_parts
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import encode_chunk
 from shardpipe.formats.precomputed_shards import PrecomputedShards, shard_format_of

@@ -21,9 +21,9 @@ from dataclasses import replace
 
 from shardpipe import advice
 from shardpipe.core.checks import check_bool
+from shardpipe.engine.publish_tasks import finish_write
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.streaming import WaveGraph, run_waves
-from shardpipe.engine.tasks import finish_write
 from shardpipe.journal.array_lock import release
 from shardpipe.journal.job_record import save_record
 from shardpipe.journal.markers import JobMarker

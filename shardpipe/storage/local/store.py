@@ -48,8 +48,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import threading
-import time
 from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 
 from shardpipe.errors import ConditionFailedError
@@ -63,58 +61,10 @@ from shardpipe.storage.base import (
 from shardpipe.storage.keys import TEMPORARY_SUFFIX, edge_key
 from shardpipe.storage.local.file_io import batched, copy_into, fsync_dir, pwrite_all, write_all
 from shardpipe.storage.local.keys import LocalKeys
+from shardpipe.storage.local.listing import sorted_keys
 from shardpipe.storage.local.temporary import temporary_name, writer_may_run
+from shardpipe.storage.local.versions import stamp, version_of
 from shardpipe.storage.local.writeback import Writeback
-
-
-def _sorted_keys(path: str, folder: str, start: str = "") -> Iterator[str]:
-    """Keys of the files under the folder at ``path`` (key ``folder``), sorted as strings.
-
-    Only names beginning with ``start`` are taken at the top. A folder sorts
-    by its name plus ``/``, which every key under it begins with, so the
-    keys come out in string order without being collected. A folder that
-    vanishes while listed, and a link to a folder, list nothing.
-    """
-    try:
-        with os.scandir(path) as it:
-            entries = []
-            for entry in it:
-                if not entry.name.startswith(start):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    entries.append((f"{entry.name}/", entry.path))
-                elif not entry.is_dir():
-                    entries.append((entry.name, ""))
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    entries.sort()
-    base = f"{folder}/" if folder else ""
-    for name, sub in entries:
-        if sub:
-            yield from _sorted_keys(sub, base + name[:-1])
-        else:
-            yield base + name
-
-
-def _version_of(st: os.stat_result) -> ObjectVersion:
-    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-
-
-_stamp_lock = threading.Lock()
-_last_stamp = 0
-
-
-def _stamp(fd: int, after_ns: int = 0) -> None:
-    """Set the modification time of ``fd`` to now (nanoseconds), later than ``after_ns``.
-
-    Within this process the stamps also strictly increase, so no two writes
-    here leave the same time.
-    """
-    global _last_stamp
-    with _stamp_lock:
-        now = max(time.time_ns(), after_ns + 1, _last_stamp + 1)
-        _last_stamp = now
-    os.utime(fd, ns=(now, now))
 
 
 class LocalShardStore(ShardStore):
@@ -185,7 +135,7 @@ class LocalShardStore(ShardStore):
         try:
             try:
                 write(fd)
-                _stamp(fd)
+                stamp(fd)
                 if self.fsync:
                     os.fsync(fd)
             finally:
@@ -301,7 +251,7 @@ class LocalShardStore(ShardStore):
     def version(self, key: str) -> ObjectVersion | None:
         """Return ``"<inode>:<size>:<mtime_ns>"`` of the file at ``key``, or None when absent."""
         try:
-            return _version_of(self._keys.lstat(key, self._path(key)))
+            return version_of(self._keys.lstat(key, self._path(key)))
         except FileNotFoundError:
             return None
 
@@ -315,7 +265,7 @@ class LocalShardStore(ShardStore):
         try:
             before = os.fstat(fd)
             change(fd, before.st_size)
-            _stamp(fd, after_ns=before.st_mtime_ns)
+            stamp(fd, after_ns=before.st_mtime_ns)
             if self.fsync:
                 os.fsync(fd)
             return os.fstat(fd).st_size
@@ -393,7 +343,7 @@ class LocalShardStore(ShardStore):
         """
         edge_key(prefix, self, prefix=True)
         folder, _, start = prefix.rpartition("/")
-        yield from _sorted_keys(self._keys.folder(folder), folder, start)
+        yield from sorted_keys(self._keys.folder(folder), folder, start)
 
     # -- parts ---------------------------------------------------------------
     def _part_path(self, handle: PartsHandle, number: int) -> str:
