@@ -15,7 +15,9 @@ Order: the target's group metadata, then every level array's ``zarr.json``
 and shards. A conversion that stops part way leaves a group whose missing
 shards read as the fill value; ``verify`` reports the unfinished
 conversion (the group's record) until it is run again with
-``overwrite=True``.
+``overwrite=True``. Into an Icechunk session nothing is visible before the
+commit (``commit=``), and an interrupted conversion leaves the branch as
+it was.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import numpy as np
 import zarr
 from dask.base import compute
 from dask.delayed import delayed
-from dask.diagnostics.progress import ProgressBar
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.chunk_codec import ChunkCodec
@@ -41,6 +42,7 @@ from shardpipe.core.checks import check_bool
 from shardpipe.core.display import html_table, text_table
 from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.memory import DEFAULT_MAX_MEM
+from shardpipe.engine.progress import ShardBar, local_progress
 from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.engine.scheduler import distributed_client
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
@@ -65,7 +67,7 @@ from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.run import execute_together
-from shardpipe.write.transaction import check_writable
+from shardpipe.write.transaction import check_commit, check_writable, commit_write
 
 __all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_ome_conversion"]
 
@@ -165,9 +167,24 @@ class OmeZarrConversion:
     def _repr_html_(self) -> str:
         return html_table("OmeZarrConversion", self.summary_rows())
 
-    def execute(self, *, progress: bool = False) -> OmeZarrReport:
-        """Write the groups, then every level array; return each level's report."""
+    def execute(
+        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
+    ) -> OmeZarrReport:
+        """Write the groups, then every level array; return each level's report.
+
+        Parameters
+        ----------
+        progress : bool
+            Show progress bars (on Dask's local schedulers: one over the
+            shards whose chunks are copied, one over the levels written again).
+        commit : str, optional
+            Into an Icechunk session: commit it with this message at the end
+            (the report's ``snapshot_id``).
+        rebase : bool
+            With ``commit``: rebase onto commits that reached the branch meanwhile.
+        """
         progress = check_bool("progress", progress)
+        message, rebase = check_commit(commit, rebase, self.target)
         start = time.perf_counter()
         target = self.target
         if self.overwrite:
@@ -178,7 +195,7 @@ class OmeZarrConversion:
         for path in sorted(self.groups, key=lambda p: (p.count("/"), p)):
             write_group(target, path, self.groups[path])
         reports: dict[str, WriteReport] = {}
-        tasks, carried = [], []
+        tasks, carried, n_carried = [], [], 0
         for level in self.levels:
             if level.carried is None:
                 continue
@@ -187,10 +204,11 @@ class OmeZarrConversion:
             shards = list(np.ndindex(*grid))
             tasks.append([delayed(carry_shard, pure=False)(carry, s) for s in shards])
             carried.append(level.path)
+            n_carried += len(shards)
         # into an Icechunk session the tasks write through its store: threads of this process
         local = dask.config.set(scheduler="threads") if transactional else nullcontext()
-        bar = ProgressBar() if progress and distributed_client() is None else nullcontext()
-        with local, bar:
+        show = progress and bool(tasks) and distributed_client() is None
+        with local, ShardBar(n_carried, 1, show) as bar, local_progress(bar, ("carry_shard",)):
             results = compute(*tasks)
         for path, done in zip(carried, results, strict=True):
             reports[path] = add_reports(*done)
@@ -201,8 +219,9 @@ class OmeZarrConversion:
             reports.update(zip(paths, written, strict=True))
         if not transactional:
             delete_group_record(target)
+        snapshot = commit_write(target, message, rebase=rebase) if message is not None else None
         ordered = {level.path: reports[level.path] for level in self.levels}
-        return OmeZarrReport(ordered, time.perf_counter() - start)
+        return OmeZarrReport(ordered, time.perf_counter() - start, snapshot)
 
     def _create_carried(self, level: LevelConversion) -> CarryTarget:
         """Write the v3 metadata of a level whose chunks carry over; return its tasks' target."""
@@ -251,6 +270,7 @@ def prepare_ome_conversion(
     source: Any,
     target: Any,
     *,
+    path: str | None = None,
     shards: Any = None,
     overwrite: bool = False,
     source_storage_options: dict[str, Any] | None = None,
@@ -282,7 +302,7 @@ def prepare_ome_conversion(
         )
         groups[group] = {"ome": label_ome}
         images.append((group, label_paths))
-    dst = resolve_store(target, None, storage_options)
+    dst = resolve_store(target, path, storage_options)
     check_not_a_file(dst, "target")
     check_writable(dst)
     check_target(dst, overwrite, "target")
@@ -377,6 +397,7 @@ def convert_ome_zarr(
     source: Any,
     target: Any,
     *,
+    path: str | None = None,
     shards: Any = None,
     overwrite: bool = False,
     source_storage_options: dict[str, Any] | None = None,
@@ -385,6 +406,8 @@ def convert_ome_zarr(
     chunk_checksums: bool = True,
     reencode: bool = False,
     progress: bool = False,
+    commit: str | None = None,
+    rebase: bool = False,
 ) -> OmeZarrReport:
     """Convert the OME-Zarr 0.4 image at ``source`` into a sharded OME-Zarr 0.5 image at ``target``.
 
@@ -394,6 +417,8 @@ def convert_ome_zarr(
         The 0.4 image group (Zarr v2), with its labels if it has any.
     target : str, os.PathLike, zarr Store or icechunk.Session
         Where the 0.5 image group goes.
+    path : str, optional
+        Group path of the image inside ``target``.
     shards : sequence of int or dict, optional
         Shard shape of every level (clipped to it), a whole number of the
         source's chunks along every axis, per axis of the image (label
@@ -413,15 +438,20 @@ def convert_ome_zarr(
         copying the chunks.
     progress : bool
         Show progress bars.
+    commit : str, optional
+        Into an Icechunk session: commit it with this message at the end.
+    rebase : bool
+        With ``commit``: rebase onto commits that reached the branch meanwhile.
 
     Returns
     -------
     OmeZarrReport
-        Each level array's report.
+        Each level array's report (and, with ``commit``, the snapshot id).
     """
     return prepare_ome_conversion(
         source,
         target,
+        path=path,
         shards=shards,
         overwrite=overwrite,
         source_storage_options=source_storage_options,
@@ -429,4 +459,4 @@ def convert_ome_zarr(
         max_mem=max_mem,
         chunk_checksums=chunk_checksums,
         reencode=reencode,
-    ).execute(progress=progress)
+    ).execute(progress=progress, commit=commit, rebase=rebase)

@@ -1,4 +1,9 @@
-"""kill -9 during a pyramid write and during a time-point append, then resume or repair."""
+"""kill -9 during a pyramid write and during a time-point append, then resume or repair.
+
+On a file system and on S3 the interrupted image is settled by ``resume=True``
+or ``repair``; in an Icechunk session nothing of it is visible until the
+commit, so a kill leaves the branch where it was and the write is run again.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import shardpipe
 from tests.support import REPOSITORY
 from tests.support.crash_child import wait_for
 from tests.support.ome_checks import check_image, reference_pyramid
-from tests.support.ome_crash_child import FACTORS, KWARGS, image
+from tests.support.ome_crash_child import FACTORS, ICECHUNK_PATH, KWARGS, image
 
 
 def _shard_files(root: Path) -> int:
@@ -55,11 +60,14 @@ def _kill_child(
     if options is not None:
         command.append(json.dumps(options))
     proc = subprocess.Popen([sys.executable, *command], cwd=REPOSITORY, stderr=subprocess.PIPE)
-    count: Callable[[], int] = (
-        (lambda: _shard_objects(str(target), options))
-        if options is not None
-        else (lambda: _shard_files(Path(target)))
-    )
+    count: Callable[[], int]
+    if options is not None:
+        count = lambda: _shard_objects(str(target), options)  # noqa: E731
+    elif str(target).startswith("icechunk:"):
+        chunks = Path(str(target).removeprefix("icechunk:")) / "chunks"
+        count = lambda: sum(1 for _ in chunks.iterdir()) if chunks.exists() else 0  # noqa: E731
+    else:
+        count = lambda: _shard_files(Path(target))  # noqa: E731
     try:
         wait_for(progress, "started", proc)
         deadline = time.monotonic() + 120
@@ -174,3 +182,48 @@ def test_sigkill_on_s3_then_resume_or_repair(
     report = shardpipe.verify(url, storage_options=options, complete=True)
     assert report.ok, str(report)
     assert not finished  # the kill landed mid-write
+
+
+@pytest.mark.parametrize("what", ["write", "append"])
+def test_sigkill_in_an_icechunk_session_leaves_the_branch_then_runs_again(
+    tmp_path: Path, what: str
+) -> None:
+    """Shard objects stored before the kill belong to no snapshot: ``main`` reads as before."""
+    import icechunk
+
+    icechunk.set_logs_filter("error")
+    storage = icechunk.local_filesystem_storage(str(tmp_path / "repo"))
+    repo = icechunk.Repository.create(storage)
+    if what == "append":
+        with dask.config.set(scheduler="threads"):
+            shardpipe.prepare_ome_zarr(
+                image(), repo.writable_session("main"), "tzyx", path=ICECHUNK_PATH, **KWARGS
+            ).execute(commit="an image")
+    base = repo.lookup_branch("main")
+    chunks = tmp_path / "repo" / "chunks"
+    stored = sum(1 for _ in chunks.iterdir()) if chunks.exists() else 0
+    target = f"icechunk:{tmp_path / 'repo'}"
+    finished = _kill_child(target, tmp_path / "progress", what, after=stored + 3, delay=0.2)
+    assert not finished  # the kill landed mid-write
+    assert sum(1 for _ in chunks.iterdir()) > stored  # objects no snapshot refers to
+    reopened = icechunk.Repository.open(storage)
+    assert reopened.lookup_branch("main") == base
+    session = reopened.readonly_session("main")
+    if what == "append":  # the image as it was committed, every level
+        group = zarr.open_group(session.store, path=ICECHUNK_PATH, mode="r")
+        check_image(group, _model(3))
+    else:  # no image at all
+        with pytest.raises(FileNotFoundError):
+            zarr.open_group(session.store, path=ICECHUNK_PATH, mode="r")
+    with dask.config.set(scheduler="threads"):  # and the write runs again from the branch
+        session = reopened.writable_session("main")
+        if what == "append":
+            shardpipe.to_ome_zarr(
+                image(2, seed=7), session, path=ICECHUNK_PATH, append_dim="t", commit="again"
+            )
+        else:
+            shardpipe.to_ome_zarr(
+                image(), session, "tzyx", path=ICECHUNK_PATH, commit="again", **KWARGS
+            )
+    group = zarr.open_group(reopened.readonly_session("main").store, path=ICECHUNK_PATH, mode="r")
+    check_image(group, _model(3, (2, 7)) if what == "append" else _model(3))

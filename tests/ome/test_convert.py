@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -186,3 +187,17 @@ def test_a_tiff_stack_through_dask_is_read_lazily(tmp_path: Path) -> None:
     shardpipe.to_ome_zarr(image, tmp_path / "stack.ome.zarr", "zyx", scale_factors=[2])
     check_image(tmp_path / "stack.ome.zarr", reference_pyramid(pages, [(2, 2, 2)], "mean"))
     store.close()
+
+
+def test_the_progress_bar_counts_the_shards_copied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write_v04(tmp_path / "v04.zarr", numcodecs.Zstd())
+    job = prepare_ome_conversion(
+        str(tmp_path / "v04.zarr"), str(tmp_path / "v05.ome.zarr"), shards=(1, 16, 32, 32)
+    )
+    total = sum(level.n_shards for level in job.levels)
+    job.execute(progress=True)
+    stderr = capsys.readouterr().err
+    assert re.findall(rf"shardpipe: .*{total}/{total} \[", stderr), stderr  # shardpipe's bar
+    assert "MB written" in stderr

@@ -1,9 +1,10 @@
 """A process writing an OME-Zarr pyramid (or appending a time point) until the test kills it.
 
 Run as ``python -m tests.support.ome_crash_child TARGET PROGRESS write|append
-[STORAGE-OPTIONS-JSON]`` (TARGET a folder, or an ``s3://`` URL with its options). It
-writes ``started`` to PROGRESS once its imports are done and ``done`` at the
-end. Its source is deterministic (the same Dask names in every process), so
+[STORAGE-OPTIONS-JSON]`` (TARGET a folder, an ``s3://`` URL with its options, or
+``icechunk:REPO``: a writable session of an Icechunk repository's ``main``,
+committed at the end). It writes ``started`` to PROGRESS once its imports are
+done and ``done`` at the end. Its source is deterministic (the same Dask names in every process), so
 that ``resume=True`` in the test recognises the interrupted job.
 """
 
@@ -25,6 +26,7 @@ KWARGS: dict[str, Any] = dict(
     chunks=(1, 4, 16, 16),
 )
 FACTORS = [(1, 1, 2, 2), (1, 2, 4, 4), (1, 4, 8, 8)]
+ICECHUNK_PATH = "img"
 
 
 def _slow(block: np.ndarray) -> np.ndarray:
@@ -45,11 +47,21 @@ def main(target: str, progress: Path, what: str, options: dict[str, Any] | None 
     import shardpipe
 
     progress.write_text("started\n")
+    store: Any = target
+    extra: dict[str, Any] = {"storage_options": options}
+    commit: dict[str, str] = {}
+    if target.startswith("icechunk:"):
+        import icechunk
+
+        icechunk.set_logs_filter("error")
+        storage = icechunk.local_filesystem_storage(target.removeprefix("icechunk:"))
+        store = icechunk.Repository.open(storage).writable_session("main")
+        extra, commit = {"path": ICECHUNK_PATH}, {"commit": what}
     with dask.config.set(scheduler="threads", num_workers=2):
         if what == "append":
-            shardpipe.to_ome_zarr(image(2, seed=7), target, append_dim="t", storage_options=options)
+            shardpipe.to_ome_zarr(image(2, seed=7), store, append_dim="t", **extra, **commit)
         else:
-            shardpipe.to_ome_zarr(image(), target, "tzyx", storage_options=options, **KWARGS)
+            shardpipe.to_ome_zarr(image(), store, "tzyx", **extra, **commit, **KWARGS)
     with progress.open("a") as out:
         out.write("done\n")
 

@@ -1,0 +1,89 @@
+"""convert_ome_zarr with the source or the target on S3 (a moto server), into an Icechunk
+session, and on a LocalCluster of processes: the same image as on local files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import icechunk  # in the test extra: a missing one must fail, not skip
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+import shardpipe
+from shardpipe.ome.convert import convert_ome_zarr
+from tests.ome.test_convert import IMAGE, MASK, _write_v04
+from tests.support.ome_checks import check_image
+
+icechunk.set_logs_filter("error")
+SHARDS = (1, 16, 32, 32)
+
+
+def _levels(group: zarr.Group) -> list[np.ndarray]:
+    paths = [d["path"] for d in group.attrs["multiscales"][0]["datasets"]]
+    return [np.asarray(group[p][...]) for p in paths]
+
+
+def _check(new: Any, old: zarr.Group) -> None:
+    """Every level of the image and of its label image as in the 0.4 source."""
+    check_image(new, _levels(old))
+    check_image(new, _levels(old["labels/mask"]), group="labels/mask", label=True)
+
+
+@pytest.mark.s3
+def test_a_v04_image_on_s3_converts_to_s3(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    bucket, options = s3_bucket
+    source, target = f"s3://{bucket}/v04.zarr", f"s3://{bucket}/v05.ome.zarr"
+    from ome_zarr.format import FormatV04
+    from ome_zarr.writer import write_image, write_labels
+
+    group = zarr.open_group(source, mode="w", zarr_format=2, storage_options=options)
+    chunks = {"chunks": (1, 8, 16, 16), "compressor": numcodecs.Zstd(level=3)}
+    write_image(IMAGE, group, axes="czyx", fmt=FormatV04(), storage_options=chunks,
+                scale_factors=(2, 4))  # fmt: skip
+    write_labels(MASK, group, name="mask", axes="zyx", fmt=FormatV04(), scale_factors=(2, 4),
+                 storage_options={"chunks": (8, 16, 16)})  # fmt: skip
+    report = convert_ome_zarr(
+        source, target, shards=SHARDS, source_storage_options=options, storage_options=options
+    )
+    assert all(r.shards > 0 for r in report.levels.values())
+    old = zarr.open_group(source, mode="r", storage_options=options)
+    _check(zarr.open_group(target, mode="r", storage_options=options), old)
+    assert shardpipe.verify(target, storage_options=options, complete=True).ok
+
+
+@pytest.mark.s3
+def test_a_local_v04_image_converts_to_s3(
+    tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]]
+) -> None:
+    bucket, options = s3_bucket
+    old = _write_v04(tmp_path / "v04.zarr", numcodecs.Blosc())
+    target = f"s3://{bucket}/v05.ome.zarr"
+    convert_ome_zarr(str(tmp_path / "v04.zarr"), target, shards=SHARDS, storage_options=options)
+    _check(zarr.open_group(target, mode="r", storage_options=options), old)
+    assert shardpipe.verify(target, storage_options=options, complete=True).ok
+
+
+def test_a_v04_image_converts_into_an_icechunk_session(tmp_path: Path) -> None:
+    old = _write_v04(tmp_path / "v04.zarr", numcodecs.Zstd(level=3))
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    base = repo.lookup_branch("main")
+    session = repo.writable_session("main")
+    job = shardpipe.prepare_ome_conversion(str(tmp_path / "v04.zarr"), session, path="img",
+                                           shards=SHARDS)  # fmt: skip
+    assert "chunks copied as they are (zstd)" in repr(job)
+    report = job.execute(commit="converted")
+    assert report.snapshot_id == repo.lookup_branch("main") != base
+    group = zarr.open_group(repo.readonly_session("main").store, path="img", mode="r")
+    _check(group, old)
+    assert group.attrs["ome"]["version"] == "0.5"
+
+
+@pytest.mark.cluster
+def test_a_v04_image_converts_on_a_local_cluster(tmp_path: Path, cluster_client: Any) -> None:
+    old = _write_v04(tmp_path / "v04.zarr", numcodecs.GZip(level=4))
+    convert_ome_zarr(str(tmp_path / "v04.zarr"), str(tmp_path / "v05.ome.zarr"), shards=SHARDS)
+    _check(tmp_path / "v05.ome.zarr", old)
+    assert shardpipe.verify(str(tmp_path / "v05.ome.zarr"), complete=True).ok
