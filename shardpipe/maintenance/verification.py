@@ -273,10 +273,17 @@ class _Tally:
             if len(self.temporary) < 3:
                 self.temporary.append(listed.key)
             return
-        problem = (
-            f"not a shard of the array: the key names no shard of its {self.grid} grid of "
-            "shards, so zarr never reads it; remove it if nothing else needs it"
-        )
+        if listed.beyond:
+            problem = (
+                f"past the end of the array's {self.grid} grid of shards, so zarr never reads "
+                "it: a shard written by an append that stopped before it grew the array; run "
+                "that append again with resume=True (which keeps it), or remove it"
+            )
+        else:
+            problem = (
+                f"not a shard of the array: the key names no shard of its {self.grid} grid of "
+                "shards, so zarr never reads it; remove it if nothing else needs it"
+            )
         self.report.shards.append(ShardCheck(listed.key, problems=[problem]))
 
     def finish(self, n_shards: int) -> VerifyReport:

@@ -42,11 +42,15 @@ class Listed(NamedTuple):
         The shard's grid coordinates; None when the key is no shard of the grid.
     temporary : bool
         A temporary file an unfinished write left (``coords`` is None).
+    beyond : bool
+        The key names a shard position past the grid's end along some axis
+        (``coords`` is None): a shard an append wrote before it stopped.
     """
 
     key: str
     coords: Coords | None
     temporary: bool = False
+    beyond: bool = False
 
 
 def shard_prefix(target: ResolvedStore, shard_format: ZarrShardingFormat) -> str:
@@ -60,6 +64,9 @@ def shard_prefix(target: ResolvedStore, shard_format: ZarrShardingFormat) -> str
         return target.key(shard_format.key(()))
     head = shard_format.key_head
     return target.key("") if head is None else target.key(head)
+
+
+_UNBOUNDED = (1 << 62,) * 64  # a grid no shard position lies outside of
 
 
 def list_shards(
@@ -79,4 +86,10 @@ def list_shards(
         ):
             continue
         coords = shard_format.coords(relative, grid)
-        yield Listed(key, coords, coords is None and key.endswith(TEMPORARY_SUFFIX))
+        if coords is not None:
+            yield Listed(key, coords)
+        elif key.endswith(TEMPORARY_SUFFIX):
+            yield Listed(key, None, temporary=True)
+        else:
+            beyond = shard_format.coords(relative, _UNBOUNDED[: len(grid)]) is not None
+            yield Listed(key, None, beyond=beyond)

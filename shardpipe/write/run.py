@@ -125,6 +125,14 @@ def _undo_failed(spec: WriteSpec, err: BaseException, marker: JobMarker) -> None
         )
     else:
         what_now = None
+    existing = spec.existing
+    if existing is not None and existing.grown is not None:
+        what_now = (
+            f"shardpipe: the append did not finish: the array keeps its shape "
+            f"{tuple(existing.metadata.shape)}; shards it wrote past that shape are not read "
+            f"(verify lists them) until the same append is run again with "
+            f"{advice.setting('resume')}, which keeps them"
+        )
     if what_now is not None and what_now not in getattr(err, "__notes__", ()):
         err.add_note(what_now)
     try:

@@ -7,13 +7,16 @@ WORKDIR (the process must be allowed to mount: root, or run under
 ``free_kib`` KiB are left, runs the write that is to fail, and reports on
 one line of JSON per scenario what it left: the error and its notes, what
 zarr-python reads in each shard right after the error (``old``, ``new``,
-``mixed`` or ``unreadable``), what ``verify`` finds, and whether the same
-write with ``resume=True`` completes the array once space is freed.
+``same`` where the two do not differ, ``mixed`` or ``unreadable``), what ``verify`` finds, and
+whether the same write with ``resume=True`` completes the array once space is freed.
 
 Strategies: ``auto``, ``rewrite``, ``in_place``, ``append`` (a region
-update of an existing array, every shard partly covered) and ``parts`` (a
-new array whose shards are written in parts: staging files joined at the
-end; its old data is the fill value).
+update of an existing array, every shard partly covered), ``append_dim``
+(rows appended along the first axis, the last old shard partly filled: the
+old data of the shards it adds is the fill value, and the array may have
+its old or its new shape) and ``parts`` (a new array whose shards are
+written in parts: staging files joined at the end; its old data is the
+fill value).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import shardpipe
 UPDATE = dict(shape=(64, 128, 128), shards=(32, 64, 64), chunks=(16, 32, 32))
 REGION = (slice(8, 56), slice(0, 128), slice(0, 128))  # partly covers every shard
 PARTS = dict(shape=(64, 96, 80), shards=(32, 48, 40), chunks=(8, 16, 20), blocks=(8, 48, 40))
+GROWN = dict(old=(48, 128, 128), new=(88, 128, 128))  # appended along 0; 48 ends mid-shard
 
 
 def _arrays(shape: tuple[int, ...], region: tuple[slice, ...] | None) -> tuple[Any, Any]:
@@ -56,17 +60,25 @@ def _fill(where: Path, free: int) -> None:
 
 
 def _shard_states(path: Path, shards: tuple[int, ...], old: Any, new: Any) -> dict[str, str]:
+    """Each shard's data as zarr-python reads it, inside the array's shape as stored now."""
     array = zarr.open_array(str(path), mode="r")
     states = {}
-    for index in np.ndindex(*(n // s for n, s in zip(old.shape, shards, strict=True))):
-        box = tuple(slice(i * s, (i + 1) * s) for i, s in zip(index, shards, strict=True))
+    for index in np.ndindex(*(-(-n // s) for n, s in zip(old.shape, shards, strict=True))):
+        box = tuple(
+            slice(i * s, min((i + 1) * s, n))
+            for i, s, n in zip(index, shards, array.shape, strict=True)
+        )
         key = "c/" + "/".join(map(str, index))
+        if any(b.start >= b.stop for b in box):
+            continue  # beyond the stored shape: not part of the array
         try:
             got = np.asarray(array[box])
         except Exception:
             states[key] = "unreadable"
             continue
-        if (got == old[box]).all():
+        if (old[box] == new[box]).all():
+            states[key] = "same" if (got == old[box]).all() else "mixed"
+        elif (got == old[box]).all():
             states[key] = "old"
         elif (got == new[box]).all():
             states[key] = "new"
@@ -86,6 +98,9 @@ def _write(strategy: str, path: Path, new: Any, resume: bool = False) -> None:
             max_mem=100_000,
             resume=resume,
         )
+    elif strategy == "append_dim":
+        added = new[GROWN["old"][0] :]
+        shardpipe.to_sharded_zarr(added, str(path), append_dim=0, resume=resume)
     else:
         shardpipe.to_sharded_zarr(
             new[REGION], str(path), region=REGION, write_strategy=strategy, resume=resume
@@ -103,6 +118,14 @@ def scenario(work: Path, strategy: str, free_kib: int) -> dict[str, Any]:
             old = np.zeros(PARTS["shape"], "uint16")
             _, new = _arrays(PARTS["shape"], None)
             shards = PARTS["shards"]
+        elif strategy == "append_dim":
+            _, new = _arrays(GROWN["new"], None)
+            old = new.copy()
+            old[GROWN["old"][0] :] = 0  # the fill value, where the array has not grown yet
+            shards = UPDATE["shards"]
+            shardpipe.to_sharded_zarr(
+                new[: GROWN["old"][0]], str(path), shards=shards, chunks=UPDATE["chunks"]
+            )
         else:
             old, new = _arrays(UPDATE["shape"], REGION)
             shards = UPDATE["shards"]
@@ -123,9 +146,10 @@ def scenario(work: Path, strategy: str, free_kib: int) -> dict[str, Any]:
         except Exception as err:
             result["whole_read"] = f"{type(err).__name__}: {err}"
         result["shards"] = _shard_states(path, shards, old, new)
-        result["verify"] = [key for key, _ in shardpipe.verify(str(path)).problems]
+        result["verify"] = shardpipe.verify(str(path)).problems
         os.unlink(where / "filler")
-        _write(strategy, path, new, resume=True)
+        if result["error"] is not None or strategy != "append_dim":  # a finished append is done
+            _write(strategy, path, new, resume=True)
         after = np.asarray(zarr.open_array(str(path), mode="r")[...])
         result["resumed"] = bool((after == new).all())
         return result
