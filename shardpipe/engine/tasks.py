@@ -136,7 +136,9 @@ def _gather(
     part: PartPlan,
     pieces: tuple[Piece, ...],
     old: OldChunks | None = None,
-) -> Iterator[tuple[int, Buffer | None]]:
+    *,
+    scattered: bool = False,
+) -> Iterator[tuple[int, EncodedChunk | None]]:
     """Assemble the chunks of ``part`` from pieces and encode those not yet encoded.
 
     With ``old``, partly covered chunks start from their old content.
@@ -147,7 +149,7 @@ def _gather(
     raw = [bits for piece in pieces for bits in piece.raw]
     if not raw:
         return iter(_in_order(target.shard_format, part, encoded))
-    return _assemble(target, shard, part, raw, encoded, old)
+    return _assemble(target, shard, part, raw, encoded, old, scattered=scattered)
 
 
 def _assemble(
@@ -157,12 +159,15 @@ def _assemble(
     raw: list[tuple[Box, np.ndarray]],
     encoded: dict[int, Buffer | None],
     old: OldChunks | None,
-) -> Iterator[tuple[int, Buffer | None]]:
+    *,
+    scattered: bool = False,
+) -> Iterator[tuple[int, EncodedChunk | None]]:
     """Paste ``raw`` (boxes and values) on a canvas of ``part``; encode what ``encoded`` lacks.
 
     The canvas is chunk-major (:class:`~shardpipe.codec.canvas.ChunkCanvas`): one
     copy of each raw element, and each chunk encoded from where it lies.
-    Chunks are encoded lazily, in C order, as they are asked for.
+    Chunks are encoded lazily, in C order, as they are asked for
+    (:func:`_encode_canvas`).
     """
     layout = target.layout
     origin = tuple(start for start, _ in part.chunks.element_box(layout, shard))
@@ -174,16 +179,36 @@ def _assemble(
         _paste_old(target, shard, part, old, canvas)
     for box, values in raw:
         canvas.paste(box, values)
-    return _encode_canvas(target, canvas, encoded)
+    return _encode_canvas(target, canvas, encoded, scattered=scattered)
 
 
 def _encode_canvas(
-    target: WriteTarget, canvas: ChunkCanvas, encoded: dict[int, Buffer | None]
-) -> Iterator[tuple[int, Buffer | None]]:
+    target: WriteTarget,
+    canvas: ChunkCanvas,
+    encoded: dict[int, Buffer | None],
+    *,
+    scattered: bool = False,
+) -> Iterator[tuple[int, EncodedChunk | None]]:
+    """Each chunk of ``canvas`` by index slot, in C order: from ``encoded``, else encoded now.
+
+    As :func:`_encode_held`: lazily, up to ``target.encoders`` chunks at once
+    while cores are idle; ``scattered``: a chunk may come as several buffers.
+    """
+    codec = target.codec
+    encode_slot: Callable[[np.ndarray], EncodedChunk | None] = (
+        codec.encode_slot_scattered if scattered else codec.encode_slot
+    )
+
+    def encode_job(job: tuple[int, np.ndarray | None]) -> tuple[int, EncodedChunk | None]:
+        slot, chunk_slot = job
+        return slot, encoded[slot] if chunk_slot is None else encode_slot(chunk_slot)
+
     slot_of = target.shard_format.slot
-    for local, chunk_slot in canvas.slots():
-        slot = slot_of(local)
-        yield slot, encoded[slot] if slot in encoded else target.codec.encode_slot(chunk_slot)
+    jobs = (
+        (slot, None if slot in encoded else chunk_slot)
+        for slot, chunk_slot in ((slot_of(local), s) for local, s in canvas.slots())
+    )
+    return encode_in_order(encode_job, jobs, target.encoders)
 
 
 def _paste_old(
@@ -227,7 +252,7 @@ def _cut_in_task(
         common = intersect(box, part.region)
         if common is not None:
             raw.append((common, np.asarray(block)[box_to_slices(common, [a for a, _ in box])]))
-    return _assemble(target, shard, part, raw, {}, old)
+    return _assemble(target, shard, part, raw, {}, old, scattered=scattered)
 
 
 def _encode_held(
@@ -362,7 +387,7 @@ def encode_part(
     :func:`~shardpipe.formats.base.lay_out_part`).
     """
     if block_boxes is None:
-        return _gather(target, shard, part, sources, old)
+        return _gather(target, shard, part, sources, old, scattered=scattered)
     partial = old is not None and any(part.chunks.contains(c) for c in old.partial)
     if part.is_direct and not partial:
         holders = [0] * part.chunks.n_chunks

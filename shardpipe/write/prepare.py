@@ -24,6 +24,7 @@ from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
 from shardpipe.engine.scheduler import check_store_reachable
+from shardpipe.engine.source_window import in_shard_blocks
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
 from shardpipe.journal.job_record import job_identity, waves_done
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -148,7 +149,8 @@ def prepare_write(
     shard_shape, chunk_shape = resolve_shapes(
         arr.shape, arr.dtype.itemsize, given.shards, given.chunks
     )
-    array = as_dask_array(arr, shard_shape)
+    given_array = as_dask_array(arr, shard_shape)
+    array = in_shard_blocks(given_array, shard_shape)
     check_fill_value(given.fill_value, array.dtype)
     check_dimension_names(given.dimension_names, array.ndim)
     settings["compressors"] = checksummed_compressors(
@@ -177,7 +179,7 @@ def prepare_write(
         part_limit=part_limit,
     )
     identity = job_identity(
-        {"dask": array.name} if source_identity is None else source_identity,
+        {"dask": given_array.name} if source_identity is None else source_identity,
         json.loads(metadata_bytes(metadata)),
     )
     if not resuming:
