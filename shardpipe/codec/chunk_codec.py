@@ -332,20 +332,6 @@ class ChunkCodec:
             return plain.encode_slot(slot)
         return self._encode_chain(chunk)
 
-    def encode_slot_scattered(self, slot: np.ndarray) -> EncodedChunk | None:
-        """:meth:`encode_slot`, maybe as several buffers to write back to back (fewer copies).
-
-        As :meth:`encode_scattered`: a compressed chunk and its CRC32C come as
-        two buffers; the concatenation is always :meth:`encode_slot`'s bytes.
-        """
-        chunk = self.slot_chunk(slot)
-        if not self.write_empty_chunks and self.is_fill(chunk):
-            return None
-        plain = self.plain
-        if plain is not None:
-            return plain.encode_slot_scattered(slot)
-        return self._encode_chain(chunk)
-
     def _encode_chain(self, chunk: np.ndarray) -> BytesLike:
         """Encode one chunk through the codec objects, step by step (any chain)."""
         data: Any = self.spec.prototype.nd_buffer.from_numpy_array(

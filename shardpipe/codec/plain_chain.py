@@ -252,13 +252,6 @@ class PlainChain:
             return out
         return self._compress(slot[: self.chunk_nbytes])
 
-    def encode_slot_scattered(self, slot: np.ndarray) -> EncodedChunk:
-        """:meth:`encode_slot`, the CRC32C after a compressor as a buffer of its own (no copy)."""
-        if not (self.crc_last and self.compressors):
-            return self.encode_slot(slot)
-        body = self._compressed(slot[: self.chunk_nbytes])
-        return body, crc32c_bytes(body)
-
     def _compress(self, raw: np.ndarray) -> BytesLike:
         """Run the compressors (and a final CRC32C) on raw bytes; without any, ``raw`` itself.
 

@@ -101,13 +101,13 @@ def test_idle_cores_encode_chunks_of_misaligned_blocks(
     monkeypatch.setattr(encoders, "task_threads", lambda: 4)
     monkeypatch.setattr(spec, "CPU_COUNT", 4)
     threads: set[str] = set()
-    real = ChunkCodec.encode_slot_scattered
+    real = ChunkCodec.encode_slot
 
     def seen(self: ChunkCodec, slot: np.ndarray) -> Any:
         threads.add(threading.current_thread().name)
         return real(self, slot)
 
-    monkeypatch.setattr(ChunkCodec, "encode_slot_scattered", seen)
+    monkeypatch.setattr(ChunkCodec, "encode_slot", seen)
     data = noisy(SHARDS)
     with dask.config.set(scheduler="threads", num_workers=2):
         shardpipe.to_sharded_zarr(

@@ -127,9 +127,6 @@ def test_encode_gives_the_bytes_of_the_codec_objects(
     scattered = codec.encode_scattered(chunk)
     assert scattered is not None
     assert comparable(joined(scattered), compressor, checksums) == expected
-    from_slot_scattered = codec.encode_slot_scattered(slot)
-    assert from_slot_scattered is not None
-    assert comparable(joined(from_slot_scattered), compressor, checksums) == expected
 
 
 def joined(encoded: Any) -> bytes:
@@ -194,7 +191,6 @@ def test_fill_chunks_are_not_stored_on_every_path() -> None:
     slot = np.empty(codec.slot_nbytes, dtype=np.uint8)
     codec.slot_chunk(slot)[...] = nan
     assert codec.encode_slot(slot) is None
-    assert codec.encode_slot_scattered(slot) is None
 
 
 @given(data=st.data())
