@@ -183,24 +183,18 @@ def _encode_canvas(
 ) -> Iterator[tuple[int, Buffer | None]]:
     """Each chunk of ``canvas`` by index slot, in C order: from ``encoded``, else encoded now.
 
-    As :func:`_encode_held`: lazily, up to ``target.encoders`` chunks at once
-    while cores are idle. A compressed chunk comes whole, its CRC32C appended
-    (a copy), not as two buffers: measured, the peak RSS of slab writes rose
-    by 6-9 MiB with the compressor's outputs kept (glibc's heap around the
-    canvases of successive shards), for no CPU time measurably saved.
+    On the task's thread, one chunk at a time, and each compressed chunk
+    whole (its CRC32C appended, a copy), not as two buffers: measured on
+    slab writes from computed blocks, keeping the compressor's outputs
+    raised the peak RSS by 6-9 MiB and encoding on idle cores
+    (:func:`~shardpipe.engine.encoders.encode_in_order`) by 2-4 MiB (glibc's
+    heaps around the canvases of successive shards), for no CPU time
+    measurably saved.
     """
-    encode_slot = target.codec.encode_slot
-
-    def encode_job(job: tuple[int, np.ndarray | None]) -> tuple[int, Buffer | None]:
-        slot, chunk_slot = job
-        return slot, encoded[slot] if chunk_slot is None else encode_slot(chunk_slot)
-
     slot_of = target.shard_format.slot
-    jobs = (
-        (slot, None if slot in encoded else chunk_slot)
-        for slot, chunk_slot in ((slot_of(local), s) for local, s in canvas.slots())
-    )
-    return encode_in_order(encode_job, jobs, target.encoders)
+    for local, chunk_slot in canvas.slots():
+        slot = slot_of(local)
+        yield slot, encoded[slot] if slot in encoded else target.codec.encode_slot(chunk_slot)
 
 
 def _paste_old(

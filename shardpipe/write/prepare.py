@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any, Unpack
 
+import dask.array as da
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe import advice
@@ -149,8 +150,7 @@ def prepare_write(
     shard_shape, chunk_shape = resolve_shapes(
         arr.shape, arr.dtype.itemsize, given.shards, given.chunks
     )
-    given_array = as_dask_array(arr, shard_shape)
-    array = in_shard_blocks(given_array, shard_shape)
+    array = as_dask_array(arr, shard_shape)
     check_fill_value(given.fill_value, array.dtype)
     check_dimension_names(given.dimension_names, array.ndim)
     settings["compressors"] = checksummed_compressors(
@@ -170,22 +170,17 @@ def prepare_write(
     resuming = bool(given.resume) and target.shards.get(target.key("zarr.json")) is not None
     layout = ShardLayout(tuple(array.shape), shard_shape, chunk_shape)
     codec = ChunkCodec.from_metadata(metadata)
-    plan = _plan(
-        Placement.whole(layout, BlockGrid(array.chunks)),
-        codec,
-        given.max_mem,
-        target,
-        metadata,
-        part_limit=part_limit,
+    source, plan = _source_and_plan(
+        array, layout, codec, given.max_mem, target, metadata, part_limit=part_limit
     )
     identity = job_identity(
-        {"dask": given_array.name} if source_identity is None else source_identity,
+        {"dask": array.name} if source_identity is None else source_identity,
         json.loads(metadata_bytes(metadata)),
     )
     if not resuming:
         check_target(target, given.overwrite)
     job = ShardedWrite(
-        array,
+        source,
         target,
         create_kwargs,
         metadata,
@@ -387,6 +382,36 @@ def _prepare_update(
         if resume
         else frozenset(),
     )
+
+
+def _source_and_plan(
+    array: da.Array,
+    layout: ShardLayout,
+    codec: ChunkCodec,
+    budget: int,
+    target: ResolvedStore,
+    metadata: ArrayV3Metadata,
+    *,
+    part_limit: int | None,
+) -> tuple[da.Array, WritePlan]:
+    """The blocks a new array is written from, and their plan.
+
+    Blocks that are views of a NumPy array and do not line up with the
+    shards are read in blocks of one shard
+    (:func:`~shardpipe.engine.source_window.in_shard_blocks`) when that plan
+    fits ``budget``; else, and for any other source, the blocks as given.
+    """
+    in_shards = in_shard_blocks(array, layout.shard_shape)
+    if in_shards is not array:
+        try:
+            placement = Placement.whole(layout, BlockGrid(in_shards.chunks))
+            plan = _plan(placement, codec, budget, target, metadata, part_limit=part_limit)
+        except MemoryBudgetError:
+            pass  # a shard's block would not fit max_mem: gather it from the smaller ones
+        else:
+            return in_shards, plan
+    placement = Placement.whole(layout, BlockGrid(array.chunks))
+    return array, _plan(placement, codec, budget, target, metadata, part_limit=part_limit)
 
 
 def _plan(

@@ -12,7 +12,7 @@ zarr-python and tensorstore read the result back equal.
 
 from __future__ import annotations
 
-import threading
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from zarr.codecs import ZstdCodec
 import shardpipe
 import shardpipe.engine.encoders as encoders
 import shardpipe.write.spec as spec
-from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.engine.source_window import in_shard_blocks
 from tests.support.readers import read_tensorstore
 
@@ -94,34 +93,6 @@ def test_misaligned_blocks_and_slabs_write_the_bytes_of_aligned_blocks(
     np.testing.assert_array_equal(read_tensorstore(str(tmp_path / "misaligned")), data)
 
 
-def test_idle_cores_encode_chunks_of_misaligned_blocks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """One shard fed by many blocks: its chunks are encoded on the idle cores too."""
-    monkeypatch.setattr(encoders, "task_threads", lambda: 4)
-    monkeypatch.setattr(spec, "CPU_COUNT", 4)
-    threads: set[str] = set()
-    real = ChunkCodec.encode_slot
-
-    def seen(self: ChunkCodec, slot: np.ndarray) -> Any:
-        threads.add(threading.current_thread().name)
-        return real(self, slot)
-
-    monkeypatch.setattr(ChunkCodec, "encode_slot", seen)
-    data = noisy(SHARDS)
-    with dask.config.set(scheduler="threads", num_workers=2):
-        shardpipe.to_sharded_zarr(
-            source(data, "misaligned", computed=True),
-            str(tmp_path / "one"),
-            shards=SHARDS,
-            chunks=CHUNKS,
-            compressors=[ZstdCodec(level=1)],
-            storage_options={"fsync": False},
-        )
-    assert any(name.startswith("shardpipe-encode") for name in threads)
-    np.testing.assert_array_equal(read_tensorstore(str(tmp_path / "one")), data)
-
-
 @pytest.mark.parametrize("blocks", ["misaligned", "slabs"])
 def test_views_of_a_numpy_array_are_read_in_blocks_of_one_shard(blocks: str) -> None:
     """No gathering where the blocks are views: the same array, one block per shard."""
@@ -138,3 +109,21 @@ def test_views_of_a_numpy_array_are_read_in_blocks_of_one_shard(blocks: str) -> 
     assert in_shard_blocks(computed, SHARDS) is computed  # blocks made by tasks: as they are
     aligned = source(data, "aligned", computed=False)
     assert in_shard_blocks(aligned, SHARDS) is aligned
+
+
+def test_views_are_read_in_shards_only_where_that_fits_max_mem(tmp_path: Path) -> None:
+    """The plan of misaligned views: shard blocks; gathered from the views if those don't fit."""
+    data = noisy(SHAPE)
+    views = source(data, "misaligned", computed=False)
+    options: dict[str, Any] = {"shards": SHARDS, "chunks": CHUNKS}
+    roomy = shardpipe.prepare_write(views, str(tmp_path / "roomy"), **options)
+    assert roomy.plan.blocks.chunks == ((16, 16, 8), (64, 32), (64, 16))
+    assert "encode-piece" not in roomy.plan.task_counts
+    shard_block = math.prod(SHARDS) * data.itemsize  # 128 KiB; a given block is 15 kB
+    tight = shardpipe.prepare_write(
+        views, str(tmp_path / "tight"), max_mem=shard_block - 1, **options
+    )
+    assert tight.plan.blocks.chunks == views.chunks  # a shard's block would not fit
+    with dask.config.set(scheduler="threads", num_workers=2):
+        tight.execute()
+    np.testing.assert_array_equal(read_tensorstore(str(tmp_path / "tight")), data)
