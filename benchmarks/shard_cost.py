@@ -31,6 +31,12 @@ less, in one process on the same data:
     thread (:func:`shardpipe.engine.encoders.task_threads` forced to 1) and
     on the idle cores (the default), alternately, ``--reps`` times each:
     wall times (median and best).
+``peak``
+    One shardpipe write of the volume in this process (``--blocks``,
+    ``--source``, ``--threads``; ``--serial``: every chunk on its task's
+    thread): the peak RSS above the RSS before the write, in MiB (Linux:
+    ``VmHWM`` of ``/proc/self/status``, reset through ``clear_refs``). Run
+    it once per process, alternating the cases: peaks are not additive.
 """
 
 from __future__ import annotations
@@ -65,6 +71,48 @@ def _same(block: np.ndarray) -> np.ndarray:
     return block
 
 
+def _dask_source(volume: np.ndarray, blocks: str, source: str) -> Any:
+    """The volume in Dask blocks ``blocks``: views of it, or each computed by a task."""
+    import dask.array as da
+
+    x = da.from_array(volume, chunks=block_shape(blocks, volume.shape))
+    return x.map_blocks(_same, dtype=x.dtype) if source == "computed" else x
+
+
+def _status_mib(field: str) -> float:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def peak_rss(
+    shape: tuple[int, ...], codec: str, threads: int, out: Path, *, blocks: str, source: str
+) -> dict[str, float]:
+    """MiB of peak RSS above the RSS before one write of the noisy volume (Linux only)."""
+    import gc
+
+    import dask
+
+    import shardpipe
+
+    x = _dask_source(make_volume(shape, kind="noisy"), blocks, source)
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
+    before = _status_mib("VmRSS")
+    with dask.config.set(scheduler="threads", num_workers=threads):
+        shardpipe.to_sharded_zarr(
+            x,
+            str(out / "peak"),
+            shards=SHARDS,
+            chunks=CHUNKS,
+            compressors=_compressors(codec),
+            storage_options={"fsync": False},
+        )
+    return {"before_mib": before, "peak_above_mib": _status_mib("VmHWM") - before}
+
+
 def shard_tasks(
     shape: tuple[int, ...],
     codec: str,
@@ -77,7 +125,6 @@ def shard_tasks(
 ) -> dict[str, Any]:
     """Thread CPU seconds of every shard task of shardpipe and of the format-work limit."""
     import dask
-    import dask.array as da
 
     import shardpipe
     import shardpipe.engine.encoders as encoders
@@ -89,9 +136,7 @@ def shard_tasks(
     encoders.task_threads = lambda: 1
 
     volume = make_volume(shape, kind="noisy")
-    x = da.from_array(volume, chunks=block_shape(blocks, shape))
-    if source == "computed":
-        x = x.map_blocks(_same, dtype=x.dtype)
+    x = _dask_source(volume, blocks, source)
     times: dict[str, list[float]] = {"format": [], "shardpipe": []}
     writes: dict[str, list[tuple[float, float, float]]] = {"format": [], "shardpipe": []}
 
@@ -224,9 +269,10 @@ def report_one_shard(results: dict[str, list[float]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m benchmarks.shard_cost [tasks|one-shard] [options]``."""
+    """Command line: ``python -m benchmarks.shard_cost [tasks|one-shard|peak] [options]``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", nargs="?", choices=["tasks", "one-shard"], default="tasks")
+    parser.add_argument("what", nargs="?", choices=["tasks", "one-shard", "peak"], default="tasks")
+    parser.add_argument("--serial", action="store_true", help="peak: chunks on task threads")
     parser.add_argument("--codec", choices=["zstd1", "none"], default="zstd1")
     parser.add_argument("--shape", type=int, nargs=3, default=[256, 1024, 1024])
     parser.add_argument("--threads", type=int, default=2)
@@ -257,6 +303,23 @@ def main(argv: list[str] | None = None) -> None:
             if args.json is not None:
                 result["case"] = {k: v for k, v in vars(args).items() if k != "json"}
                 args.json.write_text(json.dumps(result, indent=1))
+        elif args.what == "peak":
+            if args.serial:
+                import shardpipe.engine.encoders as encoders
+
+                encoders.task_threads = lambda: 1
+            peak = peak_rss(
+                tuple(args.shape),
+                args.codec,
+                args.threads,
+                out,
+                blocks=args.blocks,
+                source=args.source,
+            )
+            print(
+                f"peak {args.blocks} ({args.source}){' serial' if args.serial else ''}: "
+                f"+{peak['peak_above_mib']:.1f} MiB above {peak['before_mib']:.0f} MiB"
+            )
         else:
             report_one_shard(one_shard(args.reps, args.codec, out))
 
