@@ -8,28 +8,41 @@ less, in one process on the same data:
 ``tasks`` (default)
     The suite's noisy ``uint16`` volume (``--shape``, default (256, 1024,
     1024), 512 MiB) written in shards (128, 256, 256) of chunks (64, 64, 64)
-    by shardpipe (Dask blocks of one shard, threaded scheduler, no fsync)
-    and by the format-work limit, alternately, ``--reps`` times each, on
-    ``--threads`` threads. Each shard task is timed by its own thread's CPU
-    clock (``time.thread_time``): shardpipe's ``write_shard`` and the
-    limit's per-shard function; shardpipe encodes every chunk on its task's
-    thread here (no encoding on idle cores, which would move work off the
+    by shardpipe (threaded scheduler, no fsync) and by the format-work
+    limit, alternately, ``--reps`` times each, on ``--threads`` threads.
+    shardpipe's Dask blocks are ``--blocks``: the suite's ``aligned`` (one
+    shard each), ``misaligned`` (100, 100, 100) or ``slabs`` (single
+    planes); ``--source views`` (default: ``da.from_array`` of the volume,
+    as the suite) or ``computed`` (each block returned by a task of its
+    own, at no cost: shards are then gathered from pieces of blocks).
+    Each shard task is timed by its own thread's CPU clock
+    (``time.thread_time``): shardpipe's ``write_shard`` and the limit's
+    per-shard function; shardpipe encodes every chunk on its task's thread
+    here (no encoding on idle cores, which would move work off the
     task's clock). Reported: the minimum, 10th percentile and
     median per shard, their ratios (limit / shardpipe: 1.0 means shardpipe
     does no more work per shard than the format needs), and each write's
     process CPU seconds beside the sum of its shard tasks (the rest is work
-    outside the shard tasks: graph, scheduler, metadata).
+    outside the shard tasks: graph, scheduler, metadata, block tasks), and
+    the ratio of the writes' process CPU seconds (limit / shardpipe).
 ``one-shard``
     One shard of that volume (128, 256, 256), 16 MiB, written whole, then
     its first half rewritten as a region update, with chunks encoded on one
     thread (:func:`shardpipe.engine.encoders.task_threads` forced to 1) and
     on the idle cores (the default), alternately, ``--reps`` times each:
     wall times (median and best).
+``peak``
+    One shardpipe write of the volume in this process (``--blocks``,
+    ``--source``, ``--threads``; ``--serial``: every chunk on its task's
+    thread): the peak RSS above the RSS before the write, in MiB (Linux:
+    ``VmHWM`` of ``/proc/self/status``, reset through ``clear_refs``). Run
+    it once per process, alternating the cases: peaks are not additive.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import tempfile
@@ -41,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import format_limit
-from benchmarks.cases import CHUNKS, SHARDS, Case
+from benchmarks.cases import CHUNKS, SHARDS, Case, block_shape
 from benchmarks.volumes import make_volume
 
 MIB = 1 << 20
@@ -53,12 +66,65 @@ def _compressors(codec: str) -> Any:
     return [ZstdCodec(level=1)] if codec == "zstd1" else None
 
 
+def _same(block: np.ndarray) -> np.ndarray:
+    """A block as it comes (a task of its own that computes nothing)."""
+    return block
+
+
+def _dask_source(volume: np.ndarray, blocks: str, source: str) -> Any:
+    """The volume in Dask blocks ``blocks``: views of it, or each computed by a task."""
+    import dask.array as da
+
+    x = da.from_array(volume, chunks=block_shape(blocks, volume.shape))
+    return x.map_blocks(_same, dtype=x.dtype) if source == "computed" else x
+
+
+def _status_mib(field: str) -> float:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def peak_rss(
+    shape: tuple[int, ...], codec: str, threads: int, out: Path, *, blocks: str, source: str
+) -> dict[str, float]:
+    """MiB of peak RSS above the RSS before one write of the noisy volume (Linux only)."""
+    import gc
+
+    import dask
+
+    import shardpipe
+
+    x = _dask_source(make_volume(shape, kind="noisy"), blocks, source)
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
+    before = _status_mib("VmRSS")
+    with dask.config.set(scheduler="threads", num_workers=threads):
+        shardpipe.to_sharded_zarr(
+            x,
+            str(out / "peak"),
+            shards=SHARDS,
+            chunks=CHUNKS,
+            compressors=_compressors(codec),
+            storage_options={"fsync": False},
+        )
+    return {"before_mib": before, "peak_above_mib": _status_mib("VmHWM") - before}
+
+
 def shard_tasks(
-    shape: tuple[int, ...], codec: str, threads: int, reps: int, out: Path
+    shape: tuple[int, ...],
+    codec: str,
+    threads: int,
+    reps: int,
+    out: Path,
+    *,
+    blocks: str = "aligned",
+    source: str = "views",
 ) -> dict[str, Any]:
     """Thread CPU seconds of every shard task of shardpipe and of the format-work limit."""
     import dask
-    import dask.array as da
 
     import shardpipe
     import shardpipe.engine.encoders as encoders
@@ -70,7 +136,7 @@ def shard_tasks(
     encoders.task_threads = lambda: 1
 
     volume = make_volume(shape, kind="noisy")
-    x = da.from_array(volume, chunks=SHARDS)
+    x = _dask_source(volume, blocks, source)
     times: dict[str, list[float]] = {"format": [], "shardpipe": []}
     writes: dict[str, list[tuple[float, float, float]]] = {"format": [], "shardpipe": []}
 
@@ -138,6 +204,12 @@ def report_tasks(result: dict[str, Any]) -> None:
         "format-work limit / shardpipe, per shard task CPU: "
         f"min {ratios[0]:.3f}  p10 {ratios[1]:.3f}  median {ratios[2]:.3f}"
     )
+    cpu = {name: sorted(c for _, c, _ in writes[name]) for name in ("format", "shardpipe")}
+    print(
+        "format-work limit / shardpipe, per write process CPU: "
+        f"min {cpu['format'][0] / cpu['shardpipe'][0]:.3f}  "
+        f"median {statistics.median(cpu['format']) / statistics.median(cpu['shardpipe']):.3f}"
+    )
 
 
 def one_shard(reps: int, codec: str, out: Path) -> dict[str, list[float]]:
@@ -197,21 +269,57 @@ def report_one_shard(results: dict[str, list[float]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m benchmarks.shard_cost [tasks|one-shard] [options]``."""
+    """Command line: ``python -m benchmarks.shard_cost [tasks|one-shard|peak] [options]``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", nargs="?", choices=["tasks", "one-shard"], default="tasks")
+    parser.add_argument("what", nargs="?", choices=["tasks", "one-shard", "peak"], default="tasks")
+    parser.add_argument("--serial", action="store_true", help="peak: chunks on task threads")
     parser.add_argument("--codec", choices=["zstd1", "none"], default="zstd1")
     parser.add_argument("--shape", type=int, nargs=3, default=[256, 1024, 1024])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--blocks", choices=["aligned", "misaligned", "slabs"], default="aligned")
+    parser.add_argument("--source", choices=["views", "computed"], default="views")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args(argv)
     Path("benchmarks/out").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="shard-cost-", dir="benchmarks/out") as tmp:
         out = Path(tmp)
         if args.what == "tasks":
             shape = tuple(args.shape)
-            print(f"volume noisy {shape} uint16, {np.prod(shape) * 2 / MIB:.0f} MiB, {args.codec}")
-            report_tasks(shard_tasks(shape, args.codec, args.threads, args.reps, out))
+            print(
+                f"volume noisy {shape} uint16, {np.prod(shape) * 2 / MIB:.0f} MiB, {args.codec}, "
+                f"blocks {args.blocks} ({args.source})"
+            )
+            result = shard_tasks(
+                shape,
+                args.codec,
+                args.threads,
+                args.reps,
+                out,
+                blocks=args.blocks,
+                source=args.source,
+            )
+            report_tasks(result)
+            if args.json is not None:
+                result["case"] = {k: v for k, v in vars(args).items() if k != "json"}
+                args.json.write_text(json.dumps(result, indent=1))
+        elif args.what == "peak":
+            if args.serial:
+                import shardpipe.engine.encoders as encoders
+
+                encoders.task_threads = lambda: 1
+            peak = peak_rss(
+                tuple(args.shape),
+                args.codec,
+                args.threads,
+                out,
+                blocks=args.blocks,
+                source=args.source,
+            )
+            print(
+                f"peak {args.blocks} ({args.source}){' serial' if args.serial else ''}: "
+                f"+{peak['peak_above_mib']:.1f} MiB above {peak['before_mib']:.0f} MiB"
+            )
         else:
             report_one_shard(one_shard(args.reps, args.codec, out))
 

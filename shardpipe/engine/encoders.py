@@ -8,7 +8,8 @@ idle cores can encode the next chunks of a running task: zstd, blosc, gzip,
 NumPy's copies and crc32c release the GIL, so those encodings run in parallel.
 
 :func:`encode_in_order` does it: it hands chunks to a thread pool the process
-shares and yields their encodings in order. Before each chunk is handed on
+shares, encodes one of every window on the task's own thread, and yields
+the encodings in order. Before each chunk is handed on
 it sizes its window again: one, plus the cores that no task of this process
 (:func:`encoding_task` counts them) keeps busy, up to the task's ``most``.
 When other tasks start, it falls back to encoding one chunk at a time on the
@@ -16,9 +17,11 @@ task's own thread; the bytes are the same either way, and in the same order.
 
 Memory: each chunk being encoded holds the memory model's ``working`` bytes
 (:class:`~shardpipe.core.memory.MemoryModel`); a window of ``e`` chunks holds
-``(e - 1) x working`` more than one. The pool a task uses has ``most``
-threads, so no more than ``most`` threads ever hold a scratch buffer of the
-write's codec. ``most`` comes from the write's plan
+``(e - 1) x working`` more than one. The task's own thread encodes one chunk
+of its window and the pool ``e - 1``: the pool a task uses has ``most - 1``
+threads, so no more than ``most - 1`` threads besides the tasks' ever hold a
+scratch buffer of the write's codec, or a malloc arena of encoded chunks.
+``most`` comes from the write's plan
 (:meth:`~shardpipe.core.plan.WritePlan.encoders`): the largest window that
 keeps every task within ``max_mem``.
 """
@@ -81,9 +84,10 @@ def window(most: int) -> int:
 def _shared_pool(threads: int) -> ThreadPoolExecutor:
     """The process's pool of ``threads`` encoding threads (made again in a forked child).
 
-    Tasks allowed the same window share one pool: no more threads than that
-    ever encode their chunks, so no more per-thread scratch buffers exist
-    for their codec (:class:`~shardpipe.codec.plain_chain.PlainChain`).
+    Tasks allowed the same window share one pool of one thread fewer (each
+    task's own thread encodes too): no more threads than that ever encode
+    their chunks, so no more per-thread scratch buffers (and malloc arenas)
+    exist for their codec (:class:`~shardpipe.codec.plain_chain.PlainChain`).
     """
     global _pools_pid
     with _lock:
@@ -103,23 +107,49 @@ def encode_in_order[T, R](encode: Callable[[T], R], jobs: Iterable[T], most: int
 
     Lazily: a job is taken from ``jobs`` only when the window has room, so
     at most a window of jobs and their results are held beyond the caller's.
-    With a window of one, jobs are encoded on the calling thread. An
-    exception of ``encode`` is raised here, at its job's turn; jobs handed on
-    after it are cancelled or waited for before it propagates.
+    The calling thread encodes its share: with a window of ``w``, ``w - 1``
+    jobs go to the pool while it encodes the next one itself, so the pool
+    needs ``most - 1`` threads, and a window of one is encoded on the
+    calling thread alone. A thread that allocates gets a malloc arena of its
+    own (glibc), which keeps what it freed for the next allocation: fewer
+    threads encoding means fewer arenas holding encoded chunks, a lower peak
+    RSS. An exception of ``encode`` is raised here, at its job's turn; jobs
+    handed on after it are cancelled or waited for before it propagates.
     """
-    pending: deque[Future[R]] = deque()
+    pending: deque[Future[R] | _Done[R]] = deque()
+    in_pool = 0
     try:
         for job in jobs:
             width = window(most)
             while len(pending) >= width:
-                yield pending.popleft().result()
-            if pending or width > 1:
-                pending.append(_shared_pool(most).submit(encode, job))
+                first = pending.popleft()
+                if isinstance(first, Future):
+                    in_pool -= 1
+                yield first.result()
+            if in_pool < width - 1:
+                pending.append(_shared_pool(most - 1).submit(encode, job))
+                in_pool += 1
+            elif pending:
+                pending.append(_Done(encode(job)))
             else:
                 yield encode(job)
         while pending:
             yield pending.popleft().result()
     finally:
-        for future in pending:
+        running = [p for p in pending if isinstance(p, Future)]
+        for future in running:
             future.cancel()
-        wait(pending)
+        wait(running)
+
+
+class _Done[R]:
+    """A job the calling thread encoded, waiting for its turn behind the pool's."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: R) -> None:
+        self.value = value
+
+    def result(self) -> R:
+        """The encoding (as :meth:`concurrent.futures.Future.result`)."""
+        return self.value

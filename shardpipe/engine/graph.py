@@ -192,10 +192,18 @@ def build_write_graph(
         tasks[key] = Task(key, bound, *(ref(dep) for dep in deps))
         return key
 
+    boxes_of: dict[Coords, Box] = {}  # one box per block, shared by the parts it feeds
+
+    def block_box(block: Coords) -> Box:
+        box = boxes_of.get(block)
+        if box is None:
+            box = boxes_of[block] = plan.placement.block_box(block)
+        return box
+
     def sources(coords: Coords, part: PartPlan) -> tuple[list[Any], tuple[Box, ...] | None]:
         """The blocks feeding a part (with their boxes), or the pieces they make."""
         if part.is_direct or (in_process and part.gather_in_task):
-            boxes = tuple(plan.placement.block_box(b) for b in part.blocks)
+            boxes = tuple(block_box(b) for b in part.blocks)
             return [blocks[b] for b in part.blocks], boxes
         pieces = [
             call(
@@ -203,7 +211,7 @@ def build_write_graph(
                 "encode-piece",
                 piece_target,
                 blocks[b],
-                block_box=plan.placement.block_box(b),
+                block_box=block_box(b),
                 shard=coords,
                 part=part,
             )

@@ -6,15 +6,28 @@ tasks, and Dask's culling of such a graph lists every key of the source
 first: about 4-5 s for 7.5 million blocks, once per wave of a write. For
 such a source, :func:`read_window` makes a new small Dask array over a
 *window* on the same array-like instead, whose blocks are the wanted ones.
+
+A source made by ``da.from_array`` over a NumPy array in memory can also be
+read in any other blocks at no cost: its blocks are views. When its blocks
+do not line up with the shards (cubes across shard edges, single-plane
+slabs), every shard would be gathered from pieces of several blocks: a
+canvas to paste them on, a task per block and a read gate per block.
+:func:`in_shard_blocks` reads it in blocks of one shard instead, so each
+shard is cut from a view of its own region like aligned blocks are.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from typing import Any
 
 import dask.array as da
+import numpy as np
 from dask.blockwise import Blockwise
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+from shardpipe.core.grid import Box, Coords
 
 
 class ArrayWindow:
@@ -53,6 +66,24 @@ def read_window(arr: da.Array, box: tuple[slice, ...]) -> da.Array | None:
     any other source (computed, transformed, or an array-like inlined in
     every task), which the caller slices as usual.
     """
+    array = direct_source(arr)
+    if array is None:
+        return None
+    chunks = tuple(
+        _chunks_within(sizes, s.start, s.stop) for sizes, s in zip(arr.chunks, box, strict=True)
+    )
+    window: da.Array = da.from_array(
+        ArrayWindow(array, box), chunks=chunks, lock=False, meta=arr._meta, name=False
+    )
+    return window
+
+
+def direct_source(arr: da.Array) -> Any | None:
+    """The array-like that ``arr`` reads directly (``da.from_array``), or None.
+
+    None for any other source: computed, transformed, or an array-like
+    inlined in every task (``inline_array=True``).
+    """
     graph = arr.__dask_graph__()
     if not isinstance(graph, HighLevelGraph):
         return None
@@ -65,13 +96,97 @@ def read_window(arr: da.Array, box: tuple[slice, ...]) -> da.Array | None:
     array = original.get(f"original-{arr.name}")
     if not all(hasattr(array, a) for a in ("shape", "dtype", "__getitem__")):
         return None
-    chunks = tuple(
-        _chunks_within(sizes, s.start, s.stop) for sizes, s in zip(arr.chunks, box, strict=True)
+    return array
+
+
+def in_shard_blocks(arr: da.Array, shard_shape: tuple[int, ...]) -> da.Array:
+    """``arr`` in blocks of one shard each if it reads a NumPy array in memory; else ``arr``.
+
+    Only where some block edge is not a shard edge (so that a shard would be
+    gathered from several blocks): blocks that already tile whole shards are
+    kept, as is any source that is not a NumPy array (or memory map) read
+    by ``da.from_array``, where reading other blocks would read the same
+    data again. The blocks are views of the array: no copy, and the values
+    are those of ``arr``.
+    """
+    if arr.ndim != len(shard_shape) or all(
+        _on_edges(sizes, step) for sizes, step in zip(arr.chunks, shard_shape, strict=True)
+    ):
+        return arr
+    array = direct_source(arr)
+    if array is None:
+        array = _viewed_array(arr)
+    if not isinstance(array, np.ndarray) or type(array) not in (np.ndarray, np.memmap):
+        return arr  # not a subclass with its own indexing (masked arrays, matrices)
+    # made here: da.from_array would copy the whole array first
+    name = f"in-shards-{arr.name}"
+    chunks = da.core.normalize_chunks(shard_shape, arr.shape, dtype=arr.dtype)
+    views: dict[Any, Any] = {
+        (name, *index): array[tuple(slice(a, b) for a, b in box)] for index, box in _blocks(chunks)
+    }
+    graph = HighLevelGraph.from_collections(name, views, dependencies=())
+    return da.Array(graph, name, chunks, meta=arr._meta)
+
+
+MOST_VIEWS_CHECKED = 100_000
+"""Most blocks :func:`_viewed_array` checks before giving up (a second or so of Python)."""
+
+
+def _viewed_array(arr: da.Array) -> np.ndarray | None:
+    """The NumPy array whose views are ``arr``'s blocks (``da.from_array`` of an ndarray), or None.
+
+    Dask makes such a source one layer of data: each block a view of the
+    array. It is the array when every block is a view of one base, with the
+    array's strides, starting where its box starts: the result is then a
+    view of that base (read only) with ``arr``'s shape.
+    """
+    graph = arr.__dask_graph__()
+    if not isinstance(graph, HighLevelGraph) or len(graph.layers) != 1:
+        return None
+    layer = graph.layers.get(arr.name)
+    if not isinstance(layer, MaterializedLayer) or math.prod(arr.numblocks) > MOST_VIEWS_CHECKED:
+        return None
+    first = layer.get((arr.name, *(0,) * arr.ndim))
+    if type(first) is not np.ndarray or first.base is None or first.dtype != arr.dtype:
+        return None
+    start = first.__array_interface__["data"][0]
+    strides = first.strides
+    bounds = [np.cumsum((0, *sizes)).tolist() for sizes in arr.chunks]
+    for index in np.ndindex(*arr.numblocks):
+        block = layer.get((arr.name, *index))
+        if type(block) is not np.ndarray or block.base is not first.base:
+            return None
+        if block.size == 0:
+            continue
+        at = start + sum(
+            bounds[d][i] * step for d, (i, step) in enumerate(zip(index, strides, strict=True))
+        )
+        shape = tuple(bounds[d][i + 1] - bounds[d][i] for d, i in enumerate(index))
+        if block.strides != strides or block.shape != shape:
+            return None
+        if block.__array_interface__["data"][0] != at:
+            return None
+    view: np.ndarray = np.lib.stride_tricks.as_strided(
+        first, shape=arr.shape, strides=strides, writeable=False
     )
-    window: da.Array = da.from_array(
-        ArrayWindow(array, box), chunks=chunks, lock=False, meta=arr._meta, name=False
-    )
-    return window
+    return view
+
+
+def _blocks(chunks: tuple[tuple[int, ...], ...]) -> Iterator[tuple[Coords, Box]]:
+    """Each block of a grid of ``chunks``: its index and its box."""
+    bounds = [np.cumsum((0, *sizes)).tolist() for sizes in chunks]
+    for index in np.ndindex(*(len(sizes) for sizes in chunks)):
+        yield index, tuple((bounds[d][i], bounds[d][i + 1]) for d, i in enumerate(index))
+
+
+def _on_edges(sizes: tuple[int, ...], step: int) -> bool:
+    """Whether every edge between blocks of ``sizes`` is a multiple of ``step``."""
+    edge = 0
+    for size in sizes[:-1]:
+        edge += size
+        if edge % step:
+            return False
+    return True
 
 
 def _chunks_within(sizes: tuple[int, ...], start: int, stop: int) -> tuple[int, ...]:

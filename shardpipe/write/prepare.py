@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any, Unpack
 
+import dask.array as da
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe import advice
@@ -24,6 +25,7 @@ from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
 from shardpipe.engine.scheduler import check_store_reachable
+from shardpipe.engine.source_window import in_shard_blocks
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
 from shardpipe.journal.job_record import job_identity, waves_done
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -168,13 +170,8 @@ def prepare_write(
     resuming = bool(given.resume) and target.shards.get(target.key("zarr.json")) is not None
     layout = ShardLayout(tuple(array.shape), shard_shape, chunk_shape)
     codec = ChunkCodec.from_metadata(metadata)
-    plan = _plan(
-        Placement.whole(layout, BlockGrid(array.chunks)),
-        codec,
-        given.max_mem,
-        target,
-        metadata,
-        part_limit=part_limit,
+    source, plan = _source_and_plan(
+        array, layout, codec, given.max_mem, target, metadata, part_limit=part_limit
     )
     identity = job_identity(
         {"dask": array.name} if source_identity is None else source_identity,
@@ -183,7 +180,7 @@ def prepare_write(
     if not resuming:
         check_target(target, given.overwrite)
     job = ShardedWrite(
-        array,
+        source,
         target,
         create_kwargs,
         metadata,
@@ -385,6 +382,36 @@ def _prepare_update(
         if resume
         else frozenset(),
     )
+
+
+def _source_and_plan(
+    array: da.Array,
+    layout: ShardLayout,
+    codec: ChunkCodec,
+    budget: int,
+    target: ResolvedStore,
+    metadata: ArrayV3Metadata,
+    *,
+    part_limit: int | None,
+) -> tuple[da.Array, WritePlan]:
+    """The blocks a new array is written from, and their plan.
+
+    Blocks that are views of a NumPy array and do not line up with the
+    shards are read in blocks of one shard
+    (:func:`~shardpipe.engine.source_window.in_shard_blocks`) when that plan
+    fits ``budget``; else, and for any other source, the blocks as given.
+    """
+    in_shards = in_shard_blocks(array, layout.shard_shape)
+    if in_shards is not array:
+        try:
+            placement = Placement.whole(layout, BlockGrid(in_shards.chunks))
+            plan = _plan(placement, codec, budget, target, metadata, part_limit=part_limit)
+        except MemoryBudgetError:
+            pass  # a shard's block would not fit max_mem: gather it from the smaller ones
+        else:
+            return in_shards, plan
+    placement = Placement.whole(layout, BlockGrid(array.chunks))
+    return array, _plan(placement, codec, budget, target, metadata, part_limit=part_limit)
 
 
 def _plan(

@@ -23,7 +23,8 @@ def _data() -> np.ndarray:
 
 
 def _job(path: Path, **kwargs: Any) -> shardpipe.ShardedWrite:
-    source = da.from_array(_data(), chunks=(13, 17))
+    # blocks computed by tasks: misaligned views of a NumPy array would be read in shards
+    source = da.from_array(_data(), chunks=(13, 17)).map_blocks(np.copy, dtype="int32")
     return shardpipe.prepare_write(source, str(path), shards=(20, 25), chunks=(10, 5), **kwargs)
 
 
