@@ -8,8 +8,9 @@ data where one box covers the chunk, else old content or fill value with the
 boxes pasted over it in order), encodes those chunks (several at once on idle
 cores, :mod:`shardpipe.engine.encoders`) and changes the shard with
 :func:`~shardpipe.engine.update_tasks.apply_chunks`: the same strategies,
-conditions, undo record and finish record as every other update, so a batch
-is exactly as crash-safe as a region write.
+conditions and undo record as every other update, so a batch is exactly as
+crash-safe, shard by shard, as a region write. (It keeps no record of
+finished shards for ``resume``: a batch is run again whole.)
 """
 
 from __future__ import annotations
@@ -72,8 +73,6 @@ def update_shard_from_regions(
         # every chunk is encoded (old ones read) before apply_chunks changes a byte
         encoded = list(encode_in_order(encode, fills, write.encoders))
         report = apply_chunks(target, key, shard, old, encoded)
-    if target.update:
-        target.store.put(target.keys.done_key(target.update, key), [b""])
     return replace(report, retries=retries_so_far() - before)
 
 

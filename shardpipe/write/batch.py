@@ -151,7 +151,7 @@ class RegionBatch:
 
     Attributes
     ----------
-    report : WriteReport or None
+    report : shardpipe.WriteReport or None
         What the batch wrote, once applied.
 
     Examples
