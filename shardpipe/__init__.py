@@ -57,6 +57,7 @@ from shardpipe.rechunking.group import (
     rechunk_group,
 )
 from shardpipe.write.api import cleanup, to_sharded_zarr
+from shardpipe.write.batch import RegionBatch, write_regions
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write
 
@@ -84,6 +85,7 @@ __all__ = [
     "PlanError",
     "PrecomputedReport",
     "RechunkJob",
+    "RegionBatch",
     "RepairReport",
     "ScaleReport",
     "ShardConflictError",
@@ -123,6 +125,7 @@ __all__ = [
     "to_ome_zarr",
     "to_sharded_zarr",
     "verify",
+    "write_regions",
 ]
 
 _register_accessors()

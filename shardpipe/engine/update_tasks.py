@@ -28,7 +28,7 @@ it was read:
 
 from __future__ import annotations
 
-from collections.abc import Buffer, Mapping
+from collections.abc import Buffer, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -140,7 +140,7 @@ class StoredShard:
         return self.store.get_range(self.key, offset, offset + nbytes)
 
 
-class _OldChunks:
+class OldShardChunks:
     """Decodes the old content of partly covered chunks on demand (see ``OldChunks``)."""
 
     def __init__(
@@ -233,7 +233,28 @@ def _update_shard(
     write = target.write
     old = read_shard(write.store, write.shard_format, key, shard=shard)
     partial = frozenset(coverage.partial_chunks())
-    encoded = encode_part(write, shard, part, sources, block_boxes, _OldChunks(write, old, partial))
+    encoded = encode_part(
+        write, shard, part, sources, block_boxes, OldShardChunks(write, old, partial)
+    )
+    return apply_chunks(target, key, shard, old, encoded)
+
+
+def apply_chunks(
+    target: UpdateTarget,
+    key: str,
+    shard: Coords,
+    old: StoredShard | None,
+    encoded: Iterable[tuple[int, Buffer | None]],
+) -> WriteReport:
+    """Change the shard at ``key`` (read as ``old``) so that its slots hold ``encoded``.
+
+    ``encoded`` gives the new bytes of every touched slot (None: the fill
+    value, not stored). The strategy is planned here and applied with the
+    crash-safety steps of the module's docstring: a put if the shard is
+    new, else a rewrite, positioned writes behind an undo record, or a
+    server-side compose, each conditional on the shard being unchanged.
+    """
+    write = target.write
     if old is None:
         return _write_new(target, key, shard, list(stored_only(encoded)))
     new = {slot: data for slot, data in encoded if data is not None or slot in old.stored}

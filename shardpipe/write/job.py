@@ -28,6 +28,8 @@ from typing import Any
 
 import zarr
 from dask.delayed import Delayed, delayed
+from zarr.core.array import AsyncArray
+from zarr.storage import StorePath
 
 from shardpipe.core.display import html_table, text_table
 from shardpipe.engine.graph import build_write_graph
@@ -165,5 +167,14 @@ class ShardedWrite(WriteSpec):
         return replace(report, snapshot_id=commit_write(self.target, message, rebase=rebase))
 
     def open(self) -> zarr.Array[Any]:
-        """Open the written array for reading and writing."""
-        return zarr.open_array(self.target.zarr_store, path=self.target.path, mode="r+")
+        """Open the written array for reading and writing.
+
+        After an update (a region write or an append) the array's metadata
+        is the job's, so the array is made from it without reading
+        ``zarr.json`` again (a few milliseconds a call, for small updates);
+        a new array is opened from the store.
+        """
+        if self.existing is None:
+            return zarr.open_array(self.target.zarr_store, path=self.target.path, mode="r+")
+        where = StorePath(self.target.zarr_store, self.target.path)
+        return zarr.Array(AsyncArray(metadata=self.metadata, store_path=where))

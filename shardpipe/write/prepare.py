@@ -14,6 +14,7 @@ import math
 from typing import Any, Unpack
 
 import dask.array as da
+import numpy as np
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe import advice
@@ -57,6 +58,7 @@ from shardpipe.write.update_target import (
     append_axis,
     appended_shape,
     check_source_dtype,
+    check_strategy_possible,
     check_unchanged_settings,
     metadata_bytes,
     read_metadata,
@@ -316,20 +318,8 @@ def _prepare_update(
     check_store_reachable(array, target)
     store = target.shards
     abilities = store.abilities
-    if strategy == "in_place" and not abilities.write_at:
-        raise InvalidArgumentError(
-            "write_strategy",
-            f"'in_place' needs writes at an offset, which {type(store).__name__} cannot do",
-            "Use 'auto', 'append' (S3) or 'rewrite'",
-        )
+    check_strategy_possible(strategy, store)
     composes = abilities.parts and abilities.copy_range
-    if strategy == "append" and not (abilities.append or composes):
-        raise InvalidArgumentError(
-            "write_strategy",
-            f"'append' needs appends or server-side range copies, which "
-            f"{type(store).__name__} cannot do",
-            "Use 'auto' or 'rewrite'",
-        )
     target_metadata = grown or metadata
     codec = ChunkCodec.from_metadata(target_metadata)
     placement = Placement(layout, BlockGrid(array.chunks), offset)
@@ -381,6 +371,7 @@ def _prepare_update(
         skip=finished_shards(target, update, plan, format_of(target_metadata))
         if resume
         else frozenset(),
+        in_memory=arr if isinstance(arr, np.ndarray) else None,
     )
 
 

@@ -8,7 +8,9 @@ of a new array as done in its job record once it is (so that a resumed
 write starts at the first wave not done), and on failure rolls back what
 the jobs left mid-update before the error is raised.
 ``ShardedWrite.execute`` is ``execute_together([job])``: a job is a
-:class:`~shardpipe.write.spec.WriteSpec`.
+:class:`~shardpipe.write.spec.WriteSpec`. A lone update of a few shards
+from a NumPy array runs in the calling thread instead of on a scheduler
+(:mod:`shardpipe.write.in_thread`), between the same marker and records.
 """
 
 from __future__ import annotations
@@ -19,15 +21,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 
-from shardpipe import advice
 from shardpipe.core.checks import check_bool
 from shardpipe.engine.publish_tasks import finish_write
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.streaming import WaveGraph, run_waves
 from shardpipe.journal.array_lock import release
 from shardpipe.journal.job_record import save_record
-from shardpipe.journal.markers import JobMarker
-from shardpipe.journal.undo import recover
+from shardpipe.write.failure import undo_failed
+from shardpipe.write.in_thread import in_memory_source, run_in_thread
 from shardpipe.write.resume import forget_finished
 from shardpipe.write.spec import WriteSpec
 from shardpipe.write.started import StartedJob, publish_grown, start
@@ -66,20 +67,35 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
                 waves = {"shards_per_wave": job.schedule.max_shards, "done": wave.wave + 1}
                 save_record(job.job.target, job.job.identity, "running", waves=waves)
 
+        direct = None if progress else in_memory_source(jobs)
         try:
-            totals = run_waves(
-                (w for n, s in enumerate(started) for w in s.wave_graphs(n)),
-                len(started),
-                show=progress,
-                token=token,
-                total_shards=sum(s.n_shards_to_write for s in started),
-                total_waves=sum(len(s.waves_to_run) for s in started),
-                on_wave_done=record_wave,
-                together=any(s.job.shared_source for s in started),
-            )
+            if direct is not None:  # a small update from memory: no graph
+                totals = [run_in_thread(started[0], direct)]
+            else:
+                totals = run_waves(
+                    (w for n, s in enumerate(started) for w in s.wave_graphs(n)),
+                    len(started),
+                    show=progress,
+                    token=token,
+                    total_shards=sum(s.n_shards_to_write for s in started),
+                    total_waves=sum(len(s.waves_to_run) for s in started),
+                    on_wave_done=record_wave,
+                    together=any(s.job.shared_source for s in started),
+                )
         except BaseException as err:
             for s in started:
-                _undo_failed(s.job, err, s.marker)
+                existing = s.job.existing
+                grown_from = None
+                if existing is not None and existing.grown is not None:  # an append
+                    grown_from = tuple(existing.metadata.shape)
+                undo_failed(
+                    s.job.target,
+                    s.job.keys,
+                    err,
+                    s.marker,
+                    identity=s.job.identity,
+                    grown_from=grown_from,
+                )
             raise
         results = []
         for s, total in zip(started, totals, strict=True):
@@ -104,47 +120,3 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
     for report in results:
         log.info("shardpipe: %s", report)
     return results
-
-
-def _undo_failed(spec: WriteSpec, err: BaseException, marker: JobMarker) -> None:
-    """After a failed run: roll back shards left mid-update, remove staging data.
-
-    Runs while the job still holds the array (``marker``): no other job
-    writes it meanwhile. Say what is left and what to do, once per error
-    (jobs run together share it).
-    """
-    if spec.target.transactional:
-        what_now: str | None = (
-            "shardpipe: the write did not finish; none of its shards reached the Icechunk "
-            "session (the metadata it wrote did: session.discard_changes() drops it)"
-        )
-    elif spec.identity is not None:
-        what_now = (
-            "shardpipe: the write did not finish; the shards it published are complete "
-            f"and kept. Run the same write with {advice.setting('resume')} to write only the rest"
-        )
-    else:
-        what_now = None
-    existing = spec.existing
-    if existing is not None and existing.grown is not None:
-        what_now = (
-            f"shardpipe: the append did not finish: the array keeps its shape "
-            f"{tuple(existing.metadata.shape)}; shards it wrote past that shape are not read "
-            f"(verify lists them) until the same append is run again with "
-            f"{advice.setting('resume')}, which keeps them"
-        )
-    if what_now is not None and what_now not in getattr(err, "__notes__", ()):
-        err.add_note(what_now)
-    try:
-        rolled = recover(spec.target.shards, spec.keys, marker)
-        if rolled:
-            named = ", ".join(map(repr, rolled[:8])) + (" ..." if len(rolled) > 8 else "")
-            err.add_note(
-                f"shardpipe: {len(rolled)} shard(s) left mid-update were rolled back "
-                f"to their old bytes: {named}"
-            )
-    except Exception as cleanup_err:
-        err.add_note(
-            f"shardpipe: undoing the failed write failed too ({cleanup_err!r}); "
-            f"run `shardpipe repair` on the array"
-        )

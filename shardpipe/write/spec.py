@@ -17,6 +17,7 @@ from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any, Self
 
 import dask.array as da
+import numpy as np
 from dask.system import CPU_COUNT
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
@@ -82,6 +83,10 @@ class WriteSpec:
         levels of a pyramid): the job runs as one wave, in one computation
         with those jobs, and its graph keeps the blocks as tasks of their own
         (see :func:`~shardpipe.engine.graph.build_write_graph`).
+    in_memory : numpy.ndarray or None
+        For an update whose source was given as a NumPy array: that array.
+        An update of a few shards from it runs in the calling thread, with
+        no graph (:mod:`shardpipe.write.in_thread`).
     """
 
     source: da.Array
@@ -100,6 +105,7 @@ class WriteSpec:
     first_wave: int = 0
     wave_size: int | None = None
     shared_source: bool = False
+    in_memory: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def keys(self) -> JobKeys:

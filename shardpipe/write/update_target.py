@@ -21,7 +21,7 @@ from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.core.shard_update import STRATEGIES
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
-from shardpipe.storage.base import ObjectVersion
+from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import format_of, layout_of, parse_array_metadata
 
@@ -238,6 +238,25 @@ def check_strategy(write_strategy: Any) -> str:
             f"Use one of {', '.join(repr(s) for s in STRATEGIES)}",
         )
     return str(write_strategy)
+
+
+def check_strategy_possible(strategy: str, store: ShardStore) -> None:
+    """Refuse a ``write_strategy`` that ``store`` cannot carry out (``"auto"`` always can)."""
+    abilities = store.abilities
+    if strategy == "in_place" and not abilities.write_at:
+        raise InvalidArgumentError(
+            "write_strategy",
+            f"'in_place' needs writes at an offset, which {type(store).__name__} cannot do",
+            "Use 'auto', 'append' (S3) or 'rewrite'",
+        )
+    composes = abilities.parts and abilities.copy_range
+    if strategy == "append" and not (abilities.append or composes):
+        raise InvalidArgumentError(
+            "write_strategy",
+            f"'append' needs appends or server-side range copies, which "
+            f"{type(store).__name__} cannot do",
+            "Use 'auto' or 'rewrite'",
+        )
 
 
 def check_source_dtype(dtype: np.dtype[Any], metadata: ArrayV3Metadata) -> None:

@@ -34,8 +34,11 @@ def _done(progress: Path) -> int:
     return sum(1 for word in lines if word == "done")
 
 
-@pytest.mark.parametrize("strategy", ["in_place", "append"])
-def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str) -> None:
+@pytest.mark.parametrize(
+    ("strategy", "source"), [("in_place", "dask"), ("append", "dask"), ("in_place", "numpy")]
+)
+def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str, source: str) -> None:
+    """``numpy``: the updates touching few shards run in the calling thread, with no graph."""
     path = tmp_path / "a.zarr"
     start = crash_child.initial()
     shardpipe.to_sharded_zarr(
@@ -54,7 +57,15 @@ def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str) -> None:
         states = _model_from(start)
         progress = tmp_path / f"progress-{attempt}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.crash_child", str(path), strategy, str(progress)],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.crash_child",
+                str(path),
+                strategy,
+                str(progress),
+                source,
+            ],
             env=env,
             stderr=subprocess.PIPE,
         )
@@ -79,7 +90,7 @@ def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str) -> None:
             )
         start = got
     print(
-        f"{strategy}: {KILLS} kills, {kills_mid_update} mid-update, "
+        f"{strategy} ({source}): {KILLS} kills, {kills_mid_update} mid-update, "
         f"{rolled_back_total} shard(s) rolled back"
     )
 

@@ -1,6 +1,6 @@
 """A process that applies a known sequence of region updates until it is killed.
 
-Run as ``python -m tests.support.crash_child PATH STRATEGY PROGRESS``; the test that
+Run as ``python -m tests.support.crash_child PATH STRATEGY PROGRESS [numpy]``; the test that
 kills it (``test_update_crash``) replays the same sequence in NumPy.
 """
 
@@ -66,7 +66,8 @@ def slow_disk() -> None:
     LocalShardStore.write_ranges = write_ranges  # type: ignore[method-assign]
 
 
-def main(path: str, strategy: str, progress: str) -> None:
+def main(path: str, strategy: str, progress: str, source: str = "dask") -> None:
+    """Apply the updates; ``source`` "numpy" passes NumPy arrays (small ones run in this thread)."""
     import dask
     import dask.array as da
 
@@ -80,7 +81,7 @@ def main(path: str, strategy: str, progress: str) -> None:
         for k in range(UPDATES):
             region, values = update(k)
             shardpipe.to_sharded_zarr(
-                da.from_array(values, chunks=(8, 64, 64)),
+                values if source == "numpy" else da.from_array(values, chunks=(8, 64, 64)),
                 path,
                 region=region,
                 write_strategy=strategy,
@@ -91,4 +92,4 @@ def main(path: str, strategy: str, progress: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

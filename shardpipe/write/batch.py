@@ -1,0 +1,334 @@
+"""Many small region writes into an existing array as one job: ``write_regions``, ``RegionBatch``.
+
+``to_sharded_zarr(data, store, region=...)`` is one job per call: it takes
+the array's marker, changes the shards the region touches and lets go.
+Corrections scattered over an array, made one call each, pay that each
+time, and two calls touching the same shard change it twice. A batch is a
+list of ``(region, data)`` pairs, regions spelt as ``region=`` spells them
+(a tuple of slices), applied as one job: one marker, no Dask graph, each
+shard the batch touches changed once by one writer that merges every pair
+touching it (:mod:`shardpipe.core.region_batch`). Where regions overlap, the
+later pair wins, as if the pairs were written one after another.
+
+A batch is as crash-safe as a region write, shard by shard: every shard is
+either as it was or fully updated, in place behind an undo record or by one
+conditional put (:mod:`shardpipe.engine.update_tasks`). A batch is not one
+transaction over its shards: killed part way, some shards hold the new data
+and others the old; the next job on the array (or :func:`shardpipe.repair`)
+rolls back a shard left mid-update, and running the same batch again
+completes it (a batch writes absolute values, so repeating it is harmless).
+
+Everything is checked before the marker is taken: every region inside the
+array, every data array of its region's shape and the array's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from shardpipe import advice
+from shardpipe.codec.chunk_codec import ChunkCodec
+from shardpipe.core.checks import check_bool
+from shardpipe.core.grid import Box
+from shardpipe.core.memory import DEFAULT_MAX_MEM, MemoryModel
+from shardpipe.core.region_batch import group_by_shard
+from shardpipe.engine.reports import WriteReport
+from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.metadata import layout_of
+from shardpipe.write.arguments import check_max_mem
+from shardpipe.write.creation import check_no_other_job
+from shardpipe.write.in_thread import run_batch
+from shardpipe.write.transaction import check_writable
+from shardpipe.write.update_target import (
+    ExistingArray,
+    check_strategy,
+    check_strategy_possible,
+    read_metadata,
+    region_offset,
+)
+
+__all__ = ["RegionBatch", "write_regions"]
+
+
+def write_regions(
+    updates: Sequence[tuple[tuple[slice, ...], Any]],
+    store: Any,
+    *,
+    path: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    write_strategy: str = "auto",
+    write_empty_chunks: bool = False,
+    max_mem: int | str = DEFAULT_MAX_MEM,
+) -> WriteReport:
+    """Write many regions of an existing sharded array as one job.
+
+    Each pair ``(region, data)`` writes ``data`` into ``region``, as
+    ``to_sharded_zarr(data, store, region=region)`` would; all pairs are
+    applied together, under one job marker and without a Dask graph, each
+    shard changed once. Where regions overlap, the later pair wins.
+
+    Parameters
+    ----------
+    updates : sequence of (region, data)
+        ``region``: a tuple of slices, one per dimension (``None`` bounds
+        allowed, negative bounds count from the end, step 1), inside the
+        array. ``data``: a NumPy array (or anything ``numpy.asarray``
+        takes) of the region's shape and the array's dtype.
+    store : str, pathlib.Path, zarr Store or mapping
+        Where the array lives (as for :func:`~shardpipe.to_sharded_zarr`).
+    path : str, optional
+        The array's path inside ``store``.
+    storage_options : dict, optional
+        Options of the storage backend (``{"fsync": False}``, S3 settings).
+    write_strategy : {"auto", "in_place", "append", "rewrite"}
+        How shards are changed (see :func:`~shardpipe.to_sharded_zarr`).
+    write_empty_chunks : bool
+        Store inner chunks equal to the fill value (by default they are
+        dropped from the shard).
+    max_mem : int or str
+        Memory budget of a shard's writer (a rewrite holds the whole old shard).
+
+    Returns
+    -------
+    WriteReport
+        Shards changed, bytes written, the strategies used.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        On a bad pair or argument, before anything is written.
+    shardpipe.errors.JobConflictError
+        If another job holds the array, or its ``zarr.json`` changed.
+    shardpipe.errors.ShardConflictError
+        If a shard changed while the batch updated it.
+
+    See Also
+    --------
+    RegionBatch : the same, collecting ``batch[region] = data`` in a ``with`` block.
+    """
+    batch = _BatchTarget.open(store, path, storage_options, write_strategy, write_empty_chunks)
+    batch.check_budget(max_mem)
+    if isinstance(updates, str | bytes) or not isinstance(updates, Sequence):
+        raise InvalidArgumentError(
+            "updates",
+            f"expected a list of (region, data) pairs, got {type(updates).__name__}",
+            "Pass e.g. [((slice(0, 64), slice(0, 64)), data), ...]",
+        )
+    boxes, arrays = [], []
+    for position, pair in enumerate(updates):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidArgumentError(
+                "updates",
+                f"item {position} is {_shown(pair)}, not a (region, data) pair",
+                "Give each update as a tuple (region, data)",
+            )
+        where = f"updates[{position}]"
+        box, array = batch.check_pair(pair[0], pair[1], where, where)
+        boxes.append(box)
+        arrays.append(array)
+    return batch.apply(boxes, arrays)
+
+
+class RegionBatch:
+    """Collect region writes into an existing array; apply them as one job when the block ends.
+
+    ``batch[region] = data`` checks the pair at once (region inside the
+    array, data of its shape and the array's dtype) and keeps a copy of the
+    data; on leaving the ``with`` block without an error, every pair is
+    applied as by :func:`write_regions` (later assignments win where
+    regions overlap). If the block raises, nothing is written.
+
+    Parameters
+    ----------
+    store, path, storage_options, write_strategy, write_empty_chunks, max_mem
+        As for :func:`write_regions`.
+
+    Attributes
+    ----------
+    report : shardpipe.WriteReport or None
+        What the batch wrote, once applied.
+
+    Examples
+    --------
+    >>> with shardpipe.RegionBatch("volume.zarr") as batch:  # doctest: +SKIP
+    ...     for box, values in corrections:
+    ...         batch[box] = values
+    >>> batch.report.shards  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        path: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        write_strategy: str = "auto",
+        write_empty_chunks: bool = False,
+        max_mem: int | str = DEFAULT_MAX_MEM,
+    ) -> None:
+        self._target = _BatchTarget.open(
+            store, path, storage_options, write_strategy, write_empty_chunks
+        )
+        self._target.check_budget(max_mem)
+        self._boxes: list[Box] = []
+        self._data: list[np.ndarray] = []
+        self._applied = False
+        self.report: WriteReport | None = None
+
+    def __setitem__(self, region: tuple[slice, ...], data: Any) -> None:
+        if self._applied:
+            raise InvalidArgumentError(
+                "region",
+                "the batch was applied already when the with block ended",
+                "Start a new RegionBatch for more writes",
+            )
+        box, array = self._target.check_pair(region, data, "batch[region]", "batch[region] = value")
+        self._boxes.append(box)
+        self._data.append(array.copy())  # the caller may reuse its buffer
+
+    def __len__(self) -> int:
+        return len(self._boxes)
+
+    def __enter__(self) -> RegionBatch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        boxes, data = self._boxes, self._data
+        self._boxes, self._data, self._applied = [], [], True
+        if exc_type is None:
+            self.report = self._target.apply(boxes, data)
+
+    def __repr__(self) -> str:
+        state = "applied" if self._applied else f"{len(self)} pending write(s)"
+        return f"RegionBatch({self._target.where}, {state})"
+
+
+class _BatchTarget:
+    """The array a batch writes into, read and checked once; checks pairs and applies them."""
+
+    def __init__(
+        self, target: ResolvedStore, existing: ExistingArray, write_empty_chunks: bool
+    ) -> None:
+        self.target = target
+        self.existing = existing
+        self.write_empty_chunks = write_empty_chunks
+        self.layout = layout_of(existing.metadata)
+        self.dtype = existing.metadata.dtype.to_native_dtype()
+        self.rewrite_fits = True
+
+    @classmethod
+    def open(
+        cls,
+        store: Any,
+        path: str | None,
+        storage_options: dict[str, Any] | None,
+        write_strategy: Any,
+        write_empty_chunks: Any,
+    ) -> _BatchTarget:
+        strategy = check_strategy(write_strategy)
+        empty = check_bool("write_empty_chunks", write_empty_chunks)
+        target = resolve_store(store, path, storage_options)
+        check_writable(target)
+        if target.transactional:
+            raise InvalidArgumentError(
+                "store",
+                "a batch of region writes into an Icechunk session is not supported",
+                "Write each region with to_sharded_zarr(data, session.store, region=...), "
+                "then commit the session",
+            )
+        check_strategy_possible(strategy, target.shards)
+        metadata, version = read_metadata(target, "store")
+        return cls(target, ExistingArray(metadata, version, None, strategy), empty)
+
+    @property
+    def where(self) -> str:
+        return advice.place(self.target.path) + f" in {self.target.zarr_store}"
+
+    def check_budget(self, max_mem: Any) -> None:
+        """Whether a shard's writer may rewrite it whole within ``max_mem`` (else refuse)."""
+        budget = check_max_mem(max_mem)
+        codec = ChunkCodec.from_metadata(self.existing.metadata)
+        expansion, overhead = codec.expansion
+        itemsize = codec.dtype.itemsize
+        model = MemoryModel(
+            chunk_nbytes=math.prod(self.layout.chunk_shape) * itemsize,
+            expansion=expansion,
+            chunk_overhead=overhead,
+        )
+        shard_nbytes = math.prod(self.layout.shard_shape) * itemsize
+        rewrite_mem = 2 * model.encoded(shard_nbytes)  # the old shard and the new
+        self.rewrite_fits = rewrite_mem <= budget
+        abilities = self.target.shards.abilities
+        can_avoid = abilities.append or (abilities.parts and abilities.copy_range)
+        if not self.rewrite_fits and (self.existing.strategy == "rewrite" or not can_avoid):
+            raise MemoryBudgetError(
+                "update-shard",
+                rewrite_mem,
+                budget,
+                "a rewrite holds the whole old shard and the new one; raise max_mem",
+            )
+
+    def check_pair(
+        self, region: Any, data: Any, region_parameter: str, parameter: str
+    ) -> tuple[Box, np.ndarray]:
+        """The box of ``region`` and ``data`` as a NumPy array, both checked against the array.
+
+        Refusals name ``region_parameter`` (the region) or ``parameter`` (the data).
+        """
+        shape = tuple(self.layout.shape)
+        if not hasattr(data, "shape") or not hasattr(data, "dtype"):
+            raise InvalidArgumentError(
+                parameter,
+                f"the data is {_shown(data)}, not an array",
+                "Give a NumPy array of the region's shape",
+            )
+        if len(data.shape) != len(shape):
+            raise InvalidArgumentError(
+                parameter,
+                f"the data has {len(data.shape)} dimension(s), the array {len(shape)} {shape}",
+                "Give data of the region's shape",
+            )
+        if np.dtype(data.dtype) != self.dtype:
+            raise InvalidArgumentError(
+                parameter,
+                f"the data's dtype {np.dtype(data.dtype)} is not the array's {self.dtype}",
+                f"Convert it first, e.g. data.astype({str(self.dtype)!r})",
+            )
+        try:
+            offset = region_offset(region, shape, tuple(data.shape))
+        except InvalidArgumentError as err:
+            raise InvalidArgumentError(region_parameter, err.problem, err.fix) from None
+        box = tuple((o, o + n) for o, n in zip(offset, data.shape, strict=True))
+        return box, np.asarray(data)
+
+    def apply(self, boxes: list[Box], data: list[np.ndarray]) -> WriteReport:
+        """Write the checked pairs as one job (nothing at all when no pair touches an element)."""
+        groups = group_by_shard(self.layout, boxes)
+        if not groups:
+            return WriteReport()
+        check_no_other_job(self.target, None, "write a batch of regions into the array")
+        return run_batch(
+            self.target,
+            self.existing,
+            groups,
+            boxes,
+            data,
+            rewrite_fits=self.rewrite_fits,
+            write_empty_chunks=self.write_empty_chunks,
+        )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{type(value).__name__} {text[:40]}..."
