@@ -82,22 +82,22 @@ def downsample_block(block: np.ndarray, factor: Sequence[int], method: str) -> n
 def _window_sums(block: np.ndarray, factor: Sequence[int], wide: np.dtype[Any]) -> np.ndarray:
     """The sum of every window (partial ones at the end too), in ``wide``.
 
-    Strided slices are summed axis by axis into the output, with no padded
-    copy of the block: 4-6x faster than one reduction over a reshaped 7-D
-    view (measured on 300^3 uint8 blocks), and a block smaller than one
-    window costs its own size only.
+    Strided slices are summed axis by axis into the output (which starts as
+    a copy of each window's first slice), with no padded copy of the block:
+    4-6x faster than one reduction over a reshaped 7-D view (measured on
+    300^3 uint8 blocks), and a block smaller than one window costs its own
+    size only.
     """
     total: np.ndarray = block
     for axis, f in enumerate(factor):
         if f == 1:
             continue
         n = total.shape[axis]
-        shape = list(total.shape)
-        shape[axis] = -(-n // f)
-        summed = np.zeros(shape, dtype=wide)
         index: list[slice] = [slice(None)] * total.ndim
         into: list[slice] = [slice(None)] * total.ndim
-        for offset in range(min(f, n)):
+        index[axis] = slice(0, None, f)
+        summed = total[tuple(index)].astype(wide)  # the first of each window: every window
+        for offset in range(1, min(f, n)):
             index[axis] = slice(offset, None, f)
             part = total[tuple(index)]
             into[axis] = slice(0, part.shape[axis])
@@ -137,6 +137,8 @@ def _integer_mean(block: np.ndarray, factor: Sequence[int]) -> np.ndarray:
         size = next(n for n in (16, 32, 64) if bits <= n)
         wide = np.dtype(f"{'i' if signed else 'u'}{size // 8}")
         total = _window_sums(block, factor, wide)
+        if k & (k - 1) == 0 and all(n % f == 0 for n, f in zip(block.shape, factor, strict=False)):
+            return _power_of_two_mean(total, k.bit_length() - 1, block.dtype)
         quotient, remainder = np.divmod(total, counts.astype(wide))
         out: np.ndarray = (quotient + _round_half_even(quotient, remainder, counts)).astype(
             block.dtype
@@ -145,6 +147,28 @@ def _integer_mean(block: np.ndarray, factor: Sequence[int]) -> np.ndarray:
     if k < SPLIT_WINDOW_LIMIT:
         return _split_mean(block, factor, counts)
     return _python_mean(block, factor, counts)
+
+
+def _power_of_two_mean(total: np.ndarray, shift: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """Sums of ``2**shift`` voxels each divided by their count, rounded half to even, by shifts.
+
+    ``(s + 2**(shift-1) - 1 + q0 % 2) >> shift`` where ``q0 = s >> shift``:
+    below half a count up the quotient stays ``q0``, above it becomes
+    ``q0 + 1``, at exactly half it does so when ``q0`` is odd. Right shifts
+    floor, as ``divmod`` does, for negative sums too. The sum plus
+    ``2**(shift-1)`` stays within the sums' type, which holds ``2**shift``
+    times the dtype's range.
+    """
+    if shift == 0:
+        return total.astype(dtype)
+    wide = total.dtype.type
+    odd = total >> wide(shift)
+    odd &= wide(1)
+    odd += wide((1 << (shift - 1)) - 1)
+    odd += total
+    odd >>= wide(shift)
+    out: np.ndarray = odd.astype(dtype)
+    return out
 
 
 def _split_mean(block: np.ndarray, factor: Sequence[int], counts: np.ndarray) -> np.ndarray:
