@@ -13,6 +13,7 @@ import numpy as np
 from dask.callbacks import Callback
 
 import shardpipe
+from shardpipe.core.pyramid import region_nbytes
 from tests.support.ome_checks import check_image, reference_pyramid
 
 SHAPE, BLOCKS = (64, 256, 512), (25, 70, 70)  # blocks that do not line up with the shards
@@ -73,3 +74,24 @@ def test_a_pyramid_write_holds_a_few_shards_between_tasks(tmp_path: Path) -> Non
     level1_shard = math.prod(SHARDS) * 2
     # 688 KiB measured; the regrouping step before (rechunk) held 12.5 MiB here
     assert held.peak <= 8 * level1_shard, held.peak
+
+
+def test_regions_that_join_straddled_blocks_are_projected_and_kept_within_max_mem(
+    tmp_path: Path,
+) -> None:
+    data = np.random.default_rng(1).integers(0, 4000, (64, 128, 128), dtype="uint16")
+    source = da.from_array(data, chunks=(21, 45, 45))  # odd edges: windows straddle blocks
+    budget = 1400 << 10  # a whole shard (32, 64, 64): 1.28 MiB piecewise, 1.53 MiB joined
+    job = shardpipe.prepare_ome_zarr(
+        source, tmp_path / "img.ome.zarr", "zyx", scale_factors=[2],
+        shards=SHARDS, chunks=CHUNKS, max_mem=budget,
+    )  # fmt: skip
+    assert job.image is not None
+    level1 = job.image.jobs[1].source
+    down = job.image.downsample_mem[1]
+    region = tuple(2 * max(c) for c in level1.chunks)
+    assert region != SHARDS  # shrunk to fit
+    assert down == region_nbytes(region, (2, 2, 2), np.dtype("uint16"), "mean", joined=True)
+    assert down <= budget
+    job.execute()
+    check_image(tmp_path / "img.ome.zarr", reference_pyramid(data, [(2, 2, 2)], "mean"))
