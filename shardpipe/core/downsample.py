@@ -26,12 +26,15 @@ and the mode are taken over the voxels a window has, so the output has
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 METHODS = ("mean", "mode", "nearest")
+
+SLAB_NBYTES = 4 << 20
+"""Bytes of a block the exact methods take at a time (:func:`_in_slabs`)."""
 
 SPLIT_WINDOW_LIMIT = 2**31
 """Windows of fewer voxels than this sum 64-bit integers in two uint64 halves; larger in Python."""
@@ -68,15 +71,52 @@ def downsample_block(block: np.ndarray, factor: Sequence[int], method: str) -> n
         return block
     if method == "mean":
         if block.dtype.kind in "iu":
-            return _integer_mean(block, factor)
+            return _in_slabs(block, factor, _integer_mean)
         return _float_mean(block, factor)
     if method == "mode":
-        rows, valid, out_shape = _windows(block, factor)
-        return _mode(rows, valid).reshape(out_shape)
+        return _in_slabs(block, factor, _block_mode)
     if method == "nearest":
         picked: np.ndarray = block[tuple(slice(None, None, f) for f in factor)].copy()
         return picked
     raise ValueError(f"unknown downsampling method {method!r}; use one of {METHODS}")
+
+
+def _block_mode(block: np.ndarray, factor: Sequence[int]) -> np.ndarray:
+    rows, valid, out_shape = _windows(block, factor)
+    out: np.ndarray = _mode(rows, valid).reshape(out_shape)
+    return out
+
+
+def _in_slabs(
+    block: np.ndarray,
+    factor: tuple[int, ...],
+    func: Callable[[np.ndarray, Sequence[int]], np.ndarray],
+) -> np.ndarray:
+    """``func`` (an exact downsampling) over slabs of whole windows of about :data:`SLAB_NBYTES`.
+
+    Slabs are cut along the first axis longer than one window, so the
+    temporary arrays of a large block (the mean's wide sums, the mode's
+    sorted rows) are a slab's, not the block's; every window lies in one
+    slab, so the result is the same.
+    """
+    axis = next(
+        (d for d, (n, f) in enumerate(zip(block.shape, factor, strict=True)) if n > f), None
+    )
+    if axis is None or block.nbytes <= SLAB_NBYTES:
+        return func(block, factor)
+    n, f = block.shape[axis], factor[axis]
+    windows = -(-n // f)
+    per_window = max(1, block.nbytes // windows)
+    thickness = max(1, SLAB_NBYTES // per_window) * f
+    out_shape = tuple(-(-m // g) for m, g in zip(block.shape, factor, strict=True))
+    out = np.empty(out_shape, dtype=block.dtype)
+    index: list[slice] = [slice(None)] * block.ndim
+    into: list[slice] = [slice(None)] * block.ndim
+    for start in range(0, n, thickness):
+        index[axis] = slice(start, start + thickness)
+        into[axis] = slice(start // f, -(-min(start + thickness, n) // f))
+        out[tuple(into)] = func(block[tuple(index)], factor)
+    return out
 
 
 def _window_sums(block: np.ndarray, factor: Sequence[int], wide: np.dtype[Any]) -> np.ndarray:
