@@ -13,11 +13,13 @@ One axis, three levels with factors 1, 2, 4 (``#`` a voxel of the level)::
     level 1  |###|###|###|###|###|#|      6 voxels (the last window partial)
     level 2  |#######|#######|###|        3 voxels
 
-Before a level is downsampled, its Dask blocks are regrouped so that their
-edges fall on multiples of the step (:func:`aligned_sizes`, then
-:func:`downsample_blocks`): each block then makes whole windows, and one
-task downsamples one block. The memory such a task holds is modelled by
-:func:`downsample_nbytes`.
+A level is downsampled region by region: regions whose edges fall on
+multiples of the step (:func:`aligned_sizes`, then
+:func:`downsample_blocks`; for a new image, the level's shards), each made
+of whole windows and downsampled by one task from the pieces of the blocks
+it overlaps (:mod:`shardpipe.core.downsample_region`). The memory such a
+task holds is modelled by :func:`region_nbytes` (from
+:func:`downsample_nbytes`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "level_region",
     "level_shape",
     "plan_levels",
+    "region_nbytes",
     "steps_of",
     "window_region",
 ]
@@ -275,6 +278,29 @@ def downsample_nbytes(
     return total
 
 
+def region_nbytes(
+    region: Sequence[int],
+    step: Sequence[int],
+    dtype: np.dtype[np.generic],
+    method: str,
+    *,
+    joined: bool,
+) -> int:
+    """Most bytes a task downsampling a region of ``region``'s shape holds.
+
+    The task (:func:`~shardpipe.core.downsample_region.downsample_region`)
+    holds the pieces of the blocks it is given (views, the region's size
+    at most) and downsamples them: piece by piece, bounded by the whole
+    region's downsampling (:func:`downsample_nbytes`, which counts the block
+    it is given and the output); or, ``joined``, after copying them into one
+    region: the region's bytes once more.
+    """
+    model = downsample_nbytes(region, step, dtype, method)
+    if joined:
+        model += math.prod(region) * dtype.itemsize
+    return model
+
+
 def _regular(total: int, size: int) -> tuple[int, ...]:
     size = max(1, min(size, total))
     return (size,) * (total // size) + ((total % size,) if total % size else ())
@@ -288,23 +314,26 @@ def downsample_blocks(
     *,
     target_nbytes: int,
     budget: int,
+    joined: bool = False,
     what: str = "downsample",
 ) -> tuple[tuple[int, ...], ...]:
-    """The Dask chunks a level is regrouped into before it is downsampled by ``step``.
+    """The regions a level is cut into, one downsampling task each, to downsample it by ``step``.
 
-    Along every axis with a step above one, blocks are aligned to multiples
-    of the step (:func:`aligned_sizes`); axes with step one keep their
-    blocks. Blocks are then grown (doubled along the downsampled axes, the
-    shortest first) while the downsampled block stays under
-    ``target_nbytes`` (about the source's blocks: deep levels would
-    otherwise be made of tiny blocks) and the task fits ``budget``; or
-    shrunk (halved along the longest axis, in whole windows) until the task
-    fits ``budget``.
+    ``chunks`` are the sizes wished for (the level's Dask blocks, or its
+    shards). Along every axis with a step above one, they are aligned to
+    multiples of the step (:func:`aligned_sizes`); axes with step one keep
+    theirs. Regions are then grown (doubled along the downsampled axes, the
+    shortest first) while a region holds at most ``target_nbytes`` (about
+    the source's blocks: deep levels would otherwise be made of tiny
+    blocks; 0 keeps the sizes wished for) and its task fits ``budget``; or
+    shrunk (halved along the longest axis, in whole windows) until its task
+    fits ``budget``. A task's memory is :func:`region_nbytes` (``joined``:
+    windows straddle the level's blocks, so regions are joined copies).
 
     Raises
     ------
     shardpipe.errors.MemoryBudgetError
-        When even a block of one window per axis does not fit ``budget``.
+        When even a region of one window per axis does not fit ``budget``.
     """
     ndim = len(chunks)
     totals = [sum(c) for c in chunks]
@@ -316,10 +345,10 @@ def downsample_blocks(
     changed = False
 
     def task(block: Sequence[int]) -> int:
-        return downsample_nbytes(block, step, dtype, method)
+        return region_nbytes(block, step, dtype, method, joined=joined)
 
-    def out_nbytes(block: Sequence[int]) -> int:
-        return math.prod(ceildiv(b, f) for b, f in zip(block, step, strict=True)) * dtype.itemsize
+    def in_nbytes(block: Sequence[int]) -> int:
+        return math.prod(block) * dtype.itemsize
 
     while task(shape) > budget:
         d = max(range(ndim), key=lambda a: (shape[a] // step[a], -a))
@@ -339,7 +368,7 @@ def downsample_blocks(
             d = min(growable, key=lambda a: (shape[a] / max(totals[a], 1), a))
             bigger = list(shape)
             bigger[d] = shape[d] * 2
-            if shape[d] >= totals[d] or out_nbytes(bigger) > target_nbytes or task(bigger) > budget:
+            if shape[d] >= totals[d] or in_nbytes(bigger) > target_nbytes or task(bigger) > budget:
                 growable.remove(d)
                 continue
             shape = bigger

@@ -17,16 +17,17 @@ import numpy as np
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe._version import __version__
+from shardpipe.core.downsample_region import straddles
 from shardpipe.core.grid import Shape
 from shardpipe.core.pyramid import (
     PyramidLevel,
     auto_factors,
     downsample_blocks,
-    downsample_nbytes,
     plan_levels,
+    region_nbytes,
 )
 from shardpipe.engine.pyramid import downsampled
-from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
+from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.ome.arguments import (
     ImageInput,
     LabelInput,
@@ -58,18 +59,29 @@ __all__ = ["plan_multiscale", "prepare_ome_zarr", "pyramid_arrays"]
 
 
 def pyramid_arrays(
-    data: da.Array, steps: Sequence[Shape], method: str, *, budget: int, what: str
+    data: da.Array,
+    steps: Sequence[Shape],
+    method: str,
+    *,
+    budget: int,
+    what: str,
+    regions: Sequence[Shape] | None = None,
 ) -> tuple[list[da.Array], list[int]]:
     """Each level's Dask array, from ``data`` by ``steps``, and its downsampling task's memory.
 
     ``steps`` are the levels' steps from the level before (level 0's ones
-    first). Blocks are regrouped before each step as
-    :func:`~shardpipe.core.pyramid.downsample_blocks` chooses.
+    first). Each level is computed region by region of the level before
+    (:mod:`shardpipe.engine.pyramid`). ``regions`` gives, per level before
+    the last, the region shape wished for: its shards, so that each level
+    0 shard's region makes one block of level 1, aligned with level 1's
+    shards (none, or one that is not whole windows of the step: regions
+    near the level's blocks). :func:`~shardpipe.core.pyramid.downsample_blocks`
+    aligns them and keeps their tasks within ``budget``.
 
     Raises
     ------
     shardpipe.errors.MemoryBudgetError
-        When a downsampling (or regrouping) task cannot fit ``budget``.
+        When a downsampling task cannot fit ``budget``.
     """
     dtype = np.dtype(data.dtype)
     target_nbytes = max(math.prod(max(c) for c in data.chunks) * dtype.itemsize, 1 << 20)
@@ -77,31 +89,32 @@ def pyramid_arrays(
     memory = [0]
     for index, step in enumerate(steps[1:], start=1):
         before = arrays[-1]
-        task = f"downsample-{method} (level {index} of {what})"
+        wished: Sequence[Sequence[int]] = before.chunks
+        grow = target_nbytes
+        region = regions[index - 1] if regions is not None else None
+        if region is not None and all(r % s == 0 for r, s in zip(region, step, strict=True)):
+            wished = tuple(_regular(n, r) for n, r in zip(before.shape, region, strict=True))
+            grow = 0
+        joined = straddles(before.chunks, step)
         blocks = downsample_blocks(
-            before.chunks,
+            wished,
             step,
             dtype,
             method,
-            target_nbytes=target_nbytes,
+            target_nbytes=grow,
             budget=budget,
-            what=task,
+            joined=joined,
+            what=f"downsample-{method} (level {index} of {what})",
         )
         largest = tuple(max(b) for b in blocks)
-        projected = downsample_nbytes(largest, step, dtype, method)
-        if tuple(map(tuple, blocks)) != tuple(before.chunks):
-            regroup = 2 * math.prod(largest) * dtype.itemsize  # pieces and the joined block
-            if regroup > budget:
-                raise MemoryBudgetError(
-                    f"rechunk (level {index} of {what})",
-                    regroup,
-                    budget,
-                    "raise max_mem, or pass the image in smaller Dask blocks",
-                )
-            projected = max(projected, regroup)
-        memory.append(projected)
+        memory.append(region_nbytes(largest, step, dtype, method, joined=joined))
         arrays.append(downsampled(before, step, method, blocks))
     return arrays, memory
+
+
+def _regular(total: int, size: int) -> tuple[int, ...]:
+    """``total`` cut into blocks of ``size`` (the last one shorter)."""
+    return (size,) * (total // size) + ((total % size,) if total % size else ())
 
 
 def plan_multiscale(
@@ -123,7 +136,12 @@ def plan_multiscale(
         When a downsampling task or a level's write cannot fit ``budget``.
     """
     arrays, memory = pyramid_arrays(
-        data, [level.step for level in levels], method, budget=budget, what=path or "image"
+        data,
+        [level.step for level in levels],
+        method,
+        budget=budget,
+        what=path or "image",
+        regions=[level.shard_shape for level in levels[:-1]],
     )
     jobs = []
     shared = len(levels) > 1

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from shardpipe.core import downsample
 from shardpipe.core.downsample import downsample_block
 
 
@@ -197,3 +198,30 @@ def test_nearest_keeps_the_first_voxel_of_each_window_and_copies() -> None:
     got = downsample_block(block, (2, 3), "nearest")
     np.testing.assert_array_equal(got, block[::2, ::3])
     assert got.base is None  # a copy: the block can be freed
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["uint8", "int16", "uint32", "int64"]),
+    st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(1, 7)),
+    st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)),
+    st.sampled_from(["mean", "mode"]),
+    st.integers(1, 200),
+)
+def test_a_block_taken_in_slabs_gives_what_it_gives_whole(
+    dtype: str, shape: tuple[int, ...], factor: tuple[int, ...], method: str, slab: int
+) -> None:
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(sum(shape))
+    if method == "mean":
+        block = rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    else:
+        block = rng.integers(0, 4, shape).astype(dtype)
+    whole = downsample_block(block, factor, method)
+    before = downsample.SLAB_NBYTES
+    downsample.SLAB_NBYTES = slab  # slabs of a few windows, the last one partial
+    try:
+        sliced = downsample_block(block, factor, method)
+    finally:
+        downsample.SLAB_NBYTES = before
+    np.testing.assert_array_equal(sliced, whole, strict=True)

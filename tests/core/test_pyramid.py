@@ -19,6 +19,7 @@ from shardpipe.core.pyramid import (
     level_region,
     level_shape,
     plan_levels,
+    region_nbytes,
     steps_of,
     window_region,
 )
@@ -166,17 +167,21 @@ def test_downsample_blocks_are_whole_windows_within_the_budget(
 ) -> None:
     step = data.draw(st.tuples(*(st.integers(1, 4) for _ in chunks)))
     budget = data.draw(st.integers(70_000, 3_000_000))
+    joined = data.draw(st.booleans())
     kind = np.dtype(dtype)
     try:
-        out = downsample_blocks(chunks, step, kind, method, target_nbytes=50_000, budget=budget)
+        out = downsample_blocks(
+            chunks, step, kind, method, target_nbytes=50_000, budget=budget, joined=joined
+        )
     except MemoryBudgetError:
-        # refused only when a block of one window per axis does not fit
-        assert downsample_nbytes(step, step, kind, method) > budget
+        # refused only when a region of one window per axis does not fit
+        assert region_nbytes(step, step, kind, method, joined=joined) > budget
         return
     for sizes, new, s in zip(chunks, out, step, strict=True):
         assert sum(new) == sum(sizes)
         assert all(e % s == 0 for e in np.cumsum(new)[:-1])
-    assert downsample_nbytes(tuple(max(b) for b in out), step, kind, method) <= budget
+    largest = tuple(max(b) for b in out)
+    assert region_nbytes(largest, step, kind, method, joined=joined) <= budget
 
 
 @pytest.mark.parametrize(
