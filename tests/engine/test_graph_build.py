@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from dask._task_spec import Alias, DataNode, Task, TaskRef
+from dask.blockwise import Blockwise
 
 import shardpipe
 import shardpipe.engine.graph as graph_module
@@ -197,3 +199,35 @@ def test_the_collector_is_paused_while_a_graph_is_built_and_runs_after(tmp_path:
         assert not gc.isenabled()  # a collector paused before stays paused
     finally:
         gc.enable()
+
+
+def _block_sums(block_id: Any = None) -> np.ndarray:
+    return np.full((64, 64), sum(block_id), dtype="u1")
+
+
+def test_a_wave_of_a_vast_computed_source_materialises_its_blocks_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``map_blocks`` source of 2^28 blocks: a wave's graph holds the wave's blocks, no more."""
+    n = 2**20
+    source = da.map_blocks(_block_sums, dtype="u1", chunks=((64,) * (n // 64), (64,) * (n // 64)))
+    listed = Blockwise.get_output_keys
+
+    def refuse(self: Blockwise) -> Any:
+        if math.prod(self.dims[i] for i in self.output_indices) > 10**6:
+            raise AssertionError("the vast source's keys were listed")
+        return listed(self)
+
+    monkeypatch.setattr(Blockwise, "get_output_keys", refuse)
+    job = shardpipe.prepare_write(source, str(tmp_path), shards=(64, 64), chunks=(32, 32))
+    wave = Wave(3, (range(1, 2), range(2, 4)))
+    graph = build_write_graph(
+        source, job.plan, job.write_target("t"), job.key_of(), "t-w3", wave=wave
+    )
+    nodes = dict(graph.result.__dask_graph__())
+    assert graph.n_shards == 2
+    assert sorted(k[0] for k in nodes if isinstance(k, tuple)) == ["write-shard-t-w3"] * 2
+    with dask.config.set(scheduler="sync"):
+        reports = dask.compute(*graph.publishing)
+    assert sum(r.shards for r in reports) == 2
+    assert sorted(p.name for p in (tmp_path / "c" / "1").iterdir()) == ["2", "3"]
