@@ -26,8 +26,9 @@ fit is refused before anything runs.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -46,6 +47,7 @@ from shardpipe.core.plan_totals import PlanTotals, TotalsBuilder
 from shardpipe.core.region import Placement
 from shardpipe.core.shard_classes import shard_classes
 from shardpipe.core.shard_plan import PartPlan, ShardPlan
+from shardpipe.core.shard_translation import TranslatedShards
 from shardpipe.errors import MemoryBudgetError, PlanError
 
 __all__ = ["PartPlan", "PlanError", "PlanTotals", "ShardPlan", "WritePlan", "plan_write"]
@@ -127,7 +129,20 @@ class WritePlan:
 
     def iter_shards(self) -> Iterator[ShardPlan]:
         """Plan every shard the region touches, in C order, one at a time."""
-        return (self.shard(c) for c in self.placement.shards())
+        return self.shards_in(self.placement.shard_ranges)
+
+    def shards_in(
+        self, ranges: Sequence[range], skip: Collection[Coords] = frozenset()
+    ) -> Iterator[ShardPlan]:
+        """Plan the shards of a box of them (``ranges`` per dimension), in C order.
+
+        Every shard must be one the region touches; those in ``skip`` are
+        left out. Each class of shards alike up to a translation is planned
+        once, and its plan moved to the others
+        (:class:`~shardpipe.core.shard_translation.TranslatedShards`).
+        """
+        plans = TranslatedShards(self.placement, self.shard)
+        return (plans.shard(c) for c in itertools.product(*ranges) if c not in skip)
 
     @cached_property
     def shards(self) -> tuple[ShardPlan, ...]:

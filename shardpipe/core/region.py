@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from operator import getitem
 
 from shardpipe.core.grid import (
     BlockGrid,
@@ -143,10 +144,17 @@ class Placement:
         """Whether the region holds no element."""
         return any(start >= stop for start, stop in self.region)
 
+    @cached_property
+    def block_intervals(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """Per dimension, the interval of each block index in array coordinates."""
+        return tuple(
+            tuple((a + o, b + o) for a, b in itertools.pairwise(bounds))
+            for bounds, o in zip(self.blocks.bounds, self.offset, strict=True)
+        )
+
     def block_box(self, block: Coords) -> Box:
         """Return the box of ``block`` in array coordinates."""
-        local = self.blocks.block_box(block)
-        return tuple((a + o, b + o) for (a, b), o in zip(local, self.offset, strict=True))
+        return tuple(map(getitem, self.block_intervals, block))
 
     def blocks_touching(self, box: Box) -> Iterator[Coords]:
         """Iterate over the blocks that intersect ``box`` (array coordinates)."""

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from dask._task_spec import Alias, Task, TaskRef
+from dask._task_spec import Alias, DataNode, Task, TaskRef
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
@@ -84,7 +84,7 @@ def fuse_blocks(
         for chain in subs.values():
             for gone in chain:
                 del dsk[gone]
-        dsk[key] = _in_scope(fused, root)
+        dsk[key] = in_scope(fused, root)
     name = f"shardpipe-write-{token}"
     graph = HighLevelGraph({name: MaterializedLayer(dsk, annotations)}, {name: set()})
     return (
@@ -96,9 +96,9 @@ def fuse_blocks(
 def _single_use_chain(
     dsk: Mapping[Any, Any], dependents: Mapping[Any, list[Any]], block: Any
 ) -> list[Any] | None:
-    """Keys from ``block`` through its aliases to the task computing it, or None.
+    """Keys from ``block`` through its aliases to the task computing it (or its data), or None.
 
-    None when that is no task, or when the task or an alias on the way is
+    None when that is neither, or when the task or an alias on the way is
     used by anything else (it then stays, computed once).
     """
     chain = [block]
@@ -109,10 +109,10 @@ def _single_use_chain(
             return None
         chain.append(target)
         node = dsk[target]
-    return chain if isinstance(node, Task) else None
+    return chain if isinstance(node, Task | DataNode) else None
 
 
-def _in_scope(node: Task, root: bool) -> Task:
+def in_scope(node: Task, root: bool) -> Task:
     """``node`` run inside :func:`~shardpipe.engine.heap.heap_buffers`, nested blocks included."""
     keys = tuple(sorted(node.dependencies, key=str))
     return Task(

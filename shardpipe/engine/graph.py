@@ -1,9 +1,9 @@
 """Turn a :class:`~shardpipe.core.plan.WritePlan` into a Dask graph.
 
-The tasks are made directly (``dask._task_spec.Task``, one graph layer over
-the source's blocks from ``to_delayed``), so the graph runs on any Dask
-scheduler and building it costs no ``dask.delayed`` call per task. Task
-names read well on the dashboard::
+The tasks are made directly (``dask._task_spec.Task``, over the tasks of
+the source's blocks: :mod:`shardpipe.engine.source_blocks`), so the graph
+runs on any Dask scheduler and building it costs no ``dask.delayed`` call
+per task. Task names read well on the dashboard::
 
     encode-piece   a block encodes the inner chunks it holds of a part
     write-shard    a shard that fits one task: encode (or gather) and publish
@@ -23,36 +23,41 @@ fork back; ``merge-changes`` tasks merge them in a tree on the workers, so
 the client receives at most :data:`MERGE_FAN_IN` merged forks per graph.
 
 A graph covers the whole write, or one wave of it (a box of shards:
-:mod:`shardpipe.core.waves`). A wave's blocks come from the source sliced
-to the box of blocks feeding it, so Dask culls the source's graph to them:
-no step walks every block of the array.
+:mod:`shardpipe.core.waves`). Dask culls the source's graph to the blocks
+feeding the graph's shards: no step walks every block of the array. The
+shards' plans are made once per class of shards alike up to a translation
+(:meth:`~shardpipe.core.plan.WritePlan.shards_in`).
 
 A block that feeds a single task is computed inside that task
 (:func:`~shardpipe.engine.fusion.fuse_blocks`): on ``distributed`` it is then born
 on the worker that encodes it, so no block travels between workers, and the
-scheduler handles one task per shard instead of two. Every task runs inside
+scheduler handles one task per shard instead of two. Where no read gate
+(:mod:`shardpipe.engine.read_gates`) is needed, the tasks are fused as they
+are made, with no pass over the finished graph: the same graph, made at
+about 25,000 tasks per second of one core, a wave of a petabyte write
+(``python -m benchmarks.wave_graphs``). Every task runs inside
 :func:`~shardpipe.engine.heap.heap_buffers`.
 """
 
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import dask.array as da
-import numpy as np
-from dask._task_spec import Task, TaskRef
+from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef
+from dask.base import get_annotations
 from dask.delayed import Delayed, delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from shardpipe.core.grid import Box, Coords
-from shardpipe.core.plan import PartPlan, ShardPlan, WritePlan
+from shardpipe.core.plan import PartPlan, WritePlan
 from shardpipe.core.waves import Wave
-from shardpipe.engine.fusion import fuse_blocks
+from shardpipe.engine.collector import collector_paused
+from shardpipe.engine.fusion import fuse_blocks, in_scope
 from shardpipe.engine.heap import in_heap_scope
 from shardpipe.engine.publish_tasks import (
     begin_shard,
@@ -63,8 +68,8 @@ from shardpipe.engine.publish_tasks import (
     write_shard,
 )
 from shardpipe.engine.read_gates import gate_reads, read_ahead
-from shardpipe.engine.reports import add_reports
-from shardpipe.engine.source_window import read_window
+from shardpipe.engine.reports import WriteReport, add_reports
+from shardpipe.engine.source_blocks import SourceBlocks
 from shardpipe.engine.task_groups import group_publishing, shards_per_task
 from shardpipe.engine.tasks import WriteTarget, encode_piece
 from shardpipe.engine.update_tasks import UpdateTarget, update_shard
@@ -97,6 +102,7 @@ class WriteGraph:
     n_shards: int
 
 
+@collector_paused()
 def build_write_graph(
     arr: da.Array,
     plan: WritePlan,
@@ -150,8 +156,22 @@ def build_write_graph(
         they keep their keys (the source's graph is not optimised) and stay
         tasks of their own, neither fused into this write's tasks nor held
         behind read gates, so that each is computed once for every graph.
+
+    Python's cyclic garbage collector is paused while the graph is built
+    (:mod:`shardpipe.engine.collector`).
     """
-    blocks = SourceBlocks(arr, plan, wave, optimize=not shared_source)
+    ranges = plan.placement.shard_ranges if wave is None else wave.ranges
+    shards = list(plan.shards_in(ranges, skip=skip))
+    uses: dict[Coords, int] = {}
+    gathers = False
+    for shard in shards:
+        if update and not shard.is_single_part:
+            raise ValueError(f"shard {shard.coords}: updates are written in one part")
+        for part in shard.parts:
+            gathers = gathers or len(part.blocks) > 1
+            for b in part.blocks:
+                uses[b] = uses.get(b, 0) + 1
+    blocks = SourceBlocks(arr, plan, wave, uses.keys(), token, optimize=not shared_source)
     transactional = (
         isinstance(target, WriteTarget | UpdateTarget) and target.store.abilities.transactional
     )
@@ -167,30 +187,17 @@ def build_write_graph(
     piece_target = target_d
     if isinstance(target, UpdateTarget):
         piece_target = delayed(target.write, name=f"piece-target-{token}", traverse=False)
-    counter = itertools.count()
-    tasks: dict[Any, Task] = {}
-    outside: dict[int, HighLevelGraph] = {}  # graphs of the Delayed inputs, by identity
-
-    def ref(dep: Any) -> TaskRef:
-        if isinstance(dep, Delayed):
-            graph = dep.__dask_graph__()
-            if not isinstance(graph, HighLevelGraph):
-                graph = HighLevelGraph.from_collections(str(dep.key), graph)
-            outside.setdefault(id(graph), graph)
-            return TaskRef(dep.key)
-        return TaskRef(dep)
-
-    def call(func: Callable[..., Any], name: str, *deps: Any, **static: Any) -> Any:
-        """One task, returning its key: ``deps`` are its inputs, ``static`` plain values.
-
-        Tasks are made directly (no ``dask.delayed`` call per task, which
-        costs about 160 us each); static values are bound with
-        ``functools.partial`` so that nothing walks through them.
-        """
-        key = (f"{name}-{token}", next(counter))
-        bound = partial(in_heap_scope, func, **static)
-        tasks[key] = Task(key, bound, *(ref(dep) for dep in deps))
-        return key
+    outside = _graphs_of(target_d)
+    # a block feeding one task is computed inside it (fusion.py), here at once where
+    # no read gate or differing annotations stand in the way
+    fuse_now = (
+        not shared_source
+        and not gathers
+        and _annotated_alike(outside)
+        and not any(isinstance(blocks.node(b), Alias) for b in uses)
+    )
+    tasks = _Tasks(token, blocks, uses if fuse_now else {})
+    target_ref, piece_ref = TaskRef(target_d.key), TaskRef(piece_target.key)
 
     boxes_of: dict[Coords, Box] = {}  # one box per block, shared by the parts it feeds
 
@@ -203,17 +210,13 @@ def build_write_graph(
     def sources(coords: Coords, part: PartPlan) -> tuple[list[Any], tuple[Box, ...] | None]:
         """The blocks feeding a part (with their boxes), or the pieces they make."""
         if part.is_direct or (in_process and part.gather_in_task):
-            boxes = tuple(block_box(b) for b in part.blocks)
-            return [blocks[b] for b in part.blocks], boxes
+            return [tasks.block(b) for b in part.blocks], tuple(map(block_box, part.blocks))
         pieces = [
-            call(
+            tasks.add(
                 encode_piece,
                 "encode-piece",
-                piece_target,
-                blocks[b],
-                block_box=block_box(b),
-                shard=coords,
-                part=part,
+                (piece_ref, tasks.block(b)),
+                {"block_box": block_box(b), "shard": coords, "part": part},
             )
             for b in part.blocks
         ]
@@ -221,91 +224,183 @@ def build_write_graph(
 
     publishing = []
     consumers: list[tuple[Any, tuple[Coords, ...]]] = []  # part tasks and their blocks
-    n_shards = 0
-    for shard in _shards(plan, wave):
-        if shard.coords in skip:
-            continue
-        n_shards += 1
-        key = key_of(shard.coords)
-        if update and not shard.is_single_part:
-            raise ValueError(f"shard {shard.coords}: updates are written in one part")
+    for shard in shards:
+        coords = shard.coords
+        key = key_of(coords)
         if shard.is_single_part:
             part = shard.parts[0]
-            deps, box = sources(shard.coords, part)
-            name, func, extra = (
-                ("update-shard", update_shard, {"coverage": shard.coverage})
-                if update
-                else ("write-shard", write_shard, {})
-            )
-            publishing.append(
-                call(
-                    publisher(func),
-                    name,
-                    target_d,
-                    *deps,
-                    shard=shard.coords,
-                    key=key,
-                    part=part,
-                    block_boxes=box,
-                    **extra,
-                )
-            )
-            consumers.append((publishing[-1], part.blocks))
+            deps, box = sources(coords, part)
+            static = {"shard": coords, "key": key, "part": part, "block_boxes": box}
+            func: Callable[..., WriteReport] = update_shard if update else write_shard
+            name = "update-shard" if update else "write-shard"
+            if update:
+                static["coverage"] = shard.coverage
+            publishing.append(tasks.add(publisher(func), name, (target_ref, *deps), static))
+            consumers.append((publishing[-1].key, part.blocks))
             continue
-        handle = call(begin_shard, "begin-shard", target_d, key=key)
+        handle = tasks.add(begin_shard, "begin-shard", (target_ref,), {"key": key})
         reports = []
         for part in shard.parts:
-            deps, box = sources(shard.coords, part)
-            is_last = part.number == len(shard.parts) - 1
-            reports.append(
-                call(
-                    write_part,
-                    "write-part",
-                    target_d,
-                    handle,
-                    *deps,
-                    shard=shard.coords,
-                    part=part,
-                    block_boxes=box,
-                    is_last=is_last,
-                )
-            )
-            consumers.append((reports[-1], part.blocks))
+            deps, box = sources(coords, part)
+            static = {
+                "shard": coords,
+                "part": part,
+                "block_boxes": box,
+                "is_last": part.number == len(shard.parts) - 1,
+            }
+            reports.append(tasks.add(write_part, "write-part", (target_ref, handle, *deps), static))
+            consumers.append((reports[-1].key, part.blocks))
         publishing.append(
-            call(
+            tasks.add(
                 publisher(stamp_shard),
                 "stamp-shard",
-                target_d,
-                handle,
-                *reports,
-                shard=shard.coords,
+                (target_ref, handle, *reports),
+                {"shard": coords},
             )
         )
+    if piece_target is not target_d and "encode-piece" in tasks.names:
+        outside += _graphs_of(piece_target)
+    publishing_keys = [p.key for p in publishing]
     done_key = f"write-done-{token}"
-    tasks[done_key] = Task(done_key, finish_write, ref(target_d), *(ref(p) for p in publishing))
+    tasks.tasks[done_key] = Task(done_key, finish_write, target_ref, *publishing)
+    if tasks.inlined:
+        # what fuse_blocks would make of the graph below: one layer, blocks inside their tasks
+        layer = f"shardpipe-write-{token}"
+        dsk = {k: v for graph in outside for k, v in graph.items()}
+        dsk.update(blocks.tasks(uses.keys(), tasks.inlined))
+        dsk.update(tasks.tasks)
+        graph = HighLevelGraph({layer: MaterializedLayer(dsk)}, {layer: set()})
+        result = Delayed(done_key, graph, layer=layer)
+        publishing_d = [Delayed(key, graph, layer=layer) for key in publishing_keys]
+        return _finished(result, publishing_d, plan, len(shards), threads, token, transactional)
     layer = f"shardpipe-tasks-{token}"
-    graph = _with_layer(outside.values(), layer, tasks)
+    source = _source_graph(blocks, uses.keys(), token)
+    graph = _with_layer([*outside, source], layer, tasks.tasks)
     result = Delayed(done_key, graph, layer=layer)
-    publishing = [Delayed(key, graph, layer=layer) for key in publishing]
+    publishing_d = [Delayed(key, graph, layer=layer) for key in publishing_keys]
     if shared_source:
         if transactional:
-            result, publishing = _merge_in_tree(result, publishing, token)
-        return WriteGraph(result, publishing, n_shards)
-    block_keys = {b: blocks[b].key for _, fed in consumers for b in fed}
-    gated = gate_reads(result, publishing, block_keys, consumers, read_ahead(threads), token)
+            result, publishing_d = _merge_in_tree(result, publishing_d, token)
+        return WriteGraph(result, publishing_d, len(shards))
+    block_keys = {b: blocks.key(b) for _, fed in consumers for b in fed}
+    gated = gate_reads(result, publishing_d, block_keys, consumers, read_ahead(threads), token)
     if gated is not None:
-        result, publishing = gated
-    fused = fuse_blocks(result, publishing, blocks.keys(), token)
-    if fused is not None:
-        result, publishing = fused
-        shard_nbytes = plan.nbytes_in // max(plan.n_shards, 1)
-        per_task = shards_per_task(shard_nbytes, n_shards, threads)
-        grouped = group_publishing(result, publishing, per_task, token)
-        if grouped is not None:
-            result, publishing = grouped
+        result, publishing_d = gated
+    fused = fuse_blocks(result, publishing_d, {blocks.key(b) for b in uses}, token)
+    if fused is None:
+        if transactional:
+            result, publishing_d = _merge_in_tree(result, publishing_d, token)
+        return WriteGraph(result, publishing_d, len(shards))
+    return _finished(*fused, plan, len(shards), threads, token, transactional)
+
+
+def _finished(
+    result: Delayed,
+    publishing: list[Delayed],
+    plan: WritePlan,
+    n_shards: int,
+    threads: int | None,
+    token: str,
+    transactional: bool,
+) -> WriteGraph:
+    """The write graph from a fused one: small shards grouped, reports merged in a tree."""
+    shard_nbytes = plan.nbytes_in // max(plan.n_shards, 1)
+    per_task = shards_per_task(shard_nbytes, n_shards, threads)
+    grouped = group_publishing(result, publishing, per_task, token)
+    if grouped is not None:
+        result, publishing = grouped
     if transactional:
         result, publishing = _merge_in_tree(result, publishing, token)
     return WriteGraph(result, publishing, n_shards)
+
+
+class _Tasks:
+    """The write's own tasks, made one by one, with the blocks computed inside them.
+
+    Parameters
+    ----------
+    token : str
+        Unique id of the write: task names end with it.
+    blocks : SourceBlocks
+        The source's blocks.
+    uses : dict
+        How many tasks use each block; a block used by one task, computed
+        by a task of the source's graph that nothing else there needs, is
+        computed inside the task using it (as :func:`~shardpipe.engine.fusion.fuse_blocks`
+        would). Empty: every block stays a task of its own.
+    """
+
+    def __init__(self, token: str, blocks: SourceBlocks, uses: dict[Coords, int]) -> None:
+        self.token = token
+        self.blocks = blocks
+        self.uses = uses
+        self.tasks: dict[Any, Task] = {}
+        self.inlined: list[Coords] = []
+        self._counter = itertools.count()
+        self.names: dict[str, str] = {}  # task names made, with their key prefix
+
+    def block(self, block: Coords) -> TaskRef | GraphNode:
+        """What a task takes for ``block``: the block's own task to run inside, or its key."""
+        if self.uses.get(block) == 1 and not self.blocks.used_by_source(block):
+            node = self.blocks.node(block)
+            if isinstance(node, Task | DataNode):
+                self.inlined.append(block)
+                return node
+        return TaskRef(self.blocks.key(block))
+
+    def add(
+        self,
+        func: Callable[..., Any],
+        name: str,
+        args: tuple[TaskRef | GraphNode, ...],
+        static: dict[str, Any],
+    ) -> TaskRef:
+        """One task named ``name`` calling ``func(*args, **static)``; returns a reference to it.
+
+        Tasks are made directly (no ``dask.delayed`` call per task, which
+        costs about 160 us each); static values are bound with
+        ``functools.partial`` so that nothing walks through them. A task
+        computing blocks inside it runs them and itself inside
+        :func:`~shardpipe.engine.heap.heap_buffers`.
+        """
+        prefix = self.names.get(name)
+        if prefix is None:
+            prefix = self.names[name] = f"{name}-{self.token}"
+        key = (prefix, next(self._counter))
+        node = Task(key, partial(in_heap_scope, func, **static), *args)
+        inside = [a for a in args if isinstance(a, GraphNode)]
+        if inside:
+            node = in_scope(node, any(a.data_producer for a in inside))
+        self.tasks[key] = node
+        return TaskRef(key)
+
+
+def _graphs_of(*targets: Delayed) -> list[HighLevelGraph]:
+    """The graphs of ``targets``, each once."""
+    graphs: dict[int, HighLevelGraph] = {}
+    for dep in targets:
+        graph = dep.__dask_graph__()
+        if not isinstance(graph, HighLevelGraph):
+            graph = HighLevelGraph.from_collections(str(dep.key), graph)
+        graphs.setdefault(id(dep), graph)
+    return list(graphs.values())
+
+
+def _annotated_alike(graphs: Iterable[HighLevelGraph]) -> bool:
+    """Whether every layer of ``graphs`` has the annotations layers made now get."""
+    now = get_annotations() or None
+    return all(
+        (layer.annotations or None) == now for graph in graphs for layer in graph.layers.values()
+    )
+
+
+def _source_graph(blocks: SourceBlocks, used: Collection[Coords], token: str) -> HighLevelGraph:
+    """The source's tasks for the blocks ``used``, as a graph of their own named after ``token``."""
+    if not blocks.optimized:
+        return blocks.graph()
+    return HighLevelGraph.from_collections(
+        f"source-blocks-{token}", blocks.tasks(used), dependencies=()
+    )
 
 
 def _merge_in_tree(
@@ -344,62 +439,3 @@ def _with_layer(
     layers = {**merged.layers, name: MaterializedLayer(tasks)}
     dependencies = {**merged.dependencies, name: set(merged.layers)}
     return HighLevelGraph(layers, dependencies)
-
-
-def _shards(plan: WritePlan, wave: Wave | None) -> Iterator[ShardPlan]:
-    """The shards to write, in C order: all of the plan's, or one wave's."""
-    if wave is None:
-        return plan.iter_shards()
-    return (plan.shard(coords) for coords in itertools.product(*wave.ranges))
-
-
-class SourceBlocks:
-    """The source's blocks feeding a write or one wave of it, as ``Delayed`` by block coordinates.
-
-    For a wave, the source is sliced to the box of blocks that feed its
-    shards, at block edges, so the slice has exactly those blocks and Dask
-    culls the rest of the source's graph away. A source that reads an
-    array-like directly (``da.from_zarr``, ``da.from_array``) is instead read
-    through a window on that array-like (:func:`~shardpipe.engine.source_window.read_window`). A
-    source with empty blocks (which a slice could drop) is taken whole. With ``optimize``
-    False, the blocks keep the keys they have in the source's graph.
-    """
-
-    def __init__(
-        self, arr: da.Array, plan: WritePlan, wave: Wave | None, *, optimize: bool = True
-    ) -> None:
-        self.origin: Coords = (0,) * arr.ndim
-        if wave is not None and all(all(sizes) for sizes in plan.blocks.chunks):
-            first, stop = _block_ranges(plan, wave)
-            bounds = plan.blocks.bounds
-            index = tuple(
-                slice(bounds[d][a], bounds[d][b])
-                for d, (a, b) in enumerate(zip(first, stop, strict=True))
-            )
-            window = read_window(arr, index)
-            arr = arr[index] if window is None else window
-            self.origin = first
-        self._delayed: np.ndarray = arr.to_delayed(optimize_graph=optimize)
-
-    def __getitem__(self, block: Coords) -> Delayed:
-        local = tuple(b - o for b, o in zip(block, self.origin, strict=True))
-        found: Delayed = self._delayed[local]
-        return found
-
-    def keys(self) -> set[Any]:
-        """Keys of the blocks."""
-        return {b.key for b in self._delayed.flat}
-
-
-def _block_ranges(plan: WritePlan, wave: Wave) -> tuple[Coords, Coords]:
-    """Per dimension, the first block feeding ``wave`` and one past the last (source blocks)."""
-    layout, placement = plan.layout, plan.placement
-    first, stop = [], []
-    for d, shards in enumerate(wave.ranges):
-        size, (r0, r1) = layout.shard_shape[d], placement.region[d]
-        lo = max(shards.start * size, r0) - placement.offset[d]
-        hi = min(shards.stop * size, r1) - placement.offset[d]
-        bounds = plan.blocks.bounds[d]
-        first.append(bisect_right(bounds, lo) - 1)
-        stop.append(bisect_right(bounds, hi - 1))
-    return tuple(first), tuple(stop)
