@@ -34,7 +34,7 @@ import numpy as np
 METHODS = ("mean", "mode", "nearest")
 
 SLAB_NBYTES = 4 << 20
-"""Bytes of a block the exact methods take at a time (:func:`_in_slabs`)."""
+"""Bytes of a block the exact methods take at a time (``_in_slabs``)."""
 
 SPLIT_WINDOW_LIMIT = 2**31
 """Windows of fewer voxels than this sum 64-bit integers in two uint64 halves; larger in Python."""

@@ -129,7 +129,7 @@ def in_shard_blocks(arr: da.Array, shard_shape: tuple[int, ...]) -> da.Array:
 
 
 MOST_VIEWS_CHECKED = 100_000
-"""Most blocks :func:`_viewed_array` checks before giving up (a second or so of Python)."""
+"""Most blocks ``_viewed_array`` checks before giving up (a second or so of Python)."""
 
 
 def _viewed_array(arr: da.Array) -> np.ndarray | None:
