@@ -118,14 +118,21 @@ def in_shard_blocks(arr: da.Array, shard_shape: tuple[int, ...]) -> da.Array:
         array = _viewed_array(arr)
     if not isinstance(array, np.ndarray) or type(array) not in (np.ndarray, np.memmap):
         return arr  # not a subclass with its own indexing (masked arrays, matrices)
-    # made here: da.from_array would copy the whole array first
-    name = f"in-shards-{arr.name}"
-    chunks = da.core.normalize_chunks(shard_shape, arr.shape, dtype=arr.dtype)
+    return views_in_blocks(array, shard_shape, f"in-shards-{arr.name}")
+
+
+def views_in_blocks(array: np.ndarray, block_shape: tuple[int, ...], name: str) -> da.Array:
+    """``array`` as a Dask array named ``name`` whose blocks of ``block_shape`` are views of it.
+
+    Nothing is copied (``da.from_array`` copies the whole array first): the
+    blocks read ``array`` as it is when the graph runs.
+    """
+    chunks = da.core.normalize_chunks(block_shape, array.shape, dtype=array.dtype)
     views: dict[Any, Any] = {
         (name, *index): array[tuple(slice(a, b) for a, b in box)] for index, box in _blocks(chunks)
     }
     graph = HighLevelGraph.from_collections(name, views, dependencies=())
-    return da.Array(graph, name, chunks, meta=arr._meta)
+    return da.Array(graph, name, chunks, meta=array[(slice(0, 0),) * array.ndim])
 
 
 MOST_VIEWS_CHECKED = 100_000

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from typing import Any, Unpack
 
 import dask.array as da
@@ -26,7 +27,7 @@ from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
 from shardpipe.engine.scheduler import check_store_reachable
-from shardpipe.engine.source_window import in_shard_blocks
+from shardpipe.engine.source_window import in_shard_blocks, views_in_blocks
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
 from shardpipe.journal.job_record import job_identity, waves_done
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -313,7 +314,10 @@ def _prepare_update(
         shape, offset = appended_shape(axis, old_shape, tuple(arr.shape))
         grown = metadata.update_shape(shape)
     layout = layout_of(grown or metadata)
-    array = as_dask_array(arr, layout.shard_shape)
+    if type(arr) in (np.ndarray, np.memmap):  # an update runs now: views, not a copy
+        array = views_in_blocks(arr, layout.shard_shape, f"array-{uuid.uuid4().hex}")
+    else:
+        array = as_dask_array(arr, layout.shard_shape)
     check_source_is_not_target(array, target)
     check_store_reachable(array, target)
     store = target.shards

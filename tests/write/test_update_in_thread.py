@@ -119,3 +119,23 @@ def test_larger_or_dask_updates_still_run_on_the_scheduler(
     data[small] = new[:8, :8, :8] + 1
     assert waves == [1, 1]  # NumPy and one shard: in the thread
     _check(path, data)
+
+
+@pytest.mark.parametrize("kind", ["region", "append"])
+def test_an_update_from_numpy_reads_it_without_a_copy(tmp_path: Path, kind: str) -> None:
+    """The update's Dask source is views of the caller's array (``da.from_array`` copies it)."""
+    path = tmp_path / "a.zarr"
+    shardpipe.to_sharded_zarr(_volume((64, 48)), str(path), shards=(32, 16), chunks=(16, 8))
+    new = _volume((40, 48), seed=1)
+    if kind == "region":
+        job = shardpipe.prepare_write(new, str(path), region=(slice(10, 50), slice(0, 48)))
+    else:
+        job = shardpipe.prepare_write(new, str(path), append_dim=0)
+    blocks = [v for v in dict(job.source.__dask_graph__()).values() if isinstance(v, np.ndarray)]
+    assert blocks and all(np.shares_memory(b, new) for b in blocks)
+    assert sum(b.size for b in blocks) == new.size
+    job.execute()
+    expected = np.concatenate([_volume((64, 48)), new]) if kind == "append" else _volume((64, 48))
+    if kind == "region":
+        expected[10:50] = new
+    _check(path, expected)
