@@ -35,7 +35,7 @@ from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool
 from shardpipe.core.grid import Box
-from shardpipe.core.memory import DEFAULT_MAX_MEM, MemoryModel
+from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.region_batch import group_by_shard
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
@@ -44,6 +44,7 @@ from shardpipe.stored.metadata import layout_of
 from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.creation import check_no_other_job
 from shardpipe.write.in_thread import run_batch
+from shardpipe.write.prepare import memory_model
 from shardpipe.write.transaction import check_writable
 from shardpipe.write.update_target import (
     ExistingArray,
@@ -259,14 +260,8 @@ class _BatchTarget:
         """Whether a shard's writer may rewrite it whole within ``max_mem`` (else refuse)."""
         budget = check_max_mem(max_mem)
         codec = ChunkCodec.from_metadata(self.existing.metadata)
-        expansion, overhead = codec.expansion
-        itemsize = codec.dtype.itemsize
-        model = MemoryModel(
-            chunk_nbytes=math.prod(self.layout.chunk_shape) * itemsize,
-            expansion=expansion,
-            chunk_overhead=overhead,
-        )
-        shard_nbytes = math.prod(self.layout.shard_shape) * itemsize
+        model = memory_model(codec, self.layout.chunk_shape, self.target.shards)
+        shard_nbytes = math.prod(self.layout.shard_shape) * codec.dtype.itemsize
         rewrite_mem = 2 * model.encoded(shard_nbytes)  # the old shard and the new
         self.rewrite_fits = rewrite_mem <= budget
         abilities = self.target.shards.abilities

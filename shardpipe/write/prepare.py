@@ -21,7 +21,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
 from shardpipe.core.checks import check_bool, check_int, check_json_dict
-from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
+from shardpipe.core.grid import BlockGrid, Coords, Shape, ShardLayout
 from shardpipe.core.memory import DEFAULT_MAX_MEM, MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
@@ -30,6 +30,7 @@ from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.engine.source_window import in_shard_blocks, views_in_blocks
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
 from shardpipe.journal.job_record import job_identity, waves_done
+from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of, layout_of
 from shardpipe.stored.places import check_source_is_not_target, check_target
@@ -409,6 +410,24 @@ def _source_and_plan(
     return array, _plan(placement, codec, budget, target, metadata, part_limit=part_limit)
 
 
+def memory_model(
+    codec: ChunkCodec, chunk_shape: Shape, store: ShardStore, *, undo: bool = False
+) -> MemoryModel:
+    """The memory model of tasks writing ``codec``'s inner chunks of ``chunk_shape`` to ``store``.
+
+    ``undo``: the tasks keep the old bytes they overwrite (an update in place).
+    """
+    expansion, overhead = codec.expansion
+    return MemoryModel(
+        chunk_nbytes=math.prod(chunk_shape) * codec.dtype.itemsize,
+        expansion=expansion,
+        chunk_overhead=overhead,
+        join_copies=store.abilities.joins_buffers,
+        min_part_nbytes=store.min_part_size,
+        undo=undo,
+    )
+
+
 def _plan(
     placement: Placement,
     codec: ChunkCodec,
@@ -420,16 +439,8 @@ def _plan(
     undo: bool = False,
 ) -> WritePlan:
     store = target.shards
-    expansion, overhead = codec.expansion
     itemsize = codec.dtype.itemsize
-    model = MemoryModel(
-        chunk_nbytes=math.prod(placement.layout.chunk_shape) * itemsize,
-        expansion=expansion,
-        chunk_overhead=overhead,
-        join_copies=store.abilities.joins_buffers,
-        min_part_nbytes=store.min_part_size,
-        undo=undo,
-    )
+    model = memory_model(codec, placement.layout.chunk_shape, store, undo=undo)
     shard_format = format_of(metadata)
     stamp = shard_format.head_nbytes(store.min_part_size) + shard_format.index_nbytes()
     try:
