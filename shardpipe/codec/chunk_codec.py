@@ -120,20 +120,39 @@ def checksummed_compressors(compressors: Any, dtype: Any, *, chunk_checksums: bo
     """
     if not chunk_checksums:
         return compressors
-    try:
-        probe = zarr.create_array(
-            MemoryStore(), shape=(1,), dtype=dtype, chunks=(1,), compressors=compressors
-        )
-    except (TypeError, ValueError) as err:
-        raise InvalidArgumentError(
-            "compressors",
-            f"zarr rejects {compressors!r} ({err})",
-            "Pass codec objects or dicts as accepted by zarr.create_array",
-        ) from err
-    resolved = tuple(c for c in probe.compressors if isinstance(c, BytesBytesCodec))
+    resolved = _codec_objects(compressors)
+    if resolved is None:
+        try:
+            probe = zarr.create_array(
+                MemoryStore(), shape=(1,), dtype=dtype, chunks=(1,), compressors=compressors
+            )
+        except (TypeError, ValueError) as err:
+            raise InvalidArgumentError(
+                "compressors",
+                f"zarr rejects {compressors!r} ({err})",
+                "Pass codec objects or dicts as accepted by zarr.create_array",
+            ) from err
+        resolved = tuple(c for c in probe.compressors if isinstance(c, BytesBytesCodec))
     if has_chunk_checksum(resolved):
         return compressors
     return (*resolved, Crc32cCodec())
+
+
+def _codec_objects(compressors: Any) -> tuple[BytesBytesCodec, ...] | None:
+    """``compressors`` as zarr resolves them, where that needs no zarr (else None).
+
+    None and codec objects are what zarr keeps as they are; ``"auto"`` and
+    dicts are left to zarr (:func:`checksummed_compressors` asks it, in memory).
+    """
+    if compressors is None:
+        return ()
+    if isinstance(compressors, BytesBytesCodec):
+        return (compressors,)
+    if isinstance(compressors, (list, tuple)) and all(
+        isinstance(c, BytesBytesCodec) for c in compressors
+    ):
+        return tuple(compressors)
+    return None
 
 
 @dataclass

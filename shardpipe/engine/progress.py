@@ -7,6 +7,7 @@ callback advances it as publishing tasks end.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import threading
 from typing import Any
@@ -17,12 +18,15 @@ from shardpipe.engine.graph import PUBLISHING_TASKS
 from shardpipe.engine.reports import WriteReport
 
 
+@functools.cache
 def bar_class() -> Any:
     """The ``tqdm`` class every bar of shardpipe is drawn with.
 
     ``tqdm.auto`` (a widget in a notebook) when ``ipywidgets`` can be
     imported; else the console bar, which is what ``tqdm.auto`` would fall
-    back to in a notebook without widgets, after a ``TqdmWarning``.
+    back to in a notebook without widgets, after a ``TqdmWarning``. Looked
+    up once per process (the search of the import path costs a fraction
+    of a millisecond, for every write).
     """
     if importlib.util.find_spec("ipywidgets") is not None:
         from tqdm.auto import tqdm as with_widgets

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import zarr
+from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.tasks import WriteTarget
@@ -23,6 +24,7 @@ from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import check_target
 from shardpipe.write.resume import Resume, check_same_job, forget_finished
+from shardpipe.write.update_target import metadata_bytes
 
 
 def create_array(
@@ -32,6 +34,7 @@ def create_array(
     write_target: WriteTarget,
     holder: JobMarker | None = None,
     *,
+    metadata: ArrayV3Metadata | None = None,
     identity: dict[str, Any] | None = None,
     run: str | None = None,
 ) -> WriteTarget:
@@ -42,6 +45,12 @@ def create_array(
     job record is saved after the metadata (see :mod:`shardpipe.write.resume`).
     Returns ``write_target`` unchanged, so that tasks can depend on the
     metadata being written.
+
+    ``metadata`` is what zarr made of ``create_kwargs`` when the write was
+    planned. An array at the store's root (no group above it to create) is
+    given that document directly, one ``put``; an array under a path is
+    created by zarr, which adds the groups above it where missing and
+    refuses an array among them.
 
     ``run`` is unique to this run of the write and goes into the job record:
     a rerun of this task (Dask runs it again when the worker holding its
@@ -54,7 +63,10 @@ def create_array(
     check_target(target, overwrite)
     if overwrite:
         _remove_node(target)
-    zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
+    if metadata is not None and not target.path:
+        target.shards.put(target.key("zarr.json"), [metadata_bytes(metadata)])
+    else:
+        zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
     target.shards.make_durable(metadata_keys(target))
     if identity is not None:
         save_record(target, identity, "running", run)

@@ -103,6 +103,7 @@ class ShardedWrite(WriteSpec):
                 self.create_kwargs,
                 self.overwrite,
                 self.write_target(token),
+                metadata=self.metadata,
                 identity=self.identity,
                 run=token,
                 dask_key_name=f"create-array-{token}",
@@ -169,12 +170,9 @@ class ShardedWrite(WriteSpec):
     def open(self) -> zarr.Array[Any]:
         """Open the written array for reading and writing.
 
-        After an update (a region write or an append) the array's metadata
-        is the job's, so the array is made from it without reading
-        ``zarr.json`` again (a few milliseconds a call, for small updates);
-        a new array is opened from the store.
+        The array's metadata is the job's (written by it, or found by it),
+        so the array is made from it without reading ``zarr.json`` again
+        (about a millisecond a call: much of a small update's time).
         """
-        if self.existing is None:
-            return zarr.open_array(self.target.zarr_store, path=self.target.path, mode="r+")
         where = StorePath(self.target.zarr_store, self.target.path)
         return zarr.Array(AsyncArray(metadata=self.metadata, store_path=where))

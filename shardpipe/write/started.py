@@ -128,6 +128,7 @@ def start(spec: WriteSpec, token: str) -> StartedJob:
                 spec.overwrite,
                 write_target,
                 marker,
+                metadata=spec.metadata,
                 identity=spec.identity,
             )
     except BaseException:

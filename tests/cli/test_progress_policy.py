@@ -192,8 +192,10 @@ def test_bars_are_plain_console_bars_without_widgets(monkeypatch: pytest.MonkeyP
         "find_spec",
         lambda name, *a: None if name == "ipywidgets" else real(name, *a),
     )
+    progress.bar_class.cache_clear()  # looked up once per process
     assert progress.bar_class() is tqdm.std.tqdm
     monkeypatch.setattr(importlib.util, "find_spec", real)
+    progress.bar_class.cache_clear()
     if real("ipywidgets") is not None:
         assert progress.bar_class() is tqdm.auto.tqdm
 
