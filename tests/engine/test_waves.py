@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dask
 import dask.array as da
+import dask.callbacks
 import numpy as np
 import pytest
 from dask.delayed import delayed
@@ -217,3 +218,45 @@ def test_on_a_cluster_a_failure_waits_for_running_tasks(tmp_path: Path, cluster_
     with pytest.raises(RuntimeError, match="injected on a worker"):
         run_waves([wave], 1, show=False, token="tokc", total_shards=2, total_waves=1)
     assert marker.exists()  # the slow task had ended before the error was raised
+
+
+class _HandedOn(dask.callbacks.Callback):
+    """Most tasks handed to the pool and not finished at once (``pretask`` fires at hand-off)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = self.most = 0
+        self.lock = threading.Lock()
+
+    def _pretask(self, key: object, dsk: object, state: object) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def _posttask(self, key: object, result: object, dsk: object, state: object, id: int) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+def _slow_report(*_: object) -> WriteReport:
+    time.sleep(0.01)
+    return WriteReport(shards=1)
+
+
+@pytest.mark.parametrize("stamped", [False, True], ids=["shard tasks alone", "parts and stamps"])
+def test_shard_tasks_alone_are_queued_two_per_thread(stamped: bool) -> None:
+    # queued tasks keep each thread busy between two shard tasks; where a task must wait
+    # for others (a stamp for its parts), none is queued ahead of it
+    target = delayed(lambda: "target", pure=False)()
+    if stamped:
+        parts = [delayed(_slow_report, pure=False)(target, k) for k in range(8)]
+        pairs = zip(parts[::2], parts[1::2], strict=True)
+        tasks = [delayed(_slow_report, pure=False)(a, b) for a, b in pairs]
+    else:
+        tasks = [delayed(_slow_report, pure=False)(target, k) for k in range(8)]
+    wave = WaveGraph(0, 0, tasks, len(tasks))
+    handed = _HandedOn()
+    with dask.config.set({"scheduler": "threads", "num_workers": 2}), handed:
+        totals = run_waves([wave], 1, show=False, token="tok", total_shards=4, total_waves=1)
+    assert totals == [WriteReport(shards=len(tasks))]
+    assert handed.most == (2 if stamped else 4)
