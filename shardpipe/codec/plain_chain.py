@@ -19,9 +19,10 @@ encoded bytes can be made with fewer copies than zarr's codec objects make:
   buffers back to back (:meth:`PlainChain.encode_scattered`) gets the
   compressed bytes and the four bytes of their CRC32C as two buffers,
   instead of a copy of the compressed bytes with the CRC32C appended;
-* a chain whose one compressor is zarr's ``zstd`` calls numcodecs' ``Zstd``
-  (what zarr's codec runs, with the same level and checksum flag) directly
-  on the bytes, without zarr's buffer wrappers around each call.
+* a chain whose one compressor is zarr's ``zstd`` calls numcodecs' zstd
+  ``compress`` (what zarr's codec runs, with the same level and checksum
+  flag) directly on the bytes, without zarr's buffer wrappers or the codec
+  object's own checks around each call.
 
 The bytes are the same as those of the codec objects (tests compare them).
 Any other chain takes the general path in :class:`~shardpipe.codec.chunk_codec.ChunkCodec`.
@@ -39,7 +40,7 @@ from typing import Any
 
 import crc32c
 import numpy as np
-from numcodecs import Zstd  # type: ignore[import-untyped]
+from numcodecs import zstd as numcodecs_zstd  # type: ignore[import-untyped]
 from zarr.abc.codec import BytesBytesCodec, Codec
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.core.array_spec import ArraySpec
@@ -188,11 +189,13 @@ class PlainChain:
         scratch: np.ndarray | None = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = self.new_slot()
+            self._local.scratch_chunk = self.slot_chunk(scratch)
         return scratch
 
     def _into(self, slot: np.ndarray, chunk: np.ndarray) -> None:
         """Copy ``chunk`` into ``slot``, padded with the fill value to the chunk shape."""
-        target = self.slot_chunk(slot)
+        scratch: np.ndarray | None = getattr(self._local, "scratch", None)
+        target = self._local.scratch_chunk if slot is scratch else self.slot_chunk(slot)
         if chunk.shape != self.chunk_shape:
             target.fill(self.fill_value)
             target = target[tuple(slice(0, n) for n in chunk.shape)]
@@ -266,18 +269,18 @@ class PlainChain:
         return result
 
     @cached_property
-    def _zstd(self) -> Any:
-        """numcodecs' ``Zstd`` if the one compressor is zarr's ``zstd`` (what it runs)."""
+    def _zstd(self) -> tuple[int, bool] | None:
+        """Level and checksum flag if the one compressor is zarr's ``zstd``, else None."""
         if len(self.compressors) != 1 or not isinstance(self.compressors[0][0], ZstdCodec):
             return None
         codec = self.compressors[0][0]
-        return Zstd(level=codec.level, checksum=codec.checksum)
+        return codec.level, codec.checksum
 
     def _compressed(self, raw: np.ndarray) -> BytesLike:
         """Run the compressors (not a final CRC32C) on raw bytes: never a view of ``raw``."""
         zstd = self._zstd
-        if zstd is not None:
-            compressed: BytesLike = zstd.encode(raw)  # new bytes
+        if zstd is not None:  # what numcodecs' Zstd.encode (zarr's codec) runs on contiguous bytes
+            compressed: BytesLike = numcodecs_zstd.compress(raw, *zstd)  # new bytes
             return compressed
         value: Any = self.compressors[0][1].prototype.buffer.from_array_like(raw)
         for codec, spec in self.compressors:

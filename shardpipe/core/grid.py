@@ -163,6 +163,27 @@ class ChunkBox:
         """Iterate over the local coordinates of the inner chunks in C order."""
         return itertools.product(*(range(a, b) for a, b in zip(self.start, self.stop, strict=True)))
 
+    def chunk_boxes(self, layout: ShardLayout, shard: Coords) -> Iterator[Box]:
+        """Each chunk's box, clipped to the array, in the order of :meth:`chunks`.
+
+        The boxes of ``layout.clip(layout.chunk_box(shard, local))`` for every
+        chunk, made per dimension once: a shard of 256 chunks asks for 3 x
+        (4 + 1) intervals, not 256 boxes of arithmetic. Every chunk of the
+        box must hold an array element (:func:`chunks_in_array`).
+        """
+        axes = []
+        for i, a, b, s, c, n in zip(
+            shard,
+            self.start,
+            self.stop,
+            layout.shard_shape,
+            layout.chunk_shape,
+            layout.shape,
+            strict=True,
+        ):
+            axes.append([(i * s + j * c, min(i * s + (j + 1) * c, n)) for j in range(a, b)])
+        return itertools.product(*axes)
+
     def element_box(self, layout: ShardLayout, shard: Coords) -> Box:
         """Return the full box these chunks cover in array coordinates."""
         return tuple(

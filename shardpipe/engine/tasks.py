@@ -229,7 +229,9 @@ def _cut_in_task(
     """
     layout = target.layout
     holders = (
-        None if old is not None else whole_chunk_blocks(layout, shard, part.chunks, block_boxes)
+        None
+        if old is not None or target.codec.encodes_raw
+        else whole_chunk_blocks(layout, shard, part.chunks, block_boxes)
     )
     if holders is not None:
         return _encode_held(target, shard, part, blocks, block_boxes, holders, scattered=scattered)
@@ -290,9 +292,8 @@ def _held_chunks(
     origin = tuple(start for start, _ in part.chunks.element_box(layout, shard))
     arena = ChunkCanvas(codec, part.chunks, origin) if codec.encodes_raw else None
     block_origins = [[start for start, _ in box] for box in block_boxes]
-    for index, (local, i) in enumerate(zip(part.chunks.chunks(), holders, strict=True)):
-        box = layout.clip(layout.chunk_box(shard, local))
-        assert box is not None
+    boxes = part.chunks.chunk_boxes(layout, shard)
+    for index, (local, box, i) in enumerate(zip(part.chunks.chunks(), boxes, holders, strict=True)):
         chunk = blocks[i][box_to_slices(box, block_origins[i])]
         yield slot_of(local), chunk, None if arena is None else arena.slot(index)
 
@@ -375,7 +376,7 @@ def encode_part(
     if block_boxes is None:
         return _gather(target, shard, part, sources, old)
     partial = old is not None and any(part.chunks.contains(c) for c in old.partial)
-    if part.is_direct and not partial:
+    if part.is_direct and not partial and not target.codec.encodes_raw:
         holders = [0] * part.chunks.n_chunks
         return _encode_held(target, shard, part, sources, block_boxes, holders, scattered=scattered)
     return _cut_in_task(

@@ -39,6 +39,11 @@ def layouts(draw: st.DrawFn, max_ndim: int = 3) -> ShardLayout:
     return ShardLayout(shape, shard, chunk)
 
 
+def shards_of(layout: ShardLayout) -> st.SearchStrategy[tuple[int, ...]]:
+    """The coordinates of any shard of ``layout``."""
+    return st.tuples(*(st.integers(0, n - 1) for n in layout.shard_grid))
+
+
 @st.composite
 def block_grids(draw: st.DrawFn, min_block: int = 1) -> BlockGrid:
     """Rectilinear grids; ``min_block=0`` lets in zero-sized blocks (Dask makes them)."""
@@ -138,7 +143,7 @@ def test_block_grid_regularity_table(chunks: tuple, regular: bool, max_elements:
 def test_chunks_in_array_is_every_chunk_holding_an_element(
     layout: ShardLayout, data: st.DataObject
 ) -> None:
-    shard = data.draw(st.tuples(*(st.integers(0, n - 1) for n in layout.shard_grid)))
+    shard = data.draw(shards_of(layout))
     box = chunks_in_array(layout, shard)
     expected = set()
     for local in itertools.product(*(range(n) for n in layout.chunks_per_shard)):
@@ -163,6 +168,20 @@ def test_chunks_in_array_of_all_shards_cover_the_array_once(layout: ShardLayout)
     assert layout.n_shards == len(list(layout.shard_coords()))
 
 
+@given(layouts(max_ndim=4), st.data())
+@SETTINGS
+def test_chunk_boxes_are_each_chunk_clipped_in_c_order(
+    layout: ShardLayout, data: st.DataObject
+) -> None:
+    shard = data.draw(shards_of(layout))
+    whole = chunks_in_array(layout, shard)
+    start = tuple(data.draw(st.integers(0, n - 1)) for n in whole.stop)
+    stop = tuple(data.draw(st.integers(a + 1, n)) for a, n in zip(start, whole.stop, strict=True))
+    part = ChunkBox(start, stop)
+    expected = [layout.clip(layout.chunk_box(shard, local)) for local in part.chunks()]
+    assert list(part.chunk_boxes(layout, shard)) == expected
+
+
 @given(layouts(max_ndim=4))
 @SETTINGS
 def test_zarr_slot_is_c_order_position(layout: ShardLayout) -> None:
@@ -178,7 +197,7 @@ def test_zarr_slot_is_c_order_position(layout: ShardLayout) -> None:
 @given(layouts(), st.data())
 @SETTINGS
 def test_chunk_and_shard_boxes_agree(layout: ShardLayout, data: st.DataObject) -> None:
-    shard = data.draw(st.tuples(*(st.integers(0, n - 1) for n in layout.shard_grid)))
+    shard = data.draw(shards_of(layout))
     full = ChunkBox((0,) * layout.ndim, layout.chunks_per_shard)
     assert full.element_box(layout, shard) == layout.shard_box(shard)
     assert box_size(layout.shard_box(shard)) == full.n_chunks * box_size(
