@@ -12,9 +12,10 @@ When a batch is done, each of its waves is reported done in order (a write
 records it, for resume).
 
 On ``distributed`` a batch is a set of futures; on Dask's threaded
-scheduler it is a ``compute`` call in a driver thread, every batch sharing
-one pool of worker threads (so no more tasks run at once than the pool
-has threads); on any other scheduler batches run one after the other.
+scheduler it is a run of Dask's local scheduler in a driver thread, every
+batch sharing one pool of worker threads (so no more tasks run at once than
+the pool has threads); on any other scheduler batches run one after the
+other.
 
 If a task fails, no task of the write (``token`` is in every task's name)
 is still running when the error is raised: tasks not started are
