@@ -210,7 +210,11 @@ QUEUED_PER_THREAD = 2
 """Tasks Dask's local scheduler hands the pool per thread (see ``_ThreadsRunner._compute``)."""
 
 SHARED_TASKS = 2
-"""Tasks besides the publishing ones in a batch of shard tasks alone: the write's target."""
+"""Tasks besides the publishing ones in a batch of shard tasks alone: the targets they share.
+
+A write's target, and an update's second view of it for the tasks that
+encode pieces (:func:`~shardpipe.engine.graph.build_write_graph`).
+"""
 
 
 def _with_traceback(error: BaseException, dumps: Any) -> tuple[BaseException, Any]:
