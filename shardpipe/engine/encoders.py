@@ -73,11 +73,16 @@ def running_tasks() -> int:
     return _running
 
 
-def window(most: int) -> int:
-    """Chunks one task may encode at once now: 1 + the idle cores, at most ``most``."""
+def window(most: int, threads: int | None = None) -> int:
+    """Chunks one task may encode at once now: 1 + the idle cores, at most ``most``.
+
+    ``threads`` is :func:`task_threads`, when the caller has it already (it
+    does not change while a task runs; asking a ``distributed`` worker for it
+    costs about a microsecond, every chunk).
+    """
     if most <= 1:
         return 1
-    idle = task_threads() - max(_running, 1)
+    idle = (task_threads() if threads is None else threads) - max(_running, 1)
     return 1 + max(0, min(most - 1, idle))
 
 
@@ -118,9 +123,10 @@ def encode_in_order[T, R](encode: Callable[[T], R], jobs: Iterable[T], most: int
     """
     pending: deque[Future[R] | _Done[R]] = deque()
     in_pool = 0
+    threads = task_threads()
     try:
         for job in jobs:
-            width = window(most)
+            width = window(most, threads)
             while len(pending) >= width:
                 first = pending.popleft()
                 if isinstance(first, Future):

@@ -73,6 +73,18 @@ def test_results_come_in_order_at_most_a_window_at_once(monkeypatch: pytest.Monk
     assert all(name.startswith("shardpipe-encode") for name in pool)
 
 
+def test_the_cores_are_counted_once_per_task_not_per_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # on a distributed worker asking costs about a microsecond: not for every chunk
+    asked = []
+    monkeypatch.setattr(encoders, "task_threads", lambda: asked.append(1) or 2)
+    with encoders.encoding_task():
+        out = list(encoders.encode_in_order(lambda n: n + 1, range(50), 2))
+    assert out == list(range(1, 51))
+    assert len(asked) == 1
+
+
 def test_busy_cores_mean_one_chunk_at_a_time_on_the_task_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
