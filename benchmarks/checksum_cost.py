@@ -96,7 +96,8 @@ def encode_seconds(shard: Any, rounds: int = 7) -> dict[bool, float]:
     import numpy as np
     import zarr
 
-    from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
+    from shardpipe.codec.checksums import checksummed_compressors
+    from shardpipe.codec.chunk_codec import ChunkCodec
 
     codecs = {}
     for flag in (True, False):

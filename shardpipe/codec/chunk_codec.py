@@ -6,11 +6,10 @@ Codecs that offer zarr's synchronous interface run directly on the calling
 thread; any other codec runs through its asynchronous interface on a small
 private event loop.
 
-Checksums of inner chunks: :func:`checksummed_compressors` is the one place
-that decides the compressors of a new array (every front-end calls it): with
-``chunk_checksums`` (the default) zarr's ``crc32c`` codec ends the chain, so
-zarr-python, tensorstore and zarrs refuse a chunk whose bytes changed. Decoding
-here checks what it can before any codec runs: the CRC32C of each chunk, and
+Checksums of inner chunks: the compressors of a new array end with zarr's
+``crc32c`` codec by default (:mod:`shardpipe.codec.checksums`), so zarr-python,
+tensorstore and zarrs refuse a chunk whose bytes changed. Decoding here checks
+what it can before any codec runs: the CRC32C of each chunk, and
 the content size that zstd frames declare (:func:`~shardpipe.codec.zstd_frames.zstd_frames`), so
 that a forged or damaged frame is reported as such instead of costing an allocation
 of the size it claims.
@@ -20,14 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Buffer as BytesLike
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import crc32c
 import numpy as np
-import zarr
 from numcodecs import Zstd  # type: ignore[import-untyped]
 from zarr.abc.codec import BytesBytesCodec, Codec
 from zarr.codecs import Crc32cCodec, ZstdCodec
@@ -35,9 +32,9 @@ from zarr.codecs.sharding import ShardingCodec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
-from zarr.storage import MemoryStore
 
 from shardpipe.codec.bounded import check_blosc_header, gunzip, unzlib
+from shardpipe.codec.checksums import has_chunk_checksum
 from shardpipe.codec.plain_chain import (
     CRC32C_NBYTES,
     EncodedChunk,
@@ -47,14 +44,13 @@ from shardpipe.codec.plain_chain import (
 )
 from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.core.grid import Shape
-from shardpipe.errors import ChunkDecodeError, InvalidArgumentError, ShardFormatError
+from shardpipe.errors import ChunkDecodeError, ShardFormatError
 
 __all__ = [
     "CRC32C_NBYTES",
     "ChunkCodec",
     "ChunkDecodeError",
     "EncodedChunk",
-    "checksummed_compressors",
 ]
 
 
@@ -74,85 +70,6 @@ def sharding_codec_of(metadata: ArrayV3Metadata) -> ShardingCodec:
             f"got {[type(c).__name__ for c in codecs]}"
         )
     return sharding[0]
-
-
-def has_chunk_checksum(compressors: Sequence[Codec]) -> bool:
-    """Whether bytes-to-bytes ``compressors`` check every chunk's bytes when decoded.
-
-    True when they hold zarr's ``crc32c`` codec, or end with ``zstd`` with
-    ``checksum=True`` (zstd then checks its frames itself).
-    """
-    if any(isinstance(c, Crc32cCodec) for c in compressors):
-        return True
-    return bool(compressors) and isinstance(compressors[-1], ZstdCodec) and compressors[-1].checksum
-
-
-def checksummed_compressors(compressors: Any, dtype: Any, *, chunk_checksums: bool) -> Any:
-    """The ``compressors`` of a new array: with ``chunk_checksums``, ending with ``crc32c``.
-
-    Every front-end that creates arrays (``prepare_write``, so
-    ``to_sharded_zarr`` and the rechunks, and the xarray accessor) passes its
-    ``compressors`` through here.
-
-    Parameters
-    ----------
-    compressors : Any
-        As in ``zarr.create_array``: ``"auto"`` (zarr's default for the
-        dtype, zstd), a codec, a dict, a sequence of them, or None.
-    dtype : numpy dtype or str
-        The stored dtype (zarr's ``"auto"`` depends on it).
-    chunk_checksums : bool
-        Append zarr's ``crc32c`` codec. When the compressors already check
-        every chunk (:func:`has_chunk_checksum`: a ``crc32c`` anywhere in
-        them, or a final ``zstd`` with ``checksum=True``) they are returned
-        unchanged: never two checksums.
-
-    Returns
-    -------
-    Any
-        ``compressors`` unchanged, or zarr's resolution of them (codec
-        objects) followed by ``Crc32cCodec()``.
-
-    Raises
-    ------
-    InvalidArgumentError
-        If zarr rejects ``compressors``.
-    """
-    if not chunk_checksums:
-        return compressors
-    resolved = _codec_objects(compressors)
-    if resolved is None:
-        try:
-            probe = zarr.create_array(
-                MemoryStore(), shape=(1,), dtype=dtype, chunks=(1,), compressors=compressors
-            )
-        except (TypeError, ValueError) as err:
-            raise InvalidArgumentError(
-                "compressors",
-                f"zarr rejects {compressors!r} ({err})",
-                "Pass codec objects or dicts as accepted by zarr.create_array",
-            ) from err
-        resolved = tuple(c for c in probe.compressors if isinstance(c, BytesBytesCodec))
-    if has_chunk_checksum(resolved):
-        return compressors
-    return (*resolved, Crc32cCodec())
-
-
-def _codec_objects(compressors: Any) -> tuple[BytesBytesCodec, ...] | None:
-    """``compressors`` as zarr resolves them, where that needs no zarr (else None).
-
-    None and codec objects are what zarr keeps as they are; ``"auto"`` and
-    dicts are left to zarr (:func:`checksummed_compressors` asks it, in memory).
-    """
-    if compressors is None:
-        return ()
-    if isinstance(compressors, BytesBytesCodec):
-        return (compressors,)
-    if isinstance(compressors, (list, tuple)) and all(
-        isinstance(c, BytesBytesCodec) for c in compressors
-    ):
-        return tuple(compressors)
-    return None
 
 
 @dataclass

@@ -39,7 +39,7 @@ from xarray.backends.writers import dump_to_store
 from xarray.backends.zarr import ZarrStore
 
 from shardpipe import advice
-from shardpipe.codec.chunk_codec import checksummed_compressors
+from shardpipe.codec.checksums import checksummed_compressors
 from shardpipe.dataset.arguments import check_arguments
 from shardpipe.dataset.dry_run import check_metadata_write
 from shardpipe.dataset.existing import StoredVariables, check_compatible

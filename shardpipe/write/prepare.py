@@ -19,7 +19,8 @@ import numpy as np
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe import advice
-from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
+from shardpipe.codec.checksums import checksummed_compressors
+from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool, check_int, check_json_dict
 from shardpipe.core.grid import BlockGrid, Coords, Shape, ShardLayout
 from shardpipe.core.memory import DEFAULT_MAX_MEM, MemoryModel

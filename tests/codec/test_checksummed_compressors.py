@@ -16,7 +16,7 @@ import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.storage import MemoryStore
 
-from shardpipe.codec.chunk_codec import checksummed_compressors
+from shardpipe.codec.checksums import checksummed_compressors
 
 SPELLINGS: dict[str, Any] = {
     "none": None,

@@ -271,7 +271,7 @@ def test_memory_model_counts_the_four_bytes() -> None:
             dtype="uint16",
             chunks=(16, 16),
             shards=(32, 32),
-            compressors=shardpipe.codec.chunk_codec.checksummed_compressors(
+            compressors=shardpipe.codec.checksums.checksummed_compressors(
                 "auto", np.dtype("uint16"), chunk_checksums=checksums
             ),
         )

@@ -23,7 +23,8 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, Transpos
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.canvas import ChunkCanvas
-from shardpipe.codec.chunk_codec import ChunkCodec, checksummed_compressors
+from shardpipe.codec.checksums import checksummed_compressors
+from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import ChunkBox
 from shardpipe.testing.strategies import DTYPES
 
