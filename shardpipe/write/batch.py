@@ -113,8 +113,9 @@ def write_regions(
     --------
     RegionBatch : the same, collecting ``batch[region] = data`` in a ``with`` block.
     """
-    batch = _BatchTarget.open(store, path, storage_options, write_strategy, write_empty_chunks)
-    batch.check_budget(max_mem)
+    batch = _BatchTarget.open(
+        store, path, storage_options, write_strategy, write_empty_chunks, max_mem
+    )
     if isinstance(updates, str | bytes) or not isinstance(updates, Sequence):
         raise InvalidArgumentError(
             "updates",
@@ -174,9 +175,8 @@ class RegionBatch:
         max_mem: int | str = DEFAULT_MAX_MEM,
     ) -> None:
         self._target = _BatchTarget.open(
-            store, path, storage_options, write_strategy, write_empty_chunks
+            store, path, storage_options, write_strategy, write_empty_chunks, max_mem
         )
-        self._target.check_budget(max_mem)
         self._boxes: list[Box] = []
         self._data: list[np.ndarray] = []
         self._applied = False
@@ -236,7 +236,9 @@ class _BatchTarget:
         storage_options: dict[str, Any] | None,
         write_strategy: Any,
         write_empty_chunks: Any,
+        max_mem: Any,
     ) -> _BatchTarget:
+        """The array at ``store``, every argument checked, rewrites sized against ``max_mem``."""
         strategy = check_strategy(write_strategy)
         empty = check_bool("write_empty_chunks", write_empty_chunks)
         target = resolve_store(store, path, storage_options)
@@ -250,13 +252,15 @@ class _BatchTarget:
             )
         check_strategy_possible(strategy, target.shards)
         metadata, version = read_metadata(target, "store")
-        return cls(target, ExistingArray(metadata, version, None, strategy), empty)
+        batch = cls(target, ExistingArray(metadata, version, None, strategy), empty)
+        batch._check_budget(max_mem)
+        return batch
 
     @property
     def where(self) -> str:
         return advice.place(self.target.path) + f" in {self.target.zarr_store}"
 
-    def check_budget(self, max_mem: Any) -> None:
+    def _check_budget(self, max_mem: Any) -> None:
         """Whether a shard's writer may rewrite it whole within ``max_mem`` (else refuse)."""
         budget = check_max_mem(max_mem)
         codec = ChunkCodec.from_metadata(self.existing.metadata)

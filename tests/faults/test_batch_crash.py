@@ -9,19 +9,14 @@ transaction over its shards), and running the same batch again completes it.
 from __future__ import annotations
 
 import itertools
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import shardpipe
-from tests.support import REPOSITORY, batch_crash_child, crash_child
+from tests.support import batch_crash_child, crash_child
 from tests.support.readers import read_tensorstore, read_zarr
 
 KILLS = 4
@@ -50,38 +45,18 @@ def _states(start: np.ndarray) -> list[np.ndarray]:
 @pytest.mark.parametrize("strategy", ["in_place", "rewrite"])
 def test_kill_during_a_batch_then_repair_and_rerun(tmp_path: Path, strategy: str) -> None:
     path = tmp_path / "a.zarr"
-    start = crash_child.initial()
-    shardpipe.to_sharded_zarr(
-        start,
-        str(path),
-        shards=crash_child.SHARDS,
-        chunks=crash_child.CHUNKS,
-        storage_options={"fsync": False},
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    start = crash_child.write_initial(path)
     rand = random.Random(11)
     kills_mid_batch, rolled_back = 0, 0
     for attempt in range(KILLS):
         states = _states(start)
         progress = tmp_path / f"progress-{attempt}"
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.support.batch_crash_child",
-                str(path),
-                strategy,
-                str(progress),
-            ],
-            env=env,
-            stderr=subprocess.PIPE,
+        crash_child.kill_when_ready(
+            "tests.support.batch_crash_child",
+            [str(path), strategy, str(progress)],
+            progress,
+            rand.uniform(0.1, 1.5),
         )
-        try:
-            crash_child.wait_for(progress, "ready", proc)
-            time.sleep(rand.uniform(0.1, 1.5))
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            proc.wait()
         done = progress.read_text().split().count("done")
         report = shardpipe.repair(str(path))
         assert report.ok, str(report)

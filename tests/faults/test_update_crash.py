@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import shardpipe
-from tests.support import REPOSITORY, crash_child
+from tests.support import crash_child
 from tests.support.readers import read_tensorstore, read_zarr
 
 KILLS = 6
@@ -40,42 +35,21 @@ def _done(progress: Path) -> int:
 def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str, source: str) -> None:
     """``numpy``: the updates touching few shards run in the calling thread, with no graph."""
     path = tmp_path / "a.zarr"
-    start = crash_child.initial()
-    shardpipe.to_sharded_zarr(
-        start,
-        str(path),
-        shards=crash_child.SHARDS,
-        chunks=crash_child.CHUNKS,
-        storage_options={"fsync": False},
-    )
+    start = crash_child.write_initial(path)
     boxes = _chunk_boxes()
     rand = random.Random(7)
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     rolled_back_total, kills_mid_update = 0, 0
     for attempt in range(KILLS):
         # each run applies the same sequence over whatever the last one left
         states = _model_from(start)
         progress = tmp_path / f"progress-{attempt}"
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.support.crash_child",
-                str(path),
-                strategy,
-                str(progress),
-                source,
-            ],
-            env=env,
-            stderr=subprocess.PIPE,
+        # updates take tens of milliseconds: kill somewhere in the next few
+        crash_child.kill_when_ready(
+            "tests.support.crash_child",
+            [str(path), strategy, str(progress), source],
+            progress,
+            rand.uniform(0.05, 1.5),
         )
-        try:
-            crash_child.wait_for(progress, "ready", proc)
-            # updates take tens of milliseconds: kill somewhere in the next few
-            time.sleep(rand.uniform(0.05, 1.5))
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            proc.wait()
         done = _done(progress)
         report = shardpipe.repair(str(path))
         assert report.ok, str(report)

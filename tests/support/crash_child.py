@@ -7,6 +7,7 @@ kills it (``test_update_crash``) replays the same sequence in NumPy.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,17 @@ def initial() -> np.ndarray:
     """The array before any update."""
     rng = np.random.default_rng(1234)
     return (rng.integers(0, 50, SHAPE) * rng.integers(0, 2, SHAPE)).astype("uint16")
+
+
+def write_initial(path: Path) -> np.ndarray:
+    """Write :func:`initial` at ``path`` (no fsync), as the crash tests start; return it."""
+    import shardpipe
+
+    start = initial()
+    shardpipe.to_sharded_zarr(
+        start, str(path), shards=SHARDS, chunks=CHUNKS, storage_options={"fsync": False}
+    )
+    return start
 
 
 def update(k: int) -> tuple[tuple[slice, ...], np.ndarray]:
@@ -46,6 +58,24 @@ def wait_for(progress: Path, word: str, proc: subprocess.Popen[bytes]) -> None:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
         assert time.monotonic() < deadline, f"the child never wrote {word!r}"
         time.sleep(0.05)
+
+
+def kill_when_ready(module: str, args: list[str], progress: Path, delay: float) -> None:
+    """Run ``python -m module *args``; ``delay`` seconds after it writes ``ready``, kill -9 it.
+
+    ``args`` must pass ``progress`` on to the child, which writes there.
+    Returns once the child is gone.
+    """
+    from tests.support import REPOSITORY
+
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], env=env, stderr=subprocess.PIPE)
+    try:
+        wait_for(progress, "ready", proc)
+        time.sleep(delay)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
 
 
 def slow_disk() -> None:
