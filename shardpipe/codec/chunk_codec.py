@@ -178,7 +178,10 @@ class ChunkCodec:
 
     @property
     def checksummed(self) -> bool:
-        """Whether every chunk's bytes are checked when decoded (:func:`has_chunk_checksum`)."""
+        """Whether every chunk's bytes are checked when decoded.
+
+        See :func:`~shardpipe.codec.checksums.has_chunk_checksum`.
+        """
         return has_chunk_checksum([c for c in self.codecs if isinstance(c, BytesBytesCodec)])
 
     @property
