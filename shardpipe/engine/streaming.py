@@ -42,6 +42,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.local import get_async
 from dask.system import CPU_COUNT
 
+from shardpipe.engine.encoders import count_handed
 from shardpipe.engine.progress import ShardBar, local_progress
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import distributed_client, wait_idle
@@ -255,7 +256,7 @@ class _ThreadsRunner:
         # would wait behind tasks that start others
         alone = len(optimized) <= len(keys) + SHARED_TASKS
         results = get_async(
-            self.pool.submit,
+            self._hand,
             self.workers * (QUEUED_PER_THREAD if alone else 1),
             optimized,
             keys,
@@ -263,6 +264,15 @@ class _ThreadsRunner:
             pack_exception=_with_traceback,
         )
         return list(results)
+
+    def _hand(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        """Hand a task to the pool, counted until done.
+
+        See :func:`~shardpipe.engine.encoders.count_handed`.
+        """
+        future = self.pool.submit(fn, *args, **kwargs)
+        count_handed(future)
+        return future
 
     def submit(self, tasks: list[Delayed]) -> Future[list[WriteReport]]:
         return self.drivers.submit(self._compute, tasks)

@@ -9,11 +9,14 @@ tensorstore; the window never exceeds what the plan allows under
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import tracemalloc
+import types
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import dask
 import dask.array as da
@@ -99,6 +102,56 @@ def test_busy_cores_mean_one_chunk_at_a_time_on_the_task_thread(
         out = list(encoders.encode_in_order(square, range(10), 4))
     assert out == [n * n for n in range(10)]
     assert seen.threads == {threading.current_thread().name}
+
+
+def test_a_task_waiting_for_a_thread_keeps_its_core_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one task runs on two cores, and another waits in the runner's pool: the thread
+    # that ends a task starts it at once, so no chunk goes to the encoding pool
+    monkeypatch.setattr(encoders, "task_threads", lambda: 2)
+    seen = Concurrency()
+
+    def square(n: int) -> int:
+        with seen:
+            return n * n
+
+    handed: list[Future[None]] = [Future(), Future()]  # this task's, and one waiting
+    for future in handed:
+        encoders.count_handed(future)
+    try:
+        with encoders.encoding_task():
+            assert encoders.busy_threads()() == 2
+            out = list(encoders.encode_in_order(square, range(10), 4))
+    finally:
+        for future in handed:
+            future.set_result(None)
+    assert out == [n * n for n in range(10)]
+    assert seen.threads == {threading.current_thread().name}
+    # done: its core is idle again, and the task's chunks go to the pool as well
+    assert encoders.busy_threads()() == 0
+    with encoders.encoding_task():
+        assert encoders.window(4, 2, encoders.busy_threads()()) == 2
+
+
+def test_a_workers_ready_tasks_keep_its_cores_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    class State:
+        nthreads = 4
+        executing_count = 1
+        ready: ClassVar[list[object]] = [object(), object()]  # waiting for a thread
+
+    class Worker:
+        state = State()
+
+    fake = types.SimpleNamespace(get_worker=lambda: Worker())
+    monkeypatch.setitem(sys.modules, "distributed", fake)
+    assert encoders.task_threads() == 4
+    busy = encoders.busy_threads()
+    assert busy() == 3
+    assert encoders.window(8, 4, busy()) == 2  # one core idle
+    State.ready = []
+    assert busy() == 1  # asked again each chunk
+    assert encoders.window(8, 4, busy()) == 4
 
 
 def test_an_encoding_error_is_raised_at_its_turn_after_the_others_stop(
