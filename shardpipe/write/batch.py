@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+from dask.system import CPU_COUNT
 
 from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec
@@ -227,6 +228,7 @@ class _BatchTarget:
         self.layout = layout_of(existing.metadata)
         self.dtype = existing.metadata.dtype.to_native_dtype()
         self.rewrite_fits = True
+        self.encoders = 1
 
     @classmethod
     def open(
@@ -261,13 +263,19 @@ class _BatchTarget:
         return advice.place(self.target.path) + f" in {self.target.zarr_store}"
 
     def _check_budget(self, max_mem: Any) -> None:
-        """Whether a shard's writer may rewrite it whole within ``max_mem`` (else refuse)."""
+        """Whether a shard's writer may rewrite it whole within ``max_mem`` (else refuse).
+
+        Also how many inner chunks it may encode at once: what ``max_mem`` leaves
+        beside a rewrite (:meth:`~shardpipe.core.memory.MemoryModel.encoders_within`).
+        """
         budget = check_max_mem(max_mem)
         codec = ChunkCodec.from_metadata(self.existing.metadata)
         model = memory_model(codec, self.layout.chunk_shape, self.target.shards)
         shard_nbytes = math.prod(self.layout.shard_shape) * codec.dtype.itemsize
         rewrite_mem = 2 * model.encoded(shard_nbytes)  # the old shard and the new
         self.rewrite_fits = rewrite_mem <= budget
+        # each chunk encoded beside the first holds one more working set
+        self.encoders = model.encoders_within(budget, rewrite_mem, CPU_COUNT)
         abilities = self.target.shards.abilities
         can_avoid = abilities.append or (abilities.parts and abilities.copy_range)
         if not self.rewrite_fits and (self.existing.strategy == "rewrite" or not can_avoid):
@@ -324,6 +332,7 @@ class _BatchTarget:
             boxes,
             data,
             rewrite_fits=self.rewrite_fits,
+            encoders=self.encoders,
             write_empty_chunks=self.write_empty_chunks,
         )
 

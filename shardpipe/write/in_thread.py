@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Sequence
 
 import numpy as np
-from dask.system import CPU_COUNT
 
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import Box, Coords
@@ -107,13 +106,15 @@ def run_batch(
     *,
     rewrite_fits: bool,
     write_empty_chunks: bool,
+    encoders: int,
 ) -> WriteReport:
     """Apply a checked batch: hold the array, write each shard in ``groups``, let go.
 
     The array's ``zarr.json`` must still be the version ``existing`` read
     (else :class:`~shardpipe.errors.JobConflictError`, nothing written). On
     a failure, shards left mid-update are rolled back before the error goes
-    on (as :func:`~shardpipe.write.run.execute_together` does).
+    on (as :func:`~shardpipe.write.run.execute_together` does). A shard's
+    writer encodes up to ``encoders`` inner chunks at once on idle cores.
     """
     store, keys = target.shards, JobKeys(target.key(""))
     metadata = existing.metadata
@@ -132,7 +133,7 @@ def run_batch(
             codec=ChunkCodec.from_metadata(metadata, write_empty_chunks=write_empty_chunks),
             shard_format=shard_format,
             staging=target.key(f"{STAGING_DIR}/{uuid.uuid4().hex}"),
-            encoders=CPU_COUNT,
+            encoders=encoders,
         )
         update = UpdateTarget(
             write=codec_target,

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 
 import shardpipe
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
@@ -235,3 +236,42 @@ def test_an_empty_batch_takes_nothing(tmp_path: Path) -> None:
     )
     assert report.shards == 0
     assert _files(path) == before
+
+
+def test_chunks_encoded_at_once_fit_max_mem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each chunk encoded beside the first holds one more working set: the batch's
+    # window is what max_mem leaves beside a whole-shard rewrite, as a planned write's
+    import shardpipe.engine.batch_tasks as batch_tasks
+    import shardpipe.write.batch as batch_module
+    from shardpipe.codec.chunk_codec import ChunkCodec
+    from shardpipe.storage.resolve import resolve_store
+    from shardpipe.write.prepare import memory_model
+
+    path = tmp_path / "a.zarr"
+    _write(path, _volume(SHAPE))
+    monkeypatch.setattr(batch_module, "CPU_COUNT", 8)
+    windows: list[int] = []
+    encode_in_order = batch_tasks.encode_in_order
+
+    def spy(encode: Any, jobs: Any, most: int) -> Any:
+        windows.append(most)
+        return encode_in_order(encode, jobs, most)
+
+    monkeypatch.setattr(batch_tasks, "encode_in_order", spy)
+    codec = ChunkCodec.from_metadata(zarr.open_array(str(path)).metadata)
+    model = memory_model(codec, (4, 8, 8), resolve_store(str(path), None, None).shards)
+    rewrite = 2 * model.encoded(16 * 16 * 16 * 2)
+    region = (slice(0, 4), slice(0, 8), slice(0, 8))
+    for budget, most in [
+        (rewrite, 1),
+        (rewrite + model.working, 2),
+        (rewrite + 3 * model.working + 1, 4),
+        (rewrite + 100 * model.working, 8),
+    ]:
+        windows.clear()
+        shardpipe.write_regions(
+            [(region, _volume((4, 8, 8), seed=budget))], str(path), max_mem=budget
+        )
+        assert windows == [most], budget
