@@ -16,6 +16,7 @@ import pytest
 from dask.delayed import delayed
 
 import shardpipe
+import shardpipe.engine.encoders as encoders
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.streaming import WaveGraph, run_waves
 from shardpipe.write.prepare import prepare_write
@@ -260,3 +261,24 @@ def test_shard_tasks_alone_are_queued_two_per_thread(stamped: bool) -> None:
         totals = run_waves([wave], 1, show=False, token="tok", total_shards=4, total_waves=1)
     assert totals == [WriteReport(shards=len(tasks))]
     assert handed.most == (2 if stamped else 4)
+
+
+def test_tasks_handed_to_the_pool_count_as_busy_until_done() -> None:
+    # a shard task sees the tasks queued behind it: their cores are not idle, so it
+    # hands no chunk to the encoding pool (shardpipe.engine.encoders.busy_threads)
+    seen: list[int] = []
+
+    def report(*_: object) -> WriteReport:
+        time.sleep(0.02)  # the scheduler has refilled the queue by now
+        seen.append(encoders.busy_threads()())
+        return WriteReport(shards=1)
+
+    target = delayed(lambda: "target", pure=False)()
+    tasks = [delayed(report, pure=False)(target, k) for k in range(8)]
+    with dask.config.set({"scheduler": "threads", "num_workers": 2}):
+        run_waves(
+            [WaveGraph(0, 0, tasks, 8)], 1, show=False, token="tok", total_shards=8, total_waves=1
+        )
+    assert len(seen) == 8
+    assert max(seen) == 4  # two running, two queued
+    assert encoders.busy_threads()() == 0  # every hand-off counted off once done
