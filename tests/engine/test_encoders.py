@@ -14,7 +14,9 @@ import threading
 import time
 import tracemalloc
 import types
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -88,47 +90,43 @@ def test_the_cores_are_counted_once_per_task_not_per_chunk(
     assert len(asked) == 1
 
 
-def test_busy_cores_mean_one_chunk_at_a_time_on_the_task_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(encoders, "task_threads", lambda: 2)
-    seen = Concurrency()
-
-    def square(n: int) -> int:
-        with seen:
-            return n * n
-
-    with encoders.encoding_task(), encoders.encoding_task():  # two tasks on two cores
-        out = list(encoders.encode_in_order(square, range(10), 4))
-    assert out == [n * n for n in range(10)]
-    assert seen.threads == {threading.current_thread().name}
-
-
-def test_a_task_waiting_for_a_thread_keeps_its_core_busy(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # one task runs on two cores, and another waits in the runner's pool: the thread
-    # that ends a task starts it at once, so no chunk goes to the encoding pool
-    monkeypatch.setattr(encoders, "task_threads", lambda: 2)
-    seen = Concurrency()
-
-    def square(n: int) -> int:
-        with seen:
-            return n * n
-
+@contextmanager
+def _two_cores_busy(kind: str) -> Iterator[None]:
+    """Two cores' worth of tasks around the caller's own encoding task."""
+    if kind == "running":  # two tasks on two cores
+        with encoders.encoding_task(), encoders.encoding_task():
+            yield
+        return
+    # one task runs and another waits in the threaded runner's pool: the thread that
+    # ends a task starts it at once
     handed: list[Future[None]] = [Future(), Future()]  # this task's, and one waiting
     for future in handed:
         encoders.count_handed(future)
     try:
         with encoders.encoding_task():
             assert encoders.busy_threads()() == 2
-            out = list(encoders.encode_in_order(square, range(10), 4))
+            yield
     finally:
         for future in handed:
             future.set_result(None)
+
+
+@pytest.mark.parametrize("kind", ["running", "waiting"])
+def test_busy_cores_mean_one_chunk_at_a_time_on_the_task_thread(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    monkeypatch.setattr(encoders, "task_threads", lambda: 2)
+    seen = Concurrency()
+
+    def square(n: int) -> int:
+        with seen:
+            return n * n
+
+    with _two_cores_busy(kind):
+        out = list(encoders.encode_in_order(square, range(10), 4))
     assert out == [n * n for n in range(10)]
     assert seen.threads == {threading.current_thread().name}
-    # done: its core is idle again, and the task's chunks go to the pool as well
+    # done: the other core is idle again, and a task's chunks go to the pool as well
     assert encoders.busy_threads()() == 0
     with encoders.encoding_task():
         assert encoders.window(4, 2, encoders.busy_threads()()) == 2
