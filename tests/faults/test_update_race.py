@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,12 @@ def _race(path: Path, mode: str, go: Path) -> list[tuple[int, str]]:
         )
         for v in (1, 2)
     ]
-    import time
-
-    time.sleep(3)  # both have imported everything and wait for the start
+    deadline = time.monotonic() + 120
+    while not all(os.path.exists(race_child.ready_file(str(go), str(v))) for v in (1, 2)):
+        # both have imported everything and wait for the start
+        assert all(p.poll() is None for p in procs), "a racer ended before the start"
+        assert time.monotonic() < deadline, "the racers did not get ready"
+        time.sleep(0.01)
     go.touch()
     return [(p.wait(timeout=300), p.stderr.read() if p.stderr else "") for p in procs]
 

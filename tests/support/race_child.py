@@ -1,6 +1,7 @@
 """One of two processes racing to write the same array (see ``test_update_race``).
 
-``python -m tests.support.race_child PATH MODE VALUE GO_FILE``: waits for GO_FILE, then
+``python -m tests.support.race_child PATH MODE VALUE GO_FILE``: says it is ready (imports
+done) in :func:`ready_file`, waits for GO_FILE, then
 writes VALUE everywhere (MODE ``overwrite``: a new array replacing the old;
 ``region``: a region write over the whole array). Exit 0 on success, 3 on a
 clear conflict error, anything else is a failure of the test.
@@ -17,6 +18,11 @@ import numpy as np
 SHAPE = (32, 64, 64)
 
 
+def ready_file(go: str, value: str) -> str:
+    """The file the child writing ``value`` creates once it only waits for ``go``."""
+    return f"{go}.ready-{value}"
+
+
 def main(path: str, mode: str, value: str, go: str) -> int:
     import dask
     import dask.array as da
@@ -25,6 +31,7 @@ def main(path: str, mode: str, value: str, go: str) -> int:
 
     dask.config.set(scheduler="threads")
     data = da.from_array(np.full(SHAPE, int(value), dtype="uint16"), chunks=(8, 64, 64))
+    open(ready_file(go, value), "w").close()
     while not os.path.exists(go):
         time.sleep(0.001)
     try:
