@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 import shardpipe
-from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.errors import InvalidArgumentError, JobConflictError, MemoryBudgetError
 from tests.support.readers import assert_same, read_tensorstore, read_zarr
 
 STRATEGIES = ["auto", "in_place", "append", "rewrite"]
@@ -275,3 +275,16 @@ def test_chunks_encoded_at_once_fit_max_mem(
             [(region, _volume((4, 8, 8), seed=budget))], str(path), max_mem=budget
         )
         assert windows == [most], budget
+
+
+def test_a_batch_of_an_array_that_changed_since_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "a.zarr"
+    data = _volume(SHAPE)
+    _write(path, data)
+    changed = pytest.raises(JobConflictError, match=r"zarr\.json changed since the batch")
+    with changed, shardpipe.RegionBatch(str(path), storage_options=NO_FSYNC) as batch:
+        batch[0:4, 0:8, 0:8] = np.ones((4, 8, 8), "uint16")
+        zarr.open_array(str(path)).attrs["changed"] = True  # another writer, meanwhile
+        before = _files(path)
+    assert _files(path) == before  # not a byte, and the marker let go
+    _check(path, data)

@@ -260,6 +260,27 @@ def test_a_live_job_marker_stops_other_jobs(tmp_path: Path) -> None:
     _check(path, data)
 
 
+@pytest.mark.parametrize("region", [True, False], ids=["region", "append"])
+def test_an_update_planned_before_the_array_changed_writes_nothing(
+    tmp_path: Path, region: bool
+) -> None:
+    path = tmp_path / "a.zarr"
+    data = _volume((32, 32, 32))
+    shardpipe.to_sharded_zarr(
+        data, str(path), shards=(16, 16, 16), chunks=(8, 8, 8), storage_options=NO_FSYNC
+    )
+    new = da.from_array(_volume((16, 32, 32), seed=1), chunks=(16, 32, 32))
+    rows = (slice(0, 16), slice(None), slice(None))
+    where: dict[str, Any] = {"region": rows} if region else {"append_dim": 0}
+    job = shardpipe.prepare_write(new, str(path), storage_options=NO_FSYNC, **where)
+    zarr.open_array(str(path)).attrs["changed"] = True  # another writer, after the plan
+    before = _snapshot(path)
+    with pytest.raises(JobConflictError, match=r"zarr\.json changed since this update"):
+        job.execute()
+    assert _snapshot(path) == before  # not a byte, and the marker let go
+    _check(path, data)
+
+
 def test_a_dead_jobs_marker_is_repaired_by_the_next_write(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
     data = _volume((32, 32, 32))
