@@ -34,17 +34,14 @@ from shardpipe.engine.publish_tasks import finish_write
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.engine.update_tasks import UpdateTarget, update_shard
-from shardpipe.errors import JobConflictError
-from shardpipe.journal.array_lock import acquire, release
-from shardpipe.journal.job_record import delete_record
+from shardpipe.journal.array_lock import release
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.keys import STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import format_of, layout_of
 from shardpipe.write.failure import undo_failed
-from shardpipe.write.resume import forget_finished
 from shardpipe.write.spec import WriteSpec
-from shardpipe.write.started import StartedJob
+from shardpipe.write.started import StartedJob, take_for_update
 from shardpipe.write.update_target import ExistingArray
 
 IN_THREAD_MAX_SHARDS = 8
@@ -111,7 +108,8 @@ def run_batch(
     """Apply a checked batch: hold the array, write each shard in ``groups``, let go.
 
     The array's ``zarr.json`` must still be the version ``existing`` read
-    (else :class:`~shardpipe.errors.JobConflictError`, nothing written). On
+    (else :class:`~shardpipe.errors.JobConflictError`, nothing written:
+    :func:`~shardpipe.write.started.take_for_update`). On
     a failure, shards left mid-update are rolled back before the error goes
     on (as :func:`~shardpipe.write.run.execute_together` does). A shard's
     writer encodes up to ``encoders`` inner chunks at once on idle cores.
@@ -119,14 +117,10 @@ def run_batch(
     store, keys = target.shards, JobKeys(target.key(""))
     metadata = existing.metadata
     shard_format = format_of(metadata)
-    marker = acquire(store, keys, "update")
+    marker = take_for_update(
+        target, keys, existing.version, since="the batch read it; make the batch again"
+    )
     try:
-        if store.version(target.key("zarr.json")) != existing.version:
-            raise JobConflictError(
-                "the array's zarr.json changed since the batch read it; make the batch again"
-            )
-        delete_record(target)  # the record of the write that made the shards vouches no more
-        forget_finished(target)
         codec_target = WriteTarget(
             store=store,
             layout=layout_of(metadata),

@@ -20,7 +20,9 @@ from shardpipe.engine.update_tasks import UpdateTarget
 from shardpipe.errors import ConditionFailedError, JobConflictError
 from shardpipe.journal.array_lock import acquire, release
 from shardpipe.journal.job_record import delete_record
-from shardpipe.journal.markers import JobMarker
+from shardpipe.journal.markers import JobKeys, JobMarker
+from shardpipe.storage.base import ObjectVersion
+from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.creation import check_no_other_job, create_array
 from shardpipe.write.resume import check_same_job, forget_finished
 from shardpipe.write.spec import WriteSpec
@@ -102,21 +104,26 @@ def start(spec: WriteSpec, token: str) -> StartedJob:
     token : str
         Unique id of this run, in its tasks' names and its staging area.
     """
-    store, keys = spec.target.shards, spec.keys
-    marker = acquire(store, keys, "write" if spec.existing is None else "update")
+    store, keys, existing = spec.target.shards, spec.keys, spec.existing
+    if existing is None:
+        marker = acquire(store, keys, "write")
+    else:
+        marker = take_for_update(
+            spec.target,
+            keys,
+            existing.version,
+            since="this update was planned; plan it again",
+            keep=existing.update,
+        )
     try:
         write_target = spec.write_target(token)
         target: WriteTarget | UpdateTarget = write_target
-        if spec.existing is not None:
-            target = _update_target(spec, spec.existing, write_target, marker)
-            # the shards are about to change: the record of the write that made
-            # them vouches for them no longer, nor do other updates' records
-            delete_record(spec.target)
-            forget_finished(spec.target, keep=spec.existing.update)
-            if spec.target.transactional and spec.existing.grown is not None:
+        if existing is not None:
+            target = _update_target(spec, existing, write_target, marker)
+            if spec.target.transactional and existing.grown is not None:
                 # inside a transaction nobody sees it early, and Icechunk takes
                 # chunks only inside the array's shape
-                publish_grown(spec, spec.existing)
+                publish_grown(spec, existing)
         elif spec.create_kwargs is None:
             check_no_other_job(spec.target, marker, "write the array")
             if spec.resume and spec.identity is not None:
@@ -140,13 +147,42 @@ def start(spec: WriteSpec, token: str) -> StartedJob:
     )
 
 
+def take_for_update(
+    target: ResolvedStore,
+    keys: JobKeys,
+    version: ObjectVersion | None,
+    *,
+    since: str,
+    keep: str | None = None,
+) -> JobMarker:
+    """Take the marker of the array at ``target`` for an update of it as read at ``version``.
+
+    Its ``zarr.json`` must still be that version, else
+    :class:`~shardpipe.errors.JobConflictError` is raised with the marker let
+    go: nothing is written (``since`` ends its message: when the version was
+    read, and the fix). Then, the shards being about to
+    change, the record of the write that made them vouches for them no
+    longer, nor do other updates' records of finished shards (all but update
+    ``keep``'s): they are deleted. A planned update (:func:`start`) and a
+    batch of region writes (:func:`~shardpipe.write.in_thread.run_batch`)
+    both begin here.
+    """
+    store = target.shards
+    marker = acquire(store, keys, "update")
+    try:
+        if store.version(target.key("zarr.json")) != version:
+            raise JobConflictError(f"the array's zarr.json changed since {since}")
+        delete_record(target)
+        forget_finished(target, keep=keep)
+    except BaseException:
+        release(store, keys, marker)
+        raise
+    return marker
+
+
 def _update_target(
     spec: WriteSpec, existing: ExistingArray, write_target: WriteTarget, marker: JobMarker
 ) -> UpdateTarget:
-    if spec.target.shards.version(spec.target.key("zarr.json")) != existing.version:
-        raise JobConflictError(
-            "the array's zarr.json changed since this update was planned; plan it again"
-        )
     return UpdateTarget(
         write=write_target,
         strategy=existing.strategy,
