@@ -160,12 +160,11 @@ def take_for_update(
     Its ``zarr.json`` must still be that version, else
     :class:`~shardpipe.errors.JobConflictError` is raised with the marker let
     go: nothing is written (``since`` ends its message: when the version was
-    read, and the fix). Then, the shards being about to
-    change, the record of the write that made them vouches for them no
-    longer, nor do other updates' records of finished shards (all but update
-    ``keep``'s): they are deleted. A planned update (:func:`start`) and a
-    batch of region writes (:func:`~shardpipe.write.in_thread.run_batch`)
-    both begin here.
+    read, and the fix). Then, the shards being about to change, the record
+    of the write that made them vouches for them no longer, nor do other
+    updates' records of finished shards (all but update ``keep``'s): they
+    are deleted. A planned update (:func:`start`) and a batch of region
+    writes (:func:`~shardpipe.write.in_thread.run_batch`) both begin here.
     """
     store = target.shards
     marker = acquire(store, keys, "update")
