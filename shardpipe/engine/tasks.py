@@ -230,7 +230,7 @@ def _cut_in_task(
     layout = target.layout
     holders = (
         None
-        if old is not None or target.codec.encodes_raw
+        if _on_canvas(target, old)
         else whole_chunk_blocks(layout, shard, part.chunks, block_boxes)
     )
     if holders is not None:
@@ -255,23 +255,20 @@ def _encode_held(
 ) -> Iterator[tuple[int, EncodedChunk | None]]:
     """Encode each chunk of ``part`` from ``blocks[holders[i]]``, lazily, in C order.
 
-    Where a chunk's encoding is its raw bytes (no compressor), they are
-    copied into one buffer for the whole part (slots of a canvas) rather
-    than one new buffer per chunk: the memory is the same, and one large
-    allocation, reused from task to task by the allocator, spares a page
-    fault per 4 KiB written. ``scattered``: chunks may come as several
-    buffers (:meth:`~shardpipe.codec.chunk_codec.ChunkCodec.encode_scattered`).
+    Only for chains that compress (:func:`_on_canvas`: raw chunks go on a
+    canvas instead). ``scattered``: chunks may come as several buffers
+    (:meth:`~shardpipe.codec.chunk_codec.ChunkCodec.encode_scattered`).
     While cores are idle, up to ``target.encoders`` chunks are encoded at
     once (:func:`~shardpipe.engine.encoders.encode_in_order`).
     """
     codec = target.codec
-    encode: Callable[[np.ndarray, np.ndarray | None], EncodedChunk | None] = (
+    encode: Callable[[np.ndarray], EncodedChunk | None] = (
         codec.encode_scattered if scattered else codec.encode
     )
 
-    def encode_job(job: tuple[int, np.ndarray, np.ndarray | None]) -> tuple[int, Any]:
-        slot, chunk, room = job
-        return slot, encode(chunk, room)
+    def encode_job(job: tuple[int, np.ndarray]) -> tuple[int, Any]:
+        slot, chunk = job
+        return slot, encode(chunk)
 
     jobs = _held_chunks(target, shard, part, blocks, block_boxes, holders)
     return encode_in_order(encode_job, jobs, target.encoders)
@@ -284,18 +281,25 @@ def _held_chunks(
     blocks: tuple[Any, ...],
     block_boxes: tuple[Box, ...],
     holders: list[int],
-) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
-    """Each chunk of ``part``, lazily, in C order: its index slot, its view, its arena slot."""
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Each chunk of ``part``, lazily, in C order: its index slot and its view."""
     layout = target.layout
-    codec = target.codec
     slot_of = target.shard_format.slot
-    origin = tuple(start for start, _ in part.chunks.element_box(layout, shard))
-    arena = ChunkCanvas(codec, part.chunks, origin) if codec.encodes_raw else None
     block_origins = [[start for start, _ in box] for box in block_boxes]
     boxes = part.chunks.chunk_boxes(layout, shard)
-    for index, (local, box, i) in enumerate(zip(part.chunks.chunks(), boxes, holders, strict=True)):
-        chunk = blocks[i][box_to_slices(box, block_origins[i])]
-        yield slot_of(local), chunk, None if arena is None else arena.slot(index)
+    for local, box, i in zip(part.chunks.chunks(), boxes, holders, strict=True):
+        yield slot_of(local), blocks[i][box_to_slices(box, block_origins[i])]
+
+
+def _on_canvas(target: WriteTarget, old: OldChunks | None) -> bool:
+    """Whether a part cut from blocks goes on a canvas, not chunk by chunk from its blocks.
+
+    With old content to merge (an update's partly covered chunks), and for
+    chains that encode raw bytes: one paste of the part, then each slot
+    checksummed in place, costs less than a copy per chunk (measured in
+    whole writes).
+    """
+    return old is not None or target.codec.encodes_raw
 
 
 def _in_order(
@@ -376,9 +380,8 @@ def encode_part(
     if block_boxes is None:
         return _gather(target, shard, part, sources, old)
     partial = old is not None and any(part.chunks.contains(c) for c in old.partial)
-    if part.is_direct and not partial and not target.codec.encodes_raw:
+    merged = old if partial else None  # old content only where this part has some
+    if part.is_direct and not _on_canvas(target, merged):
         holders = [0] * part.chunks.n_chunks
         return _encode_held(target, shard, part, sources, block_boxes, holders, scattered=scattered)
-    return _cut_in_task(
-        target, shard, part, sources, block_boxes, old if partial else None, scattered=scattered
-    )
+    return _cut_in_task(target, shard, part, sources, block_boxes, merged, scattered=scattered)

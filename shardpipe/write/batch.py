@@ -220,15 +220,18 @@ class _BatchTarget:
     """The array a batch writes into, read and checked once; checks pairs and applies them."""
 
     def __init__(
-        self, target: ResolvedStore, existing: ExistingArray, write_empty_chunks: bool
+        self,
+        target: ResolvedStore,
+        existing: ExistingArray,
+        write_empty_chunks: bool,
+        budget: int,
     ) -> None:
         self.target = target
         self.existing = existing
         self.write_empty_chunks = write_empty_chunks
         self.layout = layout_of(existing.metadata)
         self.dtype = existing.metadata.dtype.to_native_dtype()
-        self.rewrite_fits = True
-        self.encoders = 1
+        self.rewrite_fits, self.encoders = self._sized(budget)
 
     @classmethod
     def open(
@@ -254,37 +257,35 @@ class _BatchTarget:
             )
         check_strategy_possible(strategy, target.shards)
         metadata, version = read_metadata(target, "store")
-        batch = cls(target, ExistingArray(metadata, version, None, strategy), empty)
-        batch._check_budget(max_mem)
-        return batch
+        existing = ExistingArray(metadata, version, None, strategy)
+        return cls(target, existing, empty, check_max_mem(max_mem))
 
     @property
     def where(self) -> str:
         return advice.place(self.target.path) + f" in {self.target.zarr_store}"
 
-    def _check_budget(self, max_mem: Any) -> None:
-        """Whether a shard's writer may rewrite it whole within ``max_mem`` (else refuse).
+    def _sized(self, budget: int) -> tuple[bool, int]:
+        """Whether a shard's writer may rewrite it whole within ``budget`` (else refuse).
 
-        Also how many inner chunks it may encode at once: what ``max_mem`` leaves
+        And how many inner chunks it may encode at once: what ``budget`` leaves
         beside a rewrite (:meth:`~shardpipe.core.memory.MemoryModel.encoders_within`).
         """
-        budget = check_max_mem(max_mem)
         codec = ChunkCodec.from_metadata(self.existing.metadata)
         model = memory_model(codec, self.layout.chunk_shape, self.target.shards)
         shard_nbytes = math.prod(self.layout.shard_shape) * codec.dtype.itemsize
         rewrite_mem = 2 * model.encoded(shard_nbytes)  # the old shard and the new
-        self.rewrite_fits = rewrite_mem <= budget
-        # each chunk encoded beside the first holds one more working set
-        self.encoders = model.encoders_within(budget, rewrite_mem, CPU_COUNT)
+        rewrite_fits = rewrite_mem <= budget
         abilities = self.target.shards.abilities
         can_avoid = abilities.append or (abilities.parts and abilities.copy_range)
-        if not self.rewrite_fits and (self.existing.strategy == "rewrite" or not can_avoid):
+        if not rewrite_fits and (self.existing.strategy == "rewrite" or not can_avoid):
             raise MemoryBudgetError(
                 "update-shard",
                 rewrite_mem,
                 budget,
                 "a rewrite holds the whole old shard and the new one; raise max_mem",
             )
+        # each chunk encoded beside the first holds one more working set
+        return rewrite_fits, model.encoders_within(budget, rewrite_mem, CPU_COUNT)
 
     def check_pair(
         self, region: Any, data: Any, region_parameter: str, parameter: str
