@@ -25,8 +25,8 @@ tests run against the xarray version pinned in ``requirements/``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable, Mapping
-from dataclasses import replace
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn, Unpack, cast
 
 import dask.array as da
@@ -54,14 +54,15 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.locations import Location, locations_read
 from shardpipe.stored.metadata import is_sharded
-from shardpipe.stored.places import check_nothing_else_there, check_target
+from shardpipe.stored.places import check_nothing_else_there, check_reads_apart, check_target
 from shardpipe.write.creation import check_no_other_job
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_fill, prepare_write
-from shardpipe.write.run import execute_together
-from shardpipe.write.transaction import check_commit, check_writable, commit_write
+from shardpipe.write.runner import Pass, PassReports, check_run, run_job
+from shardpipe.write.transaction import check_writable
 
 CARRIED_ENCODING = frozenset(
     {"dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units", "calendar"}
@@ -107,7 +108,15 @@ def to_zarr(
     append_dim, region = checked.append_dim, checked.region
     given = {name: dict(value) for name, value in encoding.items()}  # the caller's, as given
     root, stored = _open_target(store, checked.group, checked.storage_options, mode)
-    message, rebase = check_commit(commit, rebase, root)
+    if mode in ("w", "w-"):  # the group is replaced: nothing it holds may be read
+        check_reads_apart(
+            root,
+            [place for var in ds.variables.values() for place in _reads_of(var)],
+            parameter="store",
+            fix="Write to another path (then delete the old group and move the new one into "
+            "place), or load() the dataset into memory first",
+        )
+    check_run(commit, rebase, root)
     if root.transactional:
         if not compute:
             raise InvalidArgumentError(
@@ -177,19 +186,44 @@ def to_zarr(
             list(jobs), parts, others, root, consolidated
         )
         return finished
-    reports = execute_together(list(jobs.values()), progress=progress)
-    # xarray's own writes go through the session itself, which stays in this process
-    local = {"scheduler": "threads"} if root.transactional else None
-    writer.sync(compute=True, chunkmanager_store_kwargs=local)  # type: ignore[no-untyped-call]
-    zstore.close()
-    if consolidated:
-        _consolidate(root)
-    if message is not None:
-        snapshot = commit_write(root, message, rebase=rebase)
-        reports = [replace(report, snapshot_id=snapshot) for report in reports]
-    return DatasetWriteReport(
-        (_variable(ds, path), report) for path, report in zip(jobs, reports, strict=True)
-    )
+    job = _DatasetWrite(root, ds, jobs, writer, zstore, consolidated)
+    report: DatasetWriteReport = run_job(job, progress=progress, commit=commit, rebase=rebase)
+    return report
+
+
+@dataclass
+class _DatasetWrite:
+    """A dataset's write as a job: its sharded variables' writes, then xarray's own writes."""
+
+    target: ResolvedStore
+    ds: xr.Dataset
+    jobs: dict[str, ShardedWrite]
+    writer: _ShardRouter
+    zstore: ZarrStore
+    consolidated: bool
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        return [(path, str(dict(job.summary_rows())["shards"])) for path, job in self.jobs.items()]
+
+    def passes(self) -> list[Pass]:
+        """One pass: the sharded variables, then what xarray writes itself, then consolidation."""
+        return [Pass("write the dataset", lambda _: list(self.jobs.values()), self._end)]
+
+    def _end(self, _: Sequence[WriteReport]) -> None:
+        # xarray's own writes go through the session itself, which stays in this process
+        local = {"scheduler": "threads"} if self.target.transactional else None
+        self.writer.sync(compute=True, chunkmanager_store_kwargs=local)  # type: ignore[no-untyped-call]
+        self.zstore.close()
+        if self.consolidated:
+            _consolidate(self.target)
+
+    def finish(
+        self, reports: PassReports, seconds: float, snapshot_id: str | None
+    ) -> DatasetWriteReport:
+        return DatasetWriteReport(
+            (_variable(self.ds, path), replace(report, snapshot_id=snapshot_id))
+            for path, report in zip(self.jobs, reports[0], strict=True)
+        )
 
 
 def _open_target(
@@ -216,6 +250,11 @@ def _open_target(
     for path in stored.array_paths():
         check_no_other_job(ResolvedStore(root.zarr_store, root.shards, path), None, "write it")
     return root, stored
+
+
+def _reads_of(var: xr.Variable) -> list[Location]:
+    """Where the zarr arrays a variable's data reads live (its data is not loaded)."""
+    return locations_read(getattr(var, "_data", None))
 
 
 def cf_encoding(var: xr.Variable) -> dict[str, Any]:

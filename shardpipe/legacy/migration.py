@@ -91,6 +91,8 @@ from shardpipe.storage.delegating import DelegatingStore
 from shardpipe.storage.keys import MIGRATION_STAGING
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.locations import store_location
+from shardpipe.stored.places import check_reads_apart
 
 
 @dataclass(repr=False)
@@ -243,6 +245,13 @@ def migrate(
             target,
             {"storage_options": options},
             storage_options if target_storage_options is None else target_storage_options,
+        )
+        check_reads_apart(
+            dst,
+            [store_location(src.zarr_store, src.path)],
+            parameter="target",
+            fix="Give a target outside the source hierarchy, or leave target out to migrate "
+            "in place",
         )
     parameter, given = ("source", source) if in_place else ("target", target)
     entry = read_json(src.shards, src.key("zarr.json"))

@@ -23,7 +23,7 @@ it was.
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,13 +61,14 @@ from shardpipe.ome.v04_source import (
     translate_image,
 )
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.locations import store_location
 from shardpipe.stored.metadata import format_of
-from shardpipe.stored.places import check_not_a_file, check_target
+from shardpipe.stored.places import check_not_a_file, check_reads_apart, check_target
 from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.run import execute_together
-from shardpipe.write.transaction import check_commit, check_writable, commit_write
+from shardpipe.write.runner import Pass, PassReports, run_job
+from shardpipe.write.transaction import check_writable
 
 __all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_ome_conversion"]
 
@@ -139,6 +140,7 @@ class OmeZarrConversion:
     chunk_checksums: bool
     max_mem: int
     notes: list[str] = field(default_factory=list)
+    _carried: dict[str, WriteReport] = field(default_factory=dict, init=False, repr=False)
 
     def summary_rows(self) -> list[tuple[str, str]]:
         """The plan as ``(label, value)`` rows."""
@@ -167,6 +169,46 @@ class OmeZarrConversion:
     def _repr_html_(self) -> str:
         return html_table("OmeZarrConversion", self.summary_rows())
 
+    def passes(self) -> list[Pass]:
+        """One pass: the groups, the levels whose chunks carry over, then the levels written again.
+
+        It begins by removing the target (``overwrite``), saving the group's
+        record and writing the groups, then copies the chunks of the levels
+        whose chunks carry over (one computation, one task per shard); its
+        writes are the levels decoded and written again; it ends by removing
+        the record.
+        """
+        self._carried = {}
+        target = self.target
+        transactional = target.transactional
+
+        def begin(progress: bool) -> list[ShardedWrite]:
+            if self.overwrite:
+                remove_group(target)
+            if not transactional:
+                save_group_record(target, {"convert": str(self.source.zarr_store)}, "conversion")
+            for path in sorted(self.groups, key=lambda p: (p.count("/"), p)):
+                write_group(target, path, self.groups[path])
+            self._carried = self._carry(progress)
+            return [level.job for level in self.levels if level.job is not None]
+
+        def end(_: Sequence[WriteReport]) -> None:
+            if not transactional:
+                delete_group_record(target)
+
+        return [Pass("convert", begin, end)]
+
+    def finish(
+        self, reports: PassReports, seconds: float, snapshot_id: str | None
+    ) -> OmeZarrReport:
+        """Each level array's report, in level order."""
+        written = iter(reports[0])
+        ordered = {
+            level.path: self._carried[level.path] if level.job is None else next(written)
+            for level in self.levels
+        }
+        return OmeZarrReport(ordered, seconds, snapshot_id)
+
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> OmeZarrReport:
@@ -184,17 +226,10 @@ class OmeZarrConversion:
             With ``commit``: rebase onto commits that reached the branch meanwhile.
         """
         progress = check_bool("progress", progress)
-        message, rebase = check_commit(commit, rebase, self.target)
-        start = time.perf_counter()
-        target = self.target
-        if self.overwrite:
-            remove_group(target)
-        transactional = target.transactional
-        if not transactional:
-            save_group_record(target, {"convert": str(self.source.zarr_store)}, "conversion")
-        for path in sorted(self.groups, key=lambda p: (p.count("/"), p)):
-            write_group(target, path, self.groups[path])
-        reports: dict[str, WriteReport] = {}
+        return run_job(self, progress=progress, commit=commit, rebase=rebase)
+
+    def _carry(self, progress: bool) -> dict[str, WriteReport]:
+        """Copy the chunks of every level whose chunks carry over; return each one's report."""
         tasks, carried, n_carried = [], [], 0
         for level in self.levels:
             if level.carried is None:
@@ -206,22 +241,12 @@ class OmeZarrConversion:
             carried.append(level.path)
             n_carried += len(shards)
         # into an Icechunk session the tasks write through its store: threads of this process
+        transactional = self.target.transactional
         local = dask.config.set(scheduler="threads") if transactional else nullcontext()
         show = progress and bool(tasks) and distributed_client() is None
         with local, ShardBar(n_carried, 1, show) as bar, local_progress(bar, ("carry_shard",)):
             results = compute(*tasks)
-        for path, done in zip(carried, results, strict=True):
-            reports[path] = add_reports(*done)
-        jobs = [level.job for level in self.levels if level.job is not None]
-        if jobs:
-            written = execute_together(jobs, progress=progress)
-            paths = [level.path for level in self.levels if level.job is not None]
-            reports.update(zip(paths, written, strict=True))
-        if not transactional:
-            delete_group_record(target)
-        snapshot = commit_write(target, message, rebase=rebase) if message is not None else None
-        ordered = {level.path: reports[level.path] for level in self.levels}
-        return OmeZarrReport(ordered, time.perf_counter() - start, snapshot)
+        return {path: add_reports(*done) for path, done in zip(carried, results, strict=True)}
 
     def _create_carried(self, level: LevelConversion) -> CarryTarget:
         """Write the v3 metadata of a level whose chunks carry over; return its tasks' target."""
@@ -303,6 +328,13 @@ def prepare_ome_conversion(
         groups[group] = {"ome": label_ome}
         images.append((group, label_paths))
     dst = resolve_store(target, path, storage_options)
+    check_reads_apart(
+        dst,
+        [store_location(src.zarr_store, src.path)],
+        parameter="target",
+        fix="Convert into a new path outside the source image (then delete the 0.4 image and "
+        "move the new one into its place): shardpipe does not convert in place",
+    )
     check_not_a_file(dst, "target")
     check_writable(dst)
     check_target(dst, overwrite, "target")

@@ -30,7 +30,7 @@ from shardpipe.ome.stored import read_image
 from shardpipe.ome.update import recompute_levels, roll_back_append
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.run import execute_together
+from shardpipe.write.runner import run_jobs
 
 __all__ = ["GroupRepair", "repair_group"]
 
@@ -81,7 +81,7 @@ def repair_group(
                 target, stored, box, str(method), budget=check_max_mem(max_mem)
             )
             if jobs:
-                execute_together(jobs)
+                run_jobs(jobs)
             done.notes.append(
                 f"finished an interrupted region write: levels {', '.join(paths) or 'none'} "
                 f"computed again from level 0 over {[list(b) for b in box]}"

@@ -19,9 +19,10 @@ from typing import Any
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.ome.multiscale import MultiscaleWrite
 from shardpipe.ome.report import OmeZarrReport
-from shardpipe.ome.run import run_pyramids
+from shardpipe.ome.run import level_paths, pyramid_pass
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.job import ShardedWrite
+from shardpipe.write.runner import Pass, PassReports, run_job
 
 __all__ = ["OmeZarrWrite"]
 
@@ -122,21 +123,30 @@ class OmeZarrWrite:
     def _repr_html_(self) -> str:
         return html_table("OmeZarrWrite", self.summary_rows())
 
+    def passes(self) -> list[Pass]:
+        """One pass: the groups, then every level (see :func:`shardpipe.ome.run.pyramid_pass`)."""
+        return [
+            pyramid_pass(
+                self.target,
+                self.multiscales,
+                self.label_names,
+                remove=self.remove,
+                identity=self.identity,
+            )
+        ]
+
+    def finish(
+        self, reports: PassReports, seconds: float, snapshot_id: str | None
+    ) -> OmeZarrReport:
+        """Each level's report, by level path."""
+        paths = level_paths(self.multiscales)
+        return OmeZarrReport(dict(zip(paths, reports[0], strict=True)), seconds, snapshot_id)
+
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> OmeZarrReport:
         """Write the group metadata, then every shard of every level; return the report.
 
-        See :func:`shardpipe.ome.run.run_pyramids`.
+        See :func:`shardpipe.ome.run.pyramid_pass`.
         """
-        return run_pyramids(
-            self.target,
-            self.multiscales,
-            self.label_names,
-            remove=self.remove,
-            identity=self.identity,
-            resume=self.resume,
-            progress=progress,
-            commit=commit,
-            rebase=rebase,
-        )
+        return run_job(self, progress=progress, commit=commit, rebase=rebase)

@@ -9,8 +9,8 @@ Order of a run (nothing of it before the whole plan is checked):
    session, where an unfinished write never reaches a commit);
 3. the ``zarr.json`` of the image group, the ``labels`` group and each label
    group are written, with their OME attributes;
-4. every level of every pyramid is written by
-   :func:`~shardpipe.write.run.execute_together`: one computation, in which
+4. every level of every pyramid is written in one pass of the runner
+   (:mod:`shardpipe.write.runner`): one computation, in which
    each source block is read once and feeds the level-0 shards and the
    downsampling to the next level; each level array is created (and
    holds its job marker and job record) as a write of its own does;
@@ -35,20 +35,21 @@ from typing import Any
 
 import zarr
 
+from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import MetadataError
 from shardpipe.ome.metadata import labels_attributes
 from shardpipe.ome.multiscale import MultiscaleWrite
-from shardpipe.ome.report import OmeZarrReport
 from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.write.run import execute_together
-from shardpipe.write.transaction import check_commit, commit_write
+from shardpipe.write.job import ShardedWrite
+from shardpipe.write.runner import Pass
 
 __all__ = [
     "GROUP_RECORD",
+    "level_paths",
+    "pyramid_pass",
     "read_group_record",
     "remove_group",
-    "run_pyramids",
     "write_group",
 ]
 
@@ -128,19 +129,20 @@ def write_groups(
             write_group(target, m.path, m.attributes)
 
 
-def run_pyramids(
+def pyramid_pass(
     target: ResolvedStore,
     multiscales: Sequence[MultiscaleWrite],
     label_names: Sequence[str],
     *,
     remove: Sequence[str],
     identity: dict[str, Any],
-    resume: bool,
-    progress: bool = False,
-    commit: str | None = None,
-    rebase: bool = False,
-) -> OmeZarrReport:
-    """Write the groups, then every level of every pyramid in one computation.
+) -> Pass:
+    """The one pass of an OME-Zarr write: the groups, then every level of every pyramid.
+
+    It begins by removing the groups in ``remove`` (``""``: the whole image
+    group), saving the group's record (with ``identity``, which
+    ``resume=True`` compares) and writing the groups; its writes are every
+    level of every pyramid; it ends by removing the record.
 
     Parameters
     ----------
@@ -151,47 +153,38 @@ def run_pyramids(
     label_names : sequence of str
         Every name the ``labels`` group lists after the write.
     remove : sequence of str
-        Groups to remove first (``""``: the whole image group).
+        Groups to remove first.
     identity : dict
-        What the group's record holds (compared by ``resume=True``).
-    resume : bool
-        Carry on an interrupted write (its record stays until the end).
-    progress : bool
-        Show one progress bar over every shard.
-    commit, rebase
-        Into an Icechunk session: commit it at the end (see ``to_sharded_zarr``).
-
-    Returns
-    -------
-    OmeZarrReport
-        Each level's report.
+        What the group's record holds.
     """
-    message, rebase = check_commit(commit, rebase, target)
-    start = time.perf_counter()
     transactional = target.transactional
-    for path in remove:
-        remove_group(target, path)
-    if not transactional:
-        save_group_record(target, identity, "write")
-    write_groups(target, multiscales, label_names)
-    jobs = [job for m in multiscales for job in m.jobs]
-    try:
-        reports = execute_together(jobs, progress=progress)
-    except BaseException as err:
+
+    def begin(_: bool) -> list[ShardedWrite]:
+        for path in remove:
+            remove_group(target, path)
+        if not transactional:
+            save_group_record(target, identity, "write")
+        write_groups(target, multiscales, label_names)
+        return [job for m in multiscales for job in m.jobs]
+
+    def end(_: Sequence[WriteReport]) -> None:
+        if not transactional:
+            delete_group_record(target)
+
+    def abandon(err: BaseException) -> None:
         if not transactional:
             err.add_note(
                 "shardpipe: the OME-Zarr group is left unfinished (verify reports it); run the "
                 "same write with resume=True to write the shards that are missing"
             )
-        raise
-    if not transactional:
-        delete_group_record(target)
-    snapshot = commit_write(target, message, rebase=rebase) if message is not None else None
-    paths = [
+
+    return Pass("write the pyramids", begin, end, abandon)
+
+
+def level_paths(multiscales: Sequence[MultiscaleWrite]) -> list[str]:
+    """The path of every level array of ``multiscales`` in the image group, in write order."""
+    return [
         "/".join(p for p in (m.path, str(level.index)) if p)
         for m in multiscales
         for level in m.levels
     ]
-    return OmeZarrReport(
-        dict(zip(paths, reports, strict=True)), time.perf_counter() - start, snapshot
-    )

@@ -25,7 +25,6 @@ region write's lower levels computed again from level 0).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -52,8 +51,7 @@ from shardpipe.stored.metadata import read_node_metadata
 from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.run import execute_together
-from shardpipe.write.transaction import check_commit, commit_write
+from shardpipe.write.runner import Pass, PassReports, run_job
 from shardpipe.write.update_target import metadata_bytes, region_offset
 
 __all__ = [
@@ -116,31 +114,46 @@ class OmeZarrUpdate:
     def _repr_html_(self) -> str:
         return html_table("OmeZarrUpdate", self.summary_rows())
 
-    def execute(
-        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
-    ) -> OmeZarrReport:
-        """Run the phases; return each level's report."""
-        message, rebase = check_commit(commit, rebase, self.target)
-        start = time.perf_counter()
+    def passes(self) -> list[Pass]:
+        """One pass per phase not done yet; each saves the group's record of the phase first."""
         transactional = self.target.transactional
-        reports: dict[str, WriteReport] = {}
-        for number in range(self.first_phase, len(self.phases)):
-            if not transactional:
-                _save(self.target, {**self.record, "phase": number})
-            try:
-                done = execute_together(self.phases[number], progress=progress)
-            except BaseException as err:
+        last = len(self.phases) - 1
+
+        def phase(number: int) -> Pass:
+            def begin(_: bool) -> list[ShardedWrite]:
+                if not transactional:
+                    _save(self.target, {**self.record, "phase": number})
+                return self.phases[number]
+
+            def end(_: Sequence[WriteReport]) -> None:
+                if number == last and not transactional:
+                    delete_group_record(self.target)
+
+            def abandon(err: BaseException) -> None:
                 if not transactional:
                     err.add_note(
                         f"shardpipe: the {self.kind} of the OME-Zarr image did not finish; run "
                         "the same call with resume=True, or `shardpipe repair` on the group"
                     )
-                raise
-            reports.update(zip(self.paths[number], done, strict=True))
-        if not transactional:
-            delete_group_record(self.target)
-        snapshot = commit_write(self.target, message, rebase=rebase) if message else None
-        return OmeZarrReport(reports, time.perf_counter() - start, snapshot)
+
+            return Pass(f"phase {number + 1}", begin, end, abandon)
+
+        return [phase(n) for n in range(self.first_phase, len(self.phases))]
+
+    def finish(
+        self, reports: PassReports, seconds: float, snapshot_id: str | None
+    ) -> OmeZarrReport:
+        """Each level's report, by level path."""
+        written: dict[str, WriteReport] = {}
+        for paths, done in zip(self.paths[self.first_phase :], reports, strict=True):
+            written.update(zip(paths, done, strict=True))
+        return OmeZarrReport(written, seconds, snapshot_id)
+
+    def execute(
+        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
+    ) -> OmeZarrReport:
+        """Run the phases; return each level's report."""
+        return run_job(self, progress=progress, commit=commit, rebase=rebase)
 
 
 def _save(target: ResolvedStore, record: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
 import dask.array as da
@@ -45,6 +45,7 @@ from shardpipe.rechunking.intermediate import Intermediate
 from shardpipe.rechunking.memory import HOLD_SHARE, automatic_temp_store, one_pass_hold
 from shardpipe.rechunking.options import RECHUNK_PARAMETERS, RechunkOptions
 from shardpipe.rechunking.source import Source, open_source
+from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import (
     check_source_options,
     check_target,
@@ -57,7 +58,8 @@ from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.resume import check_same_job, complete_shards
-from shardpipe.write.transaction import check_commit, snapshot_id_returned
+from shardpipe.write.runner import Pass, PassReports, check_run, run_job
+from shardpipe.write.transaction import snapshot_id_returned
 
 FIRST_BLOCK_SHARE = 2
 """Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.
@@ -169,6 +171,49 @@ class RechunkJob:
     def _repr_html_(self) -> str:
         return html_table("RechunkJob", self.summary_rows())
 
+    @property
+    def target(self) -> ResolvedStore:
+        """Where the rechunk writes."""
+        return self.write.target
+
+    def passes(self) -> list[Pass]:
+        """One pass, or two: the copy into the intermediate, then the target from the copy.
+
+        The second pass is planned on the copy once the first wrote it, and
+        deletes the copy when it ends. A failed pass deletes the copy only
+        when shardpipe chose the two passes (and so placed the copy).
+        """
+        if self.intermediate is None:
+            return [Pass("rechunk", lambda _: [self.write])]
+        assert self.origin is not None and self.replan is not None
+        inter, origin, replan = self.intermediate, self.origin, self.replan
+        copies: list[Source] = []
+
+        def copy(progress: bool) -> list[ShardedWrite]:
+            written = inter.write(
+                origin.blocks(inter.block_shape), origin.fill_value, progress=progress
+            )
+            copies.append(Source(inter.store, written, inter.chunk_shape))
+            return []
+
+        def abandon(_: BaseException) -> None:
+            if self.one_pass is not None:  # a copy shardpipe placed: nobody else knows of it
+                inter.remove()
+
+        return [
+            Pass("copy into the intermediate", copy, abandon=abandon),
+            Pass(
+                "rechunk from the intermediate",
+                lambda _: [replan(copies[-1], self.block_shape)],
+                end=lambda _: inter.remove(),
+                abandon=abandon,
+            ),
+        ]
+
+    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> WriteReport:
+        """The report of the write of the target (the last pass)."""
+        return replace(reports[-1][0], snapshot_id=snapshot_id)
+
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> WriteReport:
@@ -178,22 +223,7 @@ class RechunkJob:
         writes the target from it, then deletes the copy. ``commit`` and
         ``rebase`` are those of :meth:`shardpipe.ShardedWrite.execute` (Icechunk targets).
         """
-        if self.intermediate is None:
-            return self.write.execute(progress=progress, commit=commit, rebase=rebase)
-        assert self.origin is not None and self.replan is not None
-        inter = self.intermediate
-        try:
-            copy = inter.write(self.origin.blocks(inter.block_shape), self.origin.fill_value)
-            written = Source(inter.store, copy, inter.chunk_shape)
-            report = self.replan(written, self.block_shape).execute(
-                progress=progress, commit=commit, rebase=rebase
-            )
-        except BaseException:
-            if self.one_pass is not None:  # a copy shardpipe placed: nobody else knows of it
-                inter.remove()
-            raise
-        inter.remove()
-        return report
+        return run_job(self, progress=progress, commit=commit, rebase=rebase)
 
     def to_delayed(self) -> Delayed:
         """The rechunk as a Dask ``Delayed``; see :meth:`shardpipe.ShardedWrite.to_delayed`."""
@@ -393,7 +423,7 @@ def rechunk(
     """
     progress, compute = check_progress(progress, compute)
     job = plan_rechunk(source, target, **options)
-    check_commit(commit, rebase, job.write.target)
+    check_run(commit, rebase, job.target)
     if not compute:
         return job.to_delayed()
     report = job.execute(progress=progress, commit=commit, rebase=rebase)

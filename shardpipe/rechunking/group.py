@@ -14,7 +14,7 @@ and attributes.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
@@ -23,7 +23,14 @@ import zarr
 
 from shardpipe import advice
 from shardpipe.core.checks import check_bool, check_int_tuple, json_problem
-from shardpipe.core.display import ShowsSummary, Summary, format_bytes, format_count, format_nbytes
+from shardpipe.core.display import (
+    ShowsSummary,
+    Summary,
+    format_bytes,
+    format_count,
+    format_nbytes,
+    html_table,
+)
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
@@ -33,12 +40,18 @@ from shardpipe.rechunking.source import open_source
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
-from shardpipe.stored.places import check_source_options, check_target, resolve_named
+from shardpipe.stored.locations import store_location
+from shardpipe.stored.places import (
+    check_reads_apart,
+    check_source_options,
+    check_target,
+    resolve_named,
+)
 from shardpipe.write.arguments import check_array_overrides
 from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
-from shardpipe.write.run import execute_together
-from shardpipe.write.transaction import check_commit, check_writable, commit_write
+from shardpipe.write.runner import Pass, PassReports, run_job, together
+from shardpipe.write.transaction import check_writable
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
 """Arrays of at most this many raw bytes are copied unsharded, in one chunk."""
@@ -116,37 +129,58 @@ class GroupRechunkJob:
     jobs: dict[str, RechunkJob]
     small: list[tuple[str, zarr.Array[Any]]]
     overwrite: bool
+    _finish: Callable[[PassReports, float, str | None], list[Any]] = field(
+        init=False, repr=False, compare=False, default=lambda *_: []
+    )
 
     def __repr__(self) -> str:
         lines = ["GroupRechunkJob"]
         for path, job in self.jobs.items():
             rows = dict(job.summary_rows())
             lines.append(f"  {path}:")
-            for label in ("read", "layout", "shards", "tasks", "peak memory per task"):
+            for label in ("read", "intermediate", "layout", "shards", "tasks"):
                 lines.append(f"    {label}: {rows[label]}")
+            lines.append(f"    peak memory per task: {rows['peak memory per task']}")
         lines += [
             f"  {path}: copied unsharded ({format_bytes(a.nbytes)})" for path, a in self.small
         ]
         return "\n".join(lines)
 
-    def execute(
-        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
-    ) -> GroupRechunkReport:
-        """Create the groups, copy the small arrays, rechunk the others in one computation.
+    def _repr_html_(self) -> str:
+        return html_table("GroupRechunkJob", self.summary_rows())
 
-        Parameters
-        ----------
-        progress : bool
-            Show one progress bar over the shards of every array.
-        commit, rebase
-            Into an Icechunk session: commit the whole hierarchy at the end, as
-            in :meth:`~shardpipe.ShardedWrite.execute`. A failed rechunk merges
-            none of its shards into the session; the groups, the small copies
-            and the arrays' metadata stay in it until ``discard_changes()``.
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The plan as ``(label, value)`` rows: each array's reads, layout, shards and tasks."""
+        rows = []
+        for path, job in self.jobs.items():
+            member = dict(job.summary_rows())
+            for label in ("read", "intermediate", "layout", "shards", "tasks"):
+                rows.append((f"{path}: {label}", member[label]))
+        rows += [(path, f"copied unsharded ({format_bytes(a.nbytes)})") for path, a in self.small]
+        return rows
+
+    def passes(self) -> list[Pass]:
+        """The groups and small copies first, then every array's rechunk as a whole job.
+
+        Pass ``k`` of every array's rechunk runs in one computation: arrays
+        rechunked in one pass run with the first passes of those that need two.
         """
-        progress = check_bool("progress", progress)
-        message, rebase = check_commit(commit, rebase, self.target)
-        report = GroupRechunkReport()
+        passes, self._finish = together(list(self.jobs.values()), self._prepare)
+        return passes()
+
+    def finish(
+        self, reports: PassReports, seconds: float, snapshot_id: str | None
+    ) -> GroupRechunkReport:
+        """The group's report: each array's, the copies, the groups, the snapshot."""
+        rechunked = self._finish(reports, seconds, snapshot_id)
+        report = GroupRechunkReport(snapshot_id=snapshot_id)
+        report.rechunked = dict(zip(self.jobs, rechunked, strict=True))
+        report.copied = [path for path, _ in self.small]
+        report.groups = [p for p, n in sorted(self.source.members(max_depth=None)) if _is_group(n)]
+        return report
+
+    def _prepare(self) -> None:
+        """Create the root and every group with their attributes; copy the small arrays."""
         root = self.target
         zarr.open_group(
             root.zarr_store,
@@ -156,7 +190,7 @@ class GroupRechunkJob:
             attributes=dict(self.source.attrs),
         )
         for path, node in sorted(self.source.members(max_depth=None)):
-            if isinstance(node, zarr.Group):
+            if _is_group(node):
                 zarr.open_group(
                     root.zarr_store,
                     path=root.key(path),
@@ -164,15 +198,26 @@ class GroupRechunkJob:
                     zarr_format=3,
                     attributes=dict(node.attrs),
                 )
-                report.groups.append(path)
         for path, array in self.small:
             _copy_small(array, root, path)
-            report.copied.append(path)
-        reports = execute_together([job.write for job in self.jobs.values()], progress=progress)
-        report.rechunked = dict(zip(self.jobs, reports, strict=True))
-        if message is not None:
-            report.snapshot_id = commit_write(root, message, rebase=rebase)
-        return report
+
+    def execute(
+        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
+    ) -> GroupRechunkReport:
+        """Create the groups, copy the small arrays, rechunk the others pass by pass.
+
+        Parameters
+        ----------
+        progress : bool
+            Show a progress bar over the shards of every array, per pass.
+        commit, rebase
+            Into an Icechunk session: commit the whole hierarchy at the end, as
+            in :meth:`~shardpipe.ShardedWrite.execute`. A failed rechunk merges
+            none of its shards into the session; the groups, the small copies
+            and the arrays' metadata stay in it until ``discard_changes()``.
+        """
+        progress = check_bool("progress", progress)
+        return run_job(self, progress=progress, commit=commit, rebase=rebase)
 
 
 @shares_parameters(GROUP_PARAMETERS)
@@ -204,6 +249,13 @@ def plan_group_rechunk(
     root = resolve_named("target", target, None, storage_options)
     check_writable(root)
     check_target(root, overwrite=True, name="target")  # a file there, a read-only store
+    check_reads_apart(
+        root,
+        [store_location(group.store, group.path)],
+        parameter="target",
+        fix="Rechunk into a path outside the source group (then delete the source and move "
+        "the new group into its place if you want it there)",
+    )
     members = dict(group.members(max_depth=None))
     _check_attributes(group, members)
     unknown = sorted(set(overrides) - {p for p, n in members.items() if isinstance(n, zarr.Array)})
@@ -305,6 +357,10 @@ def _check_attributes(group: zarr.Group, members: Mapping[str, Any]) -> None:
                 f"{kind} {path or '/'!r}: {found}",
                 "Fix the attributes in the source; rechunk_group copies every node's attributes",
             )
+
+
+def _is_group(node: Any) -> bool:
+    return isinstance(node, zarr.Group)
 
 
 def _fits(shape: Any, array: zarr.Array[Any]) -> bool:

@@ -19,11 +19,14 @@ from typing import Any, cast
 import dask.array as da
 import numpy as np
 import zarr
+from dask.callbacks import Callback
 from zarr.codecs import ZstdCodec
 
 from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import Shape
 from shardpipe.core.source_blocks import ReadCost
+from shardpipe.engine.progress import bar_class
+from shardpipe.engine.scheduler import distributed_client
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,14 @@ class Intermediate:
             "deleted afterwards"
         )
 
-    def write(self, blocks: da.Array, fill_value: Any) -> zarr.Array[Any]:
-        """Pass 1: copy the source's ``blocks`` (multiples of the chunks) into the copy."""
+    def write(
+        self, blocks: da.Array, fill_value: Any, *, progress: bool = False
+    ) -> zarr.Array[Any]:
+        """Pass 1: copy the source's ``blocks`` (multiples of the chunks) into the copy.
+
+        With ``progress``, a bar over the blocks copied (on Dask's local
+        schedulers; on a ``distributed`` client, its dashboard shows them).
+        """
         copy = zarr.create_array(
             self.store,
             shape=blocks.shape,
@@ -71,7 +80,9 @@ class Intermediate:
             overwrite=True,
             storage_options=self.storage_options,
         )
-        da.store(blocks, cast(Any, copy), lock=False)
+        show = progress and distributed_client() is None
+        with _BlocksBar(blocks.npartitions, show):
+            da.store(blocks, cast(Any, copy), lock=False)
         return copy
 
     def remove(self) -> None:
@@ -81,6 +92,25 @@ class Intermediate:
         fs, path = fsspec.core.url_to_fs(self.store, **(self.storage_options or {}))
         if fs.exists(path):
             fs.rm(path, recursive=True)
+
+
+class _BlocksBar(Callback):
+    """A progress bar over the blocks the first pass stores into the copy."""
+
+    def __init__(self, total: int, show: bool) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.bar = bar_class()(
+            total=total, unit="block", desc="pass 1 of 2: copy", disable=not show
+        )
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        name = key[0] if isinstance(key, tuple) else str(key)
+        if name.startswith("store-map"):
+            self.bar.update(1)
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        self.bar.close()
 
 
 def placeholder(shape: Shape, dtype: np.dtype[Any], block_shape: Shape) -> da.Array:

@@ -73,12 +73,41 @@ def store_location(store: Store, path: str = "") -> Location | None:
     return None
 
 
-def _zarr_arrays_in(value: Any) -> Iterator[zarr.Array[Any]]:
+_WRAPPED = ("array", "_array")
+"""Attributes under which array wrappers hold what they wrap (xarray's lazy indexing
+adapters and backend arrays: ``LazilyIndexedArray(array=ZarrArrayWrapper)``, whose
+``_array`` is the zarr array)."""
+
+_MAX_WRAPPERS = 8
+"""How many wrappers deep a zarr array is looked for."""
+
+
+def _zarr_arrays_in(value: Any, depth: int = 0) -> Iterator[zarr.Array[Any]]:
     if isinstance(value, zarr.Array):
         yield value
     elif isinstance(value, tuple | list):
         for item in value:
-            yield from _zarr_arrays_in(item)
+            yield from _zarr_arrays_in(item, depth)
+    elif depth < _MAX_WRAPPERS:
+        for name in _WRAPPED:
+            inner = _stored_attribute(value, name)
+            if inner is not None and inner is not value:
+                yield from _zarr_arrays_in(inner, depth + 1)
+
+
+def _stored_attribute(value: Any, name: str) -> Any:
+    """``value``'s own attribute ``name`` (in its ``__dict__`` or a slot), or None.
+
+    Only stored attributes are read: a property could compute, or read data.
+    """
+    own = getattr(value, "__dict__", None)
+    if isinstance(own, dict) and name in own:
+        return own[name]
+    for klass in type(value).__mro__:
+        slots = getattr(klass, "__slots__", ())
+        if name == slots or (not isinstance(slots, str) and name in slots):
+            return getattr(value, name, None)
+    return None
 
 
 def source_locations(arr: da.Array) -> list[Location]:
@@ -102,4 +131,20 @@ def source_locations(arr: da.Array) -> list[Location]:
                 location = store_location(source.store, source.path)
                 if location is not None and location not in found:
                     found.append(location)
+    return found
+
+
+def locations_read(value: Any) -> list[Location]:
+    """Where the zarr arrays that ``value`` reads live: a Dask array, or a lazy array wrapper.
+
+    For a Dask array, :func:`source_locations`; for anything else (xarray's
+    lazily indexed backend arrays), the zarr arrays it wraps.
+    """
+    if isinstance(value, da.Array):
+        return source_locations(value)
+    found: list[Location] = []
+    for array in _zarr_arrays_in(value):
+        location = store_location(array.store, array.path)
+        if location is not None and location not in found:
+            found.append(location)
     return found

@@ -7,7 +7,7 @@ parameter, what is wrong and the fix, before any byte is written.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import dask.array as da
@@ -33,20 +33,69 @@ if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it
 from shardpipe.core.checks import check_options, shown
 
 
-def check_source_is_not_target(arr: da.Array, target: ResolvedStore) -> None:
-    """Refuse a write whose target is, contains or lies inside an array it reads."""
+def check_reads_apart(
+    target: ResolvedStore,
+    reads: Iterable[Location | None],
+    *,
+    parameter: str,
+    fix: str,
+) -> None:
+    """The one overlap rule: refuse a target that is, contains or lies inside what the job reads.
+
+    Every job that reads one place and writes another calls it before it
+    removes or writes anything, with or without ``overwrite``: a target over
+    its own source would destroy the data before it is read (removed by
+    ``overwrite``, or replaced shard by shard). Places are compared resolved:
+    real paths on local disks, scheme and bucket plus prefix on object
+    stores, the store itself in memory. Places of unknown kinds (None) are
+    not compared.
+
+    Parameters
+    ----------
+    target : ResolvedStore
+        What the job writes.
+    reads : iterable of Location or None
+        What it reads.
+    parameter : str
+        The parameter naming the target, for the message.
+    fix : str
+        What to do instead.
+
+    Raises
+    ------
+    shardpipe.errors.SourceOverlapsTargetError
+        Naming both places.
+    """
     where = store_location(target.zarr_store, target.path)
     if where is None:
         return
-    for source in source_locations(arr):
-        if source.overlaps(where):
-            raise SourceOverlapsTargetError(
-                "store",
-                f"the target {where} overlaps the zarr array {source} that the Dask array "
-                "reads; writing would destroy the data before it is read",
-                "Write to another path (then delete the old array and move the new one "
-                "into place), or use shardpipe's rechunking into a new path",
-            )
+    for source in reads:
+        if source is None or not source.overlaps(where):
+            continue
+        relation = (
+            "is"
+            if source == where
+            else "contains"
+            if source.path.startswith(where.path + "/") or not where.path
+            else "lies inside"
+        )
+        raise SourceOverlapsTargetError(
+            parameter,
+            f"the target {where} {relation} {source}, which this job reads; writing there "
+            "would destroy the data before it is read",
+            fix,
+        )
+
+
+def check_source_is_not_target(arr: da.Array, target: ResolvedStore) -> None:
+    """Refuse a write whose target is, contains or lies inside a zarr array ``arr`` reads."""
+    check_reads_apart(
+        target,
+        source_locations(arr),
+        parameter="store",
+        fix="Write to another path (then delete the old array and move the new one into "
+        "place), or use shardpipe's rechunking into a new path",
+    )
 
 
 def check_target(target: ResolvedStore, overwrite: bool, name: str = "store") -> None:

@@ -17,7 +17,8 @@ from shardpipe.storage.resolve import resolve_store
 from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.transaction import check_commit, snapshot_id_returned
+from shardpipe.write.runner import check_run
+from shardpipe.write.transaction import snapshot_id_returned
 
 __all__ = ["DEFAULT_MAX_MEM", "cleanup", "to_sharded_zarr"]
 
@@ -85,7 +86,7 @@ def to_sharded_zarr(
     """
     progress, compute = check_progress(progress, compute, planned="shardpipe.prepare_write")
     job = prepare_write(arr, store, **options)
-    check_commit(commit, rebase, job.target)
+    check_run(commit, rebase, job.target)
     if not compute:
         return job.to_delayed()
     report = job.execute(progress=progress, commit=commit, rebase=rebase)

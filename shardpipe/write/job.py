@@ -36,10 +36,9 @@ from shardpipe.engine.graph import build_write_graph
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.write.creation import check_metadata_written, create_array, record_complete
-from shardpipe.write.run import execute_together
+from shardpipe.write.runner import Pass, PassReports, run_job
 from shardpipe.write.spec import WriteSpec
 from shardpipe.write.summary import summary_rows
-from shardpipe.write.transaction import check_commit, commit_write
 
 
 @dataclass(frozen=True, repr=False)
@@ -154,18 +153,22 @@ class ShardedWrite(WriteSpec):
             If a node appeared at the target since planning and ``overwrite``
             is False.
         shardpipe.errors.TransactionConflictError
-            If the commit lost a race with another (see :mod:`shardpipe.write.transaction`).
+            If the commit lost a race with another (see :mod:`shardpipe.write.runner`).
         Exception
             Whatever a task raised; shards already published stay, staging and
             unfinished uploads are removed first (a failure of that cleanup is
             added to the error's notes, never in its place). Into an Icechunk
             session, nothing of a failed write's shards reaches the session.
         """
-        message, rebase = check_commit(commit, rebase, self.target)
-        report = execute_together([self], progress=progress)[0]
-        if message is None:
-            return report
-        return replace(report, snapshot_id=commit_write(self.target, message, rebase=rebase))
+        return run_job(self, progress=progress, commit=commit, rebase=rebase)
+
+    def passes(self) -> list[Pass]:
+        """One pass: this write (see :mod:`shardpipe.write.runner`)."""
+        return [Pass("write", lambda _: [self])]
+
+    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> WriteReport:
+        """The write's report, with the snapshot the run committed (if any)."""
+        return replace(reports[0][0], snapshot_id=snapshot_id)
 
     def open(self) -> zarr.Array[Any]:
         """Open the written array for reading and writing.

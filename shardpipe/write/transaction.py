@@ -1,10 +1,11 @@
-"""Committing a write into an Icechunk session: the ``commit=`` and ``rebase=`` arguments.
+"""Writes into an Icechunk session: a writable session, and what ``commit=`` returns.
 
 A write into a writable Icechunk ``Session`` leaves its changes in the
 session (see :mod:`shardpipe.storage.icechunk.store`). With ``commit="message"``
-the front-ends commit them at the end and report the snapshot id; with
-``rebase=True`` as well, commits that reached the branch meanwhile are
-rebased onto when they changed no shard this write changed.
+the runner commits them at the end and reports the snapshot id
+(:mod:`shardpipe.write.runner`, the one commit bracket); with ``rebase=True``
+as well, commits that reached the branch meanwhile are rebased onto when they
+changed no shard this write changed.
 """
 
 from __future__ import annotations
@@ -26,55 +27,6 @@ def check_writable(target: ResolvedStore) -> None:
             f"the Icechunk session on snapshot {shards.session.snapshot_id} is read-only",
             "Open a writable one: repo.writable_session('main') (or another branch)",
         )
-
-
-def check_commit(commit: object, rebase: object, target: ResolvedStore) -> tuple[str | None, bool]:
-    """Check ``commit`` and ``rebase`` against the write's ``target``; return them.
-
-    Raises
-    ------
-    shardpipe.errors.InvalidArgumentError
-        For a message that is not a non-empty string, ``commit`` on a target
-        that is not an Icechunk session, or ``rebase`` without ``commit``.
-    """
-    if commit is not None and not (isinstance(commit, str) and commit.strip()):
-        raise InvalidArgumentError(
-            "commit",
-            f"expected a commit message, got {commit!r}",
-            'Pass a non-empty string such as commit="write temperature", or leave it out',
-        )
-    if not isinstance(rebase, bool):
-        raise InvalidArgumentError(
-            "rebase", f"expected True or False, got {rebase!r}", "Pass rebase=True or leave it out"
-        )
-    if commit is not None and not target.transactional:
-        raise InvalidArgumentError(
-            "commit",
-            f"{commit!r}, but {target.zarr_store} is not an Icechunk session: its writes "
-            "take effect as they happen",
-            "Leave commit out, or pass a writable Icechunk Session as the store",
-        )
-    if rebase and commit is None:
-        raise InvalidArgumentError(
-            "rebase",
-            "True without commit: rebasing happens when committing",
-            'Pass commit="message" too, or commit the session yourself',
-        )
-    return commit, rebase
-
-
-def commit_write(target: ResolvedStore, message: str, *, rebase: bool) -> str:
-    """Commit the session the write went into; return the new snapshot's id.
-
-    Raises
-    ------
-    shardpipe.errors.TransactionConflictError
-        If another commit reached the branch first (and, with ``rebase``,
-        changed a shard this write changed); nothing is committed.
-    """
-    shards = target.shards
-    assert isinstance(shards, IcechunkShardStore)
-    return shards.commit(message, rebase=rebase)
 
 
 def snapshot_id_returned(function: str, planned: str, snapshot_id: str) -> str:

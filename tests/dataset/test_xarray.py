@@ -422,3 +422,25 @@ def test_a_new_dataset_whose_plan_fails_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(MemoryBudgetError, match="max_mem"):
         climate_dataset(years=1, nlat=12, nlon=20).shard.to_zarr(store, max_mem=1000)
     assert not store.exists() or _files(store) == {}
+
+
+OPENERS = {
+    "xarray, Dask chunks": lambda path: xr.open_zarr(path),
+    "xarray, lazy": lambda path: xr.open_zarr(path, chunks=None),
+    "shardpipe": lambda path: shardpipe.open_dataset(path),
+}
+
+
+@pytest.mark.parametrize("opened_with", OPENERS)
+def test_a_dataset_rewritten_over_the_store_it_reads_is_refused(
+    tmp_path: Path, opened_with: str
+) -> None:
+    values = np.arange(64 * 48, dtype="float32").reshape(64, 48)
+    xr.Dataset({"t": (("z", "y"), values)}).shard.to_zarr(tmp_path / "a.zarr")
+    before = _files(tmp_path / "a.zarr")
+    opened = OPENERS[opened_with](tmp_path / "a.zarr")
+    for target in (tmp_path / "a.zarr", tmp_path):
+        with pytest.raises(shardpipe.SourceOverlapsTargetError, match=r"a\.zarr/t"):
+            opened.shard.to_zarr(target, mode="w")
+    assert _files(tmp_path / "a.zarr") == before
+    assert_same(xr.open_zarr(tmp_path / "a.zarr").t.values, values)

@@ -342,6 +342,15 @@ def test_a_target_that_is_not_empty_is_refused(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "v3").iterdir()] == ["precious.txt"]
 
 
+def test_a_target_inside_the_source_is_refused(tmp_path: Path) -> None:
+    draft = _draft(tmp_path)
+    before = _tree(draft)
+    with pytest.raises(shardpipe.SourceOverlapsTargetError, match="lies inside") as caught:
+        shardpipe.migrate(draft, draft / "v3")
+    assert caught.value.parameter == "target"
+    assert _tree(draft) == before
+
+
 def test_a_marker_half_written_does_not_block_the_target(tmp_path: Path) -> None:
     draft, target = _draft(tmp_path), tmp_path / "v3"
     (target / ".shardpipe").mkdir(parents=True)  # killed while the first run wrote its marker

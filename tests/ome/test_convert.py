@@ -201,3 +201,19 @@ def test_the_progress_bar_counts_the_shards_copied(
     stderr = capsys.readouterr().err
     assert re.findall(rf"shardpipe: .*{total}/{total} \[", stderr), stderr  # shardpipe's bar
     assert "MB written" in stderr
+
+
+@pytest.mark.parametrize("where", ["itself", "its folder", "inside it"])
+def test_a_conversion_over_its_own_source_is_refused_before_anything_is_written(
+    tmp_path: Path, where: str
+) -> None:
+    source = tmp_path / "image.zarr"
+    _write_v04(source, numcodecs.Zstd(level=1))
+    before = sorted((p.relative_to(tmp_path), p.stat().st_size) for p in tmp_path.rglob("*"))
+    target = {"itself": source, "its folder": tmp_path, "inside it": source / "v05"}[where]
+    with pytest.raises(shardpipe.SourceOverlapsTargetError, match="in place") as caught:
+        convert_ome_zarr(source, target, overwrite=True)
+    assert caught.value.parameter == "target"
+    after = sorted((p.relative_to(tmp_path), p.stat().st_size) for p in tmp_path.rglob("*"))
+    assert after == before
+    np.testing.assert_array_equal(zarr.open_array(source / "s0", mode="r")[...], IMAGE)

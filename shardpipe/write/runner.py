@@ -1,0 +1,296 @@
+"""The job protocol and its one runner: passes of writes, one computation each, one commit.
+
+Every job of shardpipe (an array write, a rechunk, a group rechunk, an
+OME-Zarr write, update or conversion, a dataset write) is a value that says
+what it will do (``summary_rows``; ``repr`` and the notebook table) and the
+**passes** it runs (:meth:`Job.passes`). A pass begins (it may create groups
+or copy data first) and hands the runner the array writes
+(:class:`~shardpipe.write.spec.WriteSpec`) to run; the runner runs the writes of
+the same pass of every job together (:func:`~shardpipe.write.run.execute_together`:
+one streamed computation, the arrays sharing the workers), then ends the pass
+with its writes' reports. A job's second pass begins only when its first
+ended, so a pass can read what the one before wrote (the intermediate copy of
+a two-pass rechunk).
+
+:func:`run_jobs` is the only place that runs passes and the only place that
+holds the Icechunk commit bracket: ``commit`` and ``rebase`` are checked
+against the jobs' target before anything is written, and the session is
+committed once, after every pass of every job ended. A composite job (a
+group rechunk, a pyramid, a dataset) is made of whole jobs
+(:func:`together`): it runs them through the same protocol and never reads
+their fields.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import zip_longest
+from typing import Any, Protocol, runtime_checkable
+
+from shardpipe.engine.reports import WriteReport
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.icechunk.store import IcechunkShardStore
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.write.run import execute_together
+from shardpipe.write.spec import WriteSpec
+
+__all__ = ["Job", "Pass", "PassReports", "check_run", "run_job", "run_jobs", "together"]
+
+PassReports = Sequence[Sequence[WriteReport]]
+"""Per pass of a job, in order, the reports of the writes the pass handed the runner."""
+
+
+def _no_writes(_: bool) -> Sequence[WriteSpec]:
+    return ()
+
+
+def _nothing(_: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass of a job.
+
+    Attributes
+    ----------
+    name : str
+        What the pass does, for plans and progress (``"copy into the intermediate"``).
+    begin : callable
+        Called with ``progress`` (whether to show progress bars): does what
+        must come before the pass's writes (create groups, copy a source) and
+        returns the writes to run, in order (possibly none).
+    end : callable
+        Called with the reports of those writes, in the same order, once
+        they all succeeded.
+    abandon : callable
+        Called with the error when the pass (of this job or of another job
+        run together) fails after ``begin`` was called: it cleans up what
+        only this job knows of (an intermediate copy it placed). The writes
+        clean up after themselves.
+    """
+
+    name: str
+    begin: Callable[[bool], Sequence[WriteSpec]] = _no_writes
+    end: Callable[[Sequence[WriteReport]], None] = _nothing
+    abandon: Callable[[BaseException], None] = _nothing
+
+
+@runtime_checkable
+class Job[R_co](Protocol):
+    """What :func:`run_jobs` runs: a planned job of any kind.
+
+    Jobs are made by the ``plan_*``/``prepare_*`` functions; nothing is
+    written before they run.
+    """
+
+    @property
+    def target(self) -> ResolvedStore:
+        """Where the job writes (an Icechunk commit, if asked for, goes there)."""
+        ...
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The plan as ``(label, value)`` rows."""
+        ...
+
+    def passes(self) -> Sequence[Pass]:
+        """The passes the job runs, in order (planned, not yet begun)."""
+        ...
+
+    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> R_co:
+        """The job's report, from its passes' reports, the time taken and the commit's snapshot."""
+        ...
+
+
+def check_run(commit: object, rebase: object, target: ResolvedStore) -> tuple[str | None, bool]:
+    """Check ``commit`` and ``rebase`` for jobs writing to ``target``; return them.
+
+    Used by :func:`run_jobs`, and by the front doors that return delayed work
+    (``compute=False``) so that a wrong ``commit`` is refused there too.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        For a message that is not a non-empty string, ``commit`` on a target
+        that is not an Icechunk session, or ``rebase`` without ``commit``.
+    """
+    if commit is not None and not (isinstance(commit, str) and commit.strip()):
+        raise InvalidArgumentError(
+            "commit",
+            f"expected a commit message, got {commit!r}",
+            'Pass a non-empty string such as commit="write temperature", or leave it out',
+        )
+    if not isinstance(rebase, bool):
+        raise InvalidArgumentError(
+            "rebase", f"expected True or False, got {rebase!r}", "Pass rebase=True or leave it out"
+        )
+    if commit is not None and not target.transactional:
+        raise InvalidArgumentError(
+            "commit",
+            f"{commit!r}, but {target.zarr_store} is not an Icechunk session: its writes "
+            "take effect as they happen",
+            "Leave commit out, or pass a writable Icechunk Session as the store",
+        )
+    if rebase and commit is None:
+        raise InvalidArgumentError(
+            "rebase",
+            "True without commit: rebasing happens when committing",
+            'Pass commit="message" too, or commit the session yourself',
+        )
+    return commit, rebase
+
+
+def run_jobs(
+    jobs: Sequence[Job[Any]],
+    *,
+    progress: bool = False,
+    commit: str | None = None,
+    rebase: bool = False,
+) -> list[Any]:
+    """Run jobs together, pass by pass; commit once; return each job's report in order.
+
+    Pass ``k`` of every job that has one runs in one computation, after every
+    job's pass ``k - 1`` ended. If a pass fails, every job whose pass began
+    abandons it (in order) and the error is raised; nothing is committed.
+
+    Parameters
+    ----------
+    jobs : sequence of Job
+        Jobs on distinct arrays (one target each; with ``commit``, all into
+        the same Icechunk session).
+    progress : bool
+        Show a progress bar over the shards of each pass.
+    commit : str, optional
+        Into an Icechunk session: commit it with this message at the end.
+    rebase : bool
+        With ``commit``: rebase onto commits that reached the branch meanwhile.
+    """
+    if not jobs:
+        return []
+    target = jobs[0].target
+    message, rebase = check_run(commit, rebase, target)
+    began = time.perf_counter()
+    plans = [list(job.passes()) for job in jobs]
+    done: list[list[Sequence[WriteReport]]] = [[] for _ in jobs]
+    for number in range(max(len(p) for p in plans)):
+        running = [(i, p[number]) for i, p in enumerate(plans) if number < len(p)]
+        begun: list[tuple[int, Pass, Sequence[WriteSpec]]] = []
+        try:
+            for i, step in running:
+                begun.append((i, step, step.begin(progress)))
+            writes = [w for _, _, ws in begun for w in ws]
+            reports = iter(execute_together(writes, progress=progress) if writes else [])
+        except BaseException as err:
+            for _, step, _ in begun:
+                step.abandon(err)
+            if len(begun) < len(running):  # the pass that raised in begin cleans up too
+                running[len(begun)][1].abandon(err)
+            raise
+        for i, step, ws in begun:
+            mine = [next(reports) for _ in ws]
+            step.end(mine)
+            done[i].append(mine)
+    snapshot = _commit(target, message, rebase) if message is not None else None
+    seconds = time.perf_counter() - began
+    return [job.finish(d, seconds, snapshot) for job, d in zip(jobs, done, strict=True)]
+
+
+def run_job[R](
+    job: Job[R], *, progress: bool = False, commit: Any = None, rebase: Any = False
+) -> R:
+    """Run one job (see :func:`run_jobs`); return its report."""
+    report: R = run_jobs([job], progress=progress, commit=commit, rebase=rebase)[0]
+    return report
+
+
+def _commit(target: ResolvedStore, message: str, rebase: bool) -> str:
+    """Commit the session the jobs wrote into; return the new snapshot's id.
+
+    Raises
+    ------
+    shardpipe.errors.TransactionConflictError
+        If another commit reached the branch first (and, with ``rebase``,
+        changed a shard these jobs changed); nothing is committed.
+    """
+    shards = target.shards
+    assert isinstance(shards, IcechunkShardStore)
+    return shards.commit(message, rebase=rebase)
+
+
+@dataclass
+class _Together:
+    """The passes of several jobs merged index by index, and their reports split back."""
+
+    jobs: Sequence[Job[Any]]
+    before: Callable[[], None] | None
+    counts: list[list[int]] = field(default_factory=list)
+
+    def passes(self) -> list[Pass]:
+        plans = [list(job.passes()) for job in self.jobs]
+        self.counts = [[] for _ in self.jobs]
+        merged = []
+        for number, steps in enumerate(zip_longest(*plans)):
+            present = [(i, s) for i, s in enumerate(steps) if s is not None]
+            merged.append(self._merge(number, present))
+        if not merged and self.before is not None:
+            merged.append(self._merge(0, []))
+        return merged
+
+    def _merge(self, number: int, present: list[tuple[int, Pass]]) -> Pass:
+        before = self.before if number == 0 else None
+
+        def begin(progress: bool) -> Sequence[WriteSpec]:
+            if before is not None:
+                before()
+            writes: list[WriteSpec] = []
+            for i, step in present:
+                mine = step.begin(progress)
+                self.counts[i].append(len(mine))
+                writes.extend(mine)
+            return writes
+
+        def end(reports: Sequence[WriteReport]) -> None:
+            it = iter(reports)
+            for i, step in present:
+                step.end([next(it) for _ in range(self.counts[i][-1])])
+
+        def abandon(err: BaseException) -> None:
+            for _, step in present:
+                step.abandon(err)
+
+        names = ", ".join(dict.fromkeys(s.name for _, s in present)) or "prepare"
+        return Pass(names, begin, end, abandon)
+
+    def split(self, reports: PassReports) -> list[list[Sequence[WriteReport]]]:
+        """Each job's pass reports, from the merged passes' reports."""
+        out: list[list[Sequence[WriteReport]]] = [[] for _ in self.jobs]
+        for number, merged in enumerate(reports):
+            it = iter(merged)
+            for i, counts in enumerate(self.counts):
+                if number < len(counts):
+                    out[i].append([next(it) for _ in range(counts[number])])
+        return out
+
+
+def together(
+    jobs: Sequence[Job[Any]], before: Callable[[], None] | None = None
+) -> tuple[Callable[[], list[Pass]], Callable[[PassReports, float, str | None], list[Any]]]:
+    """The passes of a composite made of whole ``jobs``, and how it finishes them.
+
+    Returns ``(passes, finish)``: ``passes()`` merges the jobs' passes index
+    by index (pass ``k`` of each runs in the composite's pass ``k``), after
+    ``before`` (what the composite writes first, e.g. its groups) at the start
+    of the first; ``finish(reports, seconds, snapshot_id)`` hands each job its
+    own reports and returns each job's report, in order.
+    """
+    merged = _Together(jobs, before)
+
+    def finish(reports: PassReports, seconds: float, snapshot_id: str | None) -> list[Any]:
+        return [
+            job.finish(mine, seconds, snapshot_id)
+            for job, mine in zip(jobs, merged.split(reports), strict=True)
+        ]
+
+    return merged.passes, finish

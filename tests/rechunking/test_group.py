@@ -1,0 +1,80 @@
+"""shardpipe.rechunk_group: every member rechunked as a whole job, whatever its passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import zarr
+
+import shardpipe
+from shardpipe.cli.parser import main
+from shardpipe.rechunking.group import plan_group_rechunk
+from tests.support.readers import assert_same, read_tensorstore
+
+LAYOUT: dict[str, Any] = {"shards": (32, 64, 64), "chunks": (32, 32, 32), "max_mem": "2MB"}
+"""Under this budget ``slabs`` needs two passes (an intermediate copy), ``frames`` one."""
+
+
+@pytest.fixture(autouse=True)
+def _threads() -> Any:
+    with dask.config.set(scheduler="threads"):
+        yield
+
+
+def _mixed_group(path: Path) -> dict[str, np.ndarray]:
+    """A Zarr v2 group of one member read in thin slabs, one in blocks of whole inner chunks."""
+    rng = np.random.default_rng(7)
+    data = {
+        "slabs": rng.integers(1, 4000, (32, 128, 256)).astype("uint16"),
+        "frames": rng.integers(1, 4000, (32, 128, 256)).astype("uint16"),
+    }
+    root = zarr.open_group(path, mode="w", zarr_format=2)
+    for name, chunks in (("slabs", (1, 128, 256)), ("frames", (32, 64, 128))):
+        array = root.create_array(name, shape=(32, 128, 256), dtype="uint16", chunks=chunks)
+        array[...] = data[name]
+    return data
+
+
+def test_the_members_need_one_pass_and_two(tmp_path: Path) -> None:
+    _mixed_group(tmp_path / "src.zarr")
+    job = plan_group_rechunk(tmp_path / "src.zarr", tmp_path / "out.zarr", **LAYOUT)
+    passes = {path: len(member.passes()) for path, member in job.jobs.items()}
+    assert passes == {"frames": 1, "slabs": 2}
+
+
+def test_two_pass_and_one_pass_members_read_back_equal(tmp_path: Path) -> None:
+    data = _mixed_group(tmp_path / "src.zarr")
+    target = tmp_path / "out.zarr"
+    report = shardpipe.rechunk_group(tmp_path / "src.zarr", target, **LAYOUT)
+    assert set(report.rechunked) == {"slabs", "frames"}
+    for name, values in data.items():
+        assert_same(np.asarray(zarr.open_array(target / name, mode="r")[...]), values)
+        assert_same(read_tensorstore(str(target / name)), values)
+        assert report.rechunked[name].nbytes > 0
+    assert shardpipe.verify(target).ok
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "src.zarr"]  # no copy left
+
+
+def test_the_recursive_command_writes_two_pass_members(tmp_path: Path) -> None:
+    data = _mixed_group(tmp_path / "src.zarr")
+    target = tmp_path / "out.zarr"
+    args = ["rechunk", str(tmp_path / "src.zarr"), str(target), "--recursive", "--no-progress"]
+    shapes = ["--shards", "32,64,64", "--chunks", "32,32,32", "--max-mem", "2MB"]
+    assert main([*args, *shapes]) == 0
+    assert_same(np.asarray(zarr.open_array(target / "slabs", mode="r")[...]), data["slabs"])
+
+
+@pytest.mark.parametrize("where", ["itself", "its folder", "inside it"])
+def test_a_group_rechunk_over_its_own_source_is_refused(tmp_path: Path, where: str) -> None:
+    data = _mixed_group(tmp_path / "src.zarr")
+    target = {"itself": "src.zarr", "its folder": ".", "inside it": "src.zarr/new"}[where]
+    with pytest.raises(shardpipe.SourceOverlapsTargetError) as caught:
+        shardpipe.rechunk_group(tmp_path / "src.zarr", tmp_path / target, overwrite=True, **LAYOUT)
+    assert caught.value.parameter == "target"
+    for name, values in data.items():
+        assert_same(np.asarray(zarr.open_array(tmp_path / "src.zarr" / name)[...]), values)
+    assert not (tmp_path / "src.zarr" / "new").exists()
