@@ -23,42 +23,29 @@ blocks are and grouped by shard.
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import os
-import socket
-import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import dask.array as da
 import numpy as np
-from dask.delayed import Delayed, delayed
+from dask.delayed import Delayed
 
-from shardpipe import advice
 from shardpipe.core.checks import check_bool, check_progress
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.precomputed_plan import ScaleGrid, check_scattered
-from shardpipe.engine.progress import ShardBar, local_progress
-from shardpipe.engine.pyramid import downsampled
-from shardpipe.engine.reports import WriteReport, add_reports
+from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import (
-    ArrayExistsError,
     InvalidArgumentError,
-    ShardpipeError,
-    WriteFailedError,
 )
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, check_encoding
 from shardpipe.formats.precomputed_info import MAX_CHUNK_NBYTES
 from shardpipe.precomputed.auto_sharding import auto_sharding
-from shardpipe.precomputed.graph import PUBLISHING, part_chunks, shard_tasks
-from shardpipe.precomputed.tasks import PrecomputedTarget
-from shardpipe.storage.base import ShardStore
-from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, STAGING_DIR
-from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.precomputed.graph import part_chunks
+from shardpipe.precomputed.job import PrecomputedWrite
+from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.write.arguments import check_max_mem
 
@@ -199,77 +186,18 @@ def to_neuroglancer_precomputed(
     scale_infos = [
         _scale_info(grid, res, factor, offset, encoding, spec) for factor, grid, spec, _ in levels
     ]
-    token = uuid.uuid4().hex[:12]
-    marker = target.key(PRECOMPUTED_UNFINISHED)
-    _write_info(
+    job = PrecomputedWrite(
         target,
-        _info(source.dtype, channels, volume_type, scale_infos),
+        source,
+        levels,
         scale_infos,
+        _info(source.dtype, channels, volume_type, scale_infos),
+        method,
         overwrite,
-        _unfinished(token, scale_infos),
-    )
-    staging = target.key(f"{STAGING_DIR}/{token}")
-    tasks = []
-    prefixes = []
-    level: da.Array = source
-    previous: tuple[int, ...] = (1, 1, 1)
-    for (factor, grid, spec, parts), scale_info in zip(levels, scale_infos, strict=True):
-        step = tuple(f // p for f, p in zip(factor, previous, strict=True))
-        level, previous = downsampled(level, step, method), factor
-        prefix = target.key(f"{scale_info['key']}/")
-        prefixes.append(prefix)
-        ship = PrecomputedTarget(target.shards, prefix, grid, spec, encoding)
-        tasks.extend(shard_tasks(level, ship, f"{token}-{scale_info['key']}", parts, staging))
-    total: Delayed = delayed(_finish, pure=False)(
-        target.shards, staging, marker, *tasks, dask_key_name=f"write-done-{token}"
     )
     if not compute:
-        return total
-    try:
-        if progress:
-            with (
-                ShardBar(len(tasks), 1, show=True) as bar,
-                local_progress(bar, PUBLISHING, per_task=True),
-            ):
-                report: WriteReport = total.compute()
-            return report
-        computed: WriteReport = total.compute()
-    except BaseException as err:
-        try:
-            for prefix in prefixes:
-                target.shards.cleanup(staging, prefix)
-        except Exception as cleanup_err:
-            err.add_note(f"shardpipe: removing the staging data failed too ({cleanup_err!r})")
-        left = (
-            f"the volume at {target.zarr_store} is left unfinished (its info and the shards "
-            "published so far; verify reports it): write it again with "
-            f"{advice.setting('overwrite')}"
-        )
-        if isinstance(err, ShardpipeError) or not isinstance(err, Exception):
-            err.add_note(f"shardpipe: {left}")
-            raise
-        raise WriteFailedError(
-            f"the precomputed write failed part way ({type(err).__name__}: {err}); {left}"
-        ) from err
-    return computed
-
-
-def _finish(store: ShardStore, staging: str, marker: str, *reports: WriteReport) -> WriteReport:
-    """Last task: remove the (empty) staging area and the unfinished-write marker; add up."""
-    store.discard_staging(staging)
-    store.delete(marker)  # every shard is published: the volume is complete
-    return add_reports(*reports)
-
-
-def _unfinished(token: str, scales: list[dict[str, Any]]) -> dict[str, Any]:
-    """The document of the unfinished-write marker (what ``verify`` reports)."""
-    return {
-        "job": token,
-        "started": time.time(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "scales": [scale["key"] for scale in scales],
-    }
+        return job.to_delayed()
+    return job.execute(progress=progress)
 
 
 def _check_scales(scales: Any) -> list[tuple[int, ...]]:
@@ -469,30 +397,3 @@ def _info(
         "num_channels": channels,
         "scales": scales,
     }
-
-
-def _write_info(
-    target: ResolvedStore,
-    info: dict[str, Any],
-    scales: list[dict[str, Any]],
-    overwrite: bool,
-    unfinished: dict[str, Any],
-) -> None:
-    """Mark the volume unfinished, then write ``info`` (with ``overwrite``, after removing
-    the old shards of these scales). The marker goes first: from then until the last
-    shard is published, ``verify`` reports an unfinished write."""
-    store, info_key, marker = target.shards, target.key("info"), target.key(PRECOMPUTED_UNFINISHED)
-    exists = store.get(info_key) is not None
-    if exists and not overwrite:
-        left = store.size(marker) is not None
-        raise ArrayExistsError(
-            f"store: a precomputed volume already exists at {target.zarr_store} (its info "
-            + ("file, left by an unfinished write" if left else "file")
-            + f"); pass {advice.setting('overwrite')} to replace it"
-        )
-    store.put(marker, [json.dumps(unfinished).encode()])
-    if exists:
-        for scale in scales:
-            for old in list(store.list(target.key(f"{scale['key']}/"))):
-                store.delete(old)
-    store.put(info_key, [json.dumps(info, indent=1).encode()])

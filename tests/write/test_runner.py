@@ -1,0 +1,116 @@
+"""The job protocol and its runner: passes in order, together, abandoned on failure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import shardpipe
+from shardpipe.engine.reports import WriteReport
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.write.runner import Job, Pass, PassReports, run_jobs, together
+
+
+@dataclass
+class _Steps:
+    """A job of ``n`` passes that writes nothing and logs what the runner does with it."""
+
+    name: str
+    n: int
+    log: list[str]
+    target: ResolvedStore
+    fail_at: int | None = None
+    reports: list[Any] = field(default_factory=list)
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        return [("passes", str(self.n))]
+
+    def passes(self) -> list[Pass]:
+        def step(k: int) -> Pass:
+            def begin(progress: bool) -> list[Any]:
+                self.log.append(f"{self.name} begins {k}")
+                if k == self.fail_at:
+                    raise RuntimeError(f"{self.name} fails in {k}")
+                return []
+
+            def end(reports: Sequence[WriteReport]) -> None:
+                self.log.append(f"{self.name} ends {k}")
+
+            def abandon(err: BaseException) -> None:
+                self.log.append(f"{self.name} abandons {k}")
+
+            return Pass(f"step {k}", begin, end, abandon)
+
+        return [step(k) for k in range(self.n)]
+
+    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> str:
+        return f"{self.name}: {len(reports)} passes"
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> ResolvedStore:
+    return resolve_store(tmp_path / "t.zarr", None, None)
+
+
+def test_a_pass_begins_after_every_job_ended_the_one_before(target: ResolvedStore) -> None:
+    log: list[str] = []
+    jobs = [_Steps("a", 2, log, target), _Steps("b", 1, log, target)]
+    assert run_jobs(jobs) == ["a: 2 passes", "b: 1 passes"]
+    assert log == ["a begins 0", "b begins 0", "a ends 0", "b ends 0", "a begins 1", "a ends 1"]
+
+
+def test_a_failed_pass_is_abandoned_by_every_job_that_began_it(target: ResolvedStore) -> None:
+    log: list[str] = []
+    jobs = [_Steps("a", 2, log, target), _Steps("b", 2, log, target, fail_at=1)]
+    with pytest.raises(RuntimeError, match="b fails in 1"):
+        run_jobs(jobs)
+    assert log[-3:] == ["b begins 1", "a abandons 1", "b abandons 1"]
+    assert "a ends 1" not in log
+
+
+def test_a_composite_runs_whole_jobs_and_splits_their_reports(target: ResolvedStore) -> None:
+    log: list[str] = []
+    parts = [_Steps("a", 2, log, target), _Steps("b", 1, log, target)]
+    passes, finish = together(parts, before=lambda: log.append("groups"))
+    merged = passes()
+    assert len(merged) == 2
+    for m in merged:
+        assert m.begin(False) == []
+        m.end([])
+    assert log == [
+        "groups",
+        "a begins 0",
+        "b begins 0",
+        "a ends 0",
+        "b ends 0",
+        "a begins 1",
+        "a ends 1",
+    ]
+    assert finish([[], []], 0.0, None) == ["a: 2 passes", "b: 1 passes"]
+
+
+def test_commit_is_checked_before_any_pass_begins(target: ResolvedStore) -> None:
+    log: list[str] = []
+    with pytest.raises(InvalidArgumentError, match="not an Icechunk session"):
+        run_jobs([_Steps("a", 1, log, target)], commit="message")
+    assert log == []
+
+
+def test_every_planned_job_follows_the_protocol(tmp_path: Path) -> None:
+    volume = da.from_array(np.arange(4096, dtype="uint16").reshape(16, 16, 16), chunks=8)
+    planned = [
+        shardpipe.prepare_write(volume, tmp_path / "a.zarr"),
+        shardpipe.plan_rechunk(volume, tmp_path / "b.zarr"),
+        shardpipe.prepare_ome_zarr(volume, tmp_path / "c.zarr", "zyx"),
+    ]
+    for job in planned:
+        assert isinstance(job, Job), type(job).__name__
+        assert job.passes() and job.summary_rows()
+    assert not list(tmp_path.iterdir())  # planning writes nothing
