@@ -93,6 +93,7 @@ from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.locations import store_location
 from shardpipe.stored.places import check_reads_apart
+from shardpipe.write.runner import Pass, PassReports, run_job
 
 
 @dataclass(repr=False)
@@ -282,22 +283,63 @@ def migrate(
     )
     if dry_run:
         return report
-    _start(dst, MigrationMarker(_name(source), in_place), plan, earlier)
-    with ThreadPoolExecutor(workers) as pool:
-        copies = pool.map(
-            lambda shard: copy_shard(src, dst, shard, add_crc32c, MIGRATION_STAGING), plan.shards
-        )
-        try:
-            _follow(copies, plan.shards, progress)
-        except BaseException:
-            pool.shutdown(cancel_futures=True)  # the copies not started yet
-            raise
-    for key, document in plan.documents().items():  # the root's last
-        dst.shards.put(dst.key(key), [json.dumps(document, indent=2).encode()])
-    if in_place:
-        _delete_draft(src)
-    drop_marker(dst)
-    return report
+    job = MigrationJob(src, dst, plan, report, earlier, _name(source), add_crc32c, workers)
+    migrated: MigrateReport = run_job(job, progress=progress)
+    return migrated
+
+
+@dataclass
+class MigrationJob:
+    """A planned migration of a draft hierarchy: one pass of the runner, no array writes.
+
+    The pass writes the marker (clearing what an interrupted run left), copies
+    every shard on ``workers`` threads, writes the v3 documents (the root's
+    last), deletes the draft when in place, and drops the marker.
+    """
+
+    source: ResolvedStore
+    target: ResolvedStore
+    plan: MigrationPlan
+    report: MigrateReport
+    earlier: MigrationMarker | None
+    name: str
+    add_crc32c: bool
+    workers: int
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The plan as ``(label, value)`` rows (the report of a dry run)."""
+        return [(label, value) for label, value in self.report._summary().rows]
+
+    def passes(self) -> list[Pass]:
+        """One pass: the whole migration (see the class)."""
+        return [Pass("migrate", self._run)]
+
+    def finish(
+        self, reports: PassReports, seconds: float, snapshot_id: str | None
+    ) -> MigrateReport:
+        """The migration's report."""
+        return self.report
+
+    def _run(self, progress: bool) -> list[Any]:
+        src, dst, plan = self.source, self.target, self.plan
+        in_place = self.report.in_place
+        _start(dst, MigrationMarker(self.name, in_place), plan, self.earlier)
+        with ThreadPoolExecutor(self.workers) as pool:
+            copies = pool.map(
+                lambda shard: copy_shard(src, dst, shard, self.add_crc32c, MIGRATION_STAGING),
+                plan.shards,
+            )
+            try:
+                _follow(copies, plan.shards, progress)
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # the copies not started yet
+                raise
+        for key, document in plan.documents().items():  # the root's last
+            dst.shards.put(dst.key(key), [json.dumps(document, indent=2).encode()])
+        if in_place:
+            _delete_draft(src)
+        drop_marker(dst)
+        return []
 
 
 def _resolve(
