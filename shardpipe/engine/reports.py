@@ -44,6 +44,9 @@ class WriteReport(ShowsSummary):
         Shards left alone because they were complete already (a resumed write).
     snapshot_id : str or None
         The Icechunk snapshot the write committed (``commit="message"``).
+    intermediate_nbytes : int
+        For a rechunk in two passes: the bytes the first pass stored in the
+        intermediate copy (deleted when the second pass ended).
     changes : Changes or None
         What the tasks wrote into a transactional backend (an Icechunk
         session), still to be merged into it; ``None`` once merged. Adding
@@ -59,6 +62,7 @@ class WriteReport(ShowsSummary):
     retries: int = 0
     shards_skipped: int = 0
     snapshot_id: str | None = None
+    intermediate_nbytes: int = 0
     changes: Changes | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -76,6 +80,7 @@ class WriteReport(ShowsSummary):
             strategies=dict(Counter(self.strategies) + Counter(other.strategies)),
             retries=self.retries + other.retries,
             shards_skipped=self.shards_skipped + other.shards_skipped,
+            intermediate_nbytes=self.intermediate_nbytes + other.intermediate_nbytes,
             changes=_merged(self.changes, other.changes),
         )
 
@@ -94,6 +99,8 @@ class WriteReport(ShowsSummary):
             rows.append(("complete already", f"{format_count(self.shards_skipped)} shard(s)"))
         if self.retries:
             rows.append(("storage retries", format_count(self.retries)))
+        if self.intermediate_nbytes:
+            rows.append(("pass 1", f"{format_nbytes(self.intermediate_nbytes)} copied (deleted)"))
         if self.snapshot_id:
             rows.append(("snapshot", self.snapshot_id))
         return Summary("WriteReport", None, rows)
@@ -118,6 +125,12 @@ class WriteReport(ShowsSummary):
                 else ""
             )
             + (f"; {self.retries:,} storage retries" if self.retries else "")
+            + (
+                f"; pass 1 copied {format_nbytes(self.intermediate_nbytes)} into the "
+                "intermediate (deleted)"
+                if self.intermediate_nbytes
+                else ""
+            )
             + (f"; committed as snapshot {self.snapshot_id}" if self.snapshot_id else "")
         )
 

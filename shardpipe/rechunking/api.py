@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Unpack
 
 import dask.array as da
@@ -125,6 +125,7 @@ class RechunkJob:
     replan: Callable[[Source, Shape], ShardedWrite] | None = None
     held: int = 0
     one_pass: ShardedWrite | None = None
+    _copied: list[int] = field(default_factory=list, repr=False, compare=False)
 
     def summary_rows(self) -> list[tuple[str, str]]:
         """The plan as ``(label, value)`` rows: the reads, then the write job's rows."""
@@ -188,12 +189,15 @@ class RechunkJob:
         assert self.origin is not None and self.replan is not None
         inter, origin, replan = self.intermediate, self.origin, self.replan
         copies: list[Source] = []
+        copied = self._copied
+        copied.clear()
 
         def copy(progress: bool) -> list[ShardedWrite]:
             written = inter.write(
                 origin.blocks(inter.block_shape), origin.fill_value, progress=progress
             )
             copies.append(Source(inter.store, written, inter.chunk_shape))
+            copied.append(written.nbytes_stored())
             return []
 
         def abandon(_: BaseException) -> None:
@@ -211,8 +215,11 @@ class RechunkJob:
         ]
 
     def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> WriteReport:
-        """The report of the write of the target (the last pass)."""
-        return replace(reports[-1][0], snapshot_id=snapshot_id)
+        """The report of the write of the target, over both passes when there are two."""
+        report = reports[-1][0]
+        if self.intermediate is not None:
+            report = replace(report, seconds=seconds, intermediate_nbytes=sum(self._copied))
+        return replace(report, snapshot_id=snapshot_id)
 
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
