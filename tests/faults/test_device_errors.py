@@ -64,9 +64,7 @@ def _assert_device_error(err: BaseException, tried: Counter[str]) -> None:
     assert "errno EIO" in str(err) and "the device failed" in str(err), str(err)
 
 
-def test_an_io_error_while_writing_a_shard(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_io_error_while_writing_a_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tried: Counter[str] = Counter()
     temporary: Counter[str] = Counter()
 

@@ -1,4 +1,4 @@
-"""File primitives of the local backend: read, write every buffer, at an offset, copy a range, fsync.
+"""File primitives of the local backend: read, write all buffers, at an offset, copy, fsync.
 
 Plain functions over file descriptors and ``os`` calls, so that
 :mod:`shardpipe.storage.local.store` reads as what it does with them (and so
