@@ -23,6 +23,7 @@ from shardpipe.errors import (
     StorageFullError,
     StoreNotWritableError,
     TransientStorageError,
+    UnsafeKeyError,
 )
 from shardpipe.storage.retry import permanent_error
 
@@ -83,9 +84,10 @@ EXIT_STATUSES: tuple[ExitStatus, ...] = (
     ExitStatus(
         BAD_INPUT,
         "the command could not run: bad arguments, something in the way of the target, "
-        "something to read missing or unreadable, or another job holds the array or took "
-        "it over (wait for it; if it no longer runs, `shardpipe repair`)",
-        errors=(InvalidArgumentError, ArrayExistsError, JobConflictError),
+        "something to read missing or unreadable, a stored key that would lead outside the "
+        "store, or another job holds the array or took it over (wait for it; if it no longer "
+        "runs, `shardpipe repair`)",
+        errors=(InvalidArgumentError, ArrayExistsError, JobConflictError, UnsafeKeyError),
         otherwise="before",
     ),
     ExitStatus(

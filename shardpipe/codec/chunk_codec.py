@@ -9,10 +9,11 @@ private event loop.
 Checksums of inner chunks: the compressors of a new array end with zarr's
 ``crc32c`` codec by default (:mod:`shardpipe.codec.checksums`), so zarr-python,
 tensorstore and zarrs refuse a chunk whose bytes changed. Decoding here checks
-what it can before any codec runs: the CRC32C of each chunk, and
-the content size that zstd frames declare (:func:`~shardpipe.codec.zstd_frames.zstd_frames`), so
-that a forged or damaged frame is reported as such instead of costing an allocation
-of the size it claims.
+what it can before any codec runs: the CRC32C of each chunk; and every
+compressor shardpipe knows (gzip, zlib, bz2, lzma, blosc, lz4, zstd, zarr's
+own or numcodecs') decodes within the size the chunk has at that step
+(:mod:`shardpipe.codec.bounded_steps`), so that a forged or damaged chunk is
+reported as such instead of costing an allocation of the size it claims.
 """
 
 from __future__ import annotations
@@ -25,15 +26,14 @@ from typing import Any
 
 import crc32c
 import numpy as np
-from numcodecs import Zstd  # type: ignore[import-untyped]
 from zarr.abc.codec import BytesBytesCodec, Codec
-from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.codecs import Crc32cCodec
 from zarr.codecs.sharding import ShardingCodec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from shardpipe.codec.bounded import check_blosc_header, gunzip, unzlib
+from shardpipe.codec.bounded_steps import BOUNDED_KINDS, bounded_step, step_kind
 from shardpipe.codec.checksums import has_chunk_checksum
 from shardpipe.codec.plain_chain import (
     CRC32C_NBYTES,
@@ -42,7 +42,6 @@ from shardpipe.codec.plain_chain import (
     append_crc32c,
     run_codec,
 )
-from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.core.grid import Shape
 from shardpipe.errors import ChunkDecodeError, ShardFormatError
 
@@ -289,9 +288,11 @@ class ChunkCodec:
         """Decode the bytes of one inner chunk into an array of the inner chunk shape.
 
         Before a codec runs, what can be checked cheaply is: a ``crc32c``
-        codec's checksum (checked here, once), and the content size that
-        ``zstd`` frames declare against the size the chunk has at that step
-        (a frame claiming 2**40 bytes is refused, never allocated).
+        codec's checksum (checked here, once); a compressor step is decoded
+        within the size the chunk has at that step, or :attr:`step_limit`
+        where that is not known (:func:`~shardpipe.codec.bounded_steps.bounded_step`:
+        a zstd frame claiming 2**40 bytes, a bz2 stream inflating to
+        gigabytes are refused, never allocated).
 
         Raises
         ------
@@ -307,18 +308,16 @@ class ChunkCodec:
             if isinstance(codec, Crc32cCodec):
                 value = self._check_crc32c(value, spec)
                 continue
-            name, size = self._names[i], sizes[i]
+            kind, size = step_kind(self._names[i]), sizes[i]
             try:
-                if isinstance(codec, ZstdCodec):
-                    value = self._decode_zstd(codec, value, spec, size)
-                elif name in INFLATED:
-                    value = self._inflate(name, value, spec, size)
-                else:
-                    if name in BLOSC:
-                        raw = value.as_numpy_array().view(np.uint8).reshape(-1)
-                        limit = self.step_limit if size is None else size
-                        check_blosc_header(raw, limit, exact=size is not None)
+                decoded = None
+                if kind in BOUNDED_KINDS and isinstance(codec, BytesBytesCodec):
+                    raw = value.as_numpy_array().view(np.uint8).reshape(-1)
+                    decoded = bounded_step(kind, _configuration(codec), raw, size, self.step_limit)
+                if decoded is None:
                     value = run_codec(codec, "decode", value, spec)
+                else:
+                    value = spec.prototype.buffer.from_array_like(np.frombuffer(decoded, np.uint8))
             except ChunkDecodeError:
                 raise
             except Exception as err:  # a codec's failure, named with its type
@@ -361,61 +360,6 @@ class ChunkCodec:
         """The name of each codec of the chain, as array metadata spells it."""
         return [_name(codec) for codec in self.codecs]
 
-    def _inflate(self, name: str, value: Any, spec: ArraySpec, size: int | None) -> Any:
-        """Decode a gzip or zlib step into at most the bytes that step holds (bounded).
-
-        ``size`` is the number of bytes the step must produce (None if the
-        codecs before it make it data-dependent: then :attr:`step_limit`).
-        """
-        raw = value.as_numpy_array().view(np.uint8).reshape(-1)
-        limit = self.step_limit if size is None else size
-        out = unzlib(raw, limit) if name == "numcodecs.zlib" else gunzip(raw, limit)
-        return spec.prototype.buffer.from_bytes(out)
-
-    def _decode_zstd(self, codec: ZstdCodec, value: Any, spec: ArraySpec, size: int | None) -> Any:
-        """Decode a zstd step after checking what its frames declare against ``size``.
-
-        ``size`` is the number of bytes the step must produce (None if the
-        codecs before it make it data-dependent: then the bound of
-        :attr:`expansion` applies). A frame that declares no content size is
-        decoded into a buffer of ``size`` bytes, so it cannot produce more.
-        """
-        raw = value.as_numpy_array().view(np.uint8).reshape(-1)
-        frames = zstd_frames(raw.data)
-        which = "zstd frame declares" if frames.frames == 1 else "zstd frames declare"
-        if size is None:
-            limit = self.step_limit
-            if frames.declared is None:  # nothing bounds what it would inflate to
-                raise ChunkDecodeError(
-                    "a zstd frame declares no content size where the chunk's size at that "
-                    "step is not known: it cannot be decoded within a bound"
-                )
-            if frames.declared > limit:
-                raise ChunkDecodeError(
-                    f"{which} {frames.declared} bytes of content, more than the {limit} an "
-                    "inner chunk can take at that step"
-                )
-        elif frames.declared is not None and frames.declared != size:
-            raise ChunkDecodeError(
-                f"{which} {frames.declared} bytes of content, the chunk holds {size}"
-            )
-        elif frames.least > size:
-            raise ChunkDecodeError(
-                f"zstd blocks hold at least {frames.least} bytes of content, the chunk holds {size}"
-            )
-        if frames.declared is None and size is not None:
-            out = np.empty(size, dtype=np.uint8)  # bounded: never more than the chunk's size
-            Zstd().decode(raw, out=out)
-            return spec.prototype.buffer.from_array_like(out)
-        return run_codec(codec, "decode", value, spec)
-
-
-INFLATED = ("gzip", "numcodecs.gzip", "numcodecs.zlib")
-"""Codecs whose DEFLATE data are inflated here, bounded (:mod:`shardpipe.codec.bounded`)."""
-
-BLOSC = ("blosc", "numcodecs.blosc")
-"""Codecs whose frame header is checked before blosc allocates what it declares."""
-
 
 def _name(codec: Codec) -> str:
     """The codec's name in array metadata (``"gzip"``, ``"numcodecs.zlib"``...)."""
@@ -423,6 +367,15 @@ def _name(codec: Codec) -> str:
         return str(codec.to_dict()["name"])
     except (AttributeError, KeyError, TypeError, NotImplementedError):
         return type(codec).__name__
+
+
+def _configuration(codec: Codec) -> dict[str, Any]:
+    """The codec's configuration in array metadata (empty if it has none)."""
+    try:
+        configuration = codec.to_dict().get("configuration")
+    except (AttributeError, TypeError, NotImplementedError):
+        return {}
+    return dict(configuration) if isinstance(configuration, dict) else {}
 
 
 def describe_error(err: BaseException) -> str:

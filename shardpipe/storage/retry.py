@@ -9,8 +9,9 @@ each failure of the backend into one of three kinds:
   tried again after an exponential backoff with full jitter, at most
   ``attempts`` times in all (:class:`RetryPolicy`);
 * **permanent** (``ENOSPC``/``EDQUOT``: :class:`~shardpipe.errors.StorageFullError`;
-  ``EROFS``/``EACCES``/``EPERM``: :class:`~shardpipe.errors.StorageAccessError`):
-  raised at once, with the key and the cause in the message;
+  ``EROFS``/``EACCES``/``EPERM``: :class:`~shardpipe.errors.StorageAccessError`;
+  ``EIO``, a device that failed: :class:`~shardpipe.errors.StorageError`, its
+  ``errno`` kept): raised at once, with the key and the cause in the message;
 * **everything else** (an absent object, a failed condition, a bug) passes
   through untouched.
 
@@ -74,6 +75,15 @@ FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 ACCESS_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 """Error numbers meaning the storage refuses the write."""
+
+# EIO is permanent, not transient: the kernel reports it once its own retries of the
+# device failed (a bad sector, a dead disk or controller, a network file system that
+# gave up), which backing off for seconds does not heal; and after a failed
+# write-back the kernel may have dropped the dirty pages, so a second fsync can
+# succeed on data that was never written. Failing at once says so while the write
+# can still be resumed once the device is fixed.
+DEVICE_ERRNOS = frozenset({errno.EIO})
+"""Error numbers meaning the device failed to read or write (not retried)."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,18 @@ def permanent_error(err: OSError, what: str, *, in_place: bool = False) -> Stora
             f"{what}: {err.strerror} (errno {errno.errorcode[err.errno]}). Check the "
             "permissions of the target and that its file system is mounted read-write"
         )
+    if err.errno in DEVICE_ERRNOS:
+        happened = "no object is left half-written: writes publish whole objects"
+        if in_place:
+            happened = "the object was being changed in place (see the notes for what became of it)"
+        device = StorageError(
+            f"{what}: {err.strerror} (errno {errno.errorcode[err.errno]}): the device failed "
+            "(a failing disk, a bad sector, a lost network file system) and the kernel gave "
+            f"up; {happened}. Not retried: check the device (the kernel log names it), then "
+            f"run the same job again (a write with {advice.setting('resume')})"
+        )
+        device.errno = err.errno  # still an EIO to code that looks at the number
+        return device
     return None
 
 

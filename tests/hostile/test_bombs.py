@@ -168,6 +168,62 @@ def test_a_blosc_header_declaring_gigabytes(tmp_path: Path) -> None:
     assert_refused_fast(run_child("verify", path), "c/0/0/0", "declares 3,221,225,472 decoded")
 
 
+def _lz4_block(nbytes: int) -> bytes:
+    """An LZ4 block of ``nbytes`` zeros: a literal zero, a match repeating it, 5 literals."""
+    extension, rest = divmod(nbytes - 6 - 4 - 15, 255)  # the match's length past 4 + 15
+    match = bytes([0x1F, 0]) + (1).to_bytes(2, "little") + b"\xff" * extension + bytes([rest])
+    return match + bytes([0x50]) + bytes(5)  # LZ4 ends on at least 5 literals
+
+
+def _zstd_rle_frame(nbytes: int) -> bytes:
+    """A zstd frame of ``nbytes`` zeros in RLE blocks of 128 KiB, declaring no content size."""
+    block = 128 << 10
+    count = nbytes // block
+    header = (0xFD2FB528).to_bytes(4, "little") + bytes([0x00, 0x38])  # window of 128 KiB
+    blocks = (
+        ((i == count - 1) | 1 << 1 | block << 3).to_bytes(3, "little") + b"\0" for i in range(count)
+    )
+    return header + b"".join(blocks)
+
+
+def _numcodecs_bomb(kind: str) -> tuple[Any, bytes]:
+    """The zarr v3 numcodecs codec ``kind``, and a chunk inflating to 512 MiB (or saying so)."""
+    import bz2
+    import lzma
+
+    from zarr.codecs import numcodecs as wrapped
+
+    if kind == "bz2":  # 512 bzip2 streams of 1 MiB of zeros: 23 KB
+        return wrapped.BZ2(level=1), bz2.compress(bytes(1 << 20), 9) * (BOMB_NBYTES >> 20)
+    if kind == "lzma":  # 512 xz streams of 1 MiB of zeros: 147 KB
+        return wrapped.LZMA(), lzma.compress(bytes(1 << 20), preset=0) * (BOMB_NBYTES >> 20)
+    if kind == "lz4":  # what numcodecs writes: the decoded size, then the block (2.1 MB)
+        return wrapped.LZ4(), BOMB_NBYTES.to_bytes(4, "little") + _lz4_block(BOMB_NBYTES)
+    if kind == "lz4 claiming 4 GiB":
+        return wrapped.LZ4(), (2**32 - 1).to_bytes(4, "little") + _lz4_block(64**3)
+    if kind == "numcodecs.zstd":  # 16 KB
+        return wrapped.Zstd(), _zstd_rle_frame(BOMB_NBYTES)
+    raise ValueError(kind)
+
+
+NUMCODECS_BOMBS = {
+    "bz2": "bytes of bz2 data inflate to more than the 262,144 bytes expected",
+    "lzma": "bytes of lzma data inflate to more than the 262,144 bytes expected",
+    "lz4": "the lz4 header declares 536,870,912 decoded bytes, the 262,144 expected",
+    "lz4 claiming 4 GiB": "the lz4 header declares 4,294,967,295 decoded bytes, the 262,144",
+    "numcodecs.zstd": "zstd blocks hold at least 536870912 bytes of content, the chunk holds",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NUMCODECS_BOMBS))
+def test_a_numcodecs_chunk_bomb(tmp_path: Path, kind: str) -> None:
+    """bz2, lzma, lz4 and numcodecs' zstd (zarr v3's ``numcodecs.*``): verify refuses them."""
+    codec, bomb = _numcodecs_bomb(kind)
+    path = _zarr_with_bomb(tmp_path / "n.zarr", codec, bomb)
+    message = assert_refused_fast(run_child("verify", path), "c/0/0/0", NUMCODECS_BOMBS[kind])
+    assert "262,144" in message or "262144" in message, message
+
+
 # -- precomputed volumes --------------------------------------------------------------------------
 SHARDING = {
     "@type": "neuroglancer_uint64_sharded_v1",

@@ -26,6 +26,7 @@ import tensorstore as ts
 import zarr
 
 import shardpipe
+from shardpipe.cli.exit_statuses import exit_status
 from shardpipe.cli.parser import main
 from shardpipe.errors import (
     InvalidArgumentError,
@@ -843,6 +844,31 @@ def test_a_draft_shard_that_is_a_link_is_refused_not_migrated(tmp_path: Path) ->
         shardpipe.migrate(draft)
     assert _tree(draft) == before and kept.read_bytes() == outside
     assert shard.is_symlink()
+
+
+@pytest.mark.parametrize("unsafe", ["dot-dot node", "linked shard", "forged marker"])
+def test_the_command_exits_with_the_bad_input_status_on_an_unsafe_key(
+    tmp_path: Path, unsafe: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An UnsafeKeyError ends ``shardpipe migrate`` as the exit-status table says (2), not 1."""
+    draft = _draft(tmp_path)
+    if unsafe == "dot-dot node":
+        shutil.copy(draft / "meta/root/flags.array.json", draft / "meta/root/...array.json")
+        key = "'..'"
+    elif unsafe == "linked shard":
+        shard = draft / "data/root/volume/c0/0/0"
+        shutil.move(shard, tmp_path / "kept-shard")
+        shard.symlink_to(tmp_path / "kept-shard")
+        key = "'data/root/volume/c0/0/0'"
+    else:
+        _forge_marker(draft, documents=["../victim.txt"])
+        key = "'../victim.txt'"
+    before = _tree(draft)
+    capsys.readouterr()
+    assert main(["migrate", str(draft)]) == exit_status(UnsafeKeyError("k", "", "")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shardpipe migrate: ") and "UnsafeKeyError" in err and key in err, err
+    assert _tree(draft) == before
 
 
 @pytest.mark.parametrize("draft_shape", [[10.5, 12], [12, "12"], [True, 12], [12, 1e3]])

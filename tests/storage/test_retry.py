@@ -51,6 +51,7 @@ def test_what_is_transient(err: BaseException, transient: bool) -> None:
         (errno.EDQUOT, StorageFullError, "quota"),
         (errno.EROFS, StorageAccessError, "read-write"),
         (errno.EACCES, StorageAccessError, "permissions"),
+        (errno.EIO, StorageError, "the device failed"),
     ],
 )
 def test_permanent_faults_fail_at_once(

@@ -1,7 +1,9 @@
-"""File primitives of the local backend: write every buffer, at an offset, copy a range, fsync.
+"""File primitives of the local backend: read, write all buffers, at an offset, copy, fsync.
 
 Plain functions over file descriptors and ``os`` calls, so that
-:mod:`shardpipe.storage.local.store` reads as what it does with them. Writes loop
+:mod:`shardpipe.storage.local.store` reads as what it does with them (and so
+that tests inject the faults of a device, ``EIO``, where the kernel raises
+them). Writes loop
 until every byte is written (a regular file takes a ``writev`` whole, but a
 short count is handled all the same), at most :data:`IOV_MAX` buffers a call.
 """
@@ -55,6 +57,17 @@ def _advance(views: list[memoryview], written: int) -> None:
         else:
             views[0] = views[0][written:]
             written = 0
+
+
+def read_all(fd: int) -> bytes:
+    """The bytes of the file open at ``fd``, from its current offset to its end."""
+    with open(fd, "rb", closefd=False) as f:
+        return f.read()
+
+
+def read_at(fd: int, start: int, stop: int) -> bytes:
+    """Bytes ``[start, stop)`` of the file open at ``fd`` (fewer past its end: ``pread``)."""
+    return os.pread(fd, stop - start, start)
 
 
 def write_all(fd: int, buffers: Sequence[Buffer]) -> int:

@@ -59,7 +59,15 @@ from shardpipe.storage.base import (
     StoreAbilities,
 )
 from shardpipe.storage.keys import TEMPORARY_SUFFIX, edge_key
-from shardpipe.storage.local.file_io import batched, copy_into, fsync_dir, pwrite_all, write_all
+from shardpipe.storage.local.file_io import (
+    batched,
+    copy_into,
+    fsync_dir,
+    pwrite_all,
+    read_all,
+    read_at,
+    write_all,
+)
 from shardpipe.storage.local.keys import LocalKeys
 from shardpipe.storage.local.listing import sorted_keys
 from shardpipe.storage.local.temporary import temporary_name, writer_may_run
@@ -230,14 +238,16 @@ class LocalShardStore(ShardStore):
             fd = self._keys.open(key, self._path(key), os.O_RDONLY)
         except FileNotFoundError:
             return None
-        with open(fd, "rb") as f:
-            return f.read()
+        try:
+            return read_all(fd)
+        finally:
+            os.close(fd)
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""
         fd = self._keys.open(key, self._path(key), os.O_RDONLY)
         try:
-            return os.pread(fd, stop - start, start)
+            return read_at(fd, start, stop)
         finally:
             os.close(fd)
 

@@ -1,0 +1,108 @@
+"""``EIO`` from the operating system: a ``StorageError`` naming the key, never retried.
+
+A failing disk, a bad sector or a lost network file system make the kernel's
+``read``/``write`` calls fail with ``EIO`` (errno 5). Here that error is raised
+where the kernel would raise it: in the local backend's file primitives
+(:mod:`shardpipe.storage.local.file_io`), for shard files only, while a write
+publishes shards and while ``verify`` reads them. Each must end in a
+:class:`~shardpipe.errors.StorageError` (errno kept) naming the shard, after
+one try, with nothing half-written published.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import shardpipe
+from shardpipe.errors import (
+    StorageAccessError,
+    StorageError,
+    StorageFullError,
+    TransientStorageError,
+)
+from shardpipe.storage.local import store as local_store
+
+SHAPE, SHARDS, CHUNKS = (32, 32), (16, 16), (8, 8)
+
+
+def _shard_file(fd: int) -> str | None:
+    """The shard key (``c/i/j``) of the file open at ``fd``, None for any other file."""
+    path = os.readlink(f"/proc/self/fd/{fd}")
+    folder, _, name = path.rpartition("/c/")
+    if not folder or not all(part.isdigit() for part in name.split("/")):
+        return None
+    return "c/" + name
+
+
+def _failing(real: Callable[..., Any], tried: Counter[str]) -> Callable[..., Any]:
+    """``real``, but with ``EIO`` on shard files (their keys counted in ``tried``)."""
+
+    def call(fd: int, *args: Any) -> Any:
+        key = _shard_file(fd)
+        if key is None:
+            return real(fd, *args)
+        tried[key] += 1
+        raise OSError(errno.EIO, "Input/output error (injected)")
+
+    return call
+
+
+def _assert_device_error(err: BaseException, tried: Counter[str]) -> None:
+    assert type(err) is StorageError, type(err)  # not full, not access, not transient
+    assert not isinstance(err, StorageFullError | StorageAccessError | TransientStorageError)
+    assert err.errno == errno.EIO
+    assert tried and set(tried.values()) == {1}, tried  # not retried
+    assert any(f"'{key}'" in str(err) for key in tried), (str(err), tried)
+    assert "errno EIO" in str(err) and "the device failed" in str(err), str(err)
+
+
+def test_an_io_error_while_writing_a_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tried: Counter[str] = Counter()
+    temporary: Counter[str] = Counter()
+
+    def temporary_of_shard(fd: int, buffers: Any) -> int:  # shards go to a temporary file first
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        folder, _, name = path.rpartition("/c/")
+        if folder and name.rpartition("/")[2].startswith("."):
+            temporary[path] += 1
+            tried[path.partition("/c/")[2]] += 1
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        return real_write_all(fd, buffers)
+
+    real_write_all = local_store.write_all
+    monkeypatch.setattr(local_store, "write_all", temporary_of_shard)
+    data = np.arange(np.prod(SHAPE), dtype="uint16").reshape(SHAPE)
+    with pytest.raises(StorageError) as caught:
+        shardpipe.to_sharded_zarr(data, str(tmp_path / "a.zarr"), shards=SHARDS, chunks=CHUNKS)
+    err = caught.value
+    assert type(err) is StorageError and err.errno == errno.EIO, repr(err)
+    assert set(temporary.values()) == {1}, temporary  # each shard tried once, not retried
+    assert "errno EIO" in str(err) and "the device failed" in str(err), str(err)
+    assert "'c/" in str(err), str(err)  # names the shard
+    monkeypatch.undo()
+    assert not list((tmp_path / "a.zarr").glob("c/**/.*"))  # no temporary file left
+    report = shardpipe.verify(str(tmp_path / "a.zarr"))
+    assert report.ok and report.shards_present == 0, report  # nothing half-written
+
+
+@pytest.mark.parametrize("read", ["read_all", "read_at"])
+def test_an_io_error_while_verify_reads_a_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    data = np.arange(np.prod(SHAPE), dtype="uint16").reshape(SHAPE)
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "a.zarr"), shards=SHARDS, chunks=CHUNKS)
+    tried: Counter[str] = Counter()
+    monkeypatch.setattr(local_store, read, _failing(getattr(local_store, read), tried))
+    if read == "read_at":  # shards are read whole up to a size: make them read in ranges
+        monkeypatch.setattr("shardpipe.stored.shard_integrity.WHOLE_READ_LIMIT", 0)
+    with pytest.raises(StorageError) as caught:
+        shardpipe.verify(str(tmp_path / "a.zarr"))
+    _assert_device_error(caught.value, tried)
