@@ -21,6 +21,7 @@ import numpy as np
 from shardpipe.core.checks import is_integer, shape_param
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.grid import Shape
+from shardpipe.core.keys import key_problem
 from shardpipe.core.pyramid import check_factors
 from shardpipe.core.sizes import default_chunk_shape, default_shard_shape
 from shardpipe.errors import InvalidArgumentError
@@ -32,6 +33,7 @@ __all__ = [
     "check_image",
     "check_labels",
     "check_method",
+    "label_name_problem",
     "layout_param",
     "per_axis_floats",
     "scale_factors_param",
@@ -429,6 +431,32 @@ def _label_list(value: Any, parameter: str, key: str) -> list[dict[str, Any]] | 
     return out
 
 
+def label_name_problem(name: Any) -> str | None:
+    """What makes ``name`` unfit to name a label image, or None.
+
+    A label image is the group ``labels/<name>``, beside the ``labels``
+    group's own ``zarr.json``: its name is one Zarr node name (not empty,
+    no ``/``, not starting with ``__``, which Zarr v3 reserves), a safe key
+    (no NUL, no backslash: :func:`~shardpipe.core.keys.key_problem`), not
+    ``zarr.json`` (in any case: file systems that ignore case would mix the
+    two up) and not starting with ``.`` (``.``, ``..``, shardpipe's
+    ``.shardpipe`` records, Zarr v2's ``.zattrs``...).
+    """
+    if not isinstance(name, str):
+        return f"it is a {type(name).__name__}, not a str"
+    if name == "":
+        return "it is empty"
+    if "/" in name:
+        return "it holds '/' (a label image is one group under labels/)"
+    if name.startswith("."):
+        return "it starts with '.', as '.', '..' and records such as .shardpipe and .zattrs do"
+    if name.startswith("__"):
+        return "it starts with '__', which Zarr v3 reserves"
+    if name.casefold() == "zarr.json":
+        return "it is the labels group's own metadata document"
+    return key_problem(name)
+
+
 def check_labels(labels: Any, shape: Shape, axes: Sequence[Axis]) -> list[LabelInput]:
     """The label images of ``labels=``: integer arrays of the image's shape, with metadata.
 
@@ -447,9 +475,12 @@ def check_labels(labels: Any, shape: Shape, axes: Sequence[Axis]) -> list[LabelI
         )
     out = []
     for name, entry in labels.items():
-        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        problem = label_name_problem(name)
+        if problem is not None:
             raise InvalidArgumentError(
-                "labels", f"{name!r} is not a label name (a non-empty name without '/')", fix
+                "labels",
+                f"{name!r} is not a label name: {problem}",
+                "Name each label image like a Zarr group, e.g. labels={'cells': array}",
             )
         colors = properties = None
         data = entry

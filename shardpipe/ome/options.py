@@ -90,7 +90,8 @@ _OWN = SharedParameters(
         (the image's factors): ``{"cells": array}`` or ``{"cells": {"data":
         array, "colors": {1: [255, 0, 0, 255]}, "properties": {1: {"class":
         "nucleus"}}}}``. Integer arrays of the image's shape (or without its
-        channel axis).
+        channel axis). Each name is one Zarr group name: not empty, without
+        ``/``, not starting with ``.`` or ``__``, not ``zarr.json``.
     label_method : {"mode", "nearest"}, optional
         How label levels are made (default ``"mode"``).
     path : str, optional
