@@ -546,6 +546,12 @@ def _maintenance() -> list[tuple[str, str, Any, str, Call]]:
                 lambda p, f=f: f(p.arr, storage_options={"anon": 1}),
             ),
         ]
+    for name in ("verify", "info", "repair", "compact", "cleanup"):  # issue 39
+        f = getattr(shardpipe, name)
+        rows += [
+            (name, "store", "a file", "is a file", lambda p, f=f: f(p.file)),
+            (name, "store", "under a file", "lies under the file", lambda p, f=f: f(p.file + "/a")),
+        ]
     for name in ("verify", "info", "compact"):
         f = getattr(shardpipe, name)
         for bad, words in (
@@ -591,6 +597,27 @@ def _maintenance() -> list[tuple[str, str, Any, str, Call]]:
                 lambda p, bad=bad: shardpipe.compact(p.arr, threshold=bad),
             )
         )
+    return rows
+
+
+def _batches() -> list[tuple[str, str, Any, str, Call]]:
+    """``write_regions`` and ``RegionBatch`` on a file where the array should be (issue 39)."""
+    pairs = [((slice(0, 2), slice(0, 2)), np.ones((2, 2), "int16"))]
+    rows: list[tuple[str, str, Any, str, Call]] = []
+    for name, call in (
+        ("write_regions", lambda where: shardpipe.write_regions(pairs, where)),
+        ("RegionBatch", lambda where: shardpipe.RegionBatch(where)),
+    ):
+        rows += [
+            (name, "store", "a file", "is a file", lambda p, c=call: c(p.file)),
+            (
+                name,
+                "store",
+                "under a file",
+                "lies under the file",
+                lambda p, c=call: c(p.file + "/a"),
+            ),
+        ]
     return rows
 
 
@@ -1119,6 +1146,7 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
     ),
     *_groups("plan_group_rechunk", shardpipe.plan_group_rechunk),
     *_maintenance(),
+    *_batches(),
     *_datasets(),
     *_migrations(),
     *_precomputed(),
