@@ -636,6 +636,9 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
         ("open_dataset", "store", "missing", "no Zarr group", lambda p: od(p.missing)),
         ("open_dataset", "group", 5, "got 5 (int)", lambda p: od(p.ds, group=5)),
         ("open_dataset", "group", "nope", "group 'nope'", lambda p: od(p.ds, group="nope")),
+        # an array where a group is expected: pointed to open_array (issue 39)
+        ("open_dataset", "store", "an array", "open_array(", lambda p: od(p.arr)),
+        ("open_dataset", "store", "an array", "open_array(", lambda p: od(p.src)),
         ("open_dataset", "chunks", {}, "one Dask chunk per shard", lambda p: od(p.ds, chunks={})),
         ("repair_dataset", "store", 5, "got int", lambda p: rd(5)),
         ("repair_dataset", "store", "missing", "no Zarr array or group", lambda p: rd(p.missing)),
