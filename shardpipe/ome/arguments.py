@@ -233,12 +233,15 @@ def default_layout(
     return shards, chunks
 
 
-def scale_factors_param(value: Any, axes: Sequence[Axis]) -> list[Shape] | None:
+def scale_factors_param(value: Any, axes: Sequence[Axis], shape: Shape) -> list[Shape] | None:
     """The levels' cumulative factors, or None for the default rule.
 
     ``value`` is a list with one entry per level after the first: an int
     (that factor along every space axis, as ngff-zarr and ome-zarr-py take
-    it) or a mapping from axis name to factor (axes left out: 1).
+    it) or a mapping from axis name to factor (axes left out: 1). The
+    factors are bounded by the image's ``shape`` and by
+    :data:`~shardpipe.core.pyramid.MAX_LEVELS` (see
+    :func:`~shardpipe.core.pyramid.check_factors`).
     """
     if value is None:
         return None
@@ -271,7 +274,7 @@ def scale_factors_param(value: Any, axes: Sequence[Axis]) -> list[Shape] | None:
                 "scale_factors", f"{wrong[0]!r} in {dict(item)!r} is not an integer", fix
             )
         factors.append(tuple(int(item.get(n, 1)) for n in names))
-    check_factors(factors, len(axes), "scale_factors")
+    check_factors(factors, shape, "scale_factors", [a.name for a in axes])
     for factor in factors:
         moved = [a.name for a, f in zip(axes, factor, strict=True) if f > 1 and not a.is_space]
         if moved:
