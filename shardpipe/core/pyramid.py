@@ -56,6 +56,9 @@ TASK_OVERHEAD = 64 << 10
 MAX_AUTO_LEVELS = 16
 """Most levels the default rule makes (a 2**16-fold reduction along the finest axis)."""
 
+MAX_LEVELS = 64
+"""Most levels a pyramid may have, level 0 included (given factors: at most 63)."""
+
 
 @dataclass(frozen=True)
 class PyramidLevel:
@@ -101,20 +104,52 @@ def steps_of(factors: Sequence[Shape]) -> list[Shape]:
     return out
 
 
-def check_factors(factors: Sequence[Shape], ndim: int, parameter: str = "scale_factors") -> None:
-    """Refuse factors that are not positive, of the wrong length, or not a chain of multiples.
+def check_factors(
+    factors: Sequence[Shape],
+    shape: Shape,
+    parameter: str = "scale_factors",
+    names: Sequence[str] | None = None,
+) -> None:
+    """Refuse factors no pyramid of ``shape`` can have.
 
     ``factors`` are the levels after level 0, each relative to level 0.
+    Each is one positive integer per axis, a multiple of the one before
+    (each level is computed from the one before) and not equal to it. They
+    are bounded: at most :data:`MAX_LEVELS` levels in all (level 0
+    included), and along every axis a level's step from the level before
+    (its window) is no wider than that level is along the axis, so a
+    factor is below twice the axis's length and an axis down to one voxel
+    is not downsampled further.
+
+    Parameters
+    ----------
+    factors : sequence of tuple of int
+        Cumulative factors of the levels after level 0.
+    shape : tuple of int
+        Level 0's shape.
+    parameter : str
+        The argument the errors name.
+    names : sequence of str, optional
+        Axis names for the errors (default: ``axis 0``, ``axis 1``...).
 
     Raises
     ------
     shardpipe.errors.InvalidArgumentError
         Naming ``parameter``.
     """
+    ndim = len(shape)
     fix = (
         "Pass cumulative factors relative to the full resolution, each a multiple of the one "
         "before, e.g. [2, 4, 8] or [{'x': 2, 'y': 2}, {'x': 4, 'y': 4, 'z': 2}]"
     )
+    if len(factors) >= MAX_LEVELS:
+        raise InvalidArgumentError(
+            parameter,
+            f"{len(factors)} levels after level 0; a pyramid has at most {MAX_LEVELS - 1} "
+            f"({MAX_LEVELS} levels, level 0 included)",
+            fix,
+        )
+    axis = [f"{n!r}" for n in names] if names is not None else [f"{d}" for d in range(ndim)]
     before = (1,) * ndim
     for k, factor in enumerate(factors, start=1):
         if len(factor) != ndim:
@@ -134,6 +169,18 @@ def check_factors(factors: Sequence[Shape], ndim: int, parameter: str = "scale_f
             raise InvalidArgumentError(
                 parameter, f"level {k}: {factor} repeats the level before it", fix
             )
+        extents = level_shape(shape, before)
+        for d, (f, b, n) in enumerate(zip(factor, before, extents, strict=True)):
+            if f // b > n:
+                raise InvalidArgumentError(
+                    parameter,
+                    f"level {k}: {factor}: the step {f // b} along axis {axis[d]} is wider than "
+                    f"the {n} voxel{'s' if n != 1 else ''} level {k - 1} has along it (factors "
+                    "are bounded by the axis: each window lies within the level it downsamples)",
+                    "Stop downsampling an axis once it is one voxel (a mapping by axis name "
+                    "leaves it at its factor, e.g. {'y': 8, 'x': 8, 'z': 2}), and keep every "
+                    "factor below twice the axis's length",
+                )
         before = factor
 
 

@@ -14,6 +14,7 @@ from collections.abc import Hashable
 from typing import Any
 
 import xarray as xr
+from zarr.errors import ContainsArrayError
 
 from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
@@ -56,6 +57,12 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
     xarray.Dataset
         Lazy: each variable's Dask chunks are its shards (see
         :func:`~shardpipe.dataset.open.shard_chunks`).
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        If no group is at ``store`` (and ``group``), or an array is: that
+        one opens with :func:`shardpipe.open_array`.
     """
     if "chunks" in kwargs:
         raise InvalidArgumentError(
@@ -67,6 +74,15 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
     check_path("group", group)
     try:
         ds = xr.open_zarr(contained(store), group=group, chunks=None, **kwargs)
+    except ContainsArrayError as err:  # an array where the dataset's group should be
+        where = f"{store!r}" + (f", group {group!r}," if group else "")
+        raise InvalidArgumentError(
+            "group" if group else "store",
+            f"{where} holds a Zarr array, not a group of variables",
+            f"Open it with shardpipe.open_array({store!r}"
+            + (f", path={group!r}" if group else "")
+            + ") instead: a Dask array of one block per shard",
+        ) from err
     except (FileNotFoundError, KeyError) as err:  # zarr's NodeNotFoundError is one
         raise InvalidArgumentError(
             "group" if group else "store",

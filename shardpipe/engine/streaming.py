@@ -15,7 +15,8 @@ On ``distributed`` a batch is a set of futures; on Dask's threaded
 scheduler it is a run of Dask's local scheduler in a driver thread, every
 batch sharing one pool of worker threads (so no more tasks run at once than
 the pool has threads); on any other scheduler batches run one after the
-other.
+other (on ``"processes"`` with a pool of Dask's config, through a
+:class:`HandedTasks` that keeps what it handed on).
 
 If a task fails, no task of the write (``token`` is in every task's name)
 is still running when the error is raised: tasks not started are
@@ -25,21 +26,23 @@ back and clean up without a task writing under it.
 
 from __future__ import annotations
 
+import multiprocessing.pool
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import dask
+import dask.multiprocessing
 import dask.threaded
 from dask.base import compute
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
-from dask.local import get_async
+from dask.local import MultiprocessingPoolExecutor, get_async
 from dask.system import CPU_COUNT
 
 from shardpipe.engine.encoders import count_handed
@@ -183,28 +186,81 @@ def _runner_for_scheduler(bar: ShardBar, token: str) -> _Runner:
     if client is not None:
         return _ClusterRunner(client, bar, token)
     # None: no scheduler configured, where Dask computes arrays and delayed on threads
-    if dask.base.get_scheduler() in (None, dask.threaded.get):
+    scheduler = dask.base.get_scheduler()
+    if scheduler in (None, dask.threaded.get):
         return _ThreadsRunner(bar)
+    pool = dask.config.get("pool", None)
+    if scheduler is dask.multiprocessing.get and pool is not None:
+        return _InlineRunner(bar, HandedTasks(pool))
     return _InlineRunner(bar)
+
+
+class HandedTasks:
+    """An executor that hands tasks on to ``pool`` and keeps the ones not yet done.
+
+    For ``scheduler="processes"`` on a pool of Dask's config
+    (``dask.config.set(pool=...)``): Dask's multiprocessing scheduler raises
+    a task's error as soon as it comes back and leaves such a pool running,
+    with the other tasks it was handed still at work. Given this executor
+    as its pool instead, the caller can :meth:`wait` for them. (Without a
+    pool in the config, Dask makes one per computation and shuts it down,
+    waiting for its tasks, before the error is raised.)
+
+    Parameters
+    ----------
+    pool : concurrent.futures.Executor or multiprocessing.pool.Pool
+        The pool of Dask's config.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        if isinstance(pool, multiprocessing.pool.Pool):
+            pool = MultiprocessingPoolExecutor(pool)  # as Dask wraps one
+        self.pool = pool
+        self._max_workers: int = pool._max_workers  # what Dask's scheduler reads of a pool
+        self._lock = threading.Lock()
+        self._pending: set[Future[Any]] = set()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        """Hand ``fn(*args, **kwargs)`` on to the pool; its future is kept until it is done."""
+        future: Future[Any] = self.pool.submit(fn, *args, **kwargs)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def wait(self) -> None:
+        """Return once every task handed on has ended."""
+        with self._lock:
+            pending = list(self._pending)
+        wait(pending)
 
 
 class _InlineRunner:
     """Any other scheduler (``"sync"``, ``"processes"``, a custom ``get``): each batch
-    computed when submitted, one after the other. After a failure of the
-    ``"processes"`` scheduler, tasks running in other processes are not waited for."""
+    computed when submitted, one after the other. With ``handed`` (``"processes"``
+    on a pool of Dask's config) tasks go through it, and after a failure every task
+    handed on is waited for, as Dask does for a pool of its own."""
 
-    def __init__(self, bar: ShardBar) -> None:
+    def __init__(self, bar: ShardBar, handed: HandedTasks | None = None) -> None:
         self.bar = bar
+        self.handed = handed
 
     def submit(self, tasks: list[Delayed]) -> list[WriteReport]:
         with local_progress(self.bar):
-            return list(compute(*tasks))
+            if self.handed is None:
+                return list(compute(*tasks))
+            return list(compute(*tasks, pool=self.handed))
 
     def collect(self, handle: list[WriteReport]) -> list[WriteReport]:
         return handle
 
     def close(self, *, failed: bool) -> None:
-        pass
+        if failed and self.handed is not None:
+            self.handed.wait()
 
 
 QUEUED_PER_THREAD = 2

@@ -25,6 +25,7 @@ from shardpipe.precomputed.check import PrecomputedReport, check_volume
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
 from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.update_target import read_metadata
 
 
@@ -219,6 +220,7 @@ def info(
     workers = check_int("workers", workers, example=8)
     progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
+    check_not_a_file(target, "path" if path else "store")
     return over_target(
         target,
         "path" if path else "store",

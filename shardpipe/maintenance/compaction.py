@@ -22,7 +22,7 @@ from shardpipe.journal.array_lock import holding
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.metadata import format_of
-from shardpipe.stored.places import check_node_present
+from shardpipe.stored.places import check_node_present, check_not_a_file
 from shardpipe.write.update_target import read_metadata
 
 
@@ -105,6 +105,7 @@ def compact(
     workers = check_int("workers", workers, example=4)
     progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
+    check_not_a_file(target, "path" if path else "store")
     check_node_present(target, "path" if path else "store")
     metadata, _ = read_metadata(target, "store", writing=False)
     shard_format = format_of(metadata)

@@ -27,7 +27,7 @@ from shardpipe.ome.group_repair import repair_group
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import list_shards
 from shardpipe.stored.metadata import format_of, layout_of
-from shardpipe.stored.places import check_node_present
+from shardpipe.stored.places import check_node_present, check_not_a_file
 from shardpipe.write.update_target import read_metadata
 
 
@@ -131,6 +131,7 @@ def repair(
     force = check_bool("force", force)
     progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
+    check_not_a_file(target, "path" if path else "store")
     if is_image_group(target):  # an OME-Zarr image group: each level array, then the group
         return _repair_image(target, force, progress)
     check_node_present(target, "path" if path else "store", records=True)

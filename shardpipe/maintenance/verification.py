@@ -49,6 +49,7 @@ from shardpipe.precomputed.check import PrecomputedReport, check_volume
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
 from shardpipe.stored.metadata import layout_of, open_array_metadata
+from shardpipe.stored.places import check_not_a_file
 from shardpipe.stored.shard_integrity import (
     ChunkFailure,
     ShardCheck,
@@ -363,6 +364,7 @@ def verify(
     progress = check_bool("progress", progress)
     workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
+    check_not_a_file(target, "path" if path else "store")
     return over_target(
         target,
         "path" if path else "store",

@@ -21,6 +21,7 @@ import numpy as np
 from shardpipe.core.checks import is_integer, shape_param
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.grid import Shape
+from shardpipe.core.keys import key_problem
 from shardpipe.core.pyramid import check_factors
 from shardpipe.core.sizes import default_chunk_shape, default_shard_shape
 from shardpipe.errors import InvalidArgumentError
@@ -32,6 +33,7 @@ __all__ = [
     "check_image",
     "check_labels",
     "check_method",
+    "label_name_problem",
     "layout_param",
     "per_axis_floats",
     "scale_factors_param",
@@ -231,12 +233,15 @@ def default_layout(
     return shards, chunks
 
 
-def scale_factors_param(value: Any, axes: Sequence[Axis]) -> list[Shape] | None:
+def scale_factors_param(value: Any, axes: Sequence[Axis], shape: Shape) -> list[Shape] | None:
     """The levels' cumulative factors, or None for the default rule.
 
     ``value`` is a list with one entry per level after the first: an int
     (that factor along every space axis, as ngff-zarr and ome-zarr-py take
-    it) or a mapping from axis name to factor (axes left out: 1).
+    it) or a mapping from axis name to factor (axes left out: 1). The
+    factors are bounded by the image's ``shape`` and by
+    :data:`~shardpipe.core.pyramid.MAX_LEVELS` (see
+    :func:`~shardpipe.core.pyramid.check_factors`).
     """
     if value is None:
         return None
@@ -269,7 +274,7 @@ def scale_factors_param(value: Any, axes: Sequence[Axis]) -> list[Shape] | None:
                 "scale_factors", f"{wrong[0]!r} in {dict(item)!r} is not an integer", fix
             )
         factors.append(tuple(int(item.get(n, 1)) for n in names))
-    check_factors(factors, len(axes), "scale_factors")
+    check_factors(factors, shape, "scale_factors", [a.name for a in axes])
     for factor in factors:
         moved = [a.name for a, f in zip(axes, factor, strict=True) if f > 1 and not a.is_space]
         if moved:
@@ -429,6 +434,32 @@ def _label_list(value: Any, parameter: str, key: str) -> list[dict[str, Any]] | 
     return out
 
 
+def label_name_problem(name: Any) -> str | None:
+    """What makes ``name`` unfit to name a label image, or None.
+
+    A label image is the group ``labels/<name>``, beside the ``labels``
+    group's own ``zarr.json``: its name is one Zarr node name (not empty,
+    no ``/``, not starting with ``__``, which Zarr v3 reserves), a safe key
+    (no NUL, no backslash: :func:`~shardpipe.core.keys.key_problem`), not
+    ``zarr.json`` (in any case: file systems that ignore case would mix the
+    two up) and not starting with ``.`` (``.``, ``..``, shardpipe's
+    ``.shardpipe`` records, Zarr v2's ``.zattrs``...).
+    """
+    if not isinstance(name, str):
+        return f"it is a {type(name).__name__}, not a str"
+    if name == "":
+        return "it is empty"
+    if "/" in name:
+        return "it holds '/' (a label image is one group under labels/)"
+    if name.startswith("."):
+        return "it starts with '.', as '.', '..' and records such as .shardpipe and .zattrs do"
+    if name.startswith("__"):
+        return "it starts with '__', which Zarr v3 reserves"
+    if name.casefold() == "zarr.json":
+        return "it is the labels group's own metadata document"
+    return key_problem(name)
+
+
 def check_labels(labels: Any, shape: Shape, axes: Sequence[Axis]) -> list[LabelInput]:
     """The label images of ``labels=``: integer arrays of the image's shape, with metadata.
 
@@ -447,9 +478,12 @@ def check_labels(labels: Any, shape: Shape, axes: Sequence[Axis]) -> list[LabelI
         )
     out = []
     for name, entry in labels.items():
-        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        problem = label_name_problem(name)
+        if problem is not None:
             raise InvalidArgumentError(
-                "labels", f"{name!r} is not a label name (a non-empty name without '/')", fix
+                "labels",
+                f"{name!r} is not a label name: {problem}",
+                "Name each label image like a Zarr group, e.g. labels={'cells': array}",
             )
         colors = properties = None
         data = entry

@@ -71,6 +71,10 @@ _OWN = SharedParameters(
         "y": 4, "x": 4}]``: anisotropic). Default: halve the space axes
         whose voxels are within a factor two of the finest (so anisotropic
         volumes become isotropic first) until a level fits one shard.
+        Bounded: at most 63 levels after level 0, and along each axis a
+        level's step from the one before no larger than that level is (a
+        factor below twice the axis's length; none once an axis is one
+        voxel).
     method : {"mean", "mode", "nearest"}, optional
         How the image's levels are made (default ``"mean"``).
     shards : sequence of int or dict, optional
@@ -90,7 +94,8 @@ _OWN = SharedParameters(
         (the image's factors): ``{"cells": array}`` or ``{"cells": {"data":
         array, "colors": {1: [255, 0, 0, 255]}, "properties": {1: {"class":
         "nucleus"}}}}``. Integer arrays of the image's shape (or without its
-        channel axis).
+        channel axis). Each name is one Zarr group name: not empty, without
+        ``/``, not starting with ``.`` or ``__``, not ``zarr.json``.
     label_method : {"mode", "nearest"}, optional
         How label levels are made (default ``"mode"``).
     path : str, optional

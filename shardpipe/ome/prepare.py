@@ -338,7 +338,7 @@ def prepare_ome_zarr(
             layout_param("shards", shards, picture.axes),
             layout_param("chunks", chunks, picture.axes),
         )
-        factors = scale_factors_param(scale_factors, picture.axes)
+        factors = scale_factors_param(scale_factors, picture.axes, shape)
         if factors is None:
             factors = auto_factors(
                 shape, [a.is_space for a in picture.axes], picture.scale, shard_shape

@@ -14,6 +14,7 @@ from shardpipe.journal.array_lock import holding
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.keys import JOB_DIR, STAGING_DIR
 from shardpipe.storage.resolve import resolve_store
+from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
@@ -117,6 +118,7 @@ def cleanup(
         How many leftovers were removed.
     """
     target = resolve_store(store, path, storage_options)
+    check_not_a_file(target, "store")
     has_records = next(iter(target.shards.list(target.key(f"{JOB_DIR}/"))), None) is not None
     if not has_records and target.shards.get(target.key("zarr.json")) is None:
         where = f"{store}" + (f" (path {path!r})" if path else "")

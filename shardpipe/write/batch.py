@@ -42,6 +42,7 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import layout_of
+from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.creation import check_no_other_job
 from shardpipe.write.in_thread import run_batch
@@ -247,6 +248,7 @@ class _BatchTarget:
         strategy = check_strategy(write_strategy)
         empty = check_bool("write_empty_chunks", write_empty_chunks)
         target = resolve_store(store, path, storage_options)
+        check_not_a_file(target, "store")
         check_writable(target)
         if target.transactional:
             raise InvalidArgumentError(

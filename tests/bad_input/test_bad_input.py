@@ -546,6 +546,12 @@ def _maintenance() -> list[tuple[str, str, Any, str, Call]]:
                 lambda p, f=f: f(p.arr, storage_options={"anon": 1}),
             ),
         ]
+    for name in ("verify", "info", "repair", "compact", "cleanup"):  # issue 39
+        f = getattr(shardpipe, name)
+        rows += [
+            (name, "store", "a file", "is a file", lambda p, f=f: f(p.file)),
+            (name, "store", "under a file", "lies under the file", lambda p, f=f: f(p.file + "/a")),
+        ]
     for name in ("verify", "info", "compact"):
         f = getattr(shardpipe, name)
         for bad, words in (
@@ -594,6 +600,27 @@ def _maintenance() -> list[tuple[str, str, Any, str, Call]]:
     return rows
 
 
+def _batches() -> list[tuple[str, str, Any, str, Call]]:
+    """``write_regions`` and ``RegionBatch`` on a file where the array should be (issue 39)."""
+    pairs = [((slice(0, 2), slice(0, 2)), np.ones((2, 2), "int16"))]
+    rows: list[tuple[str, str, Any, str, Call]] = []
+    for name, call in (
+        ("write_regions", lambda where: shardpipe.write_regions(pairs, where)),
+        ("RegionBatch", lambda where: shardpipe.RegionBatch(where)),
+    ):
+        rows += [
+            (name, "store", "a file", "is a file", lambda p, c=call: c(p.file)),
+            (
+                name,
+                "store",
+                "under a file",
+                "lies under the file",
+                lambda p, c=call: c(p.file + "/a"),
+            ),
+        ]
+    return rows
+
+
 def _datasets() -> list[tuple[str, str, Any, str, Call]]:
     from shardpipe.dataset import repair_dataset, to_zarr
 
@@ -609,6 +636,9 @@ def _datasets() -> list[tuple[str, str, Any, str, Call]]:
         ("open_dataset", "store", "missing", "no Zarr group", lambda p: od(p.missing)),
         ("open_dataset", "group", 5, "got 5 (int)", lambda p: od(p.ds, group=5)),
         ("open_dataset", "group", "nope", "group 'nope'", lambda p: od(p.ds, group="nope")),
+        # an array where a group is expected: pointed to open_array (issue 39)
+        ("open_dataset", "store", "an array", "open_array(", lambda p: od(p.arr)),
+        ("open_dataset", "store", "an array", "open_array(", lambda p: od(p.src)),
         ("open_dataset", "chunks", {}, "one Dask chunk per shard", lambda p: od(p.ds, chunks={})),
         ("repair_dataset", "store", 5, "got int", lambda p: rd(5)),
         ("repair_dataset", "store", "missing", "no Zarr array or group", lambda p: rd(p.missing)),
@@ -1119,6 +1149,7 @@ ROWS: list[tuple[str, str, Any, str, Call]] = [
     ),
     *_groups("plan_group_rechunk", shardpipe.plan_group_rechunk),
     *_maintenance(),
+    *_batches(),
     *_datasets(),
     *_migrations(),
     *_precomputed(),

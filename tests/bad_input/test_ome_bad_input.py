@@ -63,6 +63,10 @@ ROWS = [
     ({"scale_factors": [2, 2]}, "scale_factors", "repeats"),
     ({"scale_factors": "2,4"}, "scale_factors", "list of factors"),
     ({"scale_factors": [{"w": 2}]}, "scale_factors", "not axes"),
+    # bounded (issue 39): a window within the level it downsamples, at most 64 levels
+    ({"scale_factors": [2**40]}, "scale_factors", "wider than the 16 voxels"),
+    ({"scale_factors": [2, 4, 8, 16, 32]}, "scale_factors", "axis 'z' is wider than the 1"),
+    ({"scale_factors": [{"x": 2**k} for k in range(1, 1001)]}, "scale_factors", "1000 levels"),
     # methods
     ({"method": "gaussian"}, "method", "not one of"),
     ({"label_method": "mean", "labels": {"a": IMAGE[0].astype("uint8")}}, "label_method", "mode"),
@@ -70,6 +74,15 @@ ROWS = [
     ({"labels": {"a": IMAGE[0, :, :16]}}, "labels", "not the image's"),
     ({"labels": {"a": IMAGE.astype("float32")}}, "labels", "integer ids"),
     ({"labels": {"a/b": IMAGE}}, "labels", "label name"),
+    # label names: groups of their own beside the labels group's zarr.json (issue 39)
+    ({"labels": {"zarr.json": IMAGE}}, "labels", "the labels group's own metadata"),
+    ({"labels": {"Zarr.JSON": IMAGE}}, "labels", "the labels group's own metadata"),
+    ({"labels": {".shardpipe": IMAGE}}, "labels", "starts with '.'"),
+    ({"labels": {"": IMAGE}}, "labels", "empty"),
+    ({"labels": {"__cells": IMAGE}}, "labels", "'__'"),
+    ({"labels": {"a\\b": IMAGE}}, "labels", "backslash"),
+    ({"labels": {"a\0b": IMAGE}}, "labels", "NUL"),
+    ({"labels": {3: IMAGE}}, "labels", "not a str"),
     ({"labels": {"a": {"data": IMAGE, "colors": {1: [255, 0, 0]}}}}, "labels", "rgba"),
     ({"labels": {"a": {"data": IMAGE, "colours": {}}}}, "labels", "keys"),
     ({"labels": [IMAGE]}, "labels", "mapping"),

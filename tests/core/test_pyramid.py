@@ -49,20 +49,42 @@ def test_level_shape_counts_the_windows_that_hold_a_voxel(n: int, f: int) -> Non
 
 
 @pytest.mark.parametrize(
-    ("factors", "problem"),
+    ("factors", "shape", "problem"),
     [
-        ([(2, 2), (3, 3)], "not a multiple"),
-        ([(2, 2), (2, 2)], "repeats"),
-        ([(0, 2)], "below 1"),
-        ([(2,)], "1 factors for 2 axes"),
+        ([(2, 2), (3, 3)], (64, 64), "not a multiple"),
+        ([(2, 2), (2, 2)], (64, 64), "repeats"),
+        ([(0, 2)], (64, 64), "below 1"),
+        ([(2,)], (64, 64), "1 factors for 2 axes"),
+        # bounds (issue 39): a window no wider than the level it downsamples, 64 levels
+        ([(2**40, 1)], (64, 64), r"step 1099511627776 along axis 0 is wider than the 64"),
+        ([(4, 2)], (3, 64), "step 4 along axis 0 is wider than the 3 voxels"),
+        ([(2, 2), (4, 4), (8, 8)], (4, 64), "level 3: .*step 2 along axis 0 .* 1 voxel level 2"),
+        ([(2**k, 2**k) for k in range(1, 1001)], (2**70, 2**70), "1000 levels after level 0"),
+        ([(2**k, 1) for k in range(1, 65)], (2**70, 2**70), "at most 63"),
     ],
 )
 def test_check_factors_refuses_what_one_pass_cannot_make(
-    factors: list[tuple[int, ...]], problem: str
+    factors: list[tuple[int, ...]], shape: tuple[int, ...], problem: str
 ) -> None:
     with pytest.raises(InvalidArgumentError, match=problem) as caught:
-        check_factors(factors, 2)
+        check_factors(factors, shape)
     assert caught.value.parameter == "scale_factors"
+
+
+@pytest.mark.parametrize(
+    ("factors", "shape"),
+    [
+        ([(2,), (4,)], (3,)),  # 3 -> 2 -> 1 voxels: the last window partial
+        ([(4,)], (4,)),
+        ([(2**40,)], (2**40,)),
+        ([(2**k,) for k in range(1, 64)], (2**63,)),  # 64 levels, level 0 included
+        ([(1, 2), (1, 4)], (1, 4)),  # an axis of one voxel is never downsampled
+    ],
+)
+def test_check_factors_takes_windows_up_to_the_level_they_downsample(
+    factors: list[tuple[int, ...]], shape: tuple[int, ...]
+) -> None:
+    check_factors(factors, shape)
 
 
 def test_steps_are_the_ratios_of_consecutive_factors() -> None:
@@ -109,7 +131,7 @@ def test_auto_factors_stop_at_one_shard_and_form_a_chain(
 ) -> None:
     ndim = len(shape)
     factors = auto_factors(tuple(shape), (True,) * ndim, voxel[:ndim], tuple(shard[:ndim]))
-    check_factors(factors, ndim)  # each a multiple of the one before
+    check_factors(factors, tuple(shape))  # a chain of multiples, each window within its level
     levels = [tuple(shape), *(level_shape(tuple(shape), f) for f in factors)]
     # every level but the last spans more than one shard along an axis that can shrink
     for before in levels[:-1]:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import multiprocessing.pool
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import dask
 import dask.array as da
@@ -219,6 +223,43 @@ def test_on_a_cluster_a_failure_waits_for_running_tasks(tmp_path: Path, cluster_
     with pytest.raises(RuntimeError, match="injected on a worker"):
         run_waves([wave], 1, show=False, token="tokc", total_shards=2, total_waves=1)
     assert marker.exists()  # the slow task had ended before the error was raised
+
+
+def _process_pool() -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize(
+    "make_pool",
+    [_process_pool, lambda: multiprocessing.pool.ThreadPool(2)],
+    ids=["ProcessPoolExecutor", "multiprocessing.pool.ThreadPool"],
+)
+def test_on_processes_a_failure_waits_for_running_tasks(
+    tmp_path: Path, make_pool: Callable[[], Any]
+) -> None:
+    """``scheduler="processes"`` on a pool of the config, which Dask leaves running: the error
+    waits for the tasks handed to it to end (issue 39)."""
+    marker = tmp_path / "slow-done"
+    tasks = [
+        delayed(_slow_publish, pure=False)(str(marker), dask_key_name="write-shard-tokp-0"),
+        delayed(_failing_publish, pure=False)(dask_key_name="write-shard-tokp-1"),
+    ]
+    wave = WaveGraph(0, 0, tasks, n_tasks=2)
+    pool = make_pool()
+    try:
+        # chunksize 1: each task handed to the pool alone, so that both run at once
+        with (
+            dask.config.set(scheduler="processes", pool=pool, chunksize=1),
+            pytest.raises(RuntimeError, match="injected on a worker"),
+        ):
+            run_waves([wave], 1, show=False, token="tokp", total_shards=2, total_waves=1)
+        assert marker.exists()  # the slow task had ended before the error was raised
+    finally:
+        if isinstance(pool, ProcessPoolExecutor):
+            pool.shutdown()
+        else:
+            pool.terminate()
 
 
 class _HandedOn(dask.callbacks.Callback):
