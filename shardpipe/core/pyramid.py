@@ -56,6 +56,10 @@ TASK_OVERHEAD = 64 << 10
 MAX_AUTO_LEVELS = 16
 """Most levels the default rule makes (a 2**16-fold reduction along the finest axis)."""
 
+MAX_LEVELS = 64
+"""Most levels a stored pyramid may have (an OME-Zarr source listing more is refused): halving
+an int64 extent reaches one voxel in 63 steps."""
+
 
 @dataclass(frozen=True)
 class PyramidLevel:
