@@ -10,16 +10,16 @@ re-wrapped as a gzip member (:mod:`shardpipe.codec.zlib_rewrap`: the
 DEFLATE data is kept, not recompressed). Anything else is decoded and
 encoded again.
 
-Pure: JSON documents in, JSON documents out.
+Pure: a checked ``.zarray`` (:func:`~shardpipe.codec.v2_array.check_zarray`)
+in, JSON documents out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from shardpipe.codec.v2_array import V2Array
 
 __all__ = ["CarriedCodec", "carried_codec"]
 
@@ -46,43 +46,32 @@ class CarriedCodec:
     rewrap_zlib: bool = False
 
 
-def carried_codec(zarray: Mapping[str, Any]) -> CarriedCodec | None:
-    """How the chunks of the v2 array described by ``zarray`` carry over, or None if they cannot.
-
-    ``zarray`` is the array's ``.zarray`` document.
-    """
-    if zarray.get("filters") not in (None, []) or zarray.get("order", "C") != "C":
+def carried_codec(array: V2Array) -> CarriedCodec | None:
+    """How the chunks of the checked v2 array ``array`` carry over, or None if they cannot."""
+    if array.filters or array.order != "C":
         return None
-    try:
-        dtype = np.dtype(zarray.get("dtype"))
-    except (TypeError, ValueError):
-        return None
-    if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
-        return None
+    dtype = array.dtype
     endian = None if dtype.itemsize == 1 else ("big" if dtype.byteorder == ">" else "little")
-    compressor = zarray.get("compressor")
+    compressor = array.compressor
     if compressor is None:
         return CarriedCodec(None, endian)
-    if not isinstance(compressor, Mapping):
-        return None
-    name = compressor.get("id")
+    name = compressor["id"]
     if name == "zstd":
         config: dict[str, Any] = {"level": int(compressor.get("level", 0)), "checksum": False}
         if compressor.get("checksum"):
             config["checksum"] = True
         return CarriedCodec({"name": "zstd", "configuration": config}, endian)
-    if name == "gzip":
+    if name in ("gzip", "zlib"):
         level = int(compressor.get("level", 1))
-        return CarriedCodec({"name": "gzip", "configuration": {"level": level}}, endian)
-    if name == "zlib":
-        level = int(compressor.get("level", 1))
-        return CarriedCodec({"name": "gzip", "configuration": {"level": level}}, endian, True)
+        if level == -1:  # zlib's default level
+            level = 6
+        return CarriedCodec(
+            {"name": "gzip", "configuration": {"level": level}}, endian, name == "zlib"
+        )
     if name == "blosc":
         shuffle = int(compressor.get("shuffle", 1))
         if shuffle == -1:  # numcodecs' AUTOSHUFFLE: bit-shuffle single bytes, else shuffle
             shuffle = 2 if dtype.itemsize == 1 else 1
-        if shuffle not in _BLOSC_SHUFFLE:
-            return None
         blosc: dict[str, Any] = {
             "cname": str(compressor.get("cname", "lz4")),
             "clevel": int(compressor.get("clevel", 5)),

@@ -57,7 +57,9 @@ MAX_AUTO_LEVELS = 16
 """Most levels the default rule makes (a 2**16-fold reduction along the finest axis)."""
 
 MAX_LEVELS = 64
-"""Most levels a pyramid may have, level 0 included (given factors: at most 63)."""
+"""Most levels a pyramid may have, level 0 included: halving an int64 extent reaches one
+voxel in 63 steps. Given factors make at most 63 levels below level 0; a stored pyramid
+(an OME-Zarr source) listing more is refused."""
 
 
 @dataclass(frozen=True)

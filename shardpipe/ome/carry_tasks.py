@@ -1,7 +1,8 @@
 """The task of a conversion that keeps the chunks' bytes: gather v2 chunks into one v3 shard.
 
 Each target shard is built by one task from the Zarr v2 chunks it covers,
-read as stored (compressed) and laid into the shard as its inner chunks:
+read as stored (compressed; a chunk file larger than its codec can make is
+refused by key, unread) and laid into the shard as its inner chunks:
 nothing is decoded (a zlib chunk is only re-wrapped as a gzip member), and
 a CRC32C of the bytes is appended when the target's chain ends with
 ``crc32c``. The shard is published in one put (atomic on every backend).
@@ -15,14 +16,18 @@ from dataclasses import dataclass
 
 import crc32c
 
+from shardpipe.codec.plain_chain import CRC32C_NBYTES
 from shardpipe.codec.zlib_rewrap import zlib_to_gzip
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.engine.reports import WriteReport
 from shardpipe.formats.base import assemble_shard
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.ome.source_reads import read_at_most
 from shardpipe.storage.base import ShardStore
 
 __all__ = ["CarryTarget", "carry_shard"]
+
+_WHAT = "a chunk of this level can take through its codecs"
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,10 @@ class CarryTarget:
     checksum : bool
         Append each chunk's CRC32C (the chain ends with ``crc32c``).
     limit : int
-        Most bytes a chunk may inflate to (re-wrapping checks the stream).
+        Most bytes any step of the v3 chain holds for one chunk: a v2 chunk
+        file is read only if it holds at most that (less the CRC32C's 4 bytes
+        with ``checksum``: the bytes before that step), and a zlib stream
+        re-wrapped inflates to at most that.
     """
 
     source: ShardStore
@@ -68,13 +76,14 @@ class CarryTarget:
 def carry_shard(target: CarryTarget, shard: Coords) -> WriteReport:
     """Build shard ``shard`` of the v3 array from the v2 chunks it covers; publish it."""
     per_shard = target.shard_format.chunks_per_shard
+    bound = target.limit - CRC32C_NBYTES if target.checksum else target.limit
     encoded = []
     for local in itertools.product(*(range(n) for n in per_shard)):
         chunk = tuple(s * n + i for s, n, i in zip(shard, per_shard, local, strict=True))
         if any(c >= g for c, g in zip(chunk, target.chunk_grid, strict=True)):
             continue
         name = target.separator.join(str(c) for c in chunk) if chunk else "0"
-        data = target.source.get(f"{target.source_prefix}{name}")
+        data = read_at_most(target.source, f"{target.source_prefix}{name}", bound, _WHAT)
         if data is None:
             continue
         if target.rewrap_zlib:

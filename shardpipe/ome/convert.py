@@ -52,14 +52,9 @@ from shardpipe.ome.carry_tasks import CarryTarget, carry_shard
 from shardpipe.ome.metadata import NGFF_VERSION
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import delete_group_record, remove_group, save_group_record, write_group
-from shardpipe.ome.v04_source import (
-    SOURCE_VERSION,
-    codec_name,
-    fill_value_of,
-    labels_of,
-    read_json,
-    translate_image,
-)
+from shardpipe.ome.source_reads import BoundedReadStore
+from shardpipe.ome.v04_checks import SourceLevel, check_level_tasks, validate_source
+from shardpipe.ome.v04_source import SOURCE_VERSION, codec_name, fill_value_of
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.locations import store_location
 from shardpipe.stored.metadata import format_of
@@ -310,23 +305,9 @@ def prepare_ome_conversion(
     reencode = check_bool("reencode", reencode)
     budget = check_max_mem(max_mem)
     src = resolve_store(source, None, source_storage_options)
-    attributes = read_json(src, ".zattrs", "the source")
-    groups: dict[str, dict[str, Any]] = {}
+    image = validate_source(src)
+    groups, images = image.groups, image.images
     axes: dict[str, tuple[Axis, ...]] = {}
-    images: list[tuple[str, list[str]]] = []
-    ome, paths = translate_image(attributes, "the source's .zattrs")
-    groups[""] = {"ome": ome}
-    images.append(("", paths))
-    labels = labels_of(src)
-    if labels:
-        groups["labels"] = {"ome": {"version": NGFF_VERSION, "labels": labels}}
-    for name in labels:
-        group = f"labels/{name}"
-        label_ome, label_paths = translate_image(
-            read_json(src, f"{group}/.zattrs", f"the label image {name!r}"), f"{group}/.zattrs"
-        )
-        groups[group] = {"ome": label_ome}
-        images.append((group, label_paths))
     dst = resolve_store(target, path, storage_options)
     check_reads_apart(
         dst,
@@ -365,7 +346,15 @@ def prepare_ome_conversion(
             path = f"{group}/{level_path}" if group else level_path
             levels.append(
                 _plan_level(
-                    src, dst, path, group_axes, group_shards, budget, chunk_checksums, reencode
+                    src,
+                    dst,
+                    path,
+                    image.levels[path],
+                    group_axes,
+                    group_shards,
+                    budget,
+                    chunk_checksums,
+                    reencode,
                 )
             )
     return OmeZarrConversion(src, dst, groups, levels, axes, overwrite, chunk_checksums, budget)
@@ -375,29 +364,23 @@ def _plan_level(
     src: ResolvedStore,
     dst: ResolvedStore,
     path: str,
+    level: SourceLevel,
     axes: tuple[Axis, ...],
     shards: Any,
     budget: int,
     chunk_checksums: bool,
     reencode: bool,
 ) -> LevelConversion:
-    zarray = read_json(src, f"{path}/.zarray", f"the level {path!r}")
-    shape = tuple(int(n) for n in zarray.get("shape", ()))
-    chunks = tuple(int(n) for n in zarray.get("chunks", ()))
-    if len(shape) != len(axes) or len(chunks) != len(axes):
-        raise InvalidArgumentError(
-            "source",
-            f"the level {path!r} has {len(shape)} dimensions for {len(axes)} axes",
-            "Repair the source",
-        )
-    dtype = np.dtype(zarray["dtype"])
+    shape, chunks, dtype = level.array.shape, level.array.chunks, level.array.dtype
     native = dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype
     shard_shape, _ = default_layout(
         shape, axes, dtype.itemsize, layout_param("shards", shards, axes), chunks
     )
-    carried = None if reencode else carried_codec(zarray)
+    carried = None if reencode else carried_codec(level.array)
     job = None
     if carried is not None:
+        n_shards = math.prod(ceildiv(n, s) for n, s in zip(shape, shard_shape, strict=True))
+        check_level_tasks(path, n_shards, "shards, one task each", "Pass larger shards")
         projected = 2 * math.prod(shard_shape) * dtype.itemsize + 64 * math.prod(
             ceildiv(s, c) for s, c in zip(shard_shape, chunks, strict=True)
         )
@@ -410,7 +393,16 @@ def _plan_level(
                 "smaller shards",
             )
     else:
-        array = zarr.open_array(src.zarr_store, path=src.key(path), mode="r", zarr_format=2)
+        check_level_tasks(
+            path,
+            level.array.n_chunks,
+            "chunks, one Dask block each",
+            "Convert without reencode (chunks are copied a shard at a time), or rewrite the "
+            "level with larger chunks",
+        )
+        what = f"a chunk of shape {chunks} of {dtype} can take through its codecs"
+        store = BoundedReadStore(src.zarr_store, level.array.stored_chunk_bound, what)
+        array = zarr.open_array(store, path=src.key(path), mode="r", zarr_format=2)
         job = prepare_write(
             da.from_zarr(array).astype(native),
             dst,
@@ -418,11 +410,11 @@ def _plan_level(
             shards=shard_shape,
             chunks=chunks,
             dimension_names=[a.name for a in axes],
-            fill_value=fill_value_of(zarray, dtype),
+            fill_value=level.array.fill_value,
             chunk_checksums=chunk_checksums,
             max_mem=budget,
         )
-    return LevelConversion(path, shape, chunks, shard_shape, dtype, carried, zarray, job)
+    return LevelConversion(path, shape, chunks, shard_shape, dtype, carried, level.zarray, job)
 
 
 def convert_ome_zarr(

@@ -17,7 +17,7 @@ from typing import Any
 import dask.array as da
 import zarr
 from zarr.abc.store import Store
-from zarr.storage import FsspecStore, LocalStore, MemoryStore
+from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore
 
 _MAX_SCANNED_LAYER = 64
 """Layers with more keys than this are task layers, not holders of source arrays."""
@@ -59,7 +59,14 @@ def _join(*parts: str) -> str:
 
 
 def store_location(store: Store, path: str = "") -> Location | None:
-    """Return where ``path`` inside ``store`` lives, or None for an unknown kind of store."""
+    """Return where ``path`` inside ``store`` lives, or None for an unknown kind of store.
+
+    A store wrapping another (a zarr ``WrapperStore``: a ``LoggingStore``,
+    the bounded store a conversion reads its source through) is where the
+    store it wraps is.
+    """
+    while isinstance(store, WrapperStore):
+        store = store._store
     if isinstance(store, LocalStore):
         return Location("file", "", _join(os.path.realpath(str(store.root)), path))
     if isinstance(store, FsspecStore):

@@ -179,6 +179,20 @@ def test_writing_onto_its_own_source_is_refused(tmp_path: Path, data: da.Array, 
     np.testing.assert_array_equal(zarr.open_array(str(source))[...], data.compute())
 
 
+def test_a_source_read_through_a_wrapping_store_is_its_own_place(
+    tmp_path: Path, data: da.Array
+) -> None:
+    """A zarr WrapperStore (a LoggingStore, or the bounded store a conversion reads its
+    source through) is where the store it wraps is."""
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "vol.zarr"), **GOOD)
+    wrapped = zarr.storage.LoggingStore(zarr.storage.LocalStore(str(tmp_path)))
+    source = da.from_zarr(zarr.open_array(wrapped, path="vol.zarr", mode="r"))
+    before = _tree_digest(tmp_path)
+    with pytest.raises(shardpipe.SourceOverlapsTargetError, match="destroy"):
+        shardpipe.to_sharded_zarr(source + 1, str(tmp_path / "vol.zarr"), overwrite=True, **GOOD)
+    assert _tree_digest(tmp_path) == before
+
+
 def test_sibling_of_the_source_is_fine(tmp_path: Path, data: da.Array) -> None:
     shardpipe.to_sharded_zarr(data, str(tmp_path / "vol.zarr"), **GOOD)
     source = da.from_zarr(str(tmp_path / "vol.zarr"))

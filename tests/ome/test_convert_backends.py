@@ -33,9 +33,13 @@ def _check(new: Any, old: zarr.Group) -> None:
 
 
 @pytest.mark.s3
-def test_a_v04_image_on_s3_converts_to_s3(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+@pytest.mark.parametrize("reencode", [False, True], ids=["carried", "reencoded"])
+def test_a_v04_image_on_s3_converts_to_s3(
+    s3_bucket: tuple[str, dict[str, Any]], reencode: bool
+) -> None:
+    """Chunks carried (sizes, then ranged reads) or read through zarr (bounded ranged reads)."""
     bucket, options = s3_bucket
-    source, target = f"s3://{bucket}/v04.zarr", f"s3://{bucket}/v05.ome.zarr"
+    source, target = f"s3://{bucket}/v04-{reencode}.zarr", f"s3://{bucket}/v05-{reencode}.ome.zarr"
     from ome_zarr.format import FormatV04
     from ome_zarr.writer import write_image, write_labels
 
@@ -46,7 +50,12 @@ def test_a_v04_image_on_s3_converts_to_s3(s3_bucket: tuple[str, dict[str, Any]])
     write_labels(MASK, group, name="mask", axes="zyx", fmt=FormatV04(), scale_factors=(2, 4),
                  storage_options={"chunks": (8, 16, 16)})  # fmt: skip
     report = convert_ome_zarr(
-        source, target, shards=SHARDS, source_storage_options=options, storage_options=options
+        source,
+        target,
+        shards=SHARDS,
+        source_storage_options=options,
+        storage_options=options,
+        reencode=reencode,
     )
     assert all(r.shards > 0 for r in report.levels.values())
     old = zarr.open_group(source, mode="r", storage_options=options)
@@ -82,8 +91,14 @@ def test_a_v04_image_converts_into_an_icechunk_session(tmp_path: Path) -> None:
 
 
 @pytest.mark.cluster
-def test_a_v04_image_converts_on_a_local_cluster(tmp_path: Path, cluster_client: Any) -> None:
+@pytest.mark.parametrize("reencode", [False, True], ids=["carried", "reencoded"])
+def test_a_v04_image_converts_on_a_local_cluster(
+    tmp_path: Path, cluster_client: Any, reencode: bool
+) -> None:
+    """Re-encoded, the source is read on the workers through the bounded store (pickled)."""
     old = _write_v04(tmp_path / "v04.zarr", numcodecs.GZip(level=4))
-    convert_ome_zarr(str(tmp_path / "v04.zarr"), str(tmp_path / "v05.ome.zarr"), shards=SHARDS)
+    convert_ome_zarr(
+        str(tmp_path / "v04.zarr"), str(tmp_path / "v05.ome.zarr"), shards=SHARDS, reencode=reencode
+    )
     _check(tmp_path / "v05.ome.zarr", old)
     assert shardpipe.verify(str(tmp_path / "v05.ome.zarr"), complete=True).ok
