@@ -23,6 +23,7 @@ from shardpipe.core.grid import Shape
 from shardpipe.engine.progress import bar_class
 from shardpipe.engine.scheduler import cluster_threads, distributed_client
 from shardpipe.engine.update_tasks import StoredShard, read_shard
+from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.listing import LIST_BATCH, Listed, list_shards
@@ -241,13 +242,18 @@ def over_stored_shards[T](
     shard_format: ZarrShardingFormat | None = None,
     progress: bool = False,
     name: str = "shardpipe",
+    unreadable: Callable[[Listed, ShardFormatError], T] | None = None,
 ) -> Iterator[T]:
     """Apply ``func`` to every shard present (found by listing), ``workers`` at a time.
 
     Keys under the shard prefix that name no shard of the grid are skipped
     (given to ``others``); a shard deleted since it was listed is skipped.
     ``shard_format`` replaces the format ``metadata`` gives (a draft array's).
-    ``progress`` shows a bar labelled ``name`` over the shards.
+    ``progress`` shows a bar labelled ``name`` over the shards. A shard whose
+    index does not follow the format raises its
+    :class:`~shardpipe.errors.ShardFormatError`, or, with ``unreadable``,
+    gives ``unreadable(listed, error)`` as its result (called on the
+    worker's thread).
     """
     shard_format = format_of(metadata) if shard_format is None else shard_format
 
@@ -255,7 +261,13 @@ def over_stored_shards[T](
         results: list[T | None] = []
         for item in batch:
             assert item.coords is not None  # over_shards hands on only the grid's shards
-            stored = read_shard(target.shards, shard_format, item.key, shard=item.coords)
+            try:
+                stored = read_shard(target.shards, shard_format, item.key, shard=item.coords)
+            except ShardFormatError as err:
+                if unreadable is None:
+                    raise
+                results.append(unreadable(item, err))
+                continue
             results.append(None if stored is None else func(stored))
         return results
 

@@ -48,6 +48,20 @@ RangeReader = Callable[[int, int], bytes]
 """Reads bytes ``[start, stop)`` of one shard object."""
 
 
+def exact_total(values: np.ndarray) -> int:
+    """The sum of ``uint64`` values (index lengths, offsets) as a Python int: no wrap at 2**64.
+
+    A ``uint64`` sum of forged lengths wraps around (four lengths of 2**62
+    add up to 0). Summed in two halves of 32 bits each, whose sums stay
+    below 2**64 for fewer than 2**32 values (a shard has at most 2**26
+    slots), and joined in Python, the total is exact whatever the values.
+    """
+    wide = np.asarray(values, dtype=np.uint64)
+    low = int((wide & np.uint64(0xFFFF_FFFF)).sum(dtype=np.uint64))
+    high = int((wide >> np.uint64(32)).sum(dtype=np.uint64))
+    return (high << 32) + low
+
+
 @dataclass
 class ShardIndex:
     """Offsets and lengths of the inner chunks of one shard, by slot.

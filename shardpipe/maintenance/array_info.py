@@ -10,13 +10,14 @@ Neuroglancer precomputed volume, its scales.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.engine.shard_sweep import over_stored_shards
+from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import undo_records
@@ -60,6 +61,12 @@ class ArrayInfo(ShowsSummary):
     not_shards : int
         Keys under the shard prefix that name no shard of the grid (and are
         not temporary files of a write): ``verify`` reports them.
+    problems : list of (str, str)
+        ``(key, problem)`` of each shard whose index cannot be read (it
+        does not follow the shard format: a checksum mismatch, an object
+        too short, entries outside it), in grid order. Such a shard counts
+        in ``shards_present`` and ``nbytes_stored``, not in ``chunks_stored``
+        nor ``nbytes_unused``; ``verify`` checks it whole.
     """
 
     shape: tuple[int, ...]
@@ -76,6 +83,7 @@ class ArrayInfo(ShowsSummary):
     job: str | None = None
     pending_undo: int = 0
     not_shards: int = 0
+    problems: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def unused_ratio(self) -> float:
@@ -92,6 +100,12 @@ class ArrayInfo(ShowsSummary):
             warnings.append(
                 f"{format_count(self.not_shards)} key(s) under the shard prefix name no shard "
                 "(`verify` names them)"
+            )
+        if self.problems:
+            warnings.append(
+                f"{format_count(len(self.problems))} shard(s) whose index cannot be read "
+                f"(.problems; `verify` checks them), the first {self.problems[0][0]}: "
+                f"{self.problems[0][1]}"
             )
         return warnings
 
@@ -140,6 +154,7 @@ class ArrayInfo(ShowsSummary):
                 f"not shards of the grid: {self.not_shards:,} key(s) under the shard prefix "
                 "(skipped; `shardpipe verify` names them)"
             )
+        lines += [f"index not readable: {key}: {problem}" for key, problem in self.problems]
         return "\n".join(lines)
 
 
@@ -186,6 +201,7 @@ class GroupInfo(ShowsSummary):
             f"{path}: shape {a.shape}, {a.dtype}, shards {a.shards}, inner chunks {a.chunks}, "
             f"{a.shards_present:,}/{a.n_shards:,} shards, {format_nbytes(a.nbytes_stored)}"
             + (f", {a.unused_ratio:.1%} unused" if a.nbytes_unused else "")
+            + (f", {len(a.problems):,} with an index not readable" if a.problems else "")
             for path, a in self.arrays.items()
         ]
         lines += [f"{path}: skipped ({reason})" for path, reason in self.skipped.items()]
@@ -246,22 +262,33 @@ def describe_array(
     layout = layout_of(metadata)
     shard_format = format_of(metadata) if shard_format is None else shard_format
     present = chunks = nbytes = unused = strays = 0
+    problems: list[tuple[tuple[int, ...], str, str]] = []
 
     def stray(listed: Listed) -> None:
         nonlocal strays
         strays += not listed.temporary
 
-    for size, stored, free in over_stored_shards(
+    def unreadable(listed: Listed, err: ShardFormatError) -> _Described:
+        """An index that does not follow the format: the shard's size, and the problem."""
+        problem = str(err).removeprefix(f"shard {listed.key!r}: ")  # the key is named apart
+        return _Described(target.shards.size(listed.key) or 0, 0, 0, (listed, problem))
+
+    for found in over_stored_shards(
         target,
         metadata,
         workers,
-        lambda s: (s.layout.size, len(s.stored), s.layout.unused_nbytes()),
+        lambda s: _Described(s.layout.size, len(s.stored), s.layout.unused_nbytes()),
         stray,
         shard_format=shard_format,
         progress=progress,
         name=f"info {target.path}" if target.path else "info",
+        unreadable=unreadable,
     ):
-        present, chunks, nbytes, unused = present + 1, chunks + stored, nbytes + size, unused + free
+        present, chunks = present + 1, chunks + found.chunks
+        nbytes, unused = nbytes + found.nbytes, unused + found.unused
+        if found.problem is not None:
+            listed, problem = found.problem
+            problems.append((listed.coords or (), listed.key, problem))
     sharding = metadata.codecs[0]
     codecs = [str(c.to_dict()["name"]) for c in getattr(sharding, "codecs", ())]
     jobs = JobKeys(target.key(""))
@@ -281,4 +308,14 @@ def describe_array(
         job=None if marker is None else marker.describe(),
         pending_undo=sum(1 for _ in undo_records(target.shards, jobs)),
         not_shards=strays,
+        problems=[(key, problem) for _, key, problem in sorted(problems)],
     )
+
+
+class _Described(NamedTuple):
+    """What ``info`` adds up of one shard: its bytes, chunks, unused bytes, or its problem."""
+
+    nbytes: int
+    chunks: int
+    unused: int
+    problem: tuple[Listed, str] | None = None

@@ -21,11 +21,11 @@ import numpy as np
 from shardpipe.core.checks import is_integer, shape_param
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.grid import Shape
-from shardpipe.core.keys import key_problem
 from shardpipe.core.pyramid import check_factors
 from shardpipe.core.sizes import default_chunk_shape, default_shard_shape
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.ome.axes import Axis, apply_units, parse_axes
+from shardpipe.ome.label_checks import label_list, label_name_problem
 
 __all__ = [
     "ImageInput",
@@ -33,7 +33,6 @@ __all__ = [
     "check_image",
     "check_labels",
     "check_method",
-    "label_name_problem",
     "layout_param",
     "per_axis_floats",
     "scale_factors_param",
@@ -385,81 +384,6 @@ def check_image(
     )
 
 
-def _label_list(value: Any, parameter: str, key: str) -> list[dict[str, Any]] | None:
-    """``colors`` or ``properties`` as the spec's list of objects with a ``label-value``."""
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        items: list[Any] = []
-        for label, entry in value.items():
-            if key == "rgba":
-                items.append({"label-value": label, "rgba": entry})
-            elif isinstance(entry, Mapping):
-                items.append({"label-value": label, **entry})
-            else:
-                items.append(None)
-    elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
-        items = list(value)
-    else:
-        items = [None]
-    fix = (
-        "Pass colors as {label: [r, g, b, a]} or [{'label-value': 1, 'rgba': [255, 0, 0, 255]}], "
-        "properties as {label: {'class': 'cell'}} or [{'label-value': 1, 'class': 'cell'}]"
-    )
-    seen: set[int] = set()
-    for item in items:
-        if not isinstance(item, Mapping) or not is_integer(item.get("label-value")):
-            raise InvalidArgumentError(parameter, f"{item!r} has no integer 'label-value'", fix)
-        label = int(item["label-value"])
-        if label in seen:
-            raise InvalidArgumentError(parameter, f"the label-value {label} repeats", fix)
-        seen.add(label)
-        if key == "rgba":
-            rgba = item.get("rgba")
-            if (
-                not isinstance(rgba, Sequence)
-                or len(rgba) != 4
-                or not all(is_integer(v) and 0 <= int(v) <= 255 for v in rgba)
-            ):
-                raise InvalidArgumentError(
-                    parameter, f"the rgba {rgba!r} of label {label} is not four integers 0-255", fix
-                )
-    out = []
-    for item in items:
-        entry = {str(k): v for k, v in item.items()}
-        entry["label-value"] = int(entry["label-value"])
-        if key == "rgba":
-            entry["rgba"] = [int(v) for v in entry["rgba"]]
-        out.append(entry)
-    return out
-
-
-def label_name_problem(name: Any) -> str | None:
-    """What makes ``name`` unfit to name a label image, or None.
-
-    A label image is the group ``labels/<name>``, beside the ``labels``
-    group's own ``zarr.json``: its name is one Zarr node name (not empty,
-    no ``/``, not starting with ``__``, which Zarr v3 reserves), a safe key
-    (no NUL, no backslash: :func:`~shardpipe.core.keys.key_problem`), not
-    ``zarr.json`` (in any case: file systems that ignore case would mix the
-    two up) and not starting with ``.`` (``.``, ``..``, shardpipe's
-    ``.shardpipe`` records, Zarr v2's ``.zattrs``...).
-    """
-    if not isinstance(name, str):
-        return f"it is a {type(name).__name__}, not a str"
-    if name == "":
-        return "it is empty"
-    if "/" in name:
-        return "it holds '/' (a label image is one group under labels/)"
-    if name.startswith("."):
-        return "it starts with '.', as '.', '..' and records such as .shardpipe and .zattrs do"
-    if name.startswith("__"):
-        return "it starts with '__', which Zarr v3 reserves"
-    if name.casefold() == "zarr.json":
-        return "it is the labels group's own metadata document"
-    return key_problem(name)
-
-
 def check_labels(labels: Any, shape: Shape, axes: Sequence[Axis]) -> list[LabelInput]:
     """The label images of ``labels=``: integer arrays of the image's shape, with metadata.
 
@@ -494,8 +418,8 @@ def check_labels(labels: Any, shape: Shape, axes: Sequence[Axis]) -> list[LabelI
                     "labels", f"the entry of {name!r} has the keys {sorted(entry)}", fix
                 )
             data = entry["data"]
-            colors = _label_list(entry.get("colors"), "labels", "rgba")
-            properties = _label_list(entry.get("properties"), "labels", "properties")
+            colors = label_list(entry.get("colors"), "labels", "rgba")
+            properties = label_list(entry.get("properties"), "labels", "properties")
         if _is_data_array(data):
             data = data.data
         array = _as_dask(data, "labels")

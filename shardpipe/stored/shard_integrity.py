@@ -26,7 +26,7 @@ import numpy as np
 from shardpipe.codec.chunk_codec import ChunkCodec, ChunkDecodeError, describe_error
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.errors import ShardFormatError
-from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex
+from shardpipe.formats.base import EMPTY, ShardFormat, ShardIndex, exact_total
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.storage.base import ShardStore
 from shardpipe.stored.listing import Listed
@@ -98,8 +98,15 @@ def _check_entries(check: ShardCheck, index: ShardIndex, index_range: tuple[int,
     for a, b in itertools.pairwise(order):
         if stops[a] > starts[b]:
             check.problems.append(f"slots {stored[a]} and {stored[b]} overlap")
-    used = int(lengths[stored].sum()) + (index_range[1] - index_range[0])
-    check.unused_bytes = max(0, check.nbytes - used)
+    index_nbytes = index_range[1] - index_range[0]
+    total = exact_total(lengths[stored])  # forged lengths wrap a uint64 sum around 2**64
+    if total > check.nbytes - index_nbytes:
+        check.problems.append(
+            f"the stored chunks' lengths add up to {total:,} bytes, more than the "
+            f"{check.nbytes - index_nbytes:,} bytes the {check.nbytes:,}-byte shard holds "
+            "besides its index"
+        )
+    check.unused_bytes = max(0, check.nbytes - index_nbytes - total)
 
 
 def check_shard(

@@ -20,6 +20,7 @@ from shardpipe.formats.base import (
     ShardFormat,
     ShardIndex,
     assemble_shard,
+    exact_total,
     lay_out_part,
     stamp_index,
 )
@@ -364,3 +365,9 @@ def test_coords_agrees_with_zarr_on_every_chunk_key_encoding() -> None:
         for shard in [(0, 0), (2, 1), (1, 2)]:
             key = array.metadata.encode_chunk_key(shard)
             assert shard_format.coords(key, (3, 3)) == shard, (encoding, key)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=64))
+def test_exact_total_is_the_sum_in_python_integers(values: list[int]) -> None:
+    # a uint64 sum wraps past 2**64 (forged index lengths): the total must not (issue 39)
+    assert exact_total(np.array(values, dtype=np.uint64)) == sum(values)

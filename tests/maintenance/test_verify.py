@@ -206,6 +206,27 @@ def test_a_damaged_shard_among_many_absent(tmp_path: Path, threads: None) -> Non
     assert report.shards_present == 8 and store.requests < 100
 
 
+def test_info_reports_shards_whose_index_is_damaged_as_verify_does(
+    tmp_path: Path, threads: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``info`` raised the first ShardFormatError; it reports them, as verify does (issue 39)."""
+    sparse_array(tmp_path, MILLION)
+    damage(tmp_path / "c/1/2")
+    (tmp_path / "c/0/3").write_bytes(b"short")
+    about = shardpipe.info(str(tmp_path))
+    assert isinstance(about, shardpipe.ArrayInfo)
+    assert about.problems == shardpipe.verify(str(tmp_path)).problems
+    assert [key for key, _ in about.problems] == ["c/0/3", "c/1/2"]
+    assert "CRC32C mismatch" in about.problems[1][1]
+    assert (about.shards_present, about.chunks_stored) == (8, 6)  # the damaged ones: no chunk
+    shards = [p for p in (tmp_path / "c").rglob("*") if p.is_file()]
+    assert about.nbytes_stored == sum(p.stat().st_size for p in shards)
+    assert "index not readable: c/1/2: " in str(about)
+    assert "2 shard(s) whose index cannot be read" in repr(about)
+    assert main(["info", str(tmp_path)]) == 0  # a description, with what it could not read
+    assert "index not readable: c/0/3: " in capsys.readouterr().out
+
+
 def damage(path: Path) -> None:
     """Flip a bit of the shard's index checksum (its last byte)."""
     data = path.read_bytes()
