@@ -294,7 +294,7 @@ def _xarray_store(
     readers that use it see the last complete dataset until the write ends.
     """
     return ZarrStore.open_group(  # type: ignore[no-any-return]
-        root.zarr_store,
+        root.zarr_store_for_writes,
         mode=cast(Any, mode),
         group=root.path or None,
         consolidated=consolidated,
@@ -413,7 +413,7 @@ def _undo_created(err: BaseException, root: ResolvedStore, mode: str) -> None:
         return
     from zarr.core.sync import sync
 
-    sync(root.zarr_store.delete_dir(root.path))
+    sync(root.zarr_store_for_writes.delete_dir(root.path))
 
 
 def _variable(ds: xr.Dataset, path: str) -> Hashable:
@@ -426,7 +426,7 @@ def _consolidate(root: ResolvedStore) -> None:
     with warnings.catch_warnings():
         # zarr warns that consolidated metadata is not in the v3 spec; xarray writes it anyway
         warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
-        zarr.consolidate_metadata(root.zarr_store, zarr_format=3)
+        zarr.consolidate_metadata(root.zarr_store_for_writes, zarr_format=3)
 
 
 def _finish_delayed(

@@ -235,7 +235,7 @@ class OmeZarrConversion:
             serializer = {"name": "bytes"}
         group = level.path.rsplit("/", 1)[0] if "/" in level.path else ""
         array = zarr.create_array(
-            self.target.zarr_store,
+            self.target.zarr_store_for_writes,
             name=self.target.key(level.path),
             shape=level.shape,
             dtype=level.dtype.newbyteorder("=") if level.dtype.byteorder == ">" else level.dtype,

@@ -66,7 +66,7 @@ def create_array(
     if metadata is not None and not target.path:
         target.shards.put(target.key("zarr.json"), [metadata_bytes(metadata)])
     else:
-        zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
+        zarr.create_array(target.zarr_store_for_writes, name=target.path or None, **create_kwargs)
     target.shards.make_durable(metadata_keys(target))
     if identity is not None:
         save_record(target, identity, "running", run)
