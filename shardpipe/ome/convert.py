@@ -49,6 +49,7 @@ from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.ome.arguments import default_layout, layout_param
 from shardpipe.ome.axes import Axis, axes_from_document
 from shardpipe.ome.carry_tasks import CarryTarget, carry_shard
+from shardpipe.ome.conversion_recovery import advise_conversion_rerun
 from shardpipe.ome.metadata import NGFF_VERSION
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import delete_group_record, remove_group, save_group_record, write_group
@@ -167,6 +168,7 @@ class OmeZarrConversion:
     def _repr_html_(self) -> str:
         return html_table("OmeZarrConversion", self.summary_rows())
 
+    @advise_conversion_rerun
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> OmeZarrReport:
