@@ -49,6 +49,7 @@ from shardpipe.dataset.layout import (
     variable_layout,
 )
 from shardpipe.dataset.options import DATASET_PARAMETERS, DatasetOptions
+from shardpipe.dataset.recovery_notes import recovery_noted
 from shardpipe.dataset.write_report import DatasetWriteReport
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import check_store_reachable
@@ -157,33 +158,34 @@ def to_zarr(
         check_store_reachable(source, root)
 
     check_metadata_write(ds.drop_vars(to_update), encoding, given)  # in memory, first
-    if zstore is None:
-        zstore = _xarray_store(root, mode, None, None, consolidated=False)
     writer = _ShardRouter()
-    dump_to_store(ds.drop_vars(to_update), zstore, writer, encoding=encoding)  # type: ignore[no-untyped-call]
-    try:
-        fills = [
-            (str(target.path), _prepare_fill(target, source, root, budget))
-            for source, target in writer.sharded
-        ]
-    except BaseException as err:
-        _undo_created(err, root, mode)
-        raise
-    jobs = {**dict(fills), **updates}
-    if not compute:
-        others = writer.sync(compute=False)  # type: ignore[no-untyped-call]
-        parts = [job.to_delayed() for job in jobs.values()]
-        finished: Delayed = delayed(_finish_delayed, pure=False)(
-            list(jobs), parts, others, root, consolidated
-        )
-        return finished
-    reports = execute_together(list(jobs.values()), progress=progress)
-    # xarray's own writes go through the session itself, which stays in this process
-    local = {"scheduler": "threads"} if root.transactional else None
-    writer.sync(compute=True, chunkmanager_store_kwargs=local)  # type: ignore[no-untyped-call]
-    zstore.close()
-    if consolidated:
-        _consolidate(root)
+    with recovery_noted(root, mode):  # what to do with what a failure leaves
+        if zstore is None:  # with mode "w", xarray replaces what is there now
+            zstore = _xarray_store(root, mode, None, None, consolidated=False)
+        dump_to_store(ds.drop_vars(to_update), zstore, writer, encoding=encoding)  # type: ignore[no-untyped-call]
+        try:
+            fills = [
+                (str(target.path), _prepare_fill(target, source, root, budget))
+                for source, target in writer.sharded
+            ]
+        except BaseException as err:
+            _undo_created(err, root, mode)
+            raise
+        jobs = {**dict(fills), **updates}
+        if not compute:
+            others = writer.sync(compute=False)  # type: ignore[no-untyped-call]
+            parts = [job.to_delayed() for job in jobs.values()]
+            finished: Delayed = delayed(_finish_delayed, pure=False)(
+                list(jobs), parts, others, root, consolidated
+            )
+            return finished
+        reports = execute_together(list(jobs.values()), progress=progress)
+        # xarray's own writes go through the session itself, which stays in this process
+        local = {"scheduler": "threads"} if root.transactional else None
+        writer.sync(compute=True, chunkmanager_store_kwargs=local)  # type: ignore[no-untyped-call]
+        zstore.close()
+        if consolidated:
+            _consolidate(root)
     if message is not None:
         snapshot = commit_write(root, message, rebase=rebase)
         reports = [replace(report, snapshot_id=snapshot) for report in reports]
