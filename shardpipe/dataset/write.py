@@ -49,6 +49,7 @@ from shardpipe.dataset.layout import (
     variable_layout,
 )
 from shardpipe.dataset.options import DATASET_PARAMETERS, DatasetOptions
+from shardpipe.dataset.recovery_notes import recovery_noted
 from shardpipe.dataset.write_report import DatasetWriteReport
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import check_store_reachable
@@ -166,28 +167,29 @@ def to_zarr(
         check_store_reachable(source, root)
 
     check_metadata_write(ds.drop_vars(to_update), encoding, given)  # in memory, first
-    if zstore is None:
-        zstore = _xarray_store(root, mode, None, None, consolidated=False)
     writer = _ShardRouter()
-    dump_to_store(ds.drop_vars(to_update), zstore, writer, encoding=encoding)  # type: ignore[no-untyped-call]
-    try:
-        fills = [
-            (str(target.path), _prepare_fill(target, source, root, budget))
-            for source, target in writer.sharded
-        ]
-    except BaseException as err:
-        _undo_created(err, root, mode)
-        raise
-    jobs = {**dict(fills), **updates}
-    if not compute:
-        others = writer.sync(compute=False)  # type: ignore[no-untyped-call]
-        parts = [job.to_delayed() for job in jobs.values()]
-        finished: Delayed = delayed(_finish_delayed, pure=False)(
-            list(jobs), parts, others, root, consolidated
-        )
-        return finished
-    job = _DatasetWrite(root, ds, jobs, writer, zstore, consolidated)
-    report: DatasetWriteReport = run_job(job, progress=progress, commit=commit, rebase=rebase)
+    with recovery_noted(root, mode):  # what to do with what a failure leaves
+        if zstore is None:  # with mode "w", xarray replaces what is there now
+            zstore = _xarray_store(root, mode, None, None, consolidated=False)
+        dump_to_store(ds.drop_vars(to_update), zstore, writer, encoding=encoding)  # type: ignore[no-untyped-call]
+        try:
+            fills = [
+                (str(target.path), _prepare_fill(target, source, root, budget))
+                for source, target in writer.sharded
+            ]
+        except BaseException as err:
+            _undo_created(err, root, mode)
+            raise
+        jobs = {**dict(fills), **updates}
+        if not compute:
+            others = writer.sync(compute=False)  # type: ignore[no-untyped-call]
+            parts = [job.to_delayed() for job in jobs.values()]
+            finished: Delayed = delayed(_finish_delayed, pure=False)(
+                list(jobs), parts, others, root, consolidated
+            )
+            return finished
+        job = _DatasetWrite(root, ds, jobs, writer, zstore, consolidated)
+        report: DatasetWriteReport = run_job(job, progress=progress, commit=commit, rebase=rebase)
     return report
 
 
@@ -333,7 +335,7 @@ def _xarray_store(
     readers that use it see the last complete dataset until the write ends.
     """
     return ZarrStore.open_group(  # type: ignore[no-any-return]
-        root.zarr_store,
+        root.zarr_store_for_writes,
         mode=cast(Any, mode),
         group=root.path or None,
         consolidated=consolidated,
@@ -452,7 +454,7 @@ def _undo_created(err: BaseException, root: ResolvedStore, mode: str) -> None:
         return
     from zarr.core.sync import sync
 
-    sync(root.zarr_store.delete_dir(root.path))
+    sync(root.zarr_store_for_writes.delete_dir(root.path))
 
 
 def _variable(ds: xr.Dataset, path: str) -> Hashable:
@@ -465,7 +467,7 @@ def _consolidate(root: ResolvedStore) -> None:
     with warnings.catch_warnings():
         # zarr warns that consolidated metadata is not in the v3 spec; xarray writes it anyway
         warnings.filterwarnings("ignore", "Consolidated metadata", category=UserWarning)
-        zarr.consolidate_metadata(root.zarr_store, zarr_format=3)
+        zarr.consolidate_metadata(root.zarr_store_for_writes, zarr_format=3)
 
 
 def _finish_delayed(

@@ -49,6 +49,7 @@ from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.ome.arguments import default_layout, layout_param
 from shardpipe.ome.axes import Axis, axes_from_document
 from shardpipe.ome.carry_tasks import CarryTarget, carry_shard
+from shardpipe.ome.conversion_recovery import advise_conversion_rerun
 from shardpipe.ome.metadata import NGFF_VERSION
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import delete_group_record, remove_group, save_group_record, write_group
@@ -204,6 +205,7 @@ class OmeZarrConversion:
         }
         return OmeZarrReport(ordered, seconds, snapshot_id)
 
+    @advise_conversion_rerun
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> OmeZarrReport:
@@ -255,7 +257,7 @@ class OmeZarrConversion:
             serializer = {"name": "bytes"}
         group = level.path.rsplit("/", 1)[0] if "/" in level.path else ""
         array = zarr.create_array(
-            self.target.zarr_store,
+            self.target.zarr_store_for_writes,
             name=self.target.key(level.path),
             shape=level.shape,
             dtype=level.dtype.newbyteorder("=") if level.dtype.byteorder == ">" else level.dtype,

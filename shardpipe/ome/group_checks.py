@@ -69,10 +69,12 @@ def ome_problems(target: ResolvedStore) -> list[tuple[str, str]]:
         return [*problems, (target.key(GROUP_RECORD), str(err))]
     if record is not None:
         doing = record.get("doing", "write")
-        fix = (
-            "run the same to_ome_zarr call with resume=True"
-            if doing == "write"
-            else "run the same call with resume=True, or `shardpipe repair` on the group"
+        fixes = {
+            "write": "run the same to_ome_zarr call with resume=True",
+            "conversion": "run the same conversion again with overwrite=True",
+        }
+        fix = fixes.get(
+            doing, "run the same call with resume=True, or `shardpipe repair` on the group"
         )
         problems.append(
             (target.key(GROUP_RECORD), f"an unfinished {doing} of the OME-Zarr image: {fix}")

@@ -95,5 +95,11 @@ def repair_group(
             "resume=True to finish it (repair cannot: it needs the source)"
         )
         return done
+    if doing == "conversion":
+        done.notes.append(
+            "the group records an unfinished conversion: run the same conversion again with "
+            "overwrite=True to finish it (repair cannot: it needs the source)"
+        )
+        return done
     delete_group_record(target)
     return done

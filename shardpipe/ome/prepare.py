@@ -39,6 +39,7 @@ from shardpipe.ome.arguments import (
     scale_factors_param,
 )
 from shardpipe.ome.axes import Axis
+from shardpipe.ome.finished import check_finished_write, finished_image_there
 from shardpipe.ome.group_checks import label_names
 from shardpipe.ome.job import OmeZarrWrite
 from shardpipe.ome.metadata import image_attributes, label_attributes, multiscale, omero_document
@@ -357,12 +358,14 @@ def prepare_ome_zarr(
     record = read_group_record(target) if resume else None
     remove: list[str] = []
     if picture is not None:
-        if not resume or record is None:
+        finished = finished_image_there(target, resume, record)  # checked once planned
+        if not resume or (record is None and not finished):
             check_target(target, overwrite)
         remove = [""] if overwrite else []
     else:
         clash = [n.name for n in label_inputs if n.name in existing]
-        if clash and not overwrite and not (resume and record is not None):
+        finished = bool(clash) and finished_image_there(target, resume, record)
+        if clash and not overwrite and not (resume and record is not None) and not finished:
             raise ArrayExistsError(
                 f"labels: the image at {target.path or 'the store root'!r} has label images "
                 f"named {clash} already; pass overwrite=True to replace them"
@@ -457,4 +460,6 @@ def prepare_ome_zarr(
             "anew with overwrite=True",
         )
     names = existing + [n.name for n in label_inputs if n.name not in existing]
+    if finished:  # resume=True after the write finished: the same write, or refused
+        check_finished_write(target, identity, names)
     return OmeZarrWrite(target, image_write, label_writes, names, remove, identity, resume, budget)

@@ -111,7 +111,9 @@ def remove_group(target: ResolvedStore, path: str = "") -> None:
 def write_group(target: ResolvedStore, path: str, attributes: dict[str, Any]) -> None:
     """Write (or replace the attributes of) the group at ``path`` inside the image group."""
     where = target.key(path) if path else target.path
-    group = zarr.open_group(target.zarr_store, path=where or None, mode="a", zarr_format=3)
+    group = zarr.open_group(
+        target.zarr_store_for_writes, path=where or None, mode="a", zarr_format=3
+    )
     group.attrs.put(attributes)
 
 

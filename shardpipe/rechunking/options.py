@@ -65,7 +65,7 @@ RECHUNK_PARAMETERS = ARRAY_PARAMETERS | SharedParameters(
         written. The target must have been written by a rechunk of the same
         source (location, shape, dtype, read unit) into the same layout,
         codecs and attributes, as the job record saved beside ``zarr.json``
-        after the metadata and before the first shard shows; else an error
+        (just before it, so before the first shard) shows; else an error
         (``"force"`` skips the source comparison). Without a target, a fresh
         start. See :mod:`shardpipe.write.resume`.
     source_storage_options : dict, optional

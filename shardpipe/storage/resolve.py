@@ -28,6 +28,7 @@ from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.urls import check_location
+from shardpipe.storage.zarr_errors import with_storage_errors
 from shardpipe.storage.zarr_store import ZarrShardStore
 
 
@@ -48,6 +49,14 @@ class ResolvedStore:
     zarr_store: Store
     shards: ShardStore
     path: str
+
+    @property
+    def zarr_store_for_writes(self) -> Store:
+        """``zarr_store`` for writes through zarr: a full disk raises ``StorageFullError``.
+
+        See :mod:`shardpipe.storage.zarr_errors`.
+        """
+        return with_storage_errors(self.zarr_store)
 
     @property
     def transactional(self) -> bool:

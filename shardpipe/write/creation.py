@@ -1,8 +1,8 @@
 """Creating the array a write fills, and the checks made just before.
 
 A planned write looks at its target once more when it starts (another job
-may have taken the array, or a node appeared since planning), writes the
-metadata, and saves its job record (:mod:`shardpipe.write.resume`) before any
+may have taken the array, or a node appeared since planning), saves its job
+record (:mod:`shardpipe.write.resume`) and writes the metadata, before any
 shard. These functions run in the client (``ShardedWrite.execute``) or as
 the first and last tasks of a delayed write (``ShardedWrite.to_delayed``).
 """
@@ -42,9 +42,12 @@ def create_array(
 
     ``holder`` is this job's marker, when it holds one; without it, a marker
     of another job that may still run is an error. With ``identity``, the
-    job record is saved after the metadata (see :mod:`shardpipe.write.resume`).
-    Returns ``write_target`` unchanged, so that tasks can depend on the
-    metadata being written.
+    job record is saved just before the metadata (see
+    :mod:`shardpipe.write.resume`): an array whose ``zarr.json`` is there
+    always has its record, whatever stopped the write (a full disk, ``kill
+    -9``), and a record without a ``zarr.json`` is a write that a resumed
+    one simply starts again. Returns ``write_target`` unchanged, so that
+    tasks can depend on the metadata being written.
 
     ``metadata`` is what zarr made of ``create_kwargs`` when the write was
     planned. An array at the store's root (no group above it to create) is
@@ -55,21 +58,23 @@ def create_array(
     ``run`` is unique to this run of the write and goes into the job record:
     a rerun of this task (Dask runs it again when the worker holding its
     result dies) finds the array made by its own first run and leaves it, and
-    the shards other tasks published into it, alone.
+    the shards other tasks published into it, alone (a first run that died
+    between the record and the metadata is carried on here).
     """
-    if run is not None and identity is not None and _made_by_run(target, run):
+    ours = run is not None and identity is not None and _made_by_run(target, run)
+    if ours and target.shards.size(target.key("zarr.json")) is not None:
         return write_target
     check_no_other_job(target, holder, "write the array")
     check_target(target, overwrite)
     if overwrite:
         _remove_node(target)
+    if identity is not None:
+        save_record(target, identity, "running", run)
     if metadata is not None and not target.path:
         target.shards.put(target.key("zarr.json"), [metadata_bytes(metadata)])
     else:
-        zarr.create_array(target.zarr_store, name=target.path or None, **create_kwargs)
+        zarr.create_array(target.zarr_store_for_writes, name=target.path or None, **create_kwargs)
     target.shards.make_durable(metadata_keys(target))
-    if identity is not None:
-        save_record(target, identity, "running", run)
     return write_target
 
 

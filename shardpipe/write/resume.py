@@ -1,8 +1,11 @@
 """Resuming an interrupted write: which shards it may keep.
 
 A write of a new array saves a **job record** (:mod:`shardpipe.journal.job_record`) beside the
-array's ``zarr.json`` (``.shardpipe/write.json``) after the metadata is written and
-before the first shard is published. It holds the write's identity:
+array's ``zarr.json`` (``.shardpipe/write.json``) just before the metadata is written,
+so before the first shard is published: an array whose ``zarr.json`` is there always
+has its record, whatever stopped the write (a full disk, ``kill -9``), and a record
+without a ``zarr.json`` is a write that a resumed one starts again. It holds the
+write's identity:
 
 * ``source``: what is written, for a Dask array its name (Dask's
   deterministic token of the graph that makes the data, so the same
@@ -25,7 +28,7 @@ A resumed write (``resume=True``) keeps a shard only if all of these hold:
 Why a shard of another job or another source is never kept by mistake: the
 record is written only after every key of an earlier node at the target was
 deleted (an overwrite deletes the old record *first*, then the old shards,
-then writes the new metadata and record), and shards are published whole and
+then writes the new record and metadata), and shards are published whole and
 atomically (rename, a single PUT, a completed multipart upload). So while a
 record is present, every shard under the array was published by a write with
 that record's identity, and a partially written shard never shows under its
