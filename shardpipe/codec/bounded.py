@@ -13,7 +13,7 @@ ever holding more than that.
   a member is skipped) or in a zlib stream, decompressed with
   :meth:`zlib.Decompress.decompress`'s ``max_length``;
 * :func:`bunzip2` and :func:`unlzma`: bzip2 and lzma/xz streams (one or
-  more, as :func:`bz2.decompress` and :func:`lzma.decompress` read them),
+  more, as ``bz2.decompress`` and ``lzma.decompress`` read them),
   decompressed with their decompressors' ``max_length``;
 * :func:`check_blosc_header` and :func:`check_lz4_header`: a blosc frame, and
   numcodecs' lz4 (a 4-byte little-endian decoded size, then an LZ4 block),
@@ -109,7 +109,7 @@ def _inflate(
 def bunzip2(data: Buffer, limit: int) -> bytes:
     """The bytes of the bzip2 stream(s) ``data``, at most ``limit`` of them.
 
-    As :func:`bz2.decompress` reads them: stream after stream, bytes after a
+    As ``bz2.decompress`` reads them: stream after stream, bytes after a
     whole stream that do not start another are ignored.
 
     Raises
@@ -130,7 +130,7 @@ def unlzma(
 ) -> bytes:
     """The bytes of the lzma stream(s) ``data``, at most ``limit`` of them.
 
-    As :func:`lzma.decompress` reads them with ``format`` and ``filters``
+    As ``lzma.decompress`` reads them with ``format`` and ``filters``
     (what numcodecs' ``LZMA`` codec passes it): stream after stream, bytes
     after a whole stream that do not start another are ignored.
 
@@ -157,8 +157,8 @@ def _streams(
 ) -> bytes:
     """Concatenated streams of ``data``, each through a new ``decompressor()``: at most ``limit``.
 
-    The decompressor is :class:`bz2.BZ2Decompressor` or
-    :class:`lzma.LZMADecompressor`, whose ``decompress`` takes ``max_length``
+    The decompressor is ``bz2.BZ2Decompressor`` or
+    ``lzma.LZMADecompressor``, whose ``decompress`` takes ``max_length``
     and raises ``errors`` on bad data.
     """
     view = memoryview(data).cast("B")

@@ -381,4 +381,4 @@ def _copy_small(array: zarr.Array[Any], root: ResolvedStore, path: str) -> None:
         attributes=opened.attributes,
         overwrite=True,
     )
-    copy[...] = np.asarray(array[...])
+    copy[...] = np.asarray(opened.array[...])  # read within bounds, as every source

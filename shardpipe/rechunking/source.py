@@ -2,7 +2,11 @@
 
 A Zarr array (v2 or v3, sharded or not; by path, URL or object) or a Dask
 array, with the settings that carry over to the target: fill value,
-dimension names and attributes (not the codecs).
+dimension names and attributes (not the codecs). A Zarr array is read
+through shardpipe's bounded decoding
+(:func:`~shardpipe.stored.bounded_reads.bounded_array`): a stored chunk
+larger than its codecs can make, or one that would inflate past its raw
+size, is a :class:`~shardpipe.errors.ChunkDecodeError` naming it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from shardpipe.errors import InvalidArgumentError
 from shardpipe.rechunking.intermediate import placeholder
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.urls import check_location
+from shardpipe.stored.bounded_reads import bounded_array
 
 V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
 """The attribute in which xarray's Zarr v2 convention keeps dimension names."""
@@ -35,7 +40,8 @@ class Source:
     name : str
         How the source is shown (its path or URL, or "a Dask array").
     array : zarr.Array or dask.array.Array
-        The source.
+        The source (a Zarr array as :func:`~shardpipe.stored.bounded_reads.bounded_array`
+        reads it).
     read_unit : tuple of int
         The source's chunk shape (shard shape if sharded); a Dask array's
         block shape.
@@ -115,7 +121,7 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
     fill = array.metadata.fill_value
     return Source(
         name=name,
-        array=array,
+        array=bounded_array(array),
         read_unit=tuple(array.shards or array.chunks),
         fill_value=fill.item() if isinstance(fill, np.generic) else fill,
         dimension_names=None if names is None else tuple(str(n) for n in names),

@@ -4,7 +4,8 @@ A failing disk, a bad sector or a lost network file system make the kernel's
 ``read``/``write`` calls fail with ``EIO`` (errno 5). Here that error is raised
 where the kernel would raise it: in the local backend's file primitives
 (:mod:`shardpipe.storage.local.file_io`), for shard files only, while a write
-publishes shards and while ``verify`` reads them. Each must end in a
+publishes shards and while ``verify`` reads them, and in zarr-python's local
+store while a rechunk reads its source. Each must end in a
 :class:`~shardpipe.errors.StorageError` (errno kept) naming the shard, after
 one try, with nothing half-written published.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 
 import shardpipe
 from shardpipe.errors import (
@@ -105,4 +107,49 @@ def test_an_io_error_while_verify_reads_a_shard(
         monkeypatch.setattr("shardpipe.stored.shard_integrity.WHOLE_READ_LIMIT", 0)
     with pytest.raises(StorageError) as caught:
         shardpipe.verify(str(tmp_path / "a.zarr"))
+    _assert_device_error(caught.value, tried)
+
+
+@pytest.mark.parametrize("sharded", [True, False], ids=["sharded", "unsharded"])
+def test_an_io_error_while_a_rechunk_reads_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sharded: bool
+) -> None:
+    """The source is read through zarr-python, from the zarr store of a local path
+    (:mod:`shardpipe.storage.local.contained`), whose reads are ``read_at`` too."""
+    from shardpipe.storage.local import contained
+
+    data = np.arange(np.prod(SHAPE), dtype="uint16").reshape(SHAPE)
+    source = tmp_path / "source.zarr"
+    if sharded:
+        shardpipe.to_sharded_zarr(data, str(source), shards=SHARDS, chunks=CHUNKS)
+    else:
+        zarr.create_array(str(source), shape=SHAPE, chunks=SHARDS, dtype=data.dtype)[...] = data
+    tried: Counter[str] = Counter()
+    monkeypatch.setattr(contained, "read_at", _failing(contained.read_at, tried))
+    with pytest.raises(StorageError) as caught:
+        shardpipe.rechunk(
+            str(source), str(tmp_path / "target.zarr"), shards=(32, 32), chunks=(16, 16)
+        )
+    _assert_device_error(caught.value, tried)
+
+
+@pytest.mark.parametrize("reading", ["async", "sync"])
+def test_an_io_error_while_zarr_reads_a_local_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reading: str
+) -> None:
+    """Any read of zarr-python through the store of a local path, not only a rechunk's."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    from shardpipe.storage.local import contained
+
+    data = np.arange(np.prod(SHAPE), dtype="uint16").reshape(SHAPE)
+    shardpipe.to_sharded_zarr(data, str(tmp_path), shards=SHARDS, chunks=CHUNKS)
+    store = contained.contained(str(tmp_path))
+    tried: Counter[str] = Counter()
+    monkeypatch.setattr(contained, "read_at", _failing(contained.read_at, tried))
+    with pytest.raises(StorageError) as caught:
+        if reading == "async":
+            zarr.open_array(store, mode="r")[...]
+        else:
+            store.get_sync("c/1/0", prototype=default_buffer_prototype())
     _assert_device_error(caught.value, tried)

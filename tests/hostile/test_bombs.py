@@ -62,6 +62,9 @@ def run():
     if case in ("convert", "convert-reencoded"):
         shardpipe.convert_ome_zarr(path, path + ".v05", reencode=case == "convert-reencoded")
         return "converted"
+    if case == "rechunk":  # the source read through zarr-python, by Dask tasks
+        shardpipe.rechunk(path, path + "-rechunked", shards=(64, 64, 64), chunks=(32, 32, 32))
+        return "written"
     raise ValueError(case)
 
 def status(field):  # MiB; VmHWM, not ru_maxrss, which keeps the parent's peak across exec
@@ -148,14 +151,18 @@ def _zarr_with_bomb(path: Path, compressors: Any, chunk: bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", ["verify", "region"])
+@pytest.mark.parametrize("case", ["verify", "region", "rechunk"])
 def test_a_zarr_gzip_chunk_bomb(tmp_path: Path, gzip_bomb: bytes, case: str) -> None:
     path = _zarr_with_bomb(tmp_path / "a.zarr", zarr.codecs.GzipCodec(), gzip_bomb)
     shard = (path / "c" / "0" / "0" / "0").read_bytes()
     outcome = run_child(case, path)
-    message = assert_refused_fast(outcome, "c/0/0/0", "262,144 bytes expected")
-    assert "inflate to more than" in message, message
-    if case == "region":
+    if case == "rechunk":  # 510 KB: more than a chunk can be, refused before it is decoded
+        words = "inner chunk (0, 0, 0): holds more than the 265,220 bytes its codecs can make"
+        assert_refused_fast(outcome, "c/0/0/0", words)
+    else:
+        message = assert_refused_fast(outcome, "c/0/0/0", "262,144 bytes expected")
+        assert "inflate to more than" in message, message
+    if case in ("region", "rechunk"):
         assert outcome["error"] == "ChunkDecodeError", outcome
         assert (path / "c" / "0" / "0" / "0").read_bytes() == shard  # left as it was
 
@@ -225,13 +232,75 @@ NUMCODECS_BOMBS = {
 }
 
 
+@pytest.mark.parametrize("case", ["verify", "rechunk"])
 @pytest.mark.parametrize("kind", sorted(NUMCODECS_BOMBS))
-def test_a_numcodecs_chunk_bomb(tmp_path: Path, kind: str) -> None:
-    """bz2, lzma, lz4 and numcodecs' zstd (zarr v3's ``numcodecs.*``): verify refuses them."""
+def test_a_numcodecs_chunk_bomb(tmp_path: Path, kind: str, case: str) -> None:
+    """bz2, lzma, lz4 and numcodecs' zstd (zarr v3's ``numcodecs.*``), in verify and as a
+    rechunk's source (the inner chunk named by its shard and its place in it)."""
     codec, bomb = _numcodecs_bomb(kind)
     path = _zarr_with_bomb(tmp_path / "n.zarr", codec, bomb)
-    message = assert_refused_fast(run_child("verify", path), "c/0/0/0", NUMCODECS_BOMBS[kind])
-    assert "262,144" in message or "262144" in message, message
+    outcome = run_child(case, path)
+    words = NUMCODECS_BOMBS[kind]
+    if case == "rechunk" and len(bomb) > 265_220:  # more than a chunk can be: not decoded
+        words = "holds more than the 265,220 bytes its codecs can make"
+    message = assert_refused_fast(outcome, "c/0/0/0", words)
+    if case == "rechunk":
+        assert outcome["error"] == "ChunkDecodeError", outcome
+        assert "c/0/0/0: inner chunk (0, 0, 0): " in message, message
+
+
+def _v2_with_bomb(path: Path, compressor: Any, chunk: bytes, *, dtype: str = "uint8") -> Path:
+    """A Zarr v2 array of 128^3 in chunks of 64^3 (``compressor``); chunk 0.0.0 is ``chunk``."""
+    data = np.arange(128**3, dtype="uint32").reshape(128, 128, 128).astype(dtype)
+    array = zarr.create_array(
+        str(path),
+        shape=data.shape,
+        chunks=(64, 64, 64),
+        dtype=dtype,
+        zarr_format=2,
+        compressors=compressor,
+        fill_value=0,
+    )
+    array[...] = data
+    (path / "0.0.0").write_bytes(chunk)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["bz2", "lzma", "zlib"])
+def test_a_zarr_v2_chunk_bomb_in_a_rechunk_source(tmp_path: Path, kind: str) -> None:
+    """A Zarr v2 source whose chunk 0.0.0 (bz2, lzma, zlib) inflates to 512 MiB."""
+    import bz2
+    import lzma
+
+    from numcodecs import BZ2, LZMA, Zlib
+
+    compressor, bomb = {
+        "bz2": (BZ2(1), bz2.compress(bytes(1 << 20), 9) * (BOMB_NBYTES >> 20)),
+        "lzma": (LZMA(), lzma.compress(bytes(1 << 20), preset=0) * (BOMB_NBYTES >> 20)),
+        "zlib": (Zlib(1), _zlib_bomb(BOMB_NBYTES // 2)),  # less than a chunk can be
+    }[kind]
+    path = _v2_with_bomb(tmp_path / "v2.zarr", compressor, bomb)
+    outcome = run_child("rechunk", path)
+    assert_refused_fast(outcome, "0.0.0", f"{kind} data inflate to more than the 262,144")
+    assert outcome["error"] == "ChunkDecodeError", outcome
+
+
+def _zlib_bomb(nbytes: int) -> bytes:
+    """``nbytes`` zeros (a multiple of 1 MiB) as one zlib stream."""
+    deflate = zlib.compressobj(9)
+    zeros = bytes(1 << 20)
+    return b"".join([*(deflate.compress(zeros) for _ in range(nbytes >> 20)), deflate.flush()])
+
+
+def test_a_stored_chunk_larger_than_its_codecs_can_make(tmp_path: Path) -> None:
+    """A v2 chunk object of 512 MiB (no compressor: 262,144 bytes expected) is refused
+    having read one byte more than a chunk can hold, not 512 MiB."""
+    path = _v2_with_bomb(tmp_path / "big.zarr", None, b"")
+    with open(path / "0.0.0", "wb") as chunk:
+        chunk.truncate(BOMB_NBYTES)  # sparse: no disk space taken
+    outcome = run_child("rechunk", path)
+    assert_refused_fast(outcome, "0.0.0", "more than the 262,144")
+    assert outcome["error"] == "ChunkDecodeError", outcome
 
 
 # -- OME-Zarr 0.4 sources -------------------------------------------------------------------------

@@ -18,7 +18,12 @@ from numcodecs import GZip, Zstd
 
 import shardpipe
 from shardpipe.cli.parser import main
-from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MemoryBudgetError
+from shardpipe.errors import (
+    ArrayExistsError,
+    ChunkDecodeError,
+    InvalidArgumentError,
+    MemoryBudgetError,
+)
 from tests.support.readers import assert_same, read_tensorstore, read_zarr
 
 
@@ -293,6 +298,30 @@ def _v2_group(path: Path) -> dict[str, np.ndarray]:
         array.attrs["_ARRAY_DIMENSIONS"] = ["z", "y", "x"][-values.ndim :]
         array[...] = values
     return data
+
+
+def test_a_small_array_of_a_group_is_read_within_bounds(tmp_path: Path) -> None:
+    """The arrays a group rechunk copies whole (too small to shard) are read as the others."""
+    import zlib
+
+    from numcodecs import Zlib
+
+    _v2_group(tmp_path / "acq.zarr")
+    tiny = zarr.open_array(
+        tmp_path / "acq.zarr" / "labels" / "tiny",
+        mode="w",
+        shape=(3, 4),
+        chunks=(1, 4),
+        dtype="int8",
+        zarr_format=2,
+        compressor=Zlib(1),
+    )
+    tiny[...] = np.ones((3, 4), dtype="int8")
+    bomb = zlib.compress(bytes(512 << 10), 9)  # 512 KiB in a chunk of 4 bytes
+    (tmp_path / "acq.zarr" / "labels" / "tiny" / "1.0").write_bytes(bomb)
+    words = f"labels/tiny/1.0: {len(bomb):,} bytes of zlib data inflate to more than the 4 bytes"
+    with pytest.raises(ChunkDecodeError, match=words):
+        shardpipe.rechunk_group(tmp_path / "acq.zarr", tmp_path / "out.zarr", shards=(32, 64, 64))
 
 
 def test_group_rechunk_keeps_the_hierarchy(tmp_path: Path) -> None:

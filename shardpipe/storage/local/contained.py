@@ -22,7 +22,9 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore
 
+from shardpipe.storage.local.file_io import read_at
 from shardpipe.storage.local.keys import LocalKeys
+from shardpipe.storage.retry import permanent_error
 
 
 class ContainedLocalStore(LocalStore):
@@ -140,7 +142,25 @@ class ContainedLocalStore(LocalStore):
 def _read(
     keys: LocalKeys, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
 ) -> Buffer | None:
-    """The bytes (or ``byte_range``) of the file of ``key``; None when there is no file."""
+    """The bytes (or ``byte_range``) of the file of ``key``; None when there is no file.
+
+    A permanent fault of the file system (``EIO``) is the
+    :class:`~shardpipe.errors.StorageError` naming ``key`` that shardpipe's
+    own reads raise (:func:`~shardpipe.storage.retry.permanent_error`).
+    """
+    try:
+        return _read_file(keys, key, prototype, byte_range)
+    except OSError as err:
+        mapped = permanent_error(err, f"reading {key!r}")
+        if mapped is None:
+            raise
+        raise mapped from err
+
+
+def _read_file(
+    keys: LocalKeys, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+) -> Buffer | None:
+    """:func:`_read`, faults as the file system raises them."""
     path = keys.path(key)
     try:
         fd = keys.open(key, path, os.O_RDONLY)
@@ -160,7 +180,7 @@ def _read(
             raise TypeError(f"Unexpected byte_range, got {byte_range}.")
         chunks, position = [], start
         while position < stop:
-            chunk = os.pread(fd, stop - position, position)
+            chunk = read_at(fd, position, stop)
             if not chunk:
                 break
             chunks.append(chunk)
