@@ -53,10 +53,10 @@ from shardpipe.ome.conversion_recovery import advise_conversion_rerun
 from shardpipe.ome.metadata import NGFF_VERSION
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import delete_group_record, remove_group, save_group_record, write_group
-from shardpipe.ome.source_reads import BoundedReadStore
 from shardpipe.ome.v04_checks import SourceLevel, check_level_tasks, validate_source
 from shardpipe.ome.v04_source import SOURCE_VERSION, codec_name, fill_value_of
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.bounded_reads import bounded_array
 from shardpipe.stored.locations import store_location
 from shardpipe.stored.metadata import format_of
 from shardpipe.stored.places import check_not_a_file, check_reads_apart, check_target
@@ -402,9 +402,10 @@ def _plan_level(
             "Convert without reencode (chunks are copied a shard at a time), or rewrite the "
             "level with larger chunks",
         )
-        what = f"a chunk of shape {chunks} of {dtype} can take through its codecs"
-        store = BoundedReadStore(src.zarr_store, level.array.stored_chunk_bound, what)
-        array = zarr.open_array(store, path=src.key(path), mode="r", zarr_format=2)
+        # read and decoded within bounds, as a rechunk's source is
+        array = bounded_array(
+            zarr.open_array(src.zarr_store, path=src.key(path), mode="r", zarr_format=2)
+        )
         job = prepare_write(
             da.from_zarr(array).astype(native),
             dst,
