@@ -1,9 +1,13 @@
-"""Generic checks of argument values: booleans, integers, choices, paths, JSON, dtypes.
+"""Generic checks of argument values: booleans, integers, choices, paths, JSON, dtypes, shapes.
 
 Each raises :class:`~shardpipe.errors.InvalidArgumentError` naming the
-parameter, showing the value and saying how to fix it. The checks of a
-write's own arguments are in :mod:`shardpipe.write.arguments`, those of where data
-is read and written in :mod:`shardpipe.stored.places`.
+parameter, showing the value and saying how to fix it. The checks of
+shapes (shard and chunk shapes, how they divide, dimension names) and the
+limits (:data:`MAX_SIZE`, :data:`MAX_NDIM`, :data:`MAX_DASK_BLOCKS`) are the
+ones every writer applies to its arguments and every reader to a stored
+``zarr.json`` (:mod:`shardpipe.stored.array_document`). The checks of a
+write's other arguments are in :mod:`shardpipe.write.arguments`, those of where
+data is read and written in :mod:`shardpipe.stored.places`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it
 
 MAX_SIZE = 2**63 - 1
 """The largest size, element count or byte count NumPy, Dask and zarr index (int64)."""
+
+MAX_NDIM = 64
+"""The most dimensions an array may have (NumPy's limit)."""
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -261,6 +268,11 @@ def check_int_tuple(name: str, value: Any) -> Shape | None:
 
 
 def shape_param(name: str, value: Any, ndim: int) -> Shape | None:
+    """Accept None, or one positive integer per dimension (one integer: the same for all).
+
+    Sizes are never rounded or converted from floats or strings, and their
+    product must stay within :data:`MAX_SIZE` (:func:`check_size_limit`).
+    """
     if value is None:
         return None
     if is_integer(value):
@@ -312,15 +324,55 @@ def check_size_limit(name: str, shape: Shape, itemsize: int = 1) -> None:
         )
 
 
-MAX_MADE_UP_BLOCKS = 2**24
-"""The most Dask blocks of a made-up source (``shardpipe plan --shape``): planning more
-takes minutes and gigabytes."""
+def check_shards_of_chunks(shard_shape: Shape, chunk_shape: Shape) -> None:
+    """Refuse shards that are not a whole number of inner chunks along every dimension."""
+    bad = [d for d, (s, c) in enumerate(zip(shard_shape, chunk_shape, strict=True)) if s % c]
+    if bad:
+        raise InvalidArgumentError(
+            "shards",
+            f"{shard_shape} is not a multiple of chunks={chunk_shape} along dimension(s) {bad}",
+            "Make every shard size a whole multiple of the inner chunk size",
+        )
+
+
+def check_dimension_names(dimension_names: Any, ndim: int) -> None:
+    """Accept None or one name (a string or None) per dimension."""
+    if dimension_names is None:
+        return
+    if isinstance(dimension_names, str | bytes) or not hasattr(dimension_names, "__iter__"):
+        raise InvalidArgumentError(
+            "dimension_names",
+            f"expected a sequence of {ndim} names, got {dimension_names!r}",
+            'Pass one string per dimension, e.g. ("z", "y", "x")',
+        )
+    names = list(dimension_names)
+    if len(names) != ndim or not all(n is None or isinstance(n, str) for n in names):
+        raise InvalidArgumentError(
+            "dimension_names",
+            f"{names!r} is not {ndim} names (strings or None) for an array of {ndim} dimensions",
+            "Give one name per dimension",
+        )
+
+
+MAX_DASK_BLOCKS = 2**24
+"""The most blocks of a Dask array shardpipe makes: of a made-up source (``shardpipe plan
+--shape``) or of an array it opens (``open_array``, ``open_dataset``). Dask handles
+every block in Python: planning more takes minutes and gigabytes, and opening a
+one-dimensional array of this many blocks about 30 s."""
+
+
+def dask_block_count(shape: Shape, block: Shape) -> int:
+    """How many blocks of ``block`` cover ``shape``, by arithmetic (no list of them is made).
+
+    An extent of 0 makes no block (a block extent of 0 is taken as 1).
+    """
+    return math.prod(-(-n // max(b, 1)) for n, b in zip(shape, block, strict=True))
 
 
 def check_made_up_blocks(
     shape: Shape, blocks: Shape | None, itemsize: int, auto_block_nbytes: int
 ) -> None:
-    """Refuse a made-up source of more than :data:`MAX_MADE_UP_BLOCKS` Dask blocks.
+    """Refuse a made-up source of more than :data:`MAX_DASK_BLOCKS` Dask blocks.
 
     With ``blocks`` None (Dask's ``"auto"`` blocks of ``auto_block_nbytes``,
     its ``array.chunk-size``) the count is estimated from the bytes, before
@@ -331,12 +383,12 @@ def check_made_up_blocks(
         count = -(-math.prod(shape) * itemsize // auto_block_nbytes)
         fix = "Give --blocks (Dask block shape) so that there are fewer blocks"
     else:
-        count = math.prod(-(-n // b) for n, b in zip(shape, blocks, strict=True))
+        count = dask_block_count(shape, blocks)
         fix = "Give larger --blocks"
-    if count > MAX_MADE_UP_BLOCKS:
+    if count > MAX_DASK_BLOCKS:
         raise InvalidArgumentError(
             "blocks",
             f"a made-up source of shape {shape} would have {'at least ' if blocks is None else ''}"
-            f"{count:,} Dask blocks (at most {MAX_MADE_UP_BLOCKS:,} are planned)",
+            f"{count:,} Dask blocks (at most {MAX_DASK_BLOCKS:,} are planned)",
             fix,
         )

@@ -17,7 +17,7 @@ _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", boo
 _JSON_KINDS[type(None)] = "null"
 
 
-def parse_json_object(data: bytes, what: str) -> dict[str, Any]:
+def parse_json_object(data: bytes, what: str, fix: str = "") -> dict[str, Any]:
     """Decode ``data`` as a JSON object.
 
     Parameters
@@ -26,6 +26,8 @@ def parse_json_object(data: bytes, what: str) -> dict[str, Any]:
         The stored bytes.
     what : str
         The document and its key, as error messages name it (``"'a/zarr.json'"``).
+    fix : str
+        How to fix the document, appended to the message (none by default).
 
     Raises
     ------
@@ -33,15 +35,16 @@ def parse_json_object(data: bytes, what: str) -> dict[str, Any]:
         If the bytes are not UTF-8, not JSON, nest too deeply or hold
         something other than an object.
     """
+    then = f". {fix}" if fix else ""
     try:
         document = json.loads(bytes(data))
     except UnicodeDecodeError as err:
-        raise MetadataError(f"{what} is not UTF-8 text ({err})") from err
+        raise MetadataError(f"{what} is not UTF-8 text ({err}){then}") from err
     except ValueError as err:
-        raise MetadataError(f"{what} is not JSON ({err})") from err
+        raise MetadataError(f"{what} is not JSON ({err}){then}") from err
     except RecursionError as err:
-        raise MetadataError(f"{what} nests JSON too deeply to be metadata") from err
+        raise MetadataError(f"{what} nests JSON too deeply to be metadata{then}") from err
     if not isinstance(document, dict):
         kind = _JSON_KINDS.get(type(document), type(document).__name__)
-        raise MetadataError(f"{what} holds a JSON {kind}, not an object")
+        raise MetadataError(f"{what} holds a JSON {kind}, not an object{then}")
     return document

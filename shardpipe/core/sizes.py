@@ -129,15 +129,19 @@ def shard_multiple_block(shape: Shape, unit: Shape, itemsize: int, budget: int |
     grows by whole units along the last axis, then the one before, and so
     on, while its bytes stay within ``budget``; units that pass ``budget``
     on their own are refused by the caller (the block is one unit then).
+    Each extent is computed, not counted up unit by unit: a grid of 2**62
+    shards costs what a grid of 2 does.
     """
     block = [min(u, n) for u, n in zip(unit, shape, strict=True)]
     if budget is None:
         return tuple(block)
     for axis in reversed(range(len(shape))):
-        while block[axis] < shape[axis]:
-            wider = [*block]
-            wider[axis] = min(block[axis] + unit[axis], shape[axis])
-            if math.prod(wider) * itemsize > budget:
-                break
-            block = wider
+        if block[axis] >= shape[axis]:
+            continue
+        rest = math.prod(block[:axis] + block[axis + 1 :]) * itemsize
+        widest = budget // rest if rest else shape[axis]  # the widest extent within budget
+        if widest >= shape[axis]:
+            block[axis] = shape[axis]
+        elif widest > block[axis]:
+            block[axis] += (widest - block[axis]) // unit[axis] * unit[axis]
     return tuple(block)

@@ -10,15 +10,24 @@ chunk it holds.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import xarray as xr
+from zarr.abc.store import Store
+from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.errors import ContainsArrayError
 
-from shardpipe.core.checks import check_path
-from shardpipe.errors import InvalidArgumentError
+from shardpipe.core.checks import MAX_DASK_BLOCKS, check_path, dask_block_count
+from shardpipe.errors import InvalidArgumentError, ShardpipeError
 from shardpipe.storage.local.contained import contained
+from shardpipe.storage.resolve import resolve_store
+from shardpipe.stored.metadata import (
+    ZARR_PARSE_ERRORS,
+    check_array_size,
+    read_group_members,
+    unreadable_metadata,
+)
 from shardpipe.stored.places import check_store_like
 
 
@@ -61,8 +70,13 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
     Raises
     ------
     shardpipe.errors.InvalidArgumentError
-        If no group is at ``store`` (and ``group``), or an array is: that
-        one opens with :func:`shardpipe.open_array`.
+        If no Zarr group is there (an array is: that one opens with
+        :func:`shardpipe.open_array`), or a variable would be more than
+        :data:`~shardpipe.core.checks.MAX_DASK_BLOCKS` Dask chunks.
+    shardpipe.errors.MetadataError
+        If the ``zarr.json`` of the group or of a node in it is broken or
+        declares what no array can be, as :func:`shardpipe.open_array`
+        refuses it; checked before xarray opens the group.
     """
     if "chunks" in kwargs:
         raise InvalidArgumentError(
@@ -72,6 +86,8 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
         )
     check_store_like("store", store)
     check_path("group", group)
+    where = f"{store!r}" + (f", group {group!r}" if group else "")
+    _check_members(store, group, kwargs.get("storage_options"))
     try:
         ds = xr.open_zarr(contained(store), group=group, chunks=None, **kwargs)
     except ContainsArrayError as err:  # an array where the dataset's group should be
@@ -86,10 +102,15 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
     except (FileNotFoundError, KeyError) as err:  # zarr's NodeNotFoundError is one
         raise InvalidArgumentError(
             "group" if group else "store",
-            f"no Zarr group at {store!r}" + (f", group {group!r}" if group else "") + f" ({err})",
+            f"no Zarr group at {where} ({err})",
             "Check the store and group: they must name an existing Zarr group",
         ) from err
+    except ShardpipeError:
+        raise
+    except ZARR_PARSE_ERRORS as err:  # a Zarr v2 node, or a store not read above
+        raise unreadable_metadata(where, err) from err
     chunks = shard_chunks(ds)
+    _check_blocks(ds, chunks, where, "group" if group else "store")
     token = uuid.uuid4().hex[:12]
     variables = {
         name: (var.chunk(chunks[name], name=f"open-{name}-{token}") if name in chunks else var)
@@ -102,3 +123,33 @@ def open_dataset(store: Any, *, group: str | None = None, **kwargs: Any) -> xr.D
     )
     opened.encoding = ds.encoding
     return opened
+
+
+def _check_members(store: Any, group: str | None, storage_options: Any) -> None:
+    """Check the ``zarr.json`` of the group and of each node in it, as ``open_array`` does.
+
+    A mapping that is no zarr store is left to xarray.
+    """
+    if isinstance(store, Mapping) and not isinstance(store, Store):
+        return
+    root = resolve_store(store, group, storage_options)
+    for key, node in read_group_members(root).items():
+        if isinstance(node, ArrayV3Metadata):
+            check_array_size(node, key)
+
+
+def _check_blocks(
+    ds: xr.Dataset, chunks: dict[Hashable, dict[Hashable, int]], where: str, parameter: str
+) -> None:
+    """Refuse a variable that would be more Dask chunks than shardpipe opens."""
+    for name, sizes in chunks.items():
+        shape = tuple(int(n) for n in ds.variables[name].shape)
+        block = tuple(sizes.values())
+        count = dask_block_count(shape, block)
+        if count > MAX_DASK_BLOCKS:
+            raise InvalidArgumentError(
+                parameter,
+                f"variable {name!r} of {where}, of shape {shape}, would be {count:,} Dask "
+                f"chunks of {block}, more than the {MAX_DASK_BLOCKS:,} shardpipe opens",
+                "Open it with xr.open_zarr(store, chunks=None) and select a part before .chunk()",
+            )

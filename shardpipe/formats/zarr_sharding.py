@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Buffer
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import crc32c
 import numpy as np
 
+from shardpipe.core.checks import check_choice
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import EMPTY, RangeReader, ShardIndex
@@ -44,6 +45,7 @@ __all__ = [
     "IndexLocation",
     "ShardFormatError",
     "ZarrShardingFormat",
+    "check_index_location",
     "decode_index",
     "encode_index",
     "index_nbytes",
@@ -54,6 +56,19 @@ IndexLocation = Literal["start", "end"]
 INDEX_LOCATIONS: tuple[IndexLocation, ...] = ("start", "end")
 _MAX_DIGITS = 19
 """Digits of the largest shard coordinate a key can name (extents are below 2**63)."""
+
+
+def check_index_location(index_location: Any) -> IndexLocation:
+    """Return ``index_location`` if it is ``"start"`` or ``"end"``.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        Otherwise, naming ``index_location``.
+    """
+    check_choice("index_location", index_location, INDEX_LOCATIONS, "Use 'start' or 'end'")
+    result: IndexLocation = index_location
+    return result
 
 
 def index_nbytes(n_slots: int, *, checksum: bool = True) -> int:

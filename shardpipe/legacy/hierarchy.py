@@ -27,6 +27,7 @@ from shardpipe.legacy.metadata import (
 )
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.array_document import metadata_fix
 
 
 @dataclass
@@ -53,7 +54,7 @@ class Draft:
 def read_json(store: ShardStore, key: str) -> dict[str, Any] | None:
     """The JSON object at ``key`` (None when absent)."""
     raw = store.get(key)
-    return None if raw is None else parse_json_object(raw, repr(key))
+    return None if raw is None else parse_json_object(raw, repr(key), metadata_fix("node"))
 
 
 def read_draft(

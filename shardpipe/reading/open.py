@@ -18,11 +18,19 @@ import numpy as np
 import zarr
 from zarr.errors import NodeTypeValidationError
 
-from shardpipe.core.checks import check_path
+from shardpipe import advice
+from shardpipe.core.checks import MAX_DASK_BLOCKS, check_path, dask_block_count
 from shardpipe.core.display import format_nbytes
 from shardpipe.core.sizes import shard_multiple_block
-from shardpipe.errors import InvalidArgumentError
-from shardpipe.storage.resolve import resolve_store
+from shardpipe.errors import InvalidArgumentError, ShardpipeError
+from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from shardpipe.stored.metadata import (
+    ZARR_PARSE_ERRORS,
+    broken_metadata,
+    check_array_size,
+    read_node_metadata,
+    unreadable_metadata,
+)
 from shardpipe.write.arguments import check_max_mem
 
 __all__ = ["open_array"]
@@ -63,12 +71,21 @@ def open_array(
     ------
     shardpipe.errors.InvalidArgumentError
         If no Zarr array is at ``path`` (a group names the arrays it holds),
-        or a shard is larger than ``max_mem``.
+        a shard is larger than ``max_mem``, or the array would be more than
+        :data:`~shardpipe.core.checks.MAX_DASK_BLOCKS` Dask blocks.
+    shardpipe.errors.MetadataError
+        If its ``zarr.json`` is broken or declares what no array can be
+        (the checks of :func:`~shardpipe.stored.metadata.parse_node_metadata`,
+        and more elements or bytes than NumPy and Dask index), naming the
+        key, the value and the fix; checked before anything is built.
     """
     path = check_path("path", path)
     budget = None if max_mem is None else check_max_mem(max_mem)
     target = resolve_store(store, path, storage_options)
-    array = _open(target.zarr_store, target.path, store)
+    where = f"{store}" + (f", path {path!r}" if path else "")
+    checked = read_node_metadata(target.shards, target.key("zarr.json"))  # Zarr v3, or None
+    array = _open(target, where, "path" if path else "store")
+    check_array_size(array.metadata, target.key("zarr.json" if checked else ".zarray"))
     unit = tuple(int(n) for n in (array.shards or array.chunks))
     itemsize = np.dtype(array.dtype).itemsize
     unit_nbytes = int(np.prod(unit)) * itemsize
@@ -79,18 +96,32 @@ def open_array(
             f"max_mem={format_nbytes(budget)}",
             "Raise max_mem to a shard's bytes or more, or leave it out (one block per shard)",
         )
-    block = shard_multiple_block(tuple(array.shape), unit, itemsize, budget)
+    shape = tuple(int(n) for n in array.shape)
+    block = shard_multiple_block(shape, unit, itemsize, budget)
+    blocks = dask_block_count(shape, block)
+    if blocks > MAX_DASK_BLOCKS:
+        raise InvalidArgumentError(
+            "max_mem",
+            f"the array at {where}, of shape {shape}, would be {blocks:,} Dask blocks of "
+            f"{block}, more than the {MAX_DASK_BLOCKS:,} shardpipe opens",
+            f"Pass a larger {advice.name('max_mem')}, for blocks of many shards, "
+            "or read parts of it with zarr.open_array(...)[...]",
+        )
     opened: da.Array = da.from_zarr(array, chunks=block if array.ndim else ())
     return opened
 
 
-def _open(zarr_store: Any, path: str, given: Any) -> zarr.Array[Any]:
-    where = f"{given}" + (f", path {path!r}" if path else "")
+def _open(target: ResolvedStore, where: str, parameter: str) -> zarr.Array[Any]:
     try:
-        return zarr.open_array(zarr_store, path=path, mode="r")
+        return zarr.open_array(target.zarr_store, path=target.path, mode="r")
     except NodeTypeValidationError:
-        group = zarr.open_group(zarr_store, path=path, mode="r")
-        names = sorted(name for name, _ in group.arrays())
+        group = zarr.open_group(target.zarr_store, path=target.path, mode="r")
+        try:
+            names = sorted(name for name, _ in group.arrays())
+        except (FileNotFoundError, ShardpipeError):
+            raise
+        except ZARR_PARSE_ERRORS as err:  # an array of the group has metadata zarr cannot read
+            raise broken_metadata(target.shards, target.key(""), err) from err
         raise InvalidArgumentError(
             "path",
             f"{where} is a group, not an array",
@@ -98,7 +129,9 @@ def _open(zarr_store: Any, path: str, given: Any) -> zarr.Array[Any]:
         ) from None
     except (FileNotFoundError, KeyError) as err:  # zarr's NodeNotFoundError is one
         raise InvalidArgumentError(
-            "path" if path else "store",
+            parameter,
             f"no Zarr array at {where}",
             "Check the store and path: they must name an existing Zarr array",
         ) from err
+    except ZARR_PARSE_ERRORS as err:  # a Zarr v2 array (its zarr.json was checked before)
+        raise unreadable_metadata(where, err) from err

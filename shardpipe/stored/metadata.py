@@ -9,11 +9,16 @@ The bytes of a stored ``zarr.json`` are untrusted: :func:`read_node_metadata`
 and :func:`parse_node_metadata` turn them into zarr metadata or raise
 :class:`~shardpipe.errors.MetadataError` naming the file and what is wrong
 (not JSON, not an object, a missing or mistyped key, a document zarr
-refuses, or sizes no array can have: see :data:`MAX_SHARD_SLOTS` and
-:data:`MAX_CHUNK_NBYTES`). Nothing is allocated in proportion to the sizes a
-document declares before they are checked; the shard grid may be of any
-size (the commands that look at shards list those present,
-:mod:`shardpipe.stored.listing`).
+refuses, or sizes no array can have: see
+:data:`~shardpipe.stored.array_document.MAX_SHARD_SLOTS` and :data:`MAX_CHUNK_NBYTES`),
+and how to fix it. Before zarr reads an array's document,
+:func:`~shardpipe.stored.array_document.check_array_document` gives its shapes of
+shards and inner chunks, its dimension names and index locations the checks a write
+applies to the same arguments. Nothing is allocated in proportion to the sizes a document
+declares before they are checked; the shard grid may be of any size (the
+commands that look at shards list those present, :mod:`shardpipe.stored.listing`).
+Readers that make Dask arrays also refuse shapes beyond what NumPy and Dask
+index (:func:`check_array_size`).
 """
 
 from __future__ import annotations
@@ -25,26 +30,26 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.core.group import GroupMetadata
 from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.core.sync import sync
 
 from shardpipe import advice
 from shardpipe.codec.chunk_codec import sharding_codec_of
+from shardpipe.core.checks import check_size_limit
 from shardpipe.core.documents import parse_json_object
-from shardpipe.core.grid import ShardLayout, ceildiv
+from shardpipe.core.grid import ShardLayout
 from shardpipe.errors import MetadataError, ShardFormatError, ShardpipeError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.stored.array_document import (
+    as_broken,
+    broken_document,
+    check_array_document,
+    consolidated_arrays,
+    metadata_fix,
+)
 
 if TYPE_CHECKING:
     from shardpipe.storage.base import ShardStore
     from shardpipe.storage.resolve import ResolvedStore
-
-MAX_NDIM = 64
-"""Most dimensions an array may have (NumPy's limit)."""
-
-MAX_EXTENT = 2**63 - 1
-"""Largest extent of a dimension (NumPy indexes with signed 64-bit integers)."""
-
-MAX_SHARD_SLOTS = 2**26
-"""Most inner chunks a shard may hold: its index then takes 1 GiB."""
 
 MAX_CHUNK_NBYTES = 2**36
 """Most bytes an inner chunk may hold decoded (64 GiB)."""
@@ -123,88 +128,49 @@ def format_of(metadata: ArrayV3Metadata) -> ZarrShardingFormat:
     )
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_extents(value: Any, name: str, key: str, *, least: int) -> list[int]:
-    """``value`` as a list of integers in ``[least, MAX_EXTENT]``, at most ``MAX_NDIM`` long."""
-    if not isinstance(value, list) or not all(_is_int(n) for n in value):
-        raise MetadataError(f"{key!r}: {name} must be a list of integers, got {value!r:.200}")
-    if len(value) > MAX_NDIM:
-        raise MetadataError(f"{key!r}: {name} has {len(value)} dimensions, more than {MAX_NDIM}")
-    if any(not least <= n <= MAX_EXTENT for n in value):
-        raise MetadataError(
-            f"{key!r}: {name} {value} has an extent outside [{least}, {MAX_EXTENT}]"
-        )
-    return list(value)
-
-
-def _check_array_document(document: dict[str, Any], key: str) -> None:
-    """Check what zarr does not: the types and ranges of the keys shardpipe computes with."""
-    for name in ("shape", "data_type", "chunk_grid", "codecs", "fill_value"):
-        if name not in document:
-            raise MetadataError(f"{key!r}: the array metadata has no {name!r}")
-    shape = _check_extents(document["shape"], "'shape'", key, least=0)
-    grid = document["chunk_grid"]
-    if not isinstance(grid, dict) or not isinstance(grid.get("configuration", {}), dict):
-        raise MetadataError(f"{key!r}: 'chunk_grid' must be an object, got {grid!r:.200}")
-    if grid.get("name") == "regular":
-        chunks = grid.get("configuration", {}).get("chunk_shape")
-        if chunks is not None:
-            _check_extents(chunks, "'chunk_grid' chunk_shape", key, least=0)
-    codecs = document["codecs"]
-    if not isinstance(codecs, list) or not all(isinstance(c, (dict, str)) for c in codecs):
-        raise MetadataError(f"{key!r}: 'codecs' must be a list of codecs, got {codecs!r:.200}")
-    for codec in codecs:
-        if isinstance(codec, dict) and codec.get("name") == "sharding_indexed":
-            config = codec.get("configuration")
-            if not isinstance(config, dict):
-                raise MetadataError(f"{key!r}: the sharding_indexed codec has no configuration")
-            inner = _check_extents(
-                config.get("chunk_shape"), "the sharding_indexed chunk_shape", key, least=0
-            )
-            if len(inner) != len(shape):
-                raise MetadataError(
-                    f"{key!r}: the sharding_indexed chunk_shape {inner} and the shape {shape} "
-                    "have different numbers of dimensions"
-                )
-    for name, kind in (("attributes", dict), ("chunk_key_encoding", (dict, str))):
-        if name in document and not isinstance(document[name], kind):
-            raise MetadataError(
-                f"{key!r}: {name!r} has the wrong type, got {document[name]!r:.200}"
-            )
-
-
 def check_sizes(metadata: ArrayV3Metadata, key: str) -> None:
-    """Refuse a sharded array whose shards or inner chunks are too large to handle.
+    """Refuse a sharded array whose inner chunks are too large to decode.
+
+    The count of inner chunks per shard is checked with the document
+    (:data:`~shardpipe.stored.array_document.MAX_SHARD_SLOTS`).
 
     Raises
     ------
     MetadataError
-        If a shard holds more than :data:`MAX_SHARD_SLOTS` inner chunks or an
-        inner chunk more than :data:`MAX_CHUNK_NBYTES` bytes.
+        If an inner chunk holds more than :data:`MAX_CHUNK_NBYTES` bytes.
     """
     if not is_sharded(metadata):
         return
-    sharding = sharding_codec_of(metadata)
-    inner = tuple(int(n) for n in sharding.chunk_shape)
-    outer = getattr(metadata.chunk_grid, "chunk_shape", None)
-    if outer is not None:
-        per_shard = [ceildiv(int(s), c) for s, c in zip(outer, inner, strict=False) if c]
-        slots = math.prod(per_shard)
-        if slots > MAX_SHARD_SLOTS:
-            raise MetadataError(
-                f"{key!r}: shards of shape {tuple(outer)} hold {slots:,} inner chunks of shape "
-                f"{inner}, more than the {MAX_SHARD_SLOTS:,} shardpipe reads the index of"
-            )
-    itemsize = _itemsize(metadata)
-    nbytes = math.prod(inner) * itemsize
+    inner = tuple(int(n) for n in sharding_codec_of(metadata).chunk_shape)
+    nbytes = math.prod(inner) * _itemsize(metadata)
     if nbytes > MAX_CHUNK_NBYTES:
-        raise MetadataError(
-            f"{key!r}: an inner chunk of shape {inner} holds {nbytes:,} bytes, more than the "
-            f"{MAX_CHUNK_NBYTES:,} shardpipe decodes"
+        raise broken_document(
+            key,
+            f"an inner chunk of shape {inner} holds {nbytes:,} bytes, more than the "
+            f"{MAX_CHUNK_NBYTES:,} shardpipe decodes",
         )
+
+
+def check_array_size(metadata: Any, key: str) -> None:
+    """Refuse an array larger than NumPy and Dask index, as a write refuses such a shape.
+
+    For the readers that make a Dask array of it; ``verify`` and ``info``
+    look only at the shards present, and check arrays of any size.
+
+    Parameters
+    ----------
+    metadata : ArrayV3Metadata or ArrayV2Metadata
+        The array's metadata, as zarr read it.
+    key : str
+        The key of its metadata document, for the message.
+
+    Raises
+    ------
+    MetadataError
+        If its elements or bytes pass 2**63 - 1 (:func:`~shardpipe.core.checks.check_size_limit`).
+    """
+    shape = tuple(int(n) for n in metadata.shape)
+    as_broken(key, "'shape'", check_size_limit, "shape", shape, _itemsize(metadata))
 
 
 def _itemsize(metadata: ArrayV3Metadata) -> int:
@@ -220,57 +186,67 @@ def parse_array_metadata(document: dict[str, Any], key: str) -> ArrayV3Metadata:
     Raises
     ------
     MetadataError
-        Naming ``key`` and what is wrong.
+        Naming ``key``, what is wrong and the fix.
     """
-    if document.get("zarr_format") != 3 or isinstance(document.get("zarr_format"), bool):
-        raise MetadataError(
-            f"{key!r}: 'zarr_format' must be 3, got {document.get('zarr_format')!r:.100}"
-        )
+    _check_zarr_format(document, key, "array")
     if document.get("node_type") != "array":
-        raise MetadataError(
-            f"{key!r}: 'node_type' must be 'array', got {document.get('node_type')!r:.100}"
+        raise broken_document(
+            key, f"'node_type' must be 'array', got {document.get('node_type')!r:.100}"
         )
-    _check_array_document(document, key)
+    check_array_document(document, key)
     try:
         metadata = ArrayV3Metadata.from_dict(dict(document), path=key)
     except ShardpipeError:
         raise
     except ZARR_PARSE_ERRORS as err:
-        raise MetadataError(
-            f"{key!r}: zarr cannot read the array metadata ({_describe(err)})"
-        ) from err
+        problem = f"zarr cannot read the array metadata ({_describe(err)})"
+        raise broken_document(key, problem) from err
     check_sizes(metadata, key)
     return metadata
+
+
+def _check_zarr_format(document: dict[str, Any], key: str, node: str) -> None:
+    if document.get("zarr_format") != 3 or isinstance(document.get("zarr_format"), bool):
+        raise broken_document(
+            key, f"'zarr_format' must be 3, got {document.get('zarr_format')!r:.100}", node
+        )
 
 
 def parse_node_metadata(data: bytes, key: str) -> ArrayV3Metadata | GroupMetadata:
     """Turn the bytes of a ``zarr.json`` into array or group metadata, checked.
 
+    The arrays of a group's consolidated metadata are checked as arrays
+    (:func:`parse_array_metadata`): readers such as xarray open them from there.
+
     Raises
     ------
     MetadataError
-        Naming ``key`` and what is wrong.
+        Naming ``key``, what is wrong and the fix.
     """
-    document = parse_json_object(data, repr(key))
+    document = parse_json_object(data, repr(key), fix=metadata_fix("node"))
     node_type = document.get("node_type")
     if node_type == "array":
         return parse_array_metadata(document, key)
     if node_type != "group":
-        raise MetadataError(
-            f"{key!r}: 'node_type' must be 'array' or 'group', got {node_type!r:.100}"
+        raise broken_document(
+            key, f"'node_type' must be 'array' or 'group', got {node_type!r:.100}", "node"
         )
-    if document.get("zarr_format") != 3 or isinstance(document.get("zarr_format"), bool):
-        raise MetadataError(
-            f"{key!r}: 'zarr_format' must be 3, got {document.get('zarr_format')!r:.100}"
-        )
+    _check_zarr_format(document, key, "group")
+    for path, member in consolidated_arrays(document):
+        check_array_document(member, f"{key} (consolidated metadata of {path!r})")
     try:
-        return GroupMetadata.from_dict(dict(document))
+        group = GroupMetadata.from_dict(dict(document))
     except ShardpipeError:
         raise
     except ZARR_PARSE_ERRORS as err:
-        raise MetadataError(
-            f"{key!r}: zarr cannot read the group metadata ({_describe(err)})"
+        raise broken_document(
+            key, f"zarr cannot read the group metadata ({_describe(err)})", "group"
         ) from err
+    members = group.consolidated_metadata.metadata if group.consolidated_metadata else {}
+    for path, metadata in members.items():
+        if isinstance(metadata, ArrayV3Metadata):
+            check_sizes(metadata, f"{key} (consolidated metadata of {path!r})")
+    return group
 
 
 def read_node_metadata(store: ShardStore, key: str) -> ArrayV3Metadata | GroupMetadata | None:
@@ -310,11 +286,51 @@ def open_array_metadata(target: ResolvedStore) -> Any:
         except (FileNotFoundError, ShardpipeError):
             raise
         except ZARR_PARSE_ERRORS as err:
-            raise MetadataError(
-                f"zarr cannot read the metadata of the node at {advice.place(target.path)} "
-                f"({_describe(err)})"
-            ) from err
+            raise unreadable_metadata(advice.place(target.path), err) from err
     return node
+
+
+def unreadable_metadata(place: str, err: BaseException) -> MetadataError:
+    """The error for the metadata of the node at ``place`` that zarr failed to read with ``err``."""
+    return MetadataError(
+        f"zarr cannot read the metadata of the node at {place} ({_describe(err)}). "
+        f"{metadata_fix('node')}"
+    )
+
+
+def read_group_members(target: ResolvedStore) -> dict[str, ArrayV3Metadata | GroupMetadata]:
+    """The ``zarr.json`` of the group at ``target`` and of each node directly in it, checked.
+
+    What a reader of the group finds: zarr lists the group's folder for its
+    members (unless it has consolidated metadata, checked with the group's
+    document) and skips, with a warning only, one whose metadata lacks a
+    key. One listing of the folder, one read per member; nothing is listed
+    when no Zarr v3 group is at ``target``.
+
+    Returns
+    -------
+    dict
+        Metadata by the key of its ``zarr.json``, the group's first.
+
+    Raises
+    ------
+    MetadataError
+        Naming the first broken ``zarr.json``.
+    """
+    key = target.key("zarr.json")
+    group = read_node_metadata(target.shards, key)
+    if not isinstance(group, GroupMetadata):
+        return {} if group is None else {key: group}
+
+    async def names() -> list[str]:
+        return [name async for name in target.zarr_store.list_dir(target.path)]
+
+    found: dict[str, ArrayV3Metadata | GroupMetadata] = {key: group}
+    for name in sorted(sync(names())):
+        member = target.key(f"{name}/zarr.json")
+        if name != "zarr.json" and (node := read_node_metadata(target.shards, member)):
+            found[member] = node
+    return found
 
 
 def check_tree_metadata(store: ShardStore, prefix: str) -> None:

@@ -27,17 +27,16 @@ from shardpipe.core.sizes import (
 from shardpipe.errors import (
     InvalidArgumentError,
 )
-from shardpipe.formats.zarr_sharding import INDEX_LOCATIONS, IndexLocation
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     pass
 
 
 from shardpipe.core.checks import (
-    check_choice,
     check_dtype,
     check_int_tuple,
     check_json_dict,
+    check_shards_of_chunks,
     is_integer,
     shape_param,
     shown,
@@ -111,13 +110,7 @@ def resolve_shapes(shape: Shape, itemsize: int, shards: Any, chunks: Any) -> tup
         )
     if shard_shape is None:
         shard_shape = default_shard_shape(shape, chunk_shape, itemsize)
-    bad = [d for d, (s, c) in enumerate(zip(shard_shape, chunk_shape, strict=True)) if s % c]
-    if bad:
-        raise InvalidArgumentError(
-            "shards",
-            f"{shard_shape} is not a multiple of chunks={chunk_shape} along dimension(s) {bad}",
-            "Make every shard size a whole multiple of the inner chunk size",
-        )
+    check_shards_of_chunks(shard_shape, chunk_shape)
     return shard_shape, chunk_shape
 
 
@@ -156,13 +149,6 @@ def check_fill_value(fill_value: Any, dtype: np.dtype[Any]) -> None:
         )
 
 
-def check_index_location(index_location: Any) -> IndexLocation:
-    """Return ``index_location`` if it is ``"start"`` or ``"end"``."""
-    check_choice("index_location", index_location, INDEX_LOCATIONS, "Use 'start' or 'end'")
-    result: IndexLocation = index_location
-    return result
-
-
 def check_max_mem(max_mem: Any) -> int:
     """Parse ``max_mem``: a positive integer of bytes or a string like ``"2GB"`` (not a float)."""
     if isinstance(max_mem, float | np.floating):
@@ -179,25 +165,6 @@ def check_max_mem(max_mem: Any) -> int:
         raise InvalidArgumentError(
             "max_mem", str(err), "Pass bytes or a string like '2GB'"
         ) from None
-
-
-def check_dimension_names(dimension_names: Any, ndim: int) -> None:
-    """Accept None or one name (a string or None) per dimension."""
-    if dimension_names is None:
-        return
-    if isinstance(dimension_names, str | bytes) or not hasattr(dimension_names, "__iter__"):
-        raise InvalidArgumentError(
-            "dimension_names",
-            f"expected a sequence of {ndim} names, got {dimension_names!r}",
-            'Pass one string per dimension, e.g. ("z", "y", "x")',
-        )
-    names = list(dimension_names)
-    if len(names) != ndim or not all(n is None or isinstance(n, str) for n in names):
-        raise InvalidArgumentError(
-            "dimension_names",
-            f"{names!r} is not {ndim} names (strings or None) for an array of {ndim} dimensions",
-            "Give one name per dimension",
-        )
 
 
 def check_attributes(attributes: Any) -> None:

@@ -21,7 +21,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from shardpipe import advice
 from shardpipe.codec.checksums import checksummed_compressors
 from shardpipe.codec.chunk_codec import ChunkCodec
-from shardpipe.core.checks import check_bool, check_int, check_json_dict
+from shardpipe.core.checks import check_bool, check_dimension_names, check_int, check_json_dict
 from shardpipe.core.grid import BlockGrid, Coords, Shape, ShardLayout
 from shardpipe.core.memory import DEFAULT_MAX_MEM, MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
@@ -39,7 +39,6 @@ from shardpipe.write.arguments import (
     as_dask_array,
     build_metadata,
     check_array,
-    check_dimension_names,
     check_fill_value,
     check_max_mem,
     resolve_shapes,

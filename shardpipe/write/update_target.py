@@ -23,6 +23,7 @@ from shardpipe.core.shard_update import STRATEGIES
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
 from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.array_document import metadata_fix
 from shardpipe.stored.metadata import format_of, layout_of, parse_array_metadata
 
 
@@ -96,7 +97,7 @@ def read_metadata(
             else f"Point {advice.name(parameter)} at a sharded Zarr v3 array"
             + (f", or make one of this array with {advice.job('rechunk')}" if v2 else ""),
         )
-    document = parse_json_object(data, repr(key))  # MetadataError if broken
+    document = parse_json_object(data, repr(key), metadata_fix("array"))  # MetadataError if broken
     if document.get("node_type") == "group":
         raise InvalidArgumentError(
             parameter,

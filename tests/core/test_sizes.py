@@ -15,6 +15,7 @@ from shardpipe.core.sizes import (
     default_chunk_shape_within,
     default_shard_shape,
     parse_bytes,
+    shard_multiple_block,
 )
 
 SETTINGS = settings(max_examples=100, deadline=None)
@@ -173,3 +174,42 @@ def test_default_chunk_shape_within_prime_shard_is_not_degenerate() -> None:
     # "about 1 MiB" chunk must not collapse to a handful of bytes.
     chunk = default_chunk_shape_within((1031, 1031), 1)
     assert math.prod(chunk) >= DEFAULT_CHUNK_NBYTES // 4
+
+
+def _growing_block(shape, unit, itemsize, budget):  # type: ignore[no-untyped-def]
+    """The block of whole units grown one unit at a time (the oracle: slow, but plain)."""
+    block = [min(u, n) for u, n in zip(unit, shape, strict=True)]
+    for axis in reversed(range(len(shape))):
+        while block[axis] < shape[axis]:
+            wider = [*block]
+            wider[axis] = min(block[axis] + unit[axis], shape[axis])
+            if math.prod(wider) * itemsize > budget:
+                break
+            block = wider
+    return tuple(block)
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(1, 9)), min_size=1, max_size=4),
+    itemsizes,
+    st.integers(1, 4096),
+)
+def test_shard_multiple_block_grows_by_whole_units_within_the_budget(
+    sizes: list[tuple[int, int]], itemsize: int, budget: int
+) -> None:
+    shape = tuple(n for n, _ in sizes)
+    unit = tuple(u for _, u in sizes)
+    assert shard_multiple_block(shape, unit, itemsize, budget) == _growing_block(
+        shape, unit, itemsize, budget
+    )
+    assert shard_multiple_block(shape, unit, itemsize, None) == tuple(map(min, unit, shape))
+
+
+@pytest.mark.timeout(60)
+def test_shard_multiple_block_of_a_vast_grid_is_arithmetic() -> None:
+    """Issue 39: a forged shape of 2**62 in shards of 1 grew the block one shard at a time
+    (2**30 steps for max_mem="1GiB": over a minute); sizes are computed, never counted."""
+    assert shard_multiple_block((2**62,), (1,), 1, 2**30) == (2**30,)
+    assert shard_multiple_block((2**62, 2**62), (1, 3), 2, 2**40) == (1, 3 * (2**39 // 3))
+    assert shard_multiple_block((2**40, 2**20), (1, 1), 1, 2**40) == (2**20, 2**20)

@@ -336,7 +336,8 @@ def _parse(data: bytes, key: str = JSON_KEY) -> Any:
 
 def _check_parsed(node: Any) -> None:
     """Whatever a parsed document says, shardpipe computes with it without a stray exception."""
-    from shardpipe.stored.metadata import MAX_SHARD_SLOTS, format_of, is_sharded, layout_of
+    from shardpipe.stored.array_document import MAX_SHARD_SLOTS
+    from shardpipe.stored.metadata import format_of, is_sharded, layout_of
 
     if hasattr(node, "shape") and is_sharded(node):
         layout = layout_of(node)
