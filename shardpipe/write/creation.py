@@ -9,15 +9,17 @@ the first and last tasks of a delayed write (``ShardedWrite.to_delayed``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
 import zarr
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
+from shardpipe import advice
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.tasks import WriteTarget
-from shardpipe.errors import MetadataError
+from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.journal.job_record import delete_record, read_record, save_record
 from shardpipe.journal.markers import JobKeys, JobMarker, conflict, read_marker
 from shardpipe.storage.keys import JOB_DIR
@@ -43,17 +45,18 @@ def create_array(
     ``holder`` is this job's marker, when it holds one; without it, a marker
     of another job that may still run is an error. With ``identity``, the
     job record is saved just before the metadata (see
-    :mod:`shardpipe.write.resume`): an array whose ``zarr.json`` is there
-    always has its record, whatever stopped the write (a full disk, ``kill
-    -9``), and a record without a ``zarr.json`` is a write that a resumed
-    one simply starts again. Returns ``write_target`` unchanged, so that
-    tasks can depend on the metadata being written.
+    :mod:`shardpipe.write.resume`), after the groups above the array: an array
+    whose ``zarr.json`` is there always has its record and its groups,
+    whatever stopped the write (a full disk, ``kill -9``), and a record
+    without a ``zarr.json`` is a write that a resumed one simply starts
+    again. Returns ``write_target`` unchanged, so that tasks can depend on
+    the metadata being written.
 
     ``metadata`` is what zarr made of ``create_kwargs`` when the write was
     planned. An array at the store's root (no group above it to create) is
     given that document directly, one ``put``; an array under a path is
-    created by zarr, which adds the groups above it where missing and
-    refuses an array among them.
+    created by zarr, once the groups above it are there (created where
+    missing; an array among them is refused).
 
     ``run`` is unique to this run of the write and goes into the job record:
     a rerun of this task (Dask runs it again when the worker holding its
@@ -68,6 +71,7 @@ def create_array(
     check_target(target, overwrite)
     if overwrite:
         _remove_node(target)
+    _create_groups_above(target)
     if identity is not None:
         save_record(target, identity, "running", run)
     if metadata is not None and not target.path:
@@ -76,6 +80,45 @@ def create_array(
         zarr.create_array(target.zarr_store_for_writes, name=target.path or None, **create_kwargs)
     target.shards.make_durable(metadata_keys(target))
     return write_target
+
+
+def _create_groups_above(target: ResolvedStore) -> None:
+    """Create the groups above the array that are missing, from the root down.
+
+    zarr writes them beside the array's ``zarr.json``, in no set order: a
+    write stopped there would leave an array whose groups are missing, which a
+    resumed write (the array made) does not create. Created first, they are
+    there whenever the array's ``zarr.json`` is.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        When one of them is an array (which holds no other node), before
+        anything is written there.
+    """
+    parts = target.path.split("/")[:-1] if target.path else []
+    for depth in range(len(parts) + 1):
+        path = "/".join(parts[:depth])
+        document = target.shards.get(f"{path}/zarr.json" if path else "zarr.json")
+        if document is None:
+            store = target.zarr_store_for_writes
+            zarr.open_group(store, path=path or None, mode="a", zarr_format=3)
+        elif _is_array(document):
+            raise InvalidArgumentError(
+                "path",
+                f"{target.path!r} lies inside the array at {advice.place(path)}, and an array "
+                "holds no other node",
+                "Write to a path outside it (or inside a group)",
+            )
+
+
+def _is_array(document: bytes) -> bool:
+    """Whether a ``zarr.json`` document is an array's (one that does not parse is left to zarr)."""
+    try:
+        parsed = json.loads(document)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(parsed, dict) and parsed.get("node_type") == "array"
 
 
 def metadata_keys(target: ResolvedStore) -> list[str]:
