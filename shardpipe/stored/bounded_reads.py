@@ -52,7 +52,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import StorePath, WrapperStore
 
 from shardpipe.codec.chunk_codec import ChunkCodec
-from shardpipe.errors import ChunkDecodeError
+from shardpipe.errors import ChunkDecodeError, StorageError
 from shardpipe.storage.retry import permanent_error
 
 __all__ = ["BoundedChunks", "BoundedSharding", "bounded_array"]
@@ -341,12 +341,25 @@ class CappedReads(WrapperStore[Store]):
         prototype: BufferPrototype,
         **options: Any,
     ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
-        """The ranges of ``key`` its index gives, each refused if longer than an inner chunk."""
+        """The ranges of ``key`` its index gives, each refused if longer than an inner chunk.
+
+        The ranges are read concurrently: a storage fault of one of them (``EIO``)
+        is raised as itself, the :class:`~shardpipe.errors.StorageError` naming
+        ``key``, not within a group of errors.
+        """
         for byte_range in byte_ranges:
             if byte_range is not None:
                 _check_range(byte_range, self.each, "an inner chunk")
-        async for group in self._store.get_ranges(key, byte_ranges, prototype=prototype, **options):
-            yield group
+        try:
+            async for group in self._store.get_ranges(
+                key, byte_ranges, prototype=prototype, **options
+            ):
+                yield group
+        except BaseExceptionGroup as errors:
+            fault = _storage_fault(errors, key)
+            if fault is None:
+                raise  # an absent shard (zarr reads it as missing), or not a storage fault
+            raise fault from errors
 
 
 def _check_range(byte_range: ByteRequest, most: int, what: str) -> None:
@@ -364,6 +377,26 @@ def _where(byte_getter: ByteGetter) -> str:
         return path
     coords = getattr(byte_getter, "chunk_coords", None)
     return "" if coords is None else f"inner chunk {tuple(int(i) for i in coords)}"
+
+
+def _storage_fault(errors: BaseExceptionGroup[BaseException], key: str) -> StorageError | None:
+    """The first permanent storage fault among ``errors`` as shardpipe's error, if any."""
+    for error in _leaves(errors):
+        if isinstance(error, StorageError):
+            return error
+        if isinstance(error, OSError):
+            mapped = permanent_error(error, f"reading {key!r}")
+            if mapped is not None:
+                return mapped
+    return None
+
+
+def _leaves(errors: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The errors of ``errors`` and of the groups within it, in order."""
+    found: list[BaseException] = []
+    for error in errors.exceptions:
+        found.extend(_leaves(error) if isinstance(error, BaseExceptionGroup) else [error])
+    return found
 
 
 async def _reading(read: Awaitable[Buffer | None], key: str) -> Buffer | None:

@@ -153,3 +153,32 @@ def test_an_io_error_while_zarr_reads_a_local_path(
         else:
             store.get_sync("c/1/0", prototype=default_buffer_prototype())
     _assert_device_error(caught.value, tried)
+
+
+def test_an_io_error_while_a_rechunk_reads_part_of_a_source_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards the array's edge cuts are read in ranges (the index, then the inner chunks'
+    ranges, concurrently): the error is the StorageError, not a group of them."""
+    from shardpipe.storage.local import contained
+
+    data = np.arange(8 * 32, dtype="uint16").reshape(8, 32)  # half of each shard's rows
+    source = tmp_path / "source.zarr"
+    shardpipe.to_sharded_zarr(data, str(source), shards=SHARDS, chunks=CHUNKS)
+    tried: Counter[tuple[str, int]] = Counter()
+    real_read_at = contained.read_at
+
+    def chunk_ranges_fail(fd: int, start: int, stop: int) -> bytes:
+        key = _shard_file(fd)
+        if key is None or stop == os.fstat(fd).st_size:  # the index, at the end
+            return real_read_at(fd, start, stop)
+        tried[key, start] += 1
+        raise OSError(errno.EIO, "Input/output error (injected)")
+
+    monkeypatch.setattr(contained, "read_at", chunk_ranges_fail)
+    with pytest.raises(StorageError) as caught:
+        shardpipe.rechunk(str(source), str(tmp_path / "target.zarr"), shards=(8, 32), chunks=(8, 8))
+    err = caught.value
+    assert type(err) is StorageError and err.errno == errno.EIO, repr(err)
+    assert tried and set(tried.values()) == {1}, tried  # each range read once: not retried
+    assert any(f"'{key}'" in str(err) for key, _ in tried), (str(err), tried)
