@@ -183,7 +183,7 @@ class GroupRechunkJob:
         """Create the root and every group with their attributes; copy the small arrays."""
         root = self.target
         zarr.open_group(
-            root.zarr_store,
+            root.zarr_store_for_writes,  # a full disk: StorageFullError naming the key
             path=root.path,
             mode="w" if self.overwrite else "a",
             zarr_format=3,
@@ -192,7 +192,7 @@ class GroupRechunkJob:
         for path, node in sorted(self.source.members(max_depth=None)):
             if _is_group(node):
                 zarr.open_group(
-                    root.zarr_store,
+                    root.zarr_store_for_writes,
                     path=root.key(path),
                     mode="a",
                     zarr_format=3,
@@ -371,7 +371,7 @@ def _copy_small(array: zarr.Array[Any], root: ResolvedStore, path: str) -> None:
     """Copy a small array unsharded, in one chunk, with what carries over."""
     opened = open_source(array)
     copy = zarr.create_array(
-        root.zarr_store,
+        root.zarr_store_for_writes,
         name=root.key(path),
         shape=array.shape,
         dtype=array.dtype,
