@@ -79,7 +79,7 @@ class Pass:
 
 
 @runtime_checkable
-class Job[R_co](Protocol):
+class Job[R](Protocol):
     """What :func:`run_jobs` runs: a planned job of any kind.
 
     Jobs are made by the ``plan_*``/``prepare_*`` functions; nothing is
@@ -99,7 +99,7 @@ class Job[R_co](Protocol):
         """The passes the job runs, in order (planned, not yet begun)."""
         ...
 
-    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> R_co:
+    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> R:
         """The job's report, from its passes' reports, the time taken and the commit's snapshot."""
         ...
 
