@@ -91,7 +91,6 @@ from shardpipe.storage.delegating import DelegatingStore
 from shardpipe.storage.keys import MIGRATION_STAGING
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.stored.locations import store_location
 from shardpipe.stored.places import check_reads_apart
 from shardpipe.write.runner import Pass, PassReports, run_job
 
@@ -249,7 +248,7 @@ def migrate(
         )
         check_reads_apart(
             dst,
-            [store_location(src.zarr_store, src.path)],
+            [src],
             parameter="target",
             fix="Give a target outside the source hierarchy, or leave target out to migrate "
             "in place",

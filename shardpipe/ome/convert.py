@@ -57,7 +57,6 @@ from shardpipe.ome.v04_checks import SourceLevel, check_level_tasks, validate_so
 from shardpipe.ome.v04_source import SOURCE_VERSION, codec_name, fill_value_of
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.bounded_reads import bounded_array
-from shardpipe.stored.locations import store_location
 from shardpipe.stored.metadata import format_of
 from shardpipe.stored.places import check_not_a_file, check_reads_apart, check_target
 from shardpipe.write.arguments import check_max_mem
@@ -313,7 +312,7 @@ def prepare_ome_conversion(
     dst = resolve_store(target, path, storage_options)
     check_reads_apart(
         dst,
-        [store_location(src.zarr_store, src.path)],
+        [src],
         parameter="target",
         fix="Convert into a new path outside the source image (then delete the 0.4 image and "
         "move the new one into its place): shardpipe does not convert in place",

@@ -35,7 +35,7 @@ from shardpipe.core.checks import check_options, shown
 
 def check_reads_apart(
     target: ResolvedStore,
-    reads: Iterable[Location | None],
+    reads: Iterable[Location | ResolvedStore | None],
     *,
     parameter: str,
     fix: str,
@@ -54,7 +54,7 @@ def check_reads_apart(
     ----------
     target : ResolvedStore
         What the job writes.
-    reads : iterable of Location or None
+    reads : iterable of Location, ResolvedStore or None
         What it reads.
     parameter : str
         The parameter naming the target, for the message.
@@ -69,7 +69,8 @@ def check_reads_apart(
     where = store_location(target.zarr_store, target.path)
     if where is None:
         return
-    for source in reads:
+    for read in reads:
+        source = read if read is None or isinstance(read, Location) else _placed(read)
         if source is None or not source.overlaps(where):
             continue
         relation = (
@@ -85,6 +86,10 @@ def check_reads_apart(
             "would destroy the data before it is read",
             fix,
         )
+
+
+def _placed(store: ResolvedStore) -> Location | None:
+    return store_location(store.zarr_store, store.path)
 
 
 def check_source_is_not_target(arr: da.Array, target: ResolvedStore) -> None:
