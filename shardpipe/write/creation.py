@@ -96,7 +96,9 @@ def _create_groups_above(target: ResolvedStore) -> None:
         When one of them is an array (which holds no other node), before
         anything is written there.
     """
-    parts = target.path.split("/")[:-1] if target.path else []
+    if not target.path:  # an array at the store's root has no group above it
+        return
+    parts = target.path.split("/")[:-1]
     for depth in range(len(parts) + 1):
         path = "/".join(parts[:depth])
         document = target.shards.get(f"{path}/zarr.json" if path else "zarr.json")

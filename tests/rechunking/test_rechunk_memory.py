@@ -184,8 +184,8 @@ def test_the_automatic_copy_is_removed_when_the_rechunk_fails(
     assert job.intermediate is not None
     written = Intermediate.write
 
-    def fail_after_writing(self: Intermediate, blocks: Any, fill_value: Any) -> Any:
-        written(self, blocks, fill_value)
+    def fail_after_writing(self: Intermediate, blocks: Any, fill_value: Any, **kw: Any) -> Any:
+        written(self, blocks, fill_value, **kw)
         raise OSError("injected")
 
     monkeypatch.setattr(Intermediate, "write", fail_after_writing)
