@@ -59,6 +59,17 @@ DEFAULT_MAX_MEM = "1GiB"
 TASK_KINDS = ("write-shard", "encode-piece", "write-part", "stamp-shard")
 """Task kinds whose memory the model projects."""
 
+HOLD_SHARE = 1.5
+"""Blocks waiting between tasks for the tasks that gather them may hold this many ``max_mem``.
+
+A one-pass rechunk (:mod:`shardpipe.rechunking.memory`) and the levels of a
+pyramid (:mod:`shardpipe.ome.level_blocks`) read blocks in order, a few
+ahead of the tasks taking them; what waits is counted in the plan and kept
+under this share of ``max_mem``. With what the running tasks hold besides
+(their parts, encoded bytes and codec copies), the process stays under
+twice ``max_mem`` on two threads (``tests/rechunking/test_rechunk_memory.py``,
+``tests/ome/test_pyramid_memory.py``)."""
+
 
 @dataclass(frozen=True)
 class MemoryModel:

@@ -55,6 +55,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan, WritePlan
+from shardpipe.core.pyramid_hold import source_places
 from shardpipe.core.waves import Wave
 from shardpipe.engine.collector import collector_paused
 from shardpipe.engine.fusion import fuse_blocks, in_scope
@@ -67,6 +68,7 @@ from shardpipe.engine.publish_tasks import (
     write_part,
     write_shard,
 )
+from shardpipe.engine.pyramid_gates import BlockConsumers
 from shardpipe.engine.read_gates import gate_reads, read_ahead
 from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.engine.source_blocks import SourceBlocks
@@ -95,11 +97,16 @@ class WriteGraph:
         its shards are at their keys; computes to their report.
     n_shards : int
         Shards the graph writes.
+    blocks : BlockConsumers or None
+        For a graph whose source's blocks other graphs computed with it take
+        too (``shared_source``): the blocks and the tasks taking them, for
+        read gates over all the graphs (:mod:`shardpipe.engine.pyramid_gates`).
     """
 
     result: Delayed
     publishing: list[Delayed]
     n_shards: int
+    blocks: BlockConsumers | None = None
 
 
 @collector_paused()
@@ -154,8 +161,10 @@ def build_write_graph(
         The source's blocks also feed other graphs computed together with
         this one (the levels of a pyramid, :mod:`shardpipe.engine.pyramid`):
         they keep their keys (the source's graph is not optimised) and stay
-        tasks of their own, neither fused into this write's tasks nor held
-        behind read gates, so that each is computed once for every graph.
+        tasks of their own, not fused into this write's tasks, so that each
+        is computed once for every graph; the result's ``blocks`` says which
+        tasks take them, for read gates over all the graphs
+        (:func:`~shardpipe.engine.pyramid_gates.gate_levels`).
 
     Python's cyclic garbage collector is paused while the graph is built
     (:mod:`shardpipe.engine.collector`).
@@ -278,11 +287,14 @@ def build_write_graph(
     graph = _with_layer([*outside, source], layer, tasks.tasks)
     result = Delayed(done_key, graph, layer=layer)
     publishing_d = [Delayed(key, graph, layer=layer) for key in publishing_keys]
+    block_keys = {b: blocks.key(b) for _, fed in consumers for b in fed}
     if shared_source:
         if transactional:
             result, publishing_d = _merge_in_tree(result, publishing_d, token)
-        return WriteGraph(result, publishing_d, len(shards))
-    block_keys = {b: blocks.key(b) for _, fed in consumers for b in fed}
+        places = source_places(plan.blocks.chunks, plan.layout.shard_shape, plan.placement.offset)
+        order = tuple(sorted(block_keys, key=lambda b: int(places[b])))
+        uses_d = BlockConsumers(block_keys, tuple(consumers), read_ahead(threads), order)
+        return WriteGraph(result, publishing_d, len(shards), uses_d)
     gated = gate_reads(result, publishing_d, block_keys, consumers, read_ahead(threads), token)
     if gated is not None:
         result, publishing_d = gated

@@ -26,7 +26,7 @@ parts of blocks before ``i``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -38,7 +38,7 @@ from dask.system import CPU_COUNT
 
 from shardpipe.core.grid import Coords
 
-__all__ = ["gate_reads", "read_ahead"]
+__all__ = ["add_read_gates", "computing_task", "gate_reads", "read_ahead"]
 
 
 def read_ahead(threads: int | None) -> int:
@@ -84,43 +84,15 @@ def gate_reads(
         None when no block can be held back (every part is fed by one block,
         or the graph's layers carry different annotations).
     """
-    read_ahead = max(1, read_ahead)
     hlg = result.__dask_graph__()
     if not isinstance(hlg, HighLevelGraph):
         return None
     annotations = [layer.annotations or None for layer in hlg.layers.values()]
     if any(a != annotations[0] for a in annotations):
         return None
-    order = sorted(block_keys)
-    index = {coords: i for i, coords in enumerate(order)}
-    ending: dict[int, list[Any]] = {}
-    gathers = False
-    for key, blocks in consumers:
-        gathers = gathers or len(blocks) > 1
-        ending.setdefault(max(index[b] for b in blocks), []).append(key)
-    if not gathers:
-        return None
     dsk: dict[Any, Any] = dict(hlg)
-    gated: set[Any] = set()
-    previous: Any = None
-    for i in range(read_ahead, len(order)):
-        gate = (f"read-gate-{token}", i)
-        deps = [*ending.get(i - read_ahead, []), *([previous] if previous is not None else [])]
-        dsk[gate] = Task(gate, _passed, *(TaskRef(d) for d in deps))
-        previous = gate
-        computing = _computing_task(dsk, block_keys[order[i]])
-        if computing is None or computing in gated:
-            continue
-        gated.add(computing)
-        node: Task = dsk[computing]
-        keys = tuple(sorted(node.dependencies, key=str))
-        dsk[computing] = Task(
-            computing,
-            partial(_after_gate, node, keys),
-            *(TaskRef(k) for k in keys),
-            TaskRef(gate),
-            _data_producer=node.data_producer,
-        )
+    if not add_read_gates(dsk, block_keys, consumers, read_ahead, token):
+        return None
     name = f"shardpipe-gated-{token}"
     graph = HighLevelGraph({name: MaterializedLayer(dsk, annotations[0])}, {name: set()})
     return (
@@ -129,7 +101,103 @@ def gate_reads(
     )
 
 
-def _computing_task(dsk: Mapping[Any, Any], key: Any) -> Any:
+def add_read_gates(
+    dsk: dict[Any, Any],
+    block_keys: Mapping[Coords, Any],
+    consumers: Iterable[tuple[Any, tuple[Coords, ...]]],
+    read_ahead: int,
+    token: str,
+    *,
+    order: Sequence[Coords] | None = None,
+    only_gathering: bool = True,
+    whole_blocks: Collection[Any] | None = None,
+) -> bool:
+    """Add the ``read-gate`` chain of ``block_keys`` to the graph ``dsk`` (changed in place).
+
+    Parameters are those of :func:`gate_reads`; ``token`` names the chain's
+    tasks (one chain per token); ``order`` is the order blocks are read in
+    (default: C order of their coordinates). Returns False, leaving ``dsk`` as it was,
+    when there are no blocks or, with ``only_gathering``, when every consumer
+    is fed by one block (without it, blocks feeding several consumers are
+    gated too: their consumers finish out of order otherwise).
+
+    A block's task is what waits for its gate; with ``whole_blocks``, every
+    task of the block's computation that no block before it needs waits (the
+    first of them: the others wait for those), the source's graph walked up
+    to the keys in ``whole_blocks`` (blocks gated by other chains). A source
+    whose blocks are computed by several tasks each (``map_blocks`` over
+    ``da.random``, not fused) would otherwise compute the first ones of
+    every block at once.
+    """
+    read_ahead = max(1, read_ahead)
+    order = sorted(block_keys) if order is None else list(order)
+    index = {coords: i for i, coords in enumerate(order)}
+    ending: dict[int, list[Any]] = {}
+    gathers = False
+    for key, blocks in consumers:
+        gathers = gathers or len(blocks) > 1
+        ending.setdefault(max(index[b] for b in blocks), []).append(key)
+    if not order or (only_gathering and not gathers):
+        return False
+    gated: set[Any] = set()
+    seen: set[Any] = set()  # tasks of blocks before (with whole_blocks)
+    previous: Any = None
+    for i, coords in enumerate(order):
+        computing = computing_task(dsk, block_keys[coords])
+        waiting = [computing] if computing is not None else []
+        if whole_blocks is not None and computing is not None:
+            waiting = _first_new_tasks(dsk, computing, seen, whole_blocks)
+        if i < read_ahead:
+            gated.update(waiting)
+            continue
+        gate = (f"read-gate-{token}", i)
+        deps = [*ending.get(i - read_ahead, []), *([previous] if previous is not None else [])]
+        dsk[gate] = Task(gate, _passed, *(TaskRef(d) for d in deps))
+        previous = gate
+        for key in waiting:
+            if key not in gated:
+                gated.add(key)
+                dsk[key] = _gated(dsk[key], gate)
+    return True
+
+
+def _gated(node: Task, gate: Any) -> Task:
+    """``node`` (same key) waiting for ``gate`` besides its dependencies."""
+    keys = tuple(sorted(node.dependencies, key=str))
+    return Task(
+        node.key,
+        partial(_after_gate, node, keys),
+        *(TaskRef(k) for k in keys),
+        TaskRef(gate),
+        _data_producer=node.data_producer,
+    )
+
+
+def _first_new_tasks(
+    dsk: Mapping[Any, Any], start: Any, seen: set[Any], stop: Collection[Any]
+) -> list[Any]:
+    """The tasks computing ``start`` not in ``seen`` whose inputs all are: the first to run.
+
+    Walks ``start``'s dependencies (not past ``seen`` or ``stop``) and adds
+    every key it meets to ``seen``.
+    """
+    new: list[Any] = []
+    stack = [start]
+    while stack:
+        key = stack.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        node = dsk.get(key)
+        if node is None:
+            continue
+        new.append(key)
+        stack.extend(d for d in node.dependencies if d not in seen and d not in stop)
+    tasks = {k for k in new if isinstance(dsk[k], Task)}  # data (a view, say) runs nothing
+    return [k for k in new if k in tasks and not (dsk[k].dependencies & tasks)]
+
+
+def computing_task(dsk: Mapping[Any, Any], key: Any) -> Any:
     """The key of the task that computes ``key`` (through aliases), or None if no task does."""
     node = dsk.get(key)
     while isinstance(node, Alias):

@@ -121,6 +121,18 @@ def in_shard_blocks(arr: da.Array, shard_shape: tuple[int, ...]) -> da.Array:
     return views_in_blocks(array, shard_shape, f"in-shards-{arr.name}")
 
 
+def views_memory(arr: da.Array) -> bool:
+    """Whether ``arr``'s blocks are views of a NumPy array in memory (holding them costs nothing).
+
+    True for ``da.from_array`` of a NumPy array (or memory map), and for
+    :func:`views_in_blocks`; False for blocks computed by tasks or read.
+    """
+    array = direct_source(arr)
+    if array is None:
+        array = _viewed_array(arr)
+    return isinstance(array, np.ndarray)
+
+
 def views_in_blocks(array: np.ndarray, block_shape: tuple[int, ...], name: str) -> da.Array:
     """``array`` as a Dask array named ``name`` whose blocks of ``block_shape`` are views of it.
 

@@ -47,6 +47,7 @@ from dask.system import CPU_COUNT
 
 from shardpipe.engine.encoders import count_handed
 from shardpipe.engine.progress import ShardBar, local_progress
+from shardpipe.engine.pyramid_gates import BlockConsumers, gate_levels
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import distributed_client, wait_idle
 
@@ -92,12 +93,16 @@ class WaveGraph:
         Its publishing tasks, each computing to a :class:`~shardpipe.engine.reports.WriteReport`.
     n_tasks : int
         Tasks it puts on the scheduler (an estimate from the plan).
+    blocks : BlockConsumers or None
+        Its source's blocks and the tasks taking them, when other jobs'
+        graphs take them too (see :func:`run_waves`, ``together``).
     """
 
     job: int
     wave: int
     publishing: list[Delayed]
     n_tasks: int
+    blocks: BlockConsumers | None = None
 
 
 class _Runner(Protocol):
@@ -137,7 +142,9 @@ def run_waves(
         Called with each wave once it and every wave before it are done.
     together : bool
         Run every wave in one batch, one computation: the jobs share blocks
-        (the levels of a pyramid) that must be computed once for all.
+        (the levels of a pyramid) that must be computed once for all. Their
+        blocks go through read gates over the whole computation
+        (:func:`~shardpipe.engine.pyramid_gates.gate_levels`).
     """
     totals = [WriteReport() for _ in range(n_jobs)]
     limit = wave_tasks()
@@ -167,7 +174,11 @@ def run_waves(
                     while len(in_flight) > 1:
                         finish_oldest()
             if batch:
-                in_flight.append((runner.submit(_publishing(batch)), batch))
+                publishing = _publishing(batch)
+                if together:
+                    uses = [w.blocks for w in batch if w.blocks is not None]
+                    publishing = gate_levels(publishing, uses, token) or publishing
+                in_flight.append((runner.submit(publishing), batch))
             while in_flight:
                 finish_oldest()
         except BaseException:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardpipe.core.display import format_bytes, html_table, text_table
+from shardpipe.core.memory import HOLD_SHARE
 from shardpipe.ome.multiscale import MultiscaleWrite
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import level_paths, pyramid_pass
@@ -115,6 +116,18 @@ class OmeZarrWrite:
                 f"{format_bytes(self.max_projected_mem)} (max_mem {format_bytes(self.max_mem)})",
             )
         )
+        holds = [h for m in self.multiscales if m.hold is not None for h in m.hold.levels]
+        if holds:
+            held = sum(h.nbytes for h in holds)
+            waiting = sum(h.waiting_nbytes for h in holds)
+            rows.append(
+                (
+                    "blocks held",
+                    f"{format_bytes(held)} between tasks at most, the levels' blocks read in "
+                    f"order: {format_bytes(waiting)} waiting to be gathered (at most "
+                    f"{HOLD_SHARE} x max_mem), the rest read ahead",
+                )
+            )
         return rows
 
     def __repr__(self) -> str:

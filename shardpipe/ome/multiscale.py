@@ -8,6 +8,7 @@ from typing import Any
 from shardpipe.core.display import format_bytes
 from shardpipe.core.pyramid import PyramidLevel
 from shardpipe.ome.axes import Axis
+from shardpipe.ome.level_blocks import PyramidHold
 from shardpipe.write.job import ShardedWrite
 
 __all__ = ["MultiscaleWrite"]
@@ -34,6 +35,8 @@ class MultiscaleWrite:
         (0 for level 0).
     attributes : dict
         The group's ``zarr.json`` attributes.
+    hold : PyramidHold or None
+        What its levels' blocks hold between tasks (:mod:`shardpipe.ome.level_blocks`).
     """
 
     path: str
@@ -43,6 +46,7 @@ class MultiscaleWrite:
     jobs: list[ShardedWrite]
     downsample_mem: list[int]
     attributes: dict[str, Any]
+    hold: PyramidHold | None = None
 
     def rows(self) -> list[tuple[str, str]]:
         """One summary row per level."""

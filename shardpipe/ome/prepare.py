@@ -42,6 +42,7 @@ from shardpipe.ome.axes import Axis
 from shardpipe.ome.finished import check_finished_write, finished_image_there
 from shardpipe.ome.group_checks import label_names
 from shardpipe.ome.job import OmeZarrWrite
+from shardpipe.ome.level_blocks import PyramidHold, check_level_holds, level_holds
 from shardpipe.ome.metadata import image_attributes, label_attributes, multiscale, omero_document
 from shardpipe.ome.multiscale import MultiscaleWrite
 from shardpipe.ome.options import OME_PARAMETERS, OmeZarrOptions, check_resume_of_image
@@ -128,17 +129,22 @@ def plan_multiscale(
     *,
     budget: int,
     write_kwargs: dict[str, Any],
-) -> tuple[list[ShardedWrite], list[int]]:
-    """Each level's planned write of a new pyramid, and its downsampling task's memory.
+) -> tuple[list[ShardedWrite], list[int], PyramidHold]:
+    """Each level's planned write of a new pyramid, its downsampling task's memory, what it holds.
+
+    The last: what the levels' blocks hold between tasks
+    (:mod:`shardpipe.ome.level_blocks`), checked by the caller with the
+    other pyramids written in the same computation.
 
     Raises
     ------
     shardpipe.errors.MemoryBudgetError
         When a downsampling task or a level's write cannot fit ``budget``.
     """
+    steps = [level.step for level in levels]
     arrays, memory = pyramid_arrays(
         data,
-        [level.step for level in levels],
+        steps,
         method,
         budget=budget,
         what=path or "image",
@@ -158,7 +164,8 @@ def plan_multiscale(
             **write_kwargs,
         )
         jobs.append(replace(job, shared_source=shared))
-    return jobs, memory
+    hold = level_holds(path or "image", arrays, jobs, steps)
+    return jobs, memory, hold
 
 
 @dataclass(frozen=True)
@@ -385,7 +392,7 @@ def prepare_ome_zarr(
         )
         omero_doc = omero_document(omero, channel_names, n_channels)
         levels = frame.levels(range(len(frame.axes)))
-        jobs, memory = plan_multiscale(
+        jobs, memory, hold = plan_multiscale(
             picture.data,
             target,
             "",
@@ -406,7 +413,14 @@ def prepare_ome_zarr(
             version_,
         )
         image_write = MultiscaleWrite(
-            "", frame.axes, levels, method, jobs, memory, image_attributes(document, omero_doc)
+            "",
+            frame.axes,
+            levels,
+            method,
+            jobs,
+            memory,
+            image_attributes(document, omero_doc),
+            hold,
         )
     label_writes = []
     for label in label_inputs:
@@ -414,7 +428,7 @@ def prepare_ome_zarr(
         label_axes = _pick(frame.axes, dims)
         label_levels = frame.levels(dims)
         group = f"labels/{label.name}"
-        jobs, memory = plan_multiscale(
+        jobs, memory, hold = plan_multiscale(
             label.data,
             target,
             group,
@@ -443,6 +457,7 @@ def prepare_ome_zarr(
                 jobs,
                 memory,
                 label_attributes(document, label.colors, label.properties),
+                hold,
             )
         )
     sources = [m.jobs[0].source.name for m in ([image_write] if image_write else [])]
@@ -459,6 +474,8 @@ def prepare_ome_zarr(
             "Pass the same image and arguments as the write that was interrupted, or write "
             "anew with overwrite=True",
         )
+    pyramids = [*([image_write] if image_write is not None else []), *label_writes]
+    check_level_holds([m.hold for m in pyramids if m.hold is not None], budget)  # one computation
     names = existing + [n.name for n in label_inputs if n.name not in existing]
     if finished:  # resume=True after the write finished: the same write, or refused
         check_finished_write(target, identity, names)

@@ -32,6 +32,7 @@ from dask.delayed import Delayed
 from shardpipe.core.checks import check_json, check_progress
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape
+from shardpipe.core.memory import HOLD_SHARE
 from shardpipe.core.source_blocks import (
     ReadCost,
     intermediate_chunks,
@@ -42,7 +43,7 @@ from shardpipe.core.source_blocks import (
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.rechunking.intermediate import Intermediate
-from shardpipe.rechunking.memory import HOLD_SHARE, automatic_temp_store, one_pass_hold
+from shardpipe.rechunking.memory import automatic_temp_store, one_pass_hold
 from shardpipe.rechunking.options import RECHUNK_PARAMETERS, RechunkOptions
 from shardpipe.rechunking.source import Source, open_source
 from shardpipe.storage.resolve import ResolvedStore

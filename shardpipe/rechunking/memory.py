@@ -10,9 +10,10 @@ blocks of the parts being gathered plus the blocks read ahead, and a few
 waves run at once (:mod:`shardpipe.engine.streaming`). :func:`one_pass_hold`
 counts that from the plan.
 
-When it would exceed :data:`HOLD_SHARE` of ``max_mem``, :func:`shardpipe.plan_rechunk`
-goes in two passes through an intermediate copy, which it places beside the
-target (:func:`automatic_temp_store`) unless ``temp_store`` names a place.
+When it would exceed :data:`~shardpipe.core.memory.HOLD_SHARE` of ``max_mem``,
+:func:`shardpipe.plan_rechunk` goes in two passes through an intermediate copy,
+which it places beside the target (:func:`automatic_temp_store`) unless
+``temp_store`` names a place.
 """
 
 from __future__ import annotations
@@ -30,12 +31,6 @@ from shardpipe.engine.streaming import WAVES_PER_BATCH
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.locations import store_location
 from shardpipe.write.job import ShardedWrite
-
-HOLD_SHARE = 1.5
-"""A one-pass rechunk may hold up to this many times ``max_mem`` between its tasks.
-
-With what its running tasks hold besides (their parts, encoded bytes and codec
-copies), the process stays under twice ``max_mem`` (``tests/rechunking/test_rechunk_memory.py``)."""
 
 
 def one_pass_hold(write: ShardedWrite, threads: int | None = None) -> int:

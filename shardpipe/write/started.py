@@ -91,7 +91,8 @@ class StartedJob:
                 wave=None if whole else wave,
                 shared_source=job.shared_source,
             )
-            yield WaveGraph(index, number, graph.publishing, math.ceil(wave.n_shards * per_shard))
+            n_tasks = math.ceil(wave.n_shards * per_shard)
+            yield WaveGraph(index, number, graph.publishing, n_tasks, graph.blocks)
 
 
 def start(spec: WriteSpec, token: str) -> StartedJob:
