@@ -70,7 +70,7 @@ from shardpipe.storage.local.file_io import (
 )
 from shardpipe.storage.local.keys import LocalKeys
 from shardpipe.storage.local.listing import sorted_keys
-from shardpipe.storage.local.temporary import temporary_name, writer_may_run
+from shardpipe.storage.local.temporary import is_zarr_temporary, temporary_name, writer_may_run
 from shardpipe.storage.local.versions import stamp, version_of
 from shardpipe.storage.local.writeback import Writeback
 
@@ -490,7 +490,9 @@ class LocalShardStore(ShardStore):
         array's folder): shard keys may be ``c/0/1``, ``c.0.1`` or ``0.1``.
         Those whose writer may still run are left alone
         (:func:`~shardpipe.storage.local.temporary.writer_may_run`): the marker another job is
-        creating, say.
+        creating, say. zarr's temporary file of the array's ``zarr.json``
+        (:data:`~shardpipe.storage.local.temporary.ZARR_TEMPORARY`) goes too:
+        the caller holds the array, so no other write of its metadata runs.
         """
         edge_key(shard_prefix, self, prefix=True)
         folder = self._keys.folder(staging)
@@ -498,7 +500,8 @@ class LocalShardStore(ShardStore):
         self.discard_staging(staging)
         array_folder = shard_prefix.rstrip("/").rpartition("/")[0]
         for key in self.list(f"{array_folder}/" if array_folder else ""):
-            if key.endswith(TEMPORARY_SUFFIX) and not writer_may_run(self._path(key)):
+            ours = key.endswith(TEMPORARY_SUFFIX) and not writer_may_run(self._path(key))
+            if ours or is_zarr_temporary(key, array_folder):
                 self.delete(key)
                 removed += 1
         return removed
