@@ -25,7 +25,7 @@ from shardpipe.errors import (
     TransientStorageError,
     UnsafeKeyError,
 )
-from shardpipe.storage.retry import permanent_error
+from shardpipe.storage.errnos import permanent_error
 
 OK = 0
 PROBLEMS = 1

@@ -41,6 +41,7 @@ from shardpipe.ome.metadata import labels_attributes
 from shardpipe.ome.multiscale import MultiscaleWrite
 from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.places import discard_zarr_temporaries
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.runner import Pass
 
@@ -109,7 +110,13 @@ def remove_group(target: ResolvedStore, path: str = "") -> None:
 
 
 def write_group(target: ResolvedStore, path: str, attributes: dict[str, Any]) -> None:
-    """Write (or replace the attributes of) the group at ``path`` inside the image group."""
+    """Write (or replace the attributes of) the group at ``path`` inside the image group.
+
+    zarr's temporary file of the group's ``zarr.json``, left by a write
+    killed while zarr wrote it, is removed first
+    (:func:`~shardpipe.stored.places.discard_zarr_temporaries`).
+    """
+    discard_zarr_temporaries(target, path)
     where = target.key(path) if path else target.path
     group = zarr.open_group(
         target.zarr_store_for_writes, path=where or None, mode="a", zarr_format=3

@@ -11,7 +11,7 @@ Writers hand zarr :func:`with_storage_errors` of their store
 (:attr:`~shardpipe.storage.resolve.ResolvedStore.zarr_store_for_writes`):
 the same store, whose writes and deletes fail as the backends' do.
 
-Only permanent faults are translated (:func:`~shardpipe.storage.retry.permanent_error`);
+Only permanent faults are translated (:func:`~shardpipe.storage.errnos.permanent_error`);
 anything else passes through as zarr raised it. An Icechunk store is
 returned as it is: its writes go into a session, and its faults are its own.
 """
@@ -26,8 +26,8 @@ from zarr.abc.store import Store
 from zarr.core.buffer import Buffer
 from zarr.storage import WrapperStore
 
+from shardpipe.storage.errnos import permanent_error
 from shardpipe.storage.icechunk.store import is_icechunk
-from shardpipe.storage.retry import permanent_error
 
 __all__ = ["StorageErrorsStore", "with_storage_errors"]
 

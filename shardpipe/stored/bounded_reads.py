@@ -24,7 +24,7 @@ and decodes through shardpipe:
   compressor), which holds the same bytes at the same keys;
 * a storage fault while reading (``EIO``) is the
   :class:`~shardpipe.errors.StorageError` naming the key that shardpipe's
-  own reads raise (:func:`~shardpipe.storage.retry.permanent_error`).
+  own reads raise (:func:`~shardpipe.storage.errnos.permanent_error`).
 
 Arrays this cannot express are read by zarr-python as they are (see
 :func:`bounded_array`).
@@ -53,7 +53,7 @@ from zarr.storage import StorePath, WrapperStore
 
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.errors import ChunkDecodeError, StorageError
-from shardpipe.storage.retry import permanent_error
+from shardpipe.storage.errnos import permanent_error
 
 __all__ = ["BoundedChunks", "BoundedSharding", "bounded_array"]
 

@@ -22,6 +22,7 @@ from shardpipe.errors import (
     StoreNotWritableError,
 )
 from shardpipe.storage.keys import JOB_DIR
+from shardpipe.storage.local.temporary import ZARR_TEMPORARY, is_zarr_temporary
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.locations import Location, source_locations, store_location
@@ -155,6 +156,8 @@ def check_nothing_else_there(
         relative = key[len(prefix) :]
         if relative == "zarr.json" or relative.startswith(records):
             continue
+        if ZARR_TEMPORARY.fullmatch(relative):  # the job removes it (discard_zarr_temporaries)
+            continue
         what = {".zarray": "a Zarr v2 array", ".zgroup": "a Zarr v2 group"}.get(
             relative, f"{relative!r}, which is no Zarr v3 node"
         )
@@ -164,6 +167,29 @@ def check_nothing_else_there(
             "there, or "
             "choose an empty or new place"
         )
+
+
+def discard_zarr_temporaries(target: ResolvedStore, path: str = "") -> int:
+    """Remove zarr's temporary files of the ``zarr.json`` of the node at ``path``; how many.
+
+    A process killed inside zarr's own write of a ``zarr.json`` on a local
+    disk leaves the document's temporary file beside it
+    (:data:`~shardpipe.storage.local.temporary.ZARR_TEMPORARY`): zarr then
+    warns of it on every listing of the node, and the node is not empty.
+    The name does not say who writes it, so this is called only by a job
+    that is about to write the node's ``zarr.json`` itself (no other
+    shardpipe job holds the node then); a zarr-python process writing the
+    same document at that moment would see its rename fail. Other stores
+    write documents whole, in one request: nothing is listed for them.
+    """
+    if not isinstance(target.zarr_store, LocalStore):
+        return 0
+    folder = target.key(path) if path else target.path
+    prefix = f"{folder}/zarr." if folder else "zarr."
+    found = [key for key in target.shards.list(prefix) if is_zarr_temporary(key, folder)]
+    for key in found:
+        target.shards.delete(key)
+    return len(found)
 
 
 def check_not_a_file(target: ResolvedStore, parameter: str) -> None:

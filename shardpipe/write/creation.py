@@ -24,7 +24,7 @@ from shardpipe.journal.job_record import delete_record, read_record, save_record
 from shardpipe.journal.markers import JobKeys, JobMarker, conflict, read_marker
 from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.places import check_target
+from shardpipe.stored.places import check_target, discard_zarr_temporaries
 from shardpipe.write.resume import Resume, check_same_job, forget_finished
 from shardpipe.write.update_target import metadata_bytes
 
@@ -68,6 +68,7 @@ def create_array(
     if ours and target.shards.size(target.key("zarr.json")) is not None:
         return write_target
     check_no_other_job(target, holder, "write the array")
+    discard_zarr_temporaries(target)  # of a zarr.json whose write was killed
     check_target(target, overwrite)
     if overwrite:
         _remove_node(target)

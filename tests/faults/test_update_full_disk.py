@@ -15,53 +15,22 @@ test says which it used, and skips, saying why, only if neither works.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from tests.support import REPOSITORY
+from tests.support.full_disk_child import run_child
 
 STRATEGIES = ["auto", "rewrite", "in_place", "append", "append_dim", "parts"]
 OLD_GRID_ROWS = 2  # append_dim: the shard rows along axis 0 before the append (48 of 32)
 FREE_KIB = [64, 256, 450, 640, 1536]
 
 
-def _launcher() -> list[str] | str:
-    """The command prefix that lets the child mount a tmpfs, or why there is none."""
-    if sys.platform != "linux":
-        return "mounts a Linux tmpfs"
-    if os.geteuid() == 0:
-        return []
-    if shutil.which("unshare"):
-        probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
-        if probe.returncode == 0:
-            return ["unshare", "-rm"]
-    return "cannot mount a tmpfs: not root, and `unshare -rm` is not permitted here"
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, Any]]:
-    launcher = _launcher()
-    if isinstance(launcher, str):
-        pytest.skip(launcher)
-    work = tmp_path_factory.mktemp("full")
-    scenarios = json.dumps([{"strategy": s, "free_kib": f} for s in STRATEGIES for f in FREE_KIB])
-    done = subprocess.run(
-        [*launcher, sys.executable, "-m", "tests.support.full_disk_child", str(work), scenarios],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    print(f"\ntmpfs scenarios run {'as root' if not launcher else 'under unshare -rm'}")
+    scenarios = [{"strategy": s, "free_kib": f} for s in STRATEGIES for f in FREE_KIB]
+    found = run_child("tests.support.full_disk_child", tmp_path_factory.mktemp("full"), scenarios)
     return {(r["strategy"], r["free_kib"]): r for r in found}
 
 

@@ -19,15 +19,11 @@ test skips, saying why, only if neither works.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from tests.faults.test_update_full_disk import _launcher
-from tests.support import REPOSITORY
+from tests.support.full_disk_child import run_child
 
 KINDS = ["ome", "ome_append", "convert", "dataset"]
 RECOVERY_NOTES = {
@@ -39,21 +35,9 @@ FREE_KIB = [0, 4, 8, 12, 16, 20, 24, 28, 36, 48, 96, 4096]
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, Any]]:
-    launcher = _launcher()
-    if isinstance(launcher, str):
-        pytest.skip(launcher)
+    scenarios = [{"kind": k, "free_kib": f} for k in KINDS for f in FREE_KIB]
     work = tmp_path_factory.mktemp("full")
-    scenarios = json.dumps([{"kind": k, "free_kib": f} for k in KINDS for f in FREE_KIB])
-    done = subprocess.run(
-        [*launcher, sys.executable, "-m", "tests.support.writers_full_disk_child", str(work),
-         scenarios],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    found = run_child("tests.support.writers_full_disk_child", work, scenarios)
     return {(r["kind"], r["free_kib"]): r for r in found}
 
 

@@ -18,8 +18,9 @@ from shardpipe.errors import (
     TransientStorageError,
 )
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.errnos import is_transient
 from shardpipe.storage.local.store import LocalShardStore
-from shardpipe.storage.retry import RetryingStore, RetryPolicy, is_transient, retries_so_far
+from shardpipe.storage.retry import RetryingStore, RetryPolicy, retries_so_far
 from shardpipe.testing.faults import FaultyStore
 from shardpipe.testing.key_contract import KeyContractTests
 

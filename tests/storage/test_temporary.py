@@ -76,3 +76,18 @@ def test_only_left_behind_temporary_files_are_removed(tmp_path: Path) -> None:
     shardpipe.cleanup(str(path))
     left = sorted(p.name for p in folder.iterdir() if p.name.endswith(".shardpipe-tmp"))
     assert left == sorted([mine.name, elsewhere.name])
+
+
+def test_zarrs_temporary_file_of_the_arrays_metadata_is_removed(tmp_path: Path) -> None:
+    """zarr writes ``zarr.<uuid>.partial`` and renames it: a kill in between leaves it there."""
+    path = tmp_path / "g.zarr"
+    shardpipe.to_sharded_zarr(
+        np.ones((8, 8), "uint8"), str(path), path="a", shards=(4, 4), chunks=(2, 2)
+    )
+    left = path / "a" / f"zarr.{'0' * 32}.partial"
+    in_the_group = path / f"zarr.{'1' * 32}.partial"  # not the array's: left alone
+    like_it = path / "a" / "zarr.notes.partial"  # not a name zarr gives
+    for p in (left, in_the_group, like_it):
+        p.write_bytes(b"{")
+    assert shardpipe.cleanup(str(path), "a") == 1
+    assert not left.exists() and in_the_group.exists() and like_it.exists()

@@ -17,6 +17,11 @@ old data of the shards it adds is the fill value, and the array may have
 its old or its new shape) and ``parts`` (a new array whose shards are
 written in parts: staging files joined at the end; its old data is the
 fill value).
+
+The tmpfs, its filling and the loop over scenarios (:func:`tmpfs`,
+:func:`fill`, :func:`report_each`), and the parent's side (:func:`launcher`,
+:func:`run_child`) serve ``tests.support.writers_full_disk_child`` and its
+test too.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +60,75 @@ def _arrays(shape: tuple[int, ...], region: tuple[slice, ...] | None) -> tuple[A
     return old, new
 
 
-def _fill(where: Path, free: int) -> None:
+def launcher() -> list[str] | str:
+    """The command prefix that lets a child mount a tmpfs, or why there is none."""
+    if sys.platform != "linux":
+        return "mounts a Linux tmpfs"
+    if os.geteuid() == 0:
+        return []
+    if shutil.which("unshare"):
+        probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+        if probe.returncode == 0:
+            return ["unshare", "-rm"]
+    return "cannot mount a tmpfs: not root, and `unshare -rm` is not permitted here"
+
+
+def run_child(module: str, work: Path, scenarios: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """In a test: run ``python -m module WORKDIR SCENARIOS_JSON`` (mounting); its reports.
+
+    Skips the test, saying why, when no tmpfs can be mounted here.
+    """
+    import pytest
+
+    from tests.support import REPOSITORY
+
+    prefix = launcher()
+    if isinstance(prefix, str):
+        pytest.skip(prefix)
+    done = subprocess.run(
+        [*prefix, sys.executable, "-m", module, str(work), json.dumps(scenarios)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"\ntmpfs scenarios run {'as root' if not prefix else 'under unshare -rm'}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@contextmanager
+def tmpfs(where: Path) -> Iterator[Path]:
+    """A fresh 8 MiB tmpfs mounted at ``where`` (made first), unmounted afterwards."""
+    where.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(where: Path, free: int) -> None:
+    """Fill the file system of ``where`` (a file ``filler`` in it) until ``free`` bytes are left."""
     stat = os.statvfs(where)
     available = stat.f_bavail * stat.f_frsize
     with open(where / "filler", "wb") as f:
         f.write(b"\1" * max(0, available - free))
+
+
+def report_each(scenarios: str, scenario: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """Run ``scenario`` on each of ``scenarios`` (JSON); print one line of JSON per scenario.
+
+    A scenario that raises is reported with its traceback (``crash``).
+    """
+    dask.config.set(scheduler="threads")
+    for item in json.loads(scenarios):
+        try:
+            result = scenario(item)
+        except Exception:
+            result = {**item, "crash": traceback.format_exc()}
+        print(json.dumps(result), flush=True)
+    return 0
 
 
 def _shard_states(path: Path, shards: tuple[int, ...], old: Any, new: Any) -> dict[str, str]:
@@ -109,10 +181,7 @@ def _write(strategy: str, path: Path, new: Any, resume: bool = False) -> None:
 
 def scenario(work: Path, strategy: str, free_kib: int) -> dict[str, Any]:
     """Run one scenario in a tmpfs of its own; return what it left."""
-    where = work / f"{strategy}-{free_kib}"
-    where.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], check=True)
-    try:
+    with tmpfs(work / f"{strategy}-{free_kib}") as where:
         path = where / "a.zarr"
         if strategy == "parts":
             old = np.zeros(PARTS["shape"], "uint16")
@@ -130,7 +199,7 @@ def scenario(work: Path, strategy: str, free_kib: int) -> dict[str, Any]:
             old, new = _arrays(UPDATE["shape"], REGION)
             shards = UPDATE["shards"]
             shardpipe.to_sharded_zarr(old, str(path), shards=shards, chunks=UPDATE["chunks"])
-        _fill(where, free_kib * 1024)
+        fill(where, free_kib * 1024)
         result: dict[str, Any] = {"strategy": strategy, "free_kib": free_kib, "error": None}
         try:
             _write(strategy, path, new)
@@ -153,19 +222,10 @@ def scenario(work: Path, strategy: str, free_kib: int) -> dict[str, Any]:
         after = np.asarray(zarr.open_array(str(path), mode="r")[...])
         result["resumed"] = bool((after == new).all())
         return result
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def main(work: str, scenarios: str) -> int:
-    dask.config.set(scheduler="threads")
-    for item in json.loads(scenarios):
-        try:
-            result = scenario(Path(work), item["strategy"], item["free_kib"])
-        except Exception:
-            result = {**item, "crash": traceback.format_exc()}
-        print(json.dumps(result), flush=True)
-    return 0
+    return report_each(scenarios, lambda s: scenario(Path(work), s["strategy"], s["free_kib"]))
 
 
 if __name__ == "__main__":

@@ -22,9 +22,9 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore
 
+from shardpipe.storage.errnos import permanent_error
 from shardpipe.storage.local.file_io import read_at
 from shardpipe.storage.local.keys import LocalKeys
-from shardpipe.storage.retry import permanent_error
 
 
 class ContainedLocalStore(LocalStore):
@@ -146,7 +146,7 @@ def _read(
 
     A permanent fault of the file system (``EIO``) is the
     :class:`~shardpipe.errors.StorageError` naming ``key`` that shardpipe's
-    own reads raise (:func:`~shardpipe.storage.retry.permanent_error`).
+    own reads raise (:func:`~shardpipe.storage.errnos.permanent_error`).
     """
     try:
         return _read_file(keys, key, prototype, byte_range)

@@ -13,10 +13,8 @@
   a ``kill -9`` before leaves the old object (or nothing) there and at most a
   partial temporary file beside it, and a power loss leaves the object
   absent or complete (its bytes are durable before the rename).
-* Parts are separate files in a staging folder; ``finish_parts`` joins them
-  into a temporary file with ``os.copy_file_range`` (the kernel copies, the
-  bytes never pass through Python), then publishes it like ``put``.
-  ``copy_part`` fills a part from a byte range of an existing file the same way.
+* Parts are separate files in a staging folder, joined in the kernel and
+  published like ``put`` (:mod:`shardpipe.storage.local.parts`).
 * Conditional publishes: create-only links the temporary file to the key
   (``os.link`` fails if the key exists: no window for a second writer);
   replace-if-unchanged compares the key's version (inode, size, mtime) just
@@ -53,15 +51,12 @@ from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from shardpipe.errors import ConditionFailedError
 from shardpipe.storage.base import (
     ObjectVersion,
-    PartReceipt,
-    PartsHandle,
     ShardStore,
     StoreAbilities,
 )
 from shardpipe.storage.keys import TEMPORARY_SUFFIX, edge_key
 from shardpipe.storage.local.file_io import (
     batched,
-    copy_into,
     fsync_dir,
     pwrite_all,
     read_all,
@@ -70,12 +65,13 @@ from shardpipe.storage.local.file_io import (
 )
 from shardpipe.storage.local.keys import LocalKeys
 from shardpipe.storage.local.listing import sorted_keys
-from shardpipe.storage.local.temporary import temporary_name, writer_may_run
+from shardpipe.storage.local.parts import LocalParts
+from shardpipe.storage.local.temporary import is_zarr_temporary, temporary_name, writer_may_run
 from shardpipe.storage.local.versions import stamp, version_of
 from shardpipe.storage.local.writeback import Writeback
 
 
-class LocalShardStore(ShardStore):
+class LocalShardStore(LocalParts, ShardStore):
     """Shards as files under a root directory.
 
     Parameters
@@ -355,94 +351,6 @@ class LocalShardStore(ShardStore):
         folder, _, start = prefix.rpartition("/")
         yield from sorted_keys(self._keys.folder(folder), folder, start)
 
-    # -- parts ---------------------------------------------------------------
-    def _part_path(self, handle: PartsHandle, number: int) -> str:
-        edge_key(handle.key, self)
-        return os.path.join(self._keys.folder(handle.upload), f"part-{number:05d}")
-
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """Create the staging folder of the shard at ``key``."""
-        folder = f"{staging}/{edge_key(key, self).replace('/', '.')}"
-        os.makedirs(self._keys.folder(folder), exist_ok=True)
-        return PartsHandle(key, folder, staging)
-
-    def write_part(
-        self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
-    ) -> PartReceipt:
-        """Write part ``number`` to its own staging file (replacing an earlier try)."""
-        path = self._part_path(handle, number)
-        fd = self._keys.open(handle.upload, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            size = write_all(fd, buffers)
-        finally:
-            os.close(fd)
-        return PartReceipt(number, size)
-
-    def copy_part(
-        self, handle: PartsHandle, number: int, source: str, start: int, stop: int
-    ) -> PartReceipt:
-        """Fill part ``number`` with bytes ``[start, stop)`` of ``source`` (in the kernel)."""
-        origin = self._path(source)
-        path = self._part_path(handle, number)
-        src = self._keys.open(source, origin, os.O_RDONLY)
-        try:
-            fd = self._keys.open(handle.upload, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                copy_into(fd, src, origin, start, stop)
-            finally:
-                os.close(fd)
-        finally:
-            os.close(src)
-        return PartReceipt(number, stop - start)
-
-    def finish_parts(
-        self,
-        handle: PartsHandle,
-        receipts: Sequence[PartReceipt],
-        head: bytes,
-        tail: bytes,
-        *,
-        if_absent: bool = False,
-        if_version: ObjectVersion | None = None,
-    ) -> None:
-        """Join head, parts and tail into the shard file and remove the staging folder."""
-
-        def join(fd: int) -> None:
-            writeback = Writeback(fd, enabled=self.fsync)
-            writeback.written(write_all(fd, [head]))
-            for receipt in sorted(receipts, key=lambda r: r.number):
-                path = self._part_path(handle, receipt.number)
-                part = self._keys.open(handle.upload, path, os.O_RDONLY)
-                try:
-                    actual = os.fstat(part).st_size
-                    if actual != receipt.size:
-                        raise OSError(
-                            f"part file {path} has {actual} bytes, expected {receipt.size}"
-                        )
-                    copy_into(fd, part, path)
-                finally:
-                    os.close(part)
-                writeback.written(actual)
-            write_all(fd, [tail])
-
-        edge_key(handle.key, self)
-        self._keys.folder(handle.upload)
-        if receipts or head or tail:
-            self._publish(handle.key, join, if_absent, if_version)
-        self.abort_parts(handle)
-
-    def abort_parts(self, handle: PartsHandle) -> None:
-        """Remove the staging folder of ``handle``."""
-        edge_key(handle.key, self)
-        shutil.rmtree(self._keys.folder(handle.upload), ignore_errors=True)
-
-    def discard_staging(self, staging: str) -> None:
-        """Remove the staging folder of a finished write, and its parent if empty."""
-        folder = self._keys.folder(staging)
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):  # still in use by another write, or gone
-            os.rmdir(os.path.dirname(folder))
-
     def link(self, source: str, key: str) -> None:
         """Give ``key`` the bytes of ``source``: a hard link, or a copy where that is unsafe.
 
@@ -490,7 +398,9 @@ class LocalShardStore(ShardStore):
         array's folder): shard keys may be ``c/0/1``, ``c.0.1`` or ``0.1``.
         Those whose writer may still run are left alone
         (:func:`~shardpipe.storage.local.temporary.writer_may_run`): the marker another job is
-        creating, say.
+        creating, say. zarr's temporary file of the array's ``zarr.json``
+        (:data:`~shardpipe.storage.local.temporary.ZARR_TEMPORARY`) goes too:
+        the caller holds the array, so no other write of its metadata runs.
         """
         edge_key(shard_prefix, self, prefix=True)
         folder = self._keys.folder(staging)
@@ -498,7 +408,8 @@ class LocalShardStore(ShardStore):
         self.discard_staging(staging)
         array_folder = shard_prefix.rstrip("/").rpartition("/")[0]
         for key in self.list(f"{array_folder}/" if array_folder else ""):
-            if key.endswith(TEMPORARY_SUFFIX) and not writer_may_run(self._path(key)):
+            ours = key.endswith(TEMPORARY_SUFFIX) and not writer_may_run(self._path(key))
+            if ours or is_zarr_temporary(key, array_folder):
                 self.delete(key)
                 removed += 1
         return removed

@@ -31,6 +31,23 @@ _HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 _WRITER = re.compile(r"\.[0-9a-f]{32}-([0-9]+)@([0-9a-f]{8})" + re.escape(TEMPORARY_SUFFIX) + "$")
 """The end of a temporary file's name: the process and the machine writing it."""
 
+ZARR_TEMPORARY = re.compile(r"zarr\.[0-9a-f]{32}\.partial")
+"""The name of zarr-python's temporary file of a ``zarr.json``.
+
+zarr's ``LocalStore`` writes a document to ``zarr.<uuid>.partial`` beside
+its key, then renames it; a process killed in between leaves it, and zarr
+then warns of an object it does not recognise whenever it lists the node
+(and shardpipe refuses the node as not empty). The name says nothing of
+its writer: only a job that holds the node removes one
+(:func:`is_zarr_temporary`).
+"""
+
+
+def is_zarr_temporary(key: str, folder: str) -> bool:
+    """Whether ``key`` is zarr's temporary file of the ``zarr.json`` in ``folder`` (a key)."""
+    parent, _, name = key.rpartition("/")
+    return parent == folder.rstrip("/") and ZARR_TEMPORARY.fullmatch(name) is not None
+
 
 def temporary_name(name: str) -> str:
     """A fresh name for a temporary file of ``name``, saying which process writes it."""

@@ -1,0 +1,88 @@
+"""kill -9 at the steps around the metadata of a write, then ``resume=True``.
+
+Processes forked by ``tests.support.kill_at_key_child`` write an OME-Zarr image
+with a label image, or an array, and are killed right after a chosen key is
+written or deleted: a level's ``zarr.json`` (before its job record, in the
+order writes had before this was fixed), a level's job record, a group's
+``zarr.json``, and the group's record removed at the very end; or inside
+zarr's own write of a ``zarr.json`` (a group's, a level's, an array's), its
+temporary ``zarr.<uuid>.partial`` written and not renamed. The kill waits
+for the step, and for every write under way to end, so it lands at the same
+place in every run. Whatever the step, the same call with ``resume=True``
+completes the write: every group and array equals the one a write without a
+kill makes, nothing temporary is left, and ``verify`` is clean.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import dask
+import pytest
+
+import shardpipe
+from tests.support import REPOSITORY
+from tests.support.kill_at_key_child import write_array
+from tests.support.writers_full_disk_child import same_tree, write_ome
+
+POINTS = [
+    ("ome", "1/zarr.json", "written"),
+    ("ome", "1/.shardpipe/write.json", "written"),
+    ("ome", "labels/mask/0/zarr.json", "written"),
+    ("ome", "labels/zarr.json", "written"),
+    ("ome", ".shardpipe/ome-write.json", "deleted"),
+    ("array", "a/zarr.json", "written"),
+    ("ome", "labels/zarr.json", "partial"),
+    ("ome", "1/zarr.json", "partial"),
+    ("array", "a/zarr.json", "partial"),
+]
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    work = tmp_path_factory.mktemp("killed")
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.support.kill_at_key_child", str(work), json.dumps(POINTS)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    found = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    assert len(found) == len(POINTS), (child.stdout, child.stderr[-3000:])
+    return found
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("references")
+    with dask.config.set(scheduler="threads"):
+        write_ome(root / "ome.zarr")
+        write_array(root / "array.zarr")
+    return {"ome": root / "ome.zarr", "array": root / "array.zarr"}
+
+
+@pytest.mark.parametrize("number", range(len(POINTS)), ids=["-".join(p) for p in POINTS])
+def test_kill_at_a_metadata_step_then_resume(
+    killed: list[dict[str, Any]], references: dict[str, Path], number: int
+) -> None:
+    what = POINTS[number][0]
+    assert killed[number]["killed"], killed[number]  # the process met its key, and died there
+    target = Path(killed[number]["target"])
+    with dask.config.set(scheduler="threads"):
+        if what == "ome":
+            write_ome(target, resume=True)
+        else:
+            write_array(target, resume=True)
+    assert same_tree(target, references[what]) is None
+    left = [str(p.relative_to(target)) for p in target.rglob("*") if p.name.endswith(".partial")]
+    assert left == [], "zarr's temporary files of a killed metadata write are still there"
+    report = shardpipe.verify(str(target), **({"path": "a"} if what == "array" else {}))
+    assert report.ok, str(report)
+    if what == "ome":
+        assert shardpipe.verify(str(target), complete=True).ok
