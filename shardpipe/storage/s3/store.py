@@ -102,6 +102,7 @@ class S3ShardStore(ShardStore):
         joins_buffers=True,
         min_part_size=5 * 2**20,
         max_parts=MAX_TASK_PARTS,
+        background_puts=True,
     )
     _page_size = 1000
 
