@@ -209,3 +209,31 @@ def test_kill_with_16_uploads_in_flight_then_resume(
     assert [k for k in _objects(bucket, direct) if "/.shardpipe/" in k] == [
         "killed.zarr/.shardpipe/write.json"
     ]
+
+
+def _reset_peaks() -> None:
+    _fresh_peaks()
+
+
+def _peak_requests() -> int:
+    return uploads.process_uploads().peak_requests
+
+
+def test_each_cluster_worker_hands_its_uploads_on(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy, cluster_client: Any
+) -> None:
+    bucket, direct = s3_bucket
+    s3_fault_proxy.configure(stall=1.0, match=SHARD_PUTS)
+    s3_fault_proxy.stall_seconds = 0.5
+    cluster_client.run(_reset_peaks)
+    source, data = _source()
+    url = f"s3://{bucket}/x.zarr"
+    job = shardpipe.prepare_write(
+        source, url, shards=SHARDS, chunks=CHUNKS, storage_options=_proxied(s3_fault_proxy)
+    )
+    report = job.execute()
+    assert report.shards_written == 16
+    # one thread per worker, yet each worker had several shards going up at once
+    peaks = cluster_client.run(_peak_requests)
+    assert len(peaks) == 2 and all(peak >= 2 for peak in peaks.values()), peaks
+    np.testing.assert_array_equal(_read(url, direct), data)
