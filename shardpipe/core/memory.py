@@ -33,8 +33,8 @@ Per task kind::
 Writing adds nothing to these figures on a file system: a shard's task
 writes its chunks itself, as it encodes them, and keeps them until the
 shard is durable so that a retry never encodes twice: that is the
-enc(raw(p)) already counted. On an object store a task hands its encoded
-shard (and the joined copy S3 sends) to its process's uploads and returns
+enc(raw(p)) already counted. On an object store a task joins its encoded
+shard into the one object S3 sends, hands it to its process's uploads and returns
 (:mod:`shardpipe.storage.uploads`): what they hold in flight is bounded by
 ``max_mem`` of its own, so a process holds at most one ``max_mem`` per task
 thread plus one for its uploads.

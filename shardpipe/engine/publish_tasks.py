@@ -91,9 +91,10 @@ def put_shard(
         nbytes = store.put_streamed(key, streamed.buffers())
     else:
         buffers = list(streamed.buffers())
+        if store.abilities.joins_buffers:  # joined here, once: only the joined copy waits
+            buffers = [b"".join(memoryview(b).cast("B") for b in buffers)]
         nbytes = sum(memoryview(b).nbytes for b in buffers)
-        held = nbytes * (2 if store.abilities.joins_buffers else 1)  # and the joined copy
-        ticket = hand_on(uploads, held, partial(store.put, key, buffers))
+        ticket = hand_on(uploads, nbytes, partial(store.put, key, buffers))
         if ticket is None:  # the run does not settle uploads in this process
             store.put(key, buffers)
     return WriteReport(

@@ -94,10 +94,10 @@ def test_uploads_in_flight_stay_within_max_mem(
     s3_fault_proxy.stall_seconds = 0.3
     source, data = _source()
     held = _fresh_peaks()
-    max_mem = 2_200_000  # room for two shards in flight (each held twice: joined for the put)
+    max_mem = 2_200_000  # room for four shards of 512 KiB in flight (of 16)
     report = _write(source, f"s3://{bucket}/x.zarr", _proxied(s3_fault_proxy), max_mem=max_mem)
     assert report.shards_written == 16
-    assert held.peak_requests >= 2  # tasks went on encoding while shards went up
+    assert 2 <= held.peak_requests <= 4  # tasks went on encoding while shards went up
     assert held.peak_nbytes <= max_mem
     np.testing.assert_array_equal(_read(f"s3://{bucket}/x.zarr", direct), data)
 
