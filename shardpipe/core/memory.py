@@ -30,10 +30,14 @@ Per task kind::
         (local schedulers)               + enc(raw(p)) + join + undo + working
     stamp-shard                         head + tail (the index, padded)
 
-Writing adds nothing to these figures: a shard's task writes its chunks
-itself, as it encodes them (no write-behind queue holds data after a task
-returns), and keeps them until the shard is durable so that a retry never
-encodes twice: that is the enc(raw(p)) already counted.
+Writing adds nothing to these figures on a file system: a shard's task
+writes its chunks itself, as it encodes them, and keeps them until the
+shard is durable so that a retry never encodes twice: that is the
+enc(raw(p)) already counted. On an object store a task joins its encoded
+shard into the one object S3 sends, hands it to its process's uploads and returns
+(:mod:`shardpipe.storage.uploads`): what they hold in flight is bounded by
+``max_mem`` of its own, so a process holds at most one ``max_mem`` per task
+thread plus one for its uploads.
 
 A part gathered in its own task (no piece tasks; only on schedulers in this
 process, where blocks do not travel) holds all its blocks at once; a plan

@@ -27,6 +27,7 @@ from shardpipe.formats.base import (
 )
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
 from shardpipe.storage.retry import retries_so_far
+from shardpipe.storage.uploads import UploadRun, hand_on
 
 
 def write_shard(
@@ -54,7 +55,12 @@ def write_shard(
         if first is None:
             return EMPTY_SHARD
         return put_shard(
-            target.store, key, target.shard_format, itertools.chain([first], encoded), shard=shard
+            target.store,
+            key,
+            target.shard_format,
+            itertools.chain([first], encoded),
+            shard=shard,
+            uploads=target.uploads,
         )
 
 
@@ -65,18 +71,38 @@ def put_shard(
     encoded: Iterable[tuple[int, EncodedChunk]],
     *,
     shard: Coords,
+    uploads: UploadRun | None = None,
 ) -> WriteReport:
     """Publish shard ``shard`` at ``key`` in one atomic write, laying chunks out as they come.
 
     ``encoded`` are ``(slot, bytes)`` pairs in the order the chunks are to
     lie, produced on demand (encoding the next chunk overlaps writing the
     last). Serves every shard format.
+
+    With ``uploads`` (a run handing its uploads on, where the store's puts
+    are worth it), the encoded shard goes to this process's uploads
+    (:func:`~shardpipe.storage.uploads.hand_on`) and the report carries
+    its ticket: the shard is written once the run has settled it.
     """
     streamed = stream_shard(shard_format, encoded, shard=shard)
     before = retries_so_far()
-    nbytes = store.put_streamed(key, streamed.buffers())
+    ticket = None
+    if uploads is None:
+        nbytes = store.put_streamed(key, streamed.buffers())
+    else:
+        buffers = list(streamed.buffers())
+        if store.abilities.joins_buffers:  # joined here, once: only the joined copy waits
+            buffers = [b"".join(memoryview(b).cast("B") for b in buffers)]
+        nbytes = sum(memoryview(b).nbytes for b in buffers)
+        ticket = hand_on(uploads, nbytes, partial(store.put, key, buffers))
+        if ticket is None:  # the run does not settle uploads in this process
+            store.put(key, buffers)
     return WriteReport(
-        shards=1, nbytes=nbytes, chunks_stored=streamed.chunks, retries=retries_so_far() - before
+        shards=1,
+        nbytes=nbytes,
+        chunks_stored=streamed.chunks,
+        retries=retries_so_far() - before,
+        uploads=() if ticket is None else (ticket,),
     )
 
 

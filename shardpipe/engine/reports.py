@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.storage.base import Changes
+from shardpipe.storage.uploads import Ticket
 
 
 @dataclass(frozen=True, repr=False)
@@ -51,6 +52,10 @@ class WriteReport(ShowsSummary):
         What the tasks wrote into a transactional backend (an Icechunk
         session), still to be merged into it; ``None`` once merged. Adding
         reports merges their changes (the left one's are reused).
+    uploads : tuple of Ticket
+        Uploads its tasks handed on (:mod:`shardpipe.storage.uploads`) and
+        the run has not settled yet: the shards they carry count as written
+        only once settled (:func:`settled`).
     """
 
     shards: int = 0
@@ -64,6 +69,7 @@ class WriteReport(ShowsSummary):
     snapshot_id: str | None = None
     intermediate_nbytes: int = 0
     changes: Changes | None = field(default=None, repr=False, compare=False)
+    uploads: tuple[Ticket, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def shards_written(self) -> int:
@@ -82,6 +88,7 @@ class WriteReport(ShowsSummary):
             shards_skipped=self.shards_skipped + other.shards_skipped,
             intermediate_nbytes=self.intermediate_nbytes + other.intermediate_nbytes,
             changes=_merged(self.changes, other.changes),
+            uploads=self.uploads + other.uploads,
         )
 
     def _summary(self) -> Summary:
@@ -144,3 +151,8 @@ def _merged(first: Changes | None, second: Changes | None) -> Changes | None:
 def add_reports(*reports: WriteReport) -> WriteReport:
     """Add up reports (one level of the tree that merges a transactional write's changes)."""
     return sum(reports, WriteReport())
+
+
+def settled(report: WriteReport, retries: int) -> WriteReport:
+    """``report`` once its uploads ended, with the ``retries`` they made."""
+    return replace(report, uploads=(), retries=report.retries + retries)

@@ -50,6 +50,7 @@ from shardpipe.engine.progress import ShardBar, local_progress
 from shardpipe.engine.pyramid_gates import BlockConsumers, gate_levels
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import distributed_client, wait_idle
+from shardpipe.engine.settling import ClusterSettling, LocalSettling, Settling
 
 WAVE_TASKS = 16_000
 """Default most tasks of one batch of waves on the scheduler (``shardpipe.wave-tasks``).
@@ -199,11 +200,11 @@ def _runner_for_scheduler(bar: ShardBar, token: str) -> _Runner:
     # None: no scheduler configured, where Dask computes arrays and delayed on threads
     scheduler = dask.base.get_scheduler()
     if scheduler in (None, dask.threaded.get):
-        return _ThreadsRunner(bar)
+        return _ThreadsRunner(bar, LocalSettling(token))
     pool = dask.config.get("pool", None)
     if scheduler is dask.multiprocessing.get and pool is not None:
-        return _InlineRunner(bar, HandedTasks(pool))
-    return _InlineRunner(bar)
+        return _InlineRunner(bar, LocalSettling(token), HandedTasks(pool))
+    return _InlineRunner(bar, LocalSettling(token))
 
 
 class HandedTasks:
@@ -256,8 +257,11 @@ class _InlineRunner:
     on a pool of Dask's config) tasks go through it, and after a failure every task
     handed on is waited for, as Dask does for a pool of its own."""
 
-    def __init__(self, bar: ShardBar, handed: HandedTasks | None = None) -> None:
+    def __init__(
+        self, bar: ShardBar, settling: Settling, handed: HandedTasks | None = None
+    ) -> None:
         self.bar = bar
+        self.settling = settling
         self.handed = handed
 
     def submit(self, tasks: list[Delayed]) -> list[WriteReport]:
@@ -267,11 +271,12 @@ class _InlineRunner:
             return list(compute(*tasks, pool=self.handed))
 
     def collect(self, handle: list[WriteReport]) -> list[WriteReport]:
-        return handle
+        return self.settling.settle(handle)
 
     def close(self, *, failed: bool) -> None:
         if failed and self.handed is not None:
             self.handed.wait()
+        self.settling.close(failed=failed)
 
 
 QUEUED_PER_THREAD = 2
@@ -293,7 +298,8 @@ def _with_traceback(error: BaseException, dumps: Any) -> tuple[BaseException, An
 class _ThreadsRunner:
     """Dask's threaded scheduler: batches in driver threads, sharing one pool of workers."""
 
-    def __init__(self, bar: ShardBar) -> None:
+    def __init__(self, bar: ShardBar, settling: Settling) -> None:
+        self.settling = settling
         self.workers = dask.config.get("num_workers", None) or CPU_COUNT
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="shardpipe-worker")
         self.drivers = ThreadPoolExecutor(2, thread_name_prefix="shardpipe-wave")
@@ -345,14 +351,18 @@ class _ThreadsRunner:
         return self.drivers.submit(self._compute, tasks)
 
     def collect(self, handle: Future[list[WriteReport]]) -> list[WriteReport]:
-        return handle.result()
+        return self.settling.settle(handle.result())
 
     def close(self, *, failed: bool) -> None:
         # after a failure, queued tasks are cancelled (the compute of their batch
-        # then raises in its driver) and running ones end before this returns
-        self.pool.shutdown(wait=True, cancel_futures=failed)
-        self.drivers.shutdown(wait=True, cancel_futures=failed)
-        self.progress.__exit__(None, None, None)
+        # then raises in its driver) and running ones end before this returns,
+        # then the uploads they handed on
+        try:
+            self.pool.shutdown(wait=True, cancel_futures=failed)
+            self.drivers.shutdown(wait=True, cancel_futures=failed)
+        finally:
+            self.settling.close(failed=failed)
+            self.progress.__exit__(None, None, None)
 
 
 class _ClusterRunner:
@@ -370,6 +380,7 @@ class _ClusterRunner:
         self.bar = bar
         self.token = token
         self.futures: list[list[Any]] = []
+        self.settling = ClusterSettling(client, token)
 
     def submit(self, tasks: list[Delayed]) -> list[Any]:
         futures: list[Any] = self.client.compute(tasks)
@@ -400,10 +411,11 @@ class _ClusterRunner:
         if pending:
             gather()
         self.futures.remove(futures)
-        return [r for r in reports if r is not None]
+        return self.settling.settle([r for r in reports if r is not None])
 
     def close(self, *, failed: bool) -> None:
         if failed:
             for futures in self.futures:
                 self.client.cancel(futures)
             wait_idle(self.client, self.token)
+        self.settling.close(failed=failed)

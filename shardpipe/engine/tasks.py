@@ -25,6 +25,7 @@ from shardpipe.formats.base import (
     ShardFormat,
 )
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.uploads import UploadRun
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class WriteTarget:
     encoders : int
         Most inner chunks one task may encode at once, on idle cores
         (:mod:`shardpipe.engine.encoders`): what ``max_mem`` allows.
+    uploads : UploadRun or None
+        The run whose uploads shard tasks hand on to their process's
+        uploads (:mod:`shardpipe.storage.uploads`), on a store whose puts
+        are worth it; None: each task puts its shard itself.
     """
 
     store: ShardStore
@@ -54,6 +59,7 @@ class WriteTarget:
     shard_format: ShardFormat
     staging: str
     encoders: int = 1
+    uploads: UploadRun | None = None
 
 
 @dataclass

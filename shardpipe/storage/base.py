@@ -98,6 +98,11 @@ class StoreAbilities:
     hard_links : bool
         ``link`` gives a key the bytes of another without copying them (a
         hard link on a file system).
+    background_puts : bool
+        Whole-object puts are worth running in the background of the
+        process while tasks encode (:mod:`shardpipe.storage.uploads`): each
+        request waits out a round trip and one connection's bandwidth (an
+        object store), where a file system writes as fast as it is fed.
     """
 
     parts: bool = False
@@ -113,6 +118,7 @@ class StoreAbilities:
     transactional: bool = False
     parts_in_memory: bool = False
     hard_links: bool = False
+    background_puts: bool = False
 
 
 class Changes(Protocol):

@@ -59,7 +59,7 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
     started: list[StartedJob] = []
     try:
         for number, job in enumerate(jobs):
-            started.append(start(job, f"{token}-{number}"))
+            started.append(start(job, f"{token}-{number}", uploads=token))
 
         def record_wave(wave: WaveGraph) -> None:
             job = started[wave.job]

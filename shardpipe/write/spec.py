@@ -31,6 +31,7 @@ from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.keys import STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.storage.uploads import UploadRun, request_limit
 from shardpipe.stored.metadata import format_of
 from shardpipe.write.resume import Resume
 from shardpipe.write.update_target import ExistingArray
@@ -150,8 +151,17 @@ class WriteSpec:
         """The codec chain inner chunks are encoded with, and their fill value."""
         return ChunkCodec.from_metadata(self.metadata, write_empty_chunks=self.write_empty_chunks)
 
-    def write_target(self, token: str) -> WriteTarget:
-        """What the tasks of the run ``token`` need to know of the array."""
+    def write_target(self, token: str, *, uploads: str = "") -> WriteTarget:
+        """What the tasks of the run ``token`` need to know of the array.
+
+        ``uploads``: the group of a run that settles uploads its tasks hand
+        on (:mod:`shardpipe.storage.uploads`); they do where the store's
+        puts are worth it. Empty: every task puts its shards itself.
+        """
+        shards = self.target.shards
+        run = None
+        if uploads and shards.abilities.background_puts:
+            run = UploadRun(uploads, request_limit(), self.plan.max_mem)
         return WriteTarget(
             store=self.target.shards,
             layout=self.layout,
@@ -159,6 +169,7 @@ class WriteSpec:
             shard_format=self.shard_format,
             staging=self.target.key(f"{STAGING_DIR}/{token}"),
             encoders=self.plan.encoders(CPU_COUNT),
+            uploads=run,
         )
 
     def key_of(self) -> Callable[[Coords], str]:

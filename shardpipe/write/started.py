@@ -95,7 +95,7 @@ class StartedJob:
             yield WaveGraph(index, number, graph.publishing, n_tasks, graph.blocks)
 
 
-def start(spec: WriteSpec, token: str) -> StartedJob:
+def start(spec: WriteSpec, token: str, *, uploads: str = "") -> StartedJob:
     """Take the array's marker and write or check the metadata; the graphs come later.
 
     Parameters
@@ -104,6 +104,9 @@ def start(spec: WriteSpec, token: str) -> StartedJob:
         The job.
     token : str
         Unique id of this run, in its tasks' names and its staging area.
+    uploads : str
+        The group of the run that settles the uploads its tasks hand on
+        (:meth:`~shardpipe.write.spec.WriteSpec.write_target`).
     """
     store, keys, existing = spec.target.shards, spec.keys, spec.existing
     if existing is None:
@@ -117,7 +120,7 @@ def start(spec: WriteSpec, token: str) -> StartedJob:
             keep=existing.update,
         )
     try:
-        write_target = spec.write_target(token)
+        write_target = spec.write_target(token, uploads=uploads)
         target: WriteTarget | UpdateTarget = write_target
         if existing is not None:
             target = _update_target(spec, existing, write_target, marker)

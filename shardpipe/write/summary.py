@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from shardpipe.core.display import format_bytes
+from shardpipe.storage.uploads import request_limit
 from shardpipe.write.spec import WriteSpec
 
 
@@ -60,6 +61,20 @@ def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
         ("bytes in", f"{format_bytes(plan.nbytes_in)} raw"),
         ("bytes out", f"at most {format_bytes(plan.nbytes_out_max)} encoded"),
         ("peak memory per task", f"{memory} (max_mem {format_bytes(plan.max_mem)})"),
+        *_upload_rows(job),
+    ]
+
+
+def _upload_rows(job: WriteSpec) -> list[tuple[str, str]]:
+    """Where shards go up in the background (an object store): how much is in flight."""
+    if job.existing is not None or not job.target.shards.abilities.background_puts:
+        return []
+    return [
+        (
+            "uploads",
+            f"in the background of each process: up to {request_limit()} requests and "
+            f"{format_bytes(job.plan.max_mem)} (max_mem) in flight",
+        )
     ]
 
 

@@ -14,6 +14,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "connect_timeout": 5,
     "read_timeout": 15,
     "retries": {"total_max_attempts": 3, "mode": "standard"},
+    "max_pool_connections": 64,
 }
 """botocore ``Config`` of the file systems shardpipe writes shards with.
 
@@ -22,8 +23,10 @@ attempts in botocore's standard mode (retries of connection errors,
 timeouts, HTTP 500/502/503/504 and throttling, with jittered exponential
 backoff); a 5 s connect timeout; a 15 s read timeout (s3fs's own default:
 the longest S3 may stay silent before a response, not a bound on the
-transfer). :class:`~shardpipe.storage.retry.RetryingStore` retries what
-still fails, so one call costs at most 3 x 15 s plus backoff before it does.
+transfer); 64 connections kept open (botocore's default is 10, fewer than
+the uploads a process keeps in flight: :mod:`shardpipe.storage.uploads`).
+:class:`~shardpipe.storage.retry.RetryingStore` retries what still fails,
+so one call costs at most 3 x 15 s plus backoff before it does.
 """
 
 S3FS_RETRIES = 1

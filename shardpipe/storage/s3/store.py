@@ -62,6 +62,8 @@ _PUT_TOKEN = "shardpipe-put"  # metadata key of a conditional put's own token
 
 
 def _join(buffers: Sequence[Buffer]) -> bytes:
+    if len(buffers) == 1 and isinstance(buffers[0], bytes):
+        return buffers[0]  # joined already (a shard handed on to the uploads): no copy
     return b"".join(memoryview(b).cast("B") for b in buffers)
 
 
@@ -102,6 +104,7 @@ class S3ShardStore(ShardStore):
         joins_buffers=True,
         min_part_size=5 * 2**20,
         max_parts=MAX_TASK_PARTS,
+        background_puts=True,
     )
     _page_size = 1000
 
