@@ -55,7 +55,7 @@ class WriteReport(ShowsSummary):
     uploads : tuple of Ticket
         Uploads its tasks handed on (:mod:`shardpipe.storage.uploads`) and
         the run has not settled yet: the shards they carry count as written
-        only once settled (:func:`settled`).
+        only once settled (:func:`~shardpipe.engine.reports.settled`).
     """
 
     shards: int = 0

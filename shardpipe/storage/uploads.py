@@ -82,7 +82,7 @@ def request_limit() -> int:
     """Most uploads in flight per process: ``shardpipe.uploads.requests`` or the default.
 
     Read where the write is planned (the client): its tasks carry it to the
-    workers in :class:`UploadLimits`.
+    workers in :class:`UploadRun`.
 
     Raises
     ------
