@@ -4,7 +4,7 @@ Shard tasks on an object store hand their encoded shards to their process's
 uploads (:mod:`shardpipe.storage.uploads`) and return. The run that computes
 them opens its group in every process its tasks run in before the first
 batch, settles each batch's tickets before the batch counts as done (its
-waves recorded, its shards on the progress bar as written), and closes the
+shards in the report, its waves recorded for ``resume=True``), and closes the
 group at the end: after a failure that waits for every upload still in
 flight, so that the caller cleans up after the last byte landed.
 
