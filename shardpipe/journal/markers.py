@@ -57,6 +57,12 @@ class JobKeys:
         """Key of the claim on the marker (or claim) of job ``job``."""
         return f"{self.claims}{hashlib.sha1(job.encode()).hexdigest()}"
 
+    def is_claim(self, key: str) -> bool:
+        """Whether ``key`` is named as a claim (a file system lists other files there too:
+        the temporary file of a claim being written, which is its writer's)."""
+        name = key.removeprefix(self.claims)
+        return len(name) == 40 and name != key and all(c in "0123456789abcdef" for c in name)
+
     @property
     def staging(self) -> str:
         """Key prefix of staging areas."""

@@ -209,7 +209,7 @@ def recover(
         store.cleanup(f"{keys.staging}/{NO_STAGING}", keys.marker)
     else:
         store.cleanup(keys.staging, keys.shards)
-        for claim in list(store.list(keys.claims)):
+        for claim in [k for k in store.list(keys.claims) if keys.is_claim(k)]:
             data = store.get(claim)
             try:
                 stale = data is None or decoded_marker(data, claim).is_stale()

@@ -44,8 +44,7 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import layout_of
 from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.creation import check_no_other_job
-from shardpipe.write.in_thread import run_batch
+from shardpipe.write.batch_job import RegionBatchJob
 from shardpipe.write.prepare import memory_model
 from shardpipe.write.transaction import check_writable
 from shardpipe.write.update_target import (
@@ -322,22 +321,23 @@ class _BatchTarget:
         box = tuple((o, o + n) for o, n in zip(offset, data.shape, strict=True))
         return box, np.asarray(data)
 
-    def apply(self, boxes: list[Box], data: list[np.ndarray]) -> WriteReport:
-        """Write the checked pairs as one job (nothing at all when no pair touches an element)."""
-        groups = group_by_shard(self.layout, boxes)
-        if not groups:
-            return WriteReport()
-        check_no_other_job(self.target, None, "write a batch of regions into the array")
-        return run_batch(
+    def job(self, boxes: list[Box], data: list[np.ndarray]) -> RegionBatchJob:
+        """The job writing the checked pairs."""
+        return RegionBatchJob(
             self.target,
             self.existing,
-            groups,
+            group_by_shard(self.layout, boxes),
             boxes,
             data,
             rewrite_fits=self.rewrite_fits,
             encoders=self.encoders,
             write_empty_chunks=self.write_empty_chunks,
         )
+
+    def apply(self, boxes: list[Box], data: list[np.ndarray]) -> WriteReport:
+        """Write the checked pairs as one job (nothing at all when no pair touches an element)."""
+        job = self.job(boxes, data)
+        return job.execute() if job.groups else WriteReport()
 
 
 def _shown(value: Any) -> str:

@@ -70,12 +70,18 @@ class Pass:
         run together) fails after ``begin`` was called: it cleans up what
         only this job knows of (an intermediate copy it placed). The writes
         clean up after themselves.
+    write : callable or None
+        A pass that writes by itself, without a Dask graph (a batch of region
+        writes): called with ``progress`` after the computation of the
+        pass's writes; the reports it returns follow theirs among the
+        pass's reports.
     """
 
     name: str
     begin: Callable[[bool], Sequence[WriteSpec]] = _no_writes
     end: Callable[[Sequence[WriteReport]], None] = _nothing
     abandon: Callable[[BaseException], None] = _nothing
+    write: Callable[[bool], Sequence[WriteReport]] | None = None
 
 
 @runtime_checkable
@@ -182,6 +188,7 @@ def run_jobs(
                 begun.append((i, step, step.begin(progress)))
             writes = [w for _, _, ws in begun for w in ws]
             reports = iter(execute_together(writes, progress=progress) if writes else [])
+            own = {i: list(step.write(progress)) for i, step, _ in begun if step.write}
         except BaseException as err:
             for _, step, _ in begun:
                 step.abandon(err)
@@ -189,7 +196,7 @@ def run_jobs(
                 running[len(begun)][1].abandon(err)
             raise
         for i, step, ws in begun:
-            mine = [next(reports) for _ in ws]
+            mine = [next(reports) for _ in ws] + own.get(i, [])
             step.end(mine)
             done[i].append(mine)
     snapshot = _commit(target, message, rebase) if message is not None else None
@@ -225,7 +232,8 @@ class _Together:
 
     jobs: Sequence[Job[Any]]
     before: Callable[[], None] | None
-    counts: list[list[int]] = field(default_factory=list)
+    counts: list[list[tuple[int, int]]] = field(default_factory=list)
+    """Per job, per pass: its writes' reports and its own (``Pass.write``) reports."""
 
     def passes(self) -> list[Pass]:
         plans = [list(job.passes()) for job in self.jobs]
@@ -247,30 +255,49 @@ class _Together:
             writes: list[WriteSpec] = []
             for i, step in present:
                 mine = step.begin(progress)
-                self.counts[i].append(len(mine))
+                self.counts[i].append((len(mine), 0))
                 writes.extend(mine)
             return writes
 
-        def end(reports: Sequence[WriteReport]) -> None:
-            it = iter(reports)
+        def write(progress: bool) -> list[WriteReport]:
+            reports: list[WriteReport] = []
             for i, step in present:
-                step.end([next(it) for _ in range(self.counts[i][-1])])
+                if step.write is not None:
+                    mine = list(step.write(progress))
+                    self.counts[i][-1] = (self.counts[i][-1][0], len(mine))
+                    reports.extend(mine)
+            return reports
+
+        def end(reports: Sequence[WriteReport]) -> None:
+            for (_, step), mine in zip(present, self._split(reports, number), strict=True):
+                step.end(mine)
 
         def abandon(err: BaseException) -> None:
             for _, step in present:
                 step.abandon(err)
 
         names = ", ".join(dict.fromkeys(s.name for _, s in present)) or "prepare"
-        return Pass(names, begin, end, abandon)
+        writes_itself = any(s.write is not None for _, s in present)
+        return Pass(names, begin, end, abandon, write if writes_itself else None)
+
+    def _split(self, reports: Sequence[WriteReport], number: int) -> list[list[WriteReport]]:
+        """The reports of merged pass ``number`` split by job (the jobs present in it).
+
+        The merged pass's reports are those of every job's writes, then
+        those the jobs' passes made by themselves (``Pass.write``).
+        """
+        present = [c[number] for c in self.counts if number < len(c)]
+        graph = iter(reports[: sum(n for n, _ in present)])
+        own = iter(reports[sum(n for n, _ in present) :])
+        return [[next(graph) for _ in range(n)] + [next(own) for _ in range(m)] for n, m in present]
 
     def split(self, reports: PassReports) -> list[list[Sequence[WriteReport]]]:
         """Each job's pass reports, from the merged passes' reports."""
         out: list[list[Sequence[WriteReport]]] = [[] for _ in self.jobs]
         for number, merged in enumerate(reports):
-            it = iter(merged)
-            for i, counts in enumerate(self.counts):
-                if number < len(counts):
-                    out[i].append([next(it) for _ in range(counts[number])])
+            jobs = [i for i, c in enumerate(self.counts) if number < len(c)]
+            for i, mine in zip(jobs, self._split(merged, number), strict=True):
+                out[i].append(mine)
         return out
 
 

@@ -152,3 +152,19 @@ def test_a_live_claimant_is_waited_for(store: ShardStore) -> None:
     with pytest.raises(JobConflictError, match=r"claimant.*taking this array over.*dead"):
         take(store, KEYS, "update")
     assert json.loads(store.get(KEYS.marker) or b"")["job"] == "dead"  # untouched
+
+
+def test_a_claim_being_written_by_a_live_job_is_left_to_it(tmp_path: Path) -> None:
+    """A job taking a stale marker over while another job writes its claim: the claim's
+    temporary file (half written, unreadable) is the live writer's, not a dead claim."""
+    from shardpipe.storage.local.temporary import temporary_name
+
+    store = LocalShardStore(tmp_path / "root", fsync=False)
+    store.put(KEYS.marker, [_dead_marker("dead").encode()])
+    claims = tmp_path / "root" / KEYS.claims
+    claims.mkdir(parents=True)
+    being_written = claims / temporary_name(KEYS.claim_key("dead").rpartition("/")[2])
+    being_written.write_bytes(b'{"job": "clai')  # this process writes it: it may still run
+    taken = take(store, KEYS, "update")
+    assert being_written.exists()
+    release(store, KEYS, taken.marker)

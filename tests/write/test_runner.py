@@ -10,6 +10,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import pytest
+import zarr
 
 import shardpipe
 from shardpipe.engine.reports import WriteReport
@@ -114,3 +115,63 @@ def test_every_planned_job_follows_the_protocol(tmp_path: Path) -> None:
         assert isinstance(job, Job), type(job).__name__
         assert job.passes() and job.summary_rows()
     assert not list(tmp_path.iterdir())  # planning writes nothing
+
+
+@dataclass
+class _Writes:
+    """A job of one pass that writes by itself (``Pass.write``) and reports ``shards``."""
+
+    shards: int
+    target: ResolvedStore
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        return [("shards", str(self.shards))]
+
+    def passes(self) -> list[Pass]:
+        return [Pass("write", write=lambda progress: [WriteReport(shards=self.shards)])]
+
+    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> int:
+        return sum(r.shards for r in reports[0])
+
+
+def test_a_pass_that_writes_by_itself_reports_to_its_job(target: ResolvedStore) -> None:
+    log: list[str] = []
+    assert run_jobs([_Steps("a", 1, log, target), _Writes(3, target), _Writes(5, target)]) == [
+        "a: 1 passes",
+        3,
+        5,
+    ]
+
+
+def test_a_composite_hands_each_job_the_reports_of_its_own_writes(
+    target: ResolvedStore,
+) -> None:
+    log: list[str] = []
+    parts: list[Any] = [_Writes(3, target), _Steps("a", 2, log, target), _Writes(5, target)]
+    passes, finish = together(parts)
+    merged = passes()
+    assert merged[0].write is not None and merged[1].write is None
+    assert merged[0].begin(False) == []
+    reports = list(merged[0].write(False))
+    merged[0].end(reports)
+    assert merged[1].begin(False) == []
+    merged[1].end([])
+    assert finish([reports, []], 0.0, None) == [3, "a: 2 passes", 5]
+
+
+def test_a_batch_of_region_writes_is_a_job_of_the_runner(tmp_path: Path) -> None:
+    from shardpipe.write.batch import _BatchTarget
+
+    path = tmp_path / "a.zarr"
+    shardpipe.to_sharded_zarr(np.zeros((16, 16), "uint16"), path, shards=(8, 8), chunks=(4, 4))
+    batch = _BatchTarget.open(path, None, None, "auto", False, "64MB")
+    values = [np.ones((4, 4), "uint16"), np.ones((2, 16), "uint16")]
+    job = batch.job([((0, 4), (0, 4)), ((10, 12), (0, 16))], values)
+    assert isinstance(job, Job)
+    assert "3 touched" in repr(job)  # shards (0, 0), (1, 0), (1, 1)
+    report = job.execute()
+    assert report.shards == 3 and report.seconds > 0
+    stored = np.asarray(zarr.open_array(path, mode="r")[...])
+    expected = np.zeros((16, 16), "uint16")
+    expected[:4, :4] = expected[10:12] = 1
+    np.testing.assert_array_equal(stored, expected)
