@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import writers
 from benchmarks.cases import Case
 from benchmarks.volumes import Volume, grid
 from benchmarks.writers import shardpipe_write
@@ -55,19 +56,7 @@ def codecs() -> list[Any]:
 
 def create_array(case: Case, dtype: Any) -> Any:
     """Create the sharded target with zarr-python (replacing what is there)."""
-    import zarr
-
-    return zarr.create_array(
-        case.target,
-        storage_options=case.storage_options,
-        shape=case.shape,
-        dtype=dtype,
-        chunks=case.chunks,
-        shards=case.shards,
-        compressors=codecs(),
-        fill_value=0,
-        overwrite=True,
-    )
+    return writers.create_array(case, dtype, compressors=codecs(), fill_value=0)
 
 
 def tensorstore_s3(case: Case, volume: np.ndarray) -> tuple[Any, list[str]]:

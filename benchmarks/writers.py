@@ -53,10 +53,14 @@ def compressors(codec: str) -> Any:
     return {"zstd1": ZstdCodec(level=1), "none": None}[codec]
 
 
-def create_array(case: Case, dtype: Any) -> Any:
-    """Create the empty sharded target with zarr-python (replacing what is there)."""
+def create_array(case: Case, dtype: Any, **kwargs: Any) -> Any:
+    """Create the empty sharded target with zarr-python (replacing what is there).
+
+    ``kwargs`` go to ``zarr.create_array`` (``compressors`` replaces the case's codec).
+    """
     import zarr
 
+    kwargs.setdefault("compressors", compressors(case.codec))
     return zarr.create_array(
         case.target,
         storage_options=case.storage_options,
@@ -64,8 +68,8 @@ def create_array(case: Case, dtype: Any) -> Any:
         dtype=dtype,
         chunks=case.chunks,
         shards=case.shards,
-        compressors=compressors(case.codec),
         overwrite=True,
+        **kwargs,
     )
 
 
