@@ -112,7 +112,9 @@ def take(store: ShardStore, keys: JobKeys, action: str, *, force: bool = False) 
         raise
     try:
         step("acquire.recover")
-        rolled = recover(store, keys, marker, leftovers=replaced is not None)
+        # a marker this job just created itself is its own: not read back
+        fresh = replaced is None and store.abilities.create_only
+        rolled = recover(store, keys, marker, leftovers=replaced is not None, checked=fresh)
     except BaseException:
         release(store, keys, marker)
         raise

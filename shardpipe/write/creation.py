@@ -42,8 +42,9 @@ def create_array(
 ) -> WriteTarget:
     """Check the target again (it may have changed since planning), then write the metadata.
 
-    ``holder`` is this job's marker, when it holds one; without it, a marker
-    of another job that may still run is an error. With ``identity``, the
+    ``holder`` is this job's marker, when it holds one (taken just before:
+    the marker is not read again); without it, a marker of another job that
+    may still run is an error. With ``identity``, the
     job record is saved just before the metadata (see
     :mod:`shardpipe.write.resume`), after the groups above the array: an array
     whose ``zarr.json`` is there always has its record and its groups,
@@ -67,7 +68,8 @@ def create_array(
     ours = run is not None and identity is not None and _made_by_run(target, run)
     if ours and target.shards.size(target.key("zarr.json")) is not None:
         return write_target
-    check_no_other_job(target, holder, "write the array")
+    if holder is None:
+        check_no_other_job(target, None, "write the array")
     discard_zarr_temporaries(target)  # of a zarr.json whose write was killed
     check_target(target, overwrite)
     if overwrite:

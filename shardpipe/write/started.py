@@ -23,7 +23,7 @@ from shardpipe.journal.job_record import delete_record
 from shardpipe.journal.markers import JobKeys, JobMarker
 from shardpipe.storage.base import ObjectVersion
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.write.creation import check_no_other_job, create_array
+from shardpipe.write.creation import create_array
 from shardpipe.write.resume import check_same_job, forget_finished
 from shardpipe.write.spec import WriteSpec
 from shardpipe.write.update_target import ExistingArray, metadata_bytes
@@ -128,8 +128,7 @@ def start(spec: WriteSpec, token: str, *, uploads: str = "") -> StartedJob:
                 # inside a transaction nobody sees it early, and Icechunk takes
                 # chunks only inside the array's shape
                 publish_grown(spec, existing)
-        elif spec.create_kwargs is None:
-            check_no_other_job(spec.target, marker, "write the array")
+        elif spec.create_kwargs is None:  # the marker, just taken, is not read again
             if spec.resume and spec.identity is not None:
                 check_same_job(spec.target, spec.identity, spec.resume)
         else:
