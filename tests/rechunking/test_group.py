@@ -12,6 +12,7 @@ import zarr
 
 import shardpipe
 from shardpipe.cli.parser import main
+from shardpipe.errors import ChunkDecodeError
 from shardpipe.rechunking.group import plan_group_rechunk
 from tests.support.readers import assert_same, read_tensorstore
 
@@ -81,3 +82,29 @@ def test_a_group_rechunk_over_its_own_source_is_refused(tmp_path: Path, where: s
     for name, values in data.items():
         assert_same(np.asarray(zarr.open_array(tmp_path / "src.zarr" / name)[...]), values)
     assert not (tmp_path / "src.zarr" / "new").exists()
+
+
+def test_one_pass_two_pass_and_resumed_members_read_back_equal(tmp_path: Path) -> None:
+    """A group rechunk that failed midway is resumed: the one-pass member keeps the shards
+    it had written, the member that needed two passes is written, every member reads back
+    equal."""
+    source = tmp_path / "src.zarr"
+    data = _mixed_group(source)
+    target = tmp_path / "out.zarr"
+    chunk = source / "frames" / "0.0.1"  # read after some of the member's shards were written
+    good = chunk.read_bytes()
+    chunk.write_bytes(b"not a compressed chunk")
+    with dask.config.set(scheduler="sync"), pytest.raises(ChunkDecodeError):  # in order
+        shardpipe.rechunk_group(source, target, **LAYOUT)
+    chunk.write_bytes(good)
+    written = sorted(p for p in (target / "frames" / "c").rglob("*") if p.is_file())
+    assert 0 < len(written) < 8  # the failed run wrote some of its shards
+    report = shardpipe.rechunk_group(source, target, resume=True, **LAYOUT)
+    assert report.rechunked["frames"].shards_skipped == len(written)
+    # a resumed rechunk runs one pass (it cannot resume a copy through an intermediate)
+    assert report.rechunked["slabs"].shards_written == 8
+    for name, values in data.items():
+        assert_same(np.asarray(zarr.open_array(target / name, mode="r")[...]), values)
+        assert_same(read_tensorstore(str(target / name)), values)
+    assert shardpipe.verify(target).ok
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "src.zarr"]  # no copy left
