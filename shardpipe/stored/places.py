@@ -297,11 +297,8 @@ def check_node_present(target: ResolvedStore, parameter: str, *, records: bool =
     keys = ("zarr.json", ".zarray", ".zgroup")
     if any(target.shards.get(target.key(k)) is not None for k in keys):
         return
-    if records:
-        from shardpipe.storage.keys import JOB_DIR
-
-        if next(iter(target.shards.list(target.key(f"{JOB_DIR}/"))), None) is not None:
-            return
+    if records and next(iter(target.shards.list(target.key(f"{JOB_DIR}/"))), None) is not None:
+        return
     raise InvalidArgumentError(
         parameter,
         f"there is no Zarr array or group at {advice.place(target.path, target.zarr_store)} "
