@@ -2,8 +2,9 @@
 # shardpipe developer entry point: sets up .venv (Python >= 3.12) and runs a task.
 #   ./dev.sh demo    set up (runtime dependencies only), then write ~1 GiB on a LocalCluster,
 #                    verify it, print throughput
-#   ./dev.sh test    set up (+ test and docs extras), then ruff, mypy, the layer contracts
-#                    (lint-imports), the documentation site (docs/, warnings as errors)
+#   ./dev.sh test    set up (+ test and docs extras, and the Azurite emulator from npm), then
+#                    ruff, mypy, the layer contracts (lint-imports), the documentation site
+#                    (docs/, warnings as errors)
 #                    and the whole pytest suite, in parallel on every core
 #   ./dev.sh bench   set up (+ test and bench extras), then run the benchmark suite
 #                    (see benchmarks/README.md)
@@ -71,11 +72,25 @@ setup() {
     .venv/bin/python -m pip install --quiet -c "$CONSTRAINTS" -e "$spec"
 }
 
+# Azurite, the Azure Blob emulator the Azure tests start, from npm into .venv/azurite (node
+# and npm are needed: the tests of the Azure backend cannot run without it).
+AZURITE_VERSION=3.37.0
+ensure_azurite() {
+    local bin=.venv/azurite/node_modules/.bin/azurite-blob
+    if [ -x "$bin" ] && [ "$(cat .venv/azurite/version 2>/dev/null)" = "$AZURITE_VERSION" ]; then
+        return 0
+    fi
+    command -v npm >/dev/null 2>&1 || { echo "dev.sh: npm is needed to install Azurite (node >= 18)" >&2; return 1; }
+    npm install --silent --no-audit --no-fund --prefix .venv/azurite "azurite@$AZURITE_VERSION" >/dev/null
+    echo "$AZURITE_VERSION" > .venv/azurite/version
+}
+
 task="${1:-}"; shift || true
 case "$task" in
     demo)  setup "";  exec .venv/bin/python -m shardpipe.cli.demo "$@" ;;
     test)
         setup test,docs
+        ensure_azurite
         .venv/bin/ruff check shardpipe tests benchmarks
         .venv/bin/ruff format --check shardpipe tests benchmarks
         .venv/bin/mypy
@@ -84,7 +99,7 @@ case "$task" in
         .venv/bin/sphinx-build -E -W --keep-going -n -q -b html docs docs/_build/html
         # in parallel on every core (pytest-xdist); SHARDPIPE_TEST_WORKERS=0 runs in one process
         exec .venv/bin/python -m pytest -n "${SHARDPIPE_TEST_WORKERS:-auto}" "$@" ;;
-    bench) setup "test,bench"; exec .venv/bin/python -m benchmarks "$@" ;;
+    bench) setup "test,bench"; ensure_azurite; exec .venv/bin/python -m benchmarks "$@" ;;
     lock)
         make_venv
         ensure_uv || { echo "dev.sh lock: needs uv" >&2; exit 1; }
