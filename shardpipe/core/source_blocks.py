@@ -159,6 +159,7 @@ def straddles(block_shape: Shape, shard_shape: Shape, chunk_shape: Shape) -> boo
 
 
 def intermediate_chunks(
+    shape: Shape,
     block_shape: Shape,
     shard_shape: Shape,
     chunk_shape: Shape,
@@ -169,16 +170,29 @@ def intermediate_chunks(
     """Chunks of an intermediate copy that blocks fill whole and inner chunks hold whole.
 
     The first pass writes each block as whole intermediate chunks (no two
-    blocks share one: every extent divides the block's); the second reads
-    them in blocks of whole inner chunks. Along an axis where the block is
-    not a whole number of inner chunks, the extent is their common divisor;
-    along the others it starts at one inner chunk and doubles (last axis
-    first) while it still divides both block and shard, the chunk stays
-    within ``max_nbytes``, and the smallest block of pass 2 that holds whole
-    inner chunks and whole intermediate chunks stays within ``block_nbytes``
-    (fewer objects, without forcing pass 2 into larger blocks).
+    blocks share one: every extent divides the block's, unless one block
+    spans the whole axis, whose end is the array's); the second reads them in
+    blocks of whole inner chunks. Along an axis where several blocks meet
+    and the block is not a whole number of inner chunks, the extent is their
+    common divisor; along the others it starts at one inner chunk and
+    doubles (last axis first) while it still divides the shard (and the
+    block, where blocks meet), the chunk stays within ``max_nbytes``, and
+    the smallest block of pass 2 that holds whole inner chunks and whole
+    intermediate chunks stays within ``block_nbytes`` (fewer objects,
+    without forcing pass 2 into larger blocks).
+
+    ::
+
+        frames (200, 700, 600), blocks (16, 700, 600), inner chunks (64, 64, 64):
+        z: blocks meet every 16 frames -> gcd(16, 64) = 16;
+        y, x: one block spans the axis -> 64, doubled up to the shard
+        (not gcd(700, 64) = 4 and gcd(600, 64) = 8: chunks of 1 KiB)
     """
-    sizes = [math.gcd(b, c) if b % c else c for b, c in zip(block_shape, chunk_shape, strict=True)]
+    spans = [b >= n for b, n in zip(block_shape, shape, strict=True)]
+    sizes = [
+        c if whole or b % c == 0 else math.gcd(b, c)
+        for b, c, whole in zip(block_shape, chunk_shape, spans, strict=True)
+    ]
     grown = True
     while grown:
         grown = False
@@ -191,7 +205,8 @@ def intermediate_chunks(
                 or math.prod(_lcm(i, k) for i, k in zip(trial, chunk_shape, strict=True)) * itemsize
                 <= block_nbytes
             )
-            if b % c == 0 and math.gcd(b, s) % double == 0 and fits:
+            divides = s % double == 0 if spans[d] else b % c == 0 and math.gcd(b, s) % double == 0
+            if divides and fits:
                 sizes[d] = double
                 grown = True
     return tuple(sizes)

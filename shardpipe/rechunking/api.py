@@ -332,6 +332,7 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
                 "Leave resume out, or temp_store",
             )
         inter_chunks = intermediate_chunks(
+            opened.shape,
             block_shape,
             shard_shape,
             chunk_shape,
