@@ -54,6 +54,16 @@ CASES = [
         (64, 512, 1024),
     ),
     ("small array", (10, 10), (5, 5), (256, 256), (64, 64), MiB, (10, 10)),
+    (
+        # halving 730 goes 365, then 146 (a divisor of the inner chunk), not 182
+        "time slices into series",
+        (730, 256, 512),
+        (1, 256, 512),
+        (730, 128, 128),
+        (730, 32, 32),
+        64 * MiB,
+        (146, 256, 512),
+    ),
 ]
 
 
