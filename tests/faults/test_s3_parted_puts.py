@@ -170,7 +170,9 @@ def test_kill_with_parts_in_flight_then_resume_and_cleanup(
 def test_the_part_size_setting_is_checked() -> None:
     assert part_size() == 16 << 20
     for bad in (1 << 20, "16MB", True, 2 << 30):
-        with dask.config.set({"shardpipe.uploads.part-size": bad}):
-            with pytest.raises(InvalidArgumentError, match="shardpipe.uploads.part-size"):
-                part_size()
+        with (
+            dask.config.set({"shardpipe.uploads.part-size": bad}),
+            pytest.raises(InvalidArgumentError, match=r"shardpipe\.uploads\.part-size"),
+        ):
+            part_size()
     assert PARTS_AT_ONCE >= 2
