@@ -176,3 +176,14 @@ def test_the_part_size_setting_is_checked() -> None:
         ):
             part_size()
     assert PARTS_AT_ONCE >= 2
+
+
+def test_the_plan_shows_which_shards_go_in_parts(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    bucket, direct = s3_bucket
+    source, _ = _source()
+    with dask.config.set({"shardpipe.uploads.part-size": PART}):
+        job = shardpipe.prepare_write(
+            source, f"s3://{bucket}/x.zarr", shards=SHARDS, chunks=CHUNKS, storage_options=direct
+        )
+        shown = repr(job)
+    assert "shards of 10.0 MiB or more in parts of 5.0 MiB" in shown, shown
