@@ -15,6 +15,8 @@ unit is then read and decoded once. The rules of :func:`read_block_shape`:
    chunk (so that blocks hold whole inner chunks along it), down to one step.
 3. Then in steps of the read unit alone: inner chunks straddle blocks, and
    their pieces travel between tasks raw, but every unit is still read once.
+   Where a whole number of steps divides the inner chunk near the half, the
+   block takes it, so that blocks tile the chunks they cut.
 4. Only then below the read unit, in inner-chunk steps: a unit is read by
    several blocks, and :func:`read_cost` counts the extra bytes (read
    amplification).
@@ -101,7 +103,7 @@ def read_block_shape(
         if _shrink(block, steps):
             continue
         # aligned to the read unit only: inner chunks straddle blocks (their pieces travel raw)
-        if _shrink(block, list(read_unit)):
+        if _shrink(block, list(read_unit), chunk_shape):
             continue
         # below the read unit: whole inner chunks, each unit read by several blocks
         if not _shrink(block, [min(c, b) for c, b in zip(chunk_shape, block, strict=True)]):
@@ -115,13 +117,26 @@ def _aligned_step(unit: int, chunk: int, block: int) -> int:
     return both if both <= block else unit
 
 
-def _shrink(block: list[int], steps: Sequence[int]) -> bool:
-    """Halve the axis with the most steps of room, in whole steps; False if none has room."""
+def _shrink(block: list[int], steps: Sequence[int], tiles: Sequence[int] | None = None) -> bool:
+    """Halve the axis with the most steps of room, in whole steps; False if none has room.
+
+    With ``tiles`` (inner chunk extents), the axis takes the largest whole
+    number of steps that divides its tile, if one lies between a quarter and
+    a half of the block: blocks then tile the inner chunks they cut, and the
+    chunks of a two-pass copy (their common divisor) stay large. 730 time
+    steps in steps of 1 halve to 365 and then to 146, not 182 (which shares
+    only 2 with 730).
+    """
     room = [b // s for b, s in zip(block, steps, strict=True)]
     axis = max(range(len(block)), key=lambda d: room[d])
     if room[axis] <= 1:
         return False
-    block[axis] = max(1, room[axis] // 2) * steps[axis]
+    half = max(1, room[axis] // 2)
+    if tiles is not None:
+        tile = tiles[axis] // steps[axis] if tiles[axis] % steps[axis] == 0 else 0
+        dividing = [k for k in range(half, max(1, half // 2) - 1, -1) if tile and tile % k == 0]
+        half = dividing[0] if dividing else half
+    block[axis] = half * steps[axis]
     return True
 
 
@@ -159,6 +174,7 @@ def straddles(block_shape: Shape, shard_shape: Shape, chunk_shape: Shape) -> boo
 
 
 def intermediate_chunks(
+    shape: Shape,
     block_shape: Shape,
     shard_shape: Shape,
     chunk_shape: Shape,
@@ -169,16 +185,29 @@ def intermediate_chunks(
     """Chunks of an intermediate copy that blocks fill whole and inner chunks hold whole.
 
     The first pass writes each block as whole intermediate chunks (no two
-    blocks share one: every extent divides the block's); the second reads
-    them in blocks of whole inner chunks. Along an axis where the block is
-    not a whole number of inner chunks, the extent is their common divisor;
-    along the others it starts at one inner chunk and doubles (last axis
-    first) while it still divides both block and shard, the chunk stays
-    within ``max_nbytes``, and the smallest block of pass 2 that holds whole
-    inner chunks and whole intermediate chunks stays within ``block_nbytes``
-    (fewer objects, without forcing pass 2 into larger blocks).
+    blocks share one: every extent divides the block's, unless one block
+    spans the whole axis, whose end is the array's); the second reads them in
+    blocks of whole inner chunks. Along an axis where several blocks meet
+    and the block is not a whole number of inner chunks, the extent is their
+    common divisor; along the others it starts at one inner chunk and
+    doubles (last axis first) while it still divides the shard (and the
+    block, where blocks meet), the chunk stays within ``max_nbytes``, and
+    the smallest block of pass 2 that holds whole inner chunks and whole
+    intermediate chunks stays within ``block_nbytes`` (fewer objects,
+    without forcing pass 2 into larger blocks).
+
+    ::
+
+        frames (200, 700, 600), blocks (16, 700, 600), inner chunks (64, 64, 64):
+        z: blocks meet every 16 frames -> gcd(16, 64) = 16;
+        y, x: one block spans the axis -> 64, doubled up to the shard
+        (not gcd(700, 64) = 4 and gcd(600, 64) = 8: chunks of 1 KiB)
     """
-    sizes = [math.gcd(b, c) if b % c else c for b, c in zip(block_shape, chunk_shape, strict=True)]
+    spans = [b >= n for b, n in zip(block_shape, shape, strict=True)]
+    sizes = [
+        c if whole or b % c == 0 else math.gcd(b, c)
+        for b, c, whole in zip(block_shape, chunk_shape, spans, strict=True)
+    ]
     grown = True
     while grown:
         grown = False
@@ -191,7 +220,8 @@ def intermediate_chunks(
                 or math.prod(_lcm(i, k) for i, k in zip(trial, chunk_shape, strict=True)) * itemsize
                 <= block_nbytes
             )
-            if b % c == 0 and math.gcd(b, s) % double == 0 and fits:
+            divides = s % double == 0 if spans[d] else b % c == 0 and math.gcd(b, s) % double == 0
+            if divides and fits:
                 sizes[d] = double
                 grown = True
     return tuple(sizes)

@@ -26,6 +26,7 @@ from shardpipe.formats.base import (
     stream_shard,
 )
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.parted_puts import goes_in_parts, held_bytes, put_in_parts
 from shardpipe.storage.retry import retries_so_far
 from shardpipe.storage.uploads import UploadRun, hand_on
 
@@ -61,6 +62,7 @@ def write_shard(
             itertools.chain([first], encoded),
             shard=shard,
             uploads=target.uploads,
+            staging=target.staging,
         )
 
 
@@ -72,6 +74,7 @@ def put_shard(
     *,
     shard: Coords,
     uploads: UploadRun | None = None,
+    staging: str | None = None,
 ) -> WriteReport:
     """Publish shard ``shard`` at ``key`` in one atomic write, laying chunks out as they come.
 
@@ -82,7 +85,9 @@ def put_shard(
     With ``uploads`` (a run handing its uploads on, where the store's puts
     are worth it), the encoded shard goes to this process's uploads
     (:func:`~shardpipe.storage.uploads.hand_on`) and the report carries
-    its ticket: the shard is written once the run has settled it.
+    its ticket: the shard is written once the run has settled it. A shard
+    of two part sizes or more goes up in parts at once, named under the
+    write's ``staging`` prefix (:mod:`~shardpipe.storage.parted_puts`).
     """
     streamed = stream_shard(shard_format, encoded, shard=shard)
     before = retries_so_far()
@@ -94,9 +99,18 @@ def put_shard(
         if store.abilities.joins_buffers:  # joined here, once: only the joined copy waits
             buffers = [b"".join(memoryview(b).cast("B") for b in buffers)]
         nbytes = sum(memoryview(b).nbytes for b in buffers)
-        ticket = hand_on(uploads, nbytes, partial(store.put, key, buffers))
+        size = uploads.part_size if staging is not None else None
+        upload: Callable[[], None]
+        if goes_in_parts(store, nbytes, size):
+            assert staging is not None and size is not None
+            body = buffers[0] if len(buffers) == 1 else b"".join(buffers)
+            upload = partial(put_in_parts, store, key, body, staging, size)
+            held = held_bytes(nbytes, size)
+        else:
+            upload, held = partial(store.put, key, buffers), nbytes
+        ticket = hand_on(uploads, held, upload)
         if ticket is None:  # the run does not settle uploads in this process
-            store.put(key, buffers)
+            upload()
     return WriteReport(
         shards=1,
         nbytes=nbytes,

@@ -216,7 +216,8 @@ def recover(
         store.delete(record_key)
     step("recover.cleanup")
     if not leftovers:  # only the records' folder: no staging area is named here
-        store.cleanup(f"{keys.staging}/{NO_STAGING}", keys.marker)
+        if store.abilities.leaves_temporaries:  # else nothing to look for (one listing saved)
+            store.cleanup(f"{keys.staging}/{NO_STAGING}", keys.marker)
     else:
         store.cleanup(keys.staging, keys.shards)
         for claim in [k for k in store.list(keys.claims) if keys.is_claim(k)]:

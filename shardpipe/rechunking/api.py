@@ -49,7 +49,6 @@ from shardpipe.rechunking.source import Source, open_source
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import (
     check_source_options,
-    check_target,
     check_temp_store,
     resolve_named,
 )
@@ -58,7 +57,7 @@ from shardpipe.write.job import ShardedWrite
 from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.resume import check_same_job, complete_shards
+from shardpipe.write.resume import check_new_target, check_same_job, complete_shards
 from shardpipe.write.runner import Pass, PassReports, check_run, run_job
 from shardpipe.write.transaction import snapshot_id_returned
 
@@ -285,7 +284,7 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
         )
     budget, overwrite, resume = given.max_mem, given.overwrite, given.resume
     resolved = resolve_named("target", target, given.path, given.storage_options)
-    check_target(resolved, overwrite or bool(resume), name="target")
+    check_new_target(resolved, overwrite or bool(resume), name="target")
     temp_store = check_temp_store(options.get("temp_store"), resolved, opened.array)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(
@@ -332,6 +331,7 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
                 "Leave resume out, or temp_store",
             )
         inter_chunks = intermediate_chunks(
+            opened.shape,
             block_shape,
             shard_shape,
             chunk_shape,

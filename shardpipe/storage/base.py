@@ -103,6 +103,10 @@ class StoreAbilities:
         process while tasks encode (:mod:`shardpipe.storage.uploads`): each
         request waits out a round trip and one connection's bandwidth (an
         object store), where a file system writes as fast as it is fed.
+    leaves_temporaries : bool
+        A ``put`` writes a temporary object beside its key first (a file
+        renamed into place), which a killed process leaves behind: ``cleanup``
+        looks for them. An object store's put leaves nothing.
     """
 
     parts: bool = False
@@ -119,6 +123,7 @@ class StoreAbilities:
     parts_in_memory: bool = False
     hard_links: bool = False
     background_puts: bool = False
+    leaves_temporaries: bool = False
 
 
 class Changes(Protocol):

@@ -71,11 +71,16 @@ class UploadRun:
         Most uploads at once (``shardpipe.uploads.requests``).
     nbytes : int
         Most bytes handed on and not yet stored (the write's ``max_mem``).
+    part_size : int or None
+        Bytes per part of a shard long enough to go up in parts, where the
+        store writes parts (``shardpipe.uploads.part-size``,
+        :mod:`shardpipe.storage.parted_puts`); None: every shard in one put.
     """
 
     group: str
     requests: int
     nbytes: int
+    part_size: int | None = None
 
 
 def request_limit() -> int:

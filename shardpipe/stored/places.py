@@ -127,9 +127,8 @@ def check_target(target: ResolvedStore, overwrite: bool, name: str = "store") ->
             )
     if overwrite:
         return
-    from zarr.core.sync import sync
-
-    if sync(store.exists(target.key("zarr.json"))):
+    # through the backend: on an object store, zarr's own client would be made for this one call
+    if target.shards.size(target.key("zarr.json")) is not None:
         raise ArrayExistsError(
             f"{advice.name(name)}: an array or group already exists at "
             f"{advice.place(target.path, store)}; "

@@ -34,7 +34,7 @@ from shardpipe.journal.job_record import job_identity, waves_done
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of, layout_of
-from shardpipe.stored.places import check_source_is_not_target, check_target
+from shardpipe.stored.places import check_source_is_not_target
 from shardpipe.write.arguments import (
     as_dask_array,
     build_metadata,
@@ -49,6 +49,7 @@ from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions, check_array_
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.resume import (
     Resume,
+    check_new_target,
     check_same_job,
     complete_shards,
     finished_shards,
@@ -182,7 +183,7 @@ def prepare_write(
         json.loads(metadata_bytes(metadata)),
     )
     if not resuming:
-        check_target(target, given.overwrite)
+        check_new_target(target, given.overwrite)
     job = ShardedWrite(
         source,
         target,

@@ -65,11 +65,12 @@ from shardpipe import advice
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.engine.shard_sweep import checked_shards
-from shardpipe.errors import InvalidArgumentError
+from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MetadataError
 from shardpipe.formats.base import ShardFormat
 from shardpipe.journal.job_record import read_record
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.places import check_target
 from shardpipe.write.update_target import metadata_bytes
 
 RESUME_WORKERS = 8
@@ -290,3 +291,28 @@ def forget_finished(target: ResolvedStore, keep: str | None = None) -> None:
         if mine is None or not key.startswith(mine):
             target.shards.delete(key)
     target.shards.prune(keys.done)
+
+
+def check_new_target(target: ResolvedStore, overwrite: bool, name: str = "store") -> None:
+    """:func:`~shardpipe.stored.places.check_target`, naming ``resume=True`` where it would serve.
+
+    A write that failed or was killed leaves its array and a job record that
+    says ``"running"``; rerunning the same call without ``resume`` meets the
+    array. The error then says that a write did not finish there and how to
+    finish it, keeping its complete shards, before how to start again.
+    """
+    try:
+        check_target(target, overwrite, name)
+    except ArrayExistsError as err:
+        try:
+            record = read_record(target)
+        except MetadataError:
+            record = None
+        if record is None or record["state"] != "running":
+            raise
+        raise ArrayExistsError(
+            f"{advice.name(name)}: a write that did not finish is at "
+            f"{advice.place(target.path, target.zarr_store)} (its job record says it was still "
+            f"running: it failed or was killed); pass {advice.setting('resume')} to finish it, "
+            f"keeping its complete shards, or {advice.setting('overwrite')} to start again"
+        ) from err

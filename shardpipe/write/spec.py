@@ -30,6 +30,7 @@ from shardpipe.engine.tasks import WriteTarget
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.keys import STAGING_DIR
+from shardpipe.storage.parted_puts import part_size
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.uploads import UploadRun, request_limit
 from shardpipe.stored.metadata import format_of
@@ -161,7 +162,7 @@ class WriteSpec:
         shards = self.target.shards
         run = None
         if uploads and shards.abilities.background_puts:
-            run = UploadRun(uploads, request_limit(), self.plan.max_mem)
+            run = UploadRun(uploads, request_limit(), self.plan.max_mem, part_size())
         return WriteTarget(
             store=self.target.shards,
             layout=self.layout,

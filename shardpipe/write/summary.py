@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from shardpipe.core.display import format_bytes
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.parted_puts import goes_in_parts, part_size
 from shardpipe.storage.uploads import request_limit
 from shardpipe.write.spec import WriteSpec
 
@@ -73,9 +75,17 @@ def _upload_rows(job: WriteSpec) -> list[tuple[str, str]]:
         (
             "uploads",
             f"in the background of each process: up to {request_limit()} requests and "
-            f"{format_bytes(job.plan.max_mem)} (max_mem) in flight",
+            f"{format_bytes(job.plan.max_mem)} (max_mem) in flight"
+            + _parts_note(job.target.shards, part_size()),
         )
     ]
+
+
+def _parts_note(store: ShardStore, size: int) -> str:
+    """How shards large enough go up, where the store writes parts."""
+    if not goes_in_parts(store, 2 * size, size):
+        return ""
+    return f"; shards of {format_bytes(2 * size)} or more in parts of {format_bytes(size)}"
 
 
 def _place(job: WriteSpec) -> str:

@@ -54,6 +54,16 @@ CASES = [
         (64, 512, 1024),
     ),
     ("small array", (10, 10), (5, 5), (256, 256), (64, 64), MiB, (10, 10)),
+    (
+        # halving 730 goes 365, then 146 (a divisor of the inner chunk), not 182
+        "time slices into series",
+        (730, 256, 512),
+        (1, 256, 512),
+        (730, 128, 128),
+        (730, 32, 32),
+        64 * MiB,
+        (146, 256, 512),
+    ),
 ]
 
 
@@ -143,14 +153,36 @@ def test_straddles_table(block, shard, chunk, expected) -> None:
         max_size=3,
     ),
     st.integers(1, 1 << 16),
+    st.lists(st.booleans(), min_size=3, max_size=3),
 )
-def test_intermediate_chunks_fit_both_passes(axes, max_nbytes) -> None:
+def test_intermediate_chunks_fit_both_passes(axes, max_nbytes, spans) -> None:
     chunk = tuple(a[0] for a in axes)
     shard = tuple(a[0] * a[1] for a in axes)
     block = tuple(a[3] if a[2] % 2 else a[0] * a[2] for a in axes)  # some whole, some not
-    inter = intermediate_chunks(block, shard, chunk, 2, max_nbytes)
-    for b, c, i in zip(block, chunk, inter, strict=True):
-        assert b % i == 0  # pass 1: every block is whole intermediate chunks
+    # along some axes one block spans the array (its end is the array's), along others not
+    shape = tuple(b if whole else b * 3 + 1 for b, whole in zip(block, spans, strict=False))
+    inter = intermediate_chunks(shape, block, shard, chunk, 2, max_nbytes)
+    for n, b, c, i in zip(shape, block, chunk, inter, strict=True):
+        assert b >= n or b % i == 0  # pass 1: every block is whole intermediate chunks
         assert c % i == 0 or i % c == 0  # pass 2: inner-chunk-aligned blocks hold whole ones
-    base = [math.gcd(b, c) if b % c else c for b, c in zip(block, chunk, strict=True)]
+    base = [
+        c if b >= n or b % c == 0 else math.gcd(b, c)
+        for n, b, c in zip(shape, block, chunk, strict=True)
+    ]
+    assert all(i >= k for i, k in zip(inter, base, strict=True))  # never below the base
     assert math.prod(inter) * 2 <= max(max_nbytes, math.prod(base) * 2)
+
+
+@pytest.mark.parametrize(
+    ("shape", "block", "expected"),
+    [
+        # camera frames: one block spans y and x, whose extents are no multiple of 64
+        ((200, 700, 600), (16, 700, 600), (16, 128, 256)),
+        ((200, 1000, 1000), (8, 1000, 1000), (8, 256, 256)),
+        # blocks meet along y: the common divisor there
+        ((200, 1400, 600), (16, 700, 600), (16, 4, 256)),
+    ],
+)
+def test_intermediate_chunks_table(shape, block, expected) -> None:
+    inter = intermediate_chunks(shape, block, (128, 256, 256), (64, 64, 64), 2, 1 << 20)
+    assert inter == expected

@@ -451,3 +451,34 @@ def test_begin_shard_run_again_keeps_the_parts_already_written(
     other = store.begin_parts("a.zarr/c/0", "a.zarr/.shardpipe/staging/job-2")
     assert other.upload != first.upload  # another write starts its own upload
     store.abort_parts(other)
+
+
+def test_shards_carry_a_checksum_and_go_unhashed_into_the_signature(
+    s3_bucket: tuple[str, dict[str, Any]],
+) -> None:
+    """Each shard arrives with the CRC32 S3 verifies; its body is not hashed again for SigV4.
+
+    On plain HTTP botocore would hash every body into the signature (about as
+    much CPU as encoding the shards); shardpipe's default turns that off and
+    keeps the checksum, as botocore itself does on HTTPS.
+    """
+    from shardpipe.storage.resolve import resolve_store
+
+    bucket, direct = s3_bucket
+    signatures: list[bytes] = []
+
+    def seen(request: Any, **_: Any) -> None:
+        if request.method == "PUT":
+            signatures.append(request.headers.get("X-Amz-Content-SHA256", b""))
+
+    resolved = resolve_store(f"s3://{bucket}/x.zarr", None, direct)
+    inner = getattr(resolved.shards, "inner", resolved.shards)
+    # the backend's own client (made when the store was resolved): watch what it sends
+    inner.fs.s3.meta.events.register("before-send.s3.PutObject", seen)
+    shardpipe.to_sharded_zarr(
+        da.ones((8, 8), dtype="u1", chunks=4), resolved, shards=(4, 8), chunks=(4, 4)
+    )
+    assert signatures and set(signatures) == {b"UNSIGNED-PAYLOAD"}
+    client = boto3.client("s3", **direct["client_kwargs"])
+    head = client.head_object(Bucket=bucket, Key="x.zarr/c/0/0", ChecksumMode="ENABLED")
+    assert head.get("ChecksumCRC32")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dask
 import dask.array as da
@@ -124,3 +125,29 @@ def test_a_finished_update_leaves_no_record_folders(tmp_path: Path) -> None:
     assert_same(read_zarr(str(tmp_path)), data)
     left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.glob(".shardpipe/**/*"))
     assert left == [], left
+
+
+def _failing_write(path: Path, data: np.ndarray) -> None:
+    def fail_on_the_last(block: np.ndarray, block_info: dict[Any, Any] | None = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"] == (3, 1, 1):
+            raise OSError("injected")
+        return block
+
+    source = da.from_array(data, chunks=(16, 48, 40)).map_blocks(fail_on_the_last)
+    with pytest.raises(OSError, match="injected"):
+        shardpipe.to_sharded_zarr(source, str(path), **LAYOUT)
+
+
+def test_a_rerun_without_resume_is_told_of_resume(tmp_path: Path) -> None:
+    from shardpipe.errors import ArrayExistsError
+
+    data = _data()
+    _failing_write(tmp_path / "a.zarr", data)
+    with pytest.raises(ArrayExistsError, match=r"did not finish.*resume=True.*overwrite=True"):
+        shardpipe.to_sharded_zarr(data, str(tmp_path / "a.zarr"), **LAYOUT)
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "b.zarr"), **LAYOUT)
+    with pytest.raises(ArrayExistsError, match="already exists") as refused:
+        shardpipe.to_sharded_zarr(data, str(tmp_path / "b.zarr"), **LAYOUT)  # a finished one
+    assert "resume=True" not in str(refused.value)
+    with pytest.raises(ArrayExistsError, match=r"did not finish.*resume=True"):
+        shardpipe.rechunk(str(tmp_path / "b.zarr"), str(tmp_path / "a.zarr"), **LAYOUT)

@@ -91,6 +91,7 @@ class LocalShardStore(LocalParts, ShardStore):
         append=True,
         streams=True,
         hard_links=True,
+        leaves_temporaries=True,
     )
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:

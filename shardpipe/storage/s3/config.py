@@ -15,6 +15,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "read_timeout": 15,
     "retries": {"total_max_attempts": 3, "mode": "standard"},
     "max_pool_connections": 64,
+    "s3": {"payload_signing_enabled": False},
 }
 """botocore ``Config`` of the file systems shardpipe writes shards with.
 
@@ -24,7 +25,12 @@ timeouts, HTTP 500/502/503/504 and throttling, with jittered exponential
 backoff); a 5 s connect timeout; a 15 s read timeout (s3fs's own default:
 the longest S3 may stay silent before a response, not a bound on the
 transfer); 64 connections kept open (botocore's default is 10, fewer than
-the uploads a process keeps in flight: :mod:`shardpipe.storage.uploads`).
+the uploads a process keeps in flight: :mod:`shardpipe.storage.uploads`);
+bodies not hashed into the request's signature: each body carries the CRC32
+checksum botocore computes, which S3 verifies, as botocore signs on HTTPS
+(on plain HTTP it would hash every body with SHA-256 as well, which costs
+about as much CPU as encoding the shards; ``{"s3":
+{"payload_signing_enabled": True}}`` brings it back).
 :class:`~shardpipe.storage.retry.RetryingStore` retries what still fails,
 so one call costs at most 3 x 15 s plus backoff before it does.
 """
