@@ -22,6 +22,7 @@ from zarr.storage import FsspecStore, LocalStore
 from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.gcs.backend import gcs_backend
 from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk
 from shardpipe.storage.local.contained import ContainedLocalStore
 from shardpipe.storage.local.store import LocalShardStore
@@ -120,6 +121,8 @@ def _bare_backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore
         protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
         if "s3" in protocols or "s3a" in protocols:
             return _s3_backend(dict(store.fs.storage_options), store.path)
+        if "gs" in protocols or "gcs" in protocols:
+            return gcs_backend(dict(store.fs.storage_options), store.path)
         if "file" in protocols or "local" in protocols:
             return LocalShardStore(store.path, **local_options)
     return ZarrShardStore(store)
