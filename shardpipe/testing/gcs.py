@@ -155,7 +155,8 @@ def gcs_object_names(endpoint_url: str, bucket: str, prefix: str = "") -> list[s
             return sorted(names)
 
 
-def _remove_bucket(endpoint_url: str, bucket: str) -> None:
+def remove_gcs_bucket(endpoint_url: str, bucket: str) -> None:
+    """Delete every object of ``bucket`` on the emulator, then the bucket."""
     for name in gcs_object_names(endpoint_url, bucket):
         quoted = urllib.parse.quote(name, safe="")
         _json_request("DELETE", f"{endpoint_url}/storage/v1/b/{bucket}/o/{quoted}")
@@ -188,7 +189,7 @@ def gcs_bucket(gcs_server: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """
     bucket = make_gcs_bucket(gcs_server)
     yield bucket, gcs_storage_options_for(gcs_server)
-    _remove_bucket(gcs_server, bucket)
+    remove_gcs_bucket(gcs_server, bucket)
 
 
 @pytest.fixture
