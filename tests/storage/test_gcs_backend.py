@@ -71,6 +71,29 @@ def test_compose_in_levels_past_32_parts(gcs_bucket: tuple[str, dict[str, Any]])
     assert gcs_object_names(options["endpoint_url"], bucket, f"root/{STAGING}/") == []
 
 
+@pytest.mark.parametrize("count", [2, MAX_SOURCES + 5])
+def test_finish_tried_again_after_it_landed_succeeds(
+    gcs_bucket: tuple[str, dict[str, Any]], count: int
+) -> None:
+    """The retry layer tries a finish again whose compose landed (its answer lost):
+    the parts are gone, the condition no longer holds, and the token tells it is done."""
+    store = _store(gcs_bucket)
+    handle = store.begin_parts("arr/c/3", STAGING)
+    receipts = [store.write_part(handle, i, [b"%d," % i]) for i in range(count)]
+    store.finish_parts(handle, receipts, b"[", b"]", if_absent=True)
+    published = store.get("arr/c/3")
+    store.finish_parts(handle, receipts, b"[", b"]", if_absent=True)
+    assert (
+        store.get("arr/c/3")
+        == published
+        == b"[" + b"".join(b"%d," % i for i in range(count)) + b"]"
+    )
+    other = store.begin_parts("arr/c/3", STAGING)
+    with pytest.raises(ConditionFailedError):  # another finish is still refused
+        store.finish_parts(other, [store.write_part(other, 0, [b"x"])], b"", b"", if_absent=True)
+    store.abort_parts(other)
+
+
 def test_repeated_begin_parts_keeps_the_parts(gcs_bucket: tuple[str, dict[str, Any]]) -> None:
     """A task that Dask runs again begins the same parts: other tasks' parts stay valid."""
     store = _store(gcs_bucket)

@@ -24,15 +24,18 @@ new one). A shard written in parts by several tasks is therefore:
   that a killed write left.
 
 A final ``compose`` whose answer was lost may have published the shard:
-when it fails (a transient fault, a 412 found by a retry of a try that
-landed), the object at the key is looked at, and if it carries this
-finish's token the publish succeeded.
+when finishing fails (a transient fault, a 412 found by a retry of a try
+that landed, parts already deleted by the try that landed), the object at
+the key is looked at, and if it carries this finish's token
+(:func:`finish_token`: the same for every try of one finish) the publish
+succeeded. Deleting the parts after the publish is best effort: what is
+left goes with the write's staging area.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import uuid
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -169,24 +172,57 @@ def finish_parts(
     if not ordered and not head and not tail:
         abort_parts(objects, handle)
         return
+    token = finish_token(handle, ordered, head, tail)
+    try:
+        _publish(store, handle, ordered, head, tail, params, token)
+    except StorageError as err:
+        # a publish whose answer was lost (this try's, or an earlier try's of this
+        # very finish, retried above) carries this token
+        if not store.holds_token(handle.key, token, err):
+            raise
+    with contextlib.suppress(StorageError):  # else the write's discard_staging or cleanup does
+        abort_parts(objects, handle)
+
+
+def finish_token(
+    handle: PartsHandle, ordered: Sequence[PartReceipt], head: bytes, tail: bytes
+) -> str:
+    """The token of one publish: the same for every try of it, different for any other.
+
+    Made of the handle, the parts' numbers and generations, and digests of the head
+    and the tail, so that a ``finish_parts`` tried again after its ``compose`` landed
+    recognises the object as its own.
+    """
+    digest = hashlib.sha256(handle.upload.encode())
+    for receipt in ordered:
+        digest.update(f"\n{receipt.number}:{receipt.etag}".encode())
+    digest.update(hashlib.sha256(head).digest() + hashlib.sha256(tail).digest())
+    return digest.hexdigest()[:32]
+
+
+def _publish(
+    store: Conditional,
+    handle: PartsHandle,
+    ordered: Sequence[PartReceipt],
+    head: bytes,
+    tail: bytes,
+    params: dict[str, str],
+    token: str,
+) -> None:
+    """Upload head and tail, compose in levels, then the last ``compose`` at the key."""
+    objects = store.objects
     sources: list[tuple[str, str | None]] = [(_part_key(handle, r.number), r.etag) for r in ordered]
     if head:
         sources.insert(0, _small_object(objects, f"{handle.upload}/head", head))
     if tail:
         sources.append(_small_object(objects, f"{handle.upload}/tail", tail))
     sources = _compose_levels(objects, handle, sources)
-    token = uuid.uuid4().hex
     # emulators that ignore compose preconditions (fake-gcs-server) still get this
     # check; GCS enforces ifGenerationMatch itself, closing the window after it
     store.check_condition(handle.key, params, "compose")
-    try:
-        answer = objects.compose(handle.key, sources, params=params, metadata={PUT_TOKEN: token})
-        if answer.status == 412:
-            raise store.condition_failed("compose", handle.key, params)
-    except StorageError as err:
-        if not store.holds_token(handle.key, token, err):
-            raise
-    abort_parts(objects, handle)
+    answer = objects.compose(handle.key, sources, params=params, metadata={PUT_TOKEN: token})
+    if answer.status == 412:
+        raise store.condition_failed("compose", handle.key, params)
 
 
 def abort_parts(objects: GcsObjects, handle: PartsHandle) -> None:
