@@ -22,7 +22,8 @@ from zarr.storage import FsspecStore, LocalStore
 from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
-from shardpipe.storage.gcs.backend import gcs_backend
+from shardpipe.storage.gcs.backend import credentials_failure, gcs_backend
+from shardpipe.storage.gcs.options import GCS_SCHEMES
 from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk
 from shardpipe.storage.local.contained import ContainedLocalStore
 from shardpipe.storage.local.store import LocalShardStore
@@ -191,6 +192,10 @@ def resolve_store(
                     f"cannot open {text!r} with fsspec ({err})",
                     "Check the URL's scheme and the storage_options for its file system",
                 ) from err
+            except Exception as err:  # gcsfs loads its credentials when it is made
+                if not text.startswith(GCS_SCHEMES):
+                    raise
+                raise credentials_failure(text, err) from err
             return ResolvedStore(fs_store, _backend_for(fs_store, local_options), _join(path))
         if options:
             raise InvalidArgumentError(

@@ -268,6 +268,24 @@ def test_missing_bucket_fails_before_writing_one_line(
     assert "bucket 'no-such-bucket-here' does not exist" in str(info.value)
 
 
+@pytest.mark.parametrize("token", ["google_default", {"no": "fields"}])
+def test_credentials_that_cannot_be_loaded_fail_in_one_line(
+    gcs_bucket: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, token: Any
+) -> None:
+    bucket, direct = gcs_bucket
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/credentials.json")
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:1")  # no metadata server either
+    options = {**direct, "token": token}
+    with pytest.raises(StorageAccessError) as info:
+        shardpipe.to_sharded_zarr(
+            np.zeros((4, 4), "uint8"), f"gs://{bucket}/x.zarr", storage_options=options
+        )
+    message = str(info.value)
+    assert "\n" not in message and f"GCS credentials for gs://{bucket}/x.zarr" in message
+    assert "storage_options={'token': ...}" in message
+    assert gcs_object_names(direct["endpoint_url"], bucket) == []  # nothing written
+
+
 def test_command_line_exit_status_for_a_missing_bucket(
     gcs_bucket: tuple[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:

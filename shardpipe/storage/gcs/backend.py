@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardpipe.errors import StorageAccessError
+from shardpipe.storage.gcs.faults import CREDENTIALS_FIX, one_line
 from shardpipe.storage.gcs.store import GcsShardStore
 
 _LOOP_OPTIONS = ("asynchronous", "loop")
@@ -39,3 +41,28 @@ def gcs_backend(storage_options: dict[str, Any], root: str) -> GcsShardStore:
     backend = GcsShardStore(fs, root)
     backend.check_reachable()
     return backend
+
+
+def credentials_failure(url: str, err: BaseException) -> StorageAccessError:
+    """The error for a gcsfs file system of ``url`` that could not be made.
+
+    gcsfs loads (and checks) its credentials when the file system is made: no
+    application default credentials, a key file that is not there, a token
+    dict without its fields each raise their own exception there, before any
+    request. This names the URL, the cause and the fix in one line.
+
+    Parameters
+    ----------
+    url : str
+        The ``gs://`` or ``gcs://`` URL being opened.
+    err : BaseException
+        What gcsfs (or google-auth) raised.
+
+    Returns
+    -------
+    shardpipe.errors.StorageAccessError
+        To raise ``from err``.
+    """
+    return StorageAccessError(
+        f"GCS credentials for {url} could not be loaded ({one_line(err)}); {CREDENTIALS_FIX}"
+    )
