@@ -107,6 +107,31 @@ def test_gcs_round_trip(
     assert staged(bucket, storage_options) == []
 
 
+@pytest.mark.cluster
+def test_gcs_parts_on_a_cluster(
+    cluster_client: Any, gcs_bucket: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parts from worker processes (the backend pickled into each) compose into one shard."""
+    bucket, storage_options = gcs_bucket
+    source, data = _large_source((9, 512, 512))
+    url = f"gs://{bucket}/volume.zarr"
+    assert dask.base.get_scheduler() == cluster_client.get
+    job = shardpipe.prepare_write(
+        source,
+        url,
+        shards=data.shape,
+        chunks=(8, 128, 128),
+        index_location="start",
+        max_mem=PARTS_MAX_MEM,
+        storage_options=storage_options,
+    )
+    assert job.plan.n_multipart_shards == 1
+    job.execute()
+    assert_same(read_zarr(url, storage_options), data)
+    assert_same(read_tensorstore_gcs(monkeypatch, bucket, "volume.zarr", storage_options), data)
+    assert staged(bucket, storage_options) == []
+
+
 @pytest.mark.parametrize("scheme", ["gs", "gcs"])
 def test_both_schemes_resolve_to_the_gcs_backend(
     gcs_bucket: tuple[str, dict[str, Any]], scheme: str
