@@ -237,9 +237,9 @@ class GcsObjects:
             The new object's resource (200), or the 412 of a failed precondition.
         """
         name = self.name(key)
-        resource = {"name": name, "contentType": "application/octet-stream"}
+        resource: dict[str, Any] = {"name": name, "contentType": "application/octet-stream"}
         if metadata:
-            resource["metadata"] = metadata  # type: ignore[assignment]
+            resource["metadata"] = metadata
         request = Request(
             "POST",
             f"b/{quote(self.bucket, safe='')}/o",
