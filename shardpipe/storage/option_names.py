@@ -25,6 +25,7 @@ from typing import Any
 
 from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.gcs.options import GCS_SCHEMES, check_gcs_options
 
 FSSPEC_OPTIONS = frozenset(
     (
@@ -70,8 +71,9 @@ def check_storage_options(
 ) -> dict[str, Any] | None:
     """Return ``options`` for ``location`` checked, ``endpoint_url`` in ``client_kwargs``.
 
-    Only S3 URLs (``s3://``, ``s3a://``) are checked; the options of other
-    locations are returned as they are.
+    S3 URLs (``s3://``, ``s3a://``) and GCS URLs (``gs://``, ``gcs://``:
+    :func:`~shardpipe.storage.gcs.options.check_gcs_options`) are checked; the
+    options of other locations are returned as they are.
 
     Parameters
     ----------
@@ -98,7 +100,10 @@ def check_storage_options(
     >>> check_storage_options("storage_options", "s3://b/v.zarr", {"endpoint_url": "http://h:9000"})
     {'client_kwargs': {'endpoint_url': 'http://h:9000'}}
     """
-    is_s3 = isinstance(location, str | os.PathLike) and os.fspath(location).startswith(S3_SCHEMES)
+    is_url = isinstance(location, str | os.PathLike)
+    if is_url and os.fspath(location).startswith(GCS_SCHEMES):
+        return check_gcs_options(parameter, options)
+    is_s3 = is_url and os.fspath(location).startswith(S3_SCHEMES)
     if not options or not is_s3:
         return options
     valid = s3fs_options()

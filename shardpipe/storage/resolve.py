@@ -22,6 +22,8 @@ from zarr.storage import FsspecStore, LocalStore
 from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.gcs.backend import credentials_failure, gcs_backend
+from shardpipe.storage.gcs.options import GCS_SCHEMES
 from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk
 from shardpipe.storage.local.contained import ContainedLocalStore
 from shardpipe.storage.local.store import LocalShardStore
@@ -120,6 +122,8 @@ def _bare_backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore
         protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
         if "s3" in protocols or "s3a" in protocols:
             return _s3_backend(dict(store.fs.storage_options), store.path)
+        if "gs" in protocols or "gcs" in protocols:
+            return gcs_backend(dict(store.fs.storage_options), store.path)
         if "file" in protocols or "local" in protocols:
             return LocalShardStore(store.path, **local_options)
     return ZarrShardStore(store)
@@ -188,6 +192,10 @@ def resolve_store(
                     f"cannot open {text!r} with fsspec ({err})",
                     "Check the URL's scheme and the storage_options for its file system",
                 ) from err
+            except Exception as err:  # gcsfs loads its credentials when it is made
+                if not text.startswith(GCS_SCHEMES):
+                    raise
+                raise credentials_failure(text, err) from err
             return ResolvedStore(fs_store, _backend_for(fs_store, local_options), _join(path))
         if options:
             raise InvalidArgumentError(
