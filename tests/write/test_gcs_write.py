@@ -174,3 +174,27 @@ def test_gcs_failure_midway_leaves_nothing_staged(gcs_bucket: tuple[str, dict[st
     assert staged(bucket, storage_options) == []
     array = zarr.open_array(url, mode="r", storage_options=storage_options)
     assert array.nchunks_initialized == 0  # no object under the shard's key
+
+
+def test_a_large_whole_shard_goes_up_composed_from_parts_sent_at_once(
+    gcs_bucket: tuple[str, dict[str, Any]],
+) -> None:
+    """A shard handed to the uploads that is two part sizes or more goes up in parts.
+
+    (:mod:`shardpipe.storage.parted_puts`: here 16 MiB shards in parts of
+    5 MiB, composed into each shard, the part objects deleted after.)
+    """
+    bucket, options = gcs_bucket
+    source = da.random.default_rng(13).integers(0, 256, (32, 512, 1024), chunks=(32, 512, 512))
+    source = source.astype("uint8")
+    url = f"gs://{bucket}/large.zarr"
+    with dask.config.set({"shardpipe.uploads.part-size": 5 << 20}, scheduler="threads"):
+        job = shardpipe.prepare_write(
+            source, url, shards=(32, 512, 512), chunks=(32, 128, 128), storage_options=options
+        )
+        assert "in parts of 5.0 MiB" in repr(job)
+        report = job.execute()
+    assert report.shards_written == 2
+    np.testing.assert_array_equal(read_zarr(url, options), source.compute())
+    assert staged(bucket, options) == []
+    assert shardpipe.verify(url, storage_options=options).ok
