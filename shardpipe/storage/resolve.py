@@ -21,6 +21,7 @@ from zarr.storage import FsspecStore, LocalStore
 
 from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.azure.backend import azure_backend, check_azure_storage_options
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk
 from shardpipe.storage.local.contained import ContainedLocalStore
@@ -120,6 +121,8 @@ def _bare_backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore
         protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
         if "s3" in protocols or "s3a" in protocols:
             return _s3_backend(dict(store.fs.storage_options), store.path)
+        if {"az", "abfs", "abfss"} & set(protocols):  # adlfs
+            return azure_backend(dict(store.fs.storage_options), store.path)
         if "file" in protocols or "local" in protocols:
             return LocalShardStore(store.path, **local_options)
     return ZarrShardStore(store)
@@ -180,6 +183,7 @@ def resolve_store(
         text = check_location("store", store)
         if "://" in text and not text.startswith("file://"):
             options = check_storage_options("storage_options", text, options) or {}
+            check_azure_storage_options("storage_options", text, options)
             try:
                 fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)
             except (TypeError, ValueError, ImportError) as err:

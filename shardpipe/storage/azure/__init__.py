@@ -1,0 +1,1 @@
+"""Azure Blob Storage backend: ``az://`` and ``abfs://`` targets (see :mod:`.store`)."""
