@@ -103,6 +103,10 @@ class StoreAbilities:
         process while tasks encode (:mod:`shardpipe.storage.uploads`): each
         request waits out a round trip and one connection's bandwidth (an
         object store), where a file system writes as fast as it is fed.
+    suffix_ranges : bool
+        Readers can fetch the last bytes of an object without knowing its
+        size (an HTTP suffix range, ``bytes=-N``). Azure Blob Storage cannot,
+        so new arrays written there get their shard index at the start.
     """
 
     parts: bool = False
@@ -119,6 +123,7 @@ class StoreAbilities:
     parts_in_memory: bool = False
     hard_links: bool = False
     background_puts: bool = False
+    suffix_ranges: bool = True
 
 
 class Changes(Protocol):

@@ -96,6 +96,7 @@ class AzureShardStore(ShardStore):
         joins_buffers=True,
         max_parts=blocks.MAX_TASK_PARTS,
         background_puts=True,
+        suffix_ranges=False,
     )
 
     def __init__(self, options: dict[str, Any], root: str) -> None:

@@ -1,0 +1,192 @@
+"""Writes to ``az://`` on Azurite, read back with zarr-python on adlfs.
+
+Shards larger than ``max_mem`` are written as blocks staged by several
+tasks and committed by one block list; the shard index goes at the start by
+default (Azure serves no suffix ranges). Also: ``verify``, a region update,
+an append, two writers on one path, a kill -9 then ``resume=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from azure.storage.blob import BlobServiceClient
+
+import shardpipe
+from shardpipe.errors import JobConflictError
+from tests.support import azure_kill_child
+
+pytestmark = pytest.mark.azure
+
+
+def _read(url: str, options: dict[str, Any]) -> np.ndarray:
+    return np.asarray(zarr.open_array(url, mode="r", storage_options=options)[...])
+
+
+def _index_location(url: str, options: dict[str, Any]) -> str:
+    array = zarr.open_array(url, mode="r", storage_options=options)
+    location = array.metadata.codecs[0].index_location  # type: ignore[union-attr]
+    return str(getattr(location, "value", location))
+
+
+def leftovers(container: str, options: dict[str, Any]) -> list[str]:
+    """Markers under staging prefixes, and blobs holding uncommitted blocks."""
+    service = BlobServiceClient.from_connection_string(options["connection_string"])
+    client = service.get_container_client(container)
+    found = []
+    for blob in client.list_blobs(include=["uncommittedblobs"]):
+        if "/.shardpipe/staging" in blob.name:
+            found.append(blob.name)
+        elif client.get_blob_client(blob.name).get_block_list("uncommitted")[1]:
+            found.append(f"uncommitted blocks of {blob.name}")
+    return found
+
+
+def test_volume_in_parts_reads_back_with_zarr(azure_container: tuple[str, dict[str, Any]]) -> None:
+    """(256, 512, 512) uint16 in (256, 256, 256) shards of 32 MiB under max_mem=48MB."""
+    container, options = azure_container
+    source = da.random.default_rng(1).integers(
+        0, 60000, (256, 512, 512), chunks=(64, 256, 256), dtype="uint16"
+    )
+    url = f"az://{container}/volume.zarr"
+    job = shardpipe.prepare_write(
+        source, url, shards=(256, 256, 256), max_mem="48MB", storage_options=options
+    )
+    assert job.plan.max_parts_per_shard > 1  # parts from several tasks
+    with dask.config.set(scheduler="threads", num_workers=2):
+        job.execute()
+    np.testing.assert_array_equal(_read(url, options), source.compute())
+    assert _index_location(url, options) == "start"
+    assert shardpipe.verify(url, storage_options=options).ok
+    assert leftovers(container, options) == []
+
+
+def test_explicit_index_at_the_end_is_written_as_asked(
+    azure_container: tuple[str, dict[str, Any]],
+) -> None:
+    container, options = azure_container
+    data = np.arange(32 * 64 * 64, dtype="uint16").reshape(32, 64, 64)
+    url = f"abfs://{container}/end.zarr"
+    shardpipe.to_sharded_zarr(
+        da.from_array(data, chunks=16),
+        url,
+        shards=(32, 32, 32),
+        chunks=(16, 16, 16),
+        index_location="end",
+        storage_options=options,
+    )
+    assert _index_location(url, options) == "end"
+    array = zarr.open_array(url, mode="r", storage_options=options)
+    # a whole shard is read in one piece; one inner chunk needs the index first, which
+    # zarr-python on adlfs asks for as a suffix range: adlfs sends "bytes=-N-"
+    np.testing.assert_array_equal(array[...], data)
+    with pytest.raises(ValueError, match="Content-Range"):
+        array[0, 0, 0]
+    assert shardpipe.verify(url, storage_options=options).ok
+
+
+def test_region_update_and_append(azure_container: tuple[str, dict[str, Any]]) -> None:
+    container, options = azure_container
+    data = np.random.default_rng(2).integers(0, 1000, (64, 64, 64), dtype="uint16")
+    url = f"az://{container}/grow.zarr"
+    kwargs: dict[str, Any] = dict(storage_options=options)
+    shardpipe.to_sharded_zarr(
+        da.from_array(data, chunks=32), url, shards=(32, 32, 32), chunks=(16, 16, 16), **kwargs
+    )
+    patch = np.full((20, 30, 40), 7, dtype="uint16")
+    shardpipe.to_sharded_zarr(
+        da.from_array(patch), url, region=(slice(5, 25), slice(10, 40), slice(0, 40)), **kwargs
+    )
+    data[5:25, 10:40, 0:40] = 7
+    more = np.random.default_rng(3).integers(0, 1000, (32, 64, 64), dtype="uint16")
+    shardpipe.to_sharded_zarr(da.from_array(more, chunks=32), url, append_dim=0, **kwargs)
+    np.testing.assert_array_equal(_read(url, options), np.concatenate([data, more]))
+    report = shardpipe.verify(url, **kwargs)
+    assert report.ok, str(report)
+    assert leftovers(container, options) == []
+
+
+def _slow(block: np.ndarray) -> np.ndarray:
+    time.sleep(0.2)
+    return block
+
+
+def test_two_writers_on_one_path_one_conflict(azure_container: tuple[str, dict[str, Any]]) -> None:
+    container, options = azure_container
+    url = f"az://{container}/both.zarr"
+    source = da.random.default_rng(4).integers(0, 9, (32, 64, 64), chunks=16, dtype="uint8")
+    slow = source.map_blocks(_slow, dtype=source.dtype)
+    outcomes: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            shardpipe.to_sharded_zarr(
+                slow, url, shards=(16, 64, 64), overwrite=True, storage_options=options
+            )
+        except Exception as err:
+            outcomes.append(err)
+        else:
+            outcomes.append(None)
+
+    with dask.config.set(scheduler="threads", num_workers=2):
+        threads = [threading.Thread(target=write) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.3)
+        for thread in threads:
+            thread.join(120)
+    errors = [e for e in outcomes if e is not None]
+    assert len(outcomes) == 2 and len(errors) == 1, outcomes
+    assert isinstance(errors[0], JobConflictError), repr(errors[0])
+    np.testing.assert_array_equal(_read(url, options), source.compute())
+
+
+def test_kill_mid_write_then_resume(
+    azure_container: tuple[str, dict[str, Any]], azurite_server: str, tmp_path: Path
+) -> None:
+    container, options = azure_container
+    url = f"az://{container}/killed.zarr"
+    progress = tmp_path / "progress"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.azure_kill_child", url, azurite_server, progress],
+        env=os.environ | {"PYTHONPATH": os.getcwd()},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        # wait until some blocks are staged (a marker under the staging prefix)
+        while time.monotonic() < deadline and child.poll() is None:
+            if any("/.shardpipe/staging" in name for name in leftovers(container, options)):
+                break
+            time.sleep(0.05)
+        assert child.poll() is None, "the child ended before it was killed"
+        time.sleep(0.5)
+        child.kill()  # SIGKILL
+    finally:
+        child.kill()
+        child.wait(30)
+    assert leftovers(container, options) != []
+    source = azure_kill_child.source()
+    with dask.config.set(scheduler="threads", num_workers=2):
+        report = shardpipe.prepare_write(
+            source,
+            url,
+            resume=True,
+            storage_options=options,
+            **azure_kill_child.KWARGS,  # type: ignore[arg-type]
+        ).execute()
+    assert report.shards_written + report.shards_skipped == 2
+    np.testing.assert_array_equal(_read(url, options), source.compute())
+    assert shardpipe.verify(url, storage_options=options).ok
+    shardpipe.cleanup(url, storage_options=options)
+    assert leftovers(container, options) == []
