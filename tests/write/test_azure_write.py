@@ -25,6 +25,8 @@ from azure.storage.blob import BlobServiceClient
 
 import shardpipe
 from shardpipe.errors import JobConflictError
+from shardpipe.testing.azure import ACCOUNT, storage_options_for
+from shardpipe.testing.fault_proxy import FaultProxy
 from tests.support import azure_kill_child
 
 pytestmark = pytest.mark.azure
@@ -190,3 +192,38 @@ def test_kill_mid_write_then_resume(
     assert shardpipe.verify(url, storage_options=options).ok
     shardpipe.cleanup(url, storage_options=options)
     assert leftovers(container, options) == []
+
+
+@pytest.mark.slow
+def test_512_mib_with_shards_four_times_max_mem(
+    azure_container: tuple[str, dict[str, Any]], azure_fault_proxy: FaultProxy
+) -> None:
+    """512 MiB of uint8 in four 128 MiB shards under max_mem=32MiB; timed, requests counted."""
+    container, direct = azure_container
+    source = da.random.default_rng(5).integers(
+        0, 250, (512, 1024, 1024), chunks=(32, 512, 512), dtype="uint8"
+    )
+    url = f"az://{container}/big.zarr"
+    through_proxy = storage_options_for(f"{azure_fault_proxy.url}/{ACCOUNT}")  # counts only
+    started = time.monotonic()
+    with dask.config.set(scheduler="threads", num_workers=2):
+        report = shardpipe.prepare_write(
+            source,
+            url,
+            shards=(128, 1024, 1024),
+            chunks=(32, 256, 256),
+            max_mem=32 * 2**20,
+            storage_options=through_proxy,
+        ).execute()
+    seconds = time.monotonic() - started
+    print(
+        f"\n512 MiB to Azurite: {seconds:.1f} s, {512 / seconds:.0f} MiB/s, "
+        f"{azure_fault_proxy.counts.requests} requests, {report.shards} shards"
+    )
+    array = zarr.open_array(url, mode="r", storage_options=direct)
+    for start in range(0, 512, 128):
+        np.testing.assert_array_equal(
+            array[start : start + 128], source[start : start + 128].compute()
+        )
+    assert shardpipe.verify(url, storage_options=direct).ok
+    assert leftovers(container, direct) == []
