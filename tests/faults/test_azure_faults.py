@@ -111,3 +111,58 @@ def test_missing_container_fails_the_write_before_it_starts(
             da.zeros((8, 8), dtype="uint8"), "az://absent/x.zarr", storage_options=options
         )
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("command", ["verify", "info"])
+def test_command_line_exit_status_for_a_missing_container(
+    azure_container: tuple[str, dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    from shardpipe.cli.exit_statuses import NO_ACCESS
+    from shardpipe.cli.parser import main
+
+    _, options = azure_container
+    option = f"connection_string={options['connection_string']}"
+    assert main([command, "az://absent/x.zarr", "--storage-option", option]) == NO_ACCESS
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "absent" in err, err
+
+
+def test_option_typo_is_refused_before_anything_is_written(
+    azure_container: tuple[str, dict[str, Any]],
+) -> None:
+    from shardpipe.errors import InvalidArgumentError
+
+    container, options = azure_container
+    typo = {"conection_string": options["connection_string"]}
+    with pytest.raises(InvalidArgumentError, match="Did you mean 'connection_string'"):
+        shardpipe.to_sharded_zarr(
+            da.zeros((8, 8), dtype="uint8"), f"az://{container}/x.zarr", storage_options=typo
+        )
+    assert leftovers(container, options) == []
+
+
+@pytest.mark.cluster
+def test_parts_from_worker_processes(
+    azure_container: tuple[str, dict[str, Any]], cluster_client: Any
+) -> None:
+    """The store travels pickled to two worker processes, which stage blocks of one shard."""
+    container, options = azure_container
+    source = da.random.default_rng(9).integers(
+        0, 250, (16, 512, 512), chunks=(4, 256, 256), dtype="uint8"
+    )
+    url = f"az://{container}/cluster.zarr"
+    job = shardpipe.prepare_write(
+        source,
+        url,
+        shards=(16, 512, 512),
+        chunks=(4, 128, 128),
+        max_mem="2MB",
+        storage_options=options,
+    )
+    assert job.plan.max_parts_per_shard > 1
+    job.execute()
+    stored = np.asarray(zarr.open_array(url, mode="r", storage_options=options)[...])
+    np.testing.assert_array_equal(stored, source.compute())
+    assert leftovers(container, options) == []

@@ -14,7 +14,10 @@ from shardpipe.storage.base import ShardStore
 def check_azure_storage_options(
     parameter: str, location: Any, options: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """Refuse an option adlfs does not take, for an Azure URL (see :mod:`.options`)."""
+    """Refuse an option adlfs does not take, for an Azure URL.
+
+    See :func:`shardpipe.storage.azure.options.check_azure_storage_options`.
+    """
     text = str(location)
     if not options or not text.startswith(("az://", "abfs://", "abfss://")):
         return options

@@ -106,7 +106,7 @@ def block_id(upload: str, kind: str, number: int) -> str:
     Parameters
     ----------
     upload : str
-        The 16 hex digits of the shard's write (:attr:`PartsHandle.upload`).
+        The 16 hex digits of the shard's write (the handle's ``upload``).
     kind : {"h", "p", "t"}
         Head, a task's part, or tail.
     number : int

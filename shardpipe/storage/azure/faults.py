@@ -5,7 +5,7 @@ The ``azure-storage-blob`` client raises ``azure.core`` exceptions: an
 error code (``x-ms-error-code``) when the service answered, a
 ``ServiceRequestError`` when the request could not be sent (no connection),
 a ``ServiceResponseError`` when the answer could not be read (a reset, a
-timeout). :func:`classify` sorts them for the callers, which act on the kind:
+timeout). :func:`classify_error` sorts them for the callers, which act on the kind:
 
 * :class:`~shardpipe.errors.TransientStorageError`: HTTP 429, 500, 502,
   503, 504 (``ServerBusy``, ``InternalError``, ``OperationTimedOut``...),
@@ -124,7 +124,7 @@ def _first_line(err: HttpResponseError) -> str:
     return text[:200]
 
 
-def classify(
+def classify_error(
     err: BaseException, *, endpoint: str, container: str, reached: bool
 ) -> tuple[type[StorageError], str, str]:
     """Tell what kind of fault a failed Azure call is, what caused it and how to fix it.

@@ -24,7 +24,7 @@ request whose token is on the blob succeeded.
 The SDK's own retries are off and its timeouts short
 (:data:`~shardpipe.storage.azure.options.CLIENT_DEFAULTS`); every fault is a
 ``StorageError`` naming the operation, the blob's URL, the cause and the fix,
-of the kind :func:`~shardpipe.storage.azure.faults.classify` tells, and
+of the kind :func:`~shardpipe.storage.azure.faults.classify_error` tells, and
 :class:`~shardpipe.storage.retry.RetryingStore` retries the transient ones.
 """
 
@@ -150,7 +150,7 @@ class AzureShardStore(ShardStore):
     # -- errors --------------------------------------------------------------
     def fault(self, operation: str, key: str, err: BaseException) -> StorageError:
         """The one-line shardpipe error for ``err``, raised by ``operation`` on ``key``."""
-        kind, cause, fix = faults.classify(
+        kind, cause, fix = faults.classify_error(
             err, endpoint=self.endpoint, container=self.container, reached=self.reached
         )
         where = f"Azure {operation} of {self._url(key)} failed"
