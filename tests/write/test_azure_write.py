@@ -227,3 +227,76 @@ def test_512_mib_with_shards_four_times_max_mem(
         )
     assert shardpipe.verify(url, storage_options=direct).ok
     assert leftovers(container, direct) == []
+
+
+def _failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+    if block_info is not None and block_info[None]["chunk-location"] == (1, 1, 1):
+        time.sleep(0.5)  # let the other parts of the shard be staged first
+        raise RuntimeError("simulated worker failure")
+    return block
+
+
+def test_failure_midway_leaves_nothing_partial(
+    azure_container: tuple[str, dict[str, Any]],
+) -> None:
+    container, options = azure_container
+    generated = da.random.default_rng(6).integers(
+        0, 250, (32, 512, 512), chunks=(16, 256, 256), dtype="uint8"
+    )
+    url = f"az://{container}/failed.zarr"
+    job = shardpipe.prepare_write(
+        generated.map_blocks(_failing, dtype=generated.dtype),
+        url,
+        shards=(32, 512, 512),
+        chunks=(16, 64, 64),
+        max_mem="8MB",
+        storage_options=options,
+    )
+    assert job.plan.max_parts_per_shard > 1
+    with dask.config.set(scheduler="threads"), pytest.raises(RuntimeError, match="simulated"):
+        job.execute()
+    assert leftovers(container, options) == []
+    assert zarr.open_array(url, mode="r", storage_options=options).nchunks_initialized == 0
+
+
+def test_whole_shards_go_up_in_the_background(
+    azure_container: tuple[str, dict[str, Any]],
+) -> None:
+    """Sixteen 512 KiB shards under the threaded scheduler: several puts in flight at once."""
+    from shardpipe.storage import uploads
+
+    container, options = azure_container
+    held = uploads.process_uploads()
+    held.peak_nbytes = held.peak_requests = 0
+    source = da.random.default_rng(8).integers(
+        0, 250, (32, 512, 512), chunks=(32, 128, 128), dtype="uint8"
+    )
+    url = f"az://{container}/background.zarr"
+    with dask.config.set(scheduler="threads", num_workers=2):
+        report = shardpipe.prepare_write(
+            source, url, shards=(32, 128, 128), chunks=(16, 64, 64), storage_options=options
+        ).execute()
+    assert report.shards == 16
+    assert uploads.process_uploads().peak_requests >= 2
+    np.testing.assert_array_equal(_read(url, options), source.compute())
+
+
+def test_compact_and_repair(azure_container: tuple[str, dict[str, Any]]) -> None:
+    container, options = azure_container
+    data = np.random.default_rng(10).integers(0, 1000, (32, 64, 64), dtype="uint16")
+    url = f"az://{container}/kept.zarr"
+    kwargs: dict[str, Any] = dict(storage_options=options)
+    shardpipe.to_sharded_zarr(
+        da.from_array(data, chunks=32), url, shards=(32, 64, 64), chunks=(16, 32, 32), **kwargs
+    )
+    patch = np.zeros((16, 32, 32), dtype="uint16")
+    shardpipe.to_sharded_zarr(
+        da.from_array(patch), url, region=(slice(0, 16), slice(0, 32), slice(0, 32)), **kwargs
+    )
+    data[:16, :32, :32] = 0
+    shardpipe.compact(url, threshold=0.0, **kwargs)
+    repaired = shardpipe.repair(url, **kwargs)
+    assert repaired.ok, str(repaired)
+    np.testing.assert_array_equal(_read(url, options), data)
+    assert shardpipe.verify(url, **kwargs).ok
+    assert leftovers(container, options) == []
