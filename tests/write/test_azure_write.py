@@ -300,3 +300,34 @@ def test_compact_and_repair(azure_container: tuple[str, dict[str, Any]]) -> None
     np.testing.assert_array_equal(_read(url, options), data)
     assert shardpipe.verify(url, **kwargs).ok
     assert leftovers(container, options) == []
+
+
+@pytest.mark.parametrize("index_location", ["start", "end"])
+def test_small_region_update_is_composed_by_the_service(
+    azure_container: tuple[str, dict[str, Any]], index_location: str
+) -> None:
+    """The kept bytes of a 12 MiB shard are copied server side (Put Block From URL)."""
+    container, options = azure_container
+    rng = np.random.default_rng(11)
+    data = rng.integers(0, 255, (256, 256, 192), dtype="uint8")
+    url = f"az://{container}/composed.zarr"
+    shardpipe.to_sharded_zarr(
+        da.from_array(data, chunks=(128, 256, 192)),
+        url,
+        shards=(256, 256, 192),
+        chunks=(32, 32, 32),
+        compressors=None,
+        index_location=index_location,
+        storage_options=options,
+    )
+    region = np.s_[40:90, 100:130, 7:33]
+    new = rng.integers(0, 255, data[region].shape, dtype="uint8")
+    report = shardpipe.prepare_write(
+        da.from_array(new), url, region=region, storage_options=options
+    ).execute()
+    data[region] = new
+    assert report.strategies == {"append": 1}, report
+    assert report.nbytes < 2 << 20, report  # the new chunks and the index, not 12 MiB
+    np.testing.assert_array_equal(_read(url, options), data)
+    assert shardpipe.verify(url, storage_options=options).ok
+    assert leftovers(container, options) == []

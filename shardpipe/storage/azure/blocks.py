@@ -22,11 +22,15 @@ What is left behind
 Uncommitted blocks cannot be deleted one by one. Azure discards every
 uncommitted block of a blob when a block list is committed to it (the next
 write of the shard), and the rest after seven days. When shardpipe gives a
-shard up (``abort_parts``, ``cleanup``) it discards them itself where it
-can: a blob that has no committed content is deleted (Azurite does discard
-its blocks; the service keeps them until they expire, where it refuses),
-and a blob that has is committed again with its own block list, under
-``If-Match`` on its ETag: the same bytes and metadata, a new ETag.
+shard up (``abort_parts``, ``cleanup``) it deletes the blob if it has no
+committed content (Azurite then drops its blocks; the service may keep them
+until they expire). A blob with committed content is left alone: committing
+it again would change its ETag, and after a refused conditional publish it
+is another writer's; its blocks go with its next commit.
+
+Parts may also be copied by the service from a range of an existing blob
+(``copy_part``, ``Put Block From URL``): an append keeps the old bytes of a
+shard without passing them through the client.
 
 To find those blobs, :func:`begin_parts` writes a marker under the write's
 staging prefix, ``<staging>/<sha1 of the key>.blocks`` holding the upload
@@ -77,6 +81,10 @@ class BlockRequests(Protocol):
         if_version: ObjectVersion | None,
     ) -> None:
         """``Put Block List``: commit ``block_ids`` at ``key``, ``token`` in its metadata."""
+        ...
+
+    def stage_block_copy(self, key: str, block_id: str, source: str, start: int, stop: int) -> None:
+        """``Put Block From URL``: stage ``[start, stop)`` of ``source`` as a block of ``key``."""
         ...
 
     def holds_token(self, key: str, token: str, err: StorageError) -> bool:
@@ -165,6 +173,24 @@ def write_part(store: BlockRequests, handle: PartsHandle, number: int, body: byt
     if body:
         store.stage_block(handle.key, identity, body)
     return PartReceipt(number, len(body), identity)
+
+
+def copy_part(
+    store: BlockRequests, handle: PartsHandle, number: int, source: str, start: int, stop: int
+) -> PartReceipt:
+    """Stage bytes ``[start, stop)`` of ``source`` as part ``number``, copied by the service.
+
+    Raises
+    ------
+    FileNotFoundError
+        No blob at ``source``.
+    """
+    _check_number(handle, number)
+    if not 0 <= start < stop:
+        raise ValueError(f"invalid byte range [{start}, {stop}) of {source!r}")
+    identity = block_id(handle.upload, "p", number)
+    store.stage_block_copy(handle.key, identity, source, start, stop)
+    return PartReceipt(number, stop - start, identity)
 
 
 def finish_parts(

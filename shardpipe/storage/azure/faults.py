@@ -98,7 +98,7 @@ def error_code(err: BaseException) -> str | None:
     """The service's error code (``"BlobNotFound"``...) in ``err``'s chain, or None."""
     found = response_error(err)
     code = None if found is None else getattr(found, "error_code", None)
-    return None if code is None else str(code)
+    return None if code is None else str(getattr(code, "value", code))  # str or the SDK's enum
 
 
 def is_condition_failure(err: BaseException) -> bool:
@@ -149,7 +149,7 @@ def classify_error(
     """
     found = response_error(err)
     if found is not None:
-        code = str(getattr(found, "error_code", None) or found.status_code)
+        code = error_code(found) or str(found.status_code)
         cause = f"HTTP {found.status_code} {code} ({_first_line(found)})"
         if code == "ContainerNotFound":
             return (

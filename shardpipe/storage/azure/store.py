@@ -5,7 +5,9 @@
   the blob appears at its key in one step, readers see the old one or the
   new one.
 * A shard written in parts is a set of blocks staged by many tasks and
-  committed by one ``Put Block List`` (:mod:`shardpipe.storage.azure.blocks`).
+  committed by one ``Put Block List`` (:mod:`shardpipe.storage.azure.blocks`);
+  a part may be copied by the service from a range of an existing blob
+  (``Put Block From URL``, authorized by a short SAS or the bearer token).
 * Conditional writes: ``If-None-Match: *`` (create-only) and ``If-Match``
   with the ETag read earlier (replace-if-unchanged), on both requests; a
   refusal (HTTP 409 ``BlobAlreadyExists``, 412 ``ConditionNotMet``, or 404
@@ -30,14 +32,14 @@ of the kind :func:`~shardpipe.storage.azure.faults.classify_error` tells, and
 
 from __future__ import annotations
 
-import contextlib
+import datetime
 import threading
 import uuid
 from collections.abc import Buffer, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from azure.core import MatchConditions
-from azure.storage.blob import BlobBlock, ContainerClient
+from azure.storage.blob import BlobBlock, BlobSasPermissions, ContainerClient, generate_blob_sas
 
 from shardpipe.errors import ConditionFailedError, StorageError
 from shardpipe.storage.azure import blocks, faults
@@ -55,6 +57,8 @@ T = TypeVar("T")
 
 TOKEN = "shardpipe_put"
 """Metadata name of a conditional put's or a commit's own token."""
+COPY_SOURCE_SAS_SECONDS = 3600
+"""How long the SAS that lets the service read a copy's source lasts (shared-key accounts)."""
 SINGLE_PUT_BYTES = 256 * 2**20
 """Largest body sent as one ``Put Blob`` (larger ones go up as blocks, then one commit)."""
 
@@ -94,6 +98,7 @@ class AzureShardStore(ShardStore):
         create_only=True,
         replace_if_unchanged=True,
         joins_buffers=True,
+        copy_range=True,
         max_parts=blocks.MAX_TASK_PARTS,
         background_puts=True,
         suffix_ranges=False,
@@ -344,51 +349,82 @@ class AzureShardStore(ShardStore):
             lambda: blob.commit_block_list(listed, metadata={TOKEN: token}, **conditions),
         )
 
-    def discard_uncommitted(self, key: str) -> bool:
-        """Discard the uncommitted blocks of the blob at ``key`` where possible.
+    def copy_source(self, key: str) -> tuple[str, dict[str, Any]]:
+        """The URL the service reads ``key`` from in a copy, and the keywords that authorize it.
 
-        A blob without committed content is deleted; one committed from
-        blocks is committed again with its own block list and metadata under
-        ``If-Match`` (a write that changed it meanwhile discarded them
-        already). One written by a single ``Put Blob`` has no block list to
-        commit again: its uncommitted blocks stay until the next write of the
-        blob discards them, or they expire after seven days.
+        A shared-key account signs a read-only SAS of the blob for
+        :data:`COPY_SOURCE_SAS_SECONDS`; a token credential sends its bearer
+        token (``x-ms-copy-source-authorization``); a SAS in the account's
+        URL is part of the blob's URL already.
+        """
+        blob = self.client.get_blob_client(self.full_key(key))
+        credential = self.client.credential
+        account_key = getattr(credential, "account_key", None)
+        if account_key is not None:
+            expiry = datetime.datetime.now(datetime.UTC)
+            expiry += datetime.timedelta(seconds=COPY_SOURCE_SAS_SECONDS)
+            sas = generate_blob_sas(
+                credential.account_name,
+                self.container,
+                self.full_key(key),
+                account_key=account_key,
+                permission=BlobSasPermissions(read=True),
+                expiry=expiry,
+            )
+            return f"{blob.url}?{sas}", {}
+        if hasattr(credential, "get_token"):
+            token = credential.get_token("https://storage.azure.com/.default").token
+            return blob.url, {"source_authorization": f"Bearer {token}"}
+        return blob.url, {}
+
+    def stage_block_copy(self, key: str, block_id: str, source: str, start: int, stop: int) -> None:
+        """``Put Block From URL``: stage ``[start, stop)`` of ``source`` as a block of ``key``.
+
+        Raises
+        ------
+        FileNotFoundError
+            No blob at ``source``.
+        """
+        blob = self.client.get_blob_client(self.full_key(key))
+        url, authorization = self.copy_source(source)
+        try:
+            self._call(
+                "Put Block From URL",
+                key,
+                lambda: blob.stage_block_from_url(
+                    block_id, url, source_offset=start, source_length=stop - start, **authorization
+                ),
+            )
+        except StorageError as err:
+            missing = faults.error_code(err) in ("CannotVerifyCopySource", "BlobNotFound")
+            if missing and self.size(source) is None:
+                raise FileNotFoundError(f"no Azure blob {self._url(source)} to copy from") from err
+            raise
+
+    def discard_uncommitted(self, key: str) -> bool:
+        """Delete the blob at ``key`` if it holds uncommitted blocks and no committed content.
+
+        A blob with committed content is left as it is: committing it again
+        would discard its uncommitted blocks but change its ETag, and the blob
+        may be another writer's (a refused conditional publish). Its blocks
+        go with the next block list committed to it, or expire after seven
+        days.
 
         Returns
         -------
         bool
-            Whether uncommitted blocks were discarded.
+            Whether a blob was deleted.
         """
         blob = self.client.get_blob_client(self.full_key(key))
         try:
-            committed, uncommitted = self._call(
-                "Get Block List", key, lambda: blob.get_block_list("all")
-            )
+            _, uncommitted = self._call("Get Block List", key, lambda: blob.get_block_list("all"))
         except StorageError as err:
             if faults.is_absent(err):
                 return False
             raise
-        if not uncommitted:
+        if not uncommitted or self._properties(key) is not None:
             return False
-        properties = self._properties(key)
-        if properties is None:
-            self.delete(key)
-            return True
-        if sum(int(b.size) for b in committed) != int(properties.size):
-            return False  # written by one Put Blob: no block list to commit again
-        with contextlib.suppress(ConditionFailedError):  # written meanwhile: that discarded them
-            self._conditional(
-                "Put Block List",
-                key,
-                {"etag": properties.etag},
-                lambda: blob.commit_block_list(
-                    [BlobBlock(block_id=b.id) for b in committed],
-                    metadata=properties.metadata,
-                    content_settings=properties.content_settings,
-                    etag=properties.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                ),
-            )
+        self.delete(key)
         return True
 
     # -- parts ---------------------------------------------------------------
@@ -403,6 +439,13 @@ class AzureShardStore(ShardStore):
         """Stage part ``number`` as a block (replacing an earlier try)."""
         edge_key(handle.key, self)
         return blocks.write_part(self, handle, number, _join(buffers))
+
+    def copy_part(
+        self, handle: PartsHandle, number: int, source: str, start: int, stop: int
+    ) -> PartReceipt:
+        """Make bytes ``[start, stop)`` of ``source`` part ``number`` (``Put Block From URL``)."""
+        edge_key(handle.key, self)
+        return blocks.copy_part(self, handle, number, edge_key(source, self), start, stop)
 
     def finish_parts(
         self,
