@@ -79,7 +79,11 @@ def connection_string(endpoint: str) -> str:
 
 def storage_options_for(endpoint: str) -> dict[str, Any]:
     """adlfs options that reach the emulator's account at ``endpoint``."""
-    return {"connection_string": connection_string(endpoint), "skip_instance_cache": True}
+    return {
+        "connection_string": connection_string(endpoint),
+        "skip_instance_cache": True,
+        "use_listings_cache": False,
+    }
 
 
 def _free_port() -> int:
