@@ -76,7 +76,7 @@ _STDLIB = (
 )
 _THIRD_PARTY = (
     "_pytest|botocore|dask|distributed|fsspec|hypothesis|icechunk|numcodecs|numpy|np|"
-    "pytest|s3fs|tqdm|xarray|xr|zarr|da"
+    "pytest|s3fs|tqdm|xarray|xr|zarr|da|azure|adlfs"
 )
 _BUILTINS = (
     "bool|bytearray|bytes|complex|dict|float|frozenset|int|list|memoryview|object|set|"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["shardpipe.testing.s3", "shardpipe.testing.gcs"]
+pytest_plugins = ["shardpipe.testing.s3", "shardpipe.testing.gcs", "shardpipe.testing.azure"]
 
 # "ci", the default: the same examples on every run (derandomize, no example database), so a
 # red seed shows on the machine that runs the suite first, never only on a user's. "thorough":

@@ -147,6 +147,7 @@ def to_zarr(
             shard_sizes,
             chunk_sizes,
             chunk_checksums=chunk_checksums,
+            index_at_start=not root.shards.abilities.suffix_ranges,
         )
 
     zstore = (
@@ -361,13 +362,17 @@ def _sharded_encoding(
     chunks: Mapping[Hashable, int],
     *,
     chunk_checksums: bool,
+    index_at_start: bool = False,
 ) -> dict[str, Any]:
     own = cf_encoding(var)
     encoding = {**own, **encoding}
     dtype = np.dtype(encoding.get("dtype", var.dtype))
     shape = VariableShape(name, tuple(var.dims), tuple(var.shape), dtype.itemsize)
     shard_shape, chunk_shape = variable_layout(shape, shards, chunks, encoding)
-    sharded = {**encoding, "shards": shard_shape, "chunks": chunk_shape}
+    sharded: dict[str, Any] = {**encoding, "shards": shard_shape, "chunks": chunk_shape}
+    if index_at_start and "index_location" not in encoding:
+        # a store that serves no suffix ranges (Azure): zarr-python reads the index first
+        sharded["shards"] = {"shape": shard_shape, "index_location": "start"}
     if chunk_checksums:
         try:
             sharded["compressors"] = checksummed_compressors(

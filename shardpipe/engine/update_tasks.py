@@ -422,7 +422,7 @@ def _compose(
     try:
         if old.layout.index_at_start:  # the new index + the first kept bytes
             index_stop = old.layout.index_range[1]
-            lead = store.min_part_size - len(index)
+            lead = max(0, store.min_part_size - len(index))  # parts of any size: none read
             head = index + store.get_range(key, index_stop, index_stop + lead)
             receipts = [store.copy_part(handle, 0, key, index_stop + lead, size)]
             tail: list[Buffer] = appended

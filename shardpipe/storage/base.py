@@ -107,6 +107,10 @@ class StoreAbilities:
         A ``put`` writes a temporary object beside its key first (a file
         renamed into place), which a killed process leaves behind: ``cleanup``
         looks for them. An object store's put leaves nothing.
+    suffix_ranges : bool
+        Readers can fetch the last bytes of an object without knowing its
+        size (an HTTP suffix range, ``bytes=-N``). Azure Blob Storage cannot,
+        so new arrays written there get their shard index at the start.
     """
 
     parts: bool = False
@@ -124,6 +128,7 @@ class StoreAbilities:
     hard_links: bool = False
     background_puts: bool = False
     leaves_temporaries: bool = False
+    suffix_ranges: bool = True
 
 
 class Changes(Protocol):

@@ -21,6 +21,7 @@ from zarr.storage import FsspecStore, LocalStore
 
 from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.azure.backend import azure_backend, check_azure_storage_options
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.gcs.backend import credentials_failure, gcs_backend
 from shardpipe.storage.gcs.options import GCS_SCHEMES
@@ -124,6 +125,8 @@ def _bare_backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore
             return _s3_backend(dict(store.fs.storage_options), store.path)
         if "gs" in protocols or "gcs" in protocols:
             return gcs_backend(dict(store.fs.storage_options), store.path)
+        if {"az", "abfs", "abfss"} & set(protocols):  # adlfs
+            return azure_backend(dict(store.fs.storage_options), store.path)
         if "file" in protocols or "local" in protocols:
             return LocalShardStore(store.path, **local_options)
     return ZarrShardStore(store)
@@ -184,6 +187,7 @@ def resolve_store(
         text = check_location("store", store)
         if "://" in text and not text.startswith("file://"):
             options = check_storage_options("storage_options", text, options) or {}
+            check_azure_storage_options("storage_options", text, options)
             try:
                 fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)
             except (TypeError, ValueError, ImportError) as err:

@@ -104,7 +104,11 @@ ARRAY_PARAMETERS = SharedParameters(
     fill_value : scalar, optional
         Value of elements never written; zarr's default for the dtype if None.
     index_location : {"end", "start"}, optional
-        Where each shard's index goes (``"end"`` for a new array).
+        Where each shard's index goes. A new array gets ``"end"``, except on
+        Azure Blob Storage (``az://``, ``abfs://``), which serves no suffix
+        ranges: there it gets ``"start"``, so that readers (zarr-python on
+        adlfs) can fetch the index without knowing the shard's size. An
+        explicit ``"end"`` is written as asked.
     dimension_names : sequence of str, optional
         Names of the dimensions, stored in the metadata.
     attributes : dict, optional

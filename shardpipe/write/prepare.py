@@ -45,7 +45,12 @@ from shardpipe.write.arguments import (
 )
 from shardpipe.write.creation import check_no_other_job
 from shardpipe.write.job import ShardedWrite
-from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions, check_array_options
+from shardpipe.write.options import (
+    ARRAY_PARAMETERS,
+    ArrayOptions,
+    WriteOptions,
+    check_array_options,
+)
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.resume import (
     Resume,
@@ -161,15 +166,15 @@ def prepare_write(
     settings["compressors"] = checksummed_compressors(
         given.compressors, array.dtype, chunk_checksums=given.chunk_checksums
     )
+    target = _resolved(store, given.path, given.storage_options, given.resume)
     create_kwargs: dict[str, Any] = dict(
         shape=array.shape,
         dtype=array.dtype,
         chunks=chunk_shape,
-        shards={"shape": shard_shape, "index_location": given.index_location or "end"},
+        shards={"shape": shard_shape, "index_location": _index_location(given, target)},
         **settings,
     )
     metadata = build_metadata(**create_kwargs)
-    target = _resolved(store, given.path, given.storage_options, given.resume)
     check_source_is_not_target(array, target)
     check_store_reachable(array, target)
     resuming = bool(given.resume) and target.shards.get(target.key("zarr.json")) is not None
@@ -198,6 +203,14 @@ def prepare_write(
         record = check_same_job(target, identity, given.resume)
         job = _resumed(job, record, complete_shards(target, metadata, layout), given.resume)
     return job
+
+
+def _index_location(given: ArrayOptions, target: ResolvedStore) -> str:
+    """Where new shards keep their index: as asked, else at the end, or at the start where
+    readers cannot fetch an object's last bytes without its size (Azure: no suffix ranges)."""
+    if given.index_location is not None:
+        return str(given.index_location)
+    return "end" if target.shards.abilities.suffix_ranges else "start"
 
 
 def _resolved(
