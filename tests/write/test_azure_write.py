@@ -331,3 +331,27 @@ def test_small_region_update_is_composed_by_the_service(
     np.testing.assert_array_equal(_read(url, options), data)
     assert shardpipe.verify(url, storage_options=options).ok
     assert leftovers(container, options) == []
+
+
+def test_a_large_whole_shard_goes_up_as_blocks_sent_at_once(
+    azure_container: tuple[str, dict[str, Any]],
+) -> None:
+    """A shard handed to the uploads that is two part sizes or more goes up in parts.
+
+    (:mod:`shardpipe.storage.parted_puts`: here 16 MiB shards in blocks of
+    5 MiB, committed by one block list.)
+    """
+    container, options = azure_container
+    source = da.random.default_rng(13).integers(0, 256, (32, 512, 1024), chunks=(32, 512, 512))
+    source = source.astype("uint8")
+    url = f"az://{container}/large.zarr"
+    with dask.config.set({"shardpipe.uploads.part-size": 5 << 20}, scheduler="threads"):
+        job = shardpipe.prepare_write(
+            source, url, shards=(32, 512, 512), chunks=(32, 128, 128), storage_options=options
+        )
+        assert "in parts of 5.0 MiB" in repr(job)
+        report = job.execute()
+    assert report.shards_written == 2
+    np.testing.assert_array_equal(_read(url, options), source.compute())
+    assert leftovers(container, options) == []
+    assert shardpipe.verify(url, storage_options=options).ok
