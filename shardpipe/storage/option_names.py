@@ -7,7 +7,7 @@ argument 'endpoint'``: far from the typo, and after the write started.
 parameter, the option, its value and the closest valid option. The valid
 ones are the parameters of ``s3fs.S3FileSystem`` (read from its signature,
 so a newer s3fs's options are accepted) and those fsspec's file systems all
-take (:data:`FSSPEC_OPTIONS`).
+take (:data:`~shardpipe.storage.option_checks.FSSPEC_OPTIONS`).
 
 ``endpoint_url`` (an S3-compatible server: MinIO, Ceph, moto...) is taken at
 the top level, as s3fs spells it, and moved into ``client_kwargs``, where
@@ -17,28 +17,15 @@ for it.
 
 from __future__ import annotations
 
-import difflib
 import functools
-import inspect
 import os
 from typing import Any
 
 from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.azure.schemes import AZURE_SCHEMES, check_azure_options
 from shardpipe.storage.gcs.options import GCS_SCHEMES, check_gcs_options
-
-FSSPEC_OPTIONS = frozenset(
-    (
-        "skip_instance_cache",
-        "use_listings_cache",
-        "listings_expiry_time",
-        "max_paths",
-        "asynchronous",
-        "loop",
-        "batch_size",
-    )
-)
-"""Options every fsspec file system takes (its instance and listings caches, its event loop)."""
+from shardpipe.storage.option_checks import closest_option, filesystem_options
 
 CLIENT_OPTIONS = frozenset(
     (
@@ -61,9 +48,7 @@ def s3fs_options() -> frozenset[str]:
     """The names ``s3fs.S3FileSystem`` takes, and fsspec's common ones."""
     import s3fs  # only for S3 URLs
 
-    parameters = inspect.signature(s3fs.S3FileSystem.__init__).parameters.values()
-    named = {p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD}
-    return frozenset(named - {"self"}) | FSSPEC_OPTIONS
+    return filesystem_options(s3fs.S3FileSystem)
 
 
 def check_storage_options(
@@ -103,6 +88,8 @@ def check_storage_options(
     is_url = isinstance(location, str | os.PathLike)
     if is_url and os.fspath(location).startswith(GCS_SCHEMES):
         return check_gcs_options(parameter, options)
+    if is_url and os.fspath(location).startswith(AZURE_SCHEMES):
+        return check_azure_options(parameter, options)
     is_s3 = is_url and os.fspath(location).startswith(S3_SCHEMES)
     if not options or not is_s3:
         return options
@@ -131,8 +118,4 @@ def _unknown(parameter: str, key: str, value: Any, valid: frozenset[str]) -> tup
     if key in CLIENT_OPTIONS:
         example = advice.setting(parameter, {"client_kwargs": {key: value}})
         return problem, f"It is a botocore client option: put it in client_kwargs, {example}"
-    closest = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
-    listed = ", ".join(sorted(valid - FSSPEC_OPTIONS))
-    if closest:
-        return problem, f"Did you mean {closest[0]!r}? The options are {listed}"
-    return problem, f"The options are {listed}, and fsspec's {', '.join(sorted(FSSPEC_OPTIONS))}"
+    return problem, closest_option(key, valid)

@@ -21,7 +21,7 @@ from zarr.storage import FsspecStore, LocalStore
 
 from shardpipe.core.checks import check_path
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.storage.azure.backend import azure_backend, check_azure_storage_options
+from shardpipe.storage.azure.backend import azure_backend
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.gcs.backend import credentials_failure, gcs_backend
 from shardpipe.storage.gcs.options import GCS_SCHEMES
@@ -187,7 +187,6 @@ def resolve_store(
         text = check_location("store", store)
         if "://" in text and not text.startswith("file://"):
             options = check_storage_options("storage_options", text, options) or {}
-            check_azure_storage_options("storage_options", text, options)
             try:
                 fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)
             except (TypeError, ValueError, ImportError) as err:

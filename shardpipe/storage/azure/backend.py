@@ -11,21 +11,6 @@ from typing import Any
 from shardpipe.storage.base import ShardStore
 
 
-def check_azure_storage_options(
-    parameter: str, location: Any, options: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """Refuse an option adlfs does not take, for an Azure URL.
-
-    See :func:`shardpipe.storage.azure.options.check_azure_storage_options`.
-    """
-    text = str(location)
-    if not options or not text.startswith(("az://", "abfs://", "abfss://")):
-        return options
-    from shardpipe.storage.azure.options import check_azure_storage_options as check
-
-    return check(parameter, location, options)
-
-
 def azure_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
     """The Azure backend of ``root`` (``"container/prefix"``), checked to answer.
 

@@ -9,10 +9,8 @@ with, so a user spells them once, as adlfs documents them:
 are read from the environment variables adlfs reads
 (``AZURE_STORAGE_CONNECTION_STRING``, ``AZURE_STORAGE_ACCOUNT_NAME``...).
 
-adlfs passes names it does not know on to fsspec, which ignores them: a
-misspelt ``conection_string`` would silently fall back to anonymous
-access. :func:`check_azure_storage_options` refuses an unknown name before
-anything is opened, naming the closest valid one.
+The names are checked before anything is opened
+(:func:`~shardpipe.storage.azure.schemes.check_azure_options`).
 
 The client is made with shardpipe's timeouts and without the SDK's own
 retries (:data:`CLIENT_DEFAULTS`): :class:`~shardpipe.storage.retry.RetryingStore`
@@ -22,8 +20,6 @@ retries transient faults once, above it, so that the two do not multiply.
 from __future__ import annotations
 
 import asyncio
-import difflib
-import functools
 import inspect
 import os
 from typing import Any
@@ -32,13 +28,6 @@ from azure.core.credentials import AccessToken
 from azure.storage.blob import BlobServiceClient
 
 from shardpipe.errors import InvalidArgumentError
-
-AZURE_SCHEMES = ("az://", "abfs://", "abfss://")
-"""The URL schemes adlfs serves (``adlfs.AzureBlobFileSystem.protocol``)."""
-
-_FSSPEC_OPTIONS = frozenset(
-    ("skip_instance_cache", "use_listings_cache", "listings_expiry_time", "max_paths")
-)
 
 CLIENT_DEFAULTS: dict[str, Any] = {
     "retry_total": 0,
@@ -59,64 +48,6 @@ POOL_CONNECTIONS = 64
 
 See :mod:`shardpipe.storage.uploads`.
 """
-
-
-@functools.cache
-def adlfs_options() -> frozenset[str]:
-    """The names ``adlfs.AzureBlobFileSystem`` takes, and fsspec's common ones."""
-    import adlfs
-
-    parameters = inspect.signature(adlfs.AzureBlobFileSystem.__init__).parameters.values()
-    named = {p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD}
-    return frozenset(named - {"self"}) | _FSSPEC_OPTIONS
-
-
-def is_azure_url(location: Any) -> bool:
-    """Whether ``location`` is an ``az://``, ``abfs://`` or ``abfss://`` URL."""
-    return isinstance(location, str | os.PathLike) and os.fspath(location).startswith(AZURE_SCHEMES)
-
-
-def check_azure_storage_options(
-    parameter: str, location: Any, options: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """Return ``options`` unchanged; refuse a name adlfs does not take, for an Azure URL.
-
-    Parameters
-    ----------
-    parameter : str
-        The parameter that gave them (``"storage_options"``).
-    location : Any
-        Where they apply; only Azure URLs are checked.
-    options : dict or None
-        The options.
-
-    Returns
-    -------
-    dict or None
-        ``options``.
-
-    Raises
-    ------
-    InvalidArgumentError
-        If a name is not an option of ``adlfs.AzureBlobFileSystem``; the
-        message names the closest valid one.
-
-    Examples
-    --------
-    >>> check_azure_storage_options("storage_options", "az://c/v.zarr", {"anon": True})
-    {'anon': True}
-    """
-    if not options or not is_azure_url(location):
-        return options
-    valid = adlfs_options()
-    for key, value in options.items():
-        if key not in valid:
-            problem = f"{key!r} (given {value!r}) is not an option of adlfs.AzureBlobFileSystem"
-            closest = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
-            listed = ", ".join(sorted(valid - _FSSPEC_OPTIONS))
-            hint = f"Did you mean {closest[0]!r}? " if closest else ""
-            raise InvalidArgumentError(parameter, problem, f"{hint}The options are {listed}")
-    return options
 
 
 def _option(options: dict[str, Any], name: str, variable: str) -> Any:

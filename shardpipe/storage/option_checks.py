@@ -1,0 +1,56 @@
+"""What every file system's ``storage_options`` check shares: the names it takes, the refusal.
+
+fsspec file systems drop (or pass on to a client that fails later) an
+option they do not know, so that a misspelt name silently writes with the
+wrong credentials or endpoint. The checks of each store
+(:mod:`~shardpipe.storage.option_names` for S3,
+:mod:`~shardpipe.storage.gcs.options`, :mod:`~shardpipe.storage.azure.options`)
+read the names a file system class takes from its signature, so that a
+newer release's options are accepted, and refuse any other one, naming the
+closest valid name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+
+from shardpipe.errors import InvalidArgumentError
+
+FSSPEC_OPTIONS = frozenset(
+    (
+        "skip_instance_cache",
+        "use_listings_cache",
+        "listings_expiry_time",
+        "max_paths",
+        "asynchronous",
+        "loop",
+        "batch_size",
+    )
+)
+"""Options every fsspec file system takes (its instance and listings caches, its event loop)."""
+
+
+def filesystem_options(cls: type) -> frozenset[str]:
+    """The names ``cls.__init__`` takes by name, and fsspec's common ones."""
+    init = cls.__init__  # type: ignore[misc]  # the class's own, or the one it inherits
+    parameters = inspect.signature(init).parameters.values()
+    named = {p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD}
+    return frozenset(named - {"self"}) | FSSPEC_OPTIONS
+
+
+def closest_option(key: str, valid: frozenset[str]) -> str:
+    """``"Did you mean 'x'? The options are ..."``: the fix for an unknown name ``key``."""
+    closest = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
+    listed = ", ".join(sorted(valid - FSSPEC_OPTIONS))
+    if closest:
+        return f"Did you mean {closest[0]!r}? The options are {listed}"
+    return f"The options are {listed}, and fsspec's {', '.join(sorted(FSSPEC_OPTIONS))}"
+
+
+def unknown_option(
+    parameter: str, key: str, value: object, valid: frozenset[str], owner: str
+) -> InvalidArgumentError:
+    """The error for option ``key`` of ``parameter``, which ``owner`` (a class) does not take."""
+    problem = f"{key!r} (given {value!r}) is not an option of {owner}"
+    return InvalidArgumentError(parameter, problem, closest_option(key, valid))
