@@ -104,13 +104,14 @@ def blocks(page: Path) -> list[Block]:
 
 
 DRIVER = r"""
-import json, subprocess, sys, traceback
+import json, subprocess, sys, time, traceback
 
 steps = json.load(open(sys.argv[1]))
 entry_point = sys.argv[2]
 namespace = {"__name__": "__main__"}
 for step in steps:
     where = f"block {step['block']} (line {step['line']})"
+    start = time.monotonic()
     if "python" in step:
         try:
             exec(compile(step["python"], f"<{where}>", "exec"), namespace)
@@ -126,6 +127,7 @@ for step in steps:
             print(f"FAILED {where}: {' '.join(step['shell'])} exited {done.returncode}",
                   file=sys.stderr)
             sys.exit(1)
+    print(f"{where}: {time.monotonic() - start:.1f} s")
 print("ALL RAN")
 """
 
@@ -198,6 +200,7 @@ def test_the_page_runs_as_written(
                 _empty_and_delete(client, bucket)
     if done.returncode != 0 or "ALL RAN" not in done.stdout:
         pytest.fail(f"{page.relative_to(REPOSITORY)}: {done.stderr[-4000:]}", pytrace=False)
+    print(done.stdout)  # seconds per step, shown with -s
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
