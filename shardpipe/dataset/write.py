@@ -157,7 +157,7 @@ def to_zarr(
     )
     regions: dict[Hashable, slice] = {}
     if zstore is not None:
-        ds = zstore._validate_and_autodetect_region(ds)
+        ds = _region_checked(zstore, ds, region)
         regions = dict(zstore._write_region or {})
         zstore._validate_encoding(encoding)
     updates = _prepare_updates(
@@ -227,6 +227,32 @@ class _DatasetWrite:
             (_variable(self.ds, path), replace(report, snapshot_id=snapshot_id))
             for path, report in zip(self.jobs, reports[0], strict=True)
         )
+
+
+def _region_checked(zstore: ZarrStore, ds: xr.Dataset, region: Any) -> xr.Dataset:
+    """``ds`` with its region found or checked by xarray; its refusals as ours.
+
+    xarray refuses a region that does not fit the stored dataset, and an
+    explicit region written with variables that share none of its dimensions
+    (coordinates such as ``lat`` and ``lon`` of a region along ``time``), with
+    a bare ``ValueError``: here it names the parameter, the variables and the fix.
+    """
+    try:
+        return zstore._validate_and_autodetect_region(ds)
+    except ValueError as err:
+        problem = str(err).split("\n")[0].rstrip(".")
+        fix = "Write only the variables whose values change in that region"
+        if isinstance(region, Mapping):
+            dims = sorted(map(str, region))
+            outside = [
+                str(name)
+                for name, variable in ds.variables.items()
+                if not set(variable.dims) & set(region)
+            ]
+            if outside:
+                problem = f"the variables {outside} share no dimension with the region's {dims}"
+                fix = f"Leave them out first: ds.drop_vars({outside!r})"
+        raise InvalidArgumentError("region", problem, fix) from err
 
 
 def _open_target(

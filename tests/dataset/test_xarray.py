@@ -444,3 +444,18 @@ def test_a_dataset_rewritten_over_the_store_it_reads_is_refused(
             opened.shard.to_zarr(target, mode="w")
     assert _files(tmp_path / "a.zarr") == before
     assert_same(xr.open_zarr(tmp_path / "a.zarr").t.values, values)
+
+
+def test_a_region_with_variables_outside_it_is_refused_naming_them(tmp_path: Path) -> None:
+    from shardpipe.errors import InvalidArgumentError
+
+    ds = climate_dataset(years=1, nlat=12, nlon=20)
+    store = tmp_path / "c.zarr"
+    ds.shard.to_zarr(store, shards={"time": 50})
+    before = xr.open_zarr(store).compute()
+    fix = ds[["t2m"]].isel(time=slice(100, 130)) + 1
+    with pytest.raises(InvalidArgumentError, match=r"region: the variables \['lat', 'lon'\]"):
+        fix.shard.to_zarr(store, region={"time": slice(100, 130)})
+    xr.testing.assert_identical(xr.open_zarr(store), before)  # nothing written
+    fix.drop_vars(["lat", "lon"]).shard.to_zarr(store, region={"time": slice(100, 130)})
+    np.testing.assert_array_equal(xr.open_zarr(store)["t2m"][100:130].values, fix["t2m"].values)
