@@ -96,15 +96,15 @@ def put_shard(
         nbytes = store.put_streamed(key, streamed.buffers())
     else:
         buffers = list(streamed.buffers())
-        if store.abilities.joins_buffers:  # joined here, once: only the joined copy waits
-            buffers = [b"".join(memoryview(b).cast("B") for b in buffers)]
         nbytes = sum(memoryview(b).nbytes for b in buffers)
         size = uploads.part_size if staging is not None else None
+        in_parts = goes_in_parts(store, nbytes, size)
+        if store.abilities.joins_buffers or (in_parts and len(buffers) > 1):  # once: only it waits
+            buffers = [b"".join(memoryview(b).cast("B") for b in buffers)]
         upload: Callable[[], None]
-        if goes_in_parts(store, nbytes, size):
+        if in_parts:
             assert staging is not None and size is not None
-            body = buffers[0] if len(buffers) == 1 else b"".join(buffers)
-            upload = partial(put_in_parts, store, key, body, staging, size)
+            upload = partial(put_in_parts, store, key, buffers[0], staging, size)
             held = held_bytes(nbytes, size)
         else:
             upload, held = partial(store.put, key, buffers), nbytes
