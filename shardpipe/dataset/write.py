@@ -27,7 +27,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn, Unpack, cast
+from typing import Any, NoReturn, Unpack
 
 import dask.array as da
 import numpy as np
@@ -51,6 +51,7 @@ from shardpipe.dataset.layout import (
 from shardpipe.dataset.options import DATASET_PARAMETERS, DatasetOptions
 from shardpipe.dataset.recovery_notes import recovery_noted
 from shardpipe.dataset.write_report import DatasetWriteReport
+from shardpipe.dataset.xarray_store import region_checked, xarray_store
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
@@ -151,13 +152,13 @@ def to_zarr(
         )
 
     zstore = (
-        _xarray_store(root, mode, append_dim, region, stored.consolidated)
+        xarray_store(root, mode, append_dim, region, stored.consolidated)
         if mode in ("a", "r+")
         else None
     )
     regions: dict[Hashable, slice] = {}
     if zstore is not None:
-        ds = _region_checked(zstore, ds, region)
+        ds = region_checked(zstore, ds, region)
         regions = dict(zstore._write_region or {})
         zstore._validate_encoding(encoding)
     updates = _prepare_updates(
@@ -171,7 +172,7 @@ def to_zarr(
     writer = _ShardRouter()
     with recovery_noted(root, mode):  # what to do with what a failure leaves
         if zstore is None:  # with mode "w", xarray replaces what is there now
-            zstore = _xarray_store(root, mode, None, None, consolidated=False)
+            zstore = xarray_store(root, mode, None, None, consolidated=False)
         dump_to_store(ds.drop_vars(to_update), zstore, writer, encoding=encoding)  # type: ignore[no-untyped-call]
         try:
             fills = [
@@ -227,32 +228,6 @@ class _DatasetWrite:
             (_variable(self.ds, path), replace(report, snapshot_id=snapshot_id))
             for path, report in zip(self.jobs, reports[0], strict=True)
         )
-
-
-def _region_checked(zstore: ZarrStore, ds: xr.Dataset, region: Any) -> xr.Dataset:
-    """``ds`` with its region found or checked by xarray; its refusals as ours.
-
-    xarray refuses a region that does not fit the stored dataset, and an
-    explicit region written with variables that share none of its dimensions
-    (coordinates such as ``lat`` and ``lon`` of a region along ``time``), with
-    a bare ``ValueError``: here it names the parameter, the variables and the fix.
-    """
-    try:
-        return zstore._validate_and_autodetect_region(ds)
-    except ValueError as err:
-        problem = str(err).split("\n")[0].rstrip(".")
-        fix = "Write only the variables whose values change in that region"
-        if isinstance(region, Mapping):
-            dims = sorted(map(str, region))
-            outside = [
-                str(name)
-                for name, variable in ds.variables.items()
-                if not set(variable.dims) & set(region)
-            ]
-            if outside:
-                problem = f"the variables {outside} share no dimension with the region's {dims}"
-                fix = f"Leave them out first: ds.drop_vars({outside!r})"
-        raise InvalidArgumentError("region", problem, fix) from err
 
 
 def _open_target(
@@ -349,29 +324,6 @@ class _ShardRouter(ArrayWriter):
             starts = [s.start or 0 for s in region] if region else [0] * source.ndim
             source = source.rechunk(grid_aligned_chunks(source.shape, target.chunks, starts))
         super().add(source, target, region)  # type: ignore[no-untyped-call]
-
-
-def _xarray_store(
-    root: ResolvedStore, mode: str, append_dim: Any, region: Any, consolidated: bool
-) -> ZarrStore:
-    """xarray's ``ZarrStore`` on the target group, with its checks of Dask chunks off.
-
-    shardpipe consolidates the metadata itself, at the end. Where the store
-    has consolidated metadata, xarray works on it: the group's ``zarr.json``,
-    which xarray rewrites with the dataset's attributes, then keeps it, so
-    readers that use it see the last complete dataset until the write ends.
-    """
-    return ZarrStore.open_group(  # type: ignore[no-any-return]
-        root.zarr_store_for_writes,
-        mode=cast(Any, mode),
-        group=root.path or None,
-        consolidated=consolidated,
-        consolidate_on_close=False,
-        append_dim=append_dim,
-        write_region=region,
-        safe_chunks=False,  # shardpipe writes shards whatever the Dask chunks
-        zarr_format=3,
-    )
 
 
 def _shardable(var: xr.Variable, encoding: Mapping[str, Any]) -> bool:
