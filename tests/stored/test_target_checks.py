@@ -44,7 +44,7 @@ def test_a_new_place_costs_one_listing(tmp_path: Path) -> None:
 def test_an_array_is_named_as_such_whatever_else_is_there(tmp_path: Path) -> None:
     zarr.create_array(tmp_path, shape=(4,), dtype="uint8")[:] = 1  # zarr.json and c/0
     (tmp_path / "notes.txt").write_text("mine")
-    target, counting = _target(tmp_path)
+    target, _ = _target(tmp_path)
     with pytest.raises(ArrayExistsError, match="already exists"):
         check_target(target, overwrite=False)
 
@@ -52,6 +52,6 @@ def test_an_array_is_named_as_such_whatever_else_is_there(tmp_path: Path) -> Non
 def test_other_files_make_a_place_not_empty(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     target, counting = _target(tmp_path)
-    with pytest.raises(ArrayExistsError, match="is not empty: it holds 'notes.txt'"):
+    with pytest.raises(ArrayExistsError, match=r"is not empty: it holds 'notes\.txt'"):
         check_target(target, overwrite=False)
     assert counting.calls == ["list", "size"]  # zarr.json looked up once something was found
