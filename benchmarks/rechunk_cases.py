@@ -126,8 +126,8 @@ def planes(case: RechunkCase, start: int, stop: int) -> np.ndarray:
 
 
 def source_path(case: RechunkCase, work: Path) -> Path:
-    """Where the case's source lives in the work folder."""
-    return work / "sources" / f"{case.name}-v2.zarr"
+    """Where the case's source lives in the work folder (its name says its shape)."""
+    return work / "sources" / f"{case.name}-{'x'.join(map(str, case.shape))}-v2.zarr"
 
 
 def ensure_source(case: RechunkCase, work: Path) -> tuple[Path, bool]:

@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             spec = {"case": name, "writer": writer, "budget": budget, "small": args.small}
             spec |= {"source": str(sources[name]), "target": str(target), "reps": args.reps}
+            spec["work"] = str(work)
             record = run_child(spec, args.timeout)
             if record.get("status") == "unsupported":
                 unsupported[writer] = f"as on {name} {budget}: {record.get('message')}"

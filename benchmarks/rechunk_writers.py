@@ -18,7 +18,8 @@ writers that take one, ``none`` for the others:
 * ``rechunker``: ``rechunker.rechunk(src, shards, max_mem, dst, temp_store=)``;
 * ``cubed``: ``cubed.from_zarr(src).rechunk(shards)`` + ``cubed.store``.
 
-The child times the writes (best of ``reps``, the target emptied and
+The child first writes the case's ``--small`` version once, untimed (a
+warm-up), then times the writes (best of ``reps``, the target emptied and
 ``os.sync()`` before each), measures its peak RSS over its RSS before the
 first (and the workers' likewise), then reads the target back and compares
 it with the source.
@@ -36,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.child import MIB, MeasuredCluster, reset_peak, rss
-from benchmarks.rechunk_cases import CASES, SMALL_CASES, RechunkCase, compare, create_target
+from benchmarks.rechunk_cases import (
+    CASES,
+    SMALL_CASES,
+    RechunkCase,
+    compare,
+    create_target,
+    ensure_source,
+)
 
 BUDGETED = ("shardpipe", "shardpipe-temp", "shardpipe-cluster", "rechunker", "cubed")
 """Writers run once per budget; the others once per case."""
@@ -216,6 +224,25 @@ def cubed_write(case: RechunkCase, source: Path, target: Path, budget: str) -> C
     return write
 
 
+def warm_up(writer: str, name: str, work: Path, budget: str) -> None:
+    """One untimed write of the ``--small`` version of case ``name``, before the baseline.
+
+    So that neither the timed writes nor their peak RSS include what a first
+    write costs once (imports inside the libraries, thread pools, event
+    loops, codec contexts; on a cluster, the workers' too).
+    """
+    case = SMALL_CASES[name]
+    source, _ = ensure_source(case, work)
+    target = work / "targets" / f"warm-up-{name}-{writer}.zarr"
+    clear(target)
+    try:
+        make_write(writer, case, source, target, budget, {})()
+    except (Unsupported, Refused):
+        pass  # the timed write says so
+    finally:
+        clear(target)
+
+
 def clear(target: Path) -> None:
     """Delete the target and whatever scratch a writer left beside it."""
     for path in (target, Path(f"{target}.tmp"), Path(f"{target}.cubed")):
@@ -238,6 +265,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     times: list[float] = []
     try:
+        warm_up(writer, case.name, Path(spec["work"]), budget)
         write = make_write(writer, case, source, target, budget, facts)
         if cluster:
             cluster.reset()
