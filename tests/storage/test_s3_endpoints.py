@@ -174,3 +174,34 @@ def test_writes_in_one_process_share_the_s3_client_of_their_options(
     assert fs_of(first) is fs_of(second)
     assert fs_of(third) is not fs_of(first)
     assert fs_of(first).retries == 1
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1, 2 * 2**20 + 3])
+def test_a_whole_object_is_read_in_one_get_when_small_and_in_pieces_when_long(
+    s3_bucket: tuple[str, dict[str, Any]], extra: int
+) -> None:
+    from shardpipe.storage.resolve import resolve_store
+    from shardpipe.storage.s3.object_reads import WHOLE_GET_PIECE
+
+    bucket, options = s3_bucket
+    backend = resolve_store(f"s3://{bucket}/reads", storage_options=options).shards.inner
+    small, long = b"", np.random.default_rng(1).bytes(WHOLE_GET_PIECE + extra)
+    backend.put("empty", [small])
+    backend.put("long", [long])
+    backend.put("doc", [b'{"a": 1}'])
+    calls: list[str] = []
+    call_s3 = backend.fs._call_s3
+
+    async def counting(method: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(method)
+        return await call_s3(method, *args, **kwargs)
+
+    backend.fs._call_s3 = counting
+    assert backend.get("doc") == b'{"a": 1}'
+    assert calls == ["get_object"]  # no HeadObject first
+    assert backend.get("empty") == b""
+    assert backend.get("absent") is None
+    calls.clear()
+    assert backend.get("long") == long
+    pieces = -(-len(long) // WHOLE_GET_PIECE)
+    assert calls.count("get_object") == pieces

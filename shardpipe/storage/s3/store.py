@@ -58,6 +58,7 @@ from shardpipe.storage.keys import edge_key
 from shardpipe.storage.s3 import faults, multipart
 from shardpipe.storage.s3.multipart import MAX_TASK_PARTS
 from shardpipe.storage.s3.multipart import multipart_etag as multipart_etag
+from shardpipe.storage.s3.object_reads import S3ObjectReads
 
 _PUT_TOKEN = "shardpipe-put"  # metadata key of a conditional put's own token
 
@@ -70,7 +71,7 @@ def _conditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, 
     return {} if if_version is None else {"IfMatch": if_version}
 
 
-class S3ShardStore(ShardStore):
+class S3ShardStore(S3ObjectReads, ShardStore):
     """Shards as objects under ``bucket/prefix`` on S3 (or an S3-compatible server).
 
     Parameters
@@ -324,34 +325,6 @@ class S3ShardStore(ShardStore):
             err.add_note(f"whether this put landed all the same is unknown: {again}")
             return False
         return head is not None and (head.get("Metadata") or {}).get(_PUT_TOKEN) == token
-
-    def _cat(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        path = f"{self.bucket}/{self.full_key(key)}"
-        try:
-            data: bytes = self.fs.cat_file(path, start=start, end=end)
-        except FileNotFoundError as err:
-            if faults.error_code(err) != "NoSuchBucket":
-                raise FileNotFoundError(f"no S3 object s3://{path}: {err}") from err
-            raise self._fault("GET", key, err) from err
-        except Exception as err:
-            raise self._fault("GET", key, err) from err
-        self.reached = True
-        return data
-
-    def get(self, key: str) -> bytes | None:
-        """Return the bytes at ``key``, or ``None`` when absent."""
-        try:
-            return self._cat(key)
-        except FileNotFoundError:
-            return None
-
-    def get_range(self, key: str, start: int, stop: int) -> bytes:
-        """Return ``[start, stop)`` of the object at ``key`` with one ranged GET."""
-        edge_key(key, self)
-        if not 0 <= start <= stop:
-            raise ValueError(f"invalid byte range [{start}, {stop}) of {key!r}")
-        # an empty Range header would be ignored by S3 and return the whole object
-        return b"" if start == stop else self._cat(key, start, stop)
 
     def head_object(self, key: str) -> dict[str, Any] | None:
         """``HeadObject`` of ``key``.
