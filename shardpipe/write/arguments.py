@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import dask.array as da
 import numpy as np
 import zarr
-from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
 from shardpipe.codec.names import codec_specs
@@ -27,6 +26,7 @@ from shardpipe.core.sizes import (
 from shardpipe.errors import (
     InvalidArgumentError,
 )
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     pass

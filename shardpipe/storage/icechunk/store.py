@@ -34,9 +34,8 @@ from collections.abc import Buffer, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from zarr.core.sync import sync
-
 from shardpipe.errors import AbilityNotSupportedError, TransactionConflictError
+from shardpipe.internals.zarr_core import sync
 from shardpipe.storage.base import (
     ObjectVersion,
     PartReceipt,
