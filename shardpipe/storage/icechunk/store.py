@@ -82,10 +82,6 @@ def _changed_shards(session: Session) -> dict[str, list[tuple[int, ...]]]:
     }
 
 
-def _coords(chunks: list[list[int]] | None) -> list[tuple[int, ...]]:
-    return sorted(tuple(c) for c in chunks or [])
-
-
 def _describe(path: str, shards: list[tuple[int, ...]], most: int = 8) -> str:
     listed = ", ".join(str(s) for s in shards[:most])
     more = f" and {len(shards) - most} more" if len(shards) > most else ""
