@@ -79,19 +79,17 @@ def _s3_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
     """The S3 backend of ``root``, checked to answer (see :mod:`shardpipe.storage.s3.store`).
 
     Its file system gets shardpipe's timeouts and retry counts unless
-    ``config_kwargs`` in ``storage_options`` say otherwise; a fresh instance,
-    since the s3fs retry count is set on it. Missing credentials, a wrong
-    endpoint or bucket raise :class:`~shardpipe.errors.StorageAccessError` here,
-    before anything is written.
+    ``config_kwargs`` in ``storage_options`` say otherwise, and is shared by
+    the writes of this process with the same options
+    (:func:`~shardpipe.storage.s3.config.s3_file_system`). Missing
+    credentials, a wrong endpoint or bucket raise
+    :class:`~shardpipe.errors.StorageAccessError` here, before anything is
+    written.
     """
-    import s3fs
-
-    from shardpipe.storage.s3.config import S3FS_RETRIES, s3_storage_options
+    from shardpipe.storage.s3.config import S3FS_RETRIES, s3_file_system
     from shardpipe.storage.s3.store import S3ShardStore
 
-    options = {**s3_storage_options(storage_options), "skip_instance_cache": True}
-    fs = s3fs.S3FileSystem(**options)
-    backend = S3ShardStore(fs, root, fs_retries=S3FS_RETRIES)
+    backend = S3ShardStore(s3_file_system(storage_options), root, fs_retries=S3FS_RETRIES)
     backend.check_reachable()
     return backend
 

@@ -21,9 +21,10 @@ anywhere else (a worker process that joined later, Dask's ``"processes"``
 scheduler) it uploads in its own thread as before. The run then settles
 each batch's uploads (:func:`settle`) before it records the batch done:
 a shard counts as written only once its upload ended, and a failed upload
-fails the run. When a run fails, :func:`close_group` waits for every upload
-of the group still in flight before the run cleans up, so that nothing
-lands after the cleanup.
+fails the run: the run's next task to hand an upload on raises its error,
+so the run stops instead of encoding shards nobody stores. When a run
+fails, :func:`close_group` waits for every upload of the group still in
+flight before the run cleans up, so that nothing lands after the cleanup.
 
 A kill -9 of the process loses what was in flight: every upload is one
 whole-object put, so a reader sees the old object (or none) at its key,
@@ -133,6 +134,7 @@ class Uploads:
         self._open: dict[str, int] = {}  # group -> runs holding it open
         self._running: dict[int, int] = {}  # number -> bytes, until the upload ends
         self._unsettled: dict[int, tuple[str, Future[int]]] = {}  # number -> group, outcome
+        self._failed: dict[str, BaseException] = {}  # group -> its first failed upload
         self._nbytes = 0
         self._numbers = 0
         self.peak_nbytes = 0
@@ -157,14 +159,25 @@ class Uploads:
         Waits while ``run.requests`` uploads are in flight, or while the
         bytes in flight and ``nbytes`` would pass ``run.nbytes`` (an upload
         larger than that goes alone).
+
+        Raises
+        ------
+        Exception
+            The error of an upload of the same run that failed: the run is
+            lost, and its tasks stop rather than encode shards nobody stores.
         """
         with self._changed:
             self._changed.wait_for(
                 lambda: (
-                    len(self._running) < run.requests
-                    and (not self._running or self._nbytes + nbytes <= run.nbytes)
+                    run.group in self._failed
+                    or (
+                        len(self._running) < run.requests
+                        and (not self._running or self._nbytes + nbytes <= run.nbytes)
+                    )
                 )
             )
+            if run.group in self._failed:
+                raise self._failed[run.group]
             self._numbers += 1
             number = self._numbers
             self._running[number] = nbytes
@@ -173,12 +186,15 @@ class Uploads:
             self.peak_requests = max(self.peak_requests, len(self._running))
             future = self._pool.submit(_counting_retries, upload)
             self._unsettled[number] = (run.group, future)
-        future.add_done_callback(lambda _: self._ended(number))
+        future.add_done_callback(lambda ended: self._ended(number, run.group, ended))
         return Ticket(_worker_address(), os.getpid(), number)
 
-    def _ended(self, number: int) -> None:
+    def _ended(self, number: int, group: str, ended: Future[int]) -> None:
         with self._changed:
             self._nbytes -= self._running.pop(number)
+            failure = None if ended.cancelled() else ended.exception()
+            if failure is not None and group in self._open:
+                self._failed.setdefault(group, failure)
             self._changed.notify_all()
 
     def settle(self, numbers: Iterable[int]) -> list[int]:
@@ -203,6 +219,7 @@ class Uploads:
                 self._open[group] = count
             else:
                 self._open.pop(group, None)
+                self._failed.pop(group, None)
             mine = [n for n, (g, _) in self._unsettled.items() if g == group]
             futures = [self._unsettled.pop(n)[1] for n in mine]
         if failed:

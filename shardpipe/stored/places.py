@@ -127,14 +127,21 @@ def check_target(target: ResolvedStore, overwrite: bool, name: str = "store") ->
             )
     if overwrite:
         return
-    # through the backend: on an object store, zarr's own client would be made for this one call
-    if target.shards.size(target.key("zarr.json")) is not None:
+    # One listing answers both questions for a new place (nothing there); the
+    # ``zarr.json`` is looked up only when something else was found first.
+    # Through the backend: on an object store, zarr's own client would be made
+    # for one call.
+    has_metadata, foreign = _first_foreign_key(target)
+    if has_metadata or (
+        foreign is not None and target.shards.size(target.key("zarr.json")) is not None
+    ):
         raise ArrayExistsError(
             f"{advice.name(name)}: an array or group already exists at "
             f"{advice.place(target.path, store)}; "
             f"pass {advice.setting('overwrite')} to replace it, or choose another path"
         )
-    check_nothing_else_there(target, name)
+    if foreign is not None:
+        _refuse_foreign(target, name, foreign, None)
 
 
 def check_nothing_else_there(
@@ -149,23 +156,41 @@ def check_nothing_else_there(
     ``replace`` is what replaces it (default ``overwrite=True``, in the
     caller's terms).
     """
+    _, foreign = _first_foreign_key(target)
+    if foreign is not None:
+        _refuse_foreign(target, name, foreign, replace)
+
+
+def _first_foreign_key(target: ResolvedStore) -> tuple[bool, str | None]:
+    """One listing of the target, stopped at the first key that is not its own.
+
+    Returns whether the target's ``zarr.json`` was listed before the stop, and
+    that key (relative to the target): neither the ``zarr.json``, nor
+    shardpipe's records, nor a temporary of zarr's (the job removes those,
+    :func:`discard_zarr_temporaries`); None when there is none.
+    """
     prefix = target.key("")
     records = f"{JOB_DIR}/"
+    has_metadata = False
     for key in target.shards.list(prefix):
         relative = key[len(prefix) :]
-        if relative == "zarr.json" or relative.startswith(records):
-            continue
-        if ZARR_TEMPORARY.fullmatch(relative):  # the job removes it (discard_zarr_temporaries)
-            continue
-        what = {".zarray": "a Zarr v2 array", ".zgroup": "a Zarr v2 group"}.get(
-            relative, f"{relative!r}, which is no Zarr v3 node"
-        )
-        raise ArrayExistsError(
-            f"{advice.name(name)}: {advice.place(target.path, target.zarr_store)} is not empty: it "
-            f"holds {what}; pass {replace or advice.setting('overwrite')} to replace what is "
-            "there, or "
-            "choose an empty or new place"
-        )
+        if relative == "zarr.json":
+            has_metadata = True
+        elif not relative.startswith(records) and not ZARR_TEMPORARY.fullmatch(relative):
+            return has_metadata, relative
+    return has_metadata, None
+
+
+def _refuse_foreign(target: ResolvedStore, name: str, relative: str, replace: str | None) -> None:
+    what = {".zarray": "a Zarr v2 array", ".zgroup": "a Zarr v2 group"}.get(
+        relative, f"{relative!r}, which is no Zarr v3 node"
+    )
+    raise ArrayExistsError(
+        f"{advice.name(name)}: {advice.place(target.path, target.zarr_store)} is not empty: it "
+        f"holds {what}; pass {replace or advice.setting('overwrite')} to replace what is "
+        "there, or "
+        "choose an empty or new place"
+    )
 
 
 def discard_zarr_temporaries(target: ResolvedStore, path: str = "") -> int:

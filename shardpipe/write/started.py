@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
 from shardpipe.core.waves import WaveSchedule
@@ -22,6 +24,7 @@ from shardpipe.journal.array_lock import acquire, release
 from shardpipe.journal.job_record import delete_record
 from shardpipe.journal.markers import JobKeys, JobMarker
 from shardpipe.storage.base import ObjectVersion
+from shardpipe.storage.gated import GatedStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.creation import create_array
 from shardpipe.write.resume import check_same_job, forget_finished
@@ -37,8 +40,8 @@ class StartedJob:
     ----------
     job : WriteSpec
         The job.
-    marker : JobMarker
-        The array's marker it holds.
+    marker : JobMarker or None
+        The array's marker it holds; None until :func:`take` took it.
     write_target : WriteTarget
         Where and how its tasks write.
     target : WriteTarget or UpdateTarget
@@ -52,7 +55,7 @@ class StartedJob:
     """
 
     job: WriteSpec
-    marker: JobMarker
+    marker: JobMarker | None
     write_target: WriteTarget
     target: WriteTarget | UpdateTarget
     token: str
@@ -110,37 +113,21 @@ def start(spec: WriteSpec, token: str, *, uploads: str = "") -> StartedJob:
     """
     store, keys, existing = spec.target.shards, spec.keys, spec.existing
     if existing is None:
-        marker = acquire(store, keys, "write")
-    else:
-        marker = take_for_update(
-            spec.target,
-            keys,
-            existing.version,
-            since="this update was planned; plan it again",
-            keep=existing.update,
-        )
+        return take(start_later(spec, token, uploads=uploads))
+    marker = take_for_update(
+        spec.target,
+        keys,
+        existing.version,
+        since="this update was planned; plan it again",
+        keep=existing.update,
+    )
     try:
         write_target = spec.write_target(token, uploads=uploads)
-        target: WriteTarget | UpdateTarget = write_target
-        if existing is not None:
-            target = _update_target(spec, existing, write_target, marker)
-            if spec.target.transactional and existing.grown is not None:
-                # inside a transaction nobody sees it early, and Icechunk takes
-                # chunks only inside the array's shape
-                publish_grown(spec, existing)
-        elif spec.create_kwargs is None:  # the marker, just taken, is not read again
-            if spec.resume and spec.identity is not None:
-                check_same_job(spec.target, spec.identity, spec.resume)
-        else:
-            create_array(
-                spec.target,
-                spec.create_kwargs,
-                spec.overwrite,
-                write_target,
-                marker,
-                metadata=spec.metadata,
-                identity=spec.identity,
-            )
+        target = _update_target(spec, existing, write_target, marker)
+        if spec.target.transactional and existing.grown is not None:
+            # inside a transaction nobody sees it early, and Icechunk takes
+            # chunks only inside the array's shape
+            publish_grown(spec, existing)
     except BaseException:
         release(store, keys, marker)
         raise
@@ -148,6 +135,49 @@ def start(spec: WriteSpec, token: str, *, uploads: str = "") -> StartedJob:
     return StartedJob(
         spec, marker, write_target, target, token, threads, spec.wave_schedule(threads)
     )
+
+
+def start_later(
+    spec: WriteSpec, token: str, *, uploads: str = "", gate: Future[None] | None = None
+) -> StartedJob:
+    """A new array's job with what its graphs need, its marker not taken yet: no I/O.
+
+    :func:`take` then takes the marker and writes or checks the metadata.
+    With ``gate``, its tasks' store waits for it (:mod:`shardpipe.storage.gated`):
+    the graphs may run while :func:`take` does, on another thread.
+    """
+    assert spec.existing is None, "an update reads the array under its marker: start() it"
+    write_target = spec.write_target(token, uploads=uploads)
+    if gate is not None:
+        write_target = replace(write_target, store=GatedStore(write_target.store, gate))
+    threads = cluster_threads()
+    schedule = spec.wave_schedule(threads)
+    return StartedJob(spec, None, write_target, write_target, token, threads, schedule)
+
+
+def take(started: StartedJob) -> StartedJob:
+    """Take the marker of a job from :func:`start_later` and write or check its metadata."""
+    spec = started.job
+    store, keys = spec.target.shards, spec.keys
+    marker = acquire(store, keys, "write")
+    try:
+        if spec.create_kwargs is None:  # the marker, just taken, is not read again
+            if spec.resume and spec.identity is not None:
+                check_same_job(spec.target, spec.identity, spec.resume)
+        else:
+            create_array(
+                spec.target,
+                spec.create_kwargs,
+                spec.overwrite,
+                started.write_target,
+                marker,
+                metadata=spec.metadata,
+                identity=spec.identity,
+            )
+    except BaseException:
+        release(store, keys, marker)
+        raise
+    return replace(started, marker=marker)
 
 
 def take_for_update(
@@ -211,3 +241,50 @@ def publish_grown(spec: WriteSpec, existing: ExistingArray) -> None:
             "the array's zarr.json changed during the append; its shards hold the new "
             "data but the array was not grown. Check what else writes this array"
         ) from err
+
+
+class StartInBackground:
+    """Start new arrays' jobs on a thread of their own while their graphs run.
+
+    The jobs come from :func:`start_later` with :attr:`gate`: their tasks
+    compute and encode at once, and their stores wait for the gate, which
+    opens once every job's marker is taken and metadata written (in job
+    order, as :func:`start` would). If one start fails, the markers already
+    taken are let go and the gate carries the error: nothing was written.
+
+    Parameters
+    ----------
+    make : callable
+        Given the gate, returns the jobs from :func:`start_later`.
+    """
+
+    def __init__(self, make: Callable[[Future[None]], list[StartedJob]]) -> None:
+        self.gate: Future[None] = Future()
+        self.jobs = make(self.gate)
+        self._thread = threading.Thread(target=self._take_all, name="shardpipe-start")
+        self._thread.start()
+
+    def _take_all(self) -> None:
+        taken: list[StartedJob] = []
+        try:
+            for job in self.jobs:
+                taken.append(take(job))
+        except BaseException as err:
+            for job in reversed(taken):
+                assert job.marker is not None
+                release(job.job.target.shards, job.job.keys, job.marker)
+            self.gate.set_exception(err)
+            return
+        self.jobs = taken
+        self.gate.set_result(None)
+
+    def wait(self) -> list[StartedJob]:
+        """The jobs with their markers, once taken; raises the start's error if one failed."""
+        self._thread.join()
+        self.gate.result()
+        return self.jobs
+
+    def failed(self) -> BaseException | None:
+        """The start's error, once it ended (None when it succeeded)."""
+        self._thread.join()
+        return self.gate.exception()

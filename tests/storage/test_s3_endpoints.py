@@ -158,3 +158,19 @@ def test_cli_a_pair_without_a_name_is_refused(capsys: pytest.CaptureFixture[str]
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "NAME=VALUE" in err and "'store'" in err and "before" in err, err
+
+
+def test_writes_in_one_process_share_the_s3_client_of_their_options(
+    s3_bucket: tuple[str, dict[str, Any]],
+) -> None:
+    from shardpipe.storage.resolve import resolve_store
+
+    bucket, options = s3_bucket
+    first = resolve_store(f"s3://{bucket}/a.zarr", storage_options=options).shards
+    second = resolve_store(f"s3://{bucket}/b.zarr", storage_options=options).shards
+    other = {**options, "config_kwargs": {"read_timeout": 7}}
+    third = resolve_store(f"s3://{bucket}/c.zarr", storage_options=other).shards
+    fs_of = lambda store: store.inner.fs  # noqa: E731  (inside the retry layer)
+    assert fs_of(first) is fs_of(second)
+    assert fs_of(third) is not fs_of(first)
+    assert fs_of(first).retries == 1

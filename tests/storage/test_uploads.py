@@ -157,6 +157,56 @@ def test_closing_a_group_that_succeeded_raises_an_upload_not_settled(gate: _Gate
         up.close_group("g", failed=False)
 
 
+def test_after_a_failed_upload_the_run_hands_nothing_more_on() -> None:
+    up = Uploads()
+    run = UploadRun("g", requests=10, nbytes=10**9)
+    other = UploadRun("other", requests=10, nbytes=10**9)
+    up.open_group("g")
+    up.open_group("other")
+
+    def fails() -> None:
+        raise StorageError("the store refused it")
+
+    ticket = up.hand_on(run, 1, fails)
+    with pytest.raises(StorageError, match="refused"):
+        up.settle([ticket.number])
+    ran: list[int] = []
+    with pytest.raises(StorageError, match="refused"):  # the run is lost: its tasks stop
+        up.hand_on(run, 1, lambda: ran.append(1))
+    up.settle([up.hand_on(other, 1, lambda: ran.append(2)).number])  # another run goes on
+    assert ran == [2]
+    up.close_group("g", failed=True)
+    up.close_group("other", failed=False)
+    up.open_group("g")  # the group's failure ended with it
+    up.settle([up.hand_on(run, 1, lambda: ran.append(3)).number])
+    assert ran == [2, 3]
+    up.close_group("g", failed=False)
+
+
+def test_a_task_waiting_for_room_stops_when_an_upload_of_its_run_fails(gate: _Gate) -> None:
+    up = Uploads()
+    run = UploadRun("g", requests=1, nbytes=10**9)
+    up.open_group("g")
+    up.hand_on(run, 1, lambda: gate.upload(0, fail=True))
+    raised: list[BaseException] = []
+
+    def waiting() -> None:
+        try:
+            up.hand_on(run, 1, lambda: gate.upload(1))
+        except StorageError as err:
+            raised.append(err)
+
+    thread = threading.Thread(target=waiting, daemon=True)
+    thread.start()
+    time.sleep(0.1)
+    assert not raised  # waits for room
+    gate.released.set()
+    thread.join(5)
+    assert [str(e) for e in raised] == ["upload 0 failed"]
+    assert gate.done == [0]  # the waiting upload never ran
+    up.close_group("g", failed=True)
+
+
 def test_a_group_not_open_here_uploads_in_the_task() -> None:
     run = UploadRun("not-opened-here", requests=4, nbytes=100)
     assert uploads.hand_on(run, 1, lambda: None) is None

@@ -51,6 +51,7 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.buffers import joined
 from shardpipe.storage.keys import edge_key
 
 T = TypeVar("T")
@@ -61,12 +62,6 @@ COPY_SOURCE_SAS_SECONDS = 3600
 """How long the SAS that lets the service read a copy's source lasts (shared-key accounts)."""
 SINGLE_PUT_BYTES = 256 * 2**20
 """Largest body sent as one ``Put Blob`` (larger ones go up as blocks, then one commit)."""
-
-
-def _join(buffers: Sequence[Buffer]) -> bytes:
-    if len(buffers) == 1 and isinstance(buffers[0], bytes):
-        return buffers[0]
-    return b"".join(memoryview(b).cast("B") for b in buffers)
 
 
 def _conditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, Any]:
@@ -228,7 +223,7 @@ class AzureShardStore(ShardStore):
     ) -> None:
         """Publish the concatenation of ``buffers`` at ``key`` with one ``Put Blob``."""
         conditions = _conditions(if_absent, if_version)
-        body = _join(buffers)
+        body = joined(buffers)
         blob = self.client.get_blob_client(self.full_key(key))
         if not conditions:
             self._call("Put Blob", key, lambda: blob.upload_blob(body, overwrite=True))
@@ -438,7 +433,7 @@ class AzureShardStore(ShardStore):
     ) -> PartReceipt:
         """Stage part ``number`` as a block (replacing an earlier try)."""
         edge_key(handle.key, self)
-        return blocks.write_part(self, handle, number, _join(buffers))
+        return blocks.write_part(self, handle, number, joined(buffers))
 
     def copy_part(
         self, handle: PartsHandle, number: int, source: str, start: int, stop: int

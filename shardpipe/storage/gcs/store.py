@@ -41,17 +41,12 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.buffers import joined
 from shardpipe.storage.gcs import parts
 from shardpipe.storage.gcs.config import DEFAULT_SETTINGS, RequestSettings
 from shardpipe.storage.gcs.objects import GcsObjects
 from shardpipe.storage.gcs.parts import PUT_TOKEN
 from shardpipe.storage.keys import edge_key
-
-
-def _join(buffers: Sequence[Buffer]) -> bytes:
-    if len(buffers) == 1 and isinstance(buffers[0], bytes):
-        return buffers[0]  # joined already (a shard handed on to the uploads): no copy
-    return b"".join(memoryview(b).cast("B") for b in buffers)
 
 
 def preconditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, str]:
@@ -203,7 +198,7 @@ class GcsShardStore(ShardStore):
         put's, so it succeeded.
         """
         params = preconditions(if_absent, if_version)
-        body = _join(buffers)
+        body = joined(buffers)
         if not params:
             self.objects.upload(key, body)
             return
@@ -270,7 +265,7 @@ class GcsShardStore(ShardStore):
     ) -> PartReceipt:
         """Upload part ``number`` as an object under the write's staging prefix."""
         self._check_handle(handle)
-        return parts.write_part(self.objects, handle, number, _join(buffers))
+        return parts.write_part(self.objects, handle, number, joined(buffers))
 
     def finish_parts(
         self,

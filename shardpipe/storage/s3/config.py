@@ -8,6 +8,9 @@ silent server fails a call in seconds rather than minutes.
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 from typing import Any
 
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -54,3 +57,35 @@ def s3_storage_options(storage_options: dict[str, Any]) -> dict[str, Any]:
     config.update(options.get("config_kwargs") or {})
     options["config_kwargs"] = config
     return options
+
+
+_FILE_SYSTEMS_KEPT = 8
+"""S3 file systems a process keeps for later writes (the oldest is dropped first)."""
+
+_file_systems: dict[tuple[int, str], Any] = {}
+_file_systems_lock = threading.Lock()
+
+
+def s3_file_system(storage_options: dict[str, Any]) -> Any:
+    """The S3 file system that writes shards with ``storage_options``, made once per process.
+
+    Making one costs about 0.2 s of CPU (botocore reads its service
+    description and builds its HTTP session), so writes with the same
+    options in one process share it, with its open connections, as
+    TensorStore's context and fsspec's instance cache share theirs. It is
+    shardpipe's own (fsspec's cache is skipped): the backend sets its s3fs
+    retry count to :data:`S3FS_RETRIES`, which is no business of other
+    users of s3fs in the process. A forked child makes its own.
+    """
+    import s3fs
+
+    options = {**s3_storage_options(storage_options), "skip_instance_cache": True}
+    key = (os.getpid(), json.dumps(options, sort_keys=True, default=repr))
+    with _file_systems_lock:
+        fs = _file_systems.get(key)
+        if fs is None:
+            fs = s3fs.S3FileSystem(**options)
+            while len(_file_systems) >= _FILE_SYSTEMS_KEPT:
+                del _file_systems[next(iter(_file_systems))]
+            _file_systems[key] = fs
+        return fs

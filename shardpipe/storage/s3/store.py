@@ -53,18 +53,13 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.buffers import joined
 from shardpipe.storage.keys import edge_key
 from shardpipe.storage.s3 import faults, multipart
 from shardpipe.storage.s3.multipart import MAX_TASK_PARTS
 from shardpipe.storage.s3.multipart import multipart_etag as multipart_etag
 
 _PUT_TOKEN = "shardpipe-put"  # metadata key of a conditional put's own token
-
-
-def _join(buffers: Sequence[Buffer]) -> bytes:
-    if len(buffers) == 1 and isinstance(buffers[0], bytes):
-        return buffers[0]  # joined already (a shard handed on to the uploads): no copy
-    return b"".join(memoryview(b).cast("B") for b in buffers)
 
 
 def _conditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, str]:
@@ -298,7 +293,7 @@ class S3ShardStore(ShardStore):
         then tells that the object is this put's, so it succeeded.
         """
         conditions = _conditions(if_absent, if_version)
-        body = _join(buffers)
+        body = joined(buffers)
         if conditions:
             self._put_conditionally(key, body, conditions)
         else:
@@ -454,7 +449,7 @@ class S3ShardStore(ShardStore):
     ) -> PartReceipt:
         """Upload part ``number`` as S3 part number ``number + 2`` (replacing an earlier try)."""
         edge_key(handle.key, self)
-        return multipart.write_part(self, handle, number, _join(buffers))
+        return multipart.write_part(self, handle, number, joined(buffers))
 
     def copy_part(
         self, handle: PartsHandle, number: int, source: str, start: int, stop: int
