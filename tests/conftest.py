@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+# the cloud plugins import their clients (boto3, moto, gcsfs, azure) only when a test starts a
+# server: tests/core/test_no_cloud_clients.py checks that the core's tests import none
 pytest_plugins = ["shardpipe.testing.s3", "shardpipe.testing.gcs", "shardpipe.testing.azure"]
 
 # "ci", the default: the same examples on every run (derandomize, no example database), so a

@@ -1,16 +1,16 @@
-"""How the command line reports a failure: one line on stderr and an exit status.
+"""How the command line ends: the exit statuses, and which errors end in which.
 
 :data:`EXIT_STATUSES` is the one table of exit statuses: what each means
 and which errors end in it. :func:`exit_status` follows it, the help of
 ``shardpipe`` and of every command ends with it (:func:`statuses_text`),
 and the CLI reference of the docs shows :func:`statuses_markdown` (tests compare them,
 and check that every public error class of :mod:`shardpipe.errors` ends
-in a status whose row names it or covers it).
+in a status whose row names it or covers it). :mod:`shardpipe.cli.failures`
+prints a command's error and ends it in its status.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from shardpipe.errors import (
@@ -154,12 +154,3 @@ def statuses_markdown() -> str:
     rows = ["| status | meaning | errors |", "|---:|---|---|"]
     rows += [f"| {s.code} | {s.meaning} | {s.causes()} |" for s in EXIT_STATUSES]
     return "\n".join(rows)
-
-
-def fail(command: str, err: BaseException, *, where: str = "", during_work: bool = False) -> int:
-    """Print ``err`` (and its notes) as one line for ``shardpipe command``; return its status."""
-    prefix = f"shardpipe {command}: " + (f"{where}: " if where else "")
-    notes = [note.removeprefix("shardpipe: ") for note in getattr(err, "__notes__", ())]
-    line = " ".join([str(err), *(f"[{note}]" for note in notes)])
-    print(prefix + line.replace("\n", " "), file=sys.stderr)
-    return exit_status(err, during_work=during_work)

@@ -32,6 +32,7 @@ from shardpipe.cli.commands import (
     write_precomputed,
 )
 from shardpipe.cli.exit_statuses import statuses_text
+from shardpipe.cli.failures import run_command
 from shardpipe.cli.options import show_progress
 from shardpipe.cli.subcommand import Command, HelpFormatter
 
@@ -79,14 +80,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status.
 
-    Standard output closed early by its reader (``| head -1``) is no error:
-    the command ends with its own status (:mod:`shardpipe.cli.closed_pipe`).
+    A command's error ends it in one message and its exit status
+    (:func:`~shardpipe.cli.failures.run_command`). Standard output closed early by
+    its reader (``| head -1``) is no error: the command ends with its own status
+    (:mod:`shardpipe.cli.closed_pipe`).
     """
     with output_may_be_cut_short(), command_line_terms():
         args = _parser().parse_args(argv)
         show_progress(args)
-        status: int = args.run(args)
-    return status
+        return run_command(args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 :func:`add_subcommand` registers a command under ``shardpipe`` with the
 summary that ``shardpipe --help`` lists, a description that opens with that
-summary, the exit-status table as epilog, and the function that runs it.
+summary, the exit-status table as epilog, the function that runs it and how
+it reports its errors (:mod:`shardpipe.cli.failures`).
 :class:`HelpFormatter` wraps the description and epilog to the terminal
 paragraph by paragraph, keeping the rows of a table apart.
 """
@@ -16,12 +17,16 @@ from collections.abc import Callable
 from typing import Protocol
 
 from shardpipe.cli.exit_statuses import statuses_text
+from shardpipe.cli.failures import Failures, reported_plainly
 
 type Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 """The subcommands of ``shardpipe``, as argparse holds them."""
 
 type Run = Callable[[argparse.Namespace], int]
-"""A command: its parsed arguments -> its exit status."""
+"""A command: its parsed arguments -> its exit status (it raises when it fails)."""
+
+type FailuresOf = Callable[[argparse.Namespace], Failures]
+"""How a command reports its errors, given its parsed arguments."""
 
 
 class Command(Protocol):
@@ -34,7 +39,11 @@ class Command(Protocol):
         """Add the command's parser (:func:`add_subcommand`) and its options."""
 
     def run(self, args: argparse.Namespace) -> int:
-        """Run the command on its parsed arguments; return the exit status."""
+        """Run the command on its parsed arguments; return the exit status.
+
+        It raises when it fails: :func:`~shardpipe.cli.failures.run_command` reports
+        the error and ends the command in its exit status.
+        """
 
 
 _ROW = re.compile(r" +\S+ +")
@@ -89,7 +98,12 @@ def _wrap(line: str, width: int, indent: str) -> str:
 
 
 def add_subcommand(
-    commands: Subcommands, name: str, summary: str, details: str, run: Run
+    commands: Subcommands,
+    name: str,
+    summary: str,
+    details: str,
+    run: Run,
+    failures: FailuresOf = reported_plainly,
 ) -> argparse.ArgumentParser:
     """Add the command ``name`` to ``commands``; return its parser, to add its options to.
 
@@ -105,7 +119,10 @@ def add_subcommand(
     details : str
         What it does, in more words.
     run : Run
-        What runs it (``args.run``).
+        What runs it (``args.run``); it raises when it fails.
+    failures : FailuresOf
+        How it reports the errors ``run`` raises (``args.failures``; by default in
+        one line, as before writing began).
     """
     command = commands.add_parser(
         name,
@@ -114,5 +131,5 @@ def add_subcommand(
         epilog=statuses_text(),
         formatter_class=HelpFormatter,
     )
-    command.set_defaults(run=run)
+    command.set_defaults(run=run, failures=failures)
     return command

@@ -18,13 +18,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Buffer, Iterable, Iterator
-from typing import Any
 
 import numpy as np
 
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.cut import box_runs
-from shardpipe.core.grid import Box, ChunkBox, Coords, box_size
+from shardpipe.core.grid import Box, ChunkBox, Coords
 
 
 def _c_strides(shape: tuple[int, ...], step: int) -> tuple[int, ...]:
@@ -123,34 +122,3 @@ class ChunkCanvas:
         for local, slot in self.slots():
             if local not in skipped:
                 yield local, self.codec.encode_slot(slot)
-
-
-def gather_blocks(
-    codec: ChunkCodec,
-    chunks: ChunkBox,
-    origin: Coords,
-    region: Box,
-    blocks: Iterable[tuple[Any, Box]],
-    *,
-    fill: bool = False,
-) -> ChunkCanvas:
-    """A canvas of ``chunks`` holding what ``blocks`` (arrays with their boxes) hold of ``region``.
-
-    Elements no block gives (past the array's edge, or outside ``region``)
-    are the fill value; ``fill`` sets all of them first whatever the blocks
-    cover (the caller pastes more afterwards).
-    """
-    canvas = ChunkCanvas(codec, chunks, origin)
-    pieces = []
-    for block, block_box in blocks:
-        common = tuple(
-            (max(a0, b0), min(a1, b1)) for (a0, a1), (b0, b1) in zip(block_box, region, strict=True)
-        )
-        if all(a < b for a, b in common):
-            pieces.append((block, block_box, common))
-    if fill or sum(box_size(box) for _, _, box in pieces) < canvas.n_elements:
-        canvas.fill()
-    for block, block_box, box in pieces:
-        local = tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(box, block_box, strict=True))
-        canvas.paste(box, np.asarray(block)[local])
-    return canvas

@@ -29,9 +29,6 @@ import numpy as np
 from zarr.abc.codec import BytesBytesCodec, Codec
 from zarr.codecs import Crc32cCodec
 from zarr.codecs.sharding import ShardingCodec
-from zarr.core.array_spec import ArrayConfig, ArraySpec
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.bounded_steps import BOUNDED_KINDS, bounded_step, step_kind
 from shardpipe.codec.checksums import has_chunk_checksum
@@ -44,6 +41,12 @@ from shardpipe.codec.plain_chain import (
 )
 from shardpipe.core.grid import Shape
 from shardpipe.errors import ChunkDecodeError, ShardFormatError
+from shardpipe.internals.zarr_core import (
+    ArrayConfig,
+    ArraySpec,
+    ArrayV3Metadata,
+    default_buffer_prototype,
+)
 
 __all__ = [
     "CRC32C_NBYTES",

@@ -43,9 +43,9 @@ import numpy as np
 from numcodecs import zstd as numcodecs_zstd  # type: ignore[import-untyped]
 from zarr.abc.codec import BytesBytesCodec, Codec
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
-from zarr.core.array_spec import ArraySpec
 
 from shardpipe.core.grid import Shape
+from shardpipe.internals.zarr_core import ArraySpec
 
 CRC32C_NBYTES = 4
 """Bytes the ``crc32c`` codec appends to a chunk (little-endian CRC32C of the rest)."""

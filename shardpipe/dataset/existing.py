@@ -15,10 +15,10 @@ import numpy as np
 import xarray as xr
 import zarr
 from xarray import conventions
-from zarr.core.group import ConsolidatedMetadata
 
 from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError, ShardpipeError
+from shardpipe.internals.zarr_core import ConsolidatedMetadata
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import (
     ZARR_PARSE_ERRORS,

@@ -15,11 +15,11 @@ from typing import Any
 
 import xarray as xr
 from zarr.abc.store import Store
-from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.errors import ContainsArrayError
 
 from shardpipe.core.checks import MAX_DASK_BLOCKS, check_path, dask_block_count
 from shardpipe.errors import InvalidArgumentError, ShardpipeError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.metadata import (

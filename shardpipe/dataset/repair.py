@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zarr
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.checks import check_bool, check_path
 from shardpipe.core.display import ShowsSummary, Summary, format_count
 from shardpipe.dataset.existing import consolidated_metadata
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.maintenance.repairs import RepairReport, repair
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded

@@ -435,7 +435,7 @@ def _undo_created(err: BaseException, root: ResolvedStore, mode: str) -> None:
     if mode not in ("w", "w-"):
         err.add_note("shardpipe: the arrays xarray created for new variables were left in place")
         return
-    from zarr.core.sync import sync
+    from shardpipe.internals.zarr_core import sync
 
     sync(root.zarr_store_for_writes.delete_dir(root.path))
 

@@ -74,11 +74,6 @@ def encoding_task() -> Iterator[None]:
             _running -= 1
 
 
-def running_tasks() -> int:
-    """Encoding tasks running in this process now (:func:`encoding_task`)."""
-    return _running
-
-
 def count_handed(future: Future[Any]) -> None:
     """Count the task of ``future``, handed to this process's task threads, until it is done.
 

@@ -18,11 +18,11 @@ from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from dask._task_spec import Alias, DataNode, Task, TaskRef
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from shardpipe.engine.heap import run_in_heap_scope
+from shardpipe.internals.dask_task_spec import Alias, DataNode, Task, TaskRef
 
 
 def fuse_blocks(

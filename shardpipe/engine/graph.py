@@ -1,7 +1,8 @@
 """Turn a :class:`~shardpipe.core.plan.WritePlan` into a Dask graph.
 
-The tasks are made directly (``dask._task_spec.Task``, over the tasks of
-the source's blocks: :mod:`shardpipe.engine.source_blocks`), so the graph
+The tasks are made directly (Dask's ``Task``, taken from
+``shardpipe.internals.dask_task_spec``, over the tasks of the source's blocks:
+:mod:`shardpipe.engine.source_blocks`), so the graph
 runs on any Dask scheduler and building it costs no ``dask.delayed`` call
 per task. Task names read well on the dashboard::
 
@@ -48,7 +49,6 @@ from functools import partial
 from typing import Any
 
 import dask.array as da
-from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef
 from dask.base import get_annotations
 from dask.delayed import Delayed, delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
@@ -75,6 +75,7 @@ from shardpipe.engine.source_blocks import SourceBlocks
 from shardpipe.engine.task_groups import group_publishing, shards_per_task
 from shardpipe.engine.tasks import WriteTarget, encode_piece
 from shardpipe.engine.update_tasks import UpdateTarget, update_shard
+from shardpipe.internals.dask_task_spec import Alias, DataNode, GraphNode, Task, TaskRef
 
 PUBLISHING_TASKS = ("write-shard", "update-shard", "stamp-shard")
 """Names of the tasks after which a shard is complete at its key."""

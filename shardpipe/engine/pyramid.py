@@ -26,7 +26,6 @@ from typing import Any, cast
 
 import dask.array as da
 import numpy as np
-from dask._task_spec import Task, TaskRef
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
@@ -34,6 +33,7 @@ from shardpipe.core.downsample_region import downsample_region
 from shardpipe.core.grid import Box, ceildiv
 from shardpipe.core.pyramid import aligned_sizes
 from shardpipe.engine.heap import in_heap_scope
+from shardpipe.internals.dask_task_spec import Task, TaskRef
 
 __all__ = ["downsampled"]
 

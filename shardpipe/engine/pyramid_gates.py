@@ -33,12 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dask._task_spec import Task, convert_legacy_graph
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from shardpipe.core.grid import Coords
 from shardpipe.engine.read_gates import add_read_gates, computing_task
+from shardpipe.internals.dask_task_spec import Task, convert_legacy_graph
 
 __all__ = ["BlockConsumers", "gate_levels", "level_order"]
 

@@ -31,12 +31,12 @@ from functools import partial
 from typing import Any
 
 import dask.config
-from dask._task_spec import Alias, Task, TaskRef
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.system import CPU_COUNT
 
 from shardpipe.core.grid import Coords
+from shardpipe.internals.dask_task_spec import Alias, Task, TaskRef
 
 __all__ = ["add_read_gates", "computing_task", "gate_reads", "read_ahead"]
 

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from zarr.core.metadata.v3 import ArrayV3Metadata
-
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import Shape
 from shardpipe.engine.progress import bar_class
@@ -25,6 +23,7 @@ from shardpipe.engine.scheduler import cluster_threads, distributed_client
 from shardpipe.engine.update_tasks import StoredShard, read_shard
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.listing import LIST_BATCH, Listed, list_shards
 from shardpipe.stored.metadata import format_of, layout_of

@@ -26,7 +26,6 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 import dask.array as da
-from dask._task_spec import GraphNode
 from dask.highlevelgraph import HighLevelGraph
 from dask.utils import ensure_dict
 
@@ -34,6 +33,7 @@ from shardpipe.core.grid import Coords
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.waves import Wave
 from shardpipe.engine.source_window import read_window
+from shardpipe.internals.dask_task_spec import GraphNode
 
 __all__ = ["SourceBlocks"]
 

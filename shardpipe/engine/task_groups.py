@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from dask._task_spec import Task, TaskRef
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from shardpipe.engine.reports import WriteReport
+from shardpipe.internals.dask_task_spec import Task, TaskRef
 
 TASK_BYTES = 16 * 2**20
 """Raw bytes a task should write at least, where shards are smaller."""

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from zarr.core.metadata import ArrayV3Metadata
 
 from shardpipe.core.grid import Coords
 from shardpipe.errors import MetadataError, UnsupportedLegacyError
 from shardpipe.formats.legacy_sharding import LegacyShardingFormat, legacy_format
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.stored.metadata import parse_array_metadata
 
 DRAFT_FORMAT = "https://purl.org/zarr/spec/protocol/core/3.0"

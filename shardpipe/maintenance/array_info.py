@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from zarr.core.metadata.v3 import ArrayV3Metadata
-
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.engine.shard_sweep import over_stored_shards
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import undo_records
 from shardpipe.maintenance.targets import over_target

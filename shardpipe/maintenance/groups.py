@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import zarr
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.errors import ShardpipeError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import (

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from zarr.core.metadata.v3 import ArrayV3Metadata
-
 from shardpipe.formats.precomputed_info import VolumeInfo
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.legacy.hierarchy import each_array, read_draft
 from shardpipe.maintenance.groups import group_at, per_array
 from shardpipe.ome.stored import is_ome_image

@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
 from shardpipe import advice
@@ -40,6 +39,7 @@ from shardpipe.core.grid import Coords, Shape
 from shardpipe.engine.shard_sweep import checked_shards
 from shardpipe.errors import ShardFormatError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records

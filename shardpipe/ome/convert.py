@@ -34,7 +34,6 @@ import numpy as np
 import zarr
 from dask.base import compute
 from dask.delayed import delayed
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.codec.v2_carry import CarriedCodec, carried_codec
@@ -46,6 +45,7 @@ from shardpipe.engine.progress import ShardBar, local_progress
 from shardpipe.engine.reports import WriteReport, add_reports
 from shardpipe.engine.scheduler import distributed_client
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.ome.arguments import default_layout, layout_param
 from shardpipe.ome.axes import Axis, axes_from_document
 from shardpipe.ome.carry_tasks import CarryTarget, carry_shard

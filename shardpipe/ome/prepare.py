@@ -14,7 +14,6 @@ from typing import Any, Unpack
 
 import dask.array as da
 import numpy as np
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe._version import __version__
 from shardpipe.core.downsample_region import straddles
@@ -28,6 +27,7 @@ from shardpipe.core.pyramid import (
 )
 from shardpipe.engine.pyramid import downsampled
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.ome.arguments import (
     ImageInput,
     LabelInput,

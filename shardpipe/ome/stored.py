@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.grid import Shape
 from shardpipe.core.pyramid import level_shape
 from shardpipe.errors import InvalidArgumentError, MetadataError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.ome.metadata import StoredMultiscale, read_multiscale
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import read_node_metadata

@@ -31,7 +31,6 @@ from typing import Any
 
 import dask.array as da
 import zarr
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.core.checks import check_bool, is_integer
 from shardpipe.core.display import format_bytes, html_table, text_table
@@ -41,6 +40,7 @@ from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.pyramid import level_region, level_shape, steps_of, window_region
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.ome.arguments import check_image
 from shardpipe.ome.prepare import pyramid_arrays
 from shardpipe.ome.report import OmeZarrReport

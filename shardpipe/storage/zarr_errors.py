@@ -23,9 +23,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from zarr.abc.store import Store
-from zarr.core.buffer import Buffer
 from zarr.storage import WrapperStore
 
+from shardpipe.internals.zarr_core import Buffer
 from shardpipe.storage.errnos import permanent_error
 from shardpipe.storage.icechunk.store import is_icechunk
 

@@ -26,11 +26,10 @@ import hashlib
 from collections.abc import Buffer, Iterator, Sequence
 
 from zarr.abc.store import RangeByteRequest, Store
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
 from shardpipe.errors import ConditionFailedError
+from shardpipe.internals.zarr_core import default_buffer_prototype, sync
 from shardpipe.storage.base import ObjectVersion, ShardStore, StoreAbilities
 from shardpipe.storage.keys import edge_key
 

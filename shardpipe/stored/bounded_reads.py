@@ -44,15 +44,21 @@ from zarr.abc.codec import ArrayBytesCodec, ArrayBytesCodecPartialDecodeMixin, C
 from zarr.abc.store import ByteGetter, ByteRequest, RangeByteRequest, Store
 from zarr.codecs import BytesCodec
 from zarr.codecs.sharding import ShardingCodec
-from zarr.core.array_spec import ArrayConfig, ArraySpec
-from zarr.core.buffer import Buffer, BufferPrototype, NDBuffer, default_buffer_prototype
-from zarr.core.indexing import SelectorTuple
-from zarr.core.metadata.v2 import ArrayV2Metadata
-from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import StorePath, WrapperStore
 
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.errors import ChunkDecodeError, StorageError
+from shardpipe.internals.zarr_core import (
+    ArrayConfig,
+    ArraySpec,
+    ArrayV2Metadata,
+    ArrayV3Metadata,
+    Buffer,
+    BufferPrototype,
+    NDBuffer,
+    SelectorTuple,
+    default_buffer_prototype,
+)
 from shardpipe.storage.errnos import permanent_error
 
 __all__ = ["BoundedChunks", "BoundedSharding", "bounded_array"]

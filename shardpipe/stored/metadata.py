@@ -28,9 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
-from zarr.core.group import GroupMetadata
-from zarr.core.metadata.v3 import ArrayV3Metadata
-from zarr.core.sync import sync
 
 from shardpipe import advice
 from shardpipe.codec.chunk_codec import sharding_codec_of
@@ -39,6 +36,7 @@ from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import ShardLayout
 from shardpipe.errors import MetadataError, ShardFormatError, ShardpipeError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.internals.zarr_core import ArrayV3Metadata, GroupMetadata, sync
 from shardpipe.stored.array_document import (
     as_broken,
     broken_document,

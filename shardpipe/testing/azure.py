@@ -15,7 +15,8 @@ emulator, injecting nothing until told to; reach it with
 
 The emulator comes from npm (``./dev.sh test`` installs it into
 ``.venv/azurite``); the ``SHARDPIPE_AZURITE`` environment variable may name
-another ``azurite-blob``. Needs the ``test`` extra (adlfs, azure-storage-blob).
+another ``azurite-blob``. Needs the ``test`` extra (adlfs, azure-storage-blob), the
+SDK imported only when a fixture makes or deletes a container.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.storage.blob import BlobServiceClient
 
 from shardpipe.testing.fault_proxy import FaultProxy
 
@@ -128,12 +128,17 @@ def azurite() -> Iterator[str]:
                 process.stderr.close()
 
 
+def _blob_service(endpoint: str) -> Any:
+    """A client of the emulator's blob service (the SDK imported only now, when used)."""
+    from azure.storage.blob import BlobServiceClient
+
+    return BlobServiceClient.from_connection_string(connection_string(endpoint))
+
+
 def make_container(endpoint: str, name: str | None = None) -> str:
     """Create a container on the emulator at ``endpoint``; return its name."""
     container = name or f"test-{uuid.uuid4().hex[:16]}"
-    BlobServiceClient.from_connection_string(connection_string(endpoint)).create_container(
-        container
-    )
+    _blob_service(endpoint).create_container(container)
     return container
 
 
@@ -154,8 +159,7 @@ def azure_container(azurite_server: str) -> Iterator[tuple[str, dict[str, Any]]]
     """Create a fresh container; yield ``(container, storage_options)``; delete it afterwards."""
     container = make_container(azurite_server)
     yield container, storage_options_for(azurite_server)
-    client = BlobServiceClient.from_connection_string(connection_string(azurite_server))
-    client.delete_container(container)
+    _blob_service(azurite_server).delete_container(container)
 
 
 @pytest.fixture

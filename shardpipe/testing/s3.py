@@ -11,7 +11,8 @@ Outside pytest, :func:`moto_server` does the same as a context manager.
 in front of the server, injecting nothing until told to; point a client at it
 with ``storage_options_for(proxy.url)``.
 
-Needs the ``test`` extra (moto[server], boto3).
+Needs the ``test`` extra (moto[server], boto3), imported only when a fixture starts
+the server or makes a bucket: loading the plugin costs neither.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from shardpipe.testing.fault_proxy import FaultProxy
 
@@ -40,6 +39,8 @@ def _free_port() -> int:
 
 
 def _client(endpoint_url: str) -> Any:
+    import boto3  # here, not at the top: a suite that loads this plugin imports boto3 only if used
+
     return boto3.client(
         "s3",
         endpoint_url=endpoint_url,
@@ -76,6 +77,8 @@ def moto_server() -> Iterator[str]:
         mp.setenv("AWS_REGION", REGION)
         for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
             mp.delenv(name, raising=False)
+        from moto.server import ThreadedMotoServer  # imported when a server starts
+
         port = _free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()

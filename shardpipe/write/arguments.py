@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import dask.array as da
 import numpy as np
 import zarr
-from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.storage import MemoryStore
 
 from shardpipe.codec.names import codec_specs
@@ -27,6 +26,7 @@ from shardpipe.core.sizes import (
 from shardpipe.errors import (
     InvalidArgumentError,
 )
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     pass
@@ -35,7 +35,6 @@ if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it
 from shardpipe.core.checks import (
     check_dtype,
     check_int_tuple,
-    check_json_dict,
     check_shards_of_chunks,
     is_integer,
     shape_param,
@@ -165,11 +164,6 @@ def check_max_mem(max_mem: Any) -> int:
         raise InvalidArgumentError(
             "max_mem", str(err), "Pass bytes or a string like '2GB'"
         ) from None
-
-
-def check_attributes(attributes: Any) -> None:
-    """Accept None or a JSON-serialisable mapping with string keys."""
-    check_json_dict("attributes", attributes)
 
 
 def build_metadata(**create_kwargs: Any) -> ArrayV3Metadata:

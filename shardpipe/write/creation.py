@@ -14,12 +14,12 @@ from dataclasses import replace
 from typing import Any
 
 import zarr
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe import advice
 from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.errors import InvalidArgumentError, MetadataError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.job_record import delete_record, read_record, save_record
 from shardpipe.journal.markers import JobKeys, JobMarker, conflict, read_marker
 from shardpipe.storage.keys import JOB_DIR

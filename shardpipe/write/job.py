@@ -28,13 +28,13 @@ from typing import Any
 
 import zarr
 from dask.delayed import Delayed, delayed
-from zarr.core.array import AsyncArray
 from zarr.storage import StorePath
 
 from shardpipe.core.display import html_table, text_table
 from shardpipe.engine.graph import build_write_graph
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.internals.zarr_core import AsyncArray
 from shardpipe.write.creation import check_metadata_written, create_array, record_complete
 from shardpipe.write.runner import Pass, PassReports, run_job
 from shardpipe.write.spec import WriteSpec

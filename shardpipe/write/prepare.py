@@ -16,7 +16,6 @@ from typing import Any, Unpack
 
 import dask.array as da
 import numpy as np
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe import advice
 from shardpipe.codec.checksums import checksummed_compressors
@@ -30,6 +29,7 @@ from shardpipe.core.waves import WaveSchedule
 from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.engine.source_window import in_shard_blocks, views_in_blocks
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.job_record import job_identity, waves_done
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store

@@ -19,7 +19,6 @@ from typing import Any, Self
 import dask.array as da
 import numpy as np
 from dask.system import CPU_COUNT
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import Coords, ShardLayout
@@ -28,6 +27,7 @@ from shardpipe.core.waves import WaveSchedule, wave_shards
 from shardpipe.engine.streaming import WAVES_PER_BATCH, wave_tasks
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.keys import STAGING_DIR
 from shardpipe.storage.parted_puts import part_size

@@ -246,7 +246,7 @@ def publish_grown(spec: WriteSpec, existing: ExistingArray) -> None:
 class StartInBackground:
     """Start new arrays' jobs on a thread of their own while their graphs run.
 
-    The jobs come from :func:`start_later` with :attr:`gate`: their tasks
+    The jobs come from :func:`start_later` with ``gate``: their tasks
     compute and encode at once, and their stores wait for the gate, which
     opens once every job's marker is taken and metadata written (in job
     order, as :func:`start` would). If one start fails, the markers already

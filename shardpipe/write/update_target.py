@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe import advice
 from shardpipe.core.checks import is_integer
@@ -21,6 +19,7 @@ from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.core.shard_update import STRATEGIES
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
+from shardpipe.internals.zarr_core import ArrayV3Metadata, default_buffer_prototype
 from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.array_document import metadata_fix

@@ -6,22 +6,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dask.array as da
 import numpy as np
 import pytest
 
 import shardpipe
 from shardpipe.cli.parser import main
 from shardpipe.core.display import format_nbytes
-
-
-def _write(path: Path) -> None:
-    data = da.from_array(np.arange(4000, dtype="int32").reshape(40, 100), chunks=(15, 40))
-    shardpipe.to_sharded_zarr(data, str(path), shards=(20, 50), chunks=(10, 25))
+from tests.support.volumes import write_small_array
 
 
 def test_verify_ok_and_damaged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _write(tmp_path)
+    write_small_array(tmp_path)
     assert main(["verify", str(tmp_path)]) == 0
     assert "OK" in capsys.readouterr().out
     shard = tmp_path / "c" / "1" / "1"
@@ -39,7 +34,7 @@ def test_verify_nothing_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_console_script_runs(tmp_path: Path) -> None:
-    _write(tmp_path)
+    write_small_array(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "shardpipe.cli.parser", "verify", str(tmp_path)],
         capture_output=True,
@@ -86,7 +81,7 @@ def test_plan_prints_the_summary_and_writes_nothing(
 def test_plan_from_an_existing_array_and_bad_budget(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _write(tmp_path / "src")
+    write_small_array(tmp_path / "src")
     argv = ["plan", str(tmp_path / "dst"), "--source", str(tmp_path / "src"), "--chunks", "10,10"]
     assert main(argv) == 0
     assert "shape (40, 100)" in capsys.readouterr().out
@@ -96,7 +91,7 @@ def test_plan_from_an_existing_array_and_bad_budget(
 
 
 def test_info_compact_and_repair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _write(tmp_path)
+    write_small_array(tmp_path)
     for value in (1, 2):
         shardpipe.to_sharded_zarr(
             np.full((10, 25), value, "int32"),
@@ -128,7 +123,7 @@ def test_info_compact_and_repair(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_info_compact_and_repair_show_progress(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _write(tmp_path)
+    write_small_array(tmp_path)
     shardpipe.to_sharded_zarr(
         np.full((10, 25), 1, "int32"),
         str(tmp_path),

@@ -7,15 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dask.array as da
-import numpy as np
-
-import shardpipe
-
-
-def _write(path: Path) -> None:
-    data = da.from_array(np.arange(4000, dtype="int32").reshape(40, 100), chunks=(15, 40))
-    shardpipe.to_sharded_zarr(data, str(path), shards=(20, 50), chunks=(10, 25))
+from tests.support.volumes import write_small_array
 
 
 def _run_into_a_closed_pipe(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -35,7 +27,7 @@ def _run_into_a_closed_pipe(argv: list[str]) -> subprocess.CompletedProcess[str]
 
 
 def test_info_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
-    _write(tmp_path)
+    write_small_array(tmp_path)
     done = _run_into_a_closed_pipe(["info", str(tmp_path)])
     assert "Broken pipe" not in done.stderr and "Errno" not in done.stderr, done.stderr
     assert done.stderr == ""
@@ -44,7 +36,7 @@ def test_info_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
 
 def test_verify_into_a_closed_pipe_keeps_its_status(tmp_path: Path) -> None:
     """The reader leaving changes no verdict: damage is still status 1."""
-    _write(tmp_path)
+    write_small_array(tmp_path)
     shard = tmp_path / "c" / "1" / "1"
     damaged = bytearray(shard.read_bytes())
     damaged[-2] ^= 0x01

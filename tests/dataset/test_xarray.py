@@ -361,30 +361,6 @@ def test_repair_dataset_needs_consolidated_metadata(tmp_path: Path) -> None:
         shardpipe.dataset.repair_dataset(store)
 
 
-@pytest.mark.s3
-def test_dataset_on_s3_write_append_region(s3_bucket: tuple[str, dict[str, Any]]) -> None:
-    bucket, options = s3_bucket
-    url = f"s3://{bucket}/climate.zarr"
-    full = climate_dataset(years=2, nlat=12, nlon=20, chunks={"time": 50, "lat": 5, "lon": 7})
-    full.isel(time=slice(0, 365)).shard.to_zarr(
-        url, shards={"time": 73}, chunks={"time": 73, "lat": 6}, storage_options=options
-    )
-    full.isel(time=slice(365, 730)).shard.to_zarr(url, append_dim="time", storage_options=options)
-    back = xr.open_zarr(url, storage_options=options)
-    expected = full.assign_coords(analysis_time=full.analysis_time.astype("datetime64[ns]"))
-    xr.testing.assert_identical(back, expected)
-    patch = (full.isel(time=slice(10, 20)).drop_vars("land") * 0 + 1).compute()
-    for name in ("t2m", "precip", "stations"):
-        patch[name] = patch[name].astype(full[name].dtype)
-        patch[name].attrs = full[name].attrs
-    patch.shard.to_zarr(url, region="auto", storage_options=options)
-    again = shardpipe.open_dataset(url, storage_options=options)
-    np.testing.assert_array_equal(again.t2m[10:20].values, patch.t2m.values)
-    np.testing.assert_array_equal(again.t2m[20:].values, full.t2m[20:].values)
-    for name in ("t2m", "precip", "stations"):
-        assert shardpipe.verify(url, path=name, storage_options=options).ok
-
-
 @pytest.mark.parametrize(
     "kwargs",
     [{"mode": "w"}, {"append_dim": "time"}, {"region": "auto"}],

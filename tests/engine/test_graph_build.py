@@ -20,7 +20,6 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from dask._task_spec import Alias, DataNode, Task, TaskRef
 from dask.blockwise import Blockwise
 
 import shardpipe
@@ -28,6 +27,7 @@ import shardpipe.engine.graph as graph_module
 from shardpipe.core.waves import Wave
 from shardpipe.engine.collector import collector_paused
 from shardpipe.engine.graph import WriteGraph, build_write_graph
+from shardpipe.internals.dask_task_spec import Alias, DataNode, Task, TaskRef
 from tests.support.readers import assert_same, read_zarr
 
 SHAPE = (48, 40, 30)

@@ -138,8 +138,7 @@ def test_an_io_error_while_zarr_reads_a_local_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reading: str
 ) -> None:
     """Any read of zarr-python through the store of a local path, not only a rechunk's."""
-    from zarr.core.buffer import default_buffer_prototype
-
+    from shardpipe.internals.zarr_core import default_buffer_prototype
     from shardpipe.storage.local import contained
 
     data = np.arange(np.prod(SHAPE), dtype="uint16").reshape(SHAPE)

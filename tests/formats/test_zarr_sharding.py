@@ -11,8 +11,6 @@ import pytest
 import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 
 from shardpipe.core.grid import ShardLayout, chunks_in_array
 from shardpipe.formats.base import (
@@ -31,6 +29,7 @@ from shardpipe.formats.zarr_sharding import (
     encode_index,
     index_nbytes,
 )
+from shardpipe.internals.zarr_core import default_buffer_prototype, sync
 
 
 def shard_index_range(nbytes: int, n_slots: int, location: str) -> tuple[int, int]:
@@ -342,8 +341,7 @@ def test_coords_of_a_zero_dimensional_array() -> None:
 
 
 def test_coords_agrees_with_zarr_on_every_chunk_key_encoding() -> None:
-    from zarr.core.metadata.v3 import ArrayV3Metadata
-
+    from shardpipe.internals.zarr_core import ArrayV3Metadata
     from shardpipe.stored.metadata import format_of
 
     for encoding in [

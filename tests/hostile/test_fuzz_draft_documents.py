@@ -27,11 +27,10 @@ import pytest
 import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 
 import shardpipe
 from shardpipe.errors import ShardpipeError
+from shardpipe.internals.zarr_core import default_buffer_prototype, sync
 from shardpipe.legacy.hierarchy import read_draft
 from shardpipe.legacy.metadata import translate_array, translate_group
 from shardpipe.storage.resolve import ResolvedStore

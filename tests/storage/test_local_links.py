@@ -211,9 +211,7 @@ def test_zarr_reads_no_linked_shard_or_folder_through_a_local_path(tmp_path: Pat
 
 
 def test_contained_stores_keep_unsafe_keys_out(tmp_path: Path) -> None:
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
+    from shardpipe.internals.zarr_core import default_buffer_prototype, sync
     from shardpipe.storage.local.contained import ContainedLocalStore, contained
 
     outside = _outside(tmp_path)

@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from zarr.core.buffer import Buffer
-from zarr.core.sync import sync
 from zarr.storage import LocalStore, MemoryStore
 
 from shardpipe.errors import StorageAccessError, StorageFullError
+from shardpipe.internals.zarr_core import Buffer, sync
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.storage.zarr_errors import StorageErrorsStore, with_storage_errors
 

@@ -12,32 +12,11 @@ import zarr
 
 import shardpipe
 from shardpipe.errors import InvalidArgumentError, JobConflictError, MemoryBudgetError
-from tests.support.readers import assert_same, read_tensorstore, read_zarr
+from tests.support.readers import assert_same, read_zarr
+from tests.support.volumes import NO_FSYNC, check_volume, uneven_volume, write_volume
 
 STRATEGIES = ["auto", "in_place", "append", "rewrite"]
-NO_FSYNC = {"fsync": False}
 SHAPE = (37, 30, 32)  # edge shards and edge chunks along the first two axes
-
-
-def _volume(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return (rng.integers(0, 4, shape) * rng.integers(0, 3, shape)).astype("uint16")
-
-
-def _write(path: Path, data: np.ndarray, **kwargs: Any) -> None:
-    kwargs.setdefault("shards", (16, 16, 16))
-    kwargs.setdefault("chunks", (4, 8, 8))
-    kwargs.setdefault("storage_options", NO_FSYNC)
-    shardpipe.to_sharded_zarr(data, str(path), **kwargs)
-
-
-def _check(path: Path, expected: np.ndarray) -> None:
-    assert_same(read_zarr(str(path)), expected)
-    assert_same(read_tensorstore(str(path)), expected)
-    report = shardpipe.verify(str(path))
-    assert report.ok, str(report)
-    assert not (path / ".shardpipe" / "job.json").exists()
-    assert not list((path / ".shardpipe").glob("undo/*/*"))
 
 
 def _random_pairs(seed: int, count: int) -> list[tuple[tuple[slice, ...], np.ndarray]]:
@@ -49,7 +28,7 @@ def _random_pairs(seed: int, count: int) -> list[tuple[tuple[slice, ...], np.nda
             a, b = sorted(int(x) for x in rng.integers(0, n + 1, 2))
             region.append(slice(a, max(b, a + 1)) if a < n else slice(n - 1, n))
         shape = tuple(s.stop - s.start for s in region)
-        pairs.append((tuple(region), _volume(shape, seed=seed * 100 + k)))
+        pairs.append((tuple(region), uneven_volume(shape, seed=seed * 100 + k)))
     return pairs
 
 
@@ -64,9 +43,9 @@ def test_a_batch_equals_its_pairs_written_in_order(
     tmp_path: Path, index_location: str, strategy: str, compressed: bool
 ) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume(SHAPE)
+    data = uneven_volume(SHAPE)
     compressors: Any = "auto" if compressed else None
-    _write(path, data, index_location=index_location, compressors=compressors)
+    write_volume(path, data, index_location=index_location, compressors=compressors)
     for seed in range(3):
         pairs = _random_pairs(seed, 12)  # overlapping boxes, many sharing shards
         report = shardpipe.write_regions(
@@ -74,34 +53,34 @@ def test_a_batch_equals_its_pairs_written_in_order(
         )
         for region, values in pairs:
             data[region] = values  # later pairs win
-        _check(path, data)
+        check_volume(path, data)
         assert report.shards == report.shards_empty + sum(report.strategies.values())
 
 
 def test_each_shard_is_changed_once_by_one_writer(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((32, 32, 32))
-    _write(path, data)
+    data = uneven_volume((32, 32, 32))
+    write_volume(path, data)
     # six pairs in shard (0, 0, 0), two in shard (1, 1, 1): two shards rewritten, once each
     pairs = [
-        ((slice(i, i + 2), slice(0, 4), slice(0, 8)), _volume((2, 4, 8), seed=i))
+        ((slice(i, i + 2), slice(0, 4), slice(0, 8)), uneven_volume((2, 4, 8), seed=i))
         for i in range(0, 12, 2)
     ]
     pairs += [
-        ((slice(20, 24), slice(16, 24), slice(16, 24)), _volume((4, 8, 8), seed=50)),
-        ((slice(30, 32), slice(30, 32), slice(30, 32)), _volume((2, 2, 2), seed=51)),
+        ((slice(20, 24), slice(16, 24), slice(16, 24)), uneven_volume((4, 8, 8), seed=50)),
+        ((slice(30, 32), slice(30, 32), slice(30, 32)), uneven_volume((2, 2, 2), seed=51)),
     ]
     report = shardpipe.write_regions(pairs, str(path), write_strategy="rewrite")
     assert report.shards == 2 and report.strategies == {"rewrite": 2}
     for region, values in pairs:
         data[region] = values
-    _check(path, data)
+    check_volume(path, data)
 
 
 def test_overlapping_regions_later_wins(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
     data = np.zeros((16, 16), dtype="int32")
-    _write(path, data, shards=(8, 8), chunks=(4, 4))
+    write_volume(path, data, shards=(8, 8), chunks=(4, 4))
     whole = np.full((16, 16), 1, dtype="int32")
     part = np.full((3, 5), 2, dtype="int32")
     shardpipe.write_regions(
@@ -109,36 +88,36 @@ def test_overlapping_regions_later_wins(tmp_path: Path) -> None:
     )
     data[:] = 1
     data[2:5, 10:15] = 2
-    _check(path, data)
+    check_volume(path, data)
     shardpipe.write_regions(
         [((slice(2, 5), slice(10, 15)), part), ((slice(0, 16), slice(0, 16)), whole)], str(path)
     )
-    _check(path, np.ones((16, 16), dtype="int32"))
+    check_volume(path, np.ones((16, 16), dtype="int32"))
 
 
 def test_fill_value_and_absent_chunks(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
     data = np.zeros((20, 20), dtype="float32")
-    _write(path, data, shards=(8, 8), chunks=(4, 4), fill_value=0.0)
+    write_volume(path, data, shards=(8, 8), chunks=(4, 4), fill_value=0.0)
     assert not list((path / "c").rglob("*"))  # nothing stored: every chunk is the fill value
     one = np.full((2, 5), 5.0, dtype="float32")
     report = shardpipe.write_regions([((slice(17, 19), slice(1, 6)), one)], str(path))
     data[17:19, 1:6] = 5.0
-    _check(path, data)
+    check_volume(path, data)
     assert report.strategies == {"new": 1}
     # writing the fill value back drops the chunk again
     shardpipe.write_regions(
         [((slice(16, 20), slice(0, 4)), np.zeros((4, 4), "float32"))], str(path)
     )
     data[16:20, 0:4] = 0.0
-    _check(path, data)
+    check_volume(path, data)
     assert shardpipe.info(str(path)).chunks_stored == 1  # chunk (4, 1) still holds 5s
 
 
 def test_region_batch_applies_on_exit(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume(SHAPE)
-    _write(path, data)
+    data = uneven_volume(SHAPE)
+    write_volume(path, data)
     buffer = np.empty((4, 8, 8), dtype="uint16")
     with shardpipe.RegionBatch(str(path), storage_options=NO_FSYNC) as batch:
         for k in range(5):
@@ -146,16 +125,16 @@ def test_region_batch_applies_on_exit(tmp_path: Path) -> None:
             batch[4 * k : 4 * k + 4, 8:16, 0:8] = buffer
             data[4 * k : 4 * k + 4, 8:16, 0:8] = k + 7
         assert len(batch) == 5
-        assert_same(read_zarr(str(path))[0:4, 8:16, 0:8], _volume(SHAPE)[0:4, 8:16, 0:8])
+        assert_same(read_zarr(str(path))[0:4, 8:16, 0:8], uneven_volume(SHAPE)[0:4, 8:16, 0:8])
     assert batch.report is not None and batch.report.shards == 2
-    _check(path, data)
+    check_volume(path, data)
     with pytest.raises(InvalidArgumentError, match="applied already"):
         batch[0:1, 0:1, 0:1] = np.zeros((1, 1, 1), "uint16")
 
 
 def test_region_batch_writes_nothing_when_the_block_raises(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    _write(path, _volume(SHAPE))
+    write_volume(path, uneven_volume(SHAPE))
     before = _files(path)
     with pytest.raises(RuntimeError, match="stop"), shardpipe.RegionBatch(str(path)) as batch:
         batch[0:4, 0:8, 0:8] = np.ones((4, 8, 8), dtype="uint16")
@@ -193,7 +172,7 @@ def test_bad_updates_are_refused_before_anything_is_written(
     tmp_path: Path, updates: Any, parameter: str, words: str
 ) -> None:
     path = tmp_path / "a.zarr"
-    _write(path, _volume(SHAPE))
+    write_volume(path, uneven_volume(SHAPE))
     before = _files(path)
     good = ((slice(0, 4), slice(0, 8), slice(0, 8)), np.ones((4, 8, 8), "uint16"))
     pairs = updates if isinstance(updates, str) else [good, *updates]
@@ -207,7 +186,7 @@ def test_bad_updates_are_refused_before_anything_is_written(
 
 def test_bad_arguments_and_assignments_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    _write(path, _volume(SHAPE))
+    write_volume(path, uneven_volume(SHAPE))
     before = _files(path)
     with pytest.raises(InvalidArgumentError, match="unknown value") as caught:
         shardpipe.write_regions([], str(path), write_strategy="sideways")
@@ -229,7 +208,7 @@ def test_bad_arguments_and_assignments_are_refused(tmp_path: Path) -> None:
 
 def test_an_empty_batch_takes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    _write(path, _volume(SHAPE))
+    write_volume(path, uneven_volume(SHAPE))
     before = _files(path)
     report = shardpipe.write_regions(
         [((slice(3, 3), slice(None), slice(None)), np.zeros((0, 30, 32), "uint16"))], str(path)
@@ -250,7 +229,7 @@ def test_chunks_encoded_at_once_fit_max_mem(
     from shardpipe.write.prepare import memory_model
 
     path = tmp_path / "a.zarr"
-    _write(path, _volume(SHAPE))
+    write_volume(path, uneven_volume(SHAPE))
     monkeypatch.setattr(batch_module, "CPU_COUNT", 8)
     windows: list[int] = []
     encode_in_order = batch_tasks.encode_in_order
@@ -272,19 +251,19 @@ def test_chunks_encoded_at_once_fit_max_mem(
     ]:
         windows.clear()
         shardpipe.write_regions(
-            [(region, _volume((4, 8, 8), seed=budget))], str(path), max_mem=budget
+            [(region, uneven_volume((4, 8, 8), seed=budget))], str(path), max_mem=budget
         )
         assert windows == [most], budget
 
 
 def test_a_batch_of_an_array_that_changed_since_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume(SHAPE)
-    _write(path, data)
+    data = uneven_volume(SHAPE)
+    write_volume(path, data)
     changed = pytest.raises(JobConflictError, match=r"zarr\.json changed since the batch")
     with changed, shardpipe.RegionBatch(str(path), storage_options=NO_FSYNC) as batch:
         batch[0:4, 0:8, 0:8] = np.ones((4, 8, 8), "uint16")
         zarr.open_array(str(path)).attrs["changed"] = True  # another writer, meanwhile
         before = _files(path)
     assert _files(path) == before  # not a byte, and the marker let go
-    _check(path, data)
+    check_volume(path, data)

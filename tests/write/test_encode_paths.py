@@ -20,12 +20,12 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec, ZstdCodec
-from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from shardpipe.codec.canvas import ChunkCanvas
 from shardpipe.codec.checksums import checksummed_compressors
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import ChunkBox
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.testing.strategies import DTYPES
 
 SETTINGS = settings(max_examples=60, deadline=None)

@@ -20,27 +20,12 @@ import shardpipe
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.testing.gcs import gcs_object_names
 from tests.support.readers import assert_same, read_tensorstore
+from tests.support.volumes import cloud_volume, large_cloud_source
 
 pytestmark = pytest.mark.gcs
 
 PARTS_MAX_MEM = "20MB"
 """A budget under which the 64 MiB shards of ``_large_source`` are written in parts."""
-
-
-def _volume() -> np.ndarray:
-    rng = np.random.default_rng(11)
-    values = rng.integers(0, 250, (48, 64, 64), dtype="uint8")
-    values[:8] = 0  # an empty region: those chunks are not stored
-    return values
-
-
-def _large_source(dask_chunks: Any) -> tuple[da.Array, np.ndarray]:
-    """A 64 MiB volume generated inside the Dask graph, and its values."""
-    rng = da.random.default_rng(12)
-    source = rng.integers(0, 250, (64, 1024, 1024), chunks=dask_chunks).astype("uint8")
-    source = da.where(da.arange(64)[:, None, None] < 8, 0, source).astype("uint8")
-    source = source.rechunk(dask_chunks)
-    return source, source.compute(scheduler="threads")
 
 
 def read_zarr(url: str, storage_options: dict[str, Any]) -> np.ndarray:
@@ -83,9 +68,9 @@ def test_gcs_round_trip(
     bucket, storage_options = gcs_bucket
     in_parts = max_mem == PARTS_MAX_MEM
     if in_parts:
-        source, data = _large_source(dask_chunks)
+        source, data = large_cloud_source(dask_chunks)
     else:
-        data = _volume()
+        data = cloud_volume()
         source = da.from_array(data, chunks=dask_chunks)
     url = f"gs://{bucket}/volume.zarr"
     job = shardpipe.prepare_write(
@@ -113,7 +98,7 @@ def test_gcs_parts_on_a_cluster(
 ) -> None:
     """Parts from worker processes (the backend pickled into each) compose into one shard."""
     bucket, storage_options = gcs_bucket
-    source, data = _large_source((9, 512, 512))
+    source, data = large_cloud_source((9, 512, 512))
     url = f"gs://{bucket}/volume.zarr"
     assert dask.base.get_scheduler() == cluster_client.get
     job = shardpipe.prepare_write(
@@ -139,7 +124,7 @@ def test_both_schemes_resolve_to_the_gcs_backend(
     bucket, storage_options = gcs_bucket
     resolved = resolve_store(f"{scheme}://{bucket}/v.zarr", storage_options=storage_options)
     assert repr(resolved.shards).startswith(f"RetryingStore(GcsShardStore('{bucket}/v.zarr')")
-    data = _volume()
+    data = cloud_volume()
     shardpipe.to_sharded_zarr(
         data,
         f"{scheme}://{bucket}/v.zarr",
@@ -159,7 +144,7 @@ def _failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
 
 def test_gcs_failure_midway_leaves_nothing_staged(gcs_bucket: tuple[str, dict[str, Any]]) -> None:
     bucket, storage_options = gcs_bucket
-    generated, data = _large_source((8, 512, 512))
+    generated, data = large_cloud_source((8, 512, 512))
     source = generated.map_blocks(_failing, dtype=data.dtype)
     url = f"gs://{bucket}/volume.zarr"
     with dask.config.set(scheduler="threads"), pytest.raises(RuntimeError, match="simulated"):

@@ -9,11 +9,11 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from zarr.core.buffer import Buffer
 from zarr.storage import MemoryStore
 
 import shardpipe
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.internals.zarr_core import Buffer
 from shardpipe.journal.job_record import read_record, save_record
 from shardpipe.write.creation import create_array
 from shardpipe.write.prepare import prepare_write

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -16,32 +17,11 @@ import zarr
 
 import shardpipe
 from shardpipe.errors import InvalidArgumentError, JobConflictError
-from tests.support.readers import assert_same, read_tensorstore, read_zarr
+from tests.support.readers import assert_same, read_zarr
+from tests.support.volumes import NO_FSYNC, check_volume, uneven_volume, write_volume
 
 STRATEGIES = ["auto", "in_place", "append", "rewrite"]
-NO_FSYNC = {"fsync": False}
-
-
-def _volume(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    # runs of equal values compress unevenly: encoded sizes change on update
-    return (rng.integers(0, 4, shape) * rng.integers(0, 3, shape)).astype("uint16")
-
-
-def _write(path: Path, data: np.ndarray, **kwargs: Any) -> None:
-    kwargs.setdefault("shards", (16, 16, 16))
-    kwargs.setdefault("chunks", (4, 8, 8))
-    kwargs.setdefault("storage_options", NO_FSYNC)
-    shardpipe.to_sharded_zarr(da.from_array(data, chunks=(13, 11, 16)), str(path), **kwargs)
-
-
-def _check(path: Path, expected: np.ndarray) -> None:
-    assert_same(read_zarr(str(path)), expected)
-    assert_same(read_tensorstore(str(path)), expected)
-    report = shardpipe.verify(str(path))
-    assert report.ok, str(report)
-    assert not (path / ".shardpipe" / "job.json").exists()
-    assert not list((path / ".shardpipe").glob("undo/*/*"))
+_write = functools.partial(write_volume, dask_chunks=(13, 11, 16))
 
 
 @pytest.mark.parametrize("index_location", ["end", "start"])
@@ -51,7 +31,7 @@ def test_region_writes_keep_every_other_byte(
     tmp_path: Path, index_location: str, strategy: str, compressed: bool
 ) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((40, 30, 32))
+    data = uneven_volume((40, 30, 32))
     compressors: Any = "auto" if compressed else None
     _write(path, data, index_location=index_location, compressors=compressors)
     rng = np.random.default_rng(1)
@@ -64,7 +44,7 @@ def test_region_writes_keep_every_other_byte(
     ]
     for region in regions:
         shape = tuple(s.stop - s.start for s in region)
-        new = _volume(shape, seed=int(rng.integers(1 << 30)))
+        new = uneven_volume(shape, seed=int(rng.integers(1 << 30)))
         report = shardpipe.prepare_write(
             da.from_array(new, chunks=(5, 7, 9)),
             str(path),
@@ -73,7 +53,7 @@ def test_region_writes_keep_every_other_byte(
             storage_options=NO_FSYNC,
         ).execute()
         data[region] = new
-        _check(path, data)
+        check_volume(path, data)
         if strategy in ("in_place", "append", "rewrite"):
             # in place appends what does not fit; a shard keeping no chunk is rewritten
             allowed = {strategy, "rewrite", "unchanged"} | (
@@ -88,10 +68,10 @@ def test_region_writes_keep_every_other_byte(
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_append_grows_the_array(tmp_path: Path, index_location: str, strategy: str) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((10, 30, 32))
+    data = uneven_volume((10, 30, 32))
     _write(path, data, index_location=index_location)
     for step in range(4):
-        new = _volume((7, 30, 32), seed=step + 5)
+        new = uneven_volume((7, 30, 32), seed=step + 5)
         shardpipe.to_sharded_zarr(
             da.from_array(new, chunks=(3, 30, 32)),
             str(path),
@@ -100,19 +80,19 @@ def test_append_grows_the_array(tmp_path: Path, index_location: str, strategy: s
             storage_options=NO_FSYNC,
         )
         data = np.concatenate([data, new])
-        _check(path, data)
+        check_volume(path, data)
     # along another axis, fill value beyond the old edge included
-    new = _volume((data.shape[0], 30, 5), seed=9)
+    new = uneven_volume((data.shape[0], 30, 5), seed=9)
     shardpipe.to_sharded_zarr(new, str(path), append_dim=-1, storage_options=NO_FSYNC)
-    _check(path, np.concatenate([data, new], axis=2))
+    check_volume(path, np.concatenate([data, new], axis=2))
 
 
 def test_compact_reclaims_unused_bytes_and_info_reports_them(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((32, 32, 32))
+    data = uneven_volume((32, 32, 32))
     _write(path, data)
     for seed in range(3):
-        new = _volume((4, 8, 8), seed=seed + 20)
+        new = uneven_volume((4, 8, 8), seed=seed + 20)
         shardpipe.to_sharded_zarr(
             new,
             str(path),
@@ -130,14 +110,14 @@ def test_compact_reclaims_unused_bytes_and_info_reports_them(tmp_path: Path) -> 
     assert after.nbytes_unused == 0
     assert before.nbytes_stored - after.nbytes_stored == before.nbytes_unused
     assert after.chunks_stored == before.chunks_stored
-    _check(path, data)
+    check_volume(path, data)
 
 
 def test_update_on_a_cluster(cluster_client: Any, tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((40, 30, 32))
+    data = uneven_volume((40, 30, 32))
     _write(path, data)
-    new = _volume((30, 20, 20), seed=3)
+    new = uneven_volume((30, 20, 20), seed=3)
     shardpipe.to_sharded_zarr(
         da.from_array(new, chunks=(7, 9, 20)),
         str(path),
@@ -145,7 +125,7 @@ def test_update_on_a_cluster(cluster_client: Any, tmp_path: Path) -> None:
         storage_options=NO_FSYNC,
     )
     data[5:35, 5:25, 10:30] = new
-    _check(path, data)
+    check_volume(path, data)
 
 
 def _snapshot(path: Path) -> dict[str, bytes]:
@@ -182,12 +162,12 @@ def test_bad_input_names_the_parameter_and_writes_nothing(
     tmp_path: Path, source_shape: Any, kwargs: Any, parameter: str, match: str
 ) -> None:
     path = tmp_path / "a.zarr"
-    _write(path, _volume((32, 32, 32)))
+    _write(path, uneven_volume((32, 32, 32)))
     before = _snapshot(path)
     kwargs = dict(kwargs)
     target = str(path) if "region" in kwargs or "append_dim" in kwargs else str(tmp_path / "b")
     with pytest.raises(InvalidArgumentError, match=match) as info:
-        shardpipe.to_sharded_zarr(_volume(source_shape), target, **kwargs)
+        shardpipe.to_sharded_zarr(uneven_volume(source_shape), target, **kwargs)
     assert info.value.parameter == parameter
     assert _snapshot(path) == before
     assert not (tmp_path / "b").exists()
@@ -195,7 +175,7 @@ def test_bad_input_names_the_parameter_and_writes_nothing(
 
 def test_dtype_and_target_mismatches(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    _write(path, _volume((32, 32, 32)))
+    _write(path, uneven_volume((32, 32, 32)))
     region = (slice(0, 4),) * 3
     with pytest.raises(InvalidArgumentError, match="dtype float32") as info:
         shardpipe.to_sharded_zarr(np.zeros((4, 4, 4), "float32"), str(path), region=region)
@@ -240,7 +220,7 @@ def _plant_marker(path: Path, pid: int, host: str | None = None) -> None:
 
 def test_a_live_job_marker_stops_other_jobs(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((32, 32, 32))
+    data = uneven_volume((32, 32, 32))
     _write(path, data)
     _plant_marker(path, os.getppid())  # a live process of this machine
     before = _snapshot(path)
@@ -257,7 +237,7 @@ def test_a_live_job_marker_stops_other_jobs(tmp_path: Path) -> None:
     assert _snapshot(path) == before
     # force takes over (the job is known to be dead)
     assert shardpipe.repair(str(path), force=True).ok
-    _check(path, data)
+    check_volume(path, data)
 
 
 @pytest.mark.parametrize("region", [True, False], ids=["region", "append"])
@@ -265,11 +245,11 @@ def test_an_update_planned_before_the_array_changed_writes_nothing(
     tmp_path: Path, region: bool
 ) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((32, 32, 32))
+    data = uneven_volume((32, 32, 32))
     shardpipe.to_sharded_zarr(
         data, str(path), shards=(16, 16, 16), chunks=(8, 8, 8), storage_options=NO_FSYNC
     )
-    new = da.from_array(_volume((16, 32, 32), seed=1), chunks=(16, 32, 32))
+    new = da.from_array(uneven_volume((16, 32, 32), seed=1), chunks=(16, 32, 32))
     rows = (slice(0, 16), slice(None), slice(None))
     where: dict[str, Any] = {"region": rows} if region else {"append_dim": 0}
     job = shardpipe.prepare_write(new, str(path), storage_options=NO_FSYNC, **where)
@@ -278,17 +258,17 @@ def test_an_update_planned_before_the_array_changed_writes_nothing(
     with pytest.raises(JobConflictError, match=r"zarr\.json changed since this update"):
         job.execute()
     assert _snapshot(path) == before  # not a byte, and the marker let go
-    _check(path, data)
+    check_volume(path, data)
 
 
 def test_a_dead_jobs_marker_is_repaired_by_the_next_write(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((32, 32, 32))
+    data = uneven_volume((32, 32, 32))
     _write(path, data)
     _plant_marker(path, 2**22 + 12345)  # no such process
     shardpipe.to_sharded_zarr(np.ones((4, 4, 4), "uint16"), str(path), region=(slice(0, 4),) * 3)
     data[:4, :4, :4] = 1
-    _check(path, data)
+    check_volume(path, data)
 
 
 def _fail_in_one_block(block: np.ndarray, block_info: Any = None) -> np.ndarray:
@@ -315,9 +295,9 @@ def test_nothing_is_written_after_a_failed_write_returns(
     """A write that raises has waited for its running tasks: the store does not change
     afterwards (with Dask's default scheduler too, where none is configured)."""
     path = tmp_path / "a.zarr"
-    data = _volume((32, 32, 32))
+    data = uneven_volume((32, 32, 32))
     _write(path, data)
-    source = da.from_array(_volume((32, 32, 32), seed=4), chunks=(16, 16, 16))
+    source = da.from_array(uneven_volume((32, 32, 32), seed=4), chunks=(16, 16, 16))
     source = source.map_blocks(_fail_at_once_while_another_block_is_slow, dtype=data.dtype)
     kwargs: dict[str, Any] = (
         {"overwrite": True, "shards": (16, 16, 16), "chunks": (4, 8, 8)}
@@ -336,9 +316,9 @@ def test_a_failed_update_leaves_old_or_new_shards_and_no_records(
     tmp_path: Path, strategy: str
 ) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((32, 32, 32))
+    data = uneven_volume((32, 32, 32))
     _write(path, data)
-    new = _volume((32, 32, 32), seed=4)
+    new = uneven_volume((32, 32, 32), seed=4)
     source = da.from_array(new, chunks=(16, 16, 16)).map_blocks(_fail_in_one_block, dtype=new.dtype)
     with pytest.raises(RuntimeError, match="injected"):
         shardpipe.to_sharded_zarr(
@@ -351,12 +331,12 @@ def test_a_failed_update_leaves_old_or_new_shards_and_no_records(
                 box = np.s_[z : z + 16, y : y + 16, x : x + 16]
                 assert (got[box] == data[box]).all() or (got[box] == new[box]).all()
     assert (got[16:, 16:, 16:] == data[16:, 16:, 16:]).all()
-    _check(path, got)
+    check_volume(path, got)
 
 
 def test_updates_that_cannot_fit_max_mem_are_refused_before_writing(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((64, 64, 64))
+    data = uneven_volume((64, 64, 64))
     _write(path, data, shards=(64, 64, 64), chunks=(8, 8, 8))
     before = _snapshot(path)
     whole = (slice(0, 64),) * 3
@@ -378,13 +358,13 @@ def test_updates_that_cannot_fit_max_mem_are_refused_before_writing(tmp_path: Pa
     ).execute()
     assert "rewrite" not in report.strategies
     data[:8, :8, :8] += 1
-    _check(path, data)
+    check_volume(path, data)
 
 
 def test_auto_does_not_go_in_place_where_the_undo_bytes_do_not_fit(tmp_path: Path) -> None:
     """In place keeps the old bytes it overwrites (its undo record): counted against max_mem."""
     path = tmp_path / "a.zarr"
-    data = _volume((64, 64, 64))
+    data = uneven_volume((64, 64, 64))
     # uncompressed: every new chunk fits its old room, so auto would go in place
     _write(path, data, shards=(64, 64, 64), chunks=(8, 8, 8), compressors=None)
     half = (slice(0, 32), slice(None), slice(None))
@@ -400,14 +380,14 @@ def test_auto_does_not_go_in_place_where_the_undo_bytes_do_not_fit(tmp_path: Pat
     ).execute()
     assert report.strategies == {"append": 1}, report.strategies
     data[:32] += 1
-    _check(path, data)
+    check_volume(path, data)
     # with room for the old bytes, auto goes in place
     report = shardpipe.prepare_write(
         data[:32] + 1, str(path), region=half, max_mem="1MB", storage_options=NO_FSYNC
     ).execute()
     assert report.strategies == {"in_place": 1}, report.strategies
     data[:32] += 1
-    _check(path, data)
+    check_volume(path, data)
 
 
 def test_a_memory_store_is_refused_when_worker_processes_would_write_it(

@@ -14,13 +14,7 @@ import shardpipe
 from shardpipe.write import run as run_module
 from shardpipe.write.in_thread import IN_THREAD_MAX_SHARDS
 from tests.support.readers import assert_same, read_tensorstore, read_zarr
-
-NO_FSYNC = {"fsync": False}
-
-
-def _volume(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return (rng.integers(0, 4, shape) * rng.integers(0, 3, shape)).astype("uint16")
+from tests.support.volumes import NO_FSYNC, uneven_volume
 
 
 def _check(path: Path, expected: np.ndarray) -> None:
@@ -46,7 +40,7 @@ def test_small_region_writes_from_numpy_run_without_a_graph(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, index_location: str, strategy: str
 ) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((40, 30, 32))
+    data = uneven_volume((40, 30, 32))
     shardpipe.to_sharded_zarr(
         da.from_array(data, chunks=(13, 11, 16)),
         str(path),
@@ -63,7 +57,7 @@ def test_small_region_writes_from_numpy_run_without_a_graph(
         (slice(16, 32), slice(0, 16), slice(16, 32)),
     ]
     for k, region in enumerate(regions):
-        new = _volume(tuple(s.stop - s.start for s in region), seed=k + 1)
+        new = uneven_volume(tuple(s.stop - s.start for s in region), seed=k + 1)
         returned = shardpipe.to_sharded_zarr(
             new, str(path), region=region, write_strategy=strategy, storage_options=NO_FSYNC
         )
@@ -77,11 +71,11 @@ def test_an_append_from_numpy_returns_the_grown_array(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((8, 64, 64))
+    data = uneven_volume((8, 64, 64))
     shardpipe.to_sharded_zarr(data, str(path), shards=(16, 64, 64), chunks=(8, 16, 16))
     _no_graphs(monkeypatch)
     for step in range(3):
-        new = _volume((8, 64, 64), seed=step + 3)
+        new = uneven_volume((8, 64, 64), seed=step + 3)
         returned = shardpipe.to_sharded_zarr(new, str(path), append_dim=0)
         data = np.concatenate([data, new])
         assert isinstance(returned, zarr.Array) and returned.shape == data.shape
@@ -95,7 +89,7 @@ def test_larger_or_dask_updates_still_run_on_the_scheduler(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "a.zarr"
-    data = _volume((64, 64, 64))
+    data = uneven_volume((64, 64, 64))
     shardpipe.to_sharded_zarr(data, str(path), shards=(16, 16, 16), chunks=(8, 8, 8))
     waves: list[int] = []
     real = run_module.run_waves
@@ -107,7 +101,7 @@ def test_larger_or_dask_updates_still_run_on_the_scheduler(
     monkeypatch.setattr(run_module, "run_waves", counted)
     wide = (slice(0, 64), slice(0, 32), slice(0, 32))  # more shards than run in the thread
     assert IN_THREAD_MAX_SHARDS < 4 * 2 * 2
-    new = _volume((64, 32, 32), seed=5)
+    new = uneven_volume((64, 32, 32), seed=5)
     shardpipe.to_sharded_zarr(new, str(path), region=wide)
     data[wide] = new
     assert waves == [1]
@@ -125,8 +119,8 @@ def test_larger_or_dask_updates_still_run_on_the_scheduler(
 def test_an_update_from_numpy_reads_it_without_a_copy(tmp_path: Path, kind: str) -> None:
     """The update's Dask source is views of the caller's array (``da.from_array`` copies it)."""
     path = tmp_path / "a.zarr"
-    shardpipe.to_sharded_zarr(_volume((64, 48)), str(path), shards=(32, 16), chunks=(16, 8))
-    new = _volume((40, 48), seed=1)
+    shardpipe.to_sharded_zarr(uneven_volume((64, 48)), str(path), shards=(32, 16), chunks=(16, 8))
+    new = uneven_volume((40, 48), seed=1)
     if kind == "region":
         job = shardpipe.prepare_write(new, str(path), region=(slice(10, 50), slice(0, 48)))
     else:
@@ -135,7 +129,11 @@ def test_an_update_from_numpy_reads_it_without_a_copy(tmp_path: Path, kind: str)
     assert blocks and all(np.shares_memory(b, new) for b in blocks)
     assert sum(b.size for b in blocks) == new.size
     job.execute()
-    expected = np.concatenate([_volume((64, 48)), new]) if kind == "append" else _volume((64, 48))
+    expected = (
+        np.concatenate([uneven_volume((64, 48)), new])
+        if kind == "append"
+        else uneven_volume((64, 48))
+    )
     if kind == "region":
         expected[10:50] = new
     _check(path, expected)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shardpipe.cli import options as shared
-from shardpipe.cli.exit_statuses import EXPECTED, fail
+from shardpipe.cli.failures import reported_at_store
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 
 NAME = "cleanup"
@@ -17,7 +17,7 @@ DETAILS = (
 
 def add_command(commands: Subcommands) -> None:
     """Add ``cleanup`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_at_store)
     shared.add_store(command, "store")
 
 
@@ -26,9 +26,6 @@ def run(args: argparse.Namespace) -> int:
     from shardpipe.write.api import cleanup
 
     options = shared.storage_options(args.storage_option)
-    try:
-        removed = cleanup(args.store, args.path, storage_options=options)
-    except EXPECTED as err:
-        return fail(NAME, err, where=shared.store_and_path(args))
+    removed = cleanup(args.store, args.path, storage_options=options)
     print(f"removed {removed} leftover(s)")
     return 0

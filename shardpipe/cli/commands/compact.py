@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shardpipe.cli import options as shared
-from shardpipe.cli.exit_statuses import EXPECTED, fail
+from shardpipe.cli.failures import reported_at_store
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 
 NAME = "compact"
@@ -15,7 +15,7 @@ DETAILS = "Kept inner chunks are copied as they are; each shard is replaced atom
 
 def add_command(commands: Subcommands) -> None:
     """Add ``compact`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_at_store)
     shared.add_store(command, "store")
     command.add_argument(
         "--threshold", type=float, default=0.1, help="unused share above which to rewrite"
@@ -28,15 +28,12 @@ def run(args: argparse.Namespace) -> int:
     from shardpipe.maintenance.compaction import compact
 
     options = shared.storage_options(args.storage_option)
-    try:
-        compacted = compact(
-            args.store,
-            args.path,
-            threshold=args.threshold,
-            storage_options=options,
-            progress=args.progress,
-        )
-    except EXPECTED as err:
-        return fail(NAME, err, where=shared.store_and_path(args))
+    compacted = compact(
+        args.store,
+        args.path,
+        threshold=args.threshold,
+        storage_options=options,
+        progress=args.progress,
+    )
     print(compacted)
     return 0

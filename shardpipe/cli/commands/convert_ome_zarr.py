@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from shardpipe.cli import options as shared
 from shardpipe.cli.compute import compute_on
-from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.failures import reported_as_task_failures
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.core.checks import check_int
-from shardpipe.errors import InvalidArgumentError
 
 NAME = "convert-ome-zarr"
 SUMMARY = "convert an OME-Zarr 0.4 image (Zarr v2) into a sharded OME-Zarr 0.5 image"
@@ -24,7 +22,7 @@ DETAILS = (
 
 def add_command(commands: Subcommands) -> None:
     """Add ``convert-ome-zarr`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_as_task_failures)
     command.add_argument("source", help="local path or fsspec URL of the OME-Zarr 0.4 image")
     command.add_argument("target", help="where the OME-Zarr 0.5 image goes")
     shared.SHARD_SHAPE.add(command, "shard shape per axis (of level 0; clipped for the others)")
@@ -47,29 +45,23 @@ def run(args: argparse.Namespace) -> int:
 
     options = shared.storage_options(args.storage_option)
     source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
-    try:
-        if args.workers is not None:
-            check_int("--workers", args.workers, example=4)
-        job = prepare_ome_conversion(
-            args.source,
-            args.target,
-            shards=args.shards,
-            overwrite=args.overwrite,
-            source_storage_options=source_options,
-            storage_options=options,
-            max_mem=args.max_mem,
-            chunk_checksums=not args.no_chunk_checksums,
-            reencode=args.reencode,
-        )
-        print(job)
-        if args.dry_run:
-            return 0
-        with compute_on(args.scheduler, args.workers):
-            report = job.execute(progress=args.progress)
-    except EXPECTED as err:
-        if isinstance(err, InvalidArgumentError):
-            return fail(NAME, err)
-        print(f"shardpipe {NAME}: failed ({type(err).__name__}: {err})", file=sys.stderr)
-        return exit_status(err, during_work=True)
+    if args.workers is not None:
+        check_int("--workers", args.workers, example=4)
+    job = prepare_ome_conversion(
+        args.source,
+        args.target,
+        shards=args.shards,
+        overwrite=args.overwrite,
+        source_storage_options=source_options,
+        storage_options=options,
+        max_mem=args.max_mem,
+        chunk_checksums=not args.no_chunk_checksums,
+        reencode=args.reencode,
+    )
+    print(job)
+    if args.dry_run:
+        return 0
+    with compute_on(args.scheduler, args.workers):
+        report = job.execute(progress=args.progress)
     print(report)
     return 0

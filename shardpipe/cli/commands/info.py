@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shardpipe.cli import options as shared
-from shardpipe.cli.exit_statuses import EXPECTED, fail
+from shardpipe.cli.failures import reported_at_store
 from shardpipe.cli.icechunk_sessions import store_to_read
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 
@@ -16,7 +16,7 @@ DETAILS = "Reads zarr.json and every shard's index (no inner chunk)."
 
 def add_command(commands: Subcommands) -> None:
     """Add ``info`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_at_store)
     shared.add_store(command, "store")
     shared.add_icechunk_reading(command)
     shared.add_progress(command)
@@ -26,10 +26,6 @@ def run(args: argparse.Namespace) -> int:
     """Run ``info``: print the description; return the exit status."""
     from shardpipe.maintenance.array_info import info
 
-    where = shared.store_and_path(args)
-    try:
-        store, options = store_to_read(args, shared.storage_options(args.storage_option))
-        print(info(store, args.path, storage_options=options, progress=args.progress))
-    except EXPECTED as err:
-        return fail(NAME, err, where=where)
+    store, options = store_to_read(args, shared.storage_options(args.storage_option))
+    print(info(store, args.path, storage_options=options, progress=args.progress))
     return 0

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from shardpipe.cli import options as shared
-from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.failures import reported_as_task_failures
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.core.checks import check_int
-from shardpipe.errors import InvalidArgumentError
 
 NAME = "migrate"
 SUMMARY = "turn arrays of the sharding storage-transformer draft into Zarr v3 arrays"
@@ -23,7 +21,7 @@ DETAILS = (
 
 def add_command(commands: Subcommands) -> None:
     """Add ``migrate`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_as_task_failures)
     command.add_argument("source", help="local path or fsspec URL of the draft hierarchy")
     command.add_argument("target", nargs="?", default=None, help="where to write (in place)")
     command.add_argument(
@@ -49,23 +47,17 @@ def run(args: argparse.Namespace) -> int:
     options = shared.storage_options(args.storage_option)
     target_options = shared.storage_options(args.target_storage_option, "--target-storage-option")
 
-    try:
-        check_int("--copy-concurrency", args.copy_concurrency, example=8)
-        report = migrate(
-            args.source,
-            args.target,
-            add_crc32c=args.add_crc32c,
-            zlib_as_gzip=args.zlib_as_gzip,
-            storage_options=options,
-            target_storage_options=target_options,
-            dry_run=args.dry_run,
-            workers=args.copy_concurrency,
-            progress=args.progress,
-        )
-    except EXPECTED as err:
-        if isinstance(err, InvalidArgumentError):
-            return fail(NAME, err)
-        print(f"shardpipe {NAME}: failed ({type(err).__name__}: {err})", file=sys.stderr)
-        return exit_status(err, during_work=True)
+    check_int("--copy-concurrency", args.copy_concurrency, example=8)
+    report = migrate(
+        args.source,
+        args.target,
+        add_crc32c=args.add_crc32c,
+        zlib_as_gzip=args.zlib_as_gzip,
+        storage_options=options,
+        target_storage_options=target_options,
+        dry_run=args.dry_run,
+        workers=args.copy_concurrency,
+        progress=args.progress,
+    )
     print(report)
     return 0

@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from shardpipe.cli import options as shared
-from shardpipe.cli.exit_statuses import EXPECTED, fail
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 
 NAME = "plan"
@@ -43,10 +42,7 @@ def add_command(commands: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``plan``: print the plan; return the exit status."""
     options = shared.storage_options(args.storage_option)
-    try:
-        print(_plan(args, options))
-    except EXPECTED as err:
-        return fail(NAME, err)
+    print(_plan(args, options))
     return 0
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from shardpipe.cli import options as shared
 from shardpipe.cli.compute import compute_on
-from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.failures import Failures, step
 from shardpipe.cli.icechunk_sessions import commit_arguments, planning_session, writable_session
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.core.checks import check_int
@@ -64,20 +63,17 @@ def run(args: argparse.Namespace) -> int:
     source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
     target: Any = args.target
     exists, repository_options = True, options
-    try:
-        if args.workers is not None:
-            check_int("--workers", args.workers, example=4)
-        if args.config is not None and not args.recursive:
-            raise InvalidArgumentError(
-                "--config", "gives per-array shapes of a group", "Add --recursive, or leave it out"
-            )
-        arrays = _per_array_shapes(args.config)
-        commit = commit_arguments(args, NAME)
-        if args.icechunk:  # plan first: a new repository is created once the plan is accepted
-            target, exists = planning_session(args, options)
-            options = None
-    except EXPECTED as err:
-        return fail(NAME, err)
+    if args.workers is not None:
+        check_int("--workers", args.workers, example=4)
+    if args.config is not None and not args.recursive:
+        raise InvalidArgumentError(
+            "--config", "gives per-array shapes of a group", "Add --recursive, or leave it out"
+        )
+    arrays = _per_array_shapes(args.config)
+    commit = commit_arguments(args, NAME)
+    if args.icechunk:  # plan first: a new repository is created once the plan is accepted
+        target, exists = planning_session(args, options)
+        options = None
     common: dict[str, Any] = dict(
         shards=args.shards,
         chunks=args.chunks,
@@ -102,29 +98,21 @@ def run(args: argparse.Namespace) -> int:
             args.source, target, path=args.path, temp_store=args.temp_store, **common
         )
 
-    try:
-        job = plan(target)
-        if args.icechunk and not exists and not args.dry_run:
-            job = plan(writable_session(args, repository_options))
-    except EXPECTED as err:
-        return fail(NAME, err)
+    job = plan(target)
+    if args.icechunk and not exists and not args.dry_run:
+        job = plan(writable_session(args, repository_options))
     print(job)
     if args.dry_run:
         return 0
-    try:
-        with compute_on(args.scheduler, args.workers):
-            report = job.execute(progress=args.progress, **commit)
-    except Exception as err:  # a task's failure: say so, and how to carry on
-        carry_on = (
-            "nothing was committed; run the same command again"
-            if args.icechunk
-            else "complete shards are kept: run the same command with --resume to write the rest"
-        )
-        print(
-            f"shardpipe rechunk: failed ({type(err).__name__}: {err}); {carry_on}",
-            file=sys.stderr,
-        )
-        return exit_status(err, during_work=True)
+    carry_on = (
+        "nothing was committed; run the same command again"
+        if args.icechunk
+        else "complete shards are kept: run the same command with --resume to write the rest"
+    )
+    # a task's failure, whatever it raised: say so, and how to carry on
+    failed_run = Failures(as_task_failure=True, carry_on=carry_on, catches=(Exception,))
+    with step(failed_run), compute_on(args.scheduler, args.workers):
+        report = job.execute(progress=args.progress, **commit)
     print(report)
     return 0
 

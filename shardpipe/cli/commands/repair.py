@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from shardpipe.cli import options as shared
-from shardpipe.cli.exit_statuses import EXPECTED, PROBLEMS, fail
+from shardpipe.cli.exit_statuses import PROBLEMS
+from shardpipe.cli.failures import reported_at_store
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 
 NAME = "repair"
@@ -19,7 +20,7 @@ DETAILS = (
 
 def add_command(commands: Subcommands) -> None:
     """Add ``repair`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_at_store)
     shared.add_store(command, "store")
     shared.FORCE.add(command)
     shared.add_progress(command)
@@ -30,11 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from shardpipe.maintenance.repairs import repair
 
     options = shared.storage_options(args.storage_option)
-    try:
-        fixed = repair(
-            args.store, args.path, force=args.force, storage_options=options, progress=args.progress
-        )
-    except EXPECTED as err:
-        return fail(NAME, err, where=shared.store_and_path(args))
+    fixed = repair(
+        args.store, args.path, force=args.force, storage_options=options, progress=args.progress
+    )
     print(fixed)
     return 0 if fixed.ok else PROBLEMS

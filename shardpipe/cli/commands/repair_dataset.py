@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from shardpipe.cli import options as shared
-from shardpipe.cli.exit_statuses import EXPECTED, PROBLEMS, fail
+from shardpipe.cli.exit_statuses import PROBLEMS
+from shardpipe.cli.failures import Failures
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 
 NAME = "repair-dataset"
@@ -19,7 +20,7 @@ DETAILS = (
 
 def add_command(commands: Subcommands) -> None:
     """Add ``repair-dataset`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, _failures)
     command.add_argument("store", help="local path or fsspec URL of the dataset")
     shared.GROUP.add(command)
     shared.FORCE.add(command)
@@ -32,15 +33,17 @@ def run(args: argparse.Namespace) -> int:
     from shardpipe.dataset.repair import repair_dataset
 
     options = shared.storage_options(args.storage_option)
-    try:
-        repaired = repair_dataset(
-            args.store,
-            group=args.group,
-            storage_options=options,
-            force=args.force,
-            progress=args.progress,
-        )
-    except EXPECTED as err:
-        return fail(NAME, err, where=args.store)
+    repaired = repair_dataset(
+        args.store,
+        group=args.group,
+        storage_options=options,
+        force=args.force,
+        progress=args.progress,
+    )
     print(repaired)
     return 0 if repaired.ok else PROBLEMS
+
+
+def _failures(args: argparse.Namespace) -> Failures:
+    """Errors name the dataset's store."""
+    return Failures(where=args.store)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from shardpipe.cli import options as shared
-from shardpipe.cli.exit_statuses import EXPECTED, PROBLEMS, fail
+from shardpipe.cli.exit_statuses import PROBLEMS
+from shardpipe.cli.failures import Failures, reported_at_store, step
 from shardpipe.cli.icechunk_sessions import store_to_read
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 
@@ -22,7 +23,7 @@ DETAILS = (
 
 def add_command(commands: Subcommands) -> None:
     """Add ``verify`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_at_store)
     shared.add_store(command, "store")
     shared.add_icechunk_reading(command)
     command.add_argument(
@@ -38,12 +39,9 @@ def run(args: argparse.Namespace) -> int:
     """Run ``verify``: print the report; return the exit status (1: a problem found)."""
     from shardpipe.maintenance.verification import verify
 
-    where = shared.store_and_path(args)
-    try:
-        store, options = store_to_read(args, shared.storage_options(args.storage_option))
-    except EXPECTED as err:
-        return fail(NAME, err, where=where)
-    try:
+    store, options = store_to_read(args, shared.storage_options(args.storage_option))
+    where = f"cannot check a sharded array at {shared.store_and_path(args)}"
+    with step(Failures(where=where)):
         report = verify(
             store,
             args.path,
@@ -51,7 +49,5 @@ def run(args: argparse.Namespace) -> int:
             complete=args.complete,
             progress=args.progress,
         )
-    except EXPECTED as err:
-        return fail(NAME, err, where=f"cannot check a sharded array at {where}")
     print(report)
     return 0 if report.ok else PROBLEMS

@@ -8,7 +8,7 @@ from typing import Any
 
 from shardpipe.cli import options as shared
 from shardpipe.cli.compute import compute_on
-from shardpipe.cli.exit_statuses import EXPECTED, fail
+from shardpipe.cli.failures import Failures
 from shardpipe.cli.icechunk_sessions import commit_arguments, writable_session
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.core.shard_update import STRATEGIES
@@ -25,7 +25,7 @@ DETAILS = (
 
 def add_command(commands: Subcommands) -> None:
     """Add ``write-dataset`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, _failures)
     command.add_argument("source", help="local path or fsspec URL of the dataset to read")
     command.add_argument(
         "target",
@@ -91,23 +91,25 @@ def run(args: argparse.Namespace) -> int:
         max_mem=args.max_mem,
         progress=args.progress,
     )
-    try:
-        commit = commit_arguments(args, NAME)
-        # the source's layout and codecs are not the target's: keep only its CF encoding
-        ds = keep_cf_encoding(_open_source(args.source, args.source_group))
-        if _creates(args):
-            given["encoding"] = {name: {"compressors": args.compressor} for name in ds.data_vars}
-        if args.icechunk:  # check first: a refused write creates no repository
-            check_arguments(ds, **given)
-            target, options = writable_session(args, options), None
-        with compute_on(args.scheduler, args.workers):
-            reports = to_zarr(ds, target, storage_options=options, **given, **commit)
-    except EXPECTED as err:
-        return fail(NAME, err, during_work=True)
+    commit = commit_arguments(args, NAME)
+    # the source's layout and codecs are not the target's: keep only its CF encoding
+    ds = keep_cf_encoding(_open_source(args.source, args.source_group))
+    if _creates(args):
+        given["encoding"] = {name: {"compressors": args.compressor} for name in ds.data_vars}
+    if args.icechunk:  # check first: a refused write creates no repository
+        check_arguments(ds, **given)
+        target, options = writable_session(args, options), None
+    with compute_on(args.scheduler, args.workers):
+        reports = to_zarr(ds, target, storage_options=options, **given, **commit)
     assert isinstance(reports, dict)
     for name, report in reports.items():
         print(f"{name}: {report}")
     return 0
+
+
+def _failures(args: argparse.Namespace) -> Failures:
+    """Errors in one line; one that is not about the arguments ends as a failed write."""
+    return Failures(during_work=True)
 
 
 def _creates(args: argparse.Namespace) -> bool:

@@ -8,12 +8,11 @@ run); label images are given as ``--labels NAME=SOURCE``.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from shardpipe.cli import options as shared
 from shardpipe.cli.compute import compute_on
-from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.failures import reported_as_task_failures
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
@@ -33,7 +32,7 @@ TIFF_SUFFIXES = (".tif", ".tiff")
 
 def add_command(commands: Subcommands) -> None:
     """Add ``write-ome-zarr`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_as_task_failures)
     command.add_argument("source", help="Zarr array (path or URL) or TIFF file to read")
     command.add_argument("target", help="directory or fsspec URL of the image group")
     command.add_argument(
@@ -157,49 +156,41 @@ def run(args: argparse.Namespace) -> int:
     options = shared.storage_options(args.storage_option)
     source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
     updating = args.append_dim is not None
-    try:
-        if args.workers is not None:
-            check_int("--workers", args.workers, example=4)
-        if args.axes is None and not updating:
-            raise InvalidArgumentError(
-                "--axes", "is missing", "Name the axes in order, e.g. --axes zyx or --axes tczyx"
-            )
-        image = open_array(args.source, source_options)
-        labels = _labels(args.labels, source_options)
-        layout: dict[str, Any] = {}
-        if not updating:  # an append keeps the stored image's layout and codecs
-            layout = dict(
-                compressors=args.compressor,
-                chunk_checksums=not args.no_chunk_checksums,
-                overwrite=args.overwrite,
-            )
-        with compute_on(args.scheduler, args.workers):
-            to_ome_zarr(
-                image,
-                args.target,
-                args.axes,
-                scale=args.scale,
-                translation=args.translation,
-                axes_units=args.units,
-                scale_factors=args.scale_factors,
-                method=args.method,
-                shards=args.shards,
-                chunks=args.chunks,
-                name=args.name,
-                labels=labels or None,
-                storage_options=options,
-                max_mem=args.max_mem,
-                resume=args.resume,
-                append_dim=args.append_dim,
-                progress=args.progress,
-                **layout,
-            )
-    except EXPECTED as err:
-        if isinstance(err, InvalidArgumentError):
-            return fail(NAME, err)
-        print(f"shardpipe {NAME}: failed ({type(err).__name__}: {err})", file=sys.stderr)
-        for note in getattr(err, "__notes__", ()):
-            print(f"  {note.removeprefix('shardpipe: ')}", file=sys.stderr)
-        return exit_status(err, during_work=True)
+    if args.workers is not None:
+        check_int("--workers", args.workers, example=4)
+    if args.axes is None and not updating:
+        raise InvalidArgumentError(
+            "--axes", "is missing", "Name the axes in order, e.g. --axes zyx or --axes tczyx"
+        )
+    image = open_array(args.source, source_options)
+    labels = _labels(args.labels, source_options)
+    layout: dict[str, Any] = {}
+    if not updating:  # an append keeps the stored image's layout and codecs
+        layout = dict(
+            compressors=args.compressor,
+            chunk_checksums=not args.no_chunk_checksums,
+            overwrite=args.overwrite,
+        )
+    with compute_on(args.scheduler, args.workers):
+        to_ome_zarr(
+            image,
+            args.target,
+            args.axes,
+            scale=args.scale,
+            translation=args.translation,
+            axes_units=args.units,
+            scale_factors=args.scale_factors,
+            method=args.method,
+            shards=args.shards,
+            chunks=args.chunks,
+            name=args.name,
+            labels=labels or None,
+            storage_options=options,
+            max_mem=args.max_mem,
+            resume=args.resume,
+            append_dim=args.append_dim,
+            progress=args.progress,
+            **layout,
+        )
     print(f"wrote the OME-Zarr image {args.target}")
     return 0

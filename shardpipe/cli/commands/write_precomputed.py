@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from shardpipe.cli import options as shared
 from shardpipe.cli.compute import compute_on
-from shardpipe.cli.exit_statuses import EXPECTED, exit_status, fail
+from shardpipe.cli.failures import reported_as_task_failures
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
@@ -25,7 +24,7 @@ DETAILS = (
 
 def add_command(commands: Subcommands) -> None:
     """Add ``write-precomputed`` to the commands of ``shardpipe``."""
-    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run)
+    command = add_subcommand(commands, NAME, SUMMARY, DETAILS, run, reported_as_task_failures)
     command.add_argument("source", help="local path or fsspec URL of the Zarr array to read")
     command.add_argument("target", help="directory or fsspec URL of the volume to write")
     command.add_argument("--resolution", type=_floats, required=True, help="nm per voxel, x,y,z")
@@ -86,6 +85,18 @@ def _scales(text: str) -> list[tuple[int, ...]]:
         ) from None
 
 
+def _sharding(text: str) -> Any:
+    """``--sharding``: ``"auto"``, or its JSON object read."""
+    if text == "auto":
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise InvalidArgumentError(
+            "--sharding", f"{text!r} is not JSON ({err})", "Pass auto or a JSON object"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``write-precomputed``: print the report; return the exit status."""
     import dask.array as da
@@ -95,43 +106,28 @@ def run(args: argparse.Namespace) -> int:
 
     options = shared.storage_options(args.storage_option)
     source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
-    try:
-        if args.workers is not None:
-            check_int("--workers", args.workers, example=4)
-        sharding: Any = args.sharding
-        if sharding != "auto":
-            try:
-                sharding = json.loads(sharding)
-            except ValueError as err:
-                raise InvalidArgumentError(
-                    "--sharding",
-                    f"{args.sharding!r} is not JSON ({err})",
-                    "Pass auto or a JSON object",
-                ) from None
-        source = da.from_zarr(open_source(args.source, source_options).array)
-        if args.zyx:
-            source = source.transpose(2, 1, 0, *range(3, source.ndim))
-        with compute_on(args.scheduler, args.workers):
-            report = to_neuroglancer_precomputed(
-                source,
-                args.target,
-                resolution=args.resolution,
-                chunk_size=args.chunk_size,
-                voxel_offset=args.voxel_offset,
-                volume_type=args.volume_type,
-                encoding=args.encoding,
-                sharding=sharding,
-                scales=args.scales,
-                downsample=args.downsample,
-                overwrite=args.overwrite,
-                storage_options=options,
-                max_mem=args.max_mem,
-                progress=args.progress,
-            )
-    except EXPECTED as err:
-        if isinstance(err, InvalidArgumentError):
-            return fail(NAME, err)
-        print(f"shardpipe {NAME}: failed ({type(err).__name__}: {err})", file=sys.stderr)
-        return exit_status(err, during_work=True)
+    if args.workers is not None:
+        check_int("--workers", args.workers, example=4)
+    sharding = _sharding(args.sharding)
+    source = da.from_zarr(open_source(args.source, source_options).array)
+    if args.zyx:
+        source = source.transpose(2, 1, 0, *range(3, source.ndim))
+    with compute_on(args.scheduler, args.workers):
+        report = to_neuroglancer_precomputed(
+            source,
+            args.target,
+            resolution=args.resolution,
+            chunk_size=args.chunk_size,
+            voxel_offset=args.voxel_offset,
+            volume_type=args.volume_type,
+            encoding=args.encoding,
+            sharding=sharding,
+            scales=args.scales,
+            downsample=args.downsample,
+            overwrite=args.overwrite,
+            storage_options=options,
+            max_mem=args.max_mem,
+            progress=args.progress,
+        )
     print(report)
     return 0

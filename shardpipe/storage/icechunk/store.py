@@ -34,9 +34,8 @@ from collections.abc import Buffer, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from zarr.core.sync import sync
-
 from shardpipe.errors import AbilityNotSupportedError, TransactionConflictError
+from shardpipe.internals.zarr_core import sync
 from shardpipe.storage.base import (
     ObjectVersion,
     PartReceipt,
@@ -81,10 +80,6 @@ def _changed_shards(session: Session) -> dict[str, list[tuple[int, ...]]]:
         path.lstrip("/"): sorted(tuple(c) for c in chunks)
         for path, chunks in session.status().updated_chunks.items()
     }
-
-
-def _coords(chunks: list[list[int]] | None) -> list[tuple[int, ...]]:
-    return sorted(tuple(c) for c in chunks or [])
 
 
 def _describe(path: str, shards: list[tuple[int, ...]], most: int = 8) -> str:

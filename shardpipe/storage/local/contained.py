@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore
 
+from shardpipe.internals.zarr_core import Buffer, BufferPrototype, default_buffer_prototype
 from shardpipe.storage.errnos import permanent_error
 from shardpipe.storage.local.file_io import read_at
 from shardpipe.storage.local.keys import LocalKeys

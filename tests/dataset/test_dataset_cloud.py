@@ -1,8 +1,7 @@
-"""An xarray dataset on Azure Blob Storage (Azurite): write, append, region, read back."""
+"""An xarray dataset on each cloud emulator: written, appended along time, a region updated,
+read back."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import pytest
@@ -11,12 +10,19 @@ import xarray as xr
 import shardpipe
 from shardpipe.testing.datasets import climate_dataset
 
-pytestmark = pytest.mark.azure
+CLOUDS = [
+    pytest.param("s3_bucket", "s3", marks=pytest.mark.s3, id="s3"),
+    pytest.param("azure_container", "az", marks=pytest.mark.azure, id="azure"),
+    pytest.param("gcs_bucket", "gs", marks=pytest.mark.gcs, id="gcs"),
+]
 
 
-def test_dataset_on_azure_write_append_region(azure_container: tuple[str, dict[str, Any]]) -> None:
-    container, options = azure_container
-    url = f"az://{container}/climate.zarr"
+@pytest.mark.parametrize(("fixture", "scheme"), CLOUDS)
+def test_dataset_write_append_region(
+    fixture: str, scheme: str, request: pytest.FixtureRequest
+) -> None:
+    bucket, options = request.getfixturevalue(fixture)
+    url = f"{scheme}://{bucket}/climate.zarr"
     full = climate_dataset(years=2, nlat=12, nlon=20, chunks={"time": 50, "lat": 5, "lon": 7})
     full.isel(time=slice(0, 365)).shard.to_zarr(
         url, shards={"time": 73}, chunks={"time": 73, "lat": 6}, storage_options=options
