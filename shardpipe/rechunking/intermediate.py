@@ -25,7 +25,7 @@ from zarr.codecs import ZstdCodec
 from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import Shape
 from shardpipe.core.source_blocks import ReadCost
-from shardpipe.engine.progress import bar_class
+from shardpipe.engine.progress import PassesBar
 from shardpipe.engine.scheduler import distributed_client
 
 
@@ -63,12 +63,13 @@ class Intermediate:
         )
 
     def write(
-        self, blocks: da.Array, fill_value: Any, *, progress: bool = False
+        self, blocks: da.Array, fill_value: Any, *, bar: PassesBar | None = None
     ) -> zarr.Array[Any]:
         """Pass 1: copy the source's ``blocks`` (multiples of the chunks) into the copy.
 
-        With ``progress``, a bar over the blocks copied (on Dask's local
-        schedulers; on a ``distributed`` client, its dashboard shows them).
+        With ``bar``, advance it by one step per block copied (on Dask's
+        local schedulers; on a ``distributed`` client, its dashboard shows
+        the blocks, and the bar moves on when the pass ends).
         """
         copy = zarr.create_array(
             self.store,
@@ -80,9 +81,11 @@ class Intermediate:
             overwrite=True,
             storage_options=self.storage_options,
         )
-        show = progress and distributed_client() is None
-        with _BlocksBar(blocks.npartitions, show):
+        if bar is None or distributed_client() is not None:
             da.store(blocks, cast(Any, copy), lock=False)
+        else:
+            with _BlocksDone(bar):
+                da.store(blocks, cast(Any, copy), lock=False)
         return copy
 
     def remove(self) -> None:
@@ -94,23 +97,17 @@ class Intermediate:
             fs.rm(path, recursive=True)
 
 
-class _BlocksBar(Callback):
-    """A progress bar over the blocks the first pass stores into the copy."""
+class _BlocksDone(Callback):
+    """Advances the passes' bar as the first pass stores blocks into the copy."""
 
-    def __init__(self, total: int, show: bool) -> None:
+    def __init__(self, bar: PassesBar) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.bar = bar_class()(
-            total=total, unit="block", desc="pass 1 of 2: copy", disable=not show
-        )
+        self.bar = bar
 
     def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
         name = key[0] if isinstance(key, tuple) else str(key)
         if name.startswith("store-map"):
-            self.bar.update(1)
-
-    def __exit__(self, *exc: object) -> None:
-        super().__exit__(*exc)  # type: ignore[no-untyped-call]
-        self.bar.close()
+            self.bar.advance()
 
 
 def placeholder(shape: Shape, dtype: np.dtype[Any], block_shape: Shape) -> da.Array:
