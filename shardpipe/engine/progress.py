@@ -72,13 +72,20 @@ class PassesBar:
             dynamic_ncols=True,
         )
         self._names = names
+        self._totals = list(totals)
         self._lock = threading.Lock()
 
     def start_pass(self, number: int, steps: int | None = None) -> None:
-        """Show that pass ``number`` (from 1) runs; ``steps`` corrects its count when known."""
+        """Show that pass ``number`` (from 1) runs; ``steps`` corrects its count when known.
+
+        A count is known once the pass is planned: the copy of a resumed
+        rechunk keeps some blocks, the write of the last pass may differ
+        from its plan's estimate.
+        """
         with self._lock:
-            if steps is not None and number == len(self._names):  # the last pass: the rest
-                self.bar.total = self.bar.n + steps
+            if steps is not None:  # the passes before this one are done: n counts them
+                self._totals[number - 1] = steps
+                self.bar.total = self.bar.n + sum(self._totals[number - 1 :])
             self.bar.set_description_str(
                 f"pass {number} of {len(self._names)}: {self._names[number - 1]}", refresh=False
             )

@@ -6,9 +6,11 @@ if sharded) and as large as the memory budget allows
 (:mod:`shardpipe.core.source_blocks`); the blocks go to the ordinary write plan,
 which writes whole shards where a block holds them, gathers encoded pieces
 where blocks straddle shards, and writes parts of shards as blocks are read.
-One pass, unless ``temp_store`` is given and the affordable blocks are
-thinner than the inner chunks: then two, through an intermediate copy
-(:mod:`shardpipe.rechunking.intermediate`).
+One pass, unless the affordable blocks are thinner than the inner chunks
+and ``temp_store`` is given or one pass would hold too much: then two,
+through an intermediate copy (:mod:`shardpipe.rechunking.intermediate`),
+which a resumed rechunk finds again by its record
+(:mod:`shardpipe.rechunking.copy_record`).
 
 What carries over from a Zarr source unless given: dtype, fill value,
 dimension names (Zarr v3 ``dimension_names``, or the ``_ARRAY_DIMENSIONS``
@@ -37,7 +39,8 @@ from shardpipe.core.source_blocks import (
     read_cost,
     straddles,
 )
-from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.errors import MemoryBudgetError
+from shardpipe.rechunking.copy_record import check_same_copy, copy_identity, read_copy_record
 from shardpipe.rechunking.intermediate import Intermediate
 from shardpipe.rechunking.job import RechunkJob
 from shardpipe.rechunking.memory import automatic_temp_store, one_pass_hold
@@ -155,16 +158,21 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
     cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
     straddling = straddles(block_shape, shard_shape, chunk_shape)
     held = one_pass_hold(write) if straddling else 0
-    automatic = temp_store is None and straddling and not resume and held > HOLD_SHARE * budget
+    automatic = temp_store is None and straddling and held > HOLD_SHARE * budget
+    record = read_copy_record(resolved)  # of a two-pass rechunk that did not finish here
+    found = record if resume and record is not None else None
     if automatic:  # one pass would hold too much: two passes, the copy beside the target
-        temp_store = automatic_temp_store(resolved)
+        temp_store = found["store"] if found is not None else automatic_temp_store(resolved)
+
+    def resumable(write: ShardedWrite) -> ShardedWrite:
+        """``write``, keeping the shards an interrupted run of it completed (``resume``)."""
+        if not resuming:
+            return write
+        assert write.identity is not None
+        check_same_job(resolved, write.identity, resume)
+        return write.resumed(complete_shards(resolved, write.metadata, write.layout), resume)
+
     if temp_store is not None and straddling:
-        if resume:
-            raise InvalidArgumentError(
-                "resume",
-                "a two-pass rechunk (temp_store) starts again from the source",
-                "Leave resume out, or temp_store",
-            )
         inter_chunks = intermediate_chunks(
             opened.shape,
             block_shape,
@@ -173,6 +181,9 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
             opened.dtype.itemsize,
             block_nbytes=budget // FIRST_BLOCK_SHARE,
         )
+        identity = copy_identity(source_identity(opened), inter_chunks)
+        if found is not None:
+            check_same_copy(found, identity, None if automatic else os.fspath(temp_store))
         planned = Source("the intermediate copy", opened.array, inter_chunks, planned=True)
         second_blocks, second = _largest_fitting(planned, shard_shape, chunk_shape, budget, prepare)
         where = os.fspath(temp_store)
@@ -184,6 +195,9 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
             inter_chunks,
             block_shape,
             cost,
+            placed=found["placed"] if found is not None else automatic,
+            found=found["state"] if found is not None else None,
+            identity=identity,
         )
         second_cost = read_cost(opened.shape, opened.dtype.itemsize, inter_chunks, second_blocks)
         return RechunkJob(
@@ -194,15 +208,14 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
             inter,
             opened,
             straddling,
-            prepare,
+            lambda copy, blocks: resumable(prepare(copy, blocks)),
             held=held,
-            one_pass=write if automatic else None,
+            one_pass=write if automatic and not resuming else None,
+            stale=record if found is None else None,
         )
-    if resuming:
-        assert write.identity is not None
-        check_same_job(resolved, write.identity, resume)
-        write = write.resumed(complete_shards(resolved, write.metadata, write.layout), resume)
-    return RechunkJob(opened, block_shape, cost, write, straddles=straddling, held=held)
+    return RechunkJob(
+        opened, block_shape, cost, resumable(write), straddles=straddling, held=held, stale=record
+    )
 
 
 def _largest_fitting(

@@ -15,18 +15,25 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dask.delayed import Delayed
 
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.memory import HOLD_SHARE
-from shardpipe.core.source_blocks import ReadCost
+from shardpipe.core.source_blocks import ReadCost, blocks_read_cost
 from shardpipe.engine.progress import PassesBar
 from shardpipe.engine.reports import PassReport, WriteReport
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.rechunking.copy_record import (
+    delete_copy_record,
+    forget_copy,
+    save_copy_record,
+)
 from shardpipe.rechunking.intermediate import Intermediate
 from shardpipe.rechunking.source import Source
+from shardpipe.storage.keys import INTERMEDIATE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.runner import Pass, PassReports, run_job
@@ -72,6 +79,11 @@ class RechunkJob:
     one_pass : shardpipe.ShardedWrite or None
         For two passes chosen automatically (no ``temp_store`` given): the
         one-pass write, run instead where two passes cannot (``compute=False``).
+    stale : dict or None
+        The record of a copy an earlier two-pass rechunk left at the target
+        (:mod:`~shardpipe.rechunking.copy_record`) that this job does not
+        resume from: the job deletes it (and the copy, if shardpipe placed
+        it) before it writes.
     """
 
     source: Source
@@ -84,6 +96,7 @@ class RechunkJob:
     replan: Callable[[Source, Shape], ShardedWrite] | None = None
     held: int = 0
     one_pass: ShardedWrite | None = None
+    stale: dict[str, Any] | None = None
     _done: list[PassReport] = field(default_factory=list, repr=False, compare=False)
 
     def summary_rows(self) -> list[tuple[str, str]]:
@@ -139,14 +152,31 @@ class RechunkJob:
     def passes(self) -> list[Pass]:
         """One pass, or two: the copy into the intermediate, then the target from the copy.
 
-        The second pass is planned on the copy once the first wrote it, and
-        deletes the copy when it ends. A failed pass deletes the copy only
-        when shardpipe chose the two passes (and so placed the copy). With
-        ``progress``, one bar counts the blocks copied, then the shards
-        written.
+        The first saves the copy's record in the target's job folder
+        (:mod:`~shardpipe.rechunking.copy_record`) before it writes the copy,
+        and marks it copied at its end. The second pass is planned on the
+        copy once the first wrote it, and deletes the copy and its record
+        when it ends. A failed first pass deletes the copy (and its record)
+        only when shardpipe chose the two passes (and so placed the copy); a
+        failed second pass keeps both, for ``resume=True``, and so does a
+        killed run. With ``progress``, one bar counts the blocks copied, then
+        the shards written.
         """
+        target, stale = self.target, self.stale
+
+        def forget_stale() -> None:
+            if stale is not None:
+                keep = self.intermediate.store if self.intermediate is not None else ""
+                options = self.intermediate.storage_options if self.intermediate else None
+                forget_copy(target, stale, keep, options)
+
         if self.intermediate is None:
-            return [Pass("rechunk", lambda _: [self.write])]
+
+            def one_pass(_: bool) -> list[ShardedWrite]:
+                forget_stale()
+                return [self.write]
+
+            return [Pass("rechunk", one_pass)]
         assert self.origin is not None and self.replan is not None
         inter, origin, replan = self.intermediate, self.origin, self.replan
         copies: list[Source] = []
@@ -164,20 +194,36 @@ class RechunkJob:
 
         def copy(progress: bool) -> list[ShardedWrite]:
             began = time.perf_counter()
-            blocks = n_blocks(origin.shape, inter.block_shape)
-            bar = PassesBar([blocks, self.write.plan.n_shards], ["copy", "rechunk"], progress)
+            forget_stale()
+            blocks = origin.blocks(inter.block_shape)
+            bar = PassesBar(
+                [blocks.npartitions, self.write.plan.n_shards], ["copy", "rechunk"], progress
+            )
             bars.append(bar)
-            written = inter.write(origin.blocks(inter.block_shape), origin.fill_value, bar=bar)
+            written = None
+            copied: list[tuple[int, ...]] = []
+            if inter.found == "copied":  # a killed run copied it all: pass 1 is done
+                written = inter.open(origin.shape, origin.dtype)
+                bar.start_pass(1, 0 if written is not None else None)
+            if written is None:
+                save_copy_record(target, inter.identity, inter.store, inter.placed, "copying")
+                resume = inter.found is not None
+                written, copied = inter.write(blocks, origin.fill_value, bar=bar, resume=resume)
+                save_copy_record(target, inter.identity, inter.store, inter.placed, "copied")
             copies.append(Source(inter.store, written, inter.chunk_shape))
+            reads = blocks_read_cost(
+                origin.shape, origin.dtype.itemsize, origin.read_unit, inter.block_shape, copied
+            )
             done.append(
                 PassReport(
                     COPY,
                     time.perf_counter() - began,
-                    reads=inter.cost.reads,
-                    nbytes_read=inter.cost.nbytes_read,
+                    reads=reads.reads,
+                    nbytes_read=reads.nbytes_read,
                     nbytes_stored=written.nbytes_stored(),
                     location=inter.store,
-                    blocks=blocks,
+                    blocks=len(copied),
+                    blocks_kept=blocks.npartitions - len(copied),
                 )
             )
             return []
@@ -193,6 +239,7 @@ class RechunkJob:
         def end(reports: object) -> None:
             close_bar()
             inter.remove()
+            delete_copy_record(target)
             seconds = time.perf_counter() - second_began[-1]
             done[0] = replace(done[0], removed=True)
             done.append(
@@ -205,14 +252,19 @@ class RechunkJob:
                 )
             )
 
-        def abandon(_: BaseException) -> None:
+        def abandon_copy(_: BaseException) -> None:
             close_bar()
-            if self.one_pass is not None:  # a copy shardpipe placed: nobody else knows of it
+            if inter.placed:  # a copy shardpipe placed, not finished: nobody will want it
                 inter.remove()
+                if target.shards.get(target.key(INTERMEDIATE_RECORD)) is not None:
+                    delete_copy_record(target)
+
+        def abandon_write(_: BaseException) -> None:
+            close_bar()  # the copy and its record stay: resume=True carries on from them
 
         return [
-            Pass(COPY, copy, abandon=abandon),
-            Pass(WRITE, rechunk, end=end, abandon=abandon),
+            Pass(COPY, copy, abandon=abandon_copy),
+            Pass(WRITE, rechunk, end=end, abandon=abandon_write),
         ]
 
     def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> WriteReport:
