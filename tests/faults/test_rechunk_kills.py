@@ -31,7 +31,8 @@ COPY_CHUNKS_PER_BLOCK = 8
 
 
 def _files(folder: Path) -> int:
-    return sum(len(files) for _, _, files in os.walk(folder)) if folder.exists() else 0
+    """Chunks (or shards) under ``folder``: keys of digits, not the temporary files beside them."""
+    return sum(name.isdigit() for _, _, names in os.walk(folder) for name in names)
 
 
 def _record(target: Path) -> dict[str, object] | None:
