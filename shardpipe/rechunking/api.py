@@ -33,6 +33,7 @@ from dask.delayed import Delayed
 from shardpipe.core.checks import check_json, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.memory import HOLD_SHARE
+from shardpipe.core.rechunk_plans import weigh_plans
 from shardpipe.core.source_blocks import (
     intermediate_chunks,
     read_block_shape,
@@ -155,6 +156,9 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
         )
 
     block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)
+    weighed = weigh_plans(
+        opened.shape, opened.dtype.itemsize, opened.read_unit, shard_shape, chunk_shape, budget
+    )
     cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
     straddling = straddles(block_shape, shard_shape, chunk_shape)
     held = one_pass_hold(write) if straddling else 0
@@ -212,9 +216,17 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
             held=held,
             one_pass=write if automatic and not resuming else None,
             stale=record if found is None else None,
+            weighed=weighed,
         )
     return RechunkJob(
-        opened, block_shape, cost, resumable(write), straddles=straddling, held=held, stale=record
+        opened,
+        block_shape,
+        cost,
+        resumable(write),
+        straddles=straddling,
+        held=held,
+        stale=record,
+        weighed=weighed,
     )
 
 

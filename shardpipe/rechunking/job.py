@@ -22,6 +22,7 @@ from dask.delayed import Delayed
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.memory import HOLD_SHARE
+from shardpipe.core.rechunk_plans import PlanChoice
 from shardpipe.core.source_blocks import ReadCost, blocks_read_cost
 from shardpipe.engine.progress import PassesBar
 from shardpipe.engine.reports import PassReport, WriteReport
@@ -79,6 +80,9 @@ class RechunkJob:
     one_pass : shardpipe.ShardedWrite or None
         For two passes chosen automatically (no ``temp_store`` given): the
         one-pass write, run instead where two passes cannot (``compute=False``).
+    weighed : PlanChoice or None
+        The plans the cost model weighed (:mod:`shardpipe.core.rechunk_plans`),
+        shown in the summary with the one it rates best.
     stale : dict or None
         The record of a copy an earlier two-pass rechunk left at the target
         (:mod:`~shardpipe.rechunking.copy_record`) that this job does not
@@ -97,6 +101,7 @@ class RechunkJob:
     held: int = 0
     one_pass: ShardedWrite | None = None
     stale: dict[str, Any] | None = None
+    weighed: PlanChoice | None = None
     _done: list[PassReport] = field(default_factory=list, repr=False, compare=False)
 
     def summary_rows(self) -> list[tuple[str, str]]:
@@ -110,8 +115,31 @@ class RechunkJob:
                 f"{cost.amplification:.2f}x) in Dask blocks of {self.block_shape}",
             ),
             ("intermediate", self._intermediate_row()),
+            *self._weighed_rows(),
             *self.write.summary_rows(),
         ]
+
+    def _weighed_rows(self) -> list[tuple[str, str]]:
+        """The plans the cost model weighed, and which it rates best against what runs."""
+        if self.weighed is None:
+            return []
+        budget = self.write.plan.max_mem
+        rows = [row for c in self.weighed.candidates for row in c.rows(budget)]
+        best = self.weighed.chosen
+        runs = self._kind()
+        said = f"{best.kind}, {self.weighed.reason}"
+        if best.kind != runs:
+            said += (
+                f"; this plan runs {runs}, chosen by the write plan's per-task memory and what "
+                "one pass holds between tasks (the rows above and below)"
+            )
+        return [*rows, ("model's choice", said)]
+
+    def _kind(self) -> str:
+        """Which of the model's ways this plan is."""
+        if self.intermediate is not None:
+            return "two passes"
+        return "one pass" if self.cost.amplification <= 1.0 else "one pass, smaller blocks"
 
     def _intermediate_row(self) -> str:
         budget = self.write.plan.max_mem

@@ -94,3 +94,19 @@ def test_one_bar_across_both_passes_through_the_command(
     # the command's report counts both passes
     assert f"pass 1 of 2 ({COPY}" in out and f"pass 2 of 2 ({WRITE}" in out
     assert_same(read_zarr(str(target)), data)
+
+
+def test_the_plan_shows_the_plans_weighed(tmp_path: Path) -> None:
+    source = tmp_path / "slabs.zarr"
+    zarr.create_array(source, shape=(64, 512, 512), chunks=(1, 512, 512), dtype="uint16")
+    job = shardpipe.plan_rechunk(
+        source, tmp_path / "out.zarr", shards=(64, 256, 256), chunks=(64, 64, 64), max_mem="16MB"
+    )
+    assert job.weighed is not None
+    shown = repr(job)
+    for candidate in job.weighed.candidates:
+        assert f"{candidate.kind}: blocks {candidate.block_shape}" in shown
+    assert "read and decoded" in shown and "requests" in shown
+    assert f"model's choice: {job.weighed.chosen.kind}, the cheapest that fits max_mem" in shown
+    if job.weighed.chosen.kind != "two passes":  # the planner keeps its own choice: it says so
+        assert "this plan runs two passes" in shown
