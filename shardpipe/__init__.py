@@ -49,13 +49,14 @@ from shardpipe.ome.report import OmeZarrReport
 from shardpipe.precomputed.api import to_neuroglancer_precomputed
 from shardpipe.precomputed.check import PrecomputedReport, ScaleReport
 from shardpipe.reading import open_array
-from shardpipe.rechunking.api import RechunkJob, plan_rechunk, rechunk
+from shardpipe.rechunking.api import plan_rechunk, rechunk
 from shardpipe.rechunking.group import (
     GroupRechunkJob,
     GroupRechunkReport,
     plan_group_rechunk,
     rechunk_group,
 )
+from shardpipe.rechunking.job import RechunkJob
 from shardpipe.write.api import cleanup, to_sharded_zarr
 from shardpipe.write.batch import RegionBatch, write_regions
 from shardpipe.write.job import ShardedWrite

@@ -161,6 +161,27 @@ def read_cost(shape: Shape, itemsize: int, read_unit: Shape, block_shape: Shape)
     )
 
 
+def blocks_read_cost(
+    shape: Shape,
+    itemsize: int,
+    read_unit: Shape,
+    block_shape: Shape,
+    blocks: Sequence[tuple[int, ...]],
+) -> ReadCost:
+    """What reading only the blocks of grid indices ``blocks`` costs (see :func:`read_cost`)."""
+    reads = nbytes = raw = 0
+    for index in blocks:
+        touched, extent, size = 1, 1, 1
+        for n, u, b, i in zip(shape, read_unit, block_shape, index, strict=True):
+            start, stop = i * b, min(n, (i + 1) * b)
+            first, last = start // u, (stop - 1) // u
+            touched *= last - first + 1
+            extent *= sum(min(n, (k + 1) * u) - k * u for k in range(first, last + 1))
+            size *= stop - start
+        reads, nbytes, raw = reads + touched, nbytes + extent * itemsize, raw + size * itemsize
+    return ReadCost(reads=reads, nbytes_read=nbytes, nbytes_source=raw)
+
+
 def straddles(block_shape: Shape, shard_shape: Shape, chunk_shape: Shape) -> bool:
     """Whether inner chunks cross block edges inside shards that several blocks feed.
 

@@ -1,8 +1,14 @@
-"""The progress bar of a write, over shards, bytes and waves.
+"""The progress bar of a write, over shards, bytes and waves, and one bar across passes.
 
 On a ``distributed`` client the bar advances as reports are gathered
 (:mod:`shardpipe.engine.streaming`); on Dask's local schedulers a scheduler
 callback advances it as publishing tasks end.
+
+A job of several passes (a two-pass rechunk) draws one :class:`PassesBar`
+whose total counts the steps of every pass (the blocks the copy stores,
+then the shards of the write) and whose description says which pass runs.
+While the job's last pass is :meth:`~PassesBar.carried`, the
+:class:`ShardBar` of its write advances that bar instead of drawing its own.
 """
 
 from __future__ import annotations
@@ -10,6 +16,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from dask.callbacks import Callback
@@ -37,6 +46,74 @@ def bar_class() -> Any:
     return console
 
 
+class PassesBar:
+    """One progress bar across the passes of a job: the steps of each, in order.
+
+    Its total is the steps of every pass (blocks copied, shards written);
+    its description says which pass runs (``"pass 1 of 2: copy"``). Drawn
+    with :func:`bar_class`; nothing when ``show`` is False.
+
+    Parameters
+    ----------
+    totals : sequence of int
+        Steps of each pass (for the last, the shards its write publishes).
+    names : sequence of str
+        What each pass does, for the description.
+    show : bool
+        Whether to show it.
+    """
+
+    def __init__(self, totals: list[int], names: list[str], show: bool) -> None:
+        self.bar = bar_class()(
+            total=sum(totals),
+            unit="step",
+            desc=f"pass 1 of {len(names)}: {names[0]}",
+            disable=not show,
+            dynamic_ncols=True,
+        )
+        self._names = names
+        self._totals = list(totals)
+        self._lock = threading.Lock()
+
+    def start_pass(self, number: int, steps: int | None = None) -> None:
+        """Show that pass ``number`` (from 1) runs; ``steps`` corrects its count when known.
+
+        A count is known once the pass is planned: the copy of a resumed
+        rechunk keeps some blocks, the write of the last pass may differ
+        from its plan's estimate.
+        """
+        with self._lock:
+            if steps is not None:  # the passes before this one are done: n counts them
+                self._totals[number - 1] = steps
+                self.bar.total = self.bar.n + sum(self._totals[number - 1 :])
+            self.bar.set_description_str(
+                f"pass {number} of {len(self._names)}: {self._names[number - 1]}", refresh=False
+            )
+            self.bar.refresh()
+
+    def advance(self, steps: int = 1) -> None:
+        """Count ``steps`` steps done (safe from several threads)."""
+        with self._lock:
+            self.bar.update(steps)
+
+    @contextmanager
+    def carried(self) -> Iterator[PassesBar]:
+        """While inside: the :class:`ShardBar` of a write made here advances this bar."""
+        token = _CARRIED.set(self)
+        try:
+            yield self
+        finally:
+            _CARRIED.reset(token)
+
+    def close(self) -> None:
+        """Draw the bar a last time and release it."""
+        self.bar.close()
+
+
+_CARRIED: ContextVar[PassesBar | None] = ContextVar("shardpipe_passes_bar", default=None)
+"""The bar of the passes of the job running in this context, if any."""
+
+
 class ShardBar:
     """A progress bar over the shards of a write, with bytes, waves and an ETA.
 
@@ -56,13 +133,19 @@ class ShardBar:
     """
 
     def __init__(self, total_shards: int, total_waves: int, show: bool) -> None:
-        self._bar = bar_class()(
-            total=total_shards,
-            unit="shard",
-            desc="shardpipe",
-            disable=not show,
-            dynamic_ncols=True,
-        )
+        passes = _CARRIED.get()
+        self._owned = passes is None
+        if passes is None:
+            self._bar = bar_class()(
+                total=total_shards,
+                unit="shard",
+                desc="shardpipe",
+                disable=not show,
+                dynamic_ncols=True,
+            )
+        else:
+            self._bar = passes.bar
+            self._bar.total = self._bar.n + total_shards
         self._lock = threading.Lock()
         self._nbytes = 0
         self._waves = 0
@@ -95,7 +178,8 @@ class ShardBar:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._bar.close()
+        if self._owned:
+            self._bar.close()
 
 
 class _LocalProgress(Callback):

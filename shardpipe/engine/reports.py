@@ -11,9 +11,72 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
+from shardpipe.core.display import (
+    ShowsSummary,
+    Summary,
+    format_bytes,
+    format_count,
+    format_nbytes,
+)
 from shardpipe.storage.base import Changes
 from shardpipe.storage.uploads import Ticket
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """What one pass of a job of several passes did (a two-pass rechunk).
+
+    Attributes
+    ----------
+    name : str
+        What the pass did (``"copy into the intermediate"``).
+    seconds : float
+        Its wall time.
+    reads : int
+        Source read units (chunks, or shards of a sharded source) it read
+        and decoded, counting a unit once per block that read it.
+    nbytes_read : int
+        Raw bytes of those reads.
+    nbytes_stored : int
+        Bytes it stored (for the copy: the intermediate's chunks).
+    location : str or None
+        Where it stored them (the intermediate copy's path or URL).
+    blocks : int
+        Blocks it copied.
+    blocks_kept : int
+        Blocks a killed run had copied already, kept by ``resume=True``.
+    removed : bool
+        Whether what it stored was deleted once the next pass ended.
+    """
+
+    name: str
+    seconds: float
+    reads: int = 0
+    nbytes_read: int = 0
+    nbytes_stored: int = 0
+    location: str | None = None
+    blocks: int = 0
+    blocks_kept: int = 0
+    removed: bool = False
+
+    def _what(self) -> str:
+        kept = f", {self.blocks_kept:,} kept from a killed run" if self.blocks_kept else ""
+        reads = f", {self.reads:,} reads ({format_bytes(self.nbytes_read)})" if self.reads else ""
+        return f"{self.name}: {self.seconds:.2f} s, {self.blocks:,} blocks{kept}{reads}"
+
+    def _where(self) -> str:
+        fate = "deleted" if self.removed else "kept"
+        return f"{format_bytes(self.nbytes_stored)} at {self.location} ({fate})"
+
+    def rows(self, label: str) -> list[tuple[str, str]]:
+        """Its lines in a report's summary: what it did, and where it stored what it did."""
+        rows = [(label, self._what())]
+        if self.location is not None:
+            rows.append(("stored", self._where()))
+        return rows
+
+    def __str__(self) -> str:
+        return self._what() + (f"; {self._where()}" if self.location is not None else "")
 
 
 @dataclass(frozen=True, repr=False)
@@ -48,6 +111,10 @@ class WriteReport(ShowsSummary):
     intermediate_nbytes : int
         For a rechunk in two passes: the bytes the first pass stored in the
         intermediate copy (deleted when the second pass ended).
+    passes : tuple of PassReport
+        For a job of several passes (a two-pass rechunk): what each pass did,
+        in order; ``seconds`` then covers them all, and the other fields
+        count the last pass's writes.
     changes : Changes or None
         What the tasks wrote into a transactional backend (an Icechunk
         session), still to be merged into it; ``None`` once merged. Adding
@@ -68,6 +135,7 @@ class WriteReport(ShowsSummary):
     shards_skipped: int = 0
     snapshot_id: str | None = None
     intermediate_nbytes: int = 0
+    passes: tuple[PassReport, ...] = ()
     changes: Changes | None = field(default=None, repr=False, compare=False)
     uploads: tuple[Ticket, ...] = field(default=(), repr=False, compare=False)
 
@@ -87,6 +155,7 @@ class WriteReport(ShowsSummary):
             retries=self.retries + other.retries,
             shards_skipped=self.shards_skipped + other.shards_skipped,
             intermediate_nbytes=self.intermediate_nbytes + other.intermediate_nbytes,
+            passes=self.passes + other.passes,
             changes=_merged(self.changes, other.changes),
             uploads=self.uploads + other.uploads,
         )
@@ -106,7 +175,9 @@ class WriteReport(ShowsSummary):
             rows.append(("complete already", f"{format_count(self.shards_skipped)} shard(s)"))
         if self.retries:
             rows.append(("storage retries", format_count(self.retries)))
-        if self.intermediate_nbytes:
+        for number, done in enumerate(self.passes, 1):
+            rows.extend(done.rows(f"pass {number} of {len(self.passes)}"))
+        if self.intermediate_nbytes and not self.passes:
             rows.append(("pass 1", f"{format_nbytes(self.intermediate_nbytes)} copied (deleted)"))
         if self.snapshot_id:
             rows.append(("snapshot", self.snapshot_id))
@@ -135,8 +206,11 @@ class WriteReport(ShowsSummary):
             + (
                 f"; pass 1 copied {format_nbytes(self.intermediate_nbytes)} into the "
                 "intermediate (deleted)"
-                if self.intermediate_nbytes
+                if self.intermediate_nbytes and not self.passes
                 else ""
+            )
+            + "".join(
+                f"; pass {n} of {len(self.passes)} ({p})" for n, p in enumerate(self.passes, 1)
             )
             + (f"; committed as snapshot {self.snapshot_id}" if self.snapshot_id else "")
         )

@@ -6,9 +6,11 @@ if sharded) and as large as the memory budget allows
 (:mod:`shardpipe.core.source_blocks`); the blocks go to the ordinary write plan,
 which writes whole shards where a block holds them, gathers encoded pieces
 where blocks straddle shards, and writes parts of shards as blocks are read.
-One pass, unless ``temp_store`` is given and the affordable blocks are
-thinner than the inner chunks: then two, through an intermediate copy
-(:mod:`shardpipe.rechunking.intermediate`).
+One pass, unless the affordable blocks are thinner than the inner chunks
+and ``temp_store`` is given or one pass would hold too much: then two,
+through an intermediate copy (:mod:`shardpipe.rechunking.intermediate`),
+which a resumed rechunk finds again by its record
+(:mod:`shardpipe.rechunking.copy_record`).
 
 What carries over from a Zarr source unless given: dtype, fill value,
 dimension names (Zarr v3 ``dimension_names``, or the ``_ARRAY_DIMENSIONS``
@@ -22,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Any, Unpack
 
 import dask.array as da
@@ -30,23 +31,22 @@ import zarr
 from dask.delayed import Delayed
 
 from shardpipe.core.checks import check_json, check_progress
-from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape
 from shardpipe.core.memory import HOLD_SHARE
+from shardpipe.core.rechunk_plans import weigh_plans
 from shardpipe.core.source_blocks import (
-    ReadCost,
     intermediate_chunks,
     read_block_shape,
     read_cost,
     straddles,
 )
-from shardpipe.engine.reports import WriteReport
-from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from shardpipe.errors import MemoryBudgetError
+from shardpipe.rechunking.copy_record import check_same_copy, copy_identity, read_copy_record
 from shardpipe.rechunking.intermediate import Intermediate
+from shardpipe.rechunking.job import RechunkJob
 from shardpipe.rechunking.memory import automatic_temp_store, one_pass_hold
 from shardpipe.rechunking.options import RECHUNK_PARAMETERS, RechunkOptions
 from shardpipe.rechunking.source import Source, open_source
-from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import (
     check_source_options,
     check_temp_store,
@@ -58,7 +58,7 @@ from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.resume import check_new_target, check_same_job, complete_shards
-from shardpipe.write.runner import Pass, PassReports, check_run, run_job
+from shardpipe.write.runner import check_run
 from shardpipe.write.transaction import snapshot_id_returned
 
 FIRST_BLOCK_SHARE = 2
@@ -84,174 +84,13 @@ def source_identity(source: Source) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class RechunkJob:
-    """A planned rechunk: how the source is read and the write job that writes the target.
-
-    Attributes
-    ----------
-    source : Source
-        What is read.
-    block_shape : tuple of int
-        The Dask blocks the source is read in.
-    cost : ReadCost
-        Reads, bytes read and read amplification.
-    write : shardpipe.ShardedWrite
-        The write of the blocks into the target (its plan, memory, tasks).
-    intermediate : Intermediate or None
-        For a two-pass rechunk: the copy, and how the first pass fills it
-        from ``origin``; ``source`` then stands for the copy.
-    origin : Source or None
-        What the first pass reads.
-    straddles : bool
-        Whether one pass gathers raw pieces of inner chunks across blocks.
-    replan : callable or None
-        Plans the second pass once the copy is written.
-    held : int
-        Bytes one pass would hold between its tasks
-        (:func:`~shardpipe.rechunking.memory.one_pass_hold`).
-    one_pass : shardpipe.ShardedWrite or None
-        For two passes chosen automatically (no ``temp_store`` given): the
-        one-pass write, run instead where two passes cannot (``compute=False``).
-    """
-
-    source: Source
-    block_shape: Shape
-    cost: ReadCost
-    write: ShardedWrite
-    intermediate: Intermediate | None = None
-    origin: Source | None = None
-    straddles: bool = False
-    replan: Callable[[Source, Shape], ShardedWrite] | None = None
-    held: int = 0
-    one_pass: ShardedWrite | None = None
-    _copied: list[int] = field(default_factory=list, repr=False, compare=False)
-
-    def summary_rows(self) -> list[tuple[str, str]]:
-        """The plan as ``(label, value)`` rows: the reads, then the write job's rows."""
-        cost = self.cost
-        return [
-            (
-                "read",
-                f"{self.source.name}: {cost.reads:,} reads of {self.source.read_unit} "
-                f"({format_bytes(cost.nbytes_read)}, read amplification "
-                f"{cost.amplification:.2f}x) in Dask blocks of {self.block_shape}",
-            ),
-            ("intermediate", self._intermediate_row()),
-            *self.write.summary_rows(),
-        ]
-
-    def _intermediate_row(self) -> str:
-        budget = self.write.plan.max_mem
-        held = f"{format_bytes(self.held)} between tasks"
-        if self.intermediate is not None:
-            why = (
-                f"; chosen because one pass would hold {held}, more than {HOLD_SHARE} x "
-                f"max_mem (pass temp_store= to place it)"
-                if self.one_pass is not None
-                else ""
-            )
-            return self.intermediate.describe() + why
-        if self.straddles:
-            over = self.held > HOLD_SHARE * budget
-            return (
-                "none: one pass; inner chunks straddle the blocks, so each shard is gathered "
-                f"from blocks read in order and held until its parts are written: {held}"
-                + (
-                    f", more than {HOLD_SHARE} x max_mem (temp_store= would copy through an "
-                    "intermediate in two passes instead)"
-                    if over
-                    else ""
-                )
-            )
-        return "none: one pass, encoded bytes only between tasks"
-
-    def __repr__(self) -> str:
-        return text_table("RechunkJob", self.summary_rows())
-
-    def _repr_html_(self) -> str:
-        return html_table("RechunkJob", self.summary_rows())
-
-    @property
-    def target(self) -> ResolvedStore:
-        """Where the rechunk writes."""
-        return self.write.target
-
-    def passes(self) -> list[Pass]:
-        """One pass, or two: the copy into the intermediate, then the target from the copy.
-
-        The second pass is planned on the copy once the first wrote it, and
-        deletes the copy when it ends. A failed pass deletes the copy only
-        when shardpipe chose the two passes (and so placed the copy).
-        """
-        if self.intermediate is None:
-            return [Pass("rechunk", lambda _: [self.write])]
-        assert self.origin is not None and self.replan is not None
-        inter, origin, replan = self.intermediate, self.origin, self.replan
-        copies: list[Source] = []
-        copied = self._copied
-        copied.clear()
-
-        def copy(progress: bool) -> list[ShardedWrite]:
-            written = inter.write(
-                origin.blocks(inter.block_shape), origin.fill_value, progress=progress
-            )
-            copies.append(Source(inter.store, written, inter.chunk_shape))
-            copied.append(written.nbytes_stored())
-            return []
-
-        def abandon(_: BaseException) -> None:
-            if self.one_pass is not None:  # a copy shardpipe placed: nobody else knows of it
-                inter.remove()
-
-        return [
-            Pass("copy into the intermediate", copy, abandon=abandon),
-            Pass(
-                "rechunk from the intermediate",
-                lambda _: [replan(copies[-1], self.block_shape)],
-                end=lambda _: inter.remove(),
-                abandon=abandon,
-            ),
-        ]
-
-    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> WriteReport:
-        """The report of the write of the target, over both passes when there are two."""
-        report = reports[-1][0]
-        if self.intermediate is not None:
-            report = replace(report, seconds=seconds, intermediate_nbytes=sum(self._copied))
-        return replace(report, snapshot_id=snapshot_id)
-
-    def execute(
-        self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
-    ) -> WriteReport:
-        """Run the rechunk; return what was written.
-
-        A two-pass rechunk copies the source into the intermediate first, then
-        writes the target from it, then deletes the copy. ``commit`` and
-        ``rebase`` are those of :meth:`shardpipe.ShardedWrite.execute` (Icechunk targets).
-        """
-        return run_job(self, progress=progress, commit=commit, rebase=rebase)
-
-    def to_delayed(self) -> Delayed:
-        """The rechunk as a Dask ``Delayed``; see :meth:`shardpipe.ShardedWrite.to_delayed`."""
-        if self.intermediate is not None:
-            if self.one_pass is not None:  # two passes were chosen, not asked for
-                return self.one_pass.to_delayed()
-            raise InvalidArgumentError(
-                "compute",
-                "a two-pass rechunk (temp_store) runs its passes one after the other",
-                "Use compute=True",
-            )
-        return self.write.to_delayed()
-
-
 @shares_parameters(RECHUNK_PARAMETERS)
 def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) -> RechunkJob:
     """Plan a rechunk of ``source`` into a sharded array at ``target``; write nothing.
 
     The parameters are those of :func:`rechunk` but ``progress``,
     ``compute``, ``commit`` and ``rebase``, which belong to running the job
-    (:meth:`RechunkJob.execute`). With ``resume``, the shards of the target
+    (:meth:`~shardpipe.RechunkJob.execute`). With ``resume``, the shards of the target
     that are complete (their index verifies) are found here and left out of
     the plan.
 
@@ -317,19 +156,27 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
         )
 
     block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)
+    weighed = weigh_plans(
+        opened.shape, opened.dtype.itemsize, opened.read_unit, shard_shape, chunk_shape, budget
+    )
     cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
     straddling = straddles(block_shape, shard_shape, chunk_shape)
     held = one_pass_hold(write) if straddling else 0
-    automatic = temp_store is None and straddling and not resume and held > HOLD_SHARE * budget
+    automatic = temp_store is None and straddling and held > HOLD_SHARE * budget
+    record = read_copy_record(resolved)  # of a two-pass rechunk that did not finish here
+    found = record if resume and record is not None else None
     if automatic:  # one pass would hold too much: two passes, the copy beside the target
-        temp_store = automatic_temp_store(resolved)
+        temp_store = found["store"] if found is not None else automatic_temp_store(resolved)
+
+    def resumable(write: ShardedWrite) -> ShardedWrite:
+        """``write``, keeping the shards an interrupted run of it completed (``resume``)."""
+        if not resuming:
+            return write
+        assert write.identity is not None
+        check_same_job(resolved, write.identity, resume)
+        return write.resumed(complete_shards(resolved, write.metadata, write.layout), resume)
+
     if temp_store is not None and straddling:
-        if resume:
-            raise InvalidArgumentError(
-                "resume",
-                "a two-pass rechunk (temp_store) starts again from the source",
-                "Leave resume out, or temp_store",
-            )
         inter_chunks = intermediate_chunks(
             opened.shape,
             block_shape,
@@ -338,6 +185,9 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
             opened.dtype.itemsize,
             block_nbytes=budget // FIRST_BLOCK_SHARE,
         )
+        identity = copy_identity(source_identity(opened), inter_chunks)
+        if found is not None:
+            check_same_copy(found, identity, None if automatic else os.fspath(temp_store))
         planned = Source("the intermediate copy", opened.array, inter_chunks, planned=True)
         second_blocks, second = _largest_fitting(planned, shard_shape, chunk_shape, budget, prepare)
         where = os.fspath(temp_store)
@@ -349,6 +199,9 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
             inter_chunks,
             block_shape,
             cost,
+            placed=found["placed"] if found is not None else automatic,
+            found=found["state"] if found is not None else None,
+            identity=identity,
         )
         second_cost = read_cost(opened.shape, opened.dtype.itemsize, inter_chunks, second_blocks)
         return RechunkJob(
@@ -359,15 +212,22 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
             inter,
             opened,
             straddling,
-            prepare,
+            lambda copy, blocks: resumable(prepare(copy, blocks)),
             held=held,
-            one_pass=write if automatic else None,
+            one_pass=write if automatic and not resuming else None,
+            stale=record if found is None else None,
+            weighed=weighed,
         )
-    if resuming:
-        assert write.identity is not None
-        check_same_job(resolved, write.identity, resume)
-        write = write.resumed(complete_shards(resolved, write.metadata, write.layout), resume)
-    return RechunkJob(opened, block_shape, cost, write, straddles=straddling, held=held)
+    return RechunkJob(
+        opened,
+        block_shape,
+        cost,
+        resumable(write),
+        straddles=straddling,
+        held=held,
+        stale=record,
+        weighed=weighed,
+    )
 
 
 def _largest_fitting(

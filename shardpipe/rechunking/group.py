@@ -34,7 +34,8 @@ from shardpipe.core.display import (
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
-from shardpipe.rechunking.api import RechunkJob, plan_rechunk
+from shardpipe.rechunking.api import plan_rechunk
+from shardpipe.rechunking.job import RechunkJob
 from shardpipe.rechunking.options import GROUP_PARAMETERS, GroupRechunkOptions
 from shardpipe.rechunking.source import open_source
 from shardpipe.storage.local.contained import contained

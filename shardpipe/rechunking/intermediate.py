@@ -9,12 +9,21 @@ unsharded Zarr v3 array whose chunks those blocks fill whole
 (:func:`~shardpipe.core.source_blocks.intermediate_chunks`); the second reads that
 copy in blocks of whole inner chunks, which are written part by part as they
 are read. The copy is deleted when the second pass succeeds.
+
+A killed first pass leaves the copy and its record
+(:mod:`shardpipe.rechunking.copy_record`); resumed, :meth:`Intermediate.write`
+keeps the blocks whose chunks are all stored and copies the others. That is
+sound where a chunk appears whole or not at all under its key: zarr-python
+writes a chunk on a local disk to a temporary file renamed over its key, and
+an object store's PUT is atomic. A block whose chunks are all fill value
+stores none, and is copied again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, cast
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
@@ -23,9 +32,9 @@ from dask.callbacks import Callback
 from zarr.codecs import ZstdCodec
 
 from shardpipe.core.display import format_bytes
-from shardpipe.core.grid import Shape
+from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.source_blocks import ReadCost
-from shardpipe.engine.progress import bar_class
+from shardpipe.engine.progress import PassesBar
 from shardpipe.engine.scheduler import distributed_client
 
 
@@ -45,6 +54,14 @@ class Intermediate:
         The blocks the first pass reads the source in.
     cost : ReadCost
         What the first pass reads.
+    placed : bool
+        Whether shardpipe chose the place (no ``temp_store`` given).
+    found : str or None
+        For ``resume=True``: what a killed run left there, by its record:
+        ``"copying"`` (a copy under way) or ``"copied"`` (complete).
+    identity : dict
+        What the copy is made of (:func:`~shardpipe.rechunking.copy_record.copy_identity`),
+        for its record.
     """
 
     store: str
@@ -52,65 +69,143 @@ class Intermediate:
     chunk_shape: Shape
     block_shape: Shape
     cost: ReadCost
+    placed: bool = False
+    found: Literal["copying", "copied"] | None = None
+    identity: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         """A line for the plan's summary."""
+        found = {
+            None: "",
+            "copied": "; resumed: the killed run's copy is complete, pass 1 is skipped",
+            "copying": "; resumed: the killed run's copy is partial, pass 1 keeps the blocks "
+            "whose chunks are all stored and copies the others",
+        }[self.found]
         return (
             f"{self.store}: {format_bytes(self.cost.nbytes_source)} raw in chunks "
             f"{self.chunk_shape}; pass 1 reads the source in blocks of {self.block_shape} "
             f"({self.cost.reads:,} reads, amplification {self.cost.amplification:.2f}x); "
-            "deleted afterwards"
+            f"deleted afterwards{found}"
         )
+
+    def open(self, shape: Shape, dtype: np.dtype[Any]) -> zarr.Array[Any] | None:
+        """The copy a killed run left, if it opens as this plan's (shape, dtype, chunks)."""
+        try:
+            copy = zarr.open_array(self.store, mode="r+", storage_options=self.storage_options)
+        except Exception:  # no zarr.json yet (killed first), or unreadable: copied again
+            return None
+        same = (copy.shape, copy.dtype, copy.chunks) == (shape, dtype, self.chunk_shape)
+        return copy if same and copy.shards is None else None
 
     def write(
-        self, blocks: da.Array, fill_value: Any, *, progress: bool = False
-    ) -> zarr.Array[Any]:
+        self,
+        blocks: da.Array,
+        fill_value: Any,
+        *,
+        bar: PassesBar | None = None,
+        resume: bool = False,
+    ) -> tuple[zarr.Array[Any], list[tuple[int, ...]]]:
         """Pass 1: copy the source's ``blocks`` (multiples of the chunks) into the copy.
 
-        With ``progress``, a bar over the blocks copied (on Dask's local
-        schedulers; on a ``distributed`` client, its dashboard shows them).
-        """
-        copy = zarr.create_array(
-            self.store,
-            shape=blocks.shape,
-            dtype=blocks.dtype,
-            chunks=self.chunk_shape,
-            compressors=ZstdCodec(level=1),
-            fill_value=fill_value,
-            overwrite=True,
-            storage_options=self.storage_options,
-        )
-        show = progress and distributed_client() is None
-        with _BlocksBar(blocks.npartitions, show):
-            da.store(blocks, cast(Any, copy), lock=False)
-        return copy
+        With ``resume``, a copy of this plan already there keeps the blocks
+        whose chunks are all stored (see the module's notes). With ``bar``,
+        advance it by one step per block copied (on Dask's local schedulers;
+        on a ``distributed`` client, its dashboard shows the blocks).
 
-    def remove(self) -> None:
-        """Delete the copy."""
+        Returns
+        -------
+        tuple of (zarr.Array, list of block indices)
+            The copy, and the blocks copied (all, unless some were kept).
+        """
+        copy = self.open(blocks.shape, blocks.dtype) if resume else None
+        todo = list(itertools.product(*(range(n) for n in blocks.numblocks)))
+        if copy is None:
+            copy = zarr.create_array(
+                self.store,
+                shape=blocks.shape,
+                dtype=blocks.dtype,
+                chunks=self.chunk_shape,
+                compressors=ZstdCodec(level=1),
+                fill_value=fill_value,
+                overwrite=True,
+                storage_options=self.storage_options,
+            )
+        else:
+            stored = self._stored_chunks()
+            todo = [i for i in todo if not self._chunks_of(blocks, i) <= stored]
+        kept = blocks.npartitions - len(todo)
+        if kept == 0:
+            sources: Any = blocks
+            targets: Any = copy
+            regions: Any = None
+        else:
+            sources = [blocks.blocks[i] for i in todo]
+            targets = [copy] * len(todo)
+            regions = [self._region(blocks, i) for i in todo]
+        if bar is not None:
+            bar.start_pass(1, len(todo))
+        if todo and (bar is None or distributed_client() is not None):
+            da.store(sources, targets, regions=regions, lock=False)
+        elif todo:
+            assert bar is not None
+            with _BlocksDone(bar):
+                da.store(sources, targets, regions=regions, lock=False)
+        return copy, todo
+
+    @staticmethod
+    def _region(blocks: da.Array, index: tuple[int, ...]) -> tuple[slice, ...]:
+        starts = [sum(c[:i]) for c, i in zip(blocks.chunks, index, strict=True)]
+        return tuple(
+            slice(s, s + c[i]) for s, c, i in zip(starts, blocks.chunks, index, strict=True)
+        )
+
+    def _chunks_of(self, blocks: da.Array, index: tuple[int, ...]) -> set[tuple[int, ...]]:
+        """The copy's chunks that block ``index`` fills (blocks are whole chunks)."""
+        region = self._region(blocks, index)
+        ranges = [
+            range(r.start // c, ceildiv(r.stop, c))
+            for r, c in zip(region, self.chunk_shape, strict=True)
+        ]
+        return set(itertools.product(*ranges))
+
+    def _stored_chunks(self) -> set[tuple[int, ...]]:
+        """Coordinates of the chunks stored in the copy (keys ``c/i/j/...``)."""
         import fsspec
 
         fs, path = fsspec.core.url_to_fs(self.store, **(self.storage_options or {}))
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+        root = f"{path.rstrip('/')}/c"
+        found = set()
+        for key in fs.find(root):
+            parts = key[len(root) :].strip("/").split("/")
+            if all(p.isdigit() for p in parts):
+                found.add(tuple(int(p) for p in parts))
+        return found
+
+    def remove(self) -> None:
+        """Delete the copy."""
+        remove_copy(self.store, self.storage_options)
 
 
-class _BlocksBar(Callback):
-    """A progress bar over the blocks the first pass stores into the copy."""
+def remove_copy(store: str, storage_options: dict[str, Any] | None) -> None:
+    """Delete the copy at ``store`` (a path or URL), if it is there."""
+    import fsspec
 
-    def __init__(self, total: int, show: bool) -> None:
+    fs, path = fsspec.core.url_to_fs(store, **(storage_options or {}))
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+class _BlocksDone(Callback):
+    """Advances the passes' bar as the first pass stores blocks into the copy."""
+
+    def __init__(self, bar: PassesBar) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.bar = bar_class()(
-            total=total, unit="block", desc="pass 1 of 2: copy", disable=not show
-        )
+        self.bar = bar
 
     def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
         name = key[0] if isinstance(key, tuple) else str(key)
         if name.startswith("store-map"):
-            self.bar.update(1)
-
-    def __exit__(self, *exc: object) -> None:
-        super().__exit__(*exc)  # type: ignore[no-untyped-call]
-        self.bar.close()
+            self.bar.advance()
 
 
 def placeholder(shape: Shape, dtype: np.dtype[Any], block_shape: Shape) -> da.Array:

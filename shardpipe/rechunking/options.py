@@ -67,12 +67,16 @@ RECHUNK_PARAMETERS = ARRAY_PARAMETERS | SharedParameters(
         codecs and attributes, as the job record saved beside ``zarr.json``
         (just before it, so before the first shard) shows; else an error
         (``"force"`` skips the source comparison). Without a target, a fresh
-        start. See :mod:`shardpipe.write.resume`.
+        start. See :mod:`shardpipe.write.resume`. A two-pass rechunk also
+        carries on its intermediate copy, found by its record in the target's
+        job folder (:mod:`shardpipe.rechunking.copy_record`): a complete copy
+        is used as it is, a partial one keeps its complete blocks.
     source_storage_options : dict, optional
         fsspec options for the source.
     temp_store : str or os.PathLike, optional
         Where a two-pass rechunk may keep an intermediate copy (a path or
-        URL that does not exist yet; deleted afterwards). Used only when the
+        URL that does not exist yet; deleted afterwards, kept by a killed run
+        for ``resume``). Used only when the
         blocks that fit ``max_mem`` are thinner than the inner chunks
         (:mod:`shardpipe.rechunking.intermediate` says why); the plan says which.
     """,

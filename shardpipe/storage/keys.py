@@ -7,8 +7,9 @@ here, once:
   the job marker, claims, undo records, job records and staging areas (see
   :mod:`shardpipe.journal`);
 * :data:`STAGING_DIR`, :data:`WRITE_RECORD`, :data:`MIGRATION_MARKER`,
-  :data:`MIGRATION_STAGING` and :data:`PRECOMPUTED_UNFINISHED` are the keys
-  under it that writes, migrations and precomputed writes use;
+  :data:`MIGRATION_STAGING`, :data:`PRECOMPUTED_UNFINISHED` and
+  :data:`INTERMEDIATE_RECORD` are the keys under it that writes, migrations,
+  precomputed writes and two-pass rechunks use;
 * :data:`TEMPORARY_SUFFIX` ends the names of the temporary files a
   file-system backend writes beside a key before it renames them.
 
@@ -41,6 +42,9 @@ MIGRATION_STAGING = f"{JOB_DIR}/migrate-staging"
 
 PRECOMPUTED_UNFINISHED = f"{JOB_DIR}/precomputed-write.json"
 """Key, relative to a precomputed volume, of the marker of a write not yet finished."""
+
+INTERMEDIATE_RECORD = f"{JOB_DIR}/intermediate.json"
+"""Key, relative to a rechunk's target, of the record of its intermediate copy (two passes)."""
 
 TEMPORARY_SUFFIX = ".shardpipe-tmp"
 """End of the names of the temporary files a ``put`` writes beside its key."""

@@ -1,0 +1,89 @@
+"""The plans a rechunk weighs: the choice fits ``max_mem`` and is near the cheapest there is."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from shardpipe.core.rechunk_plans import (
+    BLOCK_COPIES,
+    gathered_blocks,
+    one_pass_cost,
+    two_pass_cost,
+    weigh_plans,
+)
+
+FACTOR = 1.5
+"""The chosen plan's modelled cost is at most this times the cheapest fitting plan's."""
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> tuple[tuple[int, ...], ...]:
+    """Shape, read unit, shard and inner chunk of small arrays (brute force stays cheap)."""
+    ndim = draw(st.integers(1, 3))
+    shape, unit, shard, chunk = [], [], [], []
+    for _ in range(ndim):
+        c = draw(st.integers(1, 6))
+        s = c * draw(st.integers(1, 3))
+        n = draw(st.integers(1, 3 * s + 2))
+        shape.append(n)
+        unit.append(draw(st.integers(1, n)))
+        shard.append(s)
+        chunk.append(c)
+    return tuple(shape), tuple(unit), tuple(shard), tuple(chunk)
+
+
+def _brute_force(shape, itemsize, unit, shard, chunk, max_mem):  # type: ignore[no-untyped-def]
+    """Every one-pass block shape, and two passes from every unit-aligned block."""
+    found = []
+    for block in itertools.product(*(range(1, n + 1) for n in shape)):
+        found.append(one_pass_cost(shape, itemsize, unit, shard, chunk, block))
+        aligned = all(b % u == 0 or b == n for b, u, n in zip(block, unit, shape, strict=True))
+        if aligned and gathered_blocks(shape, block, shard, chunk):
+            two = two_pass_cost(shape, itemsize, unit, shard, chunk, block, max_mem)
+            found.append(two.cost)
+    return [cost for cost in found if cost.memory <= max_mem]
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts(), st.sampled_from([1, 2, 4]), st.integers(0, 1 << 12))
+def test_the_chosen_plan_fits_and_is_near_the_cheapest(layout, itemsize, extra) -> None:  # type: ignore[no-untyped-def]
+    shape, unit, shard, chunk = layout
+    assume(math.prod(shape) <= 4096)
+    # a task encodes whole inner chunks: a budget below one cannot be met by any plan
+    max_mem = BLOCK_COPIES * math.prod(chunk) * itemsize + extra
+    choice = weigh_plans(shape, itemsize, unit, shard, chunk, max_mem)
+    assert choice.chosen in choice.candidates
+    assert choice.chosen.fits(max_mem), choice
+    fitting = _brute_force(shape, itemsize, unit, shard, chunk, max_mem)
+    best = min(cost.total for cost in fitting)
+    assert choice.chosen.cost.total <= FACTOR * best, (choice, best)
+    # and it is the cheapest of the plans it weighed that fit
+    weighed = [c.cost.total for c in choice.candidates if c.fits(max_mem)]
+    assert choice.chosen.cost.total == min(weighed)
+
+
+def test_slabs_into_cubes_under_a_small_budget() -> None:
+    mib = 1 << 20
+    choice = weigh_plans((64, 512, 512), 2, (1, 512, 512), (64, 256, 256), (64, 64, 64), 16 * mib)
+    kinds = [c.kind for c in choice.candidates]
+    assert kinds == ["one pass", "one pass, smaller blocks", "two passes"]
+    one, smaller, two = choice.candidates
+    # reading each slab once in one pass gathers too many slabs for the budget
+    assert not one.fits(16 * mib) and smaller.fits(16 * mib) and two.fits(16 * mib)
+    assert one.cost.nbytes_read == 64 * 512 * 512 * 2
+    assert smaller.cost.nbytes_read > one.cost.nbytes_read  # read amplification
+    assert two.cost.nbytes_encoded == 2 * one.cost.nbytes_encoded  # every byte twice
+    assert two.intermediate_chunks is not None and two.second_blocks is not None
+    assert choice.chosen.cost.total == min(smaller.cost.total, two.cost.total)
+    assert "one pass would hold" in choice.reason
+
+
+@pytest.mark.parametrize("max_mem", [1 << 30, 1 << 28])
+def test_with_room_one_pass_wins(max_mem: int) -> None:
+    choice = weigh_plans((64, 512, 512), 2, (1, 512, 512), (64, 256, 256), (64, 64, 64), max_mem)
+    assert choice.chosen.kind == "one pass" and choice.chosen.cost.nbytes_read == 64 * 512 * 512 * 2
