@@ -304,7 +304,7 @@ def cast_source(arr: Any, target: np.dtype[Any], rule: CastRule, parameter: str)
     if isinstance(arr, da.Array):
         if rule == "safe":
             return arr.astype(target)
-        return arr.map_blocks(cast_checked, target, parameter, dtype=target)
+        return da.map_blocks(cast_checked, arr, target, parameter, dtype=target)
     values = np.asarray(arr)
     if rule == "safe":
         return values.astype(target)
