@@ -190,18 +190,23 @@ def auto_factors(
     shape: Shape,
     downsampled: Sequence[bool],
     voxel_size: Sequence[float],
-    shard_shape: Shape,
+    chunk_shape: Shape,
     *,
     max_levels: int = MAX_AUTO_LEVELS,
 ) -> list[Shape]:
-    """The default pyramid: halve the fine axes until a level fits in one shard.
+    """The default pyramid: halve the fine axes until a level fits in one inner chunk.
 
     At each level, an axis that may be downsampled (``downsampled``) and is
-    longer than one voxel is halved when its voxel size is within a factor
-    two of the finest such axis: an anisotropic volume (``z`` voxels four
-    times ``x``'s, say) is halved in ``x`` and ``y`` only until its voxels
-    are near cubes, then in all three. Levels are added while the level
-    before spans more than one shard along an axis that can still be halved.
+    longer than level 0's inner chunk along it is halved when its voxel size
+    is within a factor two of the finest such axis: an anisotropic volume
+    (``z`` voxels four times ``x``'s, say) is halved in ``x`` and ``y`` only
+    until its voxels are near cubes, then in all three; a thin axis that one
+    chunk already spans (60 ``z`` planes of a 700 x 500 image) is left whole.
+    Levels are added while the level before spans more than one inner chunk
+    along an axis that can be halved, as OME-Zarr viewers expect: a level
+    small enough to show whole at the coarsest zoom, read in one request.
+    A shard may hold a whole level (shards are about 256 MiB), so stopping
+    at one shard would leave most images with no pyramid at all.
 
     Returns
     -------
@@ -214,11 +219,9 @@ def auto_factors(
     out: list[Shape] = []
     while len(out) < max_levels:
         current = level_shape(shape, factor)
-        halvable = [d for d in range(ndim) if downsampled[d] and current[d] > 1]
+        halvable = [d for d in range(ndim) if downsampled[d] and current[d] > chunk_shape[d]]
         if not halvable:
-            break
-        if all(current[d] <= shard_shape[d] for d in halvable):
-            break  # the level fits in one shard along every axis that could shrink
+            break  # the level fits in one inner chunk along every axis that could shrink
         finest = min(size[d] for d in halvable)
         step = [2 if d in halvable and size[d] < 2 * finest else 1 for d in range(ndim)]
         factor = tuple(f * s for f, s in zip(factor, step, strict=True))

@@ -70,7 +70,8 @@ _OWN = SharedParameters(
         (``[2, 4, 8]``), dicts name axes (``[{"y": 2, "x": 2}, {"z": 2,
         "y": 4, "x": 4}]``: anisotropic). Default: halve the space axes
         whose voxels are within a factor two of the finest (so anisotropic
-        volumes become isotropic first) until a level fits one shard.
+        volumes become isotropic first) while they are longer than an
+        inner chunk, until a level fits one inner chunk.
         Bounded: at most 63 levels after level 0, and along each axis a
         level's step from the one before no larger than that level is (a
         factor below twice the axis's length; none once an axis is one

@@ -349,7 +349,7 @@ def prepare_ome_zarr(
         factors = scale_factors_param(scale_factors, picture.axes, shape)
         if factors is None:
             factors = auto_factors(
-                shape, [a.is_space for a in picture.axes], picture.scale, shard_shape
+                shape, [a.is_space for a in picture.axes], picture.scale, chunk_shape
             )
         frame = ImageFrame(
             picture.axes,

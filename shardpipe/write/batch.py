@@ -19,7 +19,8 @@ rolls back a shard left mid-update, and running the same batch again
 completes it (a batch writes absolute values, so repeating it is harmless).
 
 Everything is checked before the marker is taken: every region inside the
-array, every data array of its region's shape and the array's dtype.
+array, every data array of its region's shape, of the array's dtype or cast
+to it where its values fit (:mod:`shardpipe.core.value_casts`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from shardpipe.write.prepare import memory_model
 from shardpipe.write.transaction import check_writable
 from shardpipe.write.update_target import (
     ExistingArray,
+    cast_source,
+    check_castable,
     check_strategy,
     check_strategy_possible,
     read_metadata,
@@ -81,7 +84,8 @@ def write_regions(
         ``region``: a tuple of slices, one per dimension (``None`` bounds
         allowed, negative bounds count from the end, step 1), inside the
         array. ``data``: a NumPy array (or anything ``numpy.asarray``
-        takes) of the region's shape and the array's dtype.
+        takes) of the region's shape, of the array's dtype or one cast to
+        it where every value fits (``int64`` values 0..65535 into ``uint16``).
     store : str, pathlib.Path, zarr Store or mapping
         Where the array lives (as for :func:`~shardpipe.to_sharded_zarr`).
     path : str, optional
@@ -308,18 +312,13 @@ class _BatchTarget:
                 f"the data has {len(data.shape)} dimension(s), the array {len(shape)} {shape}",
                 "Give data of the region's shape",
             )
-        if np.dtype(data.dtype) != self.dtype:
-            raise InvalidArgumentError(
-                parameter,
-                f"the data's dtype {np.dtype(data.dtype)} is not the array's {self.dtype}",
-                f"Convert it first, e.g. data.astype({str(self.dtype)!r})",
-            )
+        cast = check_castable(data.dtype, self.dtype, parameter)
         try:
             offset = region_offset(region, shape, tuple(data.shape))
         except InvalidArgumentError as err:
             raise InvalidArgumentError(region_parameter, err.problem, err.fix) from None
         box = tuple((o, o + n) for o, n in zip(offset, data.shape, strict=True))
-        return box, np.asarray(data)
+        return box, cast_source(np.asarray(data), self.dtype, cast, parameter)
 
     def job(self, boxes: list[Box], data: list[np.ndarray]) -> RegionBatchJob:
         """The job writing the checked pairs."""

@@ -137,7 +137,10 @@ ARRAY_PARAMETERS = SharedParameters(
         array is kept: inner chunks the box covers partly are read, merged
         and re-encoded; untouched ones are never decoded. Layout and codec
         arguments, left out, are the existing array's; given, they must
-        match it.
+        match it. A source of another dtype is cast where no value changes:
+        safe casts, and integers into other integer types or numbers into a
+        narrower float when each value fits (NumPy data checked whole before
+        anything is written, Dask blocks as they are computed).
     append_dim : int or str, optional
         Grow the existing array along this axis (a number, or a name of its
         ``dimension_names``) by the source's length and

@@ -65,6 +65,8 @@ from shardpipe.write.update_target import (
     ExistingArray,
     append_axis,
     appended_shape,
+    cast_source,
+    check_castable,
     check_source_dtype,
     check_strategy_possible,
     check_unchanged_settings,
@@ -318,7 +320,8 @@ def _prepare_update(
         )
     check_no_other_job(target, None, f"write into the array ({parameter})")
     metadata, version = read_metadata(target, parameter)
-    check_source_dtype(arr.dtype, metadata)
+    dtype = metadata.dtype.to_native_dtype()
+    cast = check_castable(arr.dtype, dtype, "arr")
     check_unchanged_settings(metadata, **settings)
     old_shape = tuple(metadata.shape)
     if region is not None:
@@ -330,9 +333,10 @@ def _prepare_update(
         grown = metadata.update_shape(shape)
     layout = layout_of(grown or metadata)
     if type(arr) in (np.ndarray, np.memmap):  # an update runs now: views, not a copy
-        array = views_in_blocks(arr, layout.shard_shape, f"array-{uuid.uuid4().hex}")
+        values = cast_source(arr, dtype, cast, "arr")  # checked whole before a byte is written
+        array = views_in_blocks(values, layout.shard_shape, f"array-{uuid.uuid4().hex}")
     else:
-        array = as_dask_array(arr, layout.shard_shape)
+        array = cast_source(as_dask_array(arr, layout.shard_shape), dtype, cast, "arr")
     check_source_is_not_target(array, target)
     check_store_reachable(array, target)
     store = target.shards

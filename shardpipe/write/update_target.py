@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dask.array as da
 import numpy as np
 
 from shardpipe import advice
@@ -18,6 +19,7 @@ from shardpipe.core.checks import is_integer
 from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.core.shard_update import STRATEGIES
+from shardpipe.core.value_casts import CastRule, cast_checked, cast_rule
 from shardpipe.errors import InvalidArgumentError, ShardFormatError
 from shardpipe.internals.zarr_core import ArrayV3Metadata, default_buffer_prototype
 from shardpipe.storage.base import ObjectVersion, ShardStore
@@ -268,6 +270,44 @@ def check_source_dtype(dtype: np.dtype[Any], metadata: ArrayV3Metadata) -> None:
             f"dtype {np.dtype(dtype)} does not match the existing array's {target}",
             f"Convert the source first, e.g. arr.astype({str(target)!r})",
         )
+
+
+def check_castable(dtype: Any, target: np.dtype[Any], parameter: str) -> CastRule:
+    """How data of ``dtype`` goes into an array of ``target``, or a refusal naming ``parameter``.
+
+    See :mod:`shardpipe.core.value_casts`: equal dtypes, safe casts, and casts
+    whose values are checked (integers into integers, into narrower floats).
+    """
+    rule = cast_rule(np.dtype(dtype), target)
+    if rule is None:
+        raise InvalidArgumentError(
+            parameter,
+            f"the data's dtype {np.dtype(dtype)} cannot be cast to the array's {target} "
+            "without changing values",
+            f"Convert it first, e.g. data.astype({str(target)!r})",
+        )
+    return rule
+
+
+def cast_source(arr: Any, target: np.dtype[Any], rule: CastRule, parameter: str) -> Any:
+    """``arr`` (NumPy or Dask) as ``target``, by ``rule`` (:func:`check_castable`).
+
+    Data in memory is checked whole, here, before anything is written. A
+    Dask array is not computed twice: each block is checked where it is
+    computed, in the task that writes its shard, so a value out of range
+    fails the write before that shard is written (shards written before it
+    keep the new values; each is whole).
+    """
+    if rule == "same":
+        return arr
+    if isinstance(arr, da.Array):
+        if rule == "safe":
+            return arr.astype(target)
+        return da.map_blocks(cast_checked, arr, target, parameter, dtype=target)
+    values = np.asarray(arr)
+    if rule == "safe":
+        return values.astype(target)
+    return cast_checked(values, target, parameter)
 
 
 def check_unchanged_settings(metadata: ArrayV3Metadata, **given: Any) -> None:

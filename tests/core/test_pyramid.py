@@ -92,20 +92,24 @@ def test_steps_are_the_ratios_of_consecutive_factors() -> None:
 
 
 @pytest.mark.parametrize(
-    ("shape", "space", "voxel", "shard", "expected"),
+    ("shape", "space", "voxel", "chunk", "expected"),
     [
-        # isotropic: halve all three until a level fits one shard
+        # isotropic: halve all three until a level fits one inner chunk
         ((512, 512, 512), (True,) * 3, (1, 1, 1), (128, 128, 128), [(2, 2, 2), (4, 4, 4)]),
-        # z voxels four times coarser: halve y, x until near cubes, then all
+        # z voxels four times coarser: halve y, x until near cubes, then all, each axis
+        # while it is longer than its chunk (a z of one chunk is never halved)
         ((64, 1024, 1024), (True,) * 3, (4, 1, 1), (64, 128, 128),
-         [(1, 2, 2), (1, 4, 4), (2, 8, 8)]),
+         [(1, 2, 2), (1, 4, 4), (1, 8, 8)]),
         ((256, 1024, 1024), (True,) * 3, (4, 1, 1), (64, 128, 128),
-         [(1, 2, 2), (1, 4, 4), (2, 8, 8), (4, 16, 16)]),
+         [(1, 2, 2), (1, 4, 4), (2, 8, 8), (4, 8, 8)]),
         # time and channel axes are never halved
         ((10, 3, 100, 100), (False, False, True, True), (1, 1, 1, 1), (1, 1, 64, 64),
          [(1, 1, 2, 2)]),
-        # already one shard: no pyramid
+        # already one chunk: no pyramid
         ((10, 20), (True, True), (1, 1), (16, 32), []),
+        # a thin z that one chunk spans stays whole while y and x are halved
+        ((2, 60, 700, 500), (False, True, True, True), (1, 1, 1, 1), (1, 60, 128, 64),
+         [(1, 1, 2, 2), (1, 1, 4, 4), (1, 1, 8, 8)]),
         # an axis of one voxel is done
         ((1, 4096), (True, True), (1, 1), (1, 1024), [(1, 2), (1, 4)]),
     ],
@@ -114,10 +118,10 @@ def test_auto_factors_table(
     shape: tuple[int, ...],
     space: tuple[bool, ...],
     voxel: tuple[float, ...],
-    shard: tuple[int, ...],
+    chunk: tuple[int, ...],
     expected: list[tuple[int, ...]],
 ) -> None:
-    assert auto_factors(shape, space, voxel, shard) == expected
+    assert auto_factors(shape, space, voxel, chunk) == expected
 
 
 @settings(max_examples=80, deadline=None)
@@ -126,24 +130,24 @@ def test_auto_factors_table(
     st.lists(st.floats(0.1, 10), min_size=4, max_size=4),
     st.lists(st.integers(1, 512), min_size=4, max_size=4),
 )
-def test_auto_factors_stop_at_one_shard_and_form_a_chain(
-    shape: list[int], voxel: list[float], shard: list[int]
+def test_auto_factors_stop_at_one_chunk_and_form_a_chain(
+    shape: list[int], voxel: list[float], chunk: list[int]
 ) -> None:
     ndim = len(shape)
-    factors = auto_factors(tuple(shape), (True,) * ndim, voxel[:ndim], tuple(shard[:ndim]))
+    factors = auto_factors(tuple(shape), (True,) * ndim, voxel[:ndim], tuple(chunk[:ndim]))
     check_factors(factors, tuple(shape))  # a chain of multiples, each window within its level
     levels = [tuple(shape), *(level_shape(tuple(shape), f) for f in factors)]
-    # every level but the last spans more than one shard along an axis that can shrink
+    # every level but the last spans more than one chunk along some axis
     for before in levels[:-1]:
-        assert any(n > s and n > 1 for n, s in zip(before, shard, strict=False))
+        assert any(n > c for n, c in zip(before, chunk, strict=False))
     last = levels[-1]
-    assert all(n <= s or n == 1 for n, s in zip(last, shard, strict=False)) or len(factors) == 16
-    # each step halves some axes, those within a factor two of the finest voxels
+    assert all(n <= c for n, c in zip(last, chunk, strict=False)) or len(factors) == 16
+    # each step halves the axes longer than a chunk within a factor two of the finest voxels
     size = list(voxel[:ndim])
     before_factor = (1,) * ndim
     for factor, level in zip(factors, levels, strict=False):
         step = [a // b for a, b in zip(factor, before_factor, strict=True)]
-        halvable = [d for d in range(ndim) if level[d] > 1]
+        halvable = [d for d in range(ndim) if level[d] > chunk[d]]
         finest = min(size[d] for d in halvable)
         assert step == [2 if d in halvable and size[d] < 2 * finest else 1 for d in range(ndim)]
         size = [v * s for v, s in zip(size, step, strict=True)]

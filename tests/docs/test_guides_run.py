@@ -5,17 +5,22 @@ A new user pastes a page's blocks, in order, into one Python session (the
 run ``shardpipe``), in an empty folder. Each test does exactly that in a fresh
 child process whose working directory is a new temporary folder: the Python
 blocks run one after another in one namespace, and the command lines run, between
-them in page order, through the installed ``shardpipe`` entry point in the same
-folder. A failure names the page, the block, its line and the error.
+them in page order, through ``bash`` with the installed ``shardpipe`` entry point
+first on the ``PATH``, in the same folder. A Python block whose first line names a
+file (``# conftest.py``, ``# test_my_pipeline.py``) is that file: it is written to
+the folder, and a ``test_*.py`` file is then run by pytest there. A failure names
+the page, the block, its line and the error.
 
 A block that cannot run as pasted (a signature, a sketch that needs a cluster)
 is preceded by ``<!-- not run: why -->``; a page may have at most
-:data:`MAX_NOT_RUN` of them, each saying why. Pages that write to ``s3://`` get
-the moto server of ``shardpipe.testing.s3`` through ``AWS_ENDPOINT_URL`` and
-fake credentials in the child's environment, and the buckets they name are
-created first and removed afterwards.
+:data:`MAX_NOT_RUN` of them, each saying why.
 
-``docs/guides/s3.md`` and ``docs/guides/performance.md`` are not run here.
+Pages that name object-store URLs run against the session's emulators, reached as
+each client reaches a server from its environment: ``s3://`` the moto server of
+``shardpipe.testing.s3`` through ``AWS_ENDPOINT_URL`` and fake credentials,
+``gs://`` fake-gcs-server through ``STORAGE_EMULATOR_HOST``, ``az://`` Azurite
+through ``AZURE_STORAGE_CONNECTION_STRING``. The buckets and containers a page names
+are created first and removed afterwards.
 """
 
 from __future__ import annotations
@@ -23,24 +28,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import boto3
 import pytest
 
 from tests.support import REPOSITORY
 
 DOCS = REPOSITORY / "docs"
-EXCLUDED = {"s3.md", "performance.md"}
-PAGES = [DOCS / "getting-started.md"] + [
-    page
-    for page in sorted((DOCS / "guides").glob("*.md"))
-    if page.name not in EXCLUDED and not page.name.startswith("cloud-storage")
-]
+PAGES = [DOCS / "getting-started.md", *sorted((DOCS / "guides").glob("*.md"))]
 PYTHON = {"python", "py", "python3"}
 SHELL = {"bash", "console", "sh", "shell"}
 MAX_NOT_RUN = 2
@@ -51,7 +51,13 @@ FENCE = re.compile(
     re.M | re.S,
 )
 NOT_RUN = re.compile(r"<!--\s*not run:(?P<why>[^>]*)-->\s*\Z")
-BUCKET = re.compile(r"\bs3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])\b")
+FILE_NAME = re.compile(r"\A#\s*(?P<name>[\w-]+\.py)[ \t]*\n")
+NAME = r"([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])\b"
+BUCKETS = {
+    "s3": re.compile(r"\bs3://" + NAME),
+    "gcs": re.compile(r"\bgcs?://" + NAME),
+    "azure": re.compile(r"\b(?:az|abfss?)://" + NAME),
+}
 
 
 @dataclass(frozen=True)
@@ -65,11 +71,14 @@ class Block:
     not_run: str | None
 
     def steps(self) -> list[dict[str, object]]:
-        """What the block runs: its code, or the ``shardpipe`` command lines it holds."""
+        """What the block runs: its code, the file it is, or its ``shardpipe`` command lines."""
         where = {"block": self.number, "line": self.line}
         if self.not_run is not None:
             return []
         if self.lang in PYTHON:
+            named = FILE_NAME.match(self.code)
+            if named:
+                return [{**where, "file": named["name"], "text": self.code}]
             return [{**where, "python": self.code}]
         if self.lang not in SHELL:
             return []
@@ -79,7 +88,7 @@ class Block:
             line = line.strip()
             line = line.removeprefix("$ ")
             if line.startswith("shardpipe "):
-                commands.append({**where, "shell": shlex.split(line)})
+                commands.append({**where, "shell": line})
         return commands
 
 
@@ -104,11 +113,18 @@ def blocks(page: Path) -> list[Block]:
 
 
 DRIVER = r"""
-import json, subprocess, sys, time, traceback
+import json, pathlib, subprocess, sys, time, traceback
 
 steps = json.load(open(sys.argv[1]))
-entry_point = sys.argv[2]
 namespace = {"__name__": "__main__"}
+
+
+def fail(where, done, what):
+    print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
+    print(f"FAILED {where}: {what} exited {done.returncode}", file=sys.stderr)
+    sys.exit(1)
+
+
 for step in steps:
     where = f"block {step['block']} (line {step['line']})"
     start = time.monotonic()
@@ -119,30 +135,113 @@ for step in steps:
             traceback.print_exc()
             print(f"FAILED {where}", file=sys.stderr)
             sys.exit(1)
+    elif "file" in step:
+        pathlib.Path(step["file"]).write_text(step["text"])
+        if step["file"].startswith("test_"):
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", step["file"]]
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode != 0:
+                fail(where, done, f"pytest {step['file']}")
+            print(f"{where}: pytest {step['file']}: {done.stdout.strip().splitlines()[-1]}")
     else:
-        argv = [entry_point, *step["shell"][1:]]
-        done = subprocess.run(argv, capture_output=True, text=True)
+        done = subprocess.run(["bash", "-c", step["shell"]], capture_output=True, text=True)
         if done.returncode != 0:
-            print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
-            print(f"FAILED {where}: {' '.join(step['shell'])} exited {done.returncode}",
-                  file=sys.stderr)
-            sys.exit(1)
+            fail(where, done, step["shell"])
     print(f"{where}: {time.monotonic() - start:.1f} s")
 print("ALL RAN")
 """
 
 
-def _empty_and_delete(client: object, bucket: str) -> None:
-    for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):  # type: ignore[attr-defined]
-        client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])  # type: ignore[attr-defined]
-    for listing in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):  # type: ignore[attr-defined]
+def stores_named(steps: list[dict[str, object]]) -> dict[str, list[str]]:
+    """The buckets and containers the steps name, by kind of store (``s3``, ``gcs``, ``azure``)."""
+    code = json.dumps(steps)
+    return {kind: sorted(set(found.findall(code))) for kind, found in BUCKETS.items()}
+
+
+def page_param(page: Path) -> object:
+    """``page`` as a test parameter, marked with the emulators it needs."""
+    steps = [step for block in blocks(page) for step in block.steps()]
+    marks = [getattr(pytest.mark, kind) for kind, names in stores_named(steps).items() if names]
+    return pytest.param(page, marks=marks, id=page.name)
+
+
+@contextmanager
+def s3_buckets(names: list[str], request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The moto server's buckets ``names``, and the environment that reaches them."""
+    from shardpipe.testing.s3 import REGION, make_bucket
+
+    endpoint = request.getfixturevalue("s3_server")
+    for name in names:
+        make_bucket(endpoint, name)
+    try:
+        yield {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+        }
+    finally:
+        for name in names:
+            _empty_and_delete_s3(endpoint, name)
+
+
+def _empty_and_delete_s3(endpoint: str, bucket: str) -> None:
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+        client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    for listing in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         for obj in listing.get("Contents", []):
-            client.delete_object(Bucket=bucket, Key=obj["Key"])  # type: ignore[attr-defined]
-    client.delete_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+            client.delete_object(Bucket=bucket, Key=obj["Key"])
+    client.delete_bucket(Bucket=bucket)
+
+
+@contextmanager
+def gcs_buckets(names: list[str], request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """fake-gcs-server's buckets ``names``, and the environment that reaches them."""
+    from shardpipe.testing.gcs import HNS_VARIABLE, make_gcs_bucket, remove_gcs_bucket
+
+    endpoint = request.getfixturevalue("gcs_server")
+    for name in names:
+        make_gcs_bucket(endpoint, name)
+    try:
+        yield {"STORAGE_EMULATOR_HOST": endpoint, HNS_VARIABLE: "false"}
+    finally:
+        for name in names:
+            remove_gcs_bucket(endpoint, name)
+
+
+@contextmanager
+def azure_containers(names: list[str], request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """Azurite's containers ``names``, and the environment that reaches them."""
+    from azure.storage.blob import BlobServiceClient
+
+    from shardpipe.testing.azure import connection_string, make_container
+
+    endpoint = request.getfixturevalue("azurite_server")
+    for name in names:
+        make_container(endpoint, name)
+    try:
+        yield {"AZURE_STORAGE_CONNECTION_STRING": connection_string(endpoint)}
+    finally:
+        service = BlobServiceClient.from_connection_string(connection_string(endpoint))
+        for name in names:
+            service.delete_container(name)
+
+
+EMULATORS = {"s3": s3_buckets, "gcs": gcs_buckets, "azure": azure_containers}
 
 
 @pytest.mark.timeout(TIMEOUT + 30)
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [page_param(page) for page in PAGES])
 def test_the_page_runs_as_written(
     page: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -153,51 +252,21 @@ def test_the_page_runs_as_written(
     (tmp_path / "steps.json").write_text(json.dumps(steps))
     (tmp_path / "driver.py").write_text(DRIVER)
     bin_dir = Path(sys.executable).parent
-    entry_point = bin_dir / "shardpipe"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    env.pop("PYTHONPATH", None)
-
-    code = json.dumps(steps)
-    buckets = sorted(set(BUCKET.findall(code)))
-    client = None
-    if buckets:
-        endpoint = request.getfixturevalue("s3_server")
-        env |= {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ENDPOINT_URL_S3": endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_REGION": "us-east-1",
-        }
-        env.pop("AWS_PROFILE", None)
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        for bucket in buckets:
-            client.create_bucket(Bucket=bucket)
-    try:
+    for name in ("PYTHONPATH", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "STORAGE_EMULATOR_HOST"):
+        env.pop(name, None)
+    with ExitStack() as stores:
+        for kind, names in stores_named(steps).items():
+            if names:
+                env |= stores.enter_context(EMULATORS[kind](names, request))
         done = subprocess.run(
-            [
-                sys.executable,
-                str(tmp_path / "driver.py"),
-                str(tmp_path / "steps.json"),
-                str(entry_point),
-            ],
+            [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "steps.json")],
             cwd=work,
             env=env,
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
         )
-    finally:
-        for bucket in buckets:
-            if client is not None:
-                _empty_and_delete(client, bucket)
     if done.returncode != 0 or "ALL RAN" not in done.stdout:
         pytest.fail(f"{page.relative_to(REPOSITORY)}: {done.stderr[-4000:]}", pytrace=False)
     print(done.stdout)  # seconds per step, shown with -s

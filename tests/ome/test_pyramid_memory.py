@@ -142,7 +142,7 @@ def test_computed_blocks_wait_between_tasks_within_the_plans_count(tmp_path: Pat
     source = _computed((128, 256, 128), (32, 64, 64))
     job = shardpipe.prepare_ome_zarr(
         source, tmp_path / "img.ome.zarr", "zyx", shards=(64, 256, 128), chunks=(16, 32, 16),
-        max_mem="2MB",
+        max_mem="2MB", scale_factors=[2],
     )  # fmt: skip
     assert job.image is not None
     assert [j.plan.n_multipart_shards for j in job.image.jobs] == [2, 1]
@@ -170,7 +170,9 @@ def test_blocks_that_would_wait_past_max_mem_are_refused_before_anything_is_writ
     """Blocks across a whole row of shards wait for the shards below them: 20 of 17 MiB."""
     source = _computed((512, 1024, 512), (100, 300, 300))
     with pytest.raises(MemoryBudgetError) as caught:
-        shardpipe.to_ome_zarr(source, tmp_path / "img.ome.zarr", "zyx", max_mem="128MB")
+        shardpipe.to_ome_zarr(
+            source, tmp_path / "img.ome.zarr", "zyx", max_mem="128MB", scale_factors=[2]
+        )
     message = str(caught.value)
     assert message.startswith("max_mem: a blocks-held (image level 0 20 x 17.2 MiB"), message
     assert "blocks whose edges fall on the edges of level 0's shards (256, 1024, 512)" in message
@@ -231,7 +233,8 @@ CHILD = textwrap.dedent(
         shardpipe.to_ome_zarr(source((64, 64, 64), (32, 32, 32)), out + "-warm", "zyx",
                               scale_factors=[2], compressors=None, storage_options=local)
         job = shardpipe.prepare_ome_zarr(source(shape, blocks), out, "zyx", max_mem=max_mem,
-                                         compressors=None, storage_options=local)
+                                         scale_factors=[2], compressors=None,
+                                         storage_options=local)
         baseline = status("VmRSS")
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the peak-RSS high-water mark

@@ -160,9 +160,9 @@ def test_region_batch_writes_nothing_when_the_block_raises(tmp_path: Path) -> No
             "holds 8 element",
         ),
         (
-            [((slice(0, 4), slice(0, 8), slice(0, 8)), np.zeros((4, 8, 8), "int16"))],
+            [((slice(0, 4), slice(0, 8), slice(0, 8)), np.full((4, 8, 8), -1, "int16"))],
             "updates[0]",
-            "dtype int16",
+            "int16 value -1 does not fit the array's dtype uint16",
         ),
         ([((0, 1, 2), np.zeros((1, 1, 1), "uint16"))], "updates[0]", "tuple of slices"),
         ([((slice(0, 1),) * 3, "data")], "updates[0]", "not an array"),

@@ -152,6 +152,7 @@ def _labels(items: list[str], options: dict[str, Any] | None) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Run ``write-ome-zarr``; return the exit status."""
     from shardpipe.ome.api import to_ome_zarr
+    from shardpipe.ome.prepare import prepare_ome_zarr
 
     options = shared.storage_options(args.storage_option)
     source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
@@ -171,26 +172,34 @@ def run(args: argparse.Namespace) -> int:
             chunk_checksums=not args.no_chunk_checksums,
             overwrite=args.overwrite,
         )
+    given: dict[str, Any] = dict(
+        scale=args.scale,
+        translation=args.translation,
+        axes_units=args.units,
+        scale_factors=args.scale_factors,
+        method=args.method,
+        shards=args.shards,
+        chunks=args.chunks,
+        name=args.name,
+        labels=labels or None,
+        storage_options=options,
+        max_mem=args.max_mem,
+        resume=args.resume,
+        **layout,
+    )
     with compute_on(args.scheduler, args.workers):
-        to_ome_zarr(
-            image,
-            args.target,
-            args.axes,
-            scale=args.scale,
-            translation=args.translation,
-            axes_units=args.units,
-            scale_factors=args.scale_factors,
-            method=args.method,
-            shards=args.shards,
-            chunks=args.chunks,
-            name=args.name,
-            labels=labels or None,
-            storage_options=options,
-            max_mem=args.max_mem,
-            resume=args.resume,
-            append_dim=args.append_dim,
-            progress=args.progress,
-            **layout,
-        )
-    print(f"wrote the OME-Zarr image {args.target}")
+        if updating:
+            to_ome_zarr(
+                image,
+                args.target,
+                args.axes,
+                append_dim=args.append_dim,
+                progress=args.progress,
+                **given,
+            )
+            print(f"appended to the OME-Zarr image {args.target}")
+        else:  # the plan first, as the other writers print it, then the report
+            job = prepare_ome_zarr(image, args.target, args.axes, **given)
+            print(job, flush=True)
+            print(job.execute(progress=args.progress))
     return 0
