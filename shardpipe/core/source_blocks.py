@@ -121,11 +121,11 @@ def _shrink(block: list[int], steps: Sequence[int], tiles: Sequence[int] | None 
     """Halve the axis with the most steps of room, in whole steps; False if none has room.
 
     With ``tiles`` (inner chunk extents), the axis takes the largest whole
-    number of steps that divides its tile, if one lies between a quarter and
+    number of steps that divides its tile, if one lies between an eighth and
     a half of the block: blocks then tile the inner chunks they cut, and the
     chunks of a two-pass copy (their common divisor) stay large. 730 time
     steps in steps of 1 halve to 365 and then to 146, not 182 (which shares
-    only 2 with 730).
+    only 2 with 730), and 73 to 10, not 36 (which shares 2).
     """
     room = [b // s for b, s in zip(block, steps, strict=True)]
     axis = max(range(len(block)), key=lambda d: room[d])
@@ -134,7 +134,7 @@ def _shrink(block: list[int], steps: Sequence[int], tiles: Sequence[int] | None 
     half = max(1, room[axis] // 2)
     if tiles is not None:
         tile = tiles[axis] // steps[axis] if tiles[axis] % steps[axis] == 0 else 0
-        dividing = [k for k in range(half, max(1, half // 2) - 1, -1) if tile and tile % k == 0]
+        dividing = [k for k in range(half, max(1, half // 4) - 1, -1) if tile and tile % k == 0]
         half = dividing[0] if dividing else half
     block[axis] = half * steps[axis]
     return True

@@ -64,6 +64,16 @@ CASES = [
         64 * MiB,
         (146, 256, 512),
     ),
+    (
+        # then 73, then 10 (the largest divisor of 730 under half of 73), not 36
+        "time slices into series, small budget",
+        (730, 256, 512),
+        (1, 256, 512),
+        (730, 128, 128),
+        (730, 32, 32),
+        12 * MiB,
+        (10, 256, 512),
+    ),
 ]
 
 
