@@ -54,6 +54,26 @@ def record_bytes(
     return json.dumps(record, sort_keys=True).encode()
 
 
+def read_json_record(target: ResolvedStore, key: str, what: str) -> dict[str, Any] | None:
+    """The JSON object stored at ``key`` (a record of ``what``), or None when absent.
+
+    Raises
+    ------
+    MetadataError
+        If it is not JSON, or not an object.
+    """
+    data = target.shards.get(key)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise MetadataError(f"{what} {key!r} is not JSON ({err})") from err
+    if not isinstance(record, dict):
+        raise MetadataError(f"{what} {key!r} is not a JSON object; delete it")
+    return record
+
+
 def read_record(target: ResolvedStore) -> dict[str, Any] | None:
     """The job record saved beside the array at ``target``, or None.
 
@@ -63,14 +83,10 @@ def read_record(target: ResolvedStore) -> dict[str, Any] | None:
         If the record is not a JSON object with ``source``, ``target`` and ``state``.
     """
     key = target.key(WRITE_RECORD)
-    data = target.shards.get(key)
-    if data is None:
+    record = read_json_record(target, key, "job record")
+    if record is None:
         return None
-    try:
-        record = json.loads(data)
-    except (ValueError, RecursionError) as err:
-        raise MetadataError(f"job record {key!r} is not JSON ({err})") from err
-    if not isinstance(record, dict) or not {"source", "target", "state"} <= record.keys():
+    if not {"source", "target", "state"} <= record.keys():
         raise MetadataError(
             f"job record {key!r} lacks source, target or state; delete it and write the "
             f"array again with {advice.setting('overwrite')}"

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError, MetadataError
+from shardpipe.journal.job_record import read_json_record
 from shardpipe.rechunking.intermediate import remove_copy
 from shardpipe.storage.keys import INTERMEDIATE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
@@ -61,17 +62,12 @@ def read_copy_record(target: ResolvedStore) -> dict[str, Any] | None:
         If it is not a JSON object with the fields :func:`save_copy_record` writes.
     """
     key = target.key(INTERMEDIATE_RECORD)
-    data = target.shards.get(key)
-    if data is None:
+    record = read_json_record(target, key, "intermediate record")
+    if record is None:
         return None
-    try:
-        record = json.loads(data)
-    except (ValueError, RecursionError) as err:
-        raise MetadataError(f"intermediate record {key!r} is not JSON ({err})") from err
     fields = {"source", "chunks", "store", "placed", "state"}
     if (
-        not isinstance(record, dict)
-        or not fields <= record.keys()
+        not fields <= record.keys()
         or not isinstance(record["store"], str)
         or record["state"] not in ("copying", "copied")
     ):
