@@ -7,7 +7,7 @@ backend's s3fs file system and its faults are classified as the backend's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardpipe.errors import StorageError
 from shardpipe.storage.keys import edge_key
@@ -24,14 +24,13 @@ class S3ObjectReads:
     bucket: str
     reached: bool
 
-    def full_key(self, key: str) -> str:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # what the backend it is mixed into has
 
-    def size(self, key: str) -> int | None:
-        raise NotImplementedError
+        def full_key(self, key: str) -> str: ...
 
-    def _fault(self, operation: str, key: str, err: BaseException) -> StorageError:
-        raise NotImplementedError
+        def size(self, key: str) -> int | None: ...
+
+        def _fault(self, operation: str, key: str, err: BaseException) -> StorageError: ...
 
     def _cat(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         path = f"{self.bucket}/{self.full_key(key)}"
