@@ -22,6 +22,9 @@ and decodes through shardpipe:
 * a Zarr v2 array is read as the Zarr v3 array zarr-python converts its
   metadata to (a ``transpose`` for order F, its filters, ``bytes``, its
   compressor), which holds the same bytes at the same keys;
+* chunks are decoded on the event loop's thread pool, not on zarr-python's one
+  event loop, which every thread of a process shares (decoded there, the chunks
+  of all Dask threads would be decoded one at a time);
 * a storage fault while reading (``EIO``) is the
   :class:`~shardpipe.errors.StorageError` naming the key that shardpipe's
   own reads raise (:func:`~shardpipe.storage.errnos.permanent_error`).
@@ -32,6 +35,7 @@ Arrays this cannot express are read by zarr-python as they are (see
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field, replace
@@ -197,7 +201,7 @@ class BoundedChunks(ArrayBytesCodec, ArrayBytesCodecPartialDecodeMixin):
         return chunk_spec.prototype.nd_buffer.from_numpy_array(chunk)
 
     async def _decode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> NDBuffer:
-        return self._decode_sync(chunk_bytes, chunk_spec)
+        return await asyncio.to_thread(self._decode_sync, chunk_bytes, chunk_spec)
 
     async def _encode_single(self, chunk_array: NDBuffer, chunk_spec: ArraySpec) -> Buffer | None:
         raise NotImplementedError("an array opened by bounded_array is read, never written")
@@ -214,7 +218,9 @@ class BoundedChunks(ArrayBytesCodec, ArrayBytesCodecPartialDecodeMixin):
         )
         if data is None:
             return None
-        chunk = self.decode_chunk(data, chunk_spec, f"{where}: " if where else "")
+        chunk = await asyncio.to_thread(
+            self.decode_chunk, data, chunk_spec, f"{where}: " if where else ""
+        )
         return chunk_spec.prototype.nd_buffer.from_numpy_array(chunk[selection])
 
 

@@ -11,6 +11,7 @@ range, a shard object or a chunk larger than its codecs can make) is a
 from __future__ import annotations
 
 import pickle
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,28 @@ def test_a_chunk_object_larger_than_its_codecs_can_make(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.asarray(bounded[:16]), np.arange(16))
     with pytest.raises(ChunkDecodeError, match=r"^c/1: holds more than the 16 bytes its codecs"):
         bounded[16:32]
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_chunks_are_decoded_off_zarrs_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sharded: bool
+) -> None:
+    """zarr-python runs one event loop for every thread of a process: a chunk decoded on
+    it waits for every other, so Dask's threads would decode one chunk at a time."""
+    shards = (16, 32, 21) if sharded else None
+    array = zarr.create_array(
+        tmp_path / "a.zarr", shape=SHAPE, chunks=(8, 16, 21), shards=shards, dtype="uint16"
+    )
+    array[...] = _data()
+    threads: set[str] = set()
+    decode = BoundedChunks.decode_chunk
+
+    def watched(self: BoundedChunks, *args: Any) -> np.ndarray:
+        threads.add(threading.current_thread().name)
+        return decode(self, *args)
+
+    monkeypatch.setattr(BoundedChunks, "decode_chunk", watched)
+    bounded = bounded_array(zarr.open_array(tmp_path / "a.zarr", mode="r"))
+    np.testing.assert_array_equal(np.asarray(bounded[...]), _data())
+    np.testing.assert_array_equal(np.asarray(bounded[3:30, 17:49]), _data()[3:30, 17:49])
+    assert threads and "zarr_io" not in threads
