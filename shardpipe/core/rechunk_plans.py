@@ -16,26 +16,33 @@ go in three ways:
   twice.
 
 The model (:func:`one_pass_cost`, :func:`two_pass_cost`) counts, for a
-plan: the raw bytes read (and decoded), encoded and written, the reads
-(objects fetched), the requests (reads and objects written) and the memory
-the plan holds at its peak (:func:`block_memory`, :func:`gathered_blocks`).
-Its single number, :attr:`PlanCost.total`, is bytes moved plus
-:data:`REQUEST_BYTES` per request. :func:`weigh_plans` searches each way for
-its cheapest plan that fits ``max_mem`` (block extents that are multiples
-of the read unit or of the inner chunk, up to the shard) and chooses the
-cheapest of those; ``tests/core/test_rechunk_plans.py`` checks the choice
-against a brute force over every block shape.
+plan: the raw bytes read and decoded, encoded and written, the raw bytes
+copied without a codec (pieces of inner chunks gathered between tasks, an
+intermediate copy kept raw), the reads (objects fetched), the requests
+(reads and objects written), the blocks (tasks) and the memory the plan
+holds at its peak (:func:`block_memory`, :func:`gathered_blocks`). Its
+single number, :attr:`PlanCost.total`, weighs each byte by what that work
+costs on one thread (:data:`DECODE_WEIGHT`, :data:`ENCODE_WEIGHT`,
+:data:`WRITE_WEIGHT`, :data:`COPY_WEIGHT`: decoding a byte costs about
+what encoding it does, copying it a fifth of that) and adds
+:data:`REQUEST_BYTES` per request and :data:`BLOCK_BYTES` per block.
+:func:`weigh_plans` searches each way for its cheapest plan that fits
+``max_mem`` (block extents that are multiples of the read unit or of the
+inner chunk, up to the whole axis) and chooses the cheapest of those;
+``tests/core/test_rechunk_plans.py`` checks the choice against a brute
+force over every block shape, and :func:`shardpipe.plan_rechunk` runs the
+way chosen.
 
 ::
 
     slabs (64, 512, 512) uint16 of (1, 512, 512) into (64, 256, 256) shards of
-    (64, 64, 64) chunks, max_mem 16 MB:
+    (64, 64, 64) chunks, max_mem 16 MB, the copy on a local disk:
       one pass, blocks (8, 512, 512): each slab read once, but 8 blocks of 4 MiB
         wait for the inner chunks they cut: holds 40 MiB, over max_mem
-      one pass, smaller blocks (1, 192, 512): each slab read 3 times (3.00x),
-        holds 12.4 MiB, 196 requests: 181 MB by the model                 <- chosen
+      one pass, smaller blocks (8, 192, 512): each slab read 3 times (3.00x),
+        holds 15 MiB: 1.50x the cost of two passes
       two passes, blocks (8, 512, 512), copy chunks (8, 128, 256): every byte
-        decoded, encoded and written twice, holds 8 MiB: 214 MB (1.19x)
+        decoded and encoded once, copied raw twice, holds 8 MiB       <- chosen
 """
 
 from __future__ import annotations
@@ -50,6 +57,27 @@ from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.source_blocks import intermediate_chunks, read_block_shape, read_cost
 
+DECODE_WEIGHT = 1.0
+"""Cost of reading and decoding a raw byte of the source, the unit of the others.
+
+The weights are the rechunk limit's parts timed alone on one thread
+(``benchmarks/rechunk_limit.py``; ``benchmarks/RESULTS.md`` section 21), per raw
+byte: reading and decoding zstd chunks 2.6-2.7 s/GiB; cutting, encoding and
+checksumming inner chunks 3.1-3.6 s/GiB; writing 0.4-0.7 s/GiB; copying raw
+bytes (a cut, a raw write or read) 0.4-0.9 s/GiB."""
+
+ENCODE_WEIGHT = 1.2
+"""Cost of cutting, encoding and checksumming a raw byte, in units of :data:`DECODE_WEIGHT`."""
+
+WRITE_WEIGHT = 0.2
+"""Cost of writing a raw byte's encoding (codecs' ratio unknown), in the same unit."""
+
+COPY_WEIGHT = 0.3
+"""Cost of copying a raw byte without a codec (a gathered piece, a raw copy's write or read)."""
+
+BLOCK_BYTES = 256 * 1024
+"""What one block costs beyond its bytes (its tasks: about half a millisecond), in bytes."""
+
 REQUEST_BYTES = 64 * 1024
 """What one request (a read or a written object) costs, in bytes moved.
 
@@ -60,6 +88,15 @@ objects lose to plans of fewer large ones, while bytes still dominate."""
 BLOCK_COPIES = 2
 """Bytes a task holds per byte of its block: the block and what is cut or encoded from it
 (the planner's blocks start at ``max_mem / 2`` for this reason)."""
+
+ONE_PASS = "one pass"
+"""The kind of a one-pass plan whose blocks are aligned to the source's read unit."""
+
+SMALLER_BLOCKS = "one pass, smaller blocks"
+"""The kind of a one-pass plan whose blocks read some units more than once."""
+
+TWO_PASSES = "two passes"
+"""The kind of a plan that copies the source into an intermediate first."""
 
 MAX_EXTENTS = 16
 """Block extents tried per axis before only powers of two of the steps are, so that
@@ -81,13 +118,19 @@ class PlanCost:
     nbytes_encoded : int
         Raw bytes encoded (the array once per pass).
     nbytes_written : int
-        Bytes written, counted raw (the codecs' ratio is unknown before the run).
+        Bytes written through the target's codecs, counted raw (the codecs'
+        ratio is unknown before the run).
     reads : int
         Objects (or ranges) read.
     requests : int
         Reads plus objects written.
     memory : int
         Bytes the plan holds at its peak, per worker thread.
+    nbytes_copied : int
+        Raw bytes copied without a codec: pieces of inner chunks gathered
+        between tasks, and an intermediate copy kept raw (written, then read).
+    blocks : int
+        Blocks read (each a few tasks), over every pass.
     """
 
     nbytes_read: int
@@ -96,12 +139,19 @@ class PlanCost:
     reads: int
     requests: int
     memory: int
+    nbytes_copied: int = 0
+    blocks: int = 0
 
     @property
     def total(self) -> int:
-        """Bytes moved plus :data:`REQUEST_BYTES` per request: the number plans are ranked by."""
-        moved = self.nbytes_read + self.nbytes_encoded + self.nbytes_written
-        return moved + self.requests * REQUEST_BYTES
+        """The weighted bytes, requests and blocks (see the module): what plans are ranked by."""
+        work = (
+            DECODE_WEIGHT * self.nbytes_read
+            + ENCODE_WEIGHT * self.nbytes_encoded
+            + WRITE_WEIGHT * self.nbytes_written
+            + COPY_WEIGHT * self.nbytes_copied
+        )
+        return int(work) + self.requests * REQUEST_BYTES + self.blocks * BLOCK_BYTES
 
 
 @dataclass(frozen=True)
@@ -152,8 +202,9 @@ class Candidate:
                 "cost",
                 f"{format_bytes(cost.nbytes_read)} read and decoded ({amplification:.2f}x), "
                 f"{format_bytes(cost.nbytes_encoded)} encoded, "
-                f"{format_bytes(cost.nbytes_written)} written; {cost.reads:,} reads, "
-                f"{cost.requests:,} requests",
+                f"{format_bytes(cost.nbytes_written)} written"
+                + (f", {format_bytes(cost.nbytes_copied)} copied raw" if cost.nbytes_copied else "")
+                + f"; {cost.reads:,} reads, {cost.requests:,} requests",
             ),
         ]
 
@@ -220,7 +271,7 @@ def one_pass_cost(
     nbytes_read = math.prod(extent for _, extent in axes) * itemsize
     nbytes = math.prod(shape) * itemsize
     block = block_memory(block_shape, shape, itemsize)
-    waiting = gathered_blocks(shape, block_shape, shard_shape, chunk_shape) * block // BLOCK_COPIES
+    gathered = gathered_blocks(shape, block_shape, shard_shape, chunk_shape)
     shards = math.prod(ceildiv(n, s) for n, s in zip(shape, shard_shape, strict=True))
     return PlanCost(
         nbytes_read=nbytes_read,
@@ -228,7 +279,9 @@ def one_pass_cost(
         nbytes_written=nbytes,
         reads=reads,
         requests=reads + shards,
-        memory=block + waiting,
+        memory=block + gathered * block // BLOCK_COPIES,
+        nbytes_copied=nbytes if gathered else 0,  # the pieces, joined into inner chunks
+        blocks=math.prod(ceildiv(n, b) for n, b in zip(shape, block_shape, strict=True)),
     )
 
 
@@ -254,8 +307,14 @@ def two_pass_cost(
     chunk_shape: Shape,
     block_shape: Shape,
     max_mem: int,
+    raw_copy: bool = True,
 ) -> Candidate:
-    """Two passes: copy in ``block_shape`` blocks, then read the copy in whole inner chunks."""
+    """Two passes: copy in ``block_shape`` blocks, then read the copy in whole inner chunks.
+
+    With ``raw_copy`` (a copy on a local disk, see
+    :mod:`shardpipe.rechunking.intermediate`), the copy is written and read
+    without a codec: copied, not encoded and decoded.
+    """
     inter = intermediate_chunks(
         shape, block_shape, shard_shape, chunk_shape, itemsize, block_nbytes=max_mem // 2
     )
@@ -263,15 +322,19 @@ def two_pass_cost(
     first = read_cost(shape, itemsize, read_unit, block_shape)
     copy_chunks = math.prod(ceildiv(n, i) for n, i in zip(shape, inter, strict=True))
     rest = one_pass_cost(shape, itemsize, inter, shard_shape, chunk_shape, second)
+    copied = first.nbytes_source + rest.nbytes_read if raw_copy else 0
+    first_blocks = math.prod(ceildiv(n, b) for n, b in zip(shape, block_shape, strict=True))
     cost = PlanCost(
-        nbytes_read=first.nbytes_read + rest.nbytes_read,
-        nbytes_encoded=first.nbytes_source + rest.nbytes_encoded,
-        nbytes_written=first.nbytes_source + rest.nbytes_written,
+        nbytes_read=first.nbytes_read + (0 if raw_copy else rest.nbytes_read),
+        nbytes_encoded=rest.nbytes_encoded + (0 if raw_copy else first.nbytes_source),
+        nbytes_written=rest.nbytes_written + (0 if raw_copy else first.nbytes_source),
         reads=first.reads + rest.reads,
         requests=first.reads + copy_chunks + rest.requests,
         memory=max(block_memory(block_shape, shape, itemsize), rest.memory),
+        nbytes_copied=copied + rest.nbytes_copied,
+        blocks=first_blocks + rest.blocks,
     )
-    return Candidate("two passes", block_shape, cost, inter, second)
+    return Candidate(TWO_PASSES, block_shape, cost, inter, second)
 
 
 def block_extents(n: int, steps: Sequence[int], top: int, unit: int) -> list[int]:
@@ -305,6 +368,7 @@ def weigh_plans(
     shard_shape: Shape,
     chunk_shape: Shape,
     max_mem: int,
+    raw_copy: bool = True,
 ) -> PlanChoice:
     """The cheapest plan of each way that fits ``max_mem``, and the cheapest of those.
 
@@ -318,11 +382,12 @@ def weigh_plans(
         The target's shards and inner chunks.
     max_mem : int
         The memory budget, in bytes.
+    raw_copy : bool
+        Whether a two-pass plan's copy is kept raw (on a local disk).
     """
-    reach = [max(s, u) for s, u in zip(shard_shape, read_unit, strict=True)]
     extents = [
-        block_extents(n, [u, c], r, u)
-        for n, u, c, r in zip(shape, read_unit, chunk_shape, reach, strict=True)
+        block_extents(n, [u, c], n, u)
+        for n, u, c in zip(shape, read_unit, chunk_shape, strict=True)
     ]
     largest = read_block_shape(shape, itemsize, read_unit, shard_shape, chunk_shape, max_mem // 2)
     blocks = set(itertools.product(*extents)) | {largest}
@@ -332,10 +397,9 @@ def weigh_plans(
     once = [b for b, cost in costs.items() if cost.nbytes_read == cost.nbytes_encoded]
     again = [b for b, cost in costs.items() if cost.nbytes_read > cost.nbytes_encoded]
     ways: list[Candidate] = []
-    first = _cheapest([Candidate("one pass", b, costs[b]) for b in once], max_mem)
-    ways.append(first or Candidate("one pass", largest, costs[largest]))
-    kind = "one pass, smaller blocks"
-    smaller = _cheapest([Candidate(kind, b, costs[b]) for b in again], max_mem)
+    first = _cheapest([Candidate(ONE_PASS, b, costs[b]) for b in once], max_mem)
+    ways.append(first or Candidate(ONE_PASS, largest, costs[largest]))
+    smaller = _cheapest([Candidate(SMALLER_BLOCKS, b, costs[b]) for b in again], max_mem)
     if smaller is not None:
         ways.append(smaller)
     # two passes from the largest read-once blocks that cut inner chunks and fit alone
@@ -349,7 +413,7 @@ def weigh_plans(
         key=lambda b: -block_memory(b, shape, itemsize),
     )
     copies = [
-        two_pass_cost(shape, itemsize, read_unit, shard_shape, chunk_shape, b, max_mem)
+        two_pass_cost(shape, itemsize, read_unit, shard_shape, chunk_shape, b, max_mem, raw_copy)
         for b in firsts[:TWO_PASS_TRIES]
     ]
     two = _cheapest(copies, max_mem)

@@ -33,7 +33,7 @@ from dask.delayed import Delayed
 from shardpipe.core.checks import check_json, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.memory import HOLD_SHARE
-from shardpipe.core.rechunk_plans import weigh_plans
+from shardpipe.core.rechunk_plans import SMALLER_BLOCKS, TWO_PASSES, weigh_plans
 from shardpipe.core.source_blocks import (
     intermediate_chunks,
     read_block_shape,
@@ -44,7 +44,7 @@ from shardpipe.errors import MemoryBudgetError
 from shardpipe.rechunking.copy_record import check_same_copy, copy_identity, read_copy_record
 from shardpipe.rechunking.intermediate import Intermediate
 from shardpipe.rechunking.job import RechunkJob
-from shardpipe.rechunking.memory import automatic_temp_store, one_pass_hold
+from shardpipe.rechunking.memory import automatic_temp_store, copy_is_local, one_pass_hold
 from shardpipe.rechunking.options import RECHUNK_PARAMETERS, RechunkOptions
 from shardpipe.rechunking.source import Source, open_source
 from shardpipe.stored.places import (
@@ -67,6 +67,17 @@ FIRST_BLOCK_SHARE = 2
 Measured (benchmarks/RESULTS.md section 6): blocks of ``max_mem`` held the process at
 1.2 GB under a 1 GB budget (two threads, each a block); half of it kept the process
 under 700 MiB and was faster."""
+
+
+MIN_BLOCKS = 8
+"""Blocks are at most an eighth of the array (but see :data:`SPLIT_FLOOR`), so that every
+core reads and decodes.
+
+Measured (benchmarks/RESULTS.md section 21): the time series copied into its
+intermediate in 5 blocks took 4.7 s in all, in 10 blocks 3.4 s (2 cores)."""
+
+SPLIT_FLOOR = 16 * 2**20
+"""Arrays are not split into :data:`MIN_BLOCKS` blocks below this many bytes per block."""
 
 
 def source_identity(source: Source) -> dict[str, Any]:
@@ -156,17 +167,31 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
         )
 
     block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)
+    record = read_copy_record(resolved)  # of a two-pass rechunk that did not finish here
+    found = record if resume and record is not None else None
+    place = temp_store
+    if place is None:
+        place = found["store"] if found is not None else automatic_temp_store(resolved)
     weighed = weigh_plans(
-        opened.shape, opened.dtype.itemsize, opened.read_unit, shard_shape, chunk_shape, budget
+        opened.shape,
+        opened.dtype.itemsize,
+        opened.read_unit,
+        shard_shape,
+        chunk_shape,
+        budget,
+        raw_copy=place is not None and copy_is_local(place),
     )
+    if weighed.chosen.kind == SMALLER_BLOCKS and not isinstance(opened.array, da.Array):
+        block_shape, write = _smaller_blocks(
+            opened, weighed.chosen.block_shape, (block_shape, write), budget, prepare
+        )
     cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
     straddling = straddles(block_shape, shard_shape, chunk_shape)
     held = one_pass_hold(write) if straddling else 0
-    automatic = temp_store is None and straddling and held > HOLD_SHARE * budget
-    record = read_copy_record(resolved)  # of a two-pass rechunk that did not finish here
-    found = record if resume and record is not None else None
-    if automatic:  # one pass would hold too much: two passes, the copy beside the target
-        temp_store = found["store"] if found is not None else automatic_temp_store(resolved)
+    copies = weighed.chosen.kind == TWO_PASSES or held > HOLD_SHARE * budget
+    automatic = temp_store is None and straddling and copies
+    if automatic:  # two passes, the copy beside the target
+        temp_store = place
 
     def resumable(write: ShardedWrite) -> ShardedWrite:
         """``write``, keeping the shards an interrupted run of it completed (``resume``)."""
@@ -230,6 +255,27 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
     )
 
 
+def _smaller_blocks(
+    source: Source,
+    block_shape: Shape,
+    largest: tuple[Shape, ShardedWrite],
+    budget: int,
+    prepare: Callable[[Source, Shape], ShardedWrite],
+) -> tuple[Shape, ShardedWrite]:
+    """The plan with the cost model's smaller blocks, if its write plan fits; else ``largest``.
+
+    Its blocks read some source units more than once, but hold less between
+    tasks than the largest aligned blocks.
+    """
+    try:
+        write = prepare(source, block_shape)
+    except MemoryBudgetError:
+        return largest
+    if one_pass_hold(write) > HOLD_SHARE * budget:
+        return largest
+    return block_shape, write
+
+
 def _largest_fitting(
     source: Source,
     shard_shape: Shape,
@@ -240,8 +286,10 @@ def _largest_fitting(
     """Plan with the largest blocks whose write plan fits ``budget``; halve until one does."""
     if isinstance(source.array, da.Array) and not source.planned:
         return source.read_unit, prepare(source, source.read_unit)
-    block_budget = max(1, budget // FIRST_BLOCK_SHARE)
     itemsize = source.dtype.itemsize
+    nbytes = math.prod(source.shape) * itemsize
+    share = max(nbytes // MIN_BLOCKS, SPLIT_FLOOR)
+    block_budget = max(1, min(budget // FIRST_BLOCK_SHARE, share))
     tried: set[Shape] = set()
     last_error: MemoryBudgetError | None = None
     while True:

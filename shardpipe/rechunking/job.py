@@ -22,7 +22,7 @@ from dask.delayed import Delayed
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.memory import HOLD_SHARE
-from shardpipe.core.rechunk_plans import PlanChoice
+from shardpipe.core.rechunk_plans import ONE_PASS, SMALLER_BLOCKS, TWO_PASSES, PlanChoice
 from shardpipe.core.source_blocks import ReadCost, blocks_read_cost
 from shardpipe.engine.progress import PassesBar
 from shardpipe.engine.reports import PassReport, WriteReport
@@ -130,27 +130,32 @@ class RechunkJob:
         said = f"{best.kind}, {self.weighed.reason}"
         if best.kind != runs:
             said += (
-                f"; this plan runs {runs}, chosen by the write plan's per-task memory and what "
-                "one pass holds between tasks (the rows above and below)"
+                f"; this plan runs {runs}, chosen by the write plan's per-task memory, what "
+                "one pass holds between tasks, and where a copy can go (the rows above and below)"
             )
         return [*rows, ("model's choice", said)]
 
     def _kind(self) -> str:
         """Which of the model's ways this plan is."""
         if self.intermediate is not None:
-            return "two passes"
-        return "one pass" if self.cost.amplification <= 1.0 else "one pass, smaller blocks"
+            return TWO_PASSES
+        return ONE_PASS if self.cost.amplification <= 1.0 else SMALLER_BLOCKS
 
     def _intermediate_row(self) -> str:
         budget = self.write.plan.max_mem
         held = f"{format_bytes(self.held)} between tasks"
         if self.intermediate is not None:
-            why = (
-                f"; chosen because one pass would hold {held}, more than {HOLD_SHARE} x "
-                f"max_mem (pass temp_store= to place it)"
-                if self.one_pass is not None
-                else ""
-            )
+            why = ""
+            if self.one_pass is not None and self.held > HOLD_SHARE * budget:
+                why = (
+                    f"; chosen because one pass would hold {held}, more than {HOLD_SHARE} x "
+                    "max_mem (pass temp_store= to place it)"
+                )
+            elif self.one_pass is not None:
+                why = (
+                    "; chosen because the cost model rates two passes cheapest "
+                    "(pass temp_store= to place it)"
+                )
             return self.intermediate.describe() + why
         if self.straddles:
             over = self.held > HOLD_SHARE * budget

@@ -91,6 +91,15 @@ def _first_shards(ranges: tuple[range, ...]) -> list[tuple[int, ...]]:
     return [first] if first == last else [first, last]
 
 
+def copy_is_local(place: str | os.PathLike[str]) -> bool:
+    """Whether an intermediate copy at ``place`` is on a local disk (a path, or a ``file://`` URL).
+
+    A local copy is kept raw (:mod:`shardpipe.rechunking.intermediate`).
+    """
+    text = os.fspath(place)
+    return "://" not in text or text.startswith("file://")
+
+
 def automatic_temp_store(target: ResolvedStore) -> str | None:
     """Where an automatic two-pass rechunk puts its copy: beside the target, hidden.
 

@@ -16,7 +16,7 @@ from shardpipe.errors import ChunkDecodeError
 from shardpipe.rechunking.group import plan_group_rechunk
 from tests.support.readers import assert_same, read_tensorstore
 
-LAYOUT: dict[str, Any] = {"shards": (32, 64, 64), "chunks": (32, 32, 32), "max_mem": "2MB"}
+LAYOUT: dict[str, Any] = {"shards": (32, 64, 64), "chunks": (32, 32, 32), "max_mem": "1500KB"}
 """Under this budget ``slabs`` needs two passes (an intermediate copy), ``frames`` one."""
 
 
@@ -67,7 +67,7 @@ def test_the_recursive_command_writes_two_pass_members(tmp_path: Path) -> None:
     data = _mixed_group(tmp_path / "src.zarr")
     target = tmp_path / "out.zarr"
     args = ["rechunk", str(tmp_path / "src.zarr"), str(target), "--recursive", "--no-progress"]
-    shapes = ["--shards", "32,64,64", "--chunks", "32,32,32", "--max-mem", "2MB"]
+    shapes = ["--shards", "32,64,64", "--chunks", "32,32,32", "--max-mem", "1500KB"]
     assert main([*args, *shapes]) == 0
     assert_same(np.asarray(zarr.open_array(target / "slabs", mode="r")[...]), data["slabs"])
 

@@ -109,5 +109,6 @@ def test_the_plan_shows_the_plans_weighed(tmp_path: Path) -> None:
         assert f"{candidate.kind}: blocks {candidate.block_shape}" in shown
     assert "read and decoded" in shown and "requests" in shown
     assert f"model's choice: {job.weighed.chosen.kind}, the cheapest that fits max_mem" in shown
-    if job.weighed.chosen.kind != "two passes":  # the planner keeps its own choice: it says so
-        assert "this plan runs two passes" in shown
+    # the plan runs the model's choice
+    assert job.weighed.chosen.kind == "two passes" and job.intermediate is not None
+    assert "this plan runs" not in shown

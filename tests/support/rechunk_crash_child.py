@@ -22,7 +22,7 @@ import dask
 import numpy as np
 import zarr
 
-LAYOUT: dict[str, Any] = {"shards": (32, 64, 64), "chunks": (32, 32, 32), "max_mem": "2MB"}
+LAYOUT: dict[str, Any] = {"shards": (32, 64, 64), "chunks": (32, 32, 32), "max_mem": "1500KB"}
 """Under this budget the slabs go through an intermediate copy that shardpipe places."""
 
 

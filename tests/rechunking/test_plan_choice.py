@@ -1,0 +1,84 @@
+"""The cost model chooses the way a rechunk runs: one pass, smaller blocks, or two passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import shardpipe
+from shardpipe.core.source_blocks import ReadCost
+from shardpipe.rechunking.intermediate import Intermediate
+from tests.support.readers import assert_same, read_tensorstore, read_zarr
+
+LAYOUT = {"shards": (32, 64, 64), "chunks": (32, 32, 32)}
+
+
+def _slabs(path: Path) -> np.ndarray:
+    data = np.random.default_rng(3).integers(1, 4000, (32, 128, 256)).astype("uint16")
+    array = zarr.create_array(path, shape=data.shape, chunks=(1, 128, 256), dtype="uint16")
+    array[...] = data
+    return data
+
+
+@pytest.mark.parametrize(
+    ("max_mem", "kind", "passes"),
+    [("2MB", "one pass, smaller blocks", 1), ("1500KB", "two passes", 2), ("8MB", "one pass", 1)],
+)
+def test_the_plan_runs_the_way_the_model_chooses(
+    tmp_path: Path, max_mem: str, kind: str, passes: int
+) -> None:
+    data = _slabs(tmp_path / "src.zarr")
+    target = tmp_path / "out.zarr"
+    job = shardpipe.plan_rechunk(tmp_path / "src.zarr", target, max_mem=max_mem, **LAYOUT)
+    assert job.weighed is not None and job.weighed.chosen.kind == kind
+    assert len(job.passes()) == passes
+    shown = repr(job)
+    assert f"model's choice: {kind}" in shown and "this plan runs" not in shown
+    if kind == "one pass, smaller blocks":  # each slab read by two blocks of half its rows
+        assert job.block_shape == job.weighed.chosen.block_shape
+        assert job.cost.amplification == 2.0
+    report = job.execute()
+    assert_same(read_zarr(str(target)), data)
+    assert_same(read_tensorstore(str(target)), data)
+    assert (report.intermediate_nbytes > 0) == (passes == 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "src.zarr"]
+
+
+def test_a_dask_source_keeps_its_blocks(tmp_path: Path) -> None:
+    """A Dask array is read as it is blocked, whatever the model would choose."""
+    data = np.arange(32 * 128 * 256, dtype="uint16").reshape(32, 128, 256)
+    source = da.from_array(data, chunks=(1, 128, 256))
+    job = shardpipe.plan_rechunk(source, tmp_path / "out.zarr", max_mem="2MB", **LAYOUT)
+    assert job.block_shape == (1, 128, 256)
+    job.execute()
+    assert_same(read_zarr(str(tmp_path / "out.zarr")), data)
+
+
+@pytest.mark.parametrize(
+    ("place", "stored"),
+    [("copy.zarr", None), ("file:///{tmp}/copy.zarr", None), ("s3://bucket/copy.zarr", "zstd")],
+)
+def test_a_copy_on_a_local_disk_is_uncompressed(tmp_path: Path, place: str, stored: str) -> None:
+    where = place.format(tmp=str(tmp_path).lstrip("/"))
+    if "://" not in where:
+        where = str(tmp_path / where)
+    copy = Intermediate(where, None, (4, 64, 64), (4, 128, 256), ReadCost(1, 1, 1))
+    names = [codec.to_dict()["name"] for codec in copy.compressors or ()]
+    assert names == ([] if stored is None else [stored])
+    assert ("(uncompressed)" if stored is None else "(zstd)") in copy.describe()
+
+
+def test_the_local_copy_is_written_uncompressed(tmp_path: Path) -> None:
+    blocks = da.from_array(np.arange(8 * 128 * 256, dtype="uint16").reshape(8, 128, 256))
+    copy = Intermediate(
+        str(tmp_path / "copy.zarr"), None, (4, 64, 64), (4, 128, 256), ReadCost(1, 1, 1)
+    )
+    written, _ = copy.write(blocks.rechunk((4, 128, 256)), 0)
+    codecs = json.loads((tmp_path / "copy.zarr" / "zarr.json").read_text())["codecs"]
+    assert [c["name"] for c in codecs] == ["bytes"]
+    assert_same(np.asarray(written[...]), np.asarray(blocks))
