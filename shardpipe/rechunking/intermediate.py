@@ -24,6 +24,7 @@ stores none, and is copied again.
 from __future__ import annotations
 
 import itertools
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,6 +40,12 @@ from shardpipe.core.source_blocks import ReadCost
 from shardpipe.engine.progress import PassesBar
 from shardpipe.engine.scheduler import distributed_client
 from shardpipe.rechunking.memory import copy_is_local
+from shardpipe.rechunking.raw_copy import (
+    RAW_COPY_TASK,
+    blocks_of_copy,
+    store_blocks,
+    stored_raw,
+)
 
 
 @dataclass(frozen=True)
@@ -148,24 +155,43 @@ class Intermediate:
         else:
             stored = self._stored_chunks()
             todo = [i for i in todo if not self._chunks_of(blocks, i) <= stored]
-        kept = blocks.npartitions - len(todo)
-        if kept == 0:
-            sources: Any = blocks
-            targets: Any = copy
-            regions: Any = None
-        else:
-            sources = [blocks.blocks[i] for i in todo]
-            targets = [copy] * len(todo)
-            regions = [self._region(blocks, i) for i in todo]
         if bar is not None:
             bar.start_pass(1, len(todo))
-        if todo and (bar is None or distributed_client() is not None):
-            da.store(sources, targets, regions=regions, lock=False)
-        elif todo:
-            assert bar is not None
-            with _BlocksDone(bar):
-                da.store(sources, targets, regions=regions, lock=False)
+        with (
+            _BlocksDone(bar) if bar is not None and distributed_client() is None else nullcontext()
+        ):
+            self._store(blocks, copy, todo, fill_value)
         return copy, todo
+
+    @property
+    def raw(self) -> bool:
+        """Whether the chunks go through :mod:`~shardpipe.rechunking.raw_copy` (no codec)."""
+        return self.compressors is None
+
+    def _store(
+        self, blocks: da.Array, copy: zarr.Array[Any], todo: list[tuple[int, ...]], fill: Any
+    ) -> None:
+        """Store the blocks ``todo`` into the copy (whole chunks each)."""
+        if not todo:
+            return
+        target: Any = copy  # a zarr array, which da.store writes into by its __setitem__
+        if self.raw and stored_raw(copy):
+            store_blocks(blocks, self.store, self.chunk_shape, copy.fill_value, todo)
+        elif len(todo) == blocks.npartitions:
+            da.store(blocks, target, lock=False)
+        else:
+            sources = [blocks.blocks[i] for i in todo]
+            regions = [self._region(blocks, i) for i in todo]
+            da.store(sources, [target] * len(todo), regions=regions, lock=False)
+
+    def source(self, copy: zarr.Array[Any], block_shape: Shape) -> da.Array:
+        """The copy, once written, as a Dask array of ``block_shape`` blocks (pass 2 reads it)."""
+        if self.raw and stored_raw(copy):
+            return blocks_of_copy(
+                self.store, copy.shape, copy.dtype, self.chunk_shape, block_shape, copy.fill_value
+            )
+        blocked: da.Array = da.from_zarr(copy, chunks=block_shape)
+        return blocked
 
     @staticmethod
     def _region(blocks: da.Array, index: tuple[int, ...]) -> tuple[slice, ...]:
@@ -219,7 +245,7 @@ class _BlocksDone(Callback):
 
     def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
         name = key[0] if isinstance(key, tuple) else str(key)
-        if name.startswith("store-map"):
+        if name.startswith(("store-map", RAW_COPY_TASK)):
             self.bar.advance()
 
 

@@ -10,6 +10,7 @@ written) and both are counted in the report
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -243,7 +244,14 @@ class RechunkJob:
                 resume = inter.found is not None
                 written, copied = inter.write(blocks, origin.fill_value, bar=bar, resume=resume)
                 save_copy_record(target, inter.identity, inter.store, inter.placed, "copied")
-            copies.append(Source(inter.store, written, inter.chunk_shape))
+            copies.append(
+                Source(
+                    inter.store,
+                    written,
+                    inter.chunk_shape,
+                    read_blocks=functools.partial(inter.source, written),
+                )
+            )
             reads = blocks_read_cost(
                 origin.shape, origin.dtype.itemsize, origin.read_unit, inter.block_shape, copied
             )

@@ -12,6 +12,7 @@ size, is a :class:`~shardpipe.errors.ChunkDecodeError` naming it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,10 @@ class Source:
         Carried over to the target unless given.
     planned : bool
         Stands for an intermediate copy not written yet (planning only).
+    read_blocks : callable, optional
+        How the source is read in blocks of a shape, when not by
+        zarr-python (an uncompressed intermediate copy:
+        :meth:`~shardpipe.rechunking.intermediate.Intermediate.source`).
     """
 
     name: str
@@ -58,6 +63,7 @@ class Source:
     dimension_names: tuple[str, ...] | None = None
     attributes: dict[str, Any] | None = None
     planned: bool = False
+    read_blocks: Callable[[Shape], da.Array] | None = None
 
     @property
     def shape(self) -> Shape:
@@ -74,6 +80,8 @@ class Source:
         """The source as a Dask array of ``block_shape`` blocks (a Dask source as it is)."""
         if self.planned:
             return placeholder(self.shape, self.dtype, block_shape)
+        if self.read_blocks is not None:
+            return self.read_blocks(block_shape)
         if isinstance(self.array, da.Array):
             return self.array
         blocked: da.Array = da.from_zarr(self.array, chunks=block_shape)

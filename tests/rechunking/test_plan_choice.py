@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import dask.array as da
+import fsspec
 import numpy as np
 import pytest
 import zarr
@@ -82,3 +84,34 @@ def test_the_local_copy_is_written_uncompressed(tmp_path: Path) -> None:
     codecs = json.loads((tmp_path / "copy.zarr" / "zarr.json").read_text())["codecs"]
     assert [c["name"] for c in codecs] == ["bytes"]
     assert_same(np.asarray(written[...]), np.asarray(blocks))
+
+
+@pytest.mark.s3
+def test_two_passes_into_s3_keep_a_zstd_copy_beside_the_target(
+    tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]]
+) -> None:
+    """On an object store the copy's bytes are the cost: zstd, through zarr-python (and the
+    model, counting it encoded and decoded, prefers one pass in smaller blocks here)."""
+    bucket, options = s3_bucket
+    data = _slabs(tmp_path / "src.zarr")
+    target, scratch = f"s3://{bucket}/two-pass.zarr", f"s3://{bucket}/scratch.zarr"
+    planned = shardpipe.plan_rechunk(
+        tmp_path / "src.zarr", target, max_mem="1500KB", storage_options=options, **LAYOUT
+    )
+    assert planned.weighed is not None
+    assert planned.weighed.chosen.kind == "one pass, smaller blocks" and not planned.intermediate
+    job = shardpipe.plan_rechunk(
+        tmp_path / "src.zarr",
+        target,
+        max_mem="1500KB",
+        storage_options=options,
+        temp_store=scratch,
+        **LAYOUT,
+    )
+    assert job.intermediate is not None and job.intermediate.store == scratch
+    assert job.intermediate.compressors and "(zstd)" in repr(job)
+    report = job.execute()
+    assert report.intermediate_nbytes > 0
+    assert_same(np.asarray(zarr.open_array(target, mode="r", storage_options=options)[...]), data)
+    fs = fsspec.filesystem("s3", **options)
+    assert [p for p in fs.ls(bucket) if "scratch" in p] == []  # the copy is gone

@@ -2,9 +2,10 @@
 
 Run as ``python -m tests.support.rechunk_crash_child SOURCE TARGET PROGRESS MOMENT``.
 It writes ``started`` to PROGRESS once its imports are done and ``done`` at the end.
-Every chunk it reads with zarr-python (the source's slabs in pass 1, the
-intermediate copy's chunks in pass 2) takes 30 ms more, and then, so that the kill
-lands where the test waits whatever the machine's load, the reads stop for good:
+Every chunk it reads (the source's slabs in pass 1 with zarr-python, the
+intermediate copy's chunks in pass 2 with shardpipe's raw reads) takes 30 ms
+more, and then, so that the kill lands where the test waits whatever the
+machine's load, the reads stop for good:
 with MOMENT ``copying``, after the source's first :data:`COPYING_READS` slabs (two
 blocks copied whole, two not begun); with ``copied``, after the copy's first
 :data:`COPIED_READS` chunks (pass 2 has published a shard or two).
@@ -59,6 +60,23 @@ def _slow_reads(moment: str) -> None:
         return read(path, *args)
 
     _local._get = slow  # type: ignore[assignment]  # looked up by name in zarr's LocalStore (zarr-python 3.x)
+
+    from shardpipe.rechunking import raw_copy
+
+    read_region = raw_copy.read_region
+
+    def slow_region(store: Any, region: Any, chunk_shape: Any, *args: Any) -> Any:
+        """The uncompressed copy's reads (pass 2), counted in chunks as zarr's are."""
+        chunks = 1
+        for r, c in zip(region, chunk_shape, strict=True):
+            chunks *= -(-(r.stop - r.start) // c)
+        with lock:
+            stop = held == "copy" and seen["copy"] + chunks > limit
+            seen["copy"] += chunks
+        time.sleep(600 if stop else 0.03 * chunks)  # until the test's kill
+        return read_region(store, region, chunk_shape, *args)
+
+    raw_copy.read_region = slow_region  # looked up by name when a block of the copy is read
 
 
 def main(source: str, target: str, progress: Path, moment: str) -> None:
