@@ -27,6 +27,7 @@ from shardpipe.rechunking.intermediate import placeholder
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.bounded_reads import bounded_array
+from shardpipe.stored.region_reads import region_reader
 
 V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
 """The attribute in which xarray's Zarr v2 convention keeps dimension names."""
@@ -52,8 +53,9 @@ class Source:
         Stands for an intermediate copy not written yet (planning only).
     read_blocks : callable, optional
         How the source is read in blocks of a shape, when not by
-        zarr-python (an uncompressed intermediate copy:
-        :meth:`~shardpipe.rechunking.intermediate.Intermediate.source`).
+        zarr-python's ``da.from_zarr``: an unsharded Zarr array by
+        :class:`~shardpipe.stored.region_reads.RegionReader`, an uncompressed
+        intermediate copy by :meth:`~shardpipe.rechunking.intermediate.Intermediate.source`.
     """
 
     name: str
@@ -127,11 +129,14 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
         else attributes.pop(V2_DIMENSIONS, None)
     )
     fill = array.metadata.fill_value
+    bounded = bounded_array(array)
+    reader = region_reader(bounded)
     return Source(
         name=name,
-        array=bounded_array(array),
+        array=bounded,
         read_unit=tuple(array.shards or array.chunks),
         fill_value=fill.item() if isinstance(fill, np.generic) else fill,
         dimension_names=None if names is None else tuple(str(n) for n in names),
         attributes=attributes,
+        read_blocks=None if reader is None else reader.blocks,
     )

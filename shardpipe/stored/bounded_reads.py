@@ -65,7 +65,7 @@ from shardpipe.internals.zarr_core import (
 )
 from shardpipe.storage.errnos import permanent_error
 
-__all__ = ["BoundedChunks", "BoundedSharding", "bounded_array"]
+__all__ = ["BoundedChunks", "BoundedSharding", "bounded_array", "read_mapped"]
 
 INDEX_ENTRY_NBYTES = 16
 """Bytes of one entry of a shard index (offset and length, 8 bytes each)."""
@@ -213,7 +213,7 @@ class BoundedChunks(ArrayBytesCodec, ArrayBytesCodecPartialDecodeMixin):
         where = _where(byte_getter)
         bound = self.stored_bound(chunk_spec)
         request = None if bound is None else RangeByteRequest(0, bound + 1)
-        data = await _reading(
+        data = await read_mapped(
             byte_getter.get(prototype=chunk_spec.prototype, byte_range=request), where
         )
         if data is None:
@@ -334,8 +334,8 @@ class CappedReads(WrapperStore[Store]):
         """The bytes at ``key`` (a shard); whole, read as at most ``whole`` and one byte."""
         if byte_range is not None:
             _check_range(byte_range, self.whole, "the shard")
-            return await _reading(self._store.get(key, prototype, byte_range), key)
-        data = await _reading(
+            return await read_mapped(self._store.get(key, prototype, byte_range), key)
+        data = await read_mapped(
             self._store.get(key, prototype, RangeByteRequest(0, self.whole + 1)), key
         )
         if data is not None and len(data) > self.whole:
@@ -411,7 +411,7 @@ def _leaves(errors: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return found
 
 
-async def _reading(read: Awaitable[Buffer | None], key: str) -> Buffer | None:
+async def read_mapped(read: Awaitable[Buffer | None], key: str) -> Buffer | None:
     """The result of ``read`` (of ``key``); a permanent storage fault as shardpipe's error."""
     try:
         return await read

@@ -1,0 +1,114 @@
+"""``RegionReader``: regions of unsharded arrays read by shardpipe equal zarr-python's reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import numcodecs as wrapped
+
+import shardpipe
+from shardpipe.errors import ChunkDecodeError
+from shardpipe.stored.bounded_reads import bounded_array
+from shardpipe.stored.region_reads import READS_IN_FLIGHT, region_reader
+
+SHAPE = (37, 50, 21)
+REGIONS = [
+    (slice(0, 37), slice(0, 50), slice(0, 21)),
+    (slice(3, 30), slice(17, 49), slice(0, 21)),  # cuts chunks on every side
+    (slice(36, 37), slice(0, 1), slice(20, 21)),
+]
+
+
+def _data(dtype: str) -> np.ndarray:
+    return (np.arange(np.prod(SHAPE)).reshape(SHAPE) % 251).astype(dtype)
+
+
+def _assert_reads_as_zarr(path: Path) -> None:
+    plain = zarr.open_array(str(path), mode="r")
+    reader = region_reader(bounded_array(plain))
+    assert reader is not None
+    for region in REGIONS:
+        np.testing.assert_array_equal(reader.read(region), np.asarray(plain[region]))
+    blocks = reader.blocks((16, 20, 21))
+    assert blocks.chunks[0] == (16, 16, 5)
+    np.testing.assert_array_equal(blocks.compute(), np.asarray(plain[...]))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "order", "compressor", "fill_value"),
+    [
+        ("<u2", "C", numcodecs.Zstd(1), 0),
+        (">u2", "F", numcodecs.Zlib(1), None),
+        ("<f8", "C", numcodecs.LZ4(), np.nan),
+        ("|b1", "C", None, False),
+    ],
+)
+def test_v2_arrays(
+    tmp_path: Path, dtype: str, order: str, compressor: Any, fill_value: Any
+) -> None:
+    array = zarr.open_array(
+        str(tmp_path),
+        mode="w",
+        shape=SHAPE,
+        chunks=(8, 16, 7),
+        dtype=dtype,
+        zarr_format=2,
+        compressor=compressor,
+        order=order,
+        fill_value=fill_value,
+    )
+    array[:20] = _data(dtype)[:20]  # the chunks past row 24 are not stored: the fill value
+    _assert_reads_as_zarr(tmp_path)
+
+
+@pytest.mark.parametrize("compressors", ["auto", None, wrapped.BZ2(level=1)])
+def test_v3_arrays(tmp_path: Path, compressors: Any) -> None:
+    array = zarr.create_array(
+        str(tmp_path), shape=SHAPE, chunks=(8, 16, 7), dtype=">i4", compressors=compressors
+    )
+    array[:20] = _data("int32")[:20]
+    _assert_reads_as_zarr(tmp_path)
+
+
+def test_more_chunks_than_are_fetched_at_once(tmp_path: Path) -> None:
+    n = 4 * READS_IN_FLIGHT + 3
+    array = zarr.create_array(str(tmp_path), shape=(n,), chunks=(1,), dtype="u1")
+    array[...] = np.arange(n) % 256
+    reader = region_reader(bounded_array(zarr.open_array(str(tmp_path), mode="r")))
+    assert reader is not None
+    np.testing.assert_array_equal(reader.read((slice(1, n - 1),)), np.arange(1, n - 1) % 256)
+
+
+def test_sharded_and_inexpressible_arrays_are_left_to_zarr(tmp_path: Path) -> None:
+    shardpipe.to_sharded_zarr(
+        _data("u2"), str(tmp_path / "s.zarr"), shards=(16, 32, 21), chunks=(8, 16, 7)
+    )
+    assert region_reader(bounded_array(zarr.open_array(str(tmp_path / "s.zarr")))) is None
+    strings = zarr.create_array(str(tmp_path / "t.zarr"), shape=(4,), chunks=(2,), dtype=str)
+    assert region_reader(bounded_array(strings)) is None
+
+
+def test_a_chunk_that_does_not_decode_is_named(tmp_path: Path) -> None:
+    array = zarr.open_array(
+        str(tmp_path),
+        mode="w",
+        shape=SHAPE,
+        chunks=(8, 16, 7),
+        dtype="<u2",
+        zarr_format=2,
+        compressor=numcodecs.Zstd(1),
+    )
+    array[...] = _data("<u2")
+    (tmp_path / "1.0.2").write_bytes(b"not zstd")
+    reader = region_reader(bounded_array(zarr.open_array(str(tmp_path), mode="r")))
+    assert reader is not None
+    with pytest.raises(ChunkDecodeError, match=r"1\.0\.2"):
+        reader.read((slice(8, 16), slice(0, 16), slice(14, 21)))
+    np.testing.assert_array_equal(
+        reader.read((slice(0, 8), slice(0, 16), slice(0, 7))), _data("<u2")[:8, :16, :7]
+    )
