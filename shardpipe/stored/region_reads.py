@@ -135,23 +135,26 @@ class RegionReader:
         """The array as a Dask array of ``block_shape`` blocks, each read by :meth:`read`."""
         shape = tuple(int(n) for n in self.array.shape)
         chunks = da.core.normalize_chunks(block_shape, shape)
-
-        def read(block_info: dict[Any, Any] | None = None) -> np.ndarray:
-            assert block_info is not None
-            where = block_info[None]["array-location"]
-            return self.read(tuple(slice(start, stop) for start, stop in where))
-
         name = "read-" + tokenize(
             str(self.array.store_path), shape, str(self.array.dtype), block_shape
         )
+        # the reader is an argument of the layer, where the checks of what a graph reads
+        # (shardpipe.stored.locations) find the zarr array it holds
         blocked: da.Array = da.map_blocks(
-            read,
+            _read_block,
+            self,
             chunks=chunks,
             dtype=self.array.dtype,
             meta=np.empty((0,) * len(shape), dtype=self.array.dtype),
             name=name,
         )
         return blocked
+
+
+def _read_block(reader: RegionReader, block_info: dict[Any, Any] | None = None) -> np.ndarray:
+    assert block_info is not None
+    where = block_info[None]["array-location"]
+    return reader.read(tuple(slice(start, stop) for start, stop in where))
 
 
 def region_reader(array: zarr.Array[Any]) -> RegionReader | None:

@@ -14,6 +14,7 @@ from zarr.codecs import numcodecs as wrapped
 import shardpipe
 from shardpipe.errors import ChunkDecodeError
 from shardpipe.stored.bounded_reads import bounded_array
+from shardpipe.stored.locations import source_locations
 from shardpipe.stored.region_reads import READS_IN_FLIGHT, region_reader
 
 SHAPE = (37, 50, 21)
@@ -112,3 +113,12 @@ def test_a_chunk_that_does_not_decode_is_named(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         reader.read((slice(0, 8), slice(0, 16), slice(0, 7))), _data("<u2")[:8, :16, :7]
     )
+
+
+def test_the_checks_of_what_a_graph_reads_find_the_array(tmp_path: Path) -> None:
+    """A target over the source is refused as for ``da.from_zarr`` (stored.locations)."""
+    zarr.create_array(str(tmp_path / "a.zarr"), shape=SHAPE, chunks=(8, 16, 7), dtype="u2")
+    reader = region_reader(bounded_array(zarr.open_array(str(tmp_path / "a.zarr"))))
+    assert reader is not None
+    found = source_locations(reader.blocks((16, 20, 21)))
+    assert [location.path.strip("/") for location in found] == [str(tmp_path / "a.zarr").strip("/")]
