@@ -46,6 +46,8 @@ from shardpipe.rechunking.raw_copy import (
     store_blocks,
     stored_raw,
 )
+from shardpipe.stored.bounded_reads import bounded_array
+from shardpipe.stored.region_reads import region_reader
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,9 @@ class Intermediate:
             return blocks_of_copy(
                 self.store, copy.shape, copy.dtype, self.chunk_shape, block_shape, copy.fill_value
             )
+        reader = region_reader(bounded_array(copy))  # many reads in flight on an object store
+        if reader is not None:
+            return reader.blocks(block_shape)
         blocked: da.Array = da.from_zarr(copy, chunks=block_shape)
         return blocked
 
