@@ -97,8 +97,10 @@ case "$task" in
         .venv/bin/lint-imports --no-cache
         # the documentation site, afresh (-E): warnings are errors, every reference resolves
         .venv/bin/sphinx-build -E -W --keep-going -n -q -b html docs docs/_build/html
-        # in parallel on every core (pytest-xdist); SHARDPIPE_TEST_WORKERS=0 runs in one process
-        exec .venv/bin/python -m pytest -n "${SHARDPIPE_TEST_WORKERS:-auto}" "$@" ;;
+        # in parallel on every core (pytest-xdist); SHARDPIPE_TEST_WORKERS=0 runs in one process.
+        # worksteal: an idle worker takes tests queued on a busy one, so the few long tests
+        # (docs pages, notebooks, kill -9 runs) do not leave a worker waiting at the end
+        exec .venv/bin/python -m pytest -n "${SHARDPIPE_TEST_WORKERS:-auto}" --dist worksteal "$@" ;;
     bench) setup "test,bench"; ensure_azurite; exec .venv/bin/python -m benchmarks "$@" ;;
     lock)
         make_venv

@@ -116,6 +116,9 @@ DRIVER = r"""
 import json, pathlib, subprocess, sys, time, traceback
 
 steps = json.load(open(sys.argv[1]))
+# the napari plugins the OME-Zarr reader checks pull in, off as in the suite's own addopts:
+# importing them costs each inner pytest run seconds and they serve no test of a page
+NO_PLUGINS = ["-p", "no:napari", "-p", "no:napari-plugin-engine", "-p", "no:npe2"]
 namespace = {"__name__": "__main__"}
 
 
@@ -138,7 +141,8 @@ for step in steps:
     elif "file" in step:
         pathlib.Path(step["file"]).write_text(step["text"])
         if step["file"].startswith("test_"):
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", step["file"]]
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NO_PLUGINS,
+                    step["file"]]
             done = subprocess.run(argv, capture_output=True, text=True)
             if done.returncode != 0:
                 fail(where, done, f"pytest {step['file']}")
