@@ -1,4 +1,6 @@
-"""The marker of a migration under way (``.shardpipe/migrate.json``): what it may be trusted for.
+"""The marker of a migration under way: what it may be trusted for.
+
+It is :data:`~shardpipe.storage.keys.MIGRATION_MARKER` at the target.
 
 :func:`shardpipe.migrate` writes the marker at its target before it copies
 anything: it names the source, whether the migration is in place, and the
@@ -23,11 +25,15 @@ from typing import Any
 from shardpipe.core.keys import checked_key
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.legacy.hierarchy import read_json
-from shardpipe.storage.keys import JOB_DIR, MIGRATION_MARKER, MIGRATION_STAGING, TEMPORARY_SUFFIX
+from shardpipe.storage.keys import (
+    JOB_DIR,
+    MIGRATION_MARKER,
+    MIGRATION_STAGING,
+    MIGRATION_TEMPORARY,
+    TEMPORARY_SUFFIX,
+)
 from shardpipe.storage.resolve import ResolvedStore
 
-TEMPORARY = f"{JOB_DIR}/.migrate.json."
-"""Start of the keys of the marker's temporary files (a kill while it was written)."""
 _FIX = f"delete {MIGRATION_MARKER} only if no migration is under way there"
 
 
@@ -174,7 +180,8 @@ def drop_marker(target: ResolvedStore, *, dry_run: bool = False) -> int:
     (with ``dry_run``: would be) deleted.
     """
     shards = target.shards
-    leftovers = [k for k in shards.list(target.key(TEMPORARY)) if k.endswith(TEMPORARY_SUFFIX)]
+    temporaries = shards.list(target.key(MIGRATION_TEMPORARY))
+    leftovers = [k for k in temporaries if k.endswith(TEMPORARY_SUFFIX)]
     if shards.size(target.key(MIGRATION_MARKER)) is not None:
         leftovers.append(target.key(MIGRATION_MARKER))
     if dry_run:
@@ -182,5 +189,5 @@ def drop_marker(target: ResolvedStore, *, dry_run: bool = False) -> int:
     shards.discard_staging(target.key(MIGRATION_STAGING))
     for key in leftovers:
         shards.delete(key)
-    shards.prune(target.key(".shardpipe/"))
+    shards.prune(target.key(f"{JOB_DIR}/"))
     return len(leftovers)

@@ -68,7 +68,8 @@ class ScaleReport(ShowsSummary):
     n_problems : int
         All problems.
     leftovers : int
-        Temporary files of writes that did not finish (``*.shardpipe-tmp``):
+        Temporary files of writes that did not finish (names ending in
+        :data:`~shardpipe.storage.keys.TEMPORARY_SUFFIX`):
         not shards, not problems.
     notes : list of str
         What was not checked, and why (chunks of an encoding shardpipe does

@@ -1,8 +1,8 @@
 """The record of a two-pass rechunk's intermediate copy, kept in the target's job folder.
 
-A two-pass rechunk saves ``.shardpipe/intermediate.json`` under its target
-(:data:`~shardpipe.storage.keys.INTERMEDIATE_RECORD`) before the first
-byte of its copy is written, and deletes it once the copy is gone:
+A two-pass rechunk saves :data:`~shardpipe.storage.keys.INTERMEDIATE_RECORD` under its
+target before the first byte of its copy is written, and deletes it once the copy is
+gone:
 
 * ``source``: what the copy is made from (the rechunk's source identity:
   location, shape, dtype, read unit);
