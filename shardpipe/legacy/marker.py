@@ -24,6 +24,7 @@ from typing import Any
 
 from shardpipe.core.keys import checked_key
 from shardpipe.errors import InvalidArgumentError, MetadataError
+from shardpipe.journal.unfinished import UnfinishedJob, same_call
 from shardpipe.legacy.hierarchy import read_json
 from shardpipe.storage.keys import (
     JOB_DIR,
@@ -191,3 +192,25 @@ def drop_marker(target: ResolvedStore, *, dry_run: bool = False) -> int:
         shards.delete(key)
     shards.prune(target.key(f"{JOB_DIR}/"))
     return len(leftovers)
+
+
+def migration_job(target: ResolvedStore) -> UnfinishedJob | None:
+    """The migration under way at ``target`` that its marker shows, or None.
+
+    A marker that cannot be trusted names no migration to carry on (a rerun
+    refuses it by name).
+    """
+    try:
+        marker = read_marker(target)
+    except (MetadataError, InvalidArgumentError):
+        return None
+    if marker is None:
+        return None
+    how = "in place" if marker.in_place else "into this target"
+    return UnfinishedJob(
+        "migration",
+        target.key(MIGRATION_MARKER),
+        f"{marker.source!r} ({how})",
+        None,
+        f"run {same_call('migrate', 'migrate')} again, as that run was called",
+    )
