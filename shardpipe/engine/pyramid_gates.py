@@ -185,13 +185,17 @@ def _fuse_chain(
     the block is made, as in a write's graph (Dask's array optimisation,
     which a graph of several writes does not get). Only a task taking one
     task (not a key in ``keep``) taken by nothing else is moved inside.
+
+    The chain stops at the first task that cannot be moved (a block of
+    another level, a value, a task others take too); the tasks moved before
+    it are then in ``key``'s task, which replaces the old one either way.
     """
     node = dsk[key]
     while len(node.dependencies) == 1:
         (dep,) = node.dependencies
         before = dsk.get(dep)
         if dep in keep or not isinstance(before, Task) or dependents.get(dep, 0) != 1:
-            return
+            break
         node = node.substitute({dep: before})
         del dsk[dep]
     dsk[key] = node

@@ -1,14 +1,15 @@
 """The journal: job markers and undo records, how jobs learn they are not alone and undo crashes.
 
-Everything lives in one folder beside the array's ``zarr.json``::
-
-    <array>/.shardpipe/job.json                  the job marker
-    <array>/.shardpipe/claims/<sha1 of job id>    a claim on a stale marker (while taken over)
-    <array>/.shardpipe/undo/<job>/<sha1 of key>   one undo record per shard being changed
-    <array>/.shardpipe/staging/<token>/...        parts of shards written in parts
+Everything lives in one folder beside the array's ``zarr.json``
+(:data:`~shardpipe.storage.keys.JOB_DIR`; its layout is in
+:mod:`shardpipe.storage.keys`): the job marker
+(:data:`~shardpipe.storage.keys.JOB_MARKER`), claims on a stale marker while it is taken
+over (:data:`~shardpipe.storage.keys.CLAIMS_DIR`), one undo record per shard being
+changed (:data:`~shardpipe.storage.keys.UNDO_DIR`) and the parts of shards written in
+parts (:data:`~shardpipe.storage.keys.STAGING_DIR`).
 
 **Job marker.** A job (a write, an update, a compaction, a repair, a
-cleanup) holds the array while it works: it creates ``job.json``
+cleanup) holds the array while it works: it creates its marker
 create-only (``O_EXCL``/``link`` / ``If-None-Match: *``) before it changes
 anything, re-reads it before every shard it publishes
 (:func:`~shardpipe.journal.markers.check_held`) and removes it at the end. A second job that finds

@@ -1,6 +1,6 @@
 """Holding an array: one job at a time, and a dead job's marker taken over in one step.
 
-A job holds an array while its marker (``.shardpipe/job.json``, see
+A job holds an array while its marker (:data:`~shardpipe.storage.keys.JOB_MARKER`, see
 :mod:`shardpipe.journal.undo`) names it. :func:`take` creates the marker
 create-only; when another job's marker is there and that job no longer runs
 (or ``force`` says to ignore it), :func:`take` replaces the marker with its
@@ -15,15 +15,14 @@ same stale marker, so it is one atomic step on every backend:
 * where the backend enforces replace-if-unchanged (S3 ``If-Match``), it is
   one conditional put against the version of the stale marker as read;
 * elsewhere (a file system, zarr stores, Icechunk sessions, whose
-  create-only writes are atomic but whose replaces are not), the job first
-  creates, create-only, a *claim* named after the stale job
-  (``.shardpipe/claims/<sha1 of its id>``, holding the claimant's own
-  marker). Only one job can create it. The claimant then checks that the
-  marker still names the stale job and puts its own in its place, then
-  drops the claim. A marker naming a job is replaced only by that job or by
-  the holder of the claim on it, and job ids are never reused, so once
-  replaced the stale marker never comes back: a job that claims it later
-  finds another marker and looks again.
+  create-only writes are atomic but whose replaces are not), the job first creates,
+  create-only, a *claim* named after the stale job (under
+  :data:`~shardpipe.storage.keys.CLAIMS_DIR`, named by the sha1 of its id, holding the
+  claimant's own marker). Only one job can create it. The claimant then checks that the
+  marker still names the stale job and puts its own in its place, then drops the claim.
+  A marker naming a job is replaced only by that job or by the holder of the claim on
+  it, and job ids are never reused, so once replaced the stale marker never comes back:
+  a job that claims it later finds another marker and looks again.
 * A claimant that died holding its claim is itself a stale holder, of the
   claim: the next job takes the claim over the same way, one level down.
 

@@ -1,6 +1,6 @@
 """The job record of a write: what made an array, saved beside its ``zarr.json``.
 
-``.shardpipe/write.json`` holds the identity of the write that made the
+:data:`~shardpipe.storage.keys.WRITE_RECORD` holds the identity of the write that made the
 array (its source and its ``zarr.json``), its state (``"running"`` or
 ``"complete"``), the run that made it and the waves done. Resuming a write
 (:mod:`shardpipe.write.resume`) compares it with the new write's identity;

@@ -1,7 +1,9 @@
 """What unfinished jobs left beside an array, as ``verify`` reports it.
 
 A write that was interrupted leaves some of these: its job record still
-saying ``"running"`` (:mod:`shardpipe.write.resume`), objects in the staging area
+saying ``"running"`` (:mod:`shardpipe.write.resume`; ``verify`` lists the
+job among the interrupted ones, :mod:`shardpipe.journal.unfinished`), a
+record that cannot be read, objects in the staging area
 (parts of shards that were being written in parts, markers of multipart
 uploads), and its job marker (:mod:`shardpipe.journal.undo`). None of them makes
 a shard wrong, so a plain ``verify`` lists them as notes; ``verify
@@ -19,34 +21,19 @@ from shardpipe.storage.keys import WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 
 
-def unfinished_work(target: ResolvedStore, absent: int, total: int) -> list[tuple[str, str]]:
+def unfinished_work(target: ResolvedStore) -> list[tuple[str, str]]:
     """``(key, finding)`` for each trace of an unfinished job beside the array at ``target``.
 
-    Parameters
-    ----------
-    target : ResolvedStore
-        The array.
-    absent, total : int
-        Shards of its grid that are absent, and all of them (for the wording).
+    A job record that still says ``"running"`` is not among them: it is an
+    interrupted job (:func:`~shardpipe.journal.unfinished.array_jobs`).
     """
     keys = JobKeys(target.key(""))
     findings = []
     try:
-        record = read_record(target)
+        read_record(target)
     except MetadataError as err:
         findings.append(
             (target.key(WRITE_RECORD), f"{err}; nothing shows which write made the array")
-        )
-        record = None
-    if record is not None and record["state"] != "complete":
-        findings.append(
-            (
-                target.key(WRITE_RECORD),
-                f"the write that made this array did not finish (its job record says "
-                f"{record['state']!r}); {absent} of {total} shards are absent, and it may "
-                "have been about to write some of them. Run the same write with "
-                f"{advice.setting('resume')}",
-            )
         )
     staging = list(target.shards.list(f"{keys.staging}/"))
     if staging:

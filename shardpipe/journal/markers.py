@@ -1,8 +1,8 @@
 """Job markers: which job holds an array, and whether it still runs.
 
-The marker ``<array>/.shardpipe/job.json`` names the job holding the array
-(see the package's documentation, :mod:`shardpipe.journal`, for the whole
-layout and what a crash or a race can leave). This module reads and checks
+The marker (:data:`~shardpipe.storage.keys.JOB_MARKER` under the array) names the job
+holding the array (see the package's documentation, :mod:`shardpipe.journal`, for the
+whole layout and what a crash or a race can leave). This module reads and checks
 markers; :mod:`shardpipe.journal.array_lock` takes and releases them.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from shardpipe.errors import JobConflictError, MetadataError
 from shardpipe.storage.base import ObjectVersion, ShardStore
-from shardpipe.storage.keys import JOB_DIR
+from shardpipe.storage.keys import CLAIMS_DIR, DONE_DIR, JOB_MARKER, STAGING_DIR, UNDO_DIR
 
 _ACTIVE: set[str] = set()
 """Ids of the jobs this process is running (a marker of ours not among them is stale)."""
@@ -41,17 +41,17 @@ class JobKeys:
     @property
     def marker(self) -> str:
         """Key of the job marker."""
-        return f"{self.array}{JOB_DIR}/job.json"
+        return f"{self.array}{JOB_MARKER}"
 
     @property
     def undo(self) -> str:
         """Key prefix of undo records."""
-        return f"{self.array}{JOB_DIR}/undo/"
+        return f"{self.array}{UNDO_DIR}/"
 
     @property
     def claims(self) -> str:
         """Key prefix of the claims on stale markers (see :mod:`shardpipe.journal.array_lock`)."""
-        return f"{self.array}{JOB_DIR}/claims/"
+        return f"{self.array}{CLAIMS_DIR}/"
 
     def claim_key(self, job: str) -> str:
         """Key of the claim on the marker (or claim) of job ``job``."""
@@ -66,7 +66,7 @@ class JobKeys:
     @property
     def staging(self) -> str:
         """Key prefix of staging areas."""
-        return f"{self.array}{JOB_DIR}/staging"
+        return f"{self.array}{STAGING_DIR}"
 
     @property
     def shards(self) -> str:
@@ -76,7 +76,7 @@ class JobKeys:
     @property
     def done(self) -> str:
         """Key prefix of the records of shards an update has finished."""
-        return f"{self.array}{JOB_DIR}/done/"
+        return f"{self.array}{DONE_DIR}/"
 
     def done_key(self, update: str, shard_key: str) -> str:
         """Key of the record that update ``update`` finished ``shard_key``."""
@@ -150,7 +150,7 @@ _MARKER_FIELDS: dict[str, type | tuple[type, ...]] = {
 
 
 def _marker_of(document: Any, key: str) -> JobMarker:
-    """The marker a decoded ``job.json`` describes, every field checked.
+    """The marker a decoded marker document describes, every field checked.
 
     Raises
     ------

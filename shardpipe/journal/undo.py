@@ -68,7 +68,8 @@ class UndoRecord:
             makes it).
         array : str, optional
             Key prefix of the array: the shard must be a key under it (not
-            ``zarr.json``, nothing under ``.shardpipe/``, no ``..`` component).
+            ``zarr.json``, nothing under :data:`~shardpipe.storage.keys.JOB_DIR`, no
+            ``..`` component).
 
         Raises
         ------

@@ -1,4 +1,6 @@
-"""The marker of a migration under way (``.shardpipe/migrate.json``): what it may be trusted for.
+"""The marker of a migration under way: what it may be trusted for.
+
+It is :data:`~shardpipe.storage.keys.MIGRATION_MARKER` at the target.
 
 :func:`shardpipe.migrate` writes the marker at its target before it copies
 anything: it names the source, whether the migration is in place, and the
@@ -22,12 +24,17 @@ from typing import Any
 
 from shardpipe.core.keys import checked_key
 from shardpipe.errors import InvalidArgumentError, MetadataError
+from shardpipe.journal.unfinished import UnfinishedJob, same_call
 from shardpipe.legacy.hierarchy import read_json
-from shardpipe.storage.keys import JOB_DIR, MIGRATION_MARKER, MIGRATION_STAGING, TEMPORARY_SUFFIX
+from shardpipe.storage.keys import (
+    JOB_DIR,
+    MIGRATION_MARKER,
+    MIGRATION_STAGING,
+    MIGRATION_TEMPORARY,
+    TEMPORARY_SUFFIX,
+)
 from shardpipe.storage.resolve import ResolvedStore
 
-TEMPORARY = f"{JOB_DIR}/.migrate.json."
-"""Start of the keys of the marker's temporary files (a kill while it was written)."""
 _FIX = f"delete {MIGRATION_MARKER} only if no migration is under way there"
 
 
@@ -174,7 +181,8 @@ def drop_marker(target: ResolvedStore, *, dry_run: bool = False) -> int:
     (with ``dry_run``: would be) deleted.
     """
     shards = target.shards
-    leftovers = [k for k in shards.list(target.key(TEMPORARY)) if k.endswith(TEMPORARY_SUFFIX)]
+    temporaries = shards.list(target.key(MIGRATION_TEMPORARY))
+    leftovers = [k for k in temporaries if k.endswith(TEMPORARY_SUFFIX)]
     if shards.size(target.key(MIGRATION_MARKER)) is not None:
         leftovers.append(target.key(MIGRATION_MARKER))
     if dry_run:
@@ -182,5 +190,27 @@ def drop_marker(target: ResolvedStore, *, dry_run: bool = False) -> int:
     shards.discard_staging(target.key(MIGRATION_STAGING))
     for key in leftovers:
         shards.delete(key)
-    shards.prune(target.key(".shardpipe/"))
+    shards.prune(target.key(f"{JOB_DIR}/"))
     return len(leftovers)
+
+
+def migration_job(target: ResolvedStore) -> UnfinishedJob | None:
+    """The migration under way at ``target`` that its marker shows, or None.
+
+    A marker that cannot be trusted names no migration to carry on (a rerun
+    refuses it by name).
+    """
+    try:
+        marker = read_marker(target)
+    except (MetadataError, InvalidArgumentError):
+        return None
+    if marker is None:
+        return None
+    how = "in place" if marker.in_place else "into this target"
+    return UnfinishedJob(
+        "migration",
+        target.key(MIGRATION_MARKER),
+        f"{marker.source!r} ({how})",
+        None,
+        f"run {same_call('migrate', 'migrate')} again, as that run was called",
+    )

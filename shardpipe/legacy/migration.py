@@ -18,7 +18,7 @@ Order of the steps, and what a reader sees (``kill -9`` at any instant):
    stops the migration with nothing written. So does a key where the
    migration would write (a target that is not empty; in place, a key
    under the v3 folder of an array, or a group's ``zarr.json``).
-2. A marker (``.shardpipe/migrate.json``) is written at the target. It
+2. A marker (:data:`~shardpipe.storage.keys.MIGRATION_MARKER`) is written at the target. It
    names the source, whether in place, and every document and array the
    migration writes.
 3. Every shard is copied to its new key, each copy atomic: inside one store

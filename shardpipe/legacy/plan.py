@@ -22,6 +22,7 @@ from shardpipe.legacy.copy import DraftShard
 from shardpipe.legacy.hierarchy import read_draft, shard_target
 from shardpipe.legacy.marker import MigrationMarker
 from shardpipe.legacy.metadata import LegacyArray
+from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 
 SHARD_KEY = re.compile(r"c(?:[./][0-9]+)*")
@@ -134,7 +135,7 @@ def refuse_occupied(
     draft's entry point).
     """
     if target is not None and earlier is None:
-        ours = dst.key(".shardpipe/")  # a marker being written when a first run was killed
+        ours = dst.key(f"{JOB_DIR}/")  # a marker being written when a first run was killed
         for key in itertools.filterfalse(
             lambda k: k.startswith(ours), dst.shards.list(dst.key(""))
         ):

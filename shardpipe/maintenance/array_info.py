@@ -9,7 +9,7 @@ Neuroglancer precomputed volume, its scales.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from shardpipe.core.checks import check_bool, check_int
@@ -20,7 +20,9 @@ from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import undo_records
+from shardpipe.journal.unfinished import UnfinishedJob, unfinished_lines
 from shardpipe.maintenance.targets import over_target
+from shardpipe.maintenance.unfinished import only_records, unfinished_jobs
 from shardpipe.precomputed.check import PrecomputedReport, check_volume
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
@@ -66,6 +68,10 @@ class ArrayInfo(ShowsSummary):
         too short, entries outside it), in grid order. Such a shard counts
         in ``shards_present`` and ``nbytes_stored``, not in ``chunks_stored``
         nor ``nbytes_unused``; ``verify`` checks it whole.
+    interrupted : list of UnfinishedJob
+        The interrupted jobs whose records are beside the array
+        (:func:`~shardpipe.maintenance.unfinished.unfinished_jobs`), printed
+        as ``verify`` prints them.
     """
 
     shape: tuple[int, ...]
@@ -83,6 +89,7 @@ class ArrayInfo(ShowsSummary):
     pending_undo: int = 0
     not_shards: int = 0
     problems: list[tuple[str, str]] = field(default_factory=list)
+    interrupted: list[UnfinishedJob] = field(default_factory=list)
 
     @property
     def unused_ratio(self) -> float:
@@ -106,6 +113,7 @@ class ArrayInfo(ShowsSummary):
                 f"(.problems; `verify` checks them), the first {self.problems[0][0]}: "
                 f"{self.problems[0][1]}"
             )
+        warnings += [f"{job.key}: {job.describe()}" for job in self.interrupted]
         return warnings
 
     def _summary(self) -> Summary:
@@ -154,6 +162,7 @@ class ArrayInfo(ShowsSummary):
                 "(skipped; `shardpipe verify` names them)"
             )
         lines += [f"index not readable: {key}: {problem}" for key, problem in self.problems]
+        lines += unfinished_lines(self.interrupted)
         return "\n".join(lines)
 
 
@@ -167,10 +176,14 @@ class GroupInfo(ShowsSummary):
         Per sharded array (by store path), its :class:`~shardpipe.ArrayInfo`.
     skipped : dict
         Arrays that are not sharded Zarr v3 arrays, with the reason.
+    interrupted : list of UnfinishedJob
+        The interrupted jobs recorded at the group itself (an OME-Zarr
+        image's write, a migration) and in its arrays.
     """
 
     arrays: dict[str, ArrayInfo] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    interrupted: list[UnfinishedJob] = field(default_factory=list)
 
     @property
     def nbytes_stored(self) -> int:
@@ -193,6 +206,8 @@ class GroupInfo(ShowsSummary):
             for path, a in self.arrays.items()
         ]
         warnings = [f"{path}: {w}" for path, a in self.arrays.items() for w in a._warnings()]
+        nested = {job for a in self.arrays.values() for job in a.interrupted}
+        warnings += [f"{j.key}: {j.describe()}" for j in self.interrupted if j not in nested]
         return Summary("GroupInfo", None, rows, warnings, where="arrays")
 
     def __str__(self) -> str:
@@ -211,6 +226,7 @@ class GroupInfo(ShowsSummary):
             f"{format_nbytes(self.nbytes_stored)}, {format_nbytes(unused)} unused"
             + (f"; {len(self.skipped)} skipped" if self.skipped else "")
         )
+        lines += unfinished_lines(self.interrupted)
         return "\n".join(lines)
 
 
@@ -231,12 +247,20 @@ def info(
     group, returns a :class:`~shardpipe.maintenance.array_info.GroupInfo` with the
     :class:`ArrayInfo` of each sharded array in it. ``progress`` shows a bar
     over the shards of each array (``tqdm.auto``).
+
+    Every report lists the interrupted jobs recorded at the location and in
+    its arrays (``interrupted``, :mod:`shardpipe.maintenance.unfinished`). A
+    location where an interrupted job left only its records (killed before
+    it wrote any metadata) is described by a :class:`GroupInfo` with no
+    arrays and those jobs.
     """
     workers = check_int("workers", workers, example=8)
     progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)
     check_not_a_file(target, "path" if path else "store")
-    return over_target(
+    if jobs := only_records(target):  # what an interrupted job left, and nothing else yet
+        return GroupInfo(interrupted=jobs)
+    described = over_target(
         target,
         "path" if path else "store",
         volume=lambda volume, found: check_volume(volume, found, decode=False),
@@ -245,6 +269,10 @@ def info(
         ),
         arrays=GroupInfo,
     )
+    if isinstance(described, GroupInfo):
+        nested = [job for a in described.arrays.values() for job in a.interrupted]
+        return replace(described, interrupted=[*unfinished_jobs(target), *nested])
+    return described
 
 
 def describe_array(
@@ -308,6 +336,7 @@ def describe_array(
         pending_undo=sum(1 for _ in undo_records(target.shards, jobs)),
         not_shards=strays,
         problems=[(key, problem) for _, key, problem in sorted(problems)],
+        interrupted=unfinished_jobs(target),
     )
 
 

@@ -43,7 +43,9 @@ from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records
+from shardpipe.journal.unfinished import UnfinishedJob, unfinished_lines
 from shardpipe.maintenance.targets import over_target
+from shardpipe.maintenance.unfinished import only_records, unfinished_jobs
 from shardpipe.ome.group_checks import ome_problems
 from shardpipe.precomputed.check import PrecomputedReport, check_volume
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
@@ -95,7 +97,12 @@ class VerifyReport(ShowsSummary):
         job (without ``complete``).
     job_problems : list of (str, str)
         With ``complete``: ``(key, problem)`` for each trace of an unfinished
-        job (:mod:`shardpipe.journal.leftovers`).
+        job (:mod:`shardpipe.journal.leftovers`) and each interrupted job; an
+        OME-Zarr image's own record of an unfinished job always.
+    interrupted : list of UnfinishedJob
+        Every interrupted job whose record is at the location or in its
+        arrays (:func:`~shardpipe.maintenance.unfinished.unfinished_jobs`),
+        printed as ``info`` prints them.
     n_shards : int
         Shards in the grid (of every array, for a group).
     shards_present : int
@@ -115,6 +122,7 @@ class VerifyReport(ShowsSummary):
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     job_problems: list[tuple[str, str]] = field(default_factory=list)
+    interrupted: list[UnfinishedJob] = field(default_factory=list)
     n_shards: int = 0
     shards_present: int = 0
     chunks_stored: int = 0
@@ -209,12 +217,15 @@ class VerifyReport(ShowsSummary):
             )
         if not self.arrays:
             lines += [f"note: {note}" for note in self.notes]
+        lines += unfinished_lines(self.interrupted)
         bad = [s for s in self.shards if s.problems]
         lines.append(f"problems: {len(self.problems):,} in {len(bad):,} shard(s)")
-        for key, problem in self.problems[:50]:
+        shown = {(job.key, job.describe()) for job in self.interrupted}
+        listed = [p for p in self.problems if p not in shown]  # printed with the jobs above
+        for key, problem in listed[:50]:
             lines.append(f"  {key}: {problem}")
-        if len(self.problems) > 50:
-            lines.append(f"  ... and {len(self.problems) - 50:,} more")
+        if len(listed) > 50:
+            lines.append(f"  ... and {len(listed) - 50:,} more")
         lines.append("OK" if self.ok else "FAILED")
         return "\n".join(lines)
 
@@ -358,14 +369,21 @@ def verify(
         ``report.ok`` is False when any shard has a problem; ``str(report)``
         is a short human-readable summary. Past
         :data:`~shardpipe.maintenance.verification.SHARD_ENTRIES` shards checked clean, the report
-        counts them without listing them.
+        counts them without listing them. ``report.interrupted`` lists the
+        interrupted jobs recorded at the location and in its arrays
+        (:mod:`shardpipe.maintenance.unfinished`); where such a job left only
+        its records (killed before it wrote any metadata), they are the
+        report's problems.
     """
     complete = check_bool("complete", complete)
     progress = check_bool("progress", progress)
     workers = check_int("workers", workers, example=8)
     target = resolve_store(store, path, storage_options)
     check_not_a_file(target, "path" if path else "store")
-    return over_target(
+    if jobs := only_records(target):  # nothing to check but what an interrupted job left
+        problems = [(job.key, job.describe()) for job in jobs]
+        return VerifyReport([], job_problems=problems, interrupted=jobs)
+    report = over_target(
         target,
         "path" if path else "store",
         volume=lambda volume, found: check_volume(volume, found, decode=True),
@@ -382,6 +400,20 @@ def verify(
             arrays, skipped, ome_problems(group)
         ),
     )
+    if isinstance(report, VerifyReport):  # a group's own (an array's are in already)
+        found = set(report.interrupted)
+        _add_group_jobs(report, [j for j in unfinished_jobs(target) if j not in found], complete)
+    return report
+
+
+def _add_group_jobs(report: VerifyReport, jobs: list[UnfinishedJob], complete: bool) -> None:
+    """Add the interrupted jobs recorded at a group itself (before its arrays')."""
+    report.interrupted[:0] = jobs
+    if complete:
+        known = set(report.job_problems)
+        report.job_problems += [
+            (job.key, job.describe()) for job in jobs if (job.key, job.describe()) not in known
+        ]
 
 
 def _verified_together(
@@ -401,6 +433,7 @@ def _verified_together(
         skipped,
         notes,
         job_problems,
+        [job for report in arrays.values() for job in report.interrupted],
         n_shards=sum(r.n_shards for r in arrays.values()),
         shards_present=sum(r.shards_present for r in arrays.values()),
         chunks_stored=sum(r.chunks_stored for r in arrays.values()),
@@ -448,9 +481,11 @@ def _verify_array(
     note = checksum_note(ChunkCodec.from_metadata(metadata))
     if note is not None and report.chunks_stored:
         report.notes.append(note)
-    findings = tally.leftovers() + unfinished_work(target, report.shards_absent, report.n_shards)
+    findings = tally.leftovers() + unfinished_work(target)
+    report.interrupted = unfinished_jobs(target)
     if complete:
         report.job_problems += findings
+        report.job_problems += [(job.key, job.describe()) for job in report.interrupted]
     else:
         report.notes += [f"{key}: {finding}" for key, finding in findings]
     return report

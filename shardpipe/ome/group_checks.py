@@ -10,12 +10,14 @@ unfinished write or update recorded in the group (:mod:`shardpipe.ome.run`).
 
 from __future__ import annotations
 
+from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError, MetadataError
+from shardpipe.journal.unfinished import UnfinishedJob, same_call, started_at
 from shardpipe.ome.run import GROUP_RECORD, read_group_record
 from shardpipe.ome.stored import group_attributes, is_ome_image, read_image
 from shardpipe.storage.resolve import ResolvedStore
 
-__all__ = ["label_names", "level_arrays", "ome_problems"]
+__all__ = ["group_job", "label_names", "level_arrays", "ome_problems"]
 
 
 def label_names(target: ResolvedStore) -> list[str]:
@@ -64,19 +66,41 @@ def ome_problems(target: ResolvedStore) -> list[tuple[str, str]]:
     for name in names:
         problems += _image_problems(target, f"labels/{name}")
     try:
-        record = read_group_record(target)
+        job = group_job(target)
     except MetadataError as err:
         return [*problems, (target.key(GROUP_RECORD), str(err))]
-    if record is not None:
-        doing = record.get("doing", "write")
-        fixes = {
-            "write": "run the same to_ome_zarr call with resume=True",
-            "conversion": "run the same conversion again with overwrite=True",
-        }
-        fix = fixes.get(
-            doing, "run the same call with resume=True, or `shardpipe repair` on the group"
-        )
-        problems.append(
-            (target.key(GROUP_RECORD), f"an unfinished {doing} of the OME-Zarr image: {fix}")
-        )
+    if job is not None:
+        problems.append((job.key, job.describe()))
     return problems
+
+
+def group_job(target: ResolvedStore) -> UnfinishedJob | None:
+    """The write, update or conversion of the image group at ``target`` its record shows.
+
+    None when the group records no job under way.
+
+    Raises
+    ------
+    shardpipe.errors.MetadataError
+        When the record is not a JSON object.
+    """
+    record = read_group_record(target)
+    if record is None:
+        return None
+    doing = record.get("doing", "write")
+    if doing == "write":
+        fix = f"run {same_call('to_ome_zarr', 'write-ome-zarr')} with {advice.setting('resume')}"
+    elif doing == "conversion":
+        again = same_call("convert_ome_zarr", "convert-ome-zarr")
+        fix = f"run {again} again with {advice.setting('overwrite')}"
+    else:  # an update: "region" or "append"
+        again = same_call("to_ome_zarr", "write-ome-zarr")
+        fix = f"run {again} with {advice.setting('resume')}, or `shardpipe repair` on the group"
+    return UnfinishedJob(
+        "ome",
+        target.key(GROUP_RECORD),
+        f"the OME-Zarr image at {advice.place(target.path)}",
+        started_at(record.get("started")),
+        fix,
+        {"region": "region write"}.get(str(doing), str(doing)),
+    )

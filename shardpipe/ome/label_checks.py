@@ -16,6 +16,7 @@ from typing import Any
 from shardpipe.core.checks import is_integer
 from shardpipe.core.keys import key_problem
 from shardpipe.errors import InvalidArgumentError
+from shardpipe.storage.keys import JOB_DIR
 
 __all__ = ["label_list", "label_name_problem"]
 
@@ -83,7 +84,7 @@ def label_name_problem(name: Any) -> str | None:
     (no NUL, no backslash: :func:`~shardpipe.core.keys.key_problem`), not
     ``zarr.json`` (in any case: file systems that ignore case would mix the
     two up) and not starting with ``.`` (``.``, ``..``, shardpipe's
-    ``.shardpipe`` records, Zarr v2's ``.zattrs``...).
+    records (:data:`~shardpipe.storage.keys.JOB_DIR`), Zarr v2's ``.zattrs``...).
     """
     if not isinstance(name, str):
         return f"it is a {type(name).__name__}, not a str"
@@ -92,7 +93,7 @@ def label_name_problem(name: Any) -> str | None:
     if "/" in name:
         return "it holds '/' (a label image is one group under labels/)"
     if name.startswith("."):
-        return "it starts with '.', as '.', '..' and records such as .shardpipe and .zattrs do"
+        return f"it starts with '.', as '.', '..' and records such as {JOB_DIR} and .zattrs do"
     if name.startswith("__"):
         return "it starts with '__', which Zarr v3 reserves"
     if name.casefold() == "zarr.json":

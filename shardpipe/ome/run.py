@@ -4,7 +4,7 @@ Order of a run (nothing of it before the whole plan is checked):
 
 1. with ``overwrite``, the old group is removed (every key under it), or
    the old label images that new ones replace;
-2. the group's job record ``.shardpipe/ome-write.json`` is saved, saying
+2. the group's job record (:data:`~shardpipe.storage.keys.OME_GROUP_RECORD`) is saved, saying
    that a write is under way and what it writes (not into an Icechunk
    session, where an unfinished write never reaches a commit);
 3. the ``zarr.json`` of the image group, the ``labels`` group and each label
@@ -39,7 +39,7 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import MetadataError
 from shardpipe.ome.metadata import labels_attributes
 from shardpipe.ome.multiscale import MultiscaleWrite
-from shardpipe.storage.keys import JOB_DIR
+from shardpipe.storage.keys import JOB_DIR, OME_GROUP_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import discard_zarr_temporaries
 from shardpipe.write.job import ShardedWrite
@@ -54,7 +54,7 @@ __all__ = [
     "write_group",
 ]
 
-GROUP_RECORD = f"{JOB_DIR}/ome-write.json"
+GROUP_RECORD = OME_GROUP_RECORD
 """Key (inside the image group) of the record of a write under way."""
 
 
@@ -94,8 +94,9 @@ def save_group_record(target: ResolvedStore, identity: dict[str, Any], doing: st
 def delete_group_record(target: ResolvedStore) -> None:
     """Remove the group's record (and its folder, when empty): no write is under way any more.
 
-    An empty ``.shardpipe`` folder left in the group would make zarr warn, on
-    every walk of the hierarchy, of an object it does not recognise.
+    An empty job folder (:data:`~shardpipe.storage.keys.JOB_DIR`) left in the group
+    would make zarr warn, on every walk of the hierarchy, of an object it does not
+    recognise.
     """
     target.shards.delete(target.key(GROUP_RECORD))
     target.shards.prune(target.key(f"{JOB_DIR}/"))

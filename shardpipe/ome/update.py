@@ -16,7 +16,7 @@ as region writes.
 
 Both run with the crash safety of the update strategies (each shard's
 change is undone or finished as a single write's would be) and record the
-update in the group (``.shardpipe/ome-write.json``) until it is done: an
+update in the group (:data:`~shardpipe.storage.keys.OME_GROUP_RECORD`) until it is done: an
 interrupted update is carried on by the same call with ``resume=True``, or
 settled by ``shardpipe repair`` (an append rolled back to the old shapes; a
 region write's lower levels computed again from level 0).

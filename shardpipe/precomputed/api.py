@@ -1,17 +1,17 @@
 """``to_neuroglancer_precomputed``: a Dask array as a sharded Neuroglancer precomputed volume.
 
-A marker (``.shardpipe/precomputed-write.json``) is written first, then the
-``info`` file, then every shard file, each published by one task
-atomically (a temporary file and a rename locally, one PUT or a completed
-multipart upload on S3): a viewer opening the volume during the write sees
-every shard absent (read as zeros) or complete. The last task removes the
-marker. A write that fails (or a ``kill -9``) leaves the marker, the shards
-published so far, each complete, and at most one temporary file per shard
-in flight: ``verify`` reports the unfinished write as a problem until the
-volume is written again with ``overwrite=True`` (it notes the temporary
-files; ``shardpipe cleanup`` does not know precomputed volumes: delete
-``*.shardpipe-tmp``). A task's error that is not a ``ShardpipeError`` is
-raised as a :class:`~shardpipe.errors.WriteFailedError` whose cause it is.
+A marker (:data:`~shardpipe.storage.keys.PRECOMPUTED_UNFINISHED`) is written first, then
+the ``info`` file, then every shard file, each published by one task atomically (a
+temporary file and a rename locally, one PUT or a completed multipart upload on S3): a
+viewer opening the volume during the write sees every shard absent (read as zeros) or
+complete. The last task removes the marker. A write that fails (or a ``kill -9``) leaves
+the marker, the shards published so far, each complete, and at most one temporary file
+per shard in flight: ``verify`` reports the unfinished write as a problem until the
+volume is written again with ``overwrite=True`` (it notes the temporary files;
+``shardpipe cleanup`` does not know precomputed volumes: delete the files ending in
+:data:`~shardpipe.storage.keys.TEMPORARY_SUFFIX`). A task's error that is not a
+``ShardpipeError`` is raised as a :class:`~shardpipe.errors.WriteFailedError` whose
+cause it is.
 
 The graph is :mod:`shardpipe.precomputed.graph`'s: with the identity hash
 and shard bits reaching the top of the chunk ids (``sharding="auto"``

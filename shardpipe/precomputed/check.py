@@ -23,7 +23,6 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -40,6 +39,7 @@ from shardpipe.formats.precomputed_chunks import CSEG_BLOCK, decode_chunk, max_e
 from shardpipe.formats.precomputed_chunks import ENCODINGS as DECODED
 from shardpipe.formats.precomputed_info import MAX_INFO_NBYTES, VolumeInfo, parse_info
 from shardpipe.formats.precomputed_shards import listed_shard_format
+from shardpipe.journal.unfinished import UnfinishedJob, started_at, unfinished_lines
 from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, TEMPORARY_SUFFIX
 from shardpipe.storage.resolve import ResolvedStore
 
@@ -68,7 +68,8 @@ class ScaleReport(ShowsSummary):
     n_problems : int
         All problems.
     leftovers : int
-        Temporary files of writes that did not finish (``*.shardpipe-tmp``):
+        Temporary files of writes that did not finish (names ending in
+        :data:`~shardpipe.storage.keys.TEMPORARY_SUFFIX`):
         not shards, not problems.
     notes : list of str
         What was not checked, and why (chunks of an encoding shardpipe does
@@ -121,7 +122,8 @@ class PrecomputedReport(ShowsSummary):
     """The report on a precomputed volume: one :class:`ScaleReport` per scale.
 
     ``problems`` are the volume's own: the marker of a write that did not
-    finish (its shards may be missing, or be the old volume's).
+    finish (its shards may be missing, or be the old volume's), which
+    ``interrupted`` holds as an :class:`~shardpipe.journal.unfinished.UnfinishedJob`.
     """
 
     volume_type: str
@@ -130,6 +132,7 @@ class PrecomputedReport(ShowsSummary):
     scales: list[ScaleReport]
     checked_chunks: bool
     problems: list[str] = field(default_factory=list)
+    interrupted: list[UnfinishedJob] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -159,7 +162,8 @@ class PrecomputedReport(ShowsSummary):
             f"neuroglancer precomputed {self.volume_type}: {self.data_type}, "
             f"{self.num_channels} channel(s), {len(self.scales)} scale(s)"
         ]
-        lines += [f"  problem: {p}" for p in self.problems]
+        shown = {f"{job.key}: {job.describe()}" for job in self.interrupted}
+        lines += [f"  problem: {p}" for p in self.problems if p not in shown]
         for s in self.scales:
             how = "unsharded" if s.sharding is None else _describe(s.sharding)
             lines.append(
@@ -175,6 +179,7 @@ class PrecomputedReport(ShowsSummary):
             lines += [f"    problem: {p}" for p in s.problems]
             if s.n_problems > len(s.problems):
                 lines.append(f"    ... and {s.n_problems - len(s.problems):,} more problems")
+        lines += unfinished_lines(self.interrupted)
         if self.checked_chunks:
             lines.append("OK" if self.ok else "PROBLEMS FOUND")
         return "\n".join(lines)
@@ -239,26 +244,37 @@ def check_volume(
     volume = PrecomputedReport(
         info.volume_type, info.data_type, info.num_channels, scales, checked_chunks=decode
     )
-    marker = target.key(PRECOMPUTED_UNFINISHED)
-    if (size := target.shards.size(marker)) is not None:
-        volume.problems.append(f"{marker}: {_unfinished(target, marker, size)}")
+    job = volume_job(target)
+    if job is not None:
+        volume.problems.append(f"{job.key}: {job.describe()}")
+        volume.interrupted.append(job)
     return volume
 
 
-def _unfinished(target: ResolvedStore, marker: str, size: int) -> str:
-    """What the marker of an unfinished write says, in words (its bytes are untrusted)."""
-    when = ""
+def volume_job(target: ResolvedStore) -> UnfinishedJob | None:
+    """The write of the volume at ``target`` its marker shows unfinished, or None.
+
+    The marker's bytes are untrusted: only a plausible ``started`` time is
+    taken from a small one.
+    """
+    marker = target.key(PRECOMPUTED_UNFINISHED)
+    size = target.shards.size(marker)
+    if size is None:
+        return None
+    started = None
     if size <= 4096:
         try:
-            started = json.loads(target.shards.get(marker) or b"{}").get("started")
-            if isinstance(started, int | float) and 0 < started < 1e11:
-                stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-                when = f" (started {stamp})"
-        except (ValueError, AttributeError, RecursionError, OverflowError, OSError):
+            document = json.loads(target.shards.get(marker) or b"{}")
+            started = started_at(document.get("started"))
+        except (ValueError, AttributeError, RecursionError):
             pass
-    return (
-        f"an unfinished write{when} left this volume: its shards may be missing or be the "
-        f"old volume's; write it again with {advice.setting('overwrite')}"
+    return UnfinishedJob(
+        "precomputed",
+        marker,
+        f"the precomputed volume at {advice.place(target.path)} (its shards may be missing "
+        "or be the old volume's)",
+        started,
+        f"write it again with {advice.setting('overwrite')}",
     )
 
 

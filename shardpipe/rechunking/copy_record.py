@@ -1,8 +1,8 @@
 """The record of a two-pass rechunk's intermediate copy, kept in the target's job folder.
 
-A two-pass rechunk saves ``.shardpipe/intermediate.json`` under its target
-(:data:`~shardpipe.storage.keys.INTERMEDIATE_RECORD`) before the first
-byte of its copy is written, and deletes it once the copy is gone:
+A two-pass rechunk saves :data:`~shardpipe.storage.keys.INTERMEDIATE_RECORD` under its
+target before the first byte of its copy is written, and deletes it once the copy is
+gone:
 
 * ``source``: what the copy is made from (the rechunk's source identity:
   location, shape, dtype, read unit);
@@ -32,6 +32,7 @@ from typing import Any, Literal
 from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.journal.job_record import read_json_record
+from shardpipe.journal.unfinished import UnfinishedJob, same_call
 from shardpipe.rechunking.intermediate import remove_copy
 from shardpipe.storage.keys import INTERMEDIATE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
@@ -131,3 +132,26 @@ def forget_copy(
     if record["placed"] and record["store"] != keep:
         remove_copy(record["store"], storage_options)
     target.shards.delete(target.key(INTERMEDIATE_RECORD))
+
+
+def copy_job(target: ResolvedStore) -> UnfinishedJob | None:
+    """The two-pass rechunk into ``target`` whose record of its copy is still there, or None.
+
+    The record is deleted once the copy is gone: while it is there, the
+    rechunk did not finish (a record that cannot be read is ``verify``'s to
+    report).
+    """
+    try:
+        record = read_copy_record(target)
+    except MetadataError:
+        return None
+    if record is None:
+        return None
+    state = "its copy complete" if record["state"] == "copied" else "its copy part way"
+    return UnfinishedJob(
+        "rechunk-copy",
+        target.key(INTERMEDIATE_RECORD),
+        f"the rechunk's target at {advice.place(target.path)} ({state}, in {record['store']!r})",
+        None,
+        f"run {same_call('rechunk', 'rechunk')} with {advice.setting('resume')}",
+    )

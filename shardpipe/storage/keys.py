@@ -1,17 +1,27 @@
 """Keys at the storage edge: the names shardpipe reserves, and the check every backend makes.
 
 Every key that shardpipe itself writes beside an array's data is named
-here, once:
+here, once (no other module of the package spells them; a test checks it):
 
 * :data:`JOB_DIR` (``.shardpipe/``) beside an array's ``zarr.json`` holds
   the job marker, claims, undo records, job records and staging areas (see
-  :mod:`shardpipe.journal`);
-* :data:`STAGING_DIR`, :data:`WRITE_RECORD`, :data:`MIGRATION_MARKER`,
-  :data:`MIGRATION_STAGING`, :data:`PRECOMPUTED_UNFINISHED` and
-  :data:`INTERMEDIATE_RECORD` are the keys under it that writes, migrations,
-  precomputed writes and two-pass rechunks use;
-* :data:`TEMPORARY_SUFFIX` ends the names of the temporary files a
-  file-system backend writes beside a key before it renames them.
+  :mod:`shardpipe.journal`)::
+
+      <array>/.shardpipe/job.json                  JOB_MARKER: the job holding the array
+      <array>/.shardpipe/claims/<sha1 of job id>    CLAIMS_DIR: a claim on a stale marker
+      <array>/.shardpipe/undo/<job>/<sha1 of key>   UNDO_DIR: one undo record per shard changed
+      <array>/.shardpipe/done/<update>/<sha1>       DONE_DIR: shards an update has finished
+      <array>/.shardpipe/staging/<token>/...        STAGING_DIR: parts of shards written in parts
+      <array>/.shardpipe/write.json                 WRITE_RECORD: what resume=True carries on
+      <target>/.shardpipe/intermediate.json         INTERMEDIATE_RECORD: a two-pass rechunk's copy
+      <group>/.shardpipe/ome-write.json             OME_GROUP_RECORD: an OME-Zarr write under way
+      <volume>/.shardpipe/precomputed-write.json    PRECOMPUTED_UNFINISHED: a precomputed write
+      <root>/.shardpipe/migrate.json                MIGRATION_MARKER: a migration under way
+      <root>/.shardpipe/migrate-staging/...         MIGRATION_STAGING: its staging data
+
+* :data:`TEMPORARY_SUFFIX` (``.shardpipe-tmp``) ends the names of the
+  temporary files a file-system backend writes beside a key before it
+  renames them.
 
 Backends call :func:`edge_key` on every key they are given (the pure check
 is :func:`shardpipe.core.keys.checked_key`).
@@ -24,6 +34,18 @@ from shardpipe.errors import UnsafeKeyError
 
 JOB_DIR = ".shardpipe"
 """Folder (key prefix) beside an array's ``zarr.json`` for shardpipe's own records."""
+
+JOB_MARKER = f"{JOB_DIR}/job.json"
+"""Key, relative to an array, of the marker of the job holding it."""
+
+CLAIMS_DIR = f"{JOB_DIR}/claims"
+"""Key prefix, relative to an array, of the claims on stale markers."""
+
+UNDO_DIR = f"{JOB_DIR}/undo"
+"""Key prefix, relative to an array, of the undo records of an update."""
+
+DONE_DIR = f"{JOB_DIR}/done"
+"""Key prefix, relative to an array, of the records of shards an update has finished."""
 
 STAGING_DIR = f"{JOB_DIR}/staging"
 """Key prefix, relative to an array, of the staging areas of writes in parts."""
@@ -42,6 +64,12 @@ MIGRATION_STAGING = f"{JOB_DIR}/migrate-staging"
 
 PRECOMPUTED_UNFINISHED = f"{JOB_DIR}/precomputed-write.json"
 """Key, relative to a precomputed volume, of the marker of a write not yet finished."""
+
+MIGRATION_TEMPORARY = f"{JOB_DIR}/.migrate.json."
+"""Start of the keys of the migration marker's temporary files (a kill while it was written)."""
+
+OME_GROUP_RECORD = f"{JOB_DIR}/ome-write.json"
+"""Key, relative to an OME-Zarr image group, of the record of a write under way."""
 
 INTERMEDIATE_RECORD = f"{JOB_DIR}/intermediate.json"
 """Key, relative to a rechunk's target, of the record of its intermediate copy (two passes)."""

@@ -8,11 +8,12 @@ axis), so the commands that look at shards (``verify``, ``info``,
 shard format (:meth:`~shardpipe.formats.zarr_sharding.ZarrShardingFormat.coords`).
 The shards absent are counted, ``n_shards - present``, never enumerated.
 
-Each listed key is a :class:`Listed`: a shard of the grid, a temporary file
-a write left beside the shard it was to become (``*.shardpipe-tmp`` on a
-file system, which ``cleanup`` removes), or a key that is no shard of the
-grid (another naming, a position past the grid's end, a stray file):
-``verify`` reports the last kind as a problem, the others skip it.
+Each listed key is a :class:`Listed`: a shard of the grid, a temporary file a write left
+beside the shard it was to become (a name ending in
+:data:`~shardpipe.storage.keys.TEMPORARY_SUFFIX` on a file system, which ``cleanup``
+removes), or a key that is no shard of the grid (another naming, a position past the
+grid's end, a stray file): ``verify`` reports the last kind as a problem, the others
+skip it.
 
 Work on the listed shards runs in :mod:`shardpipe.engine.shard_sweep`.
 """
@@ -75,7 +76,7 @@ def list_shards(
     """Every key under the shard prefix of the array at ``target``, as the listing streams it.
 
     With the "v2" key encoding the prefix is the array's folder: its
-    ``zarr.json`` and shardpipe's records (``.shardpipe/``) are left out.
+    ``zarr.json`` and shardpipe's records (:data:`~shardpipe.storage.keys.JOB_DIR`) are left out.
     """
     base = target.key("")
     prefix = shard_prefix(target, shard_format)

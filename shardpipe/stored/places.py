@@ -315,8 +315,9 @@ def check_source_options(source: Any, options: Any) -> dict[str, Any] | None:
 def check_node_present(target: ResolvedStore, parameter: str, *, records: bool = False) -> None:
     """Refuse a target at which there is no Zarr array or group (v3 or v2) to read.
 
-    With ``records``, shardpipe's records of an unfinished job (``.shardpipe/``)
-    count as something there too (what ``repair`` cleans up).
+    With ``records``, shardpipe's records of an unfinished job
+    (:data:`~shardpipe.storage.keys.JOB_DIR`) count as something there too (what
+    ``repair`` cleans up).
     """
     keys = ("zarr.json", ".zarray", ".zgroup")
     if any(target.shards.get(target.key(k)) is not None for k in keys):

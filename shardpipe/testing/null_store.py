@@ -3,7 +3,7 @@
 :class:`NullShardStore` takes every shard object a write publishes (whole, or
 in parts), adds its size to thread-safe counters and forgets it. Metadata
 (``zarr.json``, v2 ``.zarray``/``.zattrs``/``.zgroup``, and shardpipe's own
-records under ``.shardpipe/``) is kept in a zarr store, so that a write's
+records under :data:`~shardpipe.storage.keys.JOB_DIR`) is kept in a zarr store, so that a write's
 checks, job records and ``resume`` logic behave as on real storage. To write
 into it, give :func:`~shardpipe.to_sharded_zarr` the target made by
 :func:`null_target`::

@@ -15,9 +15,10 @@ from shardpipe.errors import (
     PartsNotSupportedError,
 )
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.keys import STAGING_DIR
 
 MiB = 2**20
-STAGING = "arr/.shardpipe/staging/run1"
+STAGING = f"arr/{STAGING_DIR}/run1"
 SHARDS = "arr/c"
 
 

@@ -167,7 +167,7 @@ ARRAY_PARAMETERS = SharedParameters(
         Carry on an interrupted write of a new array: shards it published
         (present, index and CRC32C valid) are kept and only the rest are
         written. The array must have been made by the same write, which its
-        job record (``.shardpipe/write.json``) shows: same source (its Dask
+        job record (:data:`~shardpipe.storage.keys.WRITE_RECORD`) shows: same source (its Dask
         name), same metadata. ``"force"`` skips the source comparison (for
         sources whose Dask name is not deterministic). Without an array at
         the target, the write starts afresh. See :mod:`shardpipe.write.resume`.

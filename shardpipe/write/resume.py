@@ -1,11 +1,11 @@
 """Resuming an interrupted write: which shards it may keep.
 
-A write of a new array saves a **job record** (:mod:`shardpipe.journal.job_record`) beside the
-array's ``zarr.json`` (``.shardpipe/write.json``) just before the metadata is written,
-so before the first shard is published: an array whose ``zarr.json`` is there always
-has its record, whatever stopped the write (a full disk, ``kill -9``), and a record
-without a ``zarr.json`` is a write that a resumed one starts again. It holds the
-write's identity:
+A write of a new array saves a **job record** (:mod:`shardpipe.journal.job_record`)
+beside the array's ``zarr.json`` (:data:`~shardpipe.storage.keys.WRITE_RECORD`) just
+before the metadata is written, so before the first shard is published: an array whose
+``zarr.json`` is there always has its record, whatever stopped the write (a full disk,
+``kill -9``), and a record without a ``zarr.json`` is a write that a resumed one starts
+again. It holds the write's identity:
 
 * ``source``: what is written, for a Dask array its name (Dask's
   deterministic token of the graph that makes the data, so the same
@@ -40,19 +40,18 @@ same bytes. ``resume="force"`` skips the source comparison for sources whose
 name is not deterministic; it still requires the same target metadata.
 
 **Updates** of existing arrays (``region``, ``append_dim``) cannot tell their
-shards from the old ones by looking at them. Each update therefore has an
-identity (:func:`update_identity`: a hash of the source's Dask name, where
-it goes and the array's ``zarr.json`` before it) and saves a small record
-per shard once that shard is finished and durable
-(``.shardpipe/done/<identity>/<sha1 of the shard key>``); the records go when
-the whole update is done. A resumed update (``resume=True``) skips the
-shards recorded under its own identity. A shard left half-changed by the
-interruption has an undo record instead, and is rolled back when the next
-job takes the array, before it is written again. Redoing a shard is always
-safe (writing the same data into the same region gives the same shard), so
-a record lost to a crash costs time, not correctness. After an append whose
-grown ``zarr.json`` was published, the array's metadata differs and the
-update's identity with it: an append that finished must not be run again.
+shards from the old ones by looking at them. Each update therefore has an identity
+(:func:`update_identity`: a hash of the source's Dask name, where it goes and the
+array's ``zarr.json`` before it) and saves a small record per shard once that shard is
+finished and durable (under :data:`~shardpipe.storage.keys.DONE_DIR`, by identity and
+sha1 of the shard key); the records go when the whole update is done. A resumed update
+(``resume=True``) skips the shards recorded under its own identity. A shard left
+half-changed by the interruption has an undo record instead, and is rolled back when the
+next job takes the array, before it is written again. Redoing a shard is always safe
+(writing the same data into the same region gives the same shard), so a record lost to a
+crash costs time, not correctness. After an append whose grown ``zarr.json`` was
+published, the array's metadata differs and the update's identity with it: an append
+that finished must not be run again.
 """
 
 from __future__ import annotations

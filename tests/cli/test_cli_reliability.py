@@ -51,13 +51,13 @@ def test_verify_complete_flags_an_unfinished_write(
     assert main(["verify", str(tmp_path)]) == OK
     out = capsys.readouterr().out
     assert (
-        "did not finish" in out
+        "an unfinished write of the array" in out
         and "--resume" in out
         and "resume=True" not in out
         and out.rstrip().endswith("OK")
     )
     assert main(["verify", str(tmp_path), "--complete"]) == PROBLEMS
-    assert "did not finish" in capsys.readouterr().out
+    assert "an unfinished write of the array" in capsys.readouterr().out
     prepare_write(_source(), str(tmp_path), resume=True, **LAYOUT).execute()
     assert main(["verify", str(tmp_path), "--complete"]) == OK
 

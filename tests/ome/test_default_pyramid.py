@@ -11,7 +11,6 @@ from pathlib import Path
 
 import dask.array as da
 import numpy as np
-import pytest
 import zarr
 
 import shardpipe
@@ -49,19 +48,3 @@ def test_the_levels_of_a_thin_stack_read_back_with_ome_zarr(tmp_path: Path) -> N
     levels = read_with_ome_zarr_py(root)[0]
     for got, want in zip(levels, reference_pyramid(values, factors, "mean"), strict=True):
         np.testing.assert_array_equal(got, want, strict=True)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="labels computed lazily from the image lose a task of their graph on levels "
-    "after level 0 (dask: Missing dependency); persist the labels first",
-)
-def test_labels_computed_from_the_image_get_their_pyramid(tmp_path: Path) -> None:
-    image = da.random.randint(0, 4000, (8, 64, 64), chunks=(8, 40, 40)).astype("uint16")
-    shardpipe.to_ome_zarr(
-        image,
-        tmp_path / "cells.ome.zarr",
-        "zyx",
-        chunks=(8, 16, 16),
-        labels={"nuclei": (image // 1500).astype("uint32")},
-    )

@@ -4,8 +4,8 @@
 point ``[what, key, when]``, forks a process that writes ``what`` into
 ``WORKDIR/<number>.zarr`` (``ome``: the image and label image of
 :func:`tests.support.writers_full_disk_child.write_ome`; ``array``: a
-``to_sharded_zarr`` write at path ``a``) and stops it at ``key``, the first
-time it is met:
+``to_sharded_zarr`` write at path ``a``; the other jobs of :func:`_run_point`)
+and stops it at ``key``, the first time it is met:
 
 * ``written``: right after ``key`` is written (by zarr's store or by
   shardpipe's backend);
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import sys
 import threading
@@ -147,14 +148,76 @@ def _arm(gate: Gate, target: Path, key: str, when: str) -> None:
         zarr_local._move_with_retry = move_unless_key
 
 
+def _prepare(target: Path, what: str) -> None:
+    """What a job of kind ``what`` starts from, made before the gate is armed."""
+    if what == "update":
+        write_array(target)
+    elif what == "migration":
+        from tests.support import DRAFT_FIXTURES
+
+        shutil.copytree(DRAFT_FIXTURES / "hierarchy", target)
+    elif what == "rechunk":
+        from tests.support.rechunk_crash_child import slabs
+
+        slabs(_rechunk_source(target))
+
+
+def _rechunk_source(target: Path) -> Path:
+    """The source array of the ``rechunk`` point, beside its target."""
+    return target.with_name(f"{target.name}-source")
+
+
+def write_precomputed(target: Path) -> None:
+    """The ``precomputed`` write: a small sharded volume."""
+    import shardpipe
+
+    source = da.from_array(ARRAY[..., None], chunks=(8, 40, 40, 1))
+    shardpipe.to_neuroglancer_precomputed(
+        source,
+        str(target),
+        resolution=(1, 1, 1),
+        chunk_size=(8, 8, 8),
+        sharding={
+            "@type": "neuroglancer_uint64_sharded_v1",
+            "preshift_bits": 1,
+            "hash": "identity",
+            "minishard_bits": 1,
+            "shard_bits": 2,
+            "minishard_index_encoding": "gzip",
+            "data_encoding": "gzip",
+        },
+    )
+
+
 def _run_point(target: Path, what: str, key: str, when: str, signal_fd: int) -> None:
-    """In a forked process: the write, stopped at ``key``; returns if it never meets it."""
+    """In a forked process: the job, stopped at ``key``; returns if it never meets it.
+
+    ``what``: ``ome``, ``array`` (a write of a new array at ``a``), ``update``
+    (a region write into that array), ``precomputed``, ``rechunk`` (a two-pass
+    rechunk of slabs, :mod:`tests.support.rechunk_crash_child`) or
+    ``migration`` (the draft fixture migrated in place).
+    """
+    import shardpipe
     from tests.support.writers_full_disk_child import write_ome
 
+    _prepare(target, what)
     _arm(Gate(signal_fd), target, key, when)
     with dask.config.set(scheduler="threads"):
         if what == "ome":
             write_ome(target)
+        elif what == "update":
+            patch = da.from_array(ARRAY[:8] + 1, chunks=(8, 20, 20))
+            shardpipe.to_sharded_zarr(
+                patch, str(target), path="a", region=(slice(0, 8), slice(None), slice(None))
+            )
+        elif what == "precomputed":
+            write_precomputed(target)
+        elif what == "rechunk":
+            from tests.support.rechunk_crash_child import LAYOUT
+
+            shardpipe.rechunk(str(_rechunk_source(target)), str(target), **LAYOUT)
+        elif what == "migration":
+            shardpipe.migrate(str(target))
         else:
             write_array(target)
 

@@ -11,7 +11,10 @@ from shardpipe.cli.subcommand import Subcommands, add_subcommand
 
 NAME = "info"
 SUMMARY = "describe a sharded array: layout, codecs, shards, bytes used and unused"
-DETAILS = "Reads zarr.json and every shard's index (no inner chunk)."
+DETAILS = (
+    "Reads zarr.json and every shard's index (no inner chunk). Interrupted jobs are listed "
+    "as verify lists them, each with the command that carries it on."
+)
 
 
 def add_command(commands: Subcommands) -> None:

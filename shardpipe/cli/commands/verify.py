@@ -15,9 +15,10 @@ SUMMARY = "check every shard present in a sharded Zarr v3 array"
 DETAILS = (
     "Check index CRC32C, ranges, overlaps and that every inner chunk decodes (and its CRC32C, "
     "where the chunks have one), in every shard present (found by listing; absent shards are "
-    "counted) and that every key among the shards names a shard of the grid. Traces of an "
-    "unfinished write are noted; with --complete they are problems. Exits 1 when a problem "
-    "is found."
+    "counted) and that every key among the shards names a shard of the grid. Interrupted "
+    "jobs are listed, each with the command that carries it on; they and other traces of an "
+    "unfinished write are noted, and with --complete they are problems. Exits 1 when a "
+    "problem is found."
 )
 
 

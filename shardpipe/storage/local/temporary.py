@@ -1,14 +1,14 @@
 """Temporary files beside their keys: names that say who writes them, and whether it still runs.
 
-A file-system backend publishes an object by writing a temporary file
-beside its key and renaming it (:mod:`shardpipe.storage.local.store`). A process
-killed meanwhile leaves the temporary file behind, and a later cleanup
-removes it; but the same folder also holds the temporary files of jobs
-that are running (the marker a job is creating, its undo records, its
-shards), which a cleanup must never remove under them. So the name says
-who writes the file: ``.<name>.<random>-<pid>@<host>.shardpipe-tmp``,
-``<host>`` being 8 hex digits of a hash of the machine's name, and
-:func:`writer_may_run` tells whether that process may still be writing it.
+A file-system backend publishes an object by writing a temporary file beside its key and
+renaming it (:mod:`shardpipe.storage.local.store`). A process killed meanwhile leaves
+the temporary file behind, and a later cleanup removes it; but the same folder also
+holds the temporary files of jobs that are running (the marker a job is creating, its
+undo records, its shards), which a cleanup must never remove under them. So the name
+says who writes the file: ``.<name>.<random>-<pid>@<host>`` and
+:data:`~shardpipe.storage.keys.TEMPORARY_SUFFIX`, ``<host>`` being 8 hex digits of a
+hash of the machine's name, and :func:`writer_may_run` tells whether that process may
+still be writing it.
 """
 
 from __future__ import annotations
