@@ -73,8 +73,8 @@ MIN_BLOCKS = 8
 """Blocks are at most an eighth of the array (but see :data:`SPLIT_FLOOR`), so that every
 core reads and decodes.
 
-Measured (benchmarks/RESULTS.md section 21): the time series copied into its
-intermediate in 5 blocks took 4.7 s in all, in 10 blocks 3.4 s (2 cores)."""
+Measured (benchmarks/RESULTS.md section 21): the time series in two passes took 4.7 s
+at 256MB, its copy made in 5 blocks, and 3.4 s at 128MB, in 10 blocks (2 cores)."""
 
 SPLIT_FLOOR = 16 * 2**20
 """Arrays are not split into :data:`MIN_BLOCKS` blocks below this many bytes per block."""
