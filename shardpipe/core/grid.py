@@ -35,6 +35,32 @@ def ceildiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def chunks_in_region(
+    region: tuple[slice, ...], chunk_shape: Shape
+) -> Iterator[tuple[Coords, tuple[slice, ...], tuple[slice, ...]]]:
+    """The chunks of a regular grid that ``region`` touches, in C order.
+
+    For each: its grid coordinates, the part of it inside ``region`` (in the
+    chunk's own indices) and where that part lies in ``region`` (indices
+    from the region's start). ``region`` holds slices with a start and a
+    stop, no step.
+    """
+    ranges = [
+        range(r.start // c, ceildiv(r.stop, c)) for r, c in zip(region, chunk_shape, strict=True)
+    ]
+    for coords in itertools.product(*ranges):
+        starts = [i * c for i, c in zip(coords, chunk_shape, strict=True)]
+        spans = [
+            (max(r.start, s), min(r.stop, s + c))
+            for r, s, c in zip(region, starts, chunk_shape, strict=True)
+        ]
+        inside = tuple(slice(lo - s, hi - s) for (lo, hi), s in zip(spans, starts, strict=True))
+        into = tuple(
+            slice(lo - r.start, hi - r.start) for (lo, hi), r in zip(spans, region, strict=True)
+        )
+        yield coords, inside, into
+
+
 def box_to_slices(box: Box, origin: Sequence[int] | None = None) -> tuple[slice, ...]:
     """Turn ``box`` into slices, optionally relative to ``origin``."""
     if origin is None:

@@ -28,7 +28,7 @@ from dask.base import compute, tokenize
 from dask.delayed import delayed
 from zarr.codecs import BytesCodec
 
-from shardpipe.core.grid import Shape, ceildiv
+from shardpipe.core.grid import Shape, ceildiv, chunks_in_region
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import resolve_store
 
@@ -110,19 +110,7 @@ def read_region(
     """The elements of ``region`` of the copy (a chunk not stored reads as ``fill_value``)."""
     out = np.empty(tuple(r.stop - r.start for r in region), dtype=dtype)
     stored = _stored_dtype(dtype)
-    ranges = [
-        range(r.start // c, ceildiv(r.stop, c)) for r, c in zip(region, chunk_shape, strict=True)
-    ]
-    for coords in itertools.product(*ranges):
-        starts = [i * c for i, c in zip(coords, chunk_shape, strict=True)]
-        inside = tuple(
-            slice(max(r.start, s) - s, min(r.stop, s + c) - s)
-            for r, s, c in zip(region, starts, chunk_shape, strict=True)
-        )
-        into = tuple(
-            slice(max(r.start, s) - r.start, min(r.stop, s + c) - r.start)
-            for r, s, c in zip(region, starts, chunk_shape, strict=True)
-        )
+    for coords, inside, into in chunks_in_region(region, chunk_shape):
         data = store.get(chunk_key(coords))
         if data is None:
             out[into] = fill_value

@@ -26,7 +26,6 @@ array it can express):
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ import zarr
 from dask.base import tokenize
 from zarr.abc.store import RangeByteRequest
 
+from shardpipe.core.grid import chunks_in_region
 from shardpipe.internals.zarr_core import (
     ArrayConfig,
     ArraySpec,
@@ -102,29 +102,17 @@ class RegionReader:
         store = self.array.store_path.store
         fill = self.array.metadata.fill_value
         out = np.empty(tuple(r.stop - r.start for r in region), dtype=self.array.dtype)
-        ranges = [
-            range(r.start // c, -(-r.stop // c)) for r, c in zip(region, chunk_shape, strict=True)
-        ]
-        every = list(itertools.product(*ranges))
+        every = list(chunks_in_region(region, chunk_shape))
         for first in range(0, len(every), READS_IN_FLIGHT):
             batch = every[first : first + READS_IN_FLIGHT]
-            keys = [self._key(coords) for coords in batch]
+            keys = [self._key(coords) for coords, _, _ in batch]
 
             async def fetch(keys: list[str] = keys) -> list[Buffer | None]:
                 prototype = default_buffer_prototype()
                 reads = (read_mapped(store.get(k, prototype, request), k) for k in keys)
                 return list(await asyncio.gather(*reads))
 
-            for coords, key, data in zip(batch, keys, sync(fetch()), strict=True):
-                starts = [i * c for i, c in zip(coords, chunk_shape, strict=True)]
-                inside = tuple(
-                    slice(max(r.start, s) - s, min(r.stop, s + c) - s)
-                    for r, s, c in zip(region, starts, chunk_shape, strict=True)
-                )
-                into = tuple(
-                    slice(max(r.start, s) - r.start, min(r.stop, s + c) - r.start)
-                    for r, s, c in zip(region, starts, chunk_shape, strict=True)
-                )
+            for (_, inside, into), key, data in zip(batch, keys, sync(fetch()), strict=True):
                 if data is None:
                     out[into] = fill
                 else:

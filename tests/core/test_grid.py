@@ -18,6 +18,7 @@ from shardpipe.core.grid import (
     box_to_slices,
     ceildiv,
     chunks_in_array,
+    chunks_in_region,
     intersect,
 )
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
@@ -265,3 +266,37 @@ def test_small_helpers() -> None:
     assert box_size(((1, 3), (0, 5))) == 10
     assert box_contains(((0, 4),), ((0, 4),))
     assert not box_contains(((0, 4),), ((1, 5),))
+
+
+@st.composite
+def _regions_and_chunks(draw: st.DrawFn) -> tuple[tuple[slice, ...], tuple[int, ...]]:
+    ndim = draw(st.integers(1, 3))
+    chunks = tuple(draw(st.integers(1, 5)) for _ in range(ndim))
+    region = []
+    for _ in range(ndim):
+        start = draw(st.integers(0, 12))
+        region.append(slice(start, start + draw(st.integers(1, 9))))
+    return tuple(region), chunks
+
+
+@given(_regions_and_chunks())
+def test_chunks_in_region_cover_it_once_as_brute_force_cuts_it(case) -> None:  # type: ignore[no-untyped-def]
+    region, chunk_shape = case
+    shape = tuple(r.stop for r in region)
+    labels = np.arange(np.prod(shape)).reshape(shape)  # each element labelled by its index
+    filled = np.full(tuple(r.stop - r.start for r in region), -1)
+    seen = []
+    for coords, inside, into in chunks_in_region(region, chunk_shape):
+        seen.append(coords)
+        chunk = tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, chunk_shape, strict=True))
+        padded = np.full(chunk_shape, -2)
+        part = labels[chunk]
+        padded[tuple(slice(0, n) for n in part.shape)] = part
+        assert (filled[into] == -1).all()  # no element twice
+        filled[into] = padded[inside]
+    np.testing.assert_array_equal(filled, labels[region])
+    expected = {
+        tuple(i // c for i, c in zip(index, chunk_shape, strict=True))
+        for index in itertools.product(*(range(r.start, r.stop) for r in region))
+    }
+    assert seen == sorted(expected)
