@@ -9,6 +9,7 @@ staging prefix (after ``shardpipe.cleanup`` for a failed write).
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import socket
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import crc32c
 import dask
 import dask.array as da
 import numpy as np
@@ -456,7 +458,7 @@ def test_begin_shard_run_again_keeps_the_parts_already_written(
 def test_shards_carry_a_checksum_and_go_unhashed_into_the_signature(
     s3_bucket: tuple[str, dict[str, Any]],
 ) -> None:
-    """Each shard arrives with the CRC32 S3 verifies; its body is not hashed again for SigV4.
+    """Each shard arrives with the CRC32C S3 verifies; its body is not hashed again for SigV4.
 
     On plain HTTP botocore would hash every body into the signature (about as
     much CPU as encoding the shards); shardpipe's default turns that off and
@@ -481,4 +483,6 @@ def test_shards_carry_a_checksum_and_go_unhashed_into_the_signature(
     assert signatures and set(signatures) == {b"UNSIGNED-PAYLOAD"}
     client = boto3.client("s3", **direct["client_kwargs"])
     head = client.head_object(Bucket=bucket, Key="x.zarr/c/0/0", ChecksumMode="ENABLED")
-    assert head.get("ChecksumCRC32")
+    stored = client.get_object(Bucket=bucket, Key="x.zarr/c/0/0")["Body"].read()
+    expected = base64.b64encode(crc32c.crc32c(stored).to_bytes(4, "big")).decode()
+    assert head.get("ChecksumCRC32C") == expected  # computed by shardpipe, kept by the store

@@ -29,8 +29,9 @@ backoff); a 5 s connect timeout; a 15 s read timeout (s3fs's own default:
 the longest S3 may stay silent before a response, not a bound on the
 transfer); 64 connections kept open (botocore's default is 10, fewer than
 the uploads a process keeps in flight: :mod:`shardpipe.storage.uploads`);
-bodies not hashed into the request's signature: each body carries the CRC32
-checksum botocore computes, which S3 verifies, as botocore signs on HTTPS
+bodies not hashed into the request's signature: each body carries a checksum
+S3 verifies (a whole object's CRC32C, computed by shardpipe:
+:func:`~shardpipe.storage.s3.store.put_body`), as botocore signs on HTTPS
 (on plain HTTP it would hash every body with SHA-256 as well, which costs
 about as much CPU as encoding the shards; ``{"s3":
 {"payload_signing_enabled": True}}`` brings it back).
