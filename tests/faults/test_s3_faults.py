@@ -486,3 +486,29 @@ def test_shards_carry_a_checksum_and_go_unhashed_into_the_signature(
     stored = client.get_object(Bucket=bucket, Key="x.zarr/c/0/0")["Body"].read()
     expected = base64.b64encode(crc32c.crc32c(stored).to_bytes(4, "big")).decode()
     assert head.get("ChecksumCRC32C") == expected  # computed by shardpipe, kept by the store
+
+
+def test_no_checksum_where_botocore_is_told_when_required(
+    s3_bucket: tuple[str, dict[str, Any]],
+) -> None:
+    """S3-compatible stores that refuse checksum headers are written with
+    ``request_checksum_calculation="when_required"``: shardpipe then sends none either."""
+    from shardpipe.storage.resolve import resolve_store
+
+    bucket, direct = s3_bucket
+    headers: list[dict[str, Any]] = []
+
+    def seen(request: Any, **_: Any) -> None:
+        if request.method == "PUT":
+            headers.append({k.lower(): v for k, v in request.headers.items()})
+
+    config = {**direct.get("config_kwargs", {}), "request_checksum_calculation": "when_required"}
+    options = {**direct, "config_kwargs": config}
+    resolved = resolve_store(f"s3://{bucket}/plain.zarr", None, options)
+    inner = getattr(resolved.shards, "inner", resolved.shards)
+    inner.fs.s3.meta.events.register("before-send.s3.PutObject", seen)
+    data = np.arange(64, dtype="u1").reshape(8, 8)
+    shardpipe.to_sharded_zarr(data, resolved, shards=(4, 8), chunks=(4, 4))
+    assert headers and not any(k.startswith("x-amz-checksum") for h in headers for k in h)
+    back = zarr.open_array(f"s3://{bucket}/plain.zarr", mode="r", storage_options=direct)
+    np.testing.assert_array_equal(back[...], data)

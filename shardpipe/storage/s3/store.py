@@ -65,8 +65,12 @@ from shardpipe.storage.s3.object_reads import S3ObjectReads
 _PUT_TOKEN = "shardpipe-put"  # metadata key of a conditional put's own token
 
 
-def put_body(buffers: Sequence[Buffer]) -> dict[str, Any]:
+def put_body(buffers: Sequence[Buffer], checksum: bool = True) -> dict[str, Any]:
     """The ``Body`` of a ``PutObject`` of ``buffers`` joined, and its ``ChecksumCRC32C``.
+
+    Without ``checksum`` (botocore's ``request_checksum_calculation`` is
+    ``"when_required"``, as S3-compatible stores that refuse checksum headers
+    need), the body alone.
 
     The body is a ``bytearray``: botocore wraps a ``bytes`` body in a
     ``BytesIO``, which aiohttp copies whole before it sends it. Its CRC32C is
@@ -77,8 +81,9 @@ def put_body(buffers: Sequence[Buffer]) -> dict[str, Any]:
     0.41-0.55 s with a ``bytes`` body and botocore's CRC32 (two runs of three).
     """
     body = bytearray().join(memoryview(b).cast("B") for b in buffers)
-    checksum = crc32c.crc32c(body).to_bytes(4, "big")
-    value = base64.b64encode(checksum).decode("ascii")
+    if not checksum:
+        return {"Body": body}
+    value = base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode("ascii")
     return {"Body": body, "ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": value}
 
 
@@ -314,12 +319,22 @@ class S3ShardStore(S3ObjectReads, ShardStore):
         then tells that the object is this put's, so it succeeded.
         """
         conditions = _conditions(if_absent, if_version)
-        body = put_body(buffers)
+        body = put_body(buffers, checksum=self._checksums)
         if conditions:
             self._put_conditionally(key, body, conditions)
         else:
             self.call("put_object", key, Key=self.full_key(key), **body)
         self.fs.invalidate_cache(f"{self.bucket}/{self.full_key(key)}")
+
+    @property
+    def _checksums(self) -> bool:
+        """Whether puts carry a checksum: unless botocore is told ``"when_required"``.
+
+        As the client resolved it: ``config_kwargs``, the
+        ``AWS_REQUEST_CHECKSUM_CALCULATION`` variable or the AWS config file.
+        """
+        config = getattr(getattr(self.fs.s3, "meta", None), "config", None)
+        return getattr(config, "request_checksum_calculation", None) != "when_required"
 
     def _put_conditionally(
         self, key: str, body: dict[str, Any], conditions: dict[str, str]
