@@ -31,7 +31,7 @@ transfer); 64 connections kept open (botocore's default is 10, fewer than
 the uploads a process keeps in flight: :mod:`shardpipe.storage.uploads`);
 bodies not hashed into the request's signature: each body carries a checksum
 S3 verifies (a whole object's CRC32C, computed by shardpipe:
-:func:`~shardpipe.storage.s3.store.put_body`), as botocore signs on HTTPS
+:func:`~shardpipe.storage.s3.bodies.put_body`), as botocore signs on HTTPS
 (on plain HTTP it would hash every body with SHA-256 as well, which costs
 about as much CPU as encoding the shards; ``{"s3":
 {"payload_signing_enabled": True}}`` brings it back).
