@@ -26,7 +26,6 @@ from shardpipe.formats.base import (
     stream_shard,
 )
 from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
-from shardpipe.storage.buffers import joined
 from shardpipe.storage.parted_puts import goes_in_parts, held_bytes, put_in_parts
 from shardpipe.storage.retry import retries_so_far
 from shardpipe.storage.uploads import UploadRun, hand_on
@@ -101,7 +100,7 @@ def put_shard(
         size = uploads.part_size if staging is not None else None
         in_parts = goes_in_parts(store, nbytes, size)
         if store.abilities.joins_buffers or (in_parts and len(buffers) > 1):  # once: only it waits
-            buffers = [joined(buffers)]
+            buffers = [store.joined_body(buffers)]
         upload: Callable[[], None]
         if in_parts:
             assert staging is not None and size is not None

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Protocol, Self
 
 from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
+from shardpipe.storage.buffers import joined
 from shardpipe.storage.keys import edge_key
 
 ObjectVersion = str
@@ -264,6 +265,16 @@ class ShardStore(ABC):
         held = list(buffers)
         self.put(key, held)
         return sum(memoryview(b).nbytes for b in held)
+
+    def joined_body(self, buffers: Sequence[Buffer]) -> Buffer:
+        """``buffers`` joined into the one object a :meth:`put` of them sends (no I/O).
+
+        For a backend that ``joins_buffers``: a caller that joins them itself
+        (a shard's task, so that the upload has nothing left to copy) asks for
+        the object this way, and :meth:`put` sends it as it is. The default is
+        :func:`~shardpipe.storage.buffers.joined`.
+        """
+        return joined(buffers)
 
     def make_durable(self, keys: Sequence[str]) -> None:
         """Make objects written by someone else (zarr's own store) as durable as ``put`` would.

@@ -99,6 +99,10 @@ class DelegatingStore(ShardStore):
         """See :meth:`~shardpipe.storage.base.ShardStore.put_streamed`."""
         return self._forward("put_streamed", lambda: self.inner.put_streamed(key, buffers))
 
+    def joined_body(self, buffers: Sequence[Buffer]) -> Buffer:
+        """The inner backend's joined body: no I/O, so nothing to forward (a gate never waits)."""
+        return self.inner.joined_body(buffers)
+
     def make_durable(self, keys: Sequence[str]) -> None:
         """See :meth:`~shardpipe.storage.base.ShardStore.make_durable`."""
         self._forward("make_durable", lambda: self.inner.make_durable(keys))

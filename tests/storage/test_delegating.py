@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import pickle
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,24 @@ import pytest
 
 from shardpipe.storage.base import ShardStore, StoreAbilities
 from shardpipe.storage.delegating import DelegatingStore
+from shardpipe.storage.gated import GatedStore
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.retry import RetryingStore
 from shardpipe.testing.faults import FaultyStore
 from shardpipe.testing.io_errors import DeviceErrorStore
 
-NOT_RETRIED = {"abilities", "min_part_size", "max_parts", "supports_parts"} | {
-    "collecting",  # a task's whole body: its storage calls are retried one by one
-    "merge_changes",  # applies a transactional backend's changes in the client
-}
+NO_IO = {"joined_body"}
+"""Methods that make no request: forwarded straight to the inner store, not through its hook
+(a gate, a retry, an injected fault would have nothing to act on)."""
+
+NOT_RETRIED = (
+    {"abilities", "min_part_size", "max_parts", "supports_parts"}
+    | NO_IO
+    | {
+        "collecting",  # a task's whole body: its storage calls are retried one by one
+        "merge_changes",  # applies a transactional backend's changes in the client
+    }
+)
 """What RetryingStore forwards as it is."""
 
 
@@ -123,7 +133,19 @@ def test_every_forwarded_call_passes_the_one_hook() -> None:
     for name in _methods():
         args, kwargs = _arguments(name)
         getattr(store, name)(*args, **kwargs)
-    assert seen == _methods()
+    assert seen == [name for name in _methods() if name not in NO_IO]
+
+
+def test_a_closed_gate_holds_requests_but_not_the_joining_of_a_body() -> None:
+    """A task joins its shard while the start runs; only the put waits for the gate."""
+    gate: Future[None] = Future()
+    store = GatedStore(_Recorder(), gate)
+    assert store.joined_body([b"ab", b"c"]) == ("answer of", "joined_body")
+    pending = ThreadPoolExecutor(1).submit(store.put, "k", [b"x"])
+    with pytest.raises(TimeoutError):
+        pending.result(timeout=0.2)
+    gate.set_result(None)
+    pending.result(timeout=5)
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,44 @@
-"""The body of a ``PutObject``: the buffers joined, with the CRC32C S3 verifies."""
+"""The body of a ``PutObject``: the buffers joined once, with the CRC32C S3 verifies."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Buffer, Sequence
-from typing import Any
+from typing import Any, SupportsIndex, overload
 
 import crc32c
+
+
+class SendBody(bytearray):
+    """A shard's bytes as a ``PutObject`` sends them: a ``bytearray`` whose slices are views.
+
+    botocore passes a ``bytearray`` body to aiohttp as it is (a ``bytes``
+    body it wraps in a ``BytesIO``, which aiohttp copies whole before it
+    sends it), and aiohttp sends the slice of the body up to its
+    ``Content-Length``: a copy of it whole for a plain ``bytearray``, a view
+    here.
+    """
+
+    @overload  # type: ignore[override]  # a view where bytearray makes a copy
+    def __getitem__(self, key: SupportsIndex) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> memoryview: ...
+
+    def __getitem__(self, key: SupportsIndex | slice) -> int | memoryview:
+        if isinstance(key, slice):
+            return memoryview(self)[key]
+        return super().__getitem__(key)
+
+
+def send_body(buffers: Sequence[Buffer]) -> SendBody:
+    """``buffers`` joined into a :class:`SendBody`; one already joined is returned as it is."""
+    if len(buffers) == 1 and isinstance(buffers[0], SendBody):
+        return buffers[0]
+    body = SendBody()
+    for buffer in buffers:
+        body += memoryview(buffer).cast("B")
+    return body
 
 
 def put_body(buffers: Sequence[Buffer], checksum: bool = True) -> dict[str, Any]:
@@ -16,15 +48,18 @@ def put_body(buffers: Sequence[Buffer], checksum: bool = True) -> dict[str, Any]
     ``"when_required"``, as S3-compatible stores that refuse checksum headers
     need), the body alone.
 
-    The body is a ``bytearray``: botocore wraps a ``bytes`` body in a
-    ``BytesIO``, which aiohttp copies whole before it sends it. Its CRC32C is
-    computed here by the hardware instruction (the ``crc32c`` package) and
-    sent as the checksum S3 verifies, in place of the CRC32 botocore would
-    compute over the body in Python-driven chunks. Thirty-two puts of 5 MiB to
-    a local moto server took 0.28-0.38 s of the client's CPU this way, against
-    0.41-0.55 s with a ``bytes`` body and botocore's CRC32 (two runs of three).
+    The body is a :class:`SendBody`, joined here unless a shard's task
+    joined it already (:meth:`~shardpipe.storage.s3.store.S3ShardStore.joined_body`):
+    the bytes are copied once on their way to the socket (and once more by
+    aiohttp before Python 3.12.9, where it joins the headers to the body).
+    Its CRC32C is computed here by the hardware instruction (the ``crc32c``
+    package) and sent as the checksum S3 verifies, in place of the CRC32
+    botocore would compute over the body in Python-driven chunks. Thirty-two
+    puts of 5 MiB to a local moto server took 0.28-0.38 s of the client's CPU
+    with a ``bytearray`` body and this checksum, against 0.41-0.55 s with a
+    ``bytes`` body and botocore's CRC32 (two runs of three).
     """
-    body = bytearray().join(memoryview(b).cast("B") for b in buffers)
+    body = send_body(buffers)
     if not checksum:
         return {"Body": body}
     value = base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode("ascii")

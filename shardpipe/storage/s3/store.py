@@ -56,7 +56,7 @@ from shardpipe.storage.base import (
 from shardpipe.storage.buffers import joined
 from shardpipe.storage.keys import edge_key
 from shardpipe.storage.s3 import faults, multipart
-from shardpipe.storage.s3.bodies import put_body
+from shardpipe.storage.s3.bodies import put_body, send_body
 from shardpipe.storage.s3.multipart import MAX_TASK_PARTS
 from shardpipe.storage.s3.multipart import multipart_etag as multipart_etag
 from shardpipe.storage.s3.object_reads import S3ObjectReads
@@ -303,6 +303,10 @@ class S3ShardStore(S3ObjectReads, ShardStore):
         else:
             self.call("put_object", key, Key=self.full_key(key), **body)
         self.fs.invalidate_cache(f"{self.bucket}/{self.full_key(key)}")
+
+    def joined_body(self, buffers: Sequence[Buffer]) -> Buffer:
+        """The :class:`~shardpipe.storage.s3.bodies.SendBody` :meth:`put` sends as it is."""
+        return send_body(buffers)
 
     @property
     def _checksums(self) -> bool:

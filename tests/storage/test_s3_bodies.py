@@ -1,0 +1,43 @@
+"""The body of an S3 put: joined once, its slices views, its CRC32C that of the bytes."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Buffer
+
+import crc32c
+import numpy as np
+
+from shardpipe.storage.s3.bodies import SendBody, put_body, send_body
+
+PIECES: list[Buffer] = [b"shard ", bytearray(b"bytes "), memoryview(np.arange(4, dtype="uint16"))]
+JOINED = b"".join(memoryview(p).cast("B") for p in PIECES)
+
+
+def test_the_body_is_the_pieces_joined() -> None:
+    body = send_body(PIECES)
+    assert isinstance(body, SendBody)
+    assert bytes(body) == JOINED
+
+
+def test_a_body_joined_already_is_sent_as_it_is() -> None:
+    body = send_body(PIECES)
+    assert send_body([body]) is body
+    assert put_body([body])["Body"] is body
+
+
+def test_a_slice_of_the_body_is_a_view_not_a_copy() -> None:
+    """What aiohttp sends is ``body[:content_length]``: a copy of it whole for a bytearray."""
+    body = send_body(PIECES)
+    whole = body[: len(body)]
+    assert isinstance(whole, memoryview) and whole.obj is body
+    assert bytes(whole) == JOINED
+    assert bytes(body[6:12]) == JOINED[6:12]
+    assert body[0] == JOINED[0]
+
+
+def test_the_checksum_is_the_crc32c_of_the_joined_bytes() -> None:
+    sent = put_body(PIECES)
+    assert sent["ChecksumAlgorithm"] == "CRC32C"
+    assert base64.b64decode(sent["ChecksumCRC32C"]) == crc32c.crc32c(JOINED).to_bytes(4, "big")
+    assert set(put_body(PIECES, checksum=False)) == {"Body"}
