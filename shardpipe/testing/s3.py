@@ -1,9 +1,13 @@
 """A local S3 server for tests: pytest fixtures on moto's standalone server.
 
 Load with ``pytest_plugins = ["shardpipe.testing.s3"]`` in a ``conftest.py``.
-``s3_server`` (session) starts ``moto.server.ThreadedMotoServer`` on a free
-port of 127.0.0.1 with fake credentials in the environment and yields its
-endpoint URL. ``s3_bucket`` (function) creates a fresh bucket and yields
+``s3_server`` (session) starts moto's standalone server (``python -m
+moto.server``) in a process of its own on a free port of 127.0.0.1, with fake
+credentials in the environment, and yields its endpoint URL. In its own
+process the server does not take turns with the test for Python's
+interpreter lock, as a real store would not: a test writing hundreds of small
+objects through moto's threaded server in the test's own process ran about
+twice as long. ``s3_bucket`` (function) creates a fresh bucket and yields
 ``(bucket_name, storage_options)`` for ``s3fs.S3FileSystem(**storage_options)``
 (and so for ``shardpipe.to_sharded_zarr("s3://bucket/...", storage_options=...)``).
 Outside pytest, :func:`moto_server` does the same as a context manager.
@@ -18,6 +22,9 @@ the server or makes a bucket: loading the plugin costs neither.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,15 +84,52 @@ def moto_server() -> Iterator[str]:
         mp.setenv("AWS_REGION", REGION)
         for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
             mp.delenv(name, raising=False)
-        from moto.server import ThreadedMotoServer  # imported when a server starts
-
-        port = _free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
+        port, server = _start_server()
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
-            server.stop()
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+SERVER_START_SECONDS = 60.0
+"""How long the server may take to answer on its port (it imports moto first)."""
+
+
+def _start_server() -> tuple[int, subprocess.Popen[bytes]]:
+    """Start ``python -m moto.server`` on a free port; return the port once it answers.
+
+    The port is free when chosen but another process may take it before the
+    server binds it: then the server exits, and another port is tried.
+    """
+    for _ in range(3):
+        port = _free_port()
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        # its request log goes nowhere: a pipe nobody reads would stop it once full
+        server = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + SERVER_START_SECONDS
+        while server.poll() is None and time.monotonic() < deadline:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    return port, server
+            time.sleep(0.05)
+        if server.poll() is None:  # still starting after the deadline
+            server.kill()
+            server.wait()
+            raise RuntimeError(
+                f"moto's S3 server did not answer on port {port} within "
+                f"{SERVER_START_SECONDS:.0f} s"
+            )
+    raise RuntimeError(
+        f"moto's S3 server exited at once three times (status {server.returncode}); "
+        f"run {' '.join(command)} to see why"
+    )
 
 
 def make_bucket(endpoint_url: str, name: str | None = None) -> str:
