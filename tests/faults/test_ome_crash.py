@@ -86,9 +86,9 @@ def _kill_child(
 
 def _model(t: int, *appended: tuple[int, int]) -> list[np.ndarray]:
     with dask.config.set(scheduler="threads"):
-        data = image(t).compute()
+        data = image(t, slow=False).compute()
         for n, seed in appended:
-            data = np.concatenate([data, image(n, seed=seed).compute()])
+            data = np.concatenate([data, image(n, seed=seed, slow=False).compute()])
     return reference_pyramid(data, FACTORS, "mean")
 
 
@@ -121,7 +121,7 @@ def test_sigkill_during_a_time_point_append_then_resume_or_repair(
 ) -> None:
     target = tmp_path / "img.ome.zarr"
     with dask.config.set(scheduler="threads"):
-        shardpipe.to_ome_zarr(image(), target, "tzyx", **KWARGS)
+        shardpipe.to_ome_zarr(image(slow=False), target, "tzyx", **KWARGS)
     before = _shard_files(target)
     delay = random.Random(100 + run).uniform(0.0, 1.0)
     finished = _kill_child(target, tmp_path / "progress", "append", after=before + run, delay=delay)
@@ -152,7 +152,7 @@ def test_sigkill_on_s3_then_resume_or_repair(
     before = 0
     if what == "append":
         with dask.config.set(scheduler="threads"):
-            shardpipe.to_ome_zarr(image(), url, "tzyx", storage_options=options, **KWARGS)
+            shardpipe.to_ome_zarr(image(slow=False), url, "tzyx", storage_options=options, **KWARGS)
         before = _shard_objects(url, options)
     finished = _kill_child(url, tmp_path / "progress", what, before + 2, 0.3, options)
     with dask.config.set(scheduler="threads"):
@@ -197,7 +197,11 @@ def test_sigkill_in_an_icechunk_session_leaves_the_branch_then_runs_again(
     if what == "append":
         with dask.config.set(scheduler="threads"):
             shardpipe.prepare_ome_zarr(
-                image(), repo.writable_session("main"), "tzyx", path=ICECHUNK_PATH, **KWARGS
+                image(slow=False),
+                repo.writable_session("main"),
+                "tzyx",
+                path=ICECHUNK_PATH,
+                **KWARGS,
             ).execute(commit="an image")
     base = repo.lookup_branch("main")
     chunks = tmp_path / "repo" / "chunks"

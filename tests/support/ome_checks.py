@@ -21,10 +21,24 @@ from tests.support.readers import assert_same, read_tensorstore
 
 
 def reference_level(data: np.ndarray, step: Sequence[int], method: str) -> np.ndarray:
-    """``data`` downsampled by ``step`` (partial windows at the far end), one window at a time."""
+    """``data`` downsampled by ``step`` (partial windows at the far end).
+
+    Integer means (of up to 32-bit values) and ``nearest`` a whole axis at a
+    time, the rest window by window (:func:`window_by_window`, which
+    ``tests/ome/test_reference_pyramid.py`` holds the fast paths to).
+    """
     step = tuple(step) + (1,) * (data.ndim - len(step))
     if all(s == 1 for s in step):
         return data
+    if method == "nearest":
+        return data[tuple(slice(None, None, s) for s in step)].copy()
+    if method == "mean" and data.dtype.kind in "iu" and data.dtype.itemsize <= 4:
+        return integer_means(data, step)
+    return window_by_window(data, step, method)
+
+
+def window_by_window(data: np.ndarray, step: tuple[int, ...], method: str) -> np.ndarray:
+    """``data`` downsampled by ``step`` (one per axis), one window at a time in Python."""
     out_shape = tuple(-(-n // s) for n, s in zip(data.shape, step, strict=True))
     out = np.empty(out_shape, dtype=data.dtype)
     for index in itertools.product(*(range(n) for n in out_shape)):
@@ -44,6 +58,25 @@ def reference_level(data: np.ndarray, step: Sequence[int], method: str) -> np.nd
         else:
             out[index] = values.astype(np.float64).mean()
     return out
+
+
+def integer_means(data: np.ndarray, step: tuple[int, ...]) -> np.ndarray:
+    """The windows' means rounded half to even, from exact sums (int64 holds them).
+
+    What the window-by-window loop computes, a whole axis at a time: each
+    window's sum (``np.add.reduceat``, partial windows at the far end) and
+    its number of values, then the quotient and the remainder.
+    """
+    total = data.astype(np.int64)
+    count = np.ones((1,) * data.ndim, dtype=np.int64)
+    for axis, s in enumerate(step):
+        starts = np.arange(0, data.shape[axis], s)
+        total = np.add.reduceat(total, starts, axis=axis)
+        lengths = np.minimum(starts + s, data.shape[axis]) - starts
+        count = count * lengths.reshape([-1 if a == axis else 1 for a in range(data.ndim)])
+    quotient, remainder = np.divmod(total, count)
+    up = (2 * remainder > count) | ((2 * remainder == count) & (quotient % 2 == 1))
+    return (quotient + up).astype(data.dtype)
 
 
 def reference_pyramid(

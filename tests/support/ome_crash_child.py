@@ -34,12 +34,17 @@ def _slow(block: np.ndarray) -> np.ndarray:
     return block
 
 
-def image(t: int = 3, seed: int = 42) -> da.Array:
-    """The image the child writes (time points ``t``), the same Dask name in every process."""
+def image(t: int = 3, seed: int = 42, *, slow: bool = True) -> da.Array:
+    """The image the child writes (time points ``t``), the same Dask name in every process.
+
+    Its blocks take 30 ms each (``slow``), so that kills land mid-write; the
+    same values come at once without it (another Dask name: not for resuming
+    the child's job).
+    """
     arr = da.random.default_rng(seed).integers(
         0, 4000, (t, 24, 128, 120), chunks=(1, 7, 50, 45), dtype="uint16"
     )
-    return arr.map_blocks(_slow, dtype=arr.dtype)
+    return arr.map_blocks(_slow, dtype=arr.dtype) if slow else arr
 
 
 def main(target: str, progress: Path, what: str, options: dict[str, Any] | None = None) -> None:
