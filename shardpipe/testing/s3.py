@@ -7,9 +7,10 @@ credentials in the environment, and yields its endpoint URL. In its own
 process the server does not take turns with the test for Python's
 interpreter lock, as a real store would not (shardpipe's own S3 tests ran
 10% longer with moto's threaded server inside the test's process, a test
-writing hundreds of small objects a third longer). ``s3_bucket`` (function) creates a fresh bucket and yields
-``(bucket_name, storage_options)`` for ``s3fs.S3FileSystem(**storage_options)``
-(and so for ``shardpipe.to_sharded_zarr("s3://bucket/...", storage_options=...)``).
+writing hundreds of small objects a third longer). ``s3_bucket`` (function)
+creates a fresh bucket and yields ``(bucket_name, storage_options)`` for
+``s3fs.S3FileSystem(**storage_options)`` (and so for
+``shardpipe.to_sharded_zarr("s3://bucket/...", storage_options=...)``).
 Outside pytest, :func:`moto_server` does the same as a context manager.
 ``s3_fault_proxy`` (function) puts a :class:`~shardpipe.testing.fault_proxy.FaultProxy`
 in front of the server, injecting nothing until told to; point a client at it
