@@ -290,6 +290,22 @@ class ShardStore(ABC):
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent."""
 
+    def get_within(self, key: str, limit: int) -> tuple[int, bytes | None] | None:
+        """The size of the object at ``key`` and, when it is at most ``limit`` bytes, its bytes.
+
+        ``None`` when absent; ``(size, None)`` when larger than ``limit``. A
+        reader that reads small objects whole and large ones by ranges (a
+        shard's check) asks this way, and an object store answers both with
+        one request. This default asks the size, then reads.
+        """
+        size = self.size(key)
+        if size is None:
+            return None
+        if size > limit:
+            return size, None
+        data = self.get(key)
+        return None if data is None else (len(data), data)
+
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""
         data = self.get(key)

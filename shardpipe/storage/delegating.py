@@ -111,6 +111,10 @@ class DelegatingStore(ShardStore):
         """See :meth:`~shardpipe.storage.base.ShardStore.get`."""
         return self._forward("get", lambda: self.inner.get(key))
 
+    def get_within(self, key: str, limit: int) -> tuple[int, bytes | None] | None:
+        """See :meth:`~shardpipe.storage.base.ShardStore.get_within`."""
+        return self._forward("get_within", lambda: self.inner.get_within(key, limit))
+
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """See :meth:`~shardpipe.storage.base.ShardStore.get_range`."""
         return self._forward("get_range", lambda: self.inner.get_range(key, start, stop))

@@ -292,6 +292,10 @@ class RetryingStore(DelegatingStore):
         """Return the bytes at ``key``, or None."""
         return self._call(f"reading {key!r}", lambda: self.inner.get(key))
 
+    def get_within(self, key: str, limit: int) -> tuple[int, bytes | None] | None:
+        """Return the size of ``key`` and its bytes up to ``limit``, or None."""
+        return self._call(f"reading {key!r}", lambda: self.inner.get_within(key, limit))
+
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of ``key``."""
         return self._call(

@@ -126,11 +126,11 @@ def check_shard(
     without it, by its coordinates inside the shard.
     """
     check = ShardCheck(key, coords=coords)
-    size = store.size(key)
-    if size is None:
+    got = store.get_within(key, WHOLE_READ_LIMIT)  # one request on an object store
+    if got is None:
         return check
+    size, whole = got
     check.present, check.nbytes = True, size
-    whole = store.get(key) if size <= WHOLE_READ_LIMIT else None
 
     def read(start: int, stop: int) -> bytes:
         return whole[start:stop] if whole is not None else store.get_range(key, start, stop)

@@ -78,6 +78,18 @@ class ShardStoreTests(UpdateContractTests, KeyContractTests):
         assert store.size("arr/c/0/0") is None
         store.delete("arr/c/0/0")  # absent: no error
 
+    def test_get_within(self, store: ShardStore) -> None:
+        """The size always; the bytes up to the limit (an object store: one request)."""
+        data = _data(100_000, seed=2)
+        assert store.get_within("arr/c/2", 10) is None
+        store.put("arr/c/2", [data])
+        assert store.get_within("arr/c/2", 100_000) == (100_000, data)
+        assert store.get_within("arr/c/2", 1 << 40) == (100_000, data)
+        assert store.get_within("arr/c/2", 99_999) == (100_000, None)
+        store.put("arr/c/3", [b""])
+        assert store.get_within("arr/c/3", 0) == (0, b"")
+        assert store.get_within("arr/c/3", 8) == (0, b"")
+
     def test_get_range(self, store: ShardStore) -> None:
         data = _data(100_000, seed=1)
         store.put("arr/c/1", [data])

@@ -205,3 +205,35 @@ def test_a_whole_object_is_read_in_one_get_when_small_and_in_pieces_when_long(
     assert backend.get("long") == long
     pieces = -(-len(long) // WHOLE_GET_PIECE)
     assert calls.count("get_object") == pieces
+
+
+def test_verify_reads_each_small_shard_with_one_get(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    """A shard's size and bytes come in one GET (``get_within``), not a HEAD and a GET."""
+    import dask.array as da
+
+    from shardpipe.storage.resolve import resolve_store
+
+    bucket, options = s3_bucket
+    url = f"s3://{bucket}/v.zarr"
+    source = da.arange(4 * 64, dtype="uint16", chunks=64).reshape(4, 64)
+    shardpipe.to_sharded_zarr(source, url, shards=(1, 64), chunks=(1, 16), storage_options=options)
+    fs = resolve_store(url, storage_options=options).shards.inner.fs
+    calls: list[tuple[str, str]] = []
+    call_async, call_sync = fs._call_s3, fs.call_s3  # the backend makes calls both ways
+
+    async def counting_async(method: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append((method, str(kwargs.get("Key", ""))))
+        return await call_async(method, *args, **kwargs)
+
+    def counting_sync(method: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append((method, str(kwargs.get("Key", ""))))
+        return call_sync(method, *args, **kwargs)
+
+    fs._call_s3, fs.call_s3 = counting_async, counting_sync
+    try:
+        report = shardpipe.verify(url, storage_options=options)
+    finally:
+        fs._call_s3, fs.call_s3 = call_async, call_sync
+    assert report.ok and report.shards_present == 4, str(report)
+    on_shards = [method for method, key in calls if "/c/" in key]
+    assert sorted(on_shards) == ["get_object"] * 4, calls

@@ -7,7 +7,10 @@ backend's s3fs file system and its faults are classified as the backend's.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
+
+import fsspec.asyn
 
 from shardpipe.errors import StorageError
 from shardpipe.storage.keys import edge_key
@@ -45,35 +48,72 @@ class S3ObjectReads:
         self.reached = True
         return data
 
-    def get(self, key: str) -> bytes | None:
-        """Return the bytes at ``key``, or ``None`` when absent.
+    def _first_piece(self, key: str, nbytes: int) -> tuple[int, bytes] | None:
+        """One GET of the first ``nbytes`` (at least 1) of ``key``: the object's size and them.
 
-        One GET of the first :data:`WHOLE_GET_PIECE` bytes: all of a small
-        object (documents, markers, records) in one request (s3fs's own
-        whole-object read asks the object's size first). A longer object's
-        rest follows in ranged GETs of that size at once.
+        The size comes from the answer's ``Content-Range``; None when absent.
         """
+        full = self.full_key(key)  # an unsafe key is refused here, not taken for a fault
+
+        async def fetch() -> tuple[dict[str, Any], bytes]:
+            response: dict[str, Any] = await self.fs._call_s3(
+                "get_object", Bucket=self.bucket, Key=full, Range=f"bytes=0-{nbytes - 1}"
+            )
+            body = response["Body"]
+            try:
+                return response, await body.read()
+            finally:
+                body.close()
+
         try:
-            first = self._cat(key, 0, WHOLE_GET_PIECE)
-        except FileNotFoundError:
+            response, data = fsspec.asyn.sync(self.fs.loop, fetch)
+        except FileNotFoundError as err:
+            if faults.error_code(err) != "NoSuchBucket":
+                return None
+            raise self._fault("GET", key, err) from err
+        except Exception as err:
+            if faults.error_code(err) == "InvalidRange":
+                return 0, b""  # an empty object has no first byte to range over
+            raise self._fault("GET", key, err) from err
+        self.reached = True
+        total = str(response.get("ContentRange") or "").rpartition("/")[2]
+        if total.isdigit():
+            return int(total), data
+        if not response.get("ContentRange"):  # the whole object: the range was not applied
+            return len(data), data
+        size = self.size(key)  # a size the answer left unknown ("*")
+        return None if size is None else (size, data)
+
+    def get_within(self, key: str, limit: int) -> tuple[int, bytes | None] | None:
+        """The size of the object at ``key`` and, up to ``limit`` bytes, its bytes.
+
+        One GET of the first :data:`WHOLE_GET_PIECE` bytes (or ``limit``, if
+        fewer) answers both for a small object (documents, markers, records,
+        most shards): s3fs's own whole-object read asks the object's size
+        first. A longer object within ``limit`` follows in ranged GETs of that
+        size at once.
+        """
+        first = self._first_piece(key, max(1, min(limit, WHOLE_GET_PIECE)))
+        if first is None:
             return None
-        except StorageError as err:
-            if err.__cause__ is not None and faults.error_code(err.__cause__) == "InvalidRange":
-                return b""  # an empty object has no first byte to range over
-            raise
-        if len(first) < WHOLE_GET_PIECE:
-            return first
-        size = self.size(key)
-        if size is None:
-            return None
-        starts = range(WHOLE_GET_PIECE, size, WHOLE_GET_PIECE)
+        size, data = first
+        if size > limit:
+            return size, None
+        if len(data) >= size:
+            return size, data
+        starts = range(len(data), size, WHOLE_GET_PIECE)
         path = f"{self.bucket}/{self.full_key(key)}"
         try:
             ends = [min(start + WHOLE_GET_PIECE, size) for start in starts]
             rest = self.fs.cat_ranges([path] * len(starts), list(starts), ends, on_error="raise")
         except Exception as err:
             raise self._fault("GET", key, err) from err
-        return b"".join([first, *rest])
+        return size, b"".join([data, *rest])
+
+    def get(self, key: str) -> bytes | None:
+        """Return the bytes at ``key``, or ``None`` when absent (:meth:`get_within`)."""
+        got = self.get_within(key, sys.maxsize)
+        return None if got is None else got[1]
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key`` with one ranged GET."""
