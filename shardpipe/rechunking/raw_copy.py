@@ -18,7 +18,6 @@ zarr-python, as a copy on an object store is (zstd level 1).
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import dask.array as da
@@ -28,7 +27,7 @@ from dask.base import compute, tokenize
 from dask.delayed import delayed
 from zarr.codecs import BytesCodec
 
-from shardpipe.core.grid import Shape, ceildiv, chunks_in_region
+from shardpipe.core.grid import Shape, chunks_in_region
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import resolve_store
 
@@ -83,20 +82,14 @@ def store_block(
     is padded with ``fill_value`` to the chunk's shape, as zarr stores it.
     """
     dtype = _stored_dtype(block.dtype)
-    first = [o // c for o, c in zip(offset, chunk_shape, strict=True)]
-    counts = [ceildiv(n, c) for n, c in zip(block.shape, chunk_shape, strict=True)]
-    for index in itertools.product(*(range(n) for n in counts)):
-        region = tuple(
-            slice(i * c, min((i + 1) * c, n))
-            for i, c, n in zip(index, chunk_shape, block.shape, strict=True)
-        )
-        piece = block[region]
+    region = tuple(slice(o, o + n) for o, n in zip(offset, block.shape, strict=True))
+    for coords, inside, into in chunks_in_region(region, chunk_shape):
+        piece = block[into]
         if piece.shape == tuple(chunk_shape):
             chunk = np.ascontiguousarray(piece, dtype=dtype)
         else:  # the array's last chunk along an axis: padded
             chunk = np.full(chunk_shape, fill_value, dtype=dtype)
-            chunk[tuple(slice(0, n) for n in piece.shape)] = piece
-        coords = tuple(f + i for f, i in zip(first, index, strict=True))
+            chunk[inside] = piece
         store.put(chunk_key(coords), [chunk.reshape(-1).view(np.uint8)])
 
 

@@ -8,6 +8,7 @@ backend's s3fs file system and its faults are classified as the backend's.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import fsspec.asyn
@@ -35,17 +36,27 @@ class S3ObjectReads:
 
         def _fault(self, operation: str, key: str, err: BaseException) -> StorageError: ...
 
-    def _cat(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        path = f"{self.bucket}/{self.full_key(key)}"
+    def _reading[T](self, key: str, read: Callable[[], T]) -> T:
+        """Make ``read``, a GET of ``key``: a shardpipe error if it fails.
+
+        ``FileNotFoundError`` when no object is there (a missing bucket is a
+        fault of the store's configuration instead).
+        """
         try:
-            data: bytes = self.fs.cat_file(path, start=start, end=end)
+            result = read()
         except FileNotFoundError as err:
             if faults.error_code(err) != "NoSuchBucket":
-                raise FileNotFoundError(f"no S3 object s3://{path}: {err}") from err
+                path = f"s3://{self.bucket}/{self.full_key(key)}"
+                raise FileNotFoundError(f"no S3 object {path}: {err}") from err
             raise self._fault("GET", key, err) from err
         except Exception as err:
             raise self._fault("GET", key, err) from err
         self.reached = True
+        return result
+
+    def _cat(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        path = f"{self.bucket}/{self.full_key(key)}"
+        data: bytes = self._reading(key, lambda: self.fs.cat_file(path, start=start, end=end))
         return data
 
     def _first_piece(self, key: str, nbytes: int) -> tuple[int, bytes] | None:
@@ -66,16 +77,13 @@ class S3ObjectReads:
                 body.close()
 
         try:
-            response, data = fsspec.asyn.sync(self.fs.loop, fetch)
-        except FileNotFoundError as err:
-            if faults.error_code(err) != "NoSuchBucket":
-                return None
-            raise self._fault("GET", key, err) from err
-        except Exception as err:
-            if faults.error_code(err) == "InvalidRange":
+            response, data = self._reading(key, lambda: fsspec.asyn.sync(self.fs.loop, fetch))
+        except FileNotFoundError:
+            return None
+        except StorageError as err:
+            if err.__cause__ is not None and faults.error_code(err.__cause__) == "InvalidRange":
                 return 0, b""  # an empty object has no first byte to range over
-            raise self._fault("GET", key, err) from err
-        self.reached = True
+            raise
         total = str(response.get("ContentRange") or "").rpartition("/")[2]
         if total.isdigit():
             return int(total), data
