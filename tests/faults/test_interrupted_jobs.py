@@ -29,6 +29,7 @@ import shardpipe
 from shardpipe.cli.parser import main as cli_main
 from shardpipe.journal.unfinished import UnfinishedJob
 from tests.support import REPOSITORY
+from tests.support.run_once import once_per_run
 
 
 @dataclass(frozen=True)
@@ -119,23 +120,34 @@ POINTS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each point's job, killed at its key: the target by kind of job."""
-    work = tmp_path_factory.mktemp("interrupted")
-    points = [[p.what, p.key, "written"] for p in POINTS]
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.kill_at_key_child", str(work), json.dumps(points)],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    results = [json.loads(line) for line in done.stdout.splitlines()]
-    for point, result in zip(POINTS, results, strict=True):
-        assert result["killed"], f"{point.name} never wrote {point.key}: {done.stderr}"
-    return {p.name: Path(r["target"]) for p, r in zip(POINTS, results, strict=True)}
+    """Each point's job, killed at its key: the target by kind of job (read only)."""
+
+    def kill() -> dict[str, str]:
+        work = tmp_path_factory.mktemp("interrupted")
+        points = [[p.what, p.key, "written"] for p in POINTS]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.kill_at_key_child",
+                str(work),
+                json.dumps(points),
+            ],
+            cwd=REPOSITORY,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+        results = [json.loads(line) for line in done.stdout.splitlines()]
+        for point, result in zip(POINTS, results, strict=True):
+            assert result["killed"], f"{point.name} never wrote {point.key}: {done.stderr}"
+        return {p.name: r["target"] for p, r in zip(POINTS, results, strict=True)}
+
+    found = once_per_run(tmp_path_factory, "interrupted-jobs", kill)
+    return {name: Path(target) for name, target in found.items()}
 
 
 def _job(jobs: list[UnfinishedJob], kind: str) -> UnfinishedJob:

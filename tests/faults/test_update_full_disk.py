@@ -21,16 +21,23 @@ from typing import Any
 import pytest
 
 from tests.support.full_disk_child import run_child
+from tests.support.run_once import once_per_run
 
 STRATEGIES = ["auto", "rewrite", "in_place", "append", "append_dim", "parts"]
 OLD_GRID_ROWS = 2  # append_dim: the shard rows along axis 0 before the append (48 of 32)
 FREE_KIB = [64, 256, 450, 640, 1536]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, Any]]:
     scenarios = [{"strategy": s, "free_kib": f} for s in STRATEGIES for f in FREE_KIB]
-    found = run_child("tests.support.full_disk_child", tmp_path_factory.mktemp("full"), scenarios)
+    found = once_per_run(
+        tmp_path_factory,
+        "update-full-disk",
+        lambda: run_child(
+            "tests.support.full_disk_child", tmp_path_factory.mktemp("full"), scenarios
+        ),
+    )
     return {(r["strategy"], r["free_kib"]): r for r in found}
 
 
