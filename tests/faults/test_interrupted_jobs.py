@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +25,7 @@ import pytest
 import shardpipe
 from shardpipe.cli.parser import main as cli_main
 from shardpipe.journal.unfinished import UnfinishedJob
-from tests.support import REPOSITORY
+from tests.support.kill_at_key_child import kill_at_keys
 from tests.support.run_once import once_per_run
 
 
@@ -125,25 +122,10 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each point's job, killed at its key: the target by kind of job (read only)."""
 
     def kill() -> dict[str, str]:
-        work = tmp_path_factory.mktemp("interrupted")
         points = [[p.what, p.key, "written"] for p in POINTS]
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tests.support.kill_at_key_child",
-                str(work),
-                json.dumps(points),
-            ],
-            cwd=REPOSITORY,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=True,
-        )
-        results = [json.loads(line) for line in done.stdout.splitlines()]
+        results = kill_at_keys(tmp_path_factory.mktemp("interrupted"), points, timeout=600)
         for point, result in zip(POINTS, results, strict=True):
-            assert result["killed"], f"{point.name} never wrote {point.key}: {done.stderr}"
+            assert result["killed"], f"{point.name} never wrote {point.key}"
         return {p.name: r["target"] for p, r in zip(POINTS, results, strict=True)}
 
     found = once_per_run(tmp_path_factory, "interrupted-jobs", kill)

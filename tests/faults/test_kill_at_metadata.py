@@ -15,9 +15,6 @@ kill makes, nothing temporary is left, and ``verify`` is clean.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +22,7 @@ import dask
 import pytest
 
 import shardpipe
-from tests.support import REPOSITORY
-from tests.support.kill_at_key_child import write_array
+from tests.support.kill_at_key_child import kill_at_keys, write_array
 from tests.support.run_once import once_per_run
 from tests.support.writers_full_disk_child import same_tree, write_ome
 
@@ -48,24 +44,7 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """Each point's write, killed there (each test resumes its own target)."""
 
     def kill() -> list[dict[str, Any]]:
-        work = tmp_path_factory.mktemp("killed")
-        child = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tests.support.kill_at_key_child",
-                str(work),
-                json.dumps(POINTS),
-            ],
-            cwd=REPOSITORY,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert child.returncode == 0, child.stderr[-3000:]
-        found = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-        assert len(found) == len(POINTS), (child.stdout, child.stderr[-3000:])
-        return found
+        return kill_at_keys(tmp_path_factory.mktemp("killed"), POINTS, timeout=300)
 
     killed: list[dict[str, Any]] = once_per_run(tmp_path_factory, "killed-at-metadata", kill)
     return killed

@@ -38,7 +38,7 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -234,6 +234,31 @@ def _kill_when_met(pid: int, read_fd: int) -> bool:
         return False
     _, status = os.waitpid(pid, 0)
     return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def kill_at_keys(
+    work: Path, points: Sequence[Sequence[str]], timeout: float
+) -> list[dict[str, Any]]:
+    """In a test: run this module on ``points`` in a child process; one result per point.
+
+    Each result is ``{"target": ..., "killed": ...}`` (see the module).
+    """
+    import json
+    import subprocess
+
+    from tests.support import REPOSITORY
+
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.support.kill_at_key_child", str(work), json.dumps(points)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    found = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    assert len(found) == len(points), (child.stdout, child.stderr[-3000:])
+    return found
 
 
 def main(work: str, points: str) -> None:
