@@ -2,21 +2,31 @@
 
 :func:`check_arguments` is called by :func:`shardpipe.dataset.write.to_zarr`
 and, before it creates an Icechunk repository, by ``shardpipe write-dataset``.
+The dataset's ``region`` and its variables' ``encoding`` are checked here too
+(:func:`check_dim_region`, :func:`check_variable_encoding`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Unpack
 
 import xarray as xr
 
-from shardpipe.core.checks import check_bool, check_json, check_path, check_progress
+from shardpipe.codec.names import codec_specs
+from shardpipe.core.checks import (
+    check_bool,
+    check_dtype,
+    check_json,
+    check_path,
+    check_progress,
+    is_integer,
+    shown,
+)
 from shardpipe.dataset.layout import check_dim_sizes
 from shardpipe.dataset.options import DatasetOptions
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.write.arguments import check_dim_region, check_variable_encoding
 from shardpipe.write.options import check_array_options
 
 MODES = ("w-", "w", "a", "r+")
@@ -172,3 +182,102 @@ def _check_encoding(
             f"Give encodings for variables of the dataset ({list(ds.variables)})",
         )
     return {name: check_variable_encoding(name, value) for name, value in encoding.items()}
+
+
+def check_dim_region(region: Any, dims: Collection[Hashable]) -> None:
+    """Check a dataset's ``region``: ``"auto"``, or a dict of dimension name to slice."""
+    if region is None or (isinstance(region, str) and region == "auto"):
+        return
+    example = 'Pass e.g. region={"time": slice(0, 365)}, or region="auto"'
+    if not isinstance(region, Mapping):
+        raise InvalidArgumentError(
+            "region", f"expected a dict of dimension name to slice, got {shown(region)}", example
+        )
+    unknown = [d for d in region if d not in dims]
+    if unknown:
+        raise InvalidArgumentError(
+            "region",
+            f"names dimension(s) {unknown} that the dataset lacks (it has {list(dims)})",
+            "Name only dimensions of the dataset",
+        )
+    for dim, where in region.items():
+        if isinstance(where, str) and where == "auto":
+            continue
+        bounds = (where.start, where.stop) if isinstance(where, slice) else ()
+        if (
+            not isinstance(where, slice)
+            or where.step not in (None, 1)
+            or not all(b is None or is_integer(b) for b in bounds)
+        ):
+            raise InvalidArgumentError(
+                "region",
+                f"{where!r} for dimension {dim!r} is not a slice with integer bounds and step 1",
+                example,
+            )
+
+
+ENCODING_KEYS = frozenset(
+    {
+        # CF, applied by xarray
+        "dtype",
+        "scale_factor",
+        "add_offset",
+        "_FillValue",
+        "missing_value",
+        "units",
+        "calendar",
+        "_Unsigned",
+        "coordinates",
+        # zarr, as xarray's zarr backend accepts them (and the keys it drops)
+        "chunks",
+        "shards",
+        "compressors",
+        "filters",
+        "serializer",
+        "fill_value",
+        "write_empty_chunks",
+        "cache_metadata",
+        "chunk_key_encoding",
+        "preferred_chunks",
+        "source",
+        "original_shape",
+    }
+)
+"""Keys of one variable's ``encoding`` that the dataset writer accepts."""
+
+
+def check_variable_encoding(name: Hashable, encoding: Any) -> dict[str, Any]:
+    """Check the ``encoding`` of one dataset variable: a dict of known keys and a valid dtype."""
+    if not isinstance(encoding, Mapping):
+        raise InvalidArgumentError(
+            "encoding",
+            f"variable {name!r}: expected a dict, got {shown(encoding)}",
+            'Pass e.g. encoding={"t2m": {"dtype": "int16", "scale_factor": 0.01}}',
+        )
+    unknown = sorted(str(k) for k in encoding if k not in ENCODING_KEYS)
+    if unknown:
+        raise InvalidArgumentError(
+            "encoding",
+            f"variable {name!r}: unknown key(s) {unknown}",
+            f"Use only {', '.join(sorted(ENCODING_KEYS))}",
+        )
+    if "dtype" in encoding:
+        try:
+            check_dtype("dtype", encoding["dtype"])
+        except InvalidArgumentError as err:
+            raise InvalidArgumentError(
+                "encoding", f"variable {name!r}: {err.parameter}: {err.problem}", err.fix
+            ) from None
+    checked = dict(encoding)
+    for key in ("compressors", "filters", "serializer"):  # names and short dicts, as zarr's
+        if key in checked:
+            try:
+                checked[key] = codec_specs(key, checked[key])
+            except InvalidArgumentError as err:
+                raise InvalidArgumentError(
+                    "encoding", f"variable {name!r}: {key}: {err.problem}", err.fix
+                ) from None
+    for key in ("shards", "chunks"):  # zarr's "auto": shardpipe's default (None: unsharded)
+        if isinstance(checked.get(key), str) and checked[key] == "auto":
+            del checked[key]
+    return checked

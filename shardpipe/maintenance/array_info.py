@@ -26,9 +26,8 @@ from shardpipe.maintenance.unfinished import only_records, unfinished_jobs
 from shardpipe.precomputed.check import PrecomputedReport, check_volume
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
-from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.stored.metadata import format_of, layout_of, read_metadata
 from shardpipe.stored.places import check_not_a_file
-from shardpipe.write.update_target import read_metadata
 
 
 @dataclass(frozen=True, repr=False)

@@ -21,9 +21,8 @@ from shardpipe.errors import InvalidArgumentError
 from shardpipe.journal.array_lock import holding
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.resolve import resolve_store
-from shardpipe.stored.metadata import format_of
+from shardpipe.stored.metadata import format_of, read_metadata
 from shardpipe.stored.places import check_node_present, check_not_a_file
-from shardpipe.write.update_target import read_metadata
 
 
 @dataclass(repr=False)

@@ -26,9 +26,8 @@ from shardpipe.maintenance.verification import VerifyReport, verify
 from shardpipe.ome.group_repair import repair_group
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import list_shards
-from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.stored.metadata import format_of, layout_of, read_metadata
 from shardpipe.stored.places import check_node_present, check_not_a_file
-from shardpipe.write.update_target import read_metadata
 
 
 @dataclass(repr=False)

@@ -47,12 +47,12 @@ from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import GROUP_RECORD, delete_group_record, read_group_record
 from shardpipe.ome.stored import StoredImage, read_image
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.metadata import read_node_metadata
+from shardpipe.stored.metadata import metadata_bytes, read_node_metadata
 from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.runner import Pass, PassReports, run_job
-from shardpipe.write.update_target import metadata_bytes, region_offset
+from shardpipe.write.update_target import region_offset
 
 __all__ = [
     "OmeZarrUpdate",

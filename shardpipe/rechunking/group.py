@@ -36,7 +36,11 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.rechunking.api import plan_rechunk
 from shardpipe.rechunking.job import RechunkJob
-from shardpipe.rechunking.options import GROUP_PARAMETERS, GroupRechunkOptions
+from shardpipe.rechunking.options import (
+    GROUP_PARAMETERS,
+    GroupRechunkOptions,
+    check_array_overrides,
+)
 from shardpipe.rechunking.source import open_source
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore
@@ -48,7 +52,6 @@ from shardpipe.stored.places import (
     check_target,
     resolve_named,
 )
-from shardpipe.write.arguments import check_array_overrides
 from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.runner import Pass, PassReports, run_job, together

@@ -6,7 +6,8 @@
 entries are the array options of :mod:`shardpipe.write.options`, with the
 rechunk's own (where the source is read, where the intermediate copy goes)
 and those that mean something else here (what carries over from the
-source, what ``resume`` compares).
+source, what ``resume`` compares). A group rechunk's per-array settings
+(``arrays=``) are checked here too (:func:`check_array_overrides`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
+from shardpipe.core.checks import check_int_tuple, shown
+from shardpipe.core.grid import Shape
+from shardpipe.errors import InvalidArgumentError
 from shardpipe.write.options import ARRAY_PARAMETERS, LayoutOptions, TargetOptions
 from shardpipe.write.parameters import SharedParameters
 
@@ -105,3 +109,50 @@ GROUP_PARAMETERS = RECHUNK_PARAMETERS | SharedParameters(
     {"arrays": None},
 )
 """The entries and defaults of the parameters of :func:`~shardpipe.rechunk_group` and its plan."""
+
+
+ARRAY_OVERRIDE_KEYS = ("shards", "chunks")
+"""What ``arrays=`` of a group rechunk may set per array."""
+
+
+def check_array_overrides(arrays: Any) -> dict[str, dict[str, Shape]]:
+    """Check ``arrays={"path": {"shards": (...), "chunks": (...)}}`` of a group rechunk.
+
+    A shape of None or ``"auto"`` is the default (the group's, else shardpipe's).
+    """
+    if arrays is None:
+        return {}
+    if not isinstance(arrays, Mapping):
+        raise InvalidArgumentError(
+            "arrays",
+            f"expected a dict of array path to shapes, got {shown(arrays)}",
+            'Pass e.g. arrays={"t2m": {"shards": (365, 720, 1440), "chunks": (30, 90, 90)}}',
+        )
+    checked: dict[str, dict[str, Shape]] = {}
+    for path, shapes in arrays.items():
+        if not isinstance(path, str) or not isinstance(shapes, Mapping):
+            raise InvalidArgumentError(
+                "arrays",
+                f"entry {path!r}: {shapes!r} is not a dict of shapes under a string path",
+                'Pass e.g. arrays={"t2m": {"shards": (365, 720, 1440)}}',
+            )
+        unknown = sorted(str(k) for k in shapes if k not in ARRAY_OVERRIDE_KEYS)
+        if unknown:
+            raise InvalidArgumentError(
+                "arrays",
+                f"entry {path!r} sets {unknown}, which are not per-array settings",
+                "Give only 'shards' and 'chunks' per array",
+            )
+        checked[path] = {}
+        for key, shape in shapes.items():
+            if isinstance(shape, str) and shape == "auto":  # zarr's spelling of the default
+                continue
+            try:
+                checked[path][key] = check_int_tuple(key, shape) or ()
+            except InvalidArgumentError as err:
+                raise InvalidArgumentError(
+                    "arrays", f"entry {path!r}: {err.parameter}: {err.problem}", err.fix
+                ) from None
+            if shape is None:
+                del checked[path][key]
+    return checked

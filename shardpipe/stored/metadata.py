@@ -18,7 +18,9 @@ applies to the same arguments. Nothing is allocated in proportion to the sizes a
 declares before they are checked; the shard grid may be of any size (the
 commands that look at shards list those present, :mod:`shardpipe.stored.listing`).
 Readers that make Dask arrays also refuse shapes beyond what NumPy and Dask
-index (:func:`check_array_size`).
+index (:func:`check_array_size`). :func:`read_metadata` reads the array a job
+writes into or looks at (a region write, an append, ``info``, ``repair``,
+``compact``) with the version of its ``zarr.json``.
 """
 
 from __future__ import annotations
@@ -34,9 +36,14 @@ from shardpipe.codec.chunk_codec import sharding_codec_of
 from shardpipe.core.checks import check_size_limit
 from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import ShardLayout
-from shardpipe.errors import MetadataError, ShardFormatError, ShardpipeError
+from shardpipe.errors import InvalidArgumentError, MetadataError, ShardFormatError, ShardpipeError
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
-from shardpipe.internals.zarr_core import ArrayV3Metadata, GroupMetadata, sync
+from shardpipe.internals.zarr_core import (
+    ArrayV3Metadata,
+    GroupMetadata,
+    default_buffer_prototype,
+    sync,
+)
 from shardpipe.stored.array_document import (
     as_broken,
     broken_document,
@@ -46,7 +53,7 @@ from shardpipe.stored.array_document import (
 )
 
 if TYPE_CHECKING:
-    from shardpipe.storage.base import ShardStore
+    from shardpipe.storage.base import ObjectVersion, ShardStore
     from shardpipe.storage.resolve import ResolvedStore
 
 MAX_CHUNK_NBYTES = 2**36
@@ -365,3 +372,70 @@ def broken_metadata(store: ShardStore, prefix: str, err: BaseException) -> Metad
 def _describe(err: BaseException) -> str:
     text = str(err).strip()
     return f"{type(err).__name__}: {text:.300}" if text else type(err).__name__
+
+
+def read_metadata(
+    target: ResolvedStore, parameter: str, *, writing: bool = True
+) -> tuple[ArrayV3Metadata, ObjectVersion]:
+    """Read the sharded Zarr v3 array at the target, with the version of its ``zarr.json``.
+
+    ``writing``: the array is read to be written into (a region, an append),
+    and a refusal advises how to write; else (``info``, ``repair``,
+    ``compact``) it advises how to make an array those can read.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If there is no such array, or it is not a sharded Zarr v3 array
+        (named after ``parameter``).
+    shardpipe.errors.MetadataError
+        If its ``zarr.json`` is broken.
+    """
+    key = target.key("zarr.json")
+    store = target.shards
+    version = store.version(key)
+    data = store.get(key) if version is not None else None
+    where = advice.place(target.path)
+    if data is None or version is None:
+        v2 = store.get(target.key(".zarray")) is not None
+        raise InvalidArgumentError(
+            parameter,
+            f"no Zarr v3 array at {where} to write into"
+            + (" (a Zarr v2 array is there)" if v2 else ""),
+            (
+                f"Write the array first without {advice.name('region')} or "
+                f"{advice.name('append_dim')}"
+                + (", or rechunk the v2 array into a sharded v3 one" if v2 else "")
+            )
+            if writing
+            else f"Point {advice.name(parameter)} at a sharded Zarr v3 array"
+            + (f", or make one of this array with {advice.job('rechunk')}" if v2 else ""),
+        )
+    document = parse_json_object(data, repr(key), metadata_fix("array"))  # MetadataError if broken
+    if document.get("node_type") == "group":
+        raise InvalidArgumentError(
+            parameter,
+            f"{where} is a group, not an array",
+            f"Point {advice.name('path')} at an array",
+        )
+    metadata = parse_array_metadata(document, key)
+    try:
+        layout_of(metadata)
+    except ShardFormatError as err:
+        raise InvalidArgumentError(
+            parameter,
+            f"the array at {where} is not sharded the way shardpipe writes ({err})",
+            (
+                "Write into an array whose only array-to-bytes codec is sharding_indexed on a "
+                f"regular grid, or rewrite it with {advice.setting('overwrite')}"
+            )
+            if writing
+            else f"Make a sharded copy of it with {advice.job('rechunk')}",
+        ) from err
+    return metadata, version
+
+
+def metadata_bytes(metadata: ArrayV3Metadata) -> bytes:
+    """The ``zarr.json`` document of ``metadata``."""
+    buffers = metadata.to_buffer_dict(default_buffer_prototype())
+    return bytes(buffers["zarr.json"].to_bytes())

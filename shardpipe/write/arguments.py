@@ -7,7 +7,6 @@ parameter, what is wrong with it, and how to fix it.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import dask.array as da
@@ -15,7 +14,6 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from shardpipe.codec.names import codec_specs
 from shardpipe.core.grid import Shape
 from shardpipe.core.sizes import (
     default_chunk_shape,
@@ -33,10 +31,7 @@ if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it
 
 
 from shardpipe.core.checks import (
-    check_dtype,
-    check_int_tuple,
     check_shards_of_chunks,
-    is_integer,
     shape_param,
     shown,
 )
@@ -179,149 +174,3 @@ def build_metadata(**create_kwargs: Any) -> ArrayV3Metadata:
     metadata = array.metadata
     assert isinstance(metadata, ArrayV3Metadata)
     return metadata
-
-
-ARRAY_OVERRIDE_KEYS = ("shards", "chunks")
-"""What ``arrays=`` of a group rechunk may set per array."""
-
-
-def check_array_overrides(arrays: Any) -> dict[str, dict[str, Shape]]:
-    """Check ``arrays={"path": {"shards": (...), "chunks": (...)}}`` of a group rechunk.
-
-    A shape of None or ``"auto"`` is the default (the group's, else shardpipe's).
-    """
-    if arrays is None:
-        return {}
-    if not isinstance(arrays, Mapping):
-        raise InvalidArgumentError(
-            "arrays",
-            f"expected a dict of array path to shapes, got {shown(arrays)}",
-            'Pass e.g. arrays={"t2m": {"shards": (365, 720, 1440), "chunks": (30, 90, 90)}}',
-        )
-    checked: dict[str, dict[str, Shape]] = {}
-    for path, shapes in arrays.items():
-        if not isinstance(path, str) or not isinstance(shapes, Mapping):
-            raise InvalidArgumentError(
-                "arrays",
-                f"entry {path!r}: {shapes!r} is not a dict of shapes under a string path",
-                'Pass e.g. arrays={"t2m": {"shards": (365, 720, 1440)}}',
-            )
-        unknown = sorted(str(k) for k in shapes if k not in ARRAY_OVERRIDE_KEYS)
-        if unknown:
-            raise InvalidArgumentError(
-                "arrays",
-                f"entry {path!r} sets {unknown}, which are not per-array settings",
-                "Give only 'shards' and 'chunks' per array",
-            )
-        checked[path] = {}
-        for key, shape in shapes.items():
-            if isinstance(shape, str) and shape == "auto":  # zarr's spelling of the default
-                continue
-            try:
-                checked[path][key] = check_int_tuple(key, shape) or ()
-            except InvalidArgumentError as err:
-                raise InvalidArgumentError(
-                    "arrays", f"entry {path!r}: {err.parameter}: {err.problem}", err.fix
-                ) from None
-            if shape is None:
-                del checked[path][key]
-    return checked
-
-
-def check_dim_region(region: Any, dims: Collection[Hashable]) -> None:
-    """Check a dataset's ``region``: ``"auto"``, or a dict of dimension name to slice."""
-    if region is None or (isinstance(region, str) and region == "auto"):
-        return
-    example = 'Pass e.g. region={"time": slice(0, 365)}, or region="auto"'
-    if not isinstance(region, Mapping):
-        raise InvalidArgumentError(
-            "region", f"expected a dict of dimension name to slice, got {shown(region)}", example
-        )
-    unknown = [d for d in region if d not in dims]
-    if unknown:
-        raise InvalidArgumentError(
-            "region",
-            f"names dimension(s) {unknown} that the dataset lacks (it has {list(dims)})",
-            "Name only dimensions of the dataset",
-        )
-    for dim, where in region.items():
-        if isinstance(where, str) and where == "auto":
-            continue
-        bounds = (where.start, where.stop) if isinstance(where, slice) else ()
-        if (
-            not isinstance(where, slice)
-            or where.step not in (None, 1)
-            or not all(b is None or is_integer(b) for b in bounds)
-        ):
-            raise InvalidArgumentError(
-                "region",
-                f"{where!r} for dimension {dim!r} is not a slice with integer bounds and step 1",
-                example,
-            )
-
-
-ENCODING_KEYS = frozenset(
-    {
-        # CF, applied by xarray
-        "dtype",
-        "scale_factor",
-        "add_offset",
-        "_FillValue",
-        "missing_value",
-        "units",
-        "calendar",
-        "_Unsigned",
-        "coordinates",
-        # zarr, as xarray's zarr backend accepts them (and the keys it drops)
-        "chunks",
-        "shards",
-        "compressors",
-        "filters",
-        "serializer",
-        "fill_value",
-        "write_empty_chunks",
-        "cache_metadata",
-        "chunk_key_encoding",
-        "preferred_chunks",
-        "source",
-        "original_shape",
-    }
-)
-"""Keys of one variable's ``encoding`` that the dataset writer accepts."""
-
-
-def check_variable_encoding(name: Hashable, encoding: Any) -> dict[str, Any]:
-    """Check the ``encoding`` of one dataset variable: a dict of known keys and a valid dtype."""
-    if not isinstance(encoding, Mapping):
-        raise InvalidArgumentError(
-            "encoding",
-            f"variable {name!r}: expected a dict, got {shown(encoding)}",
-            'Pass e.g. encoding={"t2m": {"dtype": "int16", "scale_factor": 0.01}}',
-        )
-    unknown = sorted(str(k) for k in encoding if k not in ENCODING_KEYS)
-    if unknown:
-        raise InvalidArgumentError(
-            "encoding",
-            f"variable {name!r}: unknown key(s) {unknown}",
-            f"Use only {', '.join(sorted(ENCODING_KEYS))}",
-        )
-    if "dtype" in encoding:
-        try:
-            check_dtype("dtype", encoding["dtype"])
-        except InvalidArgumentError as err:
-            raise InvalidArgumentError(
-                "encoding", f"variable {name!r}: {err.parameter}: {err.problem}", err.fix
-            ) from None
-    checked = dict(encoding)
-    for key in ("compressors", "filters", "serializer"):  # names and short dicts, as zarr's
-        if key in checked:
-            try:
-                checked[key] = codec_specs(key, checked[key])
-            except InvalidArgumentError as err:
-                raise InvalidArgumentError(
-                    "encoding", f"variable {name!r}: {key}: {err.problem}", err.fix
-                ) from None
-    for key in ("shards", "chunks"):  # zarr's "auto": shardpipe's default (None: unsharded)
-        if isinstance(checked.get(key), str) and checked[key] == "auto":
-            del checked[key]
-    return checked

@@ -42,7 +42,7 @@ from shardpipe.core.region_batch import group_by_shard
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.stored.metadata import layout_of
+from shardpipe.stored.metadata import layout_of, read_metadata
 from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.batch_job import RegionBatchJob
@@ -54,7 +54,6 @@ from shardpipe.write.update_target import (
     check_castable,
     check_strategy,
     check_strategy_possible,
-    read_metadata,
     region_offset,
 )
 

@@ -24,9 +24,9 @@ from shardpipe.journal.job_record import delete_record, read_record, save_record
 from shardpipe.journal.markers import JobKeys, JobMarker, conflict, read_marker
 from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import metadata_bytes
 from shardpipe.stored.places import check_target, discard_zarr_temporaries
 from shardpipe.write.resume import Resume, check_same_job, forget_finished
-from shardpipe.write.update_target import metadata_bytes
 
 
 def create_array(

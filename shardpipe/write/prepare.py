@@ -33,7 +33,7 @@ from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.job_record import job_identity, waves_done
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.stored.metadata import format_of, layout_of, metadata_bytes, read_metadata
 from shardpipe.stored.places import check_source_is_not_target
 from shardpipe.write.arguments import (
     as_dask_array,
@@ -70,8 +70,6 @@ from shardpipe.write.update_target import (
     check_source_dtype,
     check_strategy_possible,
     check_unchanged_settings,
-    metadata_bytes,
-    read_metadata,
     region_offset,
 )
 

@@ -69,8 +69,8 @@ from shardpipe.formats.base import ShardFormat
 from shardpipe.journal.job_record import read_record
 from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import metadata_bytes
 from shardpipe.stored.places import check_target
-from shardpipe.write.update_target import metadata_bytes
 
 RESUME_WORKERS = 8
 """Shard indexes read at once when a resumed write looks for complete shards."""

@@ -26,10 +26,11 @@ from shardpipe.journal.markers import JobKeys, JobMarker
 from shardpipe.storage.base import ObjectVersion
 from shardpipe.storage.gated import GatedStore
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import metadata_bytes
 from shardpipe.write.creation import create_array
 from shardpipe.write.resume import check_same_job, forget_finished
 from shardpipe.write.spec import WriteSpec
-from shardpipe.write.update_target import ExistingArray, metadata_bytes
+from shardpipe.write.update_target import ExistingArray
 
 
 @dataclass(frozen=True)

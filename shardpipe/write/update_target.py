@@ -16,16 +16,13 @@ import numpy as np
 
 from shardpipe import advice
 from shardpipe.core.checks import is_integer
-from shardpipe.core.documents import parse_json_object
 from shardpipe.core.grid import Coords, Shape
 from shardpipe.core.shard_update import STRATEGIES
 from shardpipe.core.value_casts import CastRule, cast_checked, cast_rule
-from shardpipe.errors import InvalidArgumentError, ShardFormatError
-from shardpipe.internals.zarr_core import ArrayV3Metadata, default_buffer_prototype
+from shardpipe.errors import InvalidArgumentError
+from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.storage.base import ObjectVersion, ShardStore
-from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.array_document import metadata_fix
-from shardpipe.stored.metadata import format_of, layout_of, parse_array_metadata
+from shardpipe.stored.metadata import format_of, layout_of
 
 
 @dataclass(frozen=True)
@@ -59,73 +56,6 @@ class ExistingArray:
     strategy: str
     update: str = ""
     in_place_fits: bool = True
-
-
-def read_metadata(
-    target: ResolvedStore, parameter: str, *, writing: bool = True
-) -> tuple[ArrayV3Metadata, ObjectVersion]:
-    """Read the sharded Zarr v3 array at the target, with the version of its ``zarr.json``.
-
-    ``writing``: the array is read to be written into (a region, an append),
-    and a refusal advises how to write; else (``info``, ``repair``,
-    ``compact``) it advises how to make an array those can read.
-
-    Raises
-    ------
-    InvalidArgumentError
-        If there is no such array, or it is not a sharded Zarr v3 array
-        (named after ``parameter``).
-    shardpipe.errors.MetadataError
-        If its ``zarr.json`` is broken.
-    """
-    key = target.key("zarr.json")
-    store = target.shards
-    version = store.version(key)
-    data = store.get(key) if version is not None else None
-    where = advice.place(target.path)
-    if data is None or version is None:
-        v2 = store.get(target.key(".zarray")) is not None
-        raise InvalidArgumentError(
-            parameter,
-            f"no Zarr v3 array at {where} to write into"
-            + (" (a Zarr v2 array is there)" if v2 else ""),
-            (
-                f"Write the array first without {advice.name('region')} or "
-                f"{advice.name('append_dim')}"
-                + (", or rechunk the v2 array into a sharded v3 one" if v2 else "")
-            )
-            if writing
-            else f"Point {advice.name(parameter)} at a sharded Zarr v3 array"
-            + (f", or make one of this array with {advice.job('rechunk')}" if v2 else ""),
-        )
-    document = parse_json_object(data, repr(key), metadata_fix("array"))  # MetadataError if broken
-    if document.get("node_type") == "group":
-        raise InvalidArgumentError(
-            parameter,
-            f"{where} is a group, not an array",
-            f"Point {advice.name('path')} at an array",
-        )
-    metadata = parse_array_metadata(document, key)
-    try:
-        layout_of(metadata)
-    except ShardFormatError as err:
-        raise InvalidArgumentError(
-            parameter,
-            f"the array at {where} is not sharded the way shardpipe writes ({err})",
-            (
-                "Write into an array whose only array-to-bytes codec is sharding_indexed on a "
-                f"regular grid, or rewrite it with {advice.setting('overwrite')}"
-            )
-            if writing
-            else f"Make a sharded copy of it with {advice.job('rechunk')}",
-        ) from err
-    return metadata, version
-
-
-def metadata_bytes(metadata: ArrayV3Metadata) -> bytes:
-    """The ``zarr.json`` document of ``metadata``."""
-    buffers = metadata.to_buffer_dict(default_buffer_prototype())
-    return bytes(buffers["zarr.json"].to_bytes())
 
 
 def region_offset(region: Any, shape: Shape, source_shape: Shape) -> Coords:

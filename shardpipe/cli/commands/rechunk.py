@@ -13,7 +13,7 @@ from shardpipe.cli.icechunk_sessions import commit_arguments, planning_session, 
 from shardpipe.cli.subcommand import Subcommands, add_subcommand
 from shardpipe.core.checks import check_int
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.write.arguments import check_array_overrides
+from shardpipe.rechunking.options import check_array_overrides
 
 NAME = "rechunk"
 SUMMARY = "rechunk a Zarr v2/v3 array into a sharded Zarr v3 array in bounded memory"
