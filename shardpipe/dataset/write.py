@@ -59,12 +59,11 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.locations import Location, locations_read
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_nothing_else_there, check_reads_apart, check_target
-from shardpipe.write.creation import check_no_other_job
-from shardpipe.write.job import ShardedWrite
+from shardpipe.write.arguments import check_run, check_writable
+from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_fill, prepare_write
-from shardpipe.write.runner import Pass, PassReports, check_run, run_job
-from shardpipe.write.transaction import check_writable
+from shardpipe.write.resume import check_no_other_job
 
 CARRIED_ENCODING = frozenset(
     {"dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units", "calendar"}

@@ -92,7 +92,7 @@ from shardpipe.storage.keys import MIGRATION_STAGING
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.places import check_reads_apart
-from shardpipe.write.runner import Pass, PassReports, run_job
+from shardpipe.write.job import Pass, PassReports, run_job
 
 
 @dataclass(repr=False)

@@ -12,9 +12,9 @@ from shardpipe.ome.options import OME_PARAMETERS, OmeZarrOptions, check_resume_o
 from shardpipe.ome.prepare import prepare_ome_zarr
 from shardpipe.ome.update import prepare_ome_update
 from shardpipe.storage.resolve import resolve_store
+from shardpipe.write.arguments import check_writable
 from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
-from shardpipe.write.transaction import check_writable
 
 __all__ = ["to_ome_zarr"]
 

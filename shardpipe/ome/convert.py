@@ -59,11 +59,9 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.bounded_reads import bounded_array
 from shardpipe.stored.metadata import format_of
 from shardpipe.stored.places import check_not_a_file, check_reads_apart, check_target
-from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.job import ShardedWrite
+from shardpipe.write.arguments import check_max_mem, check_writable
+from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.runner import Pass, PassReports, run_job
-from shardpipe.write.transaction import check_writable
 
 __all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_ome_conversion"]
 

@@ -30,7 +30,7 @@ from shardpipe.ome.stored import read_image
 from shardpipe.ome.update import recompute_levels, roll_back_append
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.runner import run_jobs
+from shardpipe.write.job import run_jobs
 
 __all__ = ["GroupRepair", "repair_group"]
 

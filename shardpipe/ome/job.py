@@ -22,8 +22,7 @@ from shardpipe.ome.multiscale import MultiscaleWrite
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import level_paths, pyramid_pass
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.write.job import ShardedWrite
-from shardpipe.write.runner import Pass, PassReports, run_job
+from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
 
 __all__ = ["OmeZarrWrite"]
 

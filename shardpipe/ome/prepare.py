@@ -51,11 +51,11 @@ from shardpipe.ome.stored import read_image
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import layout_of, read_node_metadata
 from shardpipe.stored.places import check_not_a_file, check_target
+from shardpipe.write.arguments import check_writable
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.transaction import check_writable
 
 __all__ = ["plan_multiscale", "prepare_ome_zarr", "pyramid_arrays"]
 

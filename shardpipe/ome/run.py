@@ -10,7 +10,7 @@ Order of a run (nothing of it before the whole plan is checked):
 3. the ``zarr.json`` of the image group, the ``labels`` group and each label
    group are written, with their OME attributes;
 4. every level of every pyramid is written in one pass of the runner
-   (:mod:`shardpipe.write.runner`): one computation, in which
+   (:mod:`shardpipe.write.job`): one computation, in which
    each source block is read once and feeds the level-0 shards and the
    downsampling to the next level; each level array is created (and
    holds its job marker and job record) as a write of its own does;
@@ -42,8 +42,7 @@ from shardpipe.ome.multiscale import MultiscaleWrite
 from shardpipe.storage.keys import JOB_DIR, OME_GROUP_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import discard_zarr_temporaries
-from shardpipe.write.job import ShardedWrite
-from shardpipe.write.runner import Pass
+from shardpipe.write.job import Pass, ShardedWrite
 
 __all__ = [
     "GROUP_RECORD",

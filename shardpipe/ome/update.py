@@ -48,11 +48,9 @@ from shardpipe.ome.run import GROUP_RECORD, delete_group_record, read_group_reco
 from shardpipe.ome.stored import StoredImage, read_image
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import metadata_bytes, read_node_metadata
-from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.job import ShardedWrite
+from shardpipe.write.arguments import check_max_mem, region_offset
+from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.runner import Pass, PassReports, run_job
-from shardpipe.write.update_target import region_offset
 
 __all__ = [
     "OmeZarrUpdate",

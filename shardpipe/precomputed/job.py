@@ -2,7 +2,7 @@
 
 :func:`~shardpipe.precomputed.api.to_neuroglancer_precomputed` checks every
 argument and plans every scale (writing nothing); the :class:`PrecomputedWrite`
-it makes runs as one pass of the runner (:mod:`shardpipe.write.runner`): the
+it makes runs as one pass of the runner (:mod:`shardpipe.write.job`): the
 marker and ``info`` first, then every shard of every scale in one computation,
 the marker removed by the last task.
 """
@@ -33,7 +33,7 @@ from shardpipe.precomputed.tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.write.runner import Pass, PassReports, run_job
+from shardpipe.write.job import Pass, PassReports, run_job
 
 Level = tuple[tuple[int, ...], ScaleGrid, PrecomputedSharding, Any]
 """A scale as planned: its downsampling factor, chunk grid, sharding and parts."""

@@ -52,14 +52,13 @@ from shardpipe.stored.places import (
     check_temp_store,
     resolve_named,
 )
-from shardpipe.write.arguments import resolve_shapes
+from shardpipe.write.api import snapshot_id_returned
+from shardpipe.write.arguments import check_run, resolve_shapes
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
 from shardpipe.write.resume import check_new_target, check_same_job, complete_shards
-from shardpipe.write.runner import check_run
-from shardpipe.write.transaction import snapshot_id_returned
 
 FIRST_BLOCK_SHARE = 2
 """Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.

@@ -52,10 +52,10 @@ from shardpipe.stored.places import (
     check_target,
     resolve_named,
 )
+from shardpipe.write.arguments import check_writable
+from shardpipe.write.job import Pass, PassReports, run_job, together
 from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
-from shardpipe.write.runner import Pass, PassReports, run_job, together
-from shardpipe.write.transaction import check_writable
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
 """Arrays of at most this many raw bytes are copied unsharded, in one chunk."""

@@ -37,8 +37,7 @@ from shardpipe.rechunking.intermediate import Intermediate
 from shardpipe.rechunking.source import Source
 from shardpipe.storage.keys import INTERMEDIATE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.write.job import ShardedWrite
-from shardpipe.write.runner import Pass, PassReports, run_job
+from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
 
 COPY = "copy into the intermediate"
 """The name of the first pass of a two-pass rechunk."""

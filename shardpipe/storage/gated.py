@@ -3,7 +3,7 @@
 A new array's write begins with a few requests in a row: its marker, its
 job record, its ``zarr.json``. On an object store each waits out a round
 trip, and the shards' encoding need not wait for them. A run that starts
-its job on another thread (:class:`~shardpipe.write.started.StartInBackground`) gives its
+its job on another thread (:class:`~shardpipe.write.run.StartInBackground`) gives its
 tasks the target's store wrapped in a :class:`GatedStore`: tasks compute
 and encode at once, and every call they make to the store waits for the
 ``gate``, a future the start resolves once the metadata is there (an

@@ -1,7 +1,17 @@
-"""``to_sharded_zarr`` and ``cleanup``: the one-call front-ends over :mod:`shardpipe.write.job`."""
+"""``to_sharded_zarr`` and ``cleanup``: the one-call front-ends over :mod:`shardpipe.write.job`.
+
+Into a writable Icechunk ``Session`` a write leaves its changes in the session
+(see :mod:`shardpipe.storage.icechunk.store`); with ``commit="message"`` the
+runner commits them at the end and reports the snapshot id
+(:func:`~shardpipe.write.job.run_jobs`, the one commit bracket), and with
+``rebase=True`` as well, commits that reached the branch meanwhile are rebased
+onto when they changed no shard this write changed. What the front doors still
+return with ``commit=`` is :func:`snapshot_id_returned`.
+"""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Unpack
 
 import zarr
@@ -15,13 +25,12 @@ from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.keys import JOB_DIR, STAGING_DIR
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.places import check_not_a_file
+from shardpipe.write.arguments import check_run
 from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.runner import check_run
-from shardpipe.write.transaction import snapshot_id_returned
 
-__all__ = ["DEFAULT_MAX_MEM", "cleanup", "to_sharded_zarr"]
+__all__ = ["DEFAULT_MAX_MEM", "cleanup", "snapshot_id_returned", "to_sharded_zarr"]
 
 
 @shares_parameters(ARRAY_PARAMETERS)
@@ -129,3 +138,21 @@ def cleanup(
         )
     with holding(target.shards, JobKeys(target.key("")), "clean up"):
         return target.shards.cleanup(target.key(STAGING_DIR), target.key("c"))
+
+
+def snapshot_id_returned(function: str, planned: str, snapshot_id: str) -> str:
+    """The snapshot id ``function(commit=...)`` still returns, with a ``FutureWarning``.
+
+    Returning the id with ``commit`` and the array without made the return
+    type depend on an argument (issue 32). From shardpipe 0.3 ``function``
+    returns the written array in both cases; the id is the ``snapshot_id``
+    of the report that ``planned(...).execute(commit=...)`` returns.
+    """
+    warnings.warn(
+        f"{function}(commit=...) returns the Icechunk snapshot id in shardpipe 0.2 and will "
+        f"return the written array from 0.3, as without commit. For the id, call "
+        f"{planned}(...).execute(commit=...): its report's snapshot_id",
+        FutureWarning,
+        stacklevel=4,  # the caller of the public function (through its parameter wrapper)
+    )
+    return snapshot_id

@@ -20,13 +20,18 @@ completes it (a batch writes absolute values, so repeating it is harmless).
 
 Everything is checked before the marker is taken: every region inside the
 array, every data array of its region's shape, of the array's dtype or cast
-to it where its values fit (:mod:`shardpipe.core.value_casts`).
+to it where its values fit (:mod:`shardpipe.core.value_casts`). The checked
+pairs, grouped by shard, make a :class:`RegionBatchJob`, which shows them as a
+plan and runs as every other job does (:func:`~shardpipe.write.job.run_job`):
+one pass that writes by itself, in the calling thread, without a Dask graph
+(:func:`~shardpipe.write.run.run_batch`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
@@ -36,28 +41,31 @@ from dask.system import CPU_COUNT
 from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool
-from shardpipe.core.grid import Box
+from shardpipe.core.display import html_table, text_table
+from shardpipe.core.grid import Box, Coords
 from shardpipe.core.memory import DEFAULT_MAX_MEM
-from shardpipe.core.region_batch import group_by_shard
+from shardpipe.core.region_batch import ChunkFill, group_by_shard
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import layout_of, read_metadata
 from shardpipe.stored.places import check_not_a_file
-from shardpipe.write.arguments import check_max_mem
-from shardpipe.write.batch_job import RegionBatchJob
-from shardpipe.write.prepare import memory_model
-from shardpipe.write.transaction import check_writable
-from shardpipe.write.update_target import (
-    ExistingArray,
+from shardpipe.write.arguments import (
     cast_source,
     check_castable,
+    check_max_mem,
     check_strategy,
     check_strategy_possible,
+    check_writable,
     region_offset,
 )
+from shardpipe.write.job import Pass, PassReports, run_job
+from shardpipe.write.prepare import memory_model
+from shardpipe.write.resume import check_no_other_job
+from shardpipe.write.run import run_batch
+from shardpipe.write.spec import ExistingArray
 
-__all__ = ["RegionBatch", "write_regions"]
+__all__ = ["RegionBatch", "RegionBatchJob", "write_regions"]
 
 
 def write_regions(
@@ -341,3 +349,76 @@ class _BatchTarget:
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else f"{type(value).__name__} {text[:40]}..."
+
+
+@dataclass(frozen=True, repr=False)
+class RegionBatchJob:
+    """Checked pairs ``(region, data)`` of one existing array, grouped by the shard they touch.
+
+    Attributes
+    ----------
+    target : ResolvedStore
+        The array.
+    existing : ExistingArray
+        Its metadata and ``zarr.json`` version as read when the pairs were
+        checked, and the write strategy.
+    groups : dict of shard coordinates to list of ChunkFill
+        The touched inner chunks of every shard touched.
+    boxes, data : sequence
+        The pairs' boxes (array coordinates) and values, in order.
+    rewrite_fits, encoders, write_empty_chunks
+        How shards are written (see :func:`~shardpipe.write.run.run_batch`).
+    """
+
+    target: ResolvedStore
+    existing: ExistingArray
+    groups: dict[Coords, list[ChunkFill]]
+    boxes: Sequence[Box]
+    data: Sequence[np.ndarray]
+    rewrite_fits: bool
+    encoders: int
+    write_empty_chunks: bool
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The plan as ``(label, value)`` rows (what ``repr`` and the HTML show)."""
+        n_chunks = sum(len(fills) for fills in self.groups.values())
+        return [
+            ("array", str(self.target.zarr_store)),
+            ("regions", f"{len(self.boxes):,} (later ones win where they overlap)"),
+            ("shards", f"{len(self.groups):,} touched, each changed once by one writer"),
+            ("inner chunks", f"{n_chunks:,} touched"),
+            ("write_strategy", repr(self.existing.strategy)),
+        ]
+
+    def __repr__(self) -> str:
+        return text_table("RegionBatchJob", self.summary_rows())
+
+    def _repr_html_(self) -> str:
+        return html_table("RegionBatchJob", self.summary_rows())
+
+    def passes(self) -> list[Pass]:
+        """One pass, writing by itself in the calling thread (no Dask graph)."""
+        return [Pass("write the regions", write=self._write)]
+
+    def _write(self, progress: bool) -> list[WriteReport]:
+        check_no_other_job(self.target, None, "write a batch of regions into the array")
+        report = run_batch(
+            self.target,
+            self.existing,
+            self.groups,
+            self.boxes,
+            self.data,
+            rewrite_fits=self.rewrite_fits,
+            encoders=self.encoders,
+            write_empty_chunks=self.write_empty_chunks,
+        )
+        return [report]
+
+    def finish(self, reports: PassReports, seconds: float, snapshot_id: str | None) -> WriteReport:
+        """The batch's report, with the time taken."""
+        return replace(sum(reports[0], WriteReport()), seconds=seconds)
+
+    def execute(self) -> WriteReport:
+        """Write the regions (see :func:`~shardpipe.write.batch.write_regions`)."""
+        report: WriteReport = run_job(self)
+        return report

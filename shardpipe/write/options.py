@@ -30,10 +30,9 @@ from shardpipe.codec.names import codec_specs
 from shardpipe.core.checks import check_bool, check_json_dict
 from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.formats.zarr_sharding import IndexLocation, check_index_location
-from shardpipe.write.arguments import check_max_mem
+from shardpipe.write.arguments import check_max_mem, check_strategy
 from shardpipe.write.parameters import SharedParameters
 from shardpipe.write.resume import Resume, check_resume
-from shardpipe.write.update_target import check_strategy
 
 
 class TargetOptions(TypedDict, total=False):

@@ -36,14 +36,22 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of, layout_of, metadata_bytes, read_metadata
 from shardpipe.stored.places import check_source_is_not_target
 from shardpipe.write.arguments import (
+    append_axis,
+    appended_shape,
     as_dask_array,
     build_metadata,
+    cast_source,
     check_array,
+    check_castable,
     check_fill_value,
     check_max_mem,
+    check_source_dtype,
+    check_strategy_possible,
+    check_unchanged_settings,
+    check_writable,
+    region_offset,
     resolve_shapes,
 )
-from shardpipe.write.creation import check_no_other_job
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.options import (
     ARRAY_PARAMETERS,
@@ -55,23 +63,13 @@ from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.resume import (
     Resume,
     check_new_target,
+    check_no_other_job,
     check_same_job,
     complete_shards,
     finished_shards,
     update_identity,
 )
-from shardpipe.write.transaction import check_writable
-from shardpipe.write.update_target import (
-    ExistingArray,
-    append_axis,
-    appended_shape,
-    cast_source,
-    check_castable,
-    check_source_dtype,
-    check_strategy_possible,
-    check_unchanged_settings,
-    region_offset,
-)
+from shardpipe.write.spec import ExistingArray
 
 
 @shares_parameters(ARRAY_PARAMETERS)

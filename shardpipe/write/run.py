@@ -10,40 +10,71 @@ the jobs left mid-update before the error is raised.
 ``ShardedWrite.execute`` is ``execute_together([job])``: a job is a
 :class:`~shardpipe.write.spec.WriteSpec`. A lone update of a few shards
 from a NumPy array runs in the calling thread instead of on a scheduler
-(:mod:`shardpipe.write.in_thread`), between the same marker and records.
+(:func:`run_in_thread`), between the same marker and records.
 
-New arrays written on a scheduler in this process start in the background
-(:class:`~shardpipe.write.started.StartInBackground`): their blocks are
-computed and encoded while the marker, job record and ``zarr.json`` are
-written, and nothing of theirs reaches the store before those are there.
+Starting a job (:func:`start`) takes the array's marker and writes or checks
+its metadata, and makes a :class:`StartedJob` whose waves' graphs are built
+when asked for. New arrays written on a scheduler in this process start in
+the background (:class:`StartInBackground`): their blocks are computed and
+encoded while the marker, job record and ``zarr.json`` are written, and
+nothing of theirs reaches the store before those are there. After a failure,
+:func:`undo_failed` says what is left and rolls back shards left mid-update.
+
+Small updates run in the calling thread, with no Dask graph and the same
+records as with one: an update of one shard, or a few, from data already in
+memory (a NumPy array) costs more to schedule than to do. The shards' tasks
+are called one after another (their inner chunks still encoded several at
+once on idle cores, :mod:`shardpipe.engine.encoders`); everything that makes
+an update crash-safe is the task's own and happens exactly as on a
+scheduler: the job holds the array's marker, each shard is changed behind
+its undo record (in place or appended) or by one conditional put, and each
+finished shard is recorded for ``resume``. :func:`run_batch` runs a batch of
+region writes (:func:`shardpipe.write_regions`) the same way: one marker, one
+writer per shard, no graph.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from typing import Any
 
+import numpy as np
+
+from shardpipe import advice
+from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool
+from shardpipe.core.grid import Box, Coords
+from shardpipe.core.region_batch import ChunkFill
+from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
+from shardpipe.core.waves import WaveSchedule
+from shardpipe.engine.batch_tasks import update_shard_from_regions
+from shardpipe.engine.graph import build_write_graph
+from shardpipe.engine.heap import in_heap_scope
 from shardpipe.engine.publish_tasks import finish_write
 from shardpipe.engine.reports import WriteReport
-from shardpipe.engine.scheduler import runs_in_process
+from shardpipe.engine.scheduler import cluster_threads, runs_in_process
 from shardpipe.engine.streaming import WaveGraph, run_waves
-from shardpipe.journal.array_lock import release
-from shardpipe.journal.job_record import save_record
-from shardpipe.write.failure import undo_failed
-from shardpipe.write.in_thread import in_memory_source, run_in_thread
-from shardpipe.write.resume import forget_finished
-from shardpipe.write.spec import WriteSpec
-from shardpipe.write.started import (
-    StartedJob,
-    StartInBackground,
-    publish_grown,
-    start,
-    start_later,
-)
+from shardpipe.engine.tasks import WriteTarget
+from shardpipe.engine.update_tasks import UpdateTarget, update_shard
+from shardpipe.errors import ConditionFailedError, JobConflictError
+from shardpipe.journal.array_lock import acquire, release
+from shardpipe.journal.job_record import delete_record, save_record
+from shardpipe.journal.markers import JobKeys, JobMarker
+from shardpipe.journal.undo import recover
+from shardpipe.storage.base import ObjectVersion
+from shardpipe.storage.gated import GatedStore
+from shardpipe.storage.keys import STAGING_DIR
+from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.metadata import format_of, layout_of, metadata_bytes
+from shardpipe.write.resume import check_same_job, create_array, forget_finished
+from shardpipe.write.spec import ExistingArray, WriteSpec
 
 log = logging.getLogger("shardpipe")
 
@@ -166,3 +197,427 @@ def _starts_early(jobs: Sequence[WriteSpec]) -> bool:
         job.existing is None and not job.target.transactional and runs_in_process(job.source)
         for job in jobs
     )
+
+
+def undo_failed(
+    target: ResolvedStore,
+    keys: JobKeys,
+    err: BaseException,
+    marker: JobMarker,
+    *,
+    identity: dict[str, Any] | None,
+    grown_from: tuple[int, ...] | None = None,
+) -> None:
+    """After a failed run: roll back shards left mid-update, remove staging data.
+
+    Runs while the job still holds the array (``marker``): no other job
+    writes it meanwhile. Say what is left and what to do, once per error
+    (jobs run together share it). ``identity``: the job record of a new
+    array's write (it can be resumed), None for an update. ``grown_from``:
+    for an append, the shape the array keeps.
+    """
+    if target.transactional:
+        what_now: str | None = (
+            "shardpipe: the write did not finish; none of its shards reached the Icechunk "
+            "session (the metadata it wrote did: session.discard_changes() drops it)"
+        )
+    elif identity is not None:
+        what_now = (
+            "shardpipe: the write did not finish; the shards it published are complete "
+            f"and kept. Run the same write with {advice.setting('resume')} to write only the rest"
+        )
+    else:
+        what_now = None
+    if grown_from is not None:
+        what_now = (
+            f"shardpipe: the append did not finish: the array keeps its shape {grown_from}; "
+            "shards it wrote past that shape are not read (verify lists them) until the "
+            f"same append is run again with {advice.setting('resume')}, which keeps them"
+        )
+    if what_now is not None and what_now not in getattr(err, "__notes__", ()):
+        err.add_note(what_now)
+    try:
+        rolled = recover(target.shards, keys, marker)
+        if rolled:
+            named = ", ".join(map(repr, rolled[:8])) + (" ..." if len(rolled) > 8 else "")
+            err.add_note(
+                f"shardpipe: {len(rolled)} shard(s) left mid-update were rolled back "
+                f"to their old bytes: {named}"
+            )
+    except Exception as cleanup_err:
+        err.add_note(
+            f"shardpipe: undoing the failed write failed too ({cleanup_err!r}); "
+            f"run `shardpipe repair` on the array"
+        )
+
+
+@dataclass(frozen=True)
+class StartedJob:
+    """A job whose marker is taken and whose metadata is written (see :mod:`shardpipe.write.run`).
+
+    Parameters
+    ----------
+    job : WriteSpec
+        The job.
+    marker : JobMarker or None
+        The array's marker it holds; None until :func:`take` took it.
+    write_target : WriteTarget
+        Where and how its tasks write.
+    target : WriteTarget or UpdateTarget
+        What its graph's tasks get (an update's target for an update).
+    token : str
+        Unique id of this run of the job, in its tasks' names.
+    threads : int or None
+        Worker threads of the ``distributed`` cluster it runs on, if any.
+    schedule : WaveSchedule
+        Its waves.
+    """
+
+    job: WriteSpec
+    marker: JobMarker | None
+    write_target: WriteTarget
+    target: WriteTarget | UpdateTarget
+    token: str
+    threads: int | None
+    schedule: WaveSchedule
+
+    @property
+    def waves_to_run(self) -> range:
+        """Numbers of the waves this run writes (a resumed job skips the done ones)."""
+        return range(min(self.job.first_wave, self.schedule.n_waves), self.schedule.n_waves)
+
+    @property
+    def n_shards_to_write(self) -> int:
+        """Shards this run publishes."""
+        plan = self.job.plan
+        return plan.n_shards - self.job.n_shards_skipped
+
+    def wave_graphs(self, index: int) -> Iterator[WaveGraph]:
+        """Build each wave's graph when it is asked for; ``index`` is the job's position."""
+        job, plan = self.job, self.job.plan
+        per_shard = plan.num_tasks / max(plan.n_shards, 1)
+        in_process = runs_in_process(job.source)
+        whole = self.schedule.n_waves == 1
+        for number in self.waves_to_run:
+            wave = self.schedule.wave(number)
+            graph = build_write_graph(
+                job.source,
+                plan,
+                self.target,
+                job.key_of(),
+                self.token if whole else f"{self.token}-w{number}",
+                in_process=in_process,
+                update=job.existing is not None,
+                skip=job.skip,
+                threads=self.threads,
+                wave=None if whole else wave,
+                shared_source=job.shared_source,
+            )
+            n_tasks = math.ceil(wave.n_shards * per_shard)
+            yield WaveGraph(index, number, graph.publishing, n_tasks, graph.blocks)
+
+
+def start(spec: WriteSpec, token: str, *, uploads: str = "") -> StartedJob:
+    """Take the array's marker and write or check the metadata; the graphs come later.
+
+    Parameters
+    ----------
+    spec : WriteSpec
+        The job.
+    token : str
+        Unique id of this run, in its tasks' names and its staging area.
+    uploads : str
+        The group of the run that settles the uploads its tasks hand on
+        (:meth:`~shardpipe.write.spec.WriteSpec.write_target`).
+    """
+    store, keys, existing = spec.target.shards, spec.keys, spec.existing
+    if existing is None:
+        return take(start_later(spec, token, uploads=uploads))
+    marker = take_for_update(
+        spec.target,
+        keys,
+        existing.version,
+        since="this update was planned; plan it again",
+        keep=existing.update,
+    )
+    try:
+        write_target = spec.write_target(token, uploads=uploads)
+        target = _update_target(spec, existing, write_target, marker)
+        if spec.target.transactional and existing.grown is not None:
+            # inside a transaction nobody sees it early, and Icechunk takes
+            # chunks only inside the array's shape
+            publish_grown(spec, existing)
+    except BaseException:
+        release(store, keys, marker)
+        raise
+    threads = cluster_threads()
+    return StartedJob(
+        spec, marker, write_target, target, token, threads, spec.wave_schedule(threads)
+    )
+
+
+def start_later(
+    spec: WriteSpec, token: str, *, uploads: str = "", gate: Future[None] | None = None
+) -> StartedJob:
+    """A new array's job with what its graphs need, its marker not taken yet: no I/O.
+
+    :func:`take` then takes the marker and writes or checks the metadata.
+    With ``gate``, its tasks' store waits for it (:mod:`shardpipe.storage.gated`):
+    the graphs may run while :func:`take` does, on another thread.
+    """
+    assert spec.existing is None, "an update reads the array under its marker: start() it"
+    write_target = spec.write_target(token, uploads=uploads)
+    if gate is not None:
+        write_target = replace(write_target, store=GatedStore(write_target.store, gate))
+    threads = cluster_threads()
+    schedule = spec.wave_schedule(threads)
+    return StartedJob(spec, None, write_target, write_target, token, threads, schedule)
+
+
+def take(started: StartedJob) -> StartedJob:
+    """Take the marker of a job from :func:`start_later` and write or check its metadata."""
+    spec = started.job
+    store, keys = spec.target.shards, spec.keys
+    marker = acquire(store, keys, "write")
+    try:
+        if spec.create_kwargs is None:  # the marker, just taken, is not read again
+            if spec.resume and spec.identity is not None:
+                check_same_job(spec.target, spec.identity, spec.resume)
+        else:
+            create_array(
+                spec.target,
+                spec.create_kwargs,
+                spec.overwrite,
+                started.write_target,
+                marker,
+                metadata=spec.metadata,
+                identity=spec.identity,
+            )
+    except BaseException:
+        release(store, keys, marker)
+        raise
+    return replace(started, marker=marker)
+
+
+def take_for_update(
+    target: ResolvedStore,
+    keys: JobKeys,
+    version: ObjectVersion | None,
+    *,
+    since: str,
+    keep: str | None = None,
+) -> JobMarker:
+    """Take the marker of the array at ``target`` for an update of it as read at ``version``.
+
+    Its ``zarr.json`` must still be that version, else
+    :class:`~shardpipe.errors.JobConflictError` is raised with the marker let
+    go: nothing is written (``since`` ends its message: when the version was
+    read, and the fix). Then, the shards being about to change, the record
+    of the write that made them vouches for them no longer, nor do other
+    updates' records of finished shards (all but update ``keep``'s): they
+    are deleted. A planned update (:func:`start`) and a batch of region
+    writes (:func:`run_batch`) both begin here.
+    """
+    store = target.shards
+    marker = acquire(store, keys, "update")
+    try:
+        if store.version(target.key("zarr.json")) != version:
+            raise JobConflictError(f"the array's zarr.json changed since {since}")
+        delete_record(target)
+        forget_finished(target, keep=keep)
+    except BaseException:
+        release(store, keys, marker)
+        raise
+    return marker
+
+
+def _update_target(
+    spec: WriteSpec, existing: ExistingArray, write_target: WriteTarget, marker: JobMarker
+) -> UpdateTarget:
+    return UpdateTarget(
+        write=write_target,
+        strategy=existing.strategy,
+        threshold=DEFAULT_UNUSED_THRESHOLD,
+        rewrite_fits=spec.rewrite_fits,
+        keys=spec.keys,
+        marker=marker,
+        update=existing.update,
+        in_place_fits=existing.in_place_fits,
+    )
+
+
+def publish_grown(spec: WriteSpec, existing: ExistingArray) -> None:
+    """Publish the grown ``zarr.json`` of an append, if nobody changed it meanwhile."""
+    assert existing.grown is not None
+    try:
+        spec.target.shards.put(
+            spec.target.key("zarr.json"),
+            [metadata_bytes(existing.grown)],
+            if_version=existing.version,
+        )
+    except ConditionFailedError as err:
+        raise JobConflictError(
+            "the array's zarr.json changed during the append; its shards hold the new "
+            "data but the array was not grown. Check what else writes this array"
+        ) from err
+
+
+class StartInBackground:
+    """Start new arrays' jobs on a thread of their own while their graphs run.
+
+    The jobs come from :func:`start_later` with ``gate``: their tasks
+    compute and encode at once, and their stores wait for the gate, which
+    opens once every job's marker is taken and metadata written (in job
+    order, as :func:`start` would). If one start fails, the markers already
+    taken are let go and the gate carries the error: nothing was written.
+
+    Parameters
+    ----------
+    make : callable
+        Given the gate, returns the jobs from :func:`start_later`.
+    """
+
+    def __init__(self, make: Callable[[Future[None]], list[StartedJob]]) -> None:
+        self.gate: Future[None] = Future()
+        self.jobs = make(self.gate)
+        self._thread = threading.Thread(target=self._take_all, name="shardpipe-start")
+        self._thread.start()
+
+    def _take_all(self) -> None:
+        taken: list[StartedJob] = []
+        try:
+            for job in self.jobs:
+                taken.append(take(job))
+        except BaseException as err:
+            for job in reversed(taken):
+                assert job.marker is not None
+                release(job.job.target.shards, job.job.keys, job.marker)
+            self.gate.set_exception(err)
+            return
+        self.jobs = taken
+        self.gate.set_result(None)
+
+    def wait(self) -> list[StartedJob]:
+        """The jobs with their markers, once taken; raises the start's error if one failed."""
+        self._thread.join()
+        self.gate.result()
+        return self.jobs
+
+    def failed(self) -> BaseException | None:
+        """The start's error, once it ended (None when it succeeded)."""
+        self._thread.join()
+        return self.gate.exception()
+
+
+IN_THREAD_MAX_SHARDS = 8
+"""Most shards an update from a NumPy array may touch to run in the calling thread."""
+
+
+def in_memory_source(jobs: Sequence[WriteSpec]) -> np.ndarray | None:
+    """The NumPy source of a lone small update that can run in the calling thread, else None.
+
+    That is one job, an update (a region write or an append) of at most
+    :data:`IN_THREAD_MAX_SHARDS` shards from a NumPy array, outside an
+    Icechunk session (whose writes are collected task by task).
+    """
+    if len(jobs) != 1:
+        return None
+    job = jobs[0]
+    if job.existing is None or job.in_memory is None or job.target.transactional:
+        return None
+    if job.plan.n_shards - job.n_shards_skipped > IN_THREAD_MAX_SHARDS:
+        return None
+    return job.in_memory
+
+
+def run_in_thread(started: StartedJob, source: np.ndarray) -> WriteReport:
+    """Run the started update ``started`` from ``source`` in this thread; add up its reports.
+
+    Each shard's ``update-shard`` task is called with the whole source as
+    its one block (the task cuts the inner chunks it needs from it).
+    """
+    job, target = started.job, started.target
+    assert isinstance(target, UpdateTarget)
+    plan, key_of = job.plan, job.key_of()
+    region = plan.placement.region
+    reports = []
+    for shard in plan.iter_shards():
+        if shard.coords in job.skip:
+            continue
+        reports.append(
+            in_heap_scope(
+                update_shard,
+                target,
+                source,
+                shard=shard.coords,
+                key=key_of(shard.coords),
+                part=shard.parts[0],
+                block_boxes=(region,),
+                coverage=shard.coverage,
+            )
+        )
+    return finish_write(started.write_target, *reports)
+
+
+def run_batch(
+    target: ResolvedStore,
+    existing: ExistingArray,
+    groups: dict[Coords, list[ChunkFill]],
+    boxes: Sequence[Box],
+    data: Sequence[np.ndarray],
+    *,
+    rewrite_fits: bool,
+    write_empty_chunks: bool,
+    encoders: int,
+) -> WriteReport:
+    """Apply a checked batch: hold the array, write each shard in ``groups``, let go.
+
+    The array's ``zarr.json`` must still be the version ``existing`` read
+    (else :class:`~shardpipe.errors.JobConflictError`, nothing written:
+    :func:`take_for_update`). On
+    a failure, shards left mid-update are rolled back before the error goes
+    on (as :func:`~shardpipe.write.run.execute_together` does). A shard's
+    writer encodes up to ``encoders`` inner chunks at once on idle cores.
+    """
+    store, keys = target.shards, JobKeys(target.key(""))
+    metadata = existing.metadata
+    shard_format = format_of(metadata)
+    marker = take_for_update(
+        target, keys, existing.version, since="the batch read it; make the batch again"
+    )
+    try:
+        codec_target = WriteTarget(
+            store=store,
+            layout=layout_of(metadata),
+            codec=ChunkCodec.from_metadata(metadata, write_empty_chunks=write_empty_chunks),
+            shard_format=shard_format,
+            staging=target.key(f"{STAGING_DIR}/{uuid.uuid4().hex}"),
+            encoders=encoders,
+        )
+        update = UpdateTarget(
+            write=codec_target,
+            strategy=existing.strategy,
+            threshold=DEFAULT_UNUSED_THRESHOLD,
+            rewrite_fits=rewrite_fits,
+            keys=keys,
+            marker=marker,
+        )
+        try:
+            reports = [
+                in_heap_scope(
+                    update_shard_from_regions,
+                    update,
+                    shard=shard,
+                    key=target.key(shard_format.key(shard)),
+                    fills=fills,
+                    boxes=boxes,
+                    data=data,
+                )
+                for shard, fills in groups.items()
+            ]
+        except BaseException as err:
+            undo_failed(target, keys, err, marker, identity=None)
+            raise
+        return finish_write(codec_target, *reports)
+    finally:
+        release(store, keys, marker)

@@ -3,15 +3,16 @@
 A :class:`WriteSpec` is everything :func:`~shardpipe.write.prepare.prepare_write`
 decided, and nothing that happens when the write runs: the source, the
 target, the array's metadata, the plan, and for updates and resumed writes
-what they carry on. Starting a job (:mod:`shardpipe.write.started`),
-running several together (:mod:`shardpipe.write.run`) and summarising one
-(:mod:`shardpipe.write.summary`) read it; the job value users hold,
-:class:`~shardpipe.write.job.ShardedWrite`, is a spec with the methods that
-run it.
+what they carry on (an update's :class:`ExistingArray`). Starting a job
+and running several together (:mod:`shardpipe.write.run`) read it, and
+:func:`summary_rows` summarises it (the rows ``print(job)`` and a notebook's
+table show); the job value users hold, :class:`~shardpipe.write.job.ShardedWrite`,
+is a spec with the methods that run it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any, Self
@@ -21,6 +22,7 @@ import numpy as np
 from dask.system import CPU_COUNT
 
 from shardpipe.codec.chunk_codec import ChunkCodec
+from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.waves import WaveSchedule, wave_shards
@@ -29,13 +31,13 @@ from shardpipe.engine.tasks import WriteTarget
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.markers import JobKeys
+from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.keys import STAGING_DIR
-from shardpipe.storage.parted_puts import part_size
+from shardpipe.storage.parted_puts import goes_in_parts, part_size
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.uploads import UploadRun, request_limit
 from shardpipe.stored.metadata import format_of
 from shardpipe.write.resume import Resume
-from shardpipe.write.update_target import ExistingArray
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class WriteSpec:
     in_memory : numpy.ndarray or None
         For an update whose source was given as a NumPy array: that array.
         An update of a few shards from it runs in the calling thread, with
-        no graph (:mod:`shardpipe.write.in_thread`).
+        no graph (:func:`~shardpipe.write.run.run_in_thread`).
     """
 
     source: da.Array
@@ -206,3 +208,149 @@ class WriteSpec:
             first_wave=first_wave,
             wave_size=wave_size,
         )
+
+
+def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
+    """The plan's summary as ``(label, value)`` rows (what ``repr`` and the HTML show)."""
+    plan, meta = job.plan, job.metadata
+    location = job.target.path or "/"
+    codecs = [str(c.to_dict()["name"]) for c in job.chunk_codec().codecs]
+    peaks = {**plan.projected_peaks()}
+    for kind, peak in plan.projected_peaks(in_process=True).items():
+        if kind not in peaks or peak.nbytes > peaks[kind].nbytes:
+            peaks[kind] = peak
+    # an update's one task per shard is update-shard (planned like write-shard)
+    name = {"write-shard": "update-shard"} if job.existing else {}
+    sizes = {k: format_bytes(m.nbytes) for k, m in peaks.items()}
+    if plan.n_multipart_shards and job.target.shards.abilities.parts_in_memory:
+        # Icechunk: the stamp task joins the encoded parts into one object in memory
+        shard_nbytes = math.prod(plan.layout.shard_shape) * plan.itemsize
+        joined = peaks["stamp-shard"].nbytes + 2 * plan.model.encoded(shard_nbytes)
+        sizes["stamp-shard"] = f"{format_bytes(joined)} (joins the shard: beyond max_mem)"
+    memory = ", ".join(f"{name.get(k, k)} {size}" for k, size in sorted(sizes.items()))
+    tasks = ", ".join(f"{name.get(k, k)} {n:,}" for k, n in sorted(plan.task_counts.items()))
+    return [
+        ("target", f"{_place(job)} at {location!r}"),
+        (
+            "array",
+            f"shape {meta.shape}, dtype {job.source.dtype}, fill value {meta.fill_value}",
+        ),
+        (
+            "layout",
+            f"shards {plan.layout.shard_shape}, inner chunks {plan.layout.chunk_shape}, "
+            f"index at the {job.shard_format.index_location}",
+        ),
+        ("inner codecs", " -> ".join(codecs) or "none"),
+        (
+            "source",
+            f"{plan.blocks.shape} in {job.source.npartitions:,} Dask blocks "
+            f"(largest {format_bytes(plan.block_nbytes)})",
+        ),
+        (
+            "shards",
+            f"{plan.n_shards:,} ({plan.n_multipart_shards:,} in parts; "
+            + (
+                f"{job.n_shards_skipped:,} complete already, skipped; "
+                if job.skip or job.first_wave
+                else ""
+            )
+            + f"{plan.n_parts:,} parts of up to {plan.part_chunks} inner chunks)",
+        ),
+        ("waves", _waves_row(job)),
+        *_update_rows(job),
+        ("tasks", f"{plan.num_tasks:,}: {tasks}"),
+        ("bytes in", f"{format_bytes(plan.nbytes_in)} raw"),
+        ("bytes out", f"at most {format_bytes(plan.nbytes_out_max)} encoded"),
+        ("peak memory per task", f"{memory} (max_mem {format_bytes(plan.max_mem)})"),
+        *_upload_rows(job),
+    ]
+
+
+def _upload_rows(job: WriteSpec) -> list[tuple[str, str]]:
+    """Where shards go up in the background (an object store): how much is in flight."""
+    if job.existing is not None or not job.target.shards.abilities.background_puts:
+        return []
+    return [
+        (
+            "uploads",
+            f"in the background of each process: up to {request_limit()} requests and "
+            f"{format_bytes(job.plan.max_mem)} (max_mem) in flight"
+            + _parts_note(job.target.shards, part_size()),
+        )
+    ]
+
+
+def _parts_note(store: ShardStore, size: int) -> str:
+    """How shards large enough go up, where the store writes parts."""
+    if not goes_in_parts(store, 2 * size, size):
+        return ""
+    return f"; shards of {format_bytes(2 * size)} or more in parts of {format_bytes(size)}"
+
+
+def _place(job: WriteSpec) -> str:
+    """The target store in one line (an Icechunk session by its branch and snapshot)."""
+    target = job.target
+    return str(target.shards if target.transactional else target.zarr_store)
+
+
+def _waves_row(job: WriteSpec) -> str:
+    schedule = job.wave_schedule()
+    per_wave = min(schedule.max_shards, job.plan.n_shards)
+    tasks = math.ceil(job.plan.num_tasks / max(job.plan.n_shards, 1) * per_wave)
+    done = f", {job.first_wave:,} done" if job.first_wave else ""
+    return f"{schedule.n_waves:,} of up to {per_wave:,} shards (~{tasks:,} tasks){done}"
+
+
+def _update_rows(job: WriteSpec) -> list[tuple[str, str]]:
+    existing = job.existing
+    if existing is None:
+        return []
+    plan = job.plan
+    what = "append" if existing.grown is not None else "region write"
+    old_shape = tuple(existing.metadata.shape)
+    return [
+        (
+            "update",
+            f"{what} at {plan.placement.region} of {old_shape}"
+            + (f" (grown to {tuple(job.metadata.shape)})" if existing.grown else "")
+            + f", write_strategy {existing.strategy!r}",
+        ),
+        (
+            "inner chunks",
+            f"{plan.n_chunks_full:,} replaced, {plan.n_chunks_partial:,} merged with "
+            "their old content",
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class ExistingArray:
+    """The array an update writes into.
+
+    Attributes
+    ----------
+    metadata : ArrayV3Metadata
+        Its metadata as read before planning.
+    version : ObjectVersion
+        Version of its ``zarr.json`` then (the update publishes only if it
+        is unchanged).
+    grown : ArrayV3Metadata or None
+        The metadata to publish after the shards (an append), else None.
+    strategy : str
+        ``write_strategy``.
+    update : str
+        Identity of the update: a hash of its source's Dask name, its place
+        in the array and the array's metadata before it. Records of the
+        shards it finished are kept under it, so that ``resume=True`` can
+        skip them after an interruption.
+    in_place_fits : bool
+        Whether an update in place (which keeps the old bytes it overwrites)
+        fits ``max_mem``; when not, ``"auto"`` appends or rewrites instead.
+    """
+
+    metadata: ArrayV3Metadata
+    version: ObjectVersion
+    grown: ArrayV3Metadata | None
+    strategy: str
+    update: str = ""
+    in_place_fits: bool = True

@@ -14,7 +14,7 @@ from dask.blockwise import Blockwise
 
 from shardpipe.engine.source_window import read_window
 from shardpipe.write.prepare import prepare_write
-from shardpipe.write.started import start
+from shardpipe.write.run import start
 from tests.support.readers import assert_same, read_zarr
 
 

@@ -15,8 +15,8 @@ import shardpipe
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.internals.zarr_core import Buffer
 from shardpipe.journal.job_record import read_record, save_record
-from shardpipe.write.creation import create_array
 from shardpipe.write.prepare import prepare_write
+from shardpipe.write.resume import create_array
 
 DATA = np.arange(24 * 20, dtype="uint16").reshape(24, 20)
 SOURCE = da.from_array(DATA, chunks=(8, 20))  # the same Dask name in both runs

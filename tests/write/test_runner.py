@@ -16,7 +16,7 @@ import shardpipe
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.write.runner import Job, Pass, PassReports, run_jobs, together
+from shardpipe.write.job import Job, Pass, PassReports, run_jobs, together
 
 
 @dataclass

@@ -12,7 +12,7 @@ import zarr
 
 import shardpipe
 from shardpipe.write import run as run_module
-from shardpipe.write.in_thread import IN_THREAD_MAX_SHARDS
+from shardpipe.write.run import IN_THREAD_MAX_SHARDS
 from tests.support.readers import assert_same, read_tensorstore, read_zarr
 from tests.support.volumes import NO_FSYNC, uneven_volume
 

@@ -385,7 +385,7 @@ def icechunk_backend(store: Any) -> tuple[Store, IcechunkShardStore]:
     """The zarr store and the shard backend of an Icechunk ``Session`` or ``IcechunkStore``.
 
     A read-only session is accepted here (reads); writes refuse it
-    (:func:`shardpipe.write.transaction.check_writable`).
+    (:func:`shardpipe.write.arguments.check_writable`).
 
     Raises
     ------
