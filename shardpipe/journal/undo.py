@@ -4,7 +4,8 @@ An update that changes a shard in place (positioned writes or appends, which
 no file system makes atomic) first records, durably, the shard's size and
 the old bytes of every range it will overwrite (:class:`UndoRecord`).
 :func:`roll_back` restores exactly the old shard; :func:`recover`, run by the
-job that holds the array, rolls back every record a dead job left.
+job that holds the array, rolls back every record a dead job left, and
+:func:`undo_failed` every record of its own failed run.
 """
 
 from __future__ import annotations
@@ -230,3 +231,35 @@ def recover(
             if stale:  # a live claimant deletes its own claim
                 store.delete(claim)
     return rolled
+
+
+def undo_failed(
+    store: ShardStore,
+    keys: JobKeys,
+    err: BaseException,
+    marker: JobMarker,
+    what_now: str | None,
+) -> None:
+    """After a failed run: roll back shards left mid-update (:func:`recover`), say so on ``err``.
+
+    Runs while the job still holds the array (``marker``): no other job
+    writes it meanwhile. ``what_now`` (what is left and what to do: the
+    job's :meth:`~shardpipe.write.modes.WriteMode.what_now`) is added to the
+    error's notes, once per error (jobs run together share it); so are the
+    shards rolled back, or the failure of the rollback.
+    """
+    if what_now is not None and what_now not in getattr(err, "__notes__", ()):
+        err.add_note(what_now)
+    try:
+        rolled = recover(store, keys, marker)
+        if rolled:
+            named = ", ".join(map(repr, rolled[:8])) + (" ..." if len(rolled) > 8 else "")
+            err.add_note(
+                f"shardpipe: {len(rolled)} shard(s) left mid-update were rolled back "
+                f"to their old bytes: {named}"
+            )
+    except Exception as cleanup_err:
+        err.add_note(
+            f"shardpipe: undoing the failed write failed too ({cleanup_err!r}); "
+            f"run `shardpipe repair` on the array"
+        )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
@@ -34,7 +35,7 @@ from shardpipe.core.sizes import (
 from shardpipe.core.value_casts import CastRule, cast_checked, cast_rule
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.internals.zarr_core import ArrayV3Metadata
-from shardpipe.storage.base import ShardStore
+from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.icechunk.store import IcechunkShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import format_of, layout_of
@@ -444,3 +445,36 @@ def check_unchanged_settings(metadata: ArrayV3Metadata, **given: Any) -> None:
             "rewrite the whole "
             f"array with {advice.setting('overwrite')}",
         )
+
+
+@dataclass(frozen=True)
+class ExistingArray:
+    """The array an update writes into.
+
+    Attributes
+    ----------
+    metadata : ArrayV3Metadata
+        Its metadata as read before planning.
+    version : ObjectVersion
+        Version of its ``zarr.json`` then (the update publishes only if it
+        is unchanged).
+    grown : ArrayV3Metadata or None
+        The metadata to publish after the shards (an append), else None.
+    strategy : str
+        ``write_strategy``.
+    update : str
+        Identity of the update: a hash of its source's Dask name, its place
+        in the array and the array's metadata before it. Records of the
+        shards it finished are kept under it, so that ``resume=True`` can
+        skip them after an interruption.
+    in_place_fits : bool
+        Whether an update in place (which keeps the old bytes it overwrites)
+        fits ``max_mem``; when not, ``"auto"`` appends or rewrites instead.
+    """
+
+    metadata: ArrayV3Metadata
+    version: ObjectVersion
+    grown: ArrayV3Metadata | None
+    strategy: str
+    update: str = ""
+    in_place_fits: bool = True

@@ -51,6 +51,7 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import layout_of, read_metadata
 from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.arguments import (
+    ExistingArray,
     cast_source,
     check_castable,
     check_max_mem,
@@ -63,7 +64,6 @@ from shardpipe.write.job import Pass, PassReports, run_job
 from shardpipe.write.prepare import memory_model
 from shardpipe.write.resume import check_no_other_job
 from shardpipe.write.run import run_batch
-from shardpipe.write.spec import ExistingArray
 
 __all__ = ["RegionBatch", "RegionBatchJob", "write_regions"]
 

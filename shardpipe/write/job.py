@@ -63,7 +63,6 @@ from shardpipe.internals.zarr_core import AsyncArray
 from shardpipe.storage.icechunk.store import IcechunkShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.arguments import check_run
-from shardpipe.write.resume import check_metadata_written, create_array, record_complete
 from shardpipe.write.run import execute_together
 from shardpipe.write.spec import WriteSpec, summary_rows
 
@@ -100,13 +99,7 @@ class ShardedWrite(WriteSpec):
         runs large writes wave by wave instead (see
         :meth:`~shardpipe.write.spec.WriteSpec.wave_schedule`).
         """
-        if self.existing is not None:
-            raise InvalidArgumentError(
-                "compute",
-                "a region write or an append runs at once (it holds the array's job marker "
-                "while it changes shards)",
-                "Use compute=True (or ShardedWrite.execute())",
-            )
+        self.mode.check_delayed()
         if self.target.transactional:
             raise InvalidArgumentError(
                 "compute",
@@ -115,41 +108,22 @@ class ShardedWrite(WriteSpec):
                 "Use compute=True (or ShardedWrite.execute())",
             )
         token = uuid.uuid4().hex
-        if self.create_kwargs is None:
-            target_d = delayed(check_metadata_written, pure=False)(
-                self.target,
-                self.write_target(token),
-                self.identity,
-                self.resume,
-                dask_key_name=f"check-array-{token}",
-            )
-        else:
-            target_d = delayed(create_array, pure=False)(
-                self.target,
-                self.create_kwargs,
-                self.overwrite,
-                self.write_target(token),
-                metadata=self.metadata,
-                identity=self.identity,
-                run=token,
-                dask_key_name=f"create-array-{token}",
-            )
+        # the job begins as execute() begins it, in a task, holding no marker
+        target_d = delayed(self.mode.begin, pure=False)(
+            self.target,
+            self.write_target(token),
+            self.metadata,
+            None,
+            token,
+            dask_key_name=f"{self.mode.begin_task}-{token}",
+        )
         skip = self.skip
         if self.first_wave:  # one graph: leave the done waves out shard by shard
             schedule = self.wave_schedule()
             waves = (schedule.wave(k) for k in range(min(self.first_wave, schedule.n_waves)))
             skip = skip | {c for wave in waves for c in itertools.product(*wave.ranges)}
         graph = build_write_graph(self.source, self.plan, target_d, self.key_of(), token, skip=skip)
-        if self.identity is None:
-            return graph.result
-        done: Delayed = delayed(record_complete, pure=False)(
-            graph.result,
-            self.target,
-            self.identity,
-            self.n_shards_skipped,
-            dask_key_name=f"record-complete-{token}",
-        )
-        return done
+        return self.mode.end_delayed(graph.result, self.target, self.n_shards_skipped, token)
 
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False

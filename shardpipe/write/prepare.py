@@ -36,6 +36,7 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of, layout_of, metadata_bytes, read_metadata
 from shardpipe.stored.places import check_source_is_not_target
 from shardpipe.write.arguments import (
+    ExistingArray,
     append_axis,
     appended_shape,
     as_dask_array,
@@ -53,6 +54,7 @@ from shardpipe.write.arguments import (
     resolve_shapes,
 )
 from shardpipe.write.job import ShardedWrite
+from shardpipe.write.modes import FillExisting, NewArray, Update
 from shardpipe.write.options import (
     ARRAY_PARAMETERS,
     ArrayOptions,
@@ -69,7 +71,6 @@ from shardpipe.write.resume import (
     finished_shards,
     update_identity,
 )
-from shardpipe.write.spec import ExistingArray
 
 
 @shares_parameters(ARRAY_PARAMETERS)
@@ -190,12 +191,10 @@ def prepare_write(
     job = ShardedWrite(
         source,
         target,
-        create_kwargs,
         metadata,
         plan,
-        overwrite=given.overwrite,
+        NewArray(create_kwargs, given.overwrite, identity),
         write_empty_chunks=given.write_empty_chunks,
-        identity=identity,
     )
     if resuming:
         record = check_same_job(target, identity, given.resume)
@@ -275,10 +274,9 @@ def prepare_fill(
     return ShardedWrite(
         array,
         target,
-        None,
         metadata,
         plan,
-        overwrite=False,
+        FillExisting(),
         write_empty_chunks=check_bool("write_empty_chunks", write_empty_chunks),
     )
 
@@ -377,20 +375,15 @@ def _prepare_update(
         )
     update = update_identity(array.name, offset, metadata)
     existing = ExistingArray(metadata, version, grown, strategy, update, in_place_fits)
+    skip = finished_shards(target, update, plan, format_of(target_metadata))
+    mode = Update(
+        existing,
+        rewrite_fits,
+        skip if resume else frozenset(),
+        arr if isinstance(arr, np.ndarray) else None,
+    )
     return ShardedWrite(
-        array,
-        target,
-        {},
-        target_metadata,
-        plan,
-        overwrite=False,
-        write_empty_chunks=write_empty_chunks,
-        existing=existing,
-        rewrite_fits=rewrite_fits,
-        skip=finished_shards(target, update, plan, format_of(target_metadata))
-        if resume
-        else frozenset(),
-        in_memory=arr if isinstance(arr, np.ndarray) else None,
+        array, target, target_metadata, plan, mode, write_empty_chunks=write_empty_chunks
     )
 
 

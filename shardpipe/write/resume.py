@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from typing import Any, Literal
 
 import zarr
@@ -73,7 +72,6 @@ import zarr
 from shardpipe import advice
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
-from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.shard_sweep import checked_shards
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError, MetadataError
@@ -441,31 +439,6 @@ def _made_by_run(target: ResolvedStore, run: str) -> bool:
     except MetadataError:  # unreadable: not ours (an overwrite deletes it)
         return False
     return record is not None and record.get("run") == run
-
-
-def record_complete(
-    report: WriteReport, target: ResolvedStore, identity: dict[str, Any], skipped: int
-) -> WriteReport:
-    """Last task of a delayed write: mark its job record complete."""
-    save_record(target, identity, "complete")
-    return replace(report, shards_skipped=skipped)
-
-
-def check_metadata_written(
-    target: ResolvedStore,
-    write_target: WriteTarget,
-    identity: dict[str, Any] | None = None,
-    resume: Resume = False,
-) -> WriteTarget:
-    """First task of a delayed write into an array whose metadata is already written.
-
-    A resumed write (``resume``) checks its job record again: another job may
-    have replaced the array since the write was planned.
-    """
-    check_no_other_job(target, None, "write the array")
-    if resume and identity is not None:
-        check_same_job(target, identity, resume)
-    return write_target
 
 
 def check_no_other_job(target: ResolvedStore, holder: JobMarker | None, doing: str) -> None:

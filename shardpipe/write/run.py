@@ -43,11 +43,9 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
-from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_bool
 from shardpipe.core.grid import Box, Coords
@@ -63,18 +61,16 @@ from shardpipe.engine.scheduler import cluster_threads, runs_in_process
 from shardpipe.engine.streaming import WaveGraph, run_waves
 from shardpipe.engine.tasks import WriteTarget
 from shardpipe.engine.update_tasks import UpdateTarget, update_shard
-from shardpipe.errors import ConditionFailedError, JobConflictError
-from shardpipe.journal.array_lock import acquire, release
-from shardpipe.journal.job_record import delete_record, save_record
+from shardpipe.journal.array_lock import release
 from shardpipe.journal.markers import JobKeys, JobMarker
-from shardpipe.journal.undo import recover
-from shardpipe.storage.base import ObjectVersion
+from shardpipe.journal.undo import undo_failed
 from shardpipe.storage.gated import GatedStore
 from shardpipe.storage.keys import STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.metadata import format_of, layout_of, metadata_bytes
-from shardpipe.write.resume import check_same_job, create_array, forget_finished
-from shardpipe.write.spec import ExistingArray, WriteSpec
+from shardpipe.stored.metadata import format_of, layout_of
+from shardpipe.write.arguments import ExistingArray
+from shardpipe.write.modes import take_for_update
+from shardpipe.write.spec import WriteSpec
 
 log = logging.getLogger("shardpipe")
 
@@ -119,9 +115,8 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
             if background is not None:
                 background.wait()  # a wave that stored nothing ends before the start may
             job = started[wave.job]
-            if job.job.identity is not None and job.schedule.n_waves > 1:
-                waves = {"shards_per_wave": job.schedule.max_shards, "done": wave.wave + 1}
-                save_record(job.job.target, job.job.identity, "running", waves=waves)
+            if job.schedule.n_waves > 1:
+                job.job.mode.wave_done(job.job.target, job.schedule.max_shards, wave.wave + 1)
 
         try:
             if direct is not None:  # a small update from memory: no graph
@@ -147,18 +142,8 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
                 started = background.jobs
             for s in started:
                 assert s.marker is not None
-                existing = s.job.existing
-                grown_from = None
-                if existing is not None and existing.grown is not None:  # an append
-                    grown_from = tuple(existing.metadata.shape)
-                undo_failed(
-                    s.job.target,
-                    s.job.keys,
-                    err,
-                    s.marker,
-                    identity=s.job.identity,
-                    grown_from=grown_from,
-                )
+                what_now = s.job.mode.what_now(s.job.target)
+                undo_failed(s.job.target.shards, s.job.keys, err, s.marker, what_now)
             raise
         results = []
         for s, total in zip(started, totals, strict=True):
@@ -166,14 +151,7 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
             if report.changes is not None:  # a transactional backend: into the session
                 s.job.target.shards.merge_changes(report.changes)
                 report = replace(report, changes=None)
-            existing = s.job.existing
-            transactional = s.job.target.transactional
-            if existing is not None and existing.grown is not None and not transactional:
-                publish_grown(s.job, existing)
-            if existing is not None:
-                forget_finished(s.job.target)
-            if s.job.identity is not None:
-                save_record(s.job.target, s.job.identity, "complete")
+            s.job.mode.end(s.job.target)
             results.append(replace(report, shards_skipped=s.job.n_shards_skipped))
     finally:
         for s in reversed(started):
@@ -189,66 +167,14 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
 def _starts_early(jobs: Sequence[WriteSpec]) -> bool:
     """Whether the jobs' markers and metadata can be written while their graphs run.
 
-    New arrays only (an update reads the array under its marker), outside
-    transactions, on a scheduler in this process: the tasks' stores wait for
-    the start there (:mod:`shardpipe.storage.gated`).
+    Kinds of write that may (new arrays: an update reads the array under its
+    marker), outside transactions, on a scheduler in this process: the tasks'
+    stores wait for the start there (:mod:`shardpipe.storage.gated`).
     """
     return all(
-        job.existing is None and not job.target.transactional and runs_in_process(job.source)
+        job.mode.starts_early and not job.target.transactional and runs_in_process(job.source)
         for job in jobs
     )
-
-
-def undo_failed(
-    target: ResolvedStore,
-    keys: JobKeys,
-    err: BaseException,
-    marker: JobMarker,
-    *,
-    identity: dict[str, Any] | None,
-    grown_from: tuple[int, ...] | None = None,
-) -> None:
-    """After a failed run: roll back shards left mid-update, remove staging data.
-
-    Runs while the job still holds the array (``marker``): no other job
-    writes it meanwhile. Say what is left and what to do, once per error
-    (jobs run together share it). ``identity``: the job record of a new
-    array's write (it can be resumed), None for an update. ``grown_from``:
-    for an append, the shape the array keeps.
-    """
-    if target.transactional:
-        what_now: str | None = (
-            "shardpipe: the write did not finish; none of its shards reached the Icechunk "
-            "session (the metadata it wrote did: session.discard_changes() drops it)"
-        )
-    elif identity is not None:
-        what_now = (
-            "shardpipe: the write did not finish; the shards it published are complete "
-            f"and kept. Run the same write with {advice.setting('resume')} to write only the rest"
-        )
-    else:
-        what_now = None
-    if grown_from is not None:
-        what_now = (
-            f"shardpipe: the append did not finish: the array keeps its shape {grown_from}; "
-            "shards it wrote past that shape are not read (verify lists them) until the "
-            f"same append is run again with {advice.setting('resume')}, which keeps them"
-        )
-    if what_now is not None and what_now not in getattr(err, "__notes__", ()):
-        err.add_note(what_now)
-    try:
-        rolled = recover(target.shards, keys, marker)
-        if rolled:
-            named = ", ".join(map(repr, rolled[:8])) + (" ..." if len(rolled) > 8 else "")
-            err.add_note(
-                f"shardpipe: {len(rolled)} shard(s) left mid-update were rolled back "
-                f"to their old bytes: {named}"
-            )
-    except Exception as cleanup_err:
-        err.add_note(
-            f"shardpipe: undoing the failed write failed too ({cleanup_err!r}); "
-            f"run `shardpipe repair` on the array"
-        )
 
 
 @dataclass(frozen=True)
@@ -307,7 +233,7 @@ class StartedJob:
                 job.key_of(),
                 self.token if whole else f"{self.token}-w{number}",
                 in_process=in_process,
-                update=job.existing is not None,
+                update=job.mode.updates,
                 skip=job.skip,
                 threads=self.threads,
                 wave=None if whole else wave,
@@ -318,7 +244,7 @@ class StartedJob:
 
 
 def start(spec: WriteSpec, token: str, *, uploads: str = "") -> StartedJob:
-    """Take the array's marker and write or check the metadata; the graphs come later.
+    """Take the array's marker and begin the job (its ``mode``'s way); the graphs come later.
 
     Parameters
     ----------
@@ -330,42 +256,20 @@ def start(spec: WriteSpec, token: str, *, uploads: str = "") -> StartedJob:
         The group of the run that settles the uploads its tasks hand on
         (:meth:`~shardpipe.write.spec.WriteSpec.write_target`).
     """
-    store, keys, existing = spec.target.shards, spec.keys, spec.existing
-    if existing is None:
-        return take(start_later(spec, token, uploads=uploads))
-    marker = take_for_update(
-        spec.target,
-        keys,
-        existing.version,
-        since="this update was planned; plan it again",
-        keep=existing.update,
-    )
-    try:
-        write_target = spec.write_target(token, uploads=uploads)
-        target = _update_target(spec, existing, write_target, marker)
-        if spec.target.transactional and existing.grown is not None:
-            # inside a transaction nobody sees it early, and Icechunk takes
-            # chunks only inside the array's shape
-            publish_grown(spec, existing)
-    except BaseException:
-        release(store, keys, marker)
-        raise
-    threads = cluster_threads()
-    return StartedJob(
-        spec, marker, write_target, target, token, threads, spec.wave_schedule(threads)
-    )
+    return take(start_later(spec, token, uploads=uploads))
 
 
 def start_later(
     spec: WriteSpec, token: str, *, uploads: str = "", gate: Future[None] | None = None
 ) -> StartedJob:
-    """A new array's job with what its graphs need, its marker not taken yet: no I/O.
+    """A job with what its graphs need, its marker not taken yet: no I/O.
 
-    :func:`take` then takes the marker and writes or checks the metadata.
-    With ``gate``, its tasks' store waits for it (:mod:`shardpipe.storage.gated`):
-    the graphs may run while :func:`take` does, on another thread.
+    :func:`take` then takes the marker and begins the job. With ``gate``
+    (kinds of write that start early: :attr:`~shardpipe.write.modes.WriteMode.starts_early`),
+    its tasks' store waits for it (:mod:`shardpipe.storage.gated`): the
+    graphs may run while :func:`take` does, on another thread.
     """
-    assert spec.existing is None, "an update reads the array under its marker: start() it"
+    assert gate is None or spec.mode.starts_early, "this job begins before its graphs run"
     write_target = spec.write_target(token, uploads=uploads)
     if gate is not None:
         write_target = replace(write_target, store=GatedStore(write_target.store, gate))
@@ -375,91 +279,15 @@ def start_later(
 
 
 def take(started: StartedJob) -> StartedJob:
-    """Take the marker of a job from :func:`start_later` and write or check its metadata."""
-    spec = started.job
-    store, keys = spec.target.shards, spec.keys
-    marker = acquire(store, keys, "write")
-    try:
-        if spec.create_kwargs is None:  # the marker, just taken, is not read again
-            if spec.resume and spec.identity is not None:
-                check_same_job(spec.target, spec.identity, spec.resume)
-        else:
-            create_array(
-                spec.target,
-                spec.create_kwargs,
-                spec.overwrite,
-                started.write_target,
-                marker,
-                metadata=spec.metadata,
-                identity=spec.identity,
-            )
-    except BaseException:
-        release(store, keys, marker)
-        raise
-    return replace(started, marker=marker)
+    """Take the marker of a job from :func:`start_later` and begin it.
 
-
-def take_for_update(
-    target: ResolvedStore,
-    keys: JobKeys,
-    version: ObjectVersion | None,
-    *,
-    since: str,
-    keep: str | None = None,
-) -> JobMarker:
-    """Take the marker of the array at ``target`` for an update of it as read at ``version``.
-
-    Its ``zarr.json`` must still be that version, else
-    :class:`~shardpipe.errors.JobConflictError` is raised with the marker let
-    go: nothing is written (``since`` ends its message: when the version was
-    read, and the fix). Then, the shards being about to change, the record
-    of the write that made them vouches for them no longer, nor do other
-    updates' records of finished shards (all but update ``keep``'s): they
-    are deleted. A planned update (:func:`start`) and a batch of region
-    writes (:func:`run_batch`) both begin here.
+    :meth:`~shardpipe.write.modes.WriteMode.take`: a new array is created, a
+    resumed write's record compared again, an update's ``zarr.json`` checked
+    (its tasks then get an update target).
     """
-    store = target.shards
-    marker = acquire(store, keys, "update")
-    try:
-        if store.version(target.key("zarr.json")) != version:
-            raise JobConflictError(f"the array's zarr.json changed since {since}")
-        delete_record(target)
-        forget_finished(target, keep=keep)
-    except BaseException:
-        release(store, keys, marker)
-        raise
-    return marker
-
-
-def _update_target(
-    spec: WriteSpec, existing: ExistingArray, write_target: WriteTarget, marker: JobMarker
-) -> UpdateTarget:
-    return UpdateTarget(
-        write=write_target,
-        strategy=existing.strategy,
-        threshold=DEFAULT_UNUSED_THRESHOLD,
-        rewrite_fits=spec.rewrite_fits,
-        keys=spec.keys,
-        marker=marker,
-        update=existing.update,
-        in_place_fits=existing.in_place_fits,
-    )
-
-
-def publish_grown(spec: WriteSpec, existing: ExistingArray) -> None:
-    """Publish the grown ``zarr.json`` of an append, if nobody changed it meanwhile."""
-    assert existing.grown is not None
-    try:
-        spec.target.shards.put(
-            spec.target.key("zarr.json"),
-            [metadata_bytes(existing.grown)],
-            if_version=existing.version,
-        )
-    except ConditionFailedError as err:
-        raise JobConflictError(
-            "the array's zarr.json changed during the append; its shards hold the new "
-            "data but the array was not grown. Check what else writes this array"
-        ) from err
+    spec = started.job
+    marker, target = spec.mode.take(spec.target, spec.keys, started.write_target, spec.metadata)
+    return replace(started, marker=marker, target=target)
 
 
 class StartInBackground:
@@ -523,11 +351,12 @@ def in_memory_source(jobs: Sequence[WriteSpec]) -> np.ndarray | None:
     if len(jobs) != 1:
         return None
     job = jobs[0]
-    if job.existing is None or job.in_memory is None or job.target.transactional:
+    source = job.mode.in_memory  # an update's only
+    if source is None or job.target.transactional:
         return None
     if job.plan.n_shards - job.n_shards_skipped > IN_THREAD_MAX_SHARDS:
         return None
-    return job.in_memory
+    return source
 
 
 def run_in_thread(started: StartedJob, source: np.ndarray) -> WriteReport:
@@ -574,7 +403,7 @@ def run_batch(
 
     The array's ``zarr.json`` must still be the version ``existing`` read
     (else :class:`~shardpipe.errors.JobConflictError`, nothing written:
-    :func:`take_for_update`). On
+    :func:`~shardpipe.write.modes.take_for_update`). On
     a failure, shards left mid-update are rolled back before the error goes
     on (as :func:`~shardpipe.write.run.execute_together` does). A shard's
     writer encodes up to ``encoders`` inner chunks at once on idle cores.
@@ -616,7 +445,7 @@ def run_batch(
                 for shard, fills in groups.items()
             ]
         except BaseException as err:
-            undo_failed(target, keys, err, marker, identity=None)
+            undo_failed(store, keys, err, marker, None)
             raise
         return finish_write(codec_target, *reports)
     finally:

@@ -2,8 +2,8 @@
 
 A :class:`WriteSpec` is everything :func:`~shardpipe.write.prepare.prepare_write`
 decided, and nothing that happens when the write runs: the source, the
-target, the array's metadata, the plan, and for updates and resumed writes
-what they carry on (an update's :class:`ExistingArray`). Starting a job
+target, the array's metadata, the plan, and the kind of write with what it
+carries on (its ``mode``, :mod:`shardpipe.write.modes`). Starting a job
 and running several together (:mod:`shardpipe.write.run`) read it, and
 :func:`summary_rows` summarises it (the rows ``print(job)`` and a notebook's
 table show); the job value users hold, :class:`~shardpipe.write.job.ShardedWrite`,
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any, Self
 
 import dask.array as da
-import numpy as np
 from dask.system import CPU_COUNT
 
 from shardpipe.codec.chunk_codec import ChunkCodec
@@ -31,12 +30,13 @@ from shardpipe.engine.tasks import WriteTarget
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.markers import JobKeys
-from shardpipe.storage.base import ObjectVersion, ShardStore
+from shardpipe.storage.base import ShardStore
 from shardpipe.storage.keys import STAGING_DIR
 from shardpipe.storage.parted_puts import goes_in_parts, part_size
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.uploads import UploadRun, request_limit
 from shardpipe.stored.metadata import format_of
+from shardpipe.write.modes import WriteMode
 from shardpipe.write.resume import Resume
 
 
@@ -50,66 +50,54 @@ class WriteSpec:
         The data to write.
     target : ResolvedStore
         Where it goes.
-    create_kwargs : dict or None
-        The arguments of ``zarr.create_array`` for a new array; None when
-        the array's metadata is already written (xarray writes it for the
-        accessor; a resumed write finds it), which the write then only fills.
     metadata : ArrayV3Metadata
         The array's metadata, as it will be written (for an append: grown).
     plan : WritePlan
         Which tasks write which shards, in how many parts, at what memory.
-    overwrite : bool
-        Whether an existing node at the target is replaced.
+    mode : WriteMode
+        The kind of write (:mod:`shardpipe.write.modes`): a new array
+        (:class:`~shardpipe.write.modes.NewArray`), the fill of one whose
+        metadata is written (:class:`~shardpipe.write.modes.FillExisting`), a
+        region write or an append (:class:`~shardpipe.write.modes.Update`), a
+        resumed write (:class:`~shardpipe.write.modes.Resumed`): how it begins
+        and ends, and what it leaves alone.
     write_empty_chunks : bool
         Whether inner chunks equal to the fill value are stored.
-    existing : ExistingArray or None
-        For a region write or an append: the array written into, where the
-        source goes and the write strategy; None for a new array.
-    rewrite_fits : bool
-        For an update: whether rewriting a whole shard fits the budget.
-    skip : frozenset of shard coordinates
-        Shards left alone because they are complete (a resumed write).
-    identity : dict or None
-        For a new array: what the write's job record holds (its source and
-        target metadata), saved beside the array so that ``resume=True`` can
-        carry it on (:mod:`shardpipe.write.resume`); None for updates.
-    resume : bool or "force"
-        For a resumed write: how its job record is compared (again when it
-        starts running: another job may have replaced the array meanwhile).
-    first_wave : int
-        For a resumed write: the first wave not recorded as done; the shards
-        of the waves before it are complete and not looked at again.
-    wave_size : int or None
-        Shards per wave; None chooses them when the job runs
-        (:meth:`wave_schedule`). A resumed write keeps its first run's.
     shared_source : bool
         The source's blocks feed other jobs run together with this one (the
         levels of a pyramid): the job runs as one wave, in one computation
         with those jobs, and its graph keeps the blocks as tasks of their own
         (see :func:`~shardpipe.engine.graph.build_write_graph`).
-    in_memory : numpy.ndarray or None
-        For an update whose source was given as a NumPy array: that array.
-        An update of a few shards from it runs in the calling thread, with
-        no graph (:func:`~shardpipe.write.run.run_in_thread`).
     """
 
     source: da.Array
     target: ResolvedStore
-    create_kwargs: dict[str, Any] | None
     metadata: ArrayV3Metadata
     plan: WritePlan
+    mode: WriteMode
     _: KW_ONLY
-    overwrite: bool
     write_empty_chunks: bool
-    existing: ExistingArray | None = None
-    rewrite_fits: bool = True
-    skip: frozenset[Coords] = field(default_factory=frozenset)
-    identity: dict[str, Any] | None = None
-    resume: Resume = False
-    first_wave: int = 0
-    wave_size: int | None = None
     shared_source: bool = False
-    in_memory: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def create_kwargs(self) -> dict[str, Any] | None:
+        """The arguments of ``zarr.create_array`` for a new array, else None (its ``mode``'s)."""
+        return self.mode.create_kwargs
+
+    @property
+    def identity(self) -> dict[str, Any] | None:
+        """What the job record holds, for the kinds that keep one, else None (its ``mode``'s)."""
+        return self.mode.identity
+
+    @property
+    def skip(self) -> frozenset[Coords]:
+        """Shards left alone because they are complete (its ``mode``'s)."""
+        return self.mode.skip
+
+    @property
+    def first_wave(self) -> int:
+        """The first wave a resumed write runs; those before it are done (its ``mode``'s)."""
+        return self.mode.first_wave
 
     @property
     def keys(self) -> JobKeys:
@@ -136,7 +124,7 @@ class WriteSpec:
         so that every thread has work.
         """
         plan = self.plan
-        size = max(plan.n_shards, 1) if self.shared_source else self.wave_size
+        size = max(plan.n_shards, 1) if self.shared_source else self.mode.wave_size
         if size is None:
             per_shard = plan.num_tasks / max(plan.n_shards, 1)
             tasks = wave_tasks() // WAVES_PER_BATCH
@@ -195,19 +183,10 @@ class WriteSpec:
         """This write, into the array it already created, leaving the shards in ``skip`` alone.
 
         ``resume`` is how the job record is compared when the write starts;
-        ``first_wave`` and ``wave_size`` carry on the first run's waves.
+        ``first_wave`` and ``wave_size`` carry on the first run's waves (see
+        :class:`~shardpipe.write.modes.Resumed`).
         """
-        return replace(
-            self,
-            create_kwargs=None,
-            overwrite=False,
-            existing=None,
-            rewrite_fits=True,
-            skip=skip,
-            resume=resume,
-            first_wave=first_wave,
-            wave_size=wave_size,
-        )
+        return replace(self, mode=self.mode.resumed(skip, resume, first_wave, wave_size))
 
 
 def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
@@ -220,7 +199,7 @@ def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
         if kind not in peaks or peak.nbytes > peaks[kind].nbytes:
             peaks[kind] = peak
     # an update's one task per shard is update-shard (planned like write-shard)
-    name = {"write-shard": "update-shard"} if job.existing else {}
+    name = job.mode.task_names
     sizes = {k: format_bytes(m.nbytes) for k, m in peaks.items()}
     if plan.n_multipart_shards and job.target.shards.abilities.parts_in_memory:
         # Icechunk: the stamp task joins the encoded parts into one object in memory
@@ -249,15 +228,11 @@ def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
         (
             "shards",
             f"{plan.n_shards:,} ({plan.n_multipart_shards:,} in parts; "
-            + (
-                f"{job.n_shards_skipped:,} complete already, skipped; "
-                if job.skip or job.first_wave
-                else ""
-            )
+            + job.mode.shards_note(job.n_shards_skipped)
             + f"{plan.n_parts:,} parts of up to {plan.part_chunks} inner chunks)",
         ),
         ("waves", _waves_row(job)),
-        *_update_rows(job),
+        *job.mode.summary_rows(plan, meta),
         ("tasks", f"{plan.num_tasks:,}: {tasks}"),
         ("bytes in", f"{format_bytes(plan.nbytes_in)} raw"),
         ("bytes out", f"at most {format_bytes(plan.nbytes_out_max)} encoded"),
@@ -268,7 +243,7 @@ def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
 
 def _upload_rows(job: WriteSpec) -> list[tuple[str, str]]:
     """Where shards go up in the background (an object store): how much is in flight."""
-    if job.existing is not None or not job.target.shards.abilities.background_puts:
+    if not (job.mode.background_uploads and job.target.shards.abilities.background_puts):
         return []
     return [
         (
@@ -299,58 +274,3 @@ def _waves_row(job: WriteSpec) -> str:
     tasks = math.ceil(job.plan.num_tasks / max(job.plan.n_shards, 1) * per_wave)
     done = f", {job.first_wave:,} done" if job.first_wave else ""
     return f"{schedule.n_waves:,} of up to {per_wave:,} shards (~{tasks:,} tasks){done}"
-
-
-def _update_rows(job: WriteSpec) -> list[tuple[str, str]]:
-    existing = job.existing
-    if existing is None:
-        return []
-    plan = job.plan
-    what = "append" if existing.grown is not None else "region write"
-    old_shape = tuple(existing.metadata.shape)
-    return [
-        (
-            "update",
-            f"{what} at {plan.placement.region} of {old_shape}"
-            + (f" (grown to {tuple(job.metadata.shape)})" if existing.grown else "")
-            + f", write_strategy {existing.strategy!r}",
-        ),
-        (
-            "inner chunks",
-            f"{plan.n_chunks_full:,} replaced, {plan.n_chunks_partial:,} merged with "
-            "their old content",
-        ),
-    ]
-
-
-@dataclass(frozen=True)
-class ExistingArray:
-    """The array an update writes into.
-
-    Attributes
-    ----------
-    metadata : ArrayV3Metadata
-        Its metadata as read before planning.
-    version : ObjectVersion
-        Version of its ``zarr.json`` then (the update publishes only if it
-        is unchanged).
-    grown : ArrayV3Metadata or None
-        The metadata to publish after the shards (an append), else None.
-    strategy : str
-        ``write_strategy``.
-    update : str
-        Identity of the update: a hash of its source's Dask name, its place
-        in the array and the array's metadata before it. Records of the
-        shards it finished are kept under it, so that ``resume=True`` can
-        skip them after an interruption.
-    in_place_fits : bool
-        Whether an update in place (which keeps the old bytes it overwrites)
-        fits ``max_mem``; when not, ``"auto"`` appends or rewrites instead.
-    """
-
-    metadata: ArrayV3Metadata
-    version: ObjectVersion
-    grown: ArrayV3Metadata | None
-    strategy: str
-    update: str = ""
-    in_place_fits: bool = True
