@@ -26,11 +26,11 @@ MOVED = {
     "checks": "core.checks",
     "cli_errors": "cli.exit_statuses",
     "completeness": "journal.leftovers",
-    "creation": "write.resume",
+    "creation": "write.resume write.modes",
     "demo": "cli.demo",
     "encoding": "codec.chunk_codec",
     "execute": "write.run",
-    "existing": "write.arguments",
+    "existing": "write.arguments stored.metadata",
     "fusion": "engine.fusion",
     "graph": "engine.graph",
     "groups": "maintenance.groups",
@@ -71,14 +71,15 @@ MOVED = {
     "summary": "core.display",
     "task_groups": "engine.task_groups",
     "tasks": "engine.tasks",
-    "transaction": "write.arguments",
+    "transaction": "write.arguments write.api",
     "updating": "engine.update_tasks",
     "validate": "write.arguments",
     "writer": "write.api",
     "zlib_rewrap": "codec.zlib_rewrap",
     "zstd_frames": "codec.zstd_frames",
 }
-"""Old module name (under ``shardpipe.``) -> its new one."""
+"""Old module name (under ``shardpipe.``) -> its new one (or new ones, where its contents
+went to several: a name is looked up in each in turn)."""
 
 
 class _Alias(importlib.abc.Loader):
@@ -88,13 +89,17 @@ class _Alias(importlib.abc.Loader):
         self.new = new
 
     def exec_module(self, module: ModuleType) -> None:
-        target = importlib.import_module(self.new)
+        targets = [importlib.import_module(new) for new in self.new.split()]
 
         def __getattr__(name: str) -> Any:
-            return getattr(target, name)
+            for target in targets[:-1]:
+                if hasattr(target, name):
+                    return getattr(target, name)
+            return getattr(targets[-1], name)
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
-        module.__doc__ = f"Moved to :mod:`{self.new}` (this name goes in the next release)."
+        moved_to = " and ".join(f":mod:`{new}`" for new in self.new.split())
+        module.__doc__ = f"Moved to {moved_to} (this name goes in the next release)."
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
@@ -106,9 +111,10 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         package, _, name = fullname.partition(".")
         if package != "shardpipe" or name not in MOVED:
             return None
-        new = f"shardpipe.{MOVED[name]}"
+        new = " ".join(f"shardpipe.{moved}" for moved in MOVED[name].split())
         warnings.warn(
-            f"{fullname} moved to {new}; the old name goes in the next release",
+            f"{fullname} moved to {' and '.join(new.split())}; the old name goes in the next "
+            "release",
             DeprecationWarning,
             stacklevel=2,
         )

@@ -18,6 +18,7 @@ from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any, Self
 
 import dask.array as da
+import numpy as np
 from dask.system import CPU_COUNT
 
 from shardpipe.codec.chunk_codec import ChunkCodec
@@ -36,6 +37,7 @@ from shardpipe.storage.parted_puts import goes_in_parts, part_size
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.uploads import UploadRun, request_limit
 from shardpipe.stored.metadata import format_of
+from shardpipe.write.arguments import ExistingArray
 from shardpipe.write.modes import WriteMode
 from shardpipe.write.resume import Resume
 
@@ -98,6 +100,38 @@ class WriteSpec:
     def first_wave(self) -> int:
         """The first wave a resumed write runs; those before it are done (its ``mode``'s)."""
         return self.mode.first_wave
+
+    @property
+    def overwrite(self) -> bool:
+        """Whether an existing node at the target is replaced (a new array's ``mode``)."""
+        return bool(getattr(self.mode, "overwrite", False))
+
+    @property
+    def existing(self) -> ExistingArray | None:
+        """The array an update writes into, else None (an update's ``mode``)."""
+        existing: ExistingArray | None = getattr(self.mode, "existing", None)
+        return existing
+
+    @property
+    def rewrite_fits(self) -> bool:
+        """For an update: whether rewriting a whole shard fits the budget (its ``mode``'s)."""
+        return bool(getattr(self.mode, "rewrite_fits", True))
+
+    @property
+    def resume(self) -> Resume:
+        """How a resumed write compares its job record, else False (its ``mode``'s)."""
+        resume: Resume = getattr(self.mode, "resume", False)
+        return resume
+
+    @property
+    def wave_size(self) -> int | None:
+        """Shards per wave when the kind fixes it (a resumed write keeps its first run's)."""
+        return self.mode.wave_size
+
+    @property
+    def in_memory(self) -> np.ndarray | None:
+        """An update's source given as a NumPy array, else None (its ``mode``'s)."""
+        return self.mode.in_memory
 
     @property
     def keys(self) -> JobKeys:
