@@ -57,7 +57,7 @@ from shardpipe.write.arguments import check_run, resolve_shapes
 from shardpipe.write.job import ShardedWrite
 from shardpipe.write.options import check_array_options
 from shardpipe.write.parameters import shares_parameters
-from shardpipe.write.prepare import prepare_write
+from shardpipe.write.prepare import prepare_checked
 from shardpipe.write.resume import check_new_target, check_same_job, complete_shards
 
 FIRST_BLOCK_SHARE = 2
@@ -146,12 +146,8 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
         attributes=opened.attributes if attributes is None else attributes,
     )
 
-    def prepare(read: Source, block_shape: Shape) -> ShardedWrite:
-        # a part is at most one block's share of a shard: written as soon as the block is read
-        share = math.prod(min(b, s) for b, s in zip(block_shape, shard_shape, strict=True))
-        return prepare_write(
-            read.blocks(block_shape),
-            resolved,  # resolved once: every try of a block shape writes the same place
+    checked = check_array_options(  # once: each try of a block shape plans with these
+        dict(
             shards=shard_shape,
             chunks=chunk_shape,
             compressors=given.compressors,
@@ -160,9 +156,19 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
             index_location=given.index_location,
             overwrite=overwrite or resuming,
             max_mem=budget,
+            **carried,
+        )
+    )
+
+    def prepare(read: Source, block_shape: Shape) -> ShardedWrite:
+        # a part is at most one block's share of a shard: written as soon as the block is read
+        share = math.prod(min(b, s) for b, s in zip(block_shape, shard_shape, strict=True))
+        return prepare_checked(  # the options checked once, above: not at every try
+            read.blocks(block_shape),
+            resolved,  # resolved once: every try of a block shape writes the same place
+            checked,
             part_limit=share * opened.dtype.itemsize,
             source_identity=source_identity(read),
-            **carried,
         )
 
     block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)

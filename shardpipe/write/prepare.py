@@ -125,6 +125,26 @@ def prepare_write(
     check_json_dict("source_identity", source_identity)
     # the chunk_checksums of region writes and appends are checked, then the stored chain kept
     given = check_array_options(options)
+    return prepare_checked(
+        arr, store, given, part_limit=part_limit, source_identity=source_identity
+    )
+
+
+def prepare_checked(
+    arr: Any,
+    store: Any,
+    given: ArrayOptions,
+    *,
+    part_limit: int | None = None,
+    source_identity: dict[str, Any] | None = None,
+) -> ShardedWrite:
+    """:func:`prepare_write` with its arguments checked already (``given`` by
+    :func:`~shardpipe.write.options.check_array_options`): a job that plans again
+    (a rechunk trying smaller blocks) does not check its options again.
+
+    What depends on the array (its dtype against ``fill_value``, its rank
+    against ``dimension_names``) and on the store is checked here.
+    """
     settings: dict[str, Any] = dict(
         compressors=given.compressors,
         filters=given.filters,

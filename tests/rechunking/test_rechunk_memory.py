@@ -201,3 +201,29 @@ def test_automatic_copies_go_beside_local_and_url_targets_only(tmp_path: Path) -
     assert local is not None and Path(local).parent == tmp_path / "a"
     memory = automatic_temp_store(resolve_store(zarr.storage.MemoryStore(), "vol"))
     assert memory is None
+
+
+def test_trying_smaller_blocks_does_not_check_the_options_again(
+    tmp_path: Path, slabs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan halves its blocks until a write fits (here none does); the options are
+    checked by the door and once for the write, not at each try."""
+    import shardpipe.rechunking.api as api
+
+    calls = {"checked": 0, "planned": 0}
+
+    def counted(name: str, function: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(api, "check_array_options", counted("checked", api.check_array_options))
+    monkeypatch.setattr(api, "prepare_checked", counted("planned", api.prepare_checked))
+    with pytest.raises(shardpipe.MemoryBudgetError, match="max_mem"):
+        shardpipe.plan_rechunk(
+            slabs, tmp_path / "out.zarr", shards=(64, 256, 256), chunks=(64, 64, 64), max_mem="3MB"
+        )
+    assert calls["planned"] > 2, calls  # several block shapes were tried
+    assert calls["checked"] == 2, calls
