@@ -195,7 +195,7 @@ def check_writable(target: ResolvedStore) -> None:
 def check_run(commit: object, rebase: object, target: ResolvedStore) -> tuple[str | None, bool]:
     """Check ``commit`` and ``rebase`` for jobs writing to ``target``; return them.
 
-    Used by :func:`run_jobs`, and by the front doors that return delayed work
+    Used by :func:`~shardpipe.write.job.run_jobs`, and by the front doors that return delayed work
     (``compute=False``) so that a wrong ``commit`` is refused there too.
 
     Raises

@@ -196,7 +196,7 @@ class WriteMode:
         return ""
 
 
-class _Recorded(WriteMode):
+class RecordedMode(WriteMode):
     """A kind that keeps a job record beside the array, so that ``resume=True`` can carry it on."""
 
     identity: dict[str, Any]
@@ -240,7 +240,7 @@ class _Recorded(WriteMode):
 
 
 @dataclass(frozen=True)
-class NewArray(_Recorded):
+class NewArray(RecordedMode):
     """A new array: created when the job begins, over what was there with ``overwrite``.
 
     Attributes
@@ -292,7 +292,7 @@ class FillExisting(WriteMode):
 
 
 @dataclass(frozen=True)
-class Resumed(_Recorded):
+class Resumed(RecordedMode):
     """A new array's write carried on after an interruption, into the array it created.
 
     Attributes

@@ -18,7 +18,7 @@ when asked for. New arrays written on a scheduler in this process start in
 the background (:class:`StartInBackground`): their blocks are computed and
 encoded while the marker, job record and ``zarr.json`` are written, and
 nothing of theirs reaches the store before those are there. After a failure,
-:func:`undo_failed` says what is left and rolls back shards left mid-update.
+:func:`~shardpipe.journal.undo.undo_failed` says what is left and rolls back shards left mid-update.
 
 Small updates run in the calling thread, with no Dask graph and the same
 records as with one: an update of one shard, or a few, from data already in
