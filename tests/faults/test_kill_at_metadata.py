@@ -23,6 +23,7 @@ import pytest
 
 import shardpipe
 from tests.support.kill_at_key_child import kill_at_keys, write_array
+from tests.support.ome_checks import left_by_an_unfinished_write
 from tests.support.run_once import once_per_run
 from tests.support.writers_full_disk_child import same_tree, write_ome
 
@@ -66,6 +67,9 @@ def test_kill_at_a_metadata_step_then_resume(
     what = POINTS[number][0]
     assert killed[number]["killed"], killed[number]  # the process met its key, and died there
     target = Path(killed[number]["target"])
+    if what == "ome" and (target / "zarr.json").exists():  # what the kill left: no torn shard
+        left = shardpipe.verify(str(target)).problems
+        assert all(left_by_an_unfinished_write(problem) for _, problem in left), left
     with dask.config.set(scheduler="threads"):
         if what == "ome":
             write_ome(target, resume=True)

@@ -177,3 +177,9 @@ def read_with_napari(path: Path | str) -> list[tuple[Any, dict[str, Any], str]]:
         reader = napari_get_reader(str(path))
         assert reader is not None
         return list(reader(str(path)))
+
+
+def left_by_an_unfinished_write(problem: str) -> bool:
+    """Whether ``verify`` reports ``problem`` of an image whose write did not finish: the
+    write itself, or a level it had not written yet (the guide's "a missing level")."""
+    return "unfinished" in problem or "is not a Zarr v3 array" in problem
