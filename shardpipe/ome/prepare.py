@@ -53,9 +53,9 @@ from shardpipe.stored.metadata import layout_of, read_node_metadata
 from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.write.arguments import check_writable
 from shardpipe.write.job import ShardedWrite
-from shardpipe.write.options import check_array_options
+from shardpipe.write.options import ArrayOptions, check_array_options
 from shardpipe.write.parameters import shares_parameters
-from shardpipe.write.prepare import prepare_write
+from shardpipe.write.prepare import prepare_checked
 
 __all__ = ["plan_multiscale", "prepare_ome_zarr", "pyramid_arrays"]
 
@@ -128,7 +128,7 @@ def plan_multiscale(
     method: str,
     *,
     budget: int,
-    write_kwargs: dict[str, Any],
+    write_options: ArrayOptions,
 ) -> tuple[list[ShardedWrite], list[int], PyramidHold]:
     """Each level's planned write of a new pyramid, its downsampling task's memory, what it holds.
 
@@ -153,15 +153,16 @@ def plan_multiscale(
     jobs = []
     shared = len(levels) > 1
     for level, array in zip(levels, arrays, strict=True):
-        job = prepare_write(
+        job = prepare_checked(  # the options were checked once, for every level
             array,
             target,
-            path="/".join(p for p in (path, str(level.index)) if p),
-            shards=level.shard_shape,
-            chunks=level.chunk_shape,
-            dimension_names=[a.name for a in axes],
-            max_mem=budget,
-            **write_kwargs,
+            replace(
+                write_options,
+                path="/".join(p for p in (path, str(level.index)) if p),
+                shards=level.shard_shape,
+                chunks=level.chunk_shape,
+                dimension_names=[a.name for a in axes],
+            ),
         )
         jobs.append(replace(job, shared_source=shared))
     hold = level_holds(path or "image", arrays, jobs, steps)
@@ -378,11 +379,14 @@ def prepare_ome_zarr(
                 f"named {clash} already; pass overwrite=True to replace them"
             )
         remove = [f"labels/{n}" for n in clash] if overwrite else []
-    write_kwargs: dict[str, Any] = dict(
-        compressors=compressors,
-        overwrite=overwrite,
-        chunk_checksums=chunk_checksums,
-        resume=resume,
+    write_options = check_array_options(  # once: each level's write plans with these
+        dict(
+            compressors=compressors,
+            overwrite=overwrite,
+            chunk_checksums=chunk_checksums,
+            resume=resume,
+            max_mem=budget,
+        )
     )
     version_ = __version__
     image_write = None
@@ -400,7 +404,7 @@ def prepare_ome_zarr(
             levels,
             method,
             budget=budget,
-            write_kwargs=write_kwargs,
+            write_options=write_options,
         )
         document = multiscale(
             name,
@@ -436,7 +440,7 @@ def prepare_ome_zarr(
             label_levels,
             label_method,
             budget=budget,
-            write_kwargs=write_kwargs,
+            write_options=write_options,
         )
         document = multiscale(
             label.name,

@@ -208,6 +208,41 @@ def test_the_plan_shows_levels_shards_tasks_and_memory(tmp_path: Path) -> None:
     assert "<table>" in job._repr_html_()
 
 
+def test_the_levels_plan_with_the_options_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three levels of an image and of a label image: six writes planned, their options
+    checked by the door and once for the writes of every level, not at each level."""
+    import shardpipe.ome.prepare as ome_prepare
+
+    calls = {"checked": 0, "planned": 0}
+
+    def counted(name: str, function: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(
+        ome_prepare, "check_array_options", counted("checked", ome_prepare.check_array_options)
+    )
+    monkeypatch.setattr(
+        ome_prepare, "prepare_checked", counted("planned", ome_prepare.prepare_checked)
+    )
+    source = da.zeros((64, 256, 256), dtype="uint16", chunks=(32, 128, 128))
+    shardpipe.prepare_ome_zarr(
+        source,
+        tmp_path / "img.ome.zarr",
+        "zyx",
+        scale_factors=[2, 4],
+        labels={"mask": source.astype("uint8")},
+        shards=(32, 128, 128),
+        chunks=(16, 64, 64),
+    )
+    assert calls == {"checked": 2, "planned": 6}, calls
+
+
 def test_a_downsampling_task_beyond_max_mem_refuses_the_plan(tmp_path: Path) -> None:
     # one block of a window per axis holds more than max_mem: no regrouping can help
     source = da.zeros((4, 4096, 4096), dtype="uint16", chunks=(4, 4096, 4096))
