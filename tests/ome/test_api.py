@@ -23,6 +23,7 @@ from tests.support.ome_checks import (
     reference_pyramid,
     stored_factors,
 )
+from tests.support.spies import count_calls
 
 
 def _data(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
@@ -215,21 +216,7 @@ def test_the_levels_plan_with_the_options_checked_once(
     checked by the door and once for the writes of every level, not at each level."""
     import shardpipe.ome.prepare as ome_prepare
 
-    calls = {"checked": 0, "planned": 0}
-
-    def counted(name: str, function: Any) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            calls[name] += 1
-            return function(*args, **kwargs)
-
-        return call
-
-    monkeypatch.setattr(
-        ome_prepare, "check_array_options", counted("checked", ome_prepare.check_array_options)
-    )
-    monkeypatch.setattr(
-        ome_prepare, "prepare_checked", counted("planned", ome_prepare.prepare_checked)
-    )
+    calls = count_calls(monkeypatch, ome_prepare, "check_array_options", "prepare_checked")
     source = da.zeros((64, 256, 256), dtype="uint16", chunks=(32, 128, 128))
     shardpipe.prepare_ome_zarr(
         source,
@@ -240,7 +227,7 @@ def test_the_levels_plan_with_the_options_checked_once(
         shards=(32, 128, 128),
         chunks=(16, 64, 64),
     )
-    assert calls == {"checked": 2, "planned": 6}, calls
+    assert calls == {"check_array_options": 2, "prepare_checked": 6}, calls
 
 
 def test_a_downsampling_task_beyond_max_mem_refuses_the_plan(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ import zarr
 import shardpipe
 from shardpipe.rechunking.memory import automatic_temp_store, one_pass_hold
 from shardpipe.storage.resolve import resolve_store
+from tests.support.spies import count_calls
 
 MiB = 2**20
 
@@ -210,20 +211,10 @@ def test_trying_smaller_blocks_does_not_check_the_options_again(
     checked by the door and once for the write, not at each try."""
     import shardpipe.rechunking.api as api
 
-    calls = {"checked": 0, "planned": 0}
-
-    def counted(name: str, function: Any) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            calls[name] += 1
-            return function(*args, **kwargs)
-
-        return call
-
-    monkeypatch.setattr(api, "check_array_options", counted("checked", api.check_array_options))
-    monkeypatch.setattr(api, "prepare_checked", counted("planned", api.prepare_checked))
+    calls = count_calls(monkeypatch, api, "check_array_options", "prepare_checked")
     with pytest.raises(shardpipe.MemoryBudgetError, match="max_mem"):
         shardpipe.plan_rechunk(
             slabs, tmp_path / "out.zarr", shards=(64, 256, 256), chunks=(64, 64, 64), max_mem="3MB"
         )
-    assert calls["planned"] > 2, calls  # several block shapes were tried
-    assert calls["checked"] == 2, calls
+    assert calls["prepare_checked"] > 2, calls  # several block shapes were tried
+    assert calls["check_array_options"] == 2, calls
