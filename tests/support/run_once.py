@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,7 @@ def once_per_run(factory: pytest.TempPathFactory, name: str, compute: Callable[[
         What ``compute`` returned, through JSON (tuples come back as lists).
     """
     base = factory.getbasetemp()
-    shared = base.parent if base.name.startswith("popen-gw") else base
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     result = shared / f"run-once-{name}.json"
     with open(shared / f"run-once-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits rather than redoes it
