@@ -174,19 +174,39 @@ def test_lost_create_response_leaks_no_upload(
 
 
 def test_lost_complete_response_is_success(
-    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy
+    s3_bucket: tuple[str, dict[str, Any]],
+    s3_fault_proxy: FaultProxy,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """CompleteMultipartUpload done by the server, its answer lost (and no client retry to
-    hide it): the shard is recognised as published by its multipart ETag."""
+    hide it): the shard is recognised as published by its multipart ETag.
+
+    botocore does not retry, so the lost answer is not resent. shardpipe's own retries
+    and the default timeouts stay on, so that a slow request elsewhere on a busy machine
+    cannot fail the test (with one attempt and 1.5 s timeouts, it once did). Because a
+    shard whose completion went unrecognised would then be published again by that
+    retry, the recognitions are counted instead.
+    """
+    from shardpipe.storage.s3 import multipart
+
     bucket, direct = s3_bucket
     proxy = s3_fault_proxy
     source, data = _source()
     url = f"s3://{bucket}/x.zarr"
+    recognised: list[bool] = []
+    completed = multipart._completed
+
+    def spied(*args: Any, **kwargs: Any) -> bool:
+        recognised.append(completed(*args, **kwargs))
+        return recognised[-1]
+
+    monkeypatch.setattr(multipart, "_completed", spied)
     proxy.add_rule("reset_after", b"?uploadId=", method=b"POST", count=2)
-    no_retries = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
-    with dask.config.set({"shardpipe.retry.attempts": 1}):
-        _write(source, url, _proxied(proxy, **no_retries))
+    options = storage_options_for(proxy.url)
+    options["config_kwargs"] = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
+    _write(source, url, options)
     assert proxy.counts.reset_after == 2
+    assert recognised == [True, True]
     _check_outcome(bucket, url, direct, data, None)
 
 
