@@ -43,6 +43,8 @@ from typing import Any
 
 from dask.system import CPU_COUNT
 
+from shardpipe.engine.allocator import settle_allocator
+
 _lock = threading.Lock()
 _running = 0
 _handed = 0
@@ -63,8 +65,13 @@ def task_threads() -> int:
 
 @contextmanager
 def encoding_task() -> Iterator[None]:
-    """Count the calling task among the encoding tasks running in this process."""
+    """Count the calling task among the encoding tasks running in this process.
+
+    The first one in a process also settles its allocator
+    (:func:`~shardpipe.engine.allocator.settle_allocator`).
+    """
     global _running
+    settle_allocator()
     with _lock:
         _running += 1
     try:
