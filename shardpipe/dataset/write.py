@@ -417,7 +417,7 @@ def _prepare_fill(
     path = str(target.path)
     try:
         return prepare_fill(
-            source, ResolvedStore(root.zarr_store, root.shards, path), max_mem=budget
+            source, ResolvedStore(root.zarr_store, root.shards, path), budget=budget
         )
     except InvalidArgumentError as err:
         _raise_for_variable(err, f"variable at {path!r}")
