@@ -37,7 +37,9 @@ def count_calls_by_module(
     Every loaded ``shardpipe`` module holding ``function`` under its own name
     gets a counting stand-in; the counts are by calling module's name, so that
     a test sees both how often and where the work is done (a module that
-    moves the work elsewhere still shows). ``monkeypatch`` puts the functions back.
+    moves the work elsewhere still shows). Only the modules loaded by then are
+    watched: import the doors a test calls before counting. ``monkeypatch`` puts
+    the functions back.
     """
     calls: Counter[str] = Counter()
     name = function.__name__
