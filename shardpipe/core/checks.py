@@ -12,9 +12,11 @@ data is read and written in :mod:`shardpipe.stored.places`.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -101,6 +103,51 @@ def check_choice(name: str, value: Any, choices: Collection[str], fix: str | Non
             fix or f"Use one of {', '.join(repr(c) for c in choices)}",
         )
     return value
+
+
+def check_entry_keys(
+    parameter: str, entry: str, settings: Mapping[Any, Any], known: Collection[str], what: str
+) -> None:
+    """Refuse the keys of ``settings``, one entry of a per-name option, that are not ``known``.
+
+    For the options that give settings by name: a dataset's ``encoding=``
+    (per variable), a group rechunk's ``arrays=`` (per array). ``entry``
+    names the entry in the message (``"variable 't'"``), ``what`` the
+    settings it may hold (``"per-array settings"``).
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        Naming ``parameter``, the entry and the keys refused; the fix lists
+        the keys known, after the nearest one where one is near.
+    """
+    unknown = sorted(str(key) for key in settings if key not in known)
+    if not unknown:
+        return
+    names = sorted(known)
+    near = difflib.get_close_matches(unknown[0], names, n=1, cutoff=0.6)
+    hint = f"Did you mean {near[0]!r}? " if near else ""
+    raise InvalidArgumentError(
+        parameter,
+        f"{entry}: unknown key(s) {unknown}, which are not {what}",
+        f"{hint}Give only {', '.join(map(repr, names))}",
+    )
+
+
+@contextmanager
+def checking_entry(parameter: str, entry: str) -> Iterator[None]:
+    """Inside, a setting of one entry of a per-name option refused is ``parameter``'s error.
+
+    A check of one setting names the setting (``dtype``); raised again, the
+    error names the option (``encoding``), the entry and the setting:
+    ``"variable 't': dtype: 'nope' is not a NumPy dtype"``, with the same fix.
+    """
+    try:
+        yield
+    except InvalidArgumentError as err:
+        raise InvalidArgumentError(
+            parameter, f"{entry}: {err.parameter}: {err.problem}", err.fix
+        ) from None
 
 
 def check_path(name: str, value: Any) -> str | None:

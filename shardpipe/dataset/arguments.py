@@ -18,9 +18,11 @@ from shardpipe.codec.names import codec_specs
 from shardpipe.core.checks import (
     check_bool,
     check_dtype,
+    check_entry_keys,
     check_json,
     check_path,
     check_progress,
+    checking_entry,
     is_integer,
     shown,
 )
@@ -254,29 +256,15 @@ def check_variable_encoding(name: Hashable, encoding: Any) -> dict[str, Any]:
             f"variable {name!r}: expected a dict, got {shown(encoding)}",
             'Pass e.g. encoding={"t2m": {"dtype": "int16", "scale_factor": 0.01}}',
         )
-    unknown = sorted(str(k) for k in encoding if k not in ENCODING_KEYS)
-    if unknown:
-        raise InvalidArgumentError(
-            "encoding",
-            f"variable {name!r}: unknown key(s) {unknown}",
-            f"Use only {', '.join(sorted(ENCODING_KEYS))}",
-        )
-    if "dtype" in encoding:
-        try:
-            check_dtype("dtype", encoding["dtype"])
-        except InvalidArgumentError as err:
-            raise InvalidArgumentError(
-                "encoding", f"variable {name!r}: {err.parameter}: {err.problem}", err.fix
-            ) from None
+    entry = f"variable {name!r}"
+    check_entry_keys("encoding", entry, encoding, ENCODING_KEYS, "CF or zarr encoding keys")
     checked = dict(encoding)
-    for key in ("compressors", "filters", "serializer"):  # names and short dicts, as zarr's
-        if key in checked:
-            try:
+    with checking_entry("encoding", entry):
+        if "dtype" in encoding:
+            check_dtype("dtype", encoding["dtype"])
+        for key in ("compressors", "filters", "serializer"):  # names and short dicts, as zarr's
+            if key in checked:
                 checked[key] = codec_specs(key, checked[key])
-            except InvalidArgumentError as err:
-                raise InvalidArgumentError(
-                    "encoding", f"variable {name!r}: {key}: {err.problem}", err.fix
-                ) from None
     for key in ("shards", "chunks"):  # zarr's "auto": shardpipe's default (None: unsharded)
         if isinstance(checked.get(key), str) and checked[key] == "auto":
             del checked[key]

@@ -61,8 +61,9 @@ from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_nothing_else_there, check_reads_apart, check_target
 from shardpipe.write.arguments import check_run, check_writable
 from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
+from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS
 from shardpipe.write.parameters import shares_parameters
-from shardpipe.write.prepare import prepare_fill, prepare_write
+from shardpipe.write.prepare import prepare_checked, prepare_fill
 from shardpipe.write.resume import check_no_other_job
 
 CARRIED_ENCODING = frozenset(
@@ -373,31 +374,32 @@ def _prepare_updates(
     strategy: str,
     budget: int,
 ) -> dict[str, ShardedWrite]:
-    """Plan the updates of existing sharded variables, checking them against the store."""
+    """Plan the updates of existing sharded variables, checking them against the store.
+
+    ``strategy`` and ``budget`` were checked by the door: each variable's write
+    takes them, with its own ``region`` or ``append_dim``, and does not check them again.
+    """
     jobs: dict[str, ShardedWrite] = {}
     if not names:
         return jobs
+    options = replace(DEFAULT_ARRAY_OPTIONS, write_strategy=strategy, max_mem=budget)
     encoded = stored.encode_like_stored(zstore, {n: ds.variables[n] for n in names})
     for name in names:
         var = encoded[name]
         check_compatible(name, ds.variables[name], stored, regions, append_dim)
         path = root.key(str(name))
         array_shape = stored.shapes[name]
-        kwargs: dict[str, Any] = {}
         if append_dim is not None and append_dim in var.dims:
-            kwargs["append_dim"] = var.dims.index(append_dim)
+            where = replace(options, append_dim=var.dims.index(append_dim))
         else:
-            kwargs["region"] = tuple(
+            region = tuple(
                 _bounded(regions.get(dim, slice(None)), size)
                 for dim, size in zip(var.dims, array_shape, strict=True)
             )
+            where = replace(options, region=region)
         try:
-            jobs[path] = prepare_write(
-                var.data,
-                ResolvedStore(root.zarr_store, root.shards, path),
-                write_strategy=strategy,
-                max_mem=budget,
-                **kwargs,
+            jobs[path] = prepare_checked(
+                var.data, ResolvedStore(root.zarr_store, root.shards, path), where
             )
         except InvalidArgumentError as err:
             _raise_for_variable(err, f"variable {name!r}")
@@ -415,7 +417,7 @@ def _prepare_fill(
     path = str(target.path)
     try:
         return prepare_fill(
-            source, ResolvedStore(root.zarr_store, root.shards, path), max_mem=budget
+            source, ResolvedStore(root.zarr_store, root.shards, path), budget=budget
         )
     except InvalidArgumentError as err:
         _raise_for_variable(err, f"variable at {path!r}")

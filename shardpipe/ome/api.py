@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Unpack
 
 import zarr
@@ -13,7 +14,7 @@ from shardpipe.ome.prepare import prepare_ome_zarr
 from shardpipe.ome.update import prepare_ome_update
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.write.arguments import check_writable
-from shardpipe.write.options import check_array_options
+from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, check_array_options
 from shardpipe.write.parameters import shares_parameters
 
 __all__ = ["to_ome_zarr"]
@@ -104,9 +105,12 @@ def to_ome_zarr(
         axes=axes,
         region=region,
         append_dim=append_dim,
-        write_strategy=given.write_strategy,
-        max_mem=given.max_mem,
-        resume=resume,
+        options=replace(  # what the levels' writes take from this call, checked once above
+            DEFAULT_ARRAY_OPTIONS,
+            write_strategy=given.write_strategy,
+            max_mem=given.max_mem,
+            resume=resume,
+        ),
     )
     done = update.execute(progress=progress, commit=commit, rebase=rebase)
     if done.snapshot_id is not None:

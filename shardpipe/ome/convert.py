@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dask
@@ -59,9 +59,10 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.bounded_reads import bounded_array
 from shardpipe.stored.metadata import format_of
 from shardpipe.stored.places import check_not_a_file, check_reads_apart, check_target
-from shardpipe.write.arguments import check_max_mem, check_writable
+from shardpipe.write.arguments import check_writable
 from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
-from shardpipe.write.prepare import prepare_write
+from shardpipe.write.options import ArrayOptions, check_array_options
+from shardpipe.write.prepare import prepare_checked
 
 __all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_ome_conversion"]
 
@@ -298,11 +299,17 @@ def prepare_ome_conversion(
     chunk_checksums: bool = True,
     reencode: bool = False,
 ) -> OmeZarrConversion:
-    """Validate and plan a conversion (see :func:`convert_ome_zarr`); write nothing."""
-    overwrite = check_bool("overwrite", overwrite)
-    chunk_checksums = check_bool("chunk_checksums", chunk_checksums)
+    """Validate and plan a conversion (see :func:`convert_ome_zarr`); write nothing.
+
+    The options are checked once, here: the levels written again plan with them.
+    """
+    checked = check_array_options(
+        dict(overwrite=overwrite, chunk_checksums=chunk_checksums, max_mem=max_mem)
+    )
+    overwrite, chunk_checksums, budget = checked.overwrite, checked.chunk_checksums, checked.max_mem
     reencode = check_bool("reencode", reencode)
-    budget = check_max_mem(max_mem)
+    # a level's own array is new in the group made (or emptied) for the conversion
+    level_options = replace(checked, overwrite=False)
     src = resolve_store(source, None, source_storage_options)
     image = validate_source(src)
     groups, images = image.groups, image.images
@@ -351,8 +358,7 @@ def prepare_ome_conversion(
                     image.levels[path],
                     group_axes,
                     group_shards,
-                    budget,
-                    chunk_checksums,
+                    level_options,
                     reencode,
                 )
             )
@@ -366,10 +372,12 @@ def _plan_level(
     level: SourceLevel,
     axes: tuple[Axis, ...],
     shards: Any,
-    budget: int,
-    chunk_checksums: bool,
+    options: ArrayOptions,
     reencode: bool,
 ) -> LevelConversion:
+    """How the level at ``path`` is converted; one written again plans with ``options``
+    (checked already) and its own layout."""
+    budget = options.max_mem
     shape, chunks, dtype = level.array.shape, level.array.chunks, level.array.dtype
     native = dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype
     shard_shape, _ = default_layout(
@@ -403,16 +411,17 @@ def _plan_level(
         array = bounded_array(
             zarr.open_array(src.zarr_store, path=src.key(path), mode="r", zarr_format=2)
         )
-        job = prepare_write(
+        job = prepare_checked(
             da.from_zarr(array).astype(native),
             dst,
-            path=path,
-            shards=shard_shape,
-            chunks=chunks,
-            dimension_names=[a.name for a in axes],
-            fill_value=level.array.fill_value,
-            chunk_checksums=chunk_checksums,
-            max_mem=budget,
+            replace(
+                options,
+                path=path,
+                shards=shard_shape,
+                chunks=chunks,
+                dimension_names=[a.name for a in axes],
+                fill_value=level.array.fill_value,
+            ),
         )
     return LevelConversion(path, shape, chunks, shard_shape, dtype, carried, level.zarray, job)
 

@@ -19,7 +19,7 @@ on one array). Then the group's record of an interrupted update is settled:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardpipe.core.downsample import METHODS
@@ -31,6 +31,7 @@ from shardpipe.ome.update import recompute_levels, roll_back_append
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.job import run_jobs
+from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS
 
 __all__ = ["GroupRepair", "repair_group"]
 
@@ -77,9 +78,9 @@ def repair_group(
         box = tuple(tuple(b) for b in record.get("identity", {}).get("region", []))
         method = stored.multiscale.method
         if method in METHODS and len(box) == len(stored.shapes[0]):
-            jobs, paths = recompute_levels(
-                target, stored, box, str(method), budget=check_max_mem(max_mem)
-            )
+            budget = check_max_mem(max_mem)
+            options = replace(DEFAULT_ARRAY_OPTIONS, max_mem=budget)
+            jobs, paths = recompute_levels(target, stored, box, str(method), options)
             if jobs:
                 run_jobs(jobs)
             done.notes.append(

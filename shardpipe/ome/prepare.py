@@ -53,7 +53,7 @@ from shardpipe.stored.metadata import layout_of, read_node_metadata
 from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.write.arguments import check_writable
 from shardpipe.write.job import ShardedWrite
-from shardpipe.write.options import ArrayOptions, check_array_options
+from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, ArrayOptions, check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_checked
 
@@ -379,14 +379,13 @@ def prepare_ome_zarr(
                 f"named {clash} already; pass overwrite=True to replace them"
             )
         remove = [f"labels/{n}" for n in clash] if overwrite else []
-    write_options = check_array_options(  # once: each level's write plans with these
-        dict(
-            compressors=compressors,
-            overwrite=overwrite,
-            chunk_checksums=chunk_checksums,
-            resume=resume,
-            max_mem=budget,
-        )
+    write_options = replace(  # each level's write plans with these, checked above
+        DEFAULT_ARRAY_OPTIONS,
+        compressors=compressors,
+        overwrite=overwrite,
+        chunk_checksums=chunk_checksums,
+        resume=resume,
+        max_mem=budget,
     )
     version_ = __version__
     image_write = None

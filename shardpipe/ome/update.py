@@ -32,11 +32,10 @@ from typing import Any
 import dask.array as da
 import zarr
 
-from shardpipe.core.checks import check_bool, is_integer
+from shardpipe.core.checks import is_integer
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.grid import Box, Shape
-from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.core.pyramid import level_region, level_shape, steps_of, window_region
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError
@@ -48,9 +47,10 @@ from shardpipe.ome.run import GROUP_RECORD, delete_group_record, read_group_reco
 from shardpipe.ome.stored import StoredImage, read_image
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import metadata_bytes, read_node_metadata
-from shardpipe.write.arguments import check_max_mem, region_offset
+from shardpipe.write.arguments import region_offset
 from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
-from shardpipe.write.prepare import prepare_write
+from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, ArrayOptions
+from shardpipe.write.prepare import prepare_checked
 
 __all__ = [
     "OmeZarrUpdate",
@@ -225,11 +225,18 @@ def prepare_ome_update(
     axes: Any = None,
     region: Any = None,
     append_dim: Any = None,
-    write_strategy: str = "auto",
-    max_mem: int | str = DEFAULT_MAX_MEM,
-    resume: bool = False,
+    options: ArrayOptions = DEFAULT_ARRAY_OPTIONS,
 ) -> OmeZarrUpdate:
     """Validate and plan an append to (``append_dim``) or a region write of the image at ``target``.
+
+    Parameters
+    ----------
+    options : ArrayOptions
+        The options of every level's write, checked by the door
+        (:func:`~shardpipe.write.options.check_array_options`): its
+        ``write_strategy``, ``max_mem`` and ``resume`` (True or False); the
+        rest at their defaults. Each level's write sets its ``path`` and its
+        ``region`` or ``append_dim``, and is planned without checking them again.
 
     Raises
     ------
@@ -237,7 +244,7 @@ def prepare_ome_update(
         On bad arguments, an image whose levels do not form a pyramid, or
         an append that would change windows already written.
     """
-    resume = check_bool("resume", resume)
+    resume = bool(options.resume)
     if region is not None and append_dim is not None:
         raise InvalidArgumentError("region", "given together with append_dim", "Pass one of them")
     stored = read_image(target)
@@ -259,11 +266,8 @@ def prepare_ome_update(
             f"Cast the data, e.g. image.astype({str(stored.dtype)!r})",
         )
     paths = list(stored.multiscale.paths)
-    budget = check_max_mem(max_mem)
     if append_dim is not None:
-        return _prepare_append(
-            data, target, stored, _axis(append_dim, stored), method, budget, write_strategy, resume
-        )
+        return _prepare_append(data, target, stored, _axis(append_dim, stored), method, options)
     if region is None:
         raise InvalidArgumentError(
             "region", "neither region nor append_dim given", "Pass one of them"
@@ -272,18 +276,8 @@ def prepare_ome_update(
     box = tuple((o, o + n) for o, n in zip(offset, data.shape, strict=True))
     identity = {"doing": "region", "source": data.name, "region": [list(b) for b in box]}
     record = _record_for(target, resume, identity)
-    first = prepare_write(
-        data,
-        target,
-        path=paths[0],
-        region=region,
-        write_strategy=write_strategy,
-        max_mem=budget,
-        resume=resume,
-    )
-    lower, lower_paths = recompute_levels(
-        target, stored, box, method, budget=budget, write_strategy=write_strategy, resume=resume
-    )
+    first = prepare_checked(data, target, replace(options, path=paths[0], region=region))
+    lower, lower_paths = recompute_levels(target, stored, box, method, options)
     first_phase = int(record.get("phase", 0)) if record is not None else 0
     return OmeZarrUpdate(
         target,
@@ -301,9 +295,7 @@ def _prepare_append(
     stored: StoredImage,
     axis: int,
     method: str,
-    budget: int,
-    write_strategy: str,
-    resume: bool,
+    options: ArrayOptions,
 ) -> OmeZarrUpdate:
     factors = stored.factors
     paths = list(stored.multiscale.paths)
@@ -334,23 +326,16 @@ def _prepare_append(
         "old": [list(s) for s in stored.shapes],
         "new": [list(s) for s in new_shapes],
     }
+    resume = bool(options.resume)
     _record_for(target, resume, identity)
     arrays, _ = pyramid_arrays(
-        data, steps_of(factors), method, budget=budget, what=target.path or "image"
+        data, steps_of(factors), method, budget=options.max_mem, what=target.path or "image"
     )
     jobs, written = [], []
     for path, array, shape, new in zip(paths, arrays, stored.shapes, new_shapes, strict=True):
         if resume and shape == new:  # this level grew before the interruption
             continue
-        job = prepare_write(
-            array,
-            target,
-            path=path,
-            append_dim=axis,
-            write_strategy=write_strategy,
-            max_mem=budget,
-            resume=resume,
-        )
+        job = prepare_checked(array, target, replace(options, path=path, append_dim=axis))
         jobs.append(replace(job, shared_source=len(paths) > 1))
         written.append(path)
     return OmeZarrUpdate(
@@ -363,16 +348,15 @@ def recompute_levels(
     stored: StoredImage,
     box: Box,
     method: str,
-    *,
-    budget: int,
-    write_strategy: str = "auto",
-    resume: bool = False,
+    options: ArrayOptions,
 ) -> tuple[list[ShardedWrite], list[str]]:
     """The region writes computing every level below level 0 again where ``box`` touches it.
 
     The box of level 0, widened to whole windows of the coarsest level, is
     read back from level 0 and downsampled level by level in one pass; each
-    level writes the voxels whose windows touch ``box``.
+    level writes the voxels whose windows touch ``box``, with ``options``
+    (checked already, as in :func:`prepare_ome_update`) and its own ``path``
+    and ``region``.
     """
     factors = stored.factors
     paths = list(stored.multiscale.paths)
@@ -383,7 +367,7 @@ def recompute_levels(
     level0 = zarr.open_array(target.zarr_store, path=target.key(paths[0]), mode="r", zarr_format=3)
     source = da.from_zarr(level0)[tuple(slice(a, b) for a, b in wide)]
     arrays, _ = pyramid_arrays(
-        source, steps_of(factors), method, budget=budget, what=target.path or "image"
+        source, steps_of(factors), method, budget=options.max_mem, what=target.path or "image"
     )
     jobs, written = [], []
     for k in range(1, len(paths)):
@@ -392,15 +376,8 @@ def recompute_levels(
         part = arrays[k][
             tuple(slice(a - o, b - o) for (a, b), o in zip(wanted, origin, strict=True))
         ]
-        job = prepare_write(
-            part,
-            target,
-            path=paths[k],
-            region=tuple(slice(a, b) for a, b in wanted),
-            write_strategy=write_strategy,
-            max_mem=budget,
-            resume=resume,
-        )
+        region = tuple(slice(a, b) for a, b in wanted)
+        job = prepare_checked(part, target, replace(options, path=paths[k], region=region))
         jobs.append(replace(job, shared_source=len(paths) > 2))
         written.append(paths[k])
     return jobs, written

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Unpack
 
 import dask.array as da
@@ -55,7 +56,7 @@ from shardpipe.stored.places import (
 from shardpipe.write.api import snapshot_id_returned
 from shardpipe.write.arguments import check_run, resolve_shapes
 from shardpipe.write.job import ShardedWrite
-from shardpipe.write.options import check_array_options
+from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, ArrayOptions, check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_checked
 from shardpipe.write.resume import check_new_target, check_same_job, complete_shards
@@ -120,9 +121,27 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
     shardpipe.errors.MemoryBudgetError
         If no block shape lets every task fit ``max_mem``.
     """
-    given = check_array_options(options)
-    source_options = options.get("source_storage_options")
-    opened = open_source(source, check_source_options(source, source_options))
+    return plan_checked_rechunk(
+        source,
+        target,
+        check_array_options(options),
+        source_storage_options=options.get("source_storage_options"),
+        temp_store=options.get("temp_store"),
+    )
+
+
+def plan_checked_rechunk(
+    source: Any,
+    target: Any,
+    given: ArrayOptions,
+    *,
+    source_storage_options: dict[str, Any] | None = None,
+    temp_store: str | os.PathLike[str] | None = None,
+) -> RechunkJob:
+    """:func:`plan_rechunk` with its array options checked already (``given``, by
+    :func:`~shardpipe.write.options.check_array_options`): a group rechunk plans each of
+    its arrays with the options its door checked once, and neither checks them again."""
+    opened = open_source(source, check_source_options(source, source_storage_options))
     if given.attributes is None:  # carried over: JSON must hold them (the source's JSON may not)
         check_json(
             "source",
@@ -134,7 +153,7 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
     budget, overwrite, resume = given.max_mem, given.overwrite, given.resume
     resolved = resolve_named("target", target, given.path, given.storage_options)
     check_new_target(resolved, overwrite or bool(resume), name="target")
-    temp_store = check_temp_store(options.get("temp_store"), resolved, opened.array)
+    temp_store = check_temp_store(temp_store, resolved, opened.array)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(
         opened.shape, opened.dtype.itemsize, given.shards, given.chunks
@@ -146,18 +165,17 @@ def plan_rechunk(source: Any, target: Any, **options: Unpack[RechunkOptions]) ->
         attributes=opened.attributes if attributes is None else attributes,
     )
 
-    checked = check_array_options(  # once: each try of a block shape plans with these
-        dict(
-            shards=shard_shape,
-            chunks=chunk_shape,
-            compressors=given.compressors,
-            filters=given.filters,
-            chunk_checksums=given.chunk_checksums,
-            index_location=given.index_location,
-            overwrite=overwrite or resuming,
-            max_mem=budget,
-            **carried,
-        )
+    checked = replace(  # each try of a block shape plans with these, checked above
+        DEFAULT_ARRAY_OPTIONS,
+        shards=shard_shape,
+        chunks=chunk_shape,
+        compressors=given.compressors,
+        filters=given.filters,
+        chunk_checksums=given.chunk_checksums,
+        index_location=given.index_location,
+        overwrite=overwrite or resuming,
+        max_mem=budget,
+        **carried,
     )
 
     def prepare(read: Source, block_shape: Shape) -> ShardedWrite:

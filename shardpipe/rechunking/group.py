@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Unpack
 
 import numpy as np
@@ -34,7 +34,7 @@ from shardpipe.core.display import (
 from shardpipe.core.sizes import DEFAULT_CHUNK_NBYTES
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
-from shardpipe.rechunking.api import plan_rechunk
+from shardpipe.rechunking.api import plan_checked_rechunk
 from shardpipe.rechunking.job import RechunkJob
 from shardpipe.rechunking.options import (
     GROUP_PARAMETERS,
@@ -54,7 +54,7 @@ from shardpipe.stored.places import (
 )
 from shardpipe.write.arguments import check_writable
 from shardpipe.write.job import Pass, PassReports, run_job, together
-from shardpipe.write.options import check_array_options
+from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, check_array_options
 from shardpipe.write.parameters import shares_parameters
 
 SMALL_NBYTES = DEFAULT_CHUNK_NBYTES
@@ -230,8 +230,8 @@ def plan_group_rechunk(
 ) -> GroupRechunkJob:
     """Plan the rechunk of every array of the group at ``source``; write nothing.
 
-    Every array is planned by :func:`~shardpipe.plan_rechunk` with the
-    options given here.
+    Every array is planned as :func:`~shardpipe.plan_rechunk` plans it, with the
+    options given here (checked once, here, for all of them).
 
     Parameters
     ----------
@@ -284,17 +284,20 @@ def plan_group_rechunk(
             small.append((path, node))
             continue
         shapes = overrides.get(path, {})
-        jobs[path] = plan_rechunk(
+        jobs[path] = plan_checked_rechunk(  # the options checked once, above
             node,
             ResolvedStore(root.zarr_store, root.shards, root.key(path)),
-            shards=shapes.get("shards", shards if _fits(shards, node) else None),
-            chunks=shapes.get("chunks", chunks if _fits(chunks, node) else None),
-            max_mem=given.max_mem,
-            compressors=given.compressors,
-            chunk_checksums=given.chunk_checksums,
-            index_location=given.index_location,
-            overwrite=overwrite,
-            resume=resume,
+            replace(
+                DEFAULT_ARRAY_OPTIONS,
+                shards=shapes.get("shards", shards if _fits(shards, node) else None),
+                chunks=shapes.get("chunks", chunks if _fits(chunks, node) else None),
+                max_mem=given.max_mem,
+                compressors=given.compressors,
+                chunk_checksums=given.chunk_checksums,
+                index_location=given.index_location,
+                overwrite=overwrite,
+                resume=resume,
+            ),
         )
     return GroupRechunkJob(root, group, jobs, small, overwrite)
 

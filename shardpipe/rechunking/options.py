@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from shardpipe.core.checks import check_int_tuple, shown
+from shardpipe.core.checks import check_entry_keys, check_int_tuple, checking_entry, shown
 from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.write.options import ARRAY_PARAMETERS, LayoutOptions, TargetOptions
@@ -136,23 +136,14 @@ def check_array_overrides(arrays: Any) -> dict[str, dict[str, Shape]]:
                 f"entry {path!r}: {shapes!r} is not a dict of shapes under a string path",
                 'Pass e.g. arrays={"t2m": {"shards": (365, 720, 1440)}}',
             )
-        unknown = sorted(str(k) for k in shapes if k not in ARRAY_OVERRIDE_KEYS)
-        if unknown:
-            raise InvalidArgumentError(
-                "arrays",
-                f"entry {path!r} sets {unknown}, which are not per-array settings",
-                "Give only 'shards' and 'chunks' per array",
-            )
+        entry = f"entry {path!r}"
+        check_entry_keys("arrays", entry, shapes, ARRAY_OVERRIDE_KEYS, "per-array settings")
         checked[path] = {}
         for key, shape in shapes.items():
             if isinstance(shape, str) and shape == "auto":  # zarr's spelling of the default
                 continue
-            try:
+            with checking_entry("arrays", entry):
                 checked[path][key] = check_int_tuple(key, shape) or ()
-            except InvalidArgumentError as err:
-                raise InvalidArgumentError(
-                    "arrays", f"entry {path!r}: {err.parameter}: {err.problem}", err.fix
-                ) from None
             if shape is None:
                 del checked[path][key]
     return checked

@@ -13,6 +13,10 @@ xarray accessor a few (:mod:`shardpipe.dataset.options`). Here are, once,
   puts into each door's signature and docstring;
 * :func:`check_array_options`, the one check of the options that needs
   neither the source nor the target, which every door calls first.
+* :data:`DEFAULT_ARRAY_OPTIONS`, every option at its default, checked: a job
+  that writes arrays of its own (a pyramid's levels, a dataset's variables)
+  sets in a copy of it the values its door checked, and plans them with
+  :func:`~shardpipe.write.prepare.prepare_checked` without checking again.
 
 What needs the source (``shards``, ``chunks``, ``fill_value``,
 ``dimension_names``: :mod:`shardpipe.write.arguments`) or the target
@@ -305,3 +309,8 @@ _AS_GIVEN = (
     "append_dim",
 )
 """Array options checked where the source or the target is known."""
+
+DEFAULT_ARRAY_OPTIONS = check_array_options({})
+"""Every array option at its default, checked: the start of the options a job makes for
+the arrays it writes itself (a pyramid's levels, a dataset's variables), which
+:func:`dataclasses.replace` sets to values its door has checked already."""

@@ -20,9 +20,9 @@ import numpy as np
 from shardpipe import advice
 from shardpipe.codec.checksums import checksummed_compressors
 from shardpipe.codec.chunk_codec import ChunkCodec
-from shardpipe.core.checks import check_bool, check_dimension_names, check_int, check_json_dict
+from shardpipe.core.checks import check_dimension_names, check_int, check_json_dict
 from shardpipe.core.grid import BlockGrid, Coords, Shape, ShardLayout
-from shardpipe.core.memory import DEFAULT_MAX_MEM, MemoryModel
+from shardpipe.core.memory import MemoryModel
 from shardpipe.core.plan import WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
@@ -45,7 +45,6 @@ from shardpipe.write.arguments import (
     check_array,
     check_castable,
     check_fill_value,
-    check_max_mem,
     check_source_dtype,
     check_strategy_possible,
     check_unchanged_settings,
@@ -263,16 +262,19 @@ def prepare_fill(
     arr: Any,
     target: ResolvedStore,
     *,
-    max_mem: int | str = DEFAULT_MAX_MEM,
+    budget: int,
     write_empty_chunks: bool = False,
 ) -> ShardedWrite:
     """Plan writing ``arr`` whole into a new, empty array whose metadata is already written.
 
     For callers that write the metadata themselves (the xarray accessor lets
     xarray write every array's metadata and attributes): the plan is that of
-    a new array, shards larger than ``max_mem`` included, and the job creates
+    a new array, shards larger than ``budget`` included, and the job creates
     nothing. The array must hold no shard yet (not checked: the caller has
-    just created it); its shape and dtype must be ``arr``'s.
+    just created it); its shape and dtype must be ``arr``'s. ``budget`` (the
+    ``max_mem`` in bytes) and ``write_empty_chunks`` are checked by the
+    caller's door (:func:`~shardpipe.write.options.check_array_options`),
+    once for all the arrays it fills.
     """
     check_array(arr)
     metadata, _ = read_metadata(target, "store")
@@ -289,7 +291,6 @@ def prepare_fill(
     check_source_is_not_target(array, target)
     check_store_reachable(array, target)
     codec = ChunkCodec.from_metadata(metadata)
-    budget = check_max_mem(max_mem)
     plan = _plan(Placement.whole(layout, BlockGrid(array.chunks)), codec, budget, target, metadata)
     return ShardedWrite(
         array,
@@ -297,7 +298,7 @@ def prepare_fill(
         metadata,
         plan,
         FillExisting(),
-        write_empty_chunks=check_bool("write_empty_chunks", write_empty_chunks),
+        write_empty_chunks=write_empty_chunks,
     )
 
 

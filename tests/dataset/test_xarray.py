@@ -16,7 +16,10 @@ import zarr
 import shardpipe
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.testing.datasets import climate_dataset
+from shardpipe.write.arguments import check_max_mem
+from shardpipe.write.options import check_array_options
 from tests.support.readers import assert_same, read_tensorstore
+from tests.support.spies import count_calls_by_module
 
 
 @pytest.fixture(autouse=True)
@@ -189,6 +192,44 @@ def test_appends_grow_every_variable(tmp_path: Path) -> None:
     xr.testing.assert_identical(back, expected)
     for name in ("t2m", "precip", "stations"):
         assert shardpipe.verify(store, path=name).ok
+
+
+@pytest.mark.parametrize("where", ["append_dim", "region"])
+def test_the_variables_updated_share_options_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Three sharded variables updated: the options are checked by the door, not again for
+    each variable's write."""
+    years = climate_dataset(years=2, nlat=12, nlon=20)
+    store = tmp_path / "c.zarr"
+    years.isel(time=slice(0, 365)).shard.to_zarr(store, shards={"time": 100})
+    calls = count_calls_by_module(monkeypatch, check_array_options)
+    if where == "append_dim":
+        reports = years.isel(time=slice(365, 400)).shard.to_zarr(
+            store, append_dim="time", max_mem="64MB"
+        )
+    else:
+        patch = years.isel(time=slice(100, 150)).drop_vars(["land", "lat", "lon"])
+        reports = patch.shard.to_zarr(
+            store, region="auto", max_mem="64MB", write_strategy="rewrite"
+        )
+    assert isinstance(reports, dict)
+    assert {"t2m", "precip", "stations"} <= set(reports)
+    assert calls == {"shardpipe.dataset.arguments": 1}, calls
+
+
+def test_the_new_variables_filled_share_max_mem_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four sharded variables created and filled: ``max_mem`` is checked by the door, not
+    again for each variable's fill."""
+    calls = count_calls_by_module(monkeypatch, check_max_mem)
+    ds = climate_dataset(years=1, nlat=12, nlon=20)
+    reports = ds.shard.to_zarr(tmp_path / "c.zarr", shards={"time": 100}, max_mem="64MB")
+    assert isinstance(reports, dict)
+    assert {"t2m", "precip", "stations"} <= set(reports)
+    assert calls == {"shardpipe.write.options": 1}, calls
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "c.zarr"), ds)
 
 
 @pytest.mark.parametrize("strategy", ["auto", "rewrite", "in_place", "append"])

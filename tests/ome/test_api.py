@@ -213,7 +213,7 @@ def test_the_levels_plan_with_the_options_checked_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three levels of an image and of a label image: six writes planned, their options
-    checked by the door and once for the writes of every level, not at each level."""
+    checked by the door only, not for the levels' writes."""
     import shardpipe.ome.prepare as ome_prepare
 
     calls = count_calls(monkeypatch, ome_prepare, "check_array_options", "prepare_checked")
@@ -227,7 +227,7 @@ def test_the_levels_plan_with_the_options_checked_once(
         shards=(32, 128, 128),
         chunks=(16, 64, 64),
     )
-    assert calls == {"check_array_options": 2, "prepare_checked": 6}, calls
+    assert calls == {"check_array_options": 1, "prepare_checked": 6}, calls
 
 
 def test_a_downsampling_task_beyond_max_mem_refuses_the_plan(tmp_path: Path) -> None:

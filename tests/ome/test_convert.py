@@ -19,7 +19,9 @@ import zarr
 
 import shardpipe
 from shardpipe.ome.convert import convert_ome_zarr, prepare_ome_conversion
+from shardpipe.write.options import check_array_options
 from tests.support.ome_checks import check_image, reference_pyramid
+from tests.support.spies import count_calls_by_module
 
 IMAGE = np.random.default_rng(5).integers(0, 4000, (2, 20, 48, 40), dtype=np.uint16)
 MASK = (IMAGE[0] > 2000).astype(np.uint8)
@@ -115,6 +117,30 @@ def test_a_v04_image_converts_with_its_labels(
         chunk = (1 + a, b, c, d)
         v2 = (source / paths[0] / separator.join(map(str, chunk))).read_bytes()
         assert stored[:-4] == v2
+
+
+def test_the_levels_written_again_share_options_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six levels decoded and written again (three of the image, three of its labels): the
+    conversion's options are checked once, not again for each level's write."""
+    _write_v04(tmp_path / "v04.zarr", numcodecs.Zstd())
+    calls = count_calls_by_module(monkeypatch, check_array_options)
+    job = prepare_ome_conversion(
+        str(tmp_path / "v04.zarr"),
+        str(tmp_path / "v05.ome.zarr"),
+        shards=(1, 16, 32, 32),
+        max_mem="64MB",
+        chunk_checksums=False,
+        reencode=True,
+    )
+    assert sum(level.job is not None for level in job.levels) == 6
+    assert calls == {"shardpipe.ome.convert": 1}, calls
+    for level in job.levels:  # each level's write has the options as given
+        assert level.job is not None
+        assert level.job.plan.max_mem == 64_000_000
+        (sharding,) = level.job.metadata.codecs
+        assert "crc32c" not in str(sharding.to_dict()["configuration"]["codecs"])
 
 
 def test_a_v05_image_is_not_converted(tmp_path: Path) -> None:

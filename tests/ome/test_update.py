@@ -11,7 +11,9 @@ import zarr
 
 import shardpipe
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
+from shardpipe.write.options import check_array_options
 from tests.support.ome_checks import check_image, reference_pyramid
+from tests.support.spies import count_calls_by_module
 
 FACTORS = [(1, 1, 1, 2, 2), (1, 1, 2, 4, 4)]
 
@@ -75,6 +77,28 @@ def test_a_region_write_recomputes_the_lower_levels(tmp_path: Path) -> None:
     data[region] = patch
     check_image(root, reference_pyramid(data, FACTORS, "mean"))
     assert shardpipe.verify(str(root), complete=True).ok
+
+
+@pytest.mark.parametrize("kind", ["region", "append"])
+def test_an_update_checks_its_options_once_for_every_level(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Three levels written: the options are checked by the door, not again for each level."""
+    root = tmp_path / "img.ome.zarr"
+    data = _volume((3, 2, 20, 64, 60), 8)
+    _write(root, data)
+    calls = count_calls_by_module(monkeypatch, check_array_options)
+    if kind == "region":
+        patch = _volume((1, 1, 5, 13, 17), 9)
+        region = (slice(1, 2), slice(0, 1), slice(3, 8), slice(21, 34), slice(40, 57))
+        shardpipe.to_ome_zarr(patch, root, region=region, max_mem="64MB")
+        data[region] = patch
+    else:
+        new = _volume((1, 2, 20, 64, 60), 9)
+        shardpipe.to_ome_zarr(new, root, append_dim="t", max_mem="64MB")
+        data = np.concatenate([data, new])
+    assert calls == {"shardpipe.ome.api": 1}, calls
+    check_image(root, reference_pyramid(data, FACTORS, "mean"))
 
 
 def test_a_label_image_updates_like_an_image(tmp_path: Path) -> None:

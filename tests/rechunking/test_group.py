@@ -14,7 +14,9 @@ import shardpipe
 from shardpipe.cli.parser import main
 from shardpipe.errors import ChunkDecodeError
 from shardpipe.rechunking.group import plan_group_rechunk
+from shardpipe.write.options import check_array_options
 from tests.support.readers import assert_same, read_tensorstore
+from tests.support.spies import count_calls_by_module
 
 LAYOUT: dict[str, Any] = {"shards": (32, 64, 64), "chunks": (32, 32, 32), "max_mem": "1500KB"}
 """Under this budget ``slabs`` needs two passes (an intermediate copy), ``frames`` one."""
@@ -45,6 +47,24 @@ def test_the_members_need_one_pass_and_two(tmp_path: Path) -> None:
     job = plan_group_rechunk(tmp_path / "src.zarr", tmp_path / "out.zarr", **LAYOUT)
     passes = {path: len(member.passes()) for path, member in job.jobs.items()}
     assert passes == {"frames": 1, "slabs": 2}
+
+
+def test_the_members_plan_with_the_options_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two members planned (one of them trying several block shapes): the group's options
+    are checked by its door, not again for each member nor at each try."""
+    _mixed_group(tmp_path / "src.zarr")
+    calls = count_calls_by_module(monkeypatch, check_array_options)
+    job = plan_group_rechunk(
+        tmp_path / "src.zarr", tmp_path / "out.zarr", chunk_checksums=False, **LAYOUT
+    )
+    assert set(job.jobs) == {"frames", "slabs"}
+    assert calls == {"shardpipe.rechunking.group": 1}, calls
+    for member in job.jobs.values():  # each member plans with the group's options
+        assert member.write.plan.max_mem == 1_500_000
+        (sharding,) = member.write.metadata.codecs
+        assert "crc32c" not in str(sharding.to_dict()["configuration"]["codecs"])
 
 
 def test_two_pass_and_one_pass_members_read_back_equal(tmp_path: Path) -> None:

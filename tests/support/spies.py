@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -21,6 +24,32 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, module: ModuleType, *names: str
         def counted(*args: Any, _name: str = name, _function: Any = function, **kwargs: Any) -> Any:
             calls[_name] += 1
             return _function(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def count_calls_by_module(
+    monkeypatch: pytest.MonkeyPatch, function: Callable[..., Any]
+) -> Counter[str]:
+    """Count the calls of ``function`` made through every shardpipe module that imported it.
+
+    Every loaded ``shardpipe`` module holding ``function`` under its own name
+    gets a counting stand-in; the counts are by calling module's name, so that
+    a test sees both how often and where the work is done (a module that
+    moves the work elsewhere still shows). Only the modules loaded by then are
+    watched: import the doors a test calls before counting. ``monkeypatch`` puts
+    the functions back.
+    """
+    calls: Counter[str] = Counter()
+    name = function.__name__
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("shardpipe") or getattr(module, name, None) is not function:
+            continue
+
+        def counted(*args: Any, _where: str = module_name, **kwargs: Any) -> Any:
+            calls[_where] += 1
+            return function(*args, **kwargs)
 
         monkeypatch.setattr(module, name, counted)
     return calls
