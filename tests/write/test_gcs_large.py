@@ -39,9 +39,7 @@ def test_32_mib_with_shards_of_four_times_max_mem(
     gcs_bucket: tuple[str, dict[str, Any]], gcs_fault_proxy: FaultProxy
 ) -> None:
     bucket, direct = gcs_bucket
-    source = da.random.default_rng(41).integers(
-        0, 250, SHAPE, chunks=(8, 256, 256), dtype="uint8"
-    )
+    source = da.random.default_rng(41).integers(0, 250, SHAPE, chunks=(8, 256, 256), dtype="uint8")
     url = f"gs://{bucket}/large.zarr"
     with dask.config.set(scheduler="threads"):
         job = shardpipe.prepare_write(
