@@ -56,14 +56,14 @@ def leftovers(container: str, options: dict[str, Any]) -> list[str]:
 
 
 def test_volume_in_parts_reads_back_with_zarr(azure_container: tuple[str, dict[str, Any]]) -> None:
-    """(256, 512, 512) uint16 in (256, 256, 256) shards of 32 MiB under max_mem=48MB."""
+    """(128, 256, 256) uint16 in (128, 128, 128) shards of 4 MiB under max_mem=8MB."""
     container, options = azure_container
     source = da.random.default_rng(1).integers(
-        0, 60000, (256, 512, 512), chunks=(64, 256, 256), dtype="uint16"
+        0, 60000, (128, 256, 256), chunks=(32, 128, 128), dtype="uint16"
     )
     url = f"az://{container}/volume.zarr"
     job = shardpipe.prepare_write(
-        source, url, shards=(256, 256, 256), max_mem="48MB", storage_options=options
+        source, url, shards=(128, 128, 128), max_mem="8MB", storage_options=options
     )
     assert job.plan.max_parts_per_shard > 1  # parts from several tasks
     with dask.config.set(scheduler="threads", num_workers=2):
