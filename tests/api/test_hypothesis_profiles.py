@@ -21,10 +21,17 @@ def test_probe():
 
 
 def _run_probe(*args: str, profile: str | None = None) -> str:
-    """Run a one-test module under the suite's conftest; what its settings were."""
+    """Run a one-test module under the suite's conftest; what its settings were.
+
+    The child pytest loads only the plugins a profile needs (hypothesis's, and
+    pytest-timeout's for the ``timeout`` setting of the configuration), not the
+    emulators' plugins: importing those (and shardpipe with them) took most of
+    each run's seconds and has no part in choosing a profile.
+    """
     root = Path(__file__).resolve().parents[2]
     probe = root / "tests" / "api" / f"_profile_probe_{os.getpid()}.py"  # not a test_ name
     env = {k: v for k, v in os.environ.items() if k != "HYPOTHESIS_PROFILE"}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if profile:
         env["HYPOTHESIS_PROFILE"] = profile
     probe.write_text(PROBE)
@@ -40,7 +47,10 @@ def _run_probe(*args: str, profile: str | None = None) -> str:
                 "-p",
                 "no:cacheprovider",
                 "-p",
-                "no:xdist",
+                "_hypothesis_pytestplugin",
+                "-p",
+                "pytest_timeout",
+                *(f"-pno:shardpipe.testing.{cloud}" for cloud in ("s3", "gcs", "azure")),
                 *args,
             ],
             cwd=root,

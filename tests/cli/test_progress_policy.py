@@ -5,7 +5,10 @@ ending in one 100% line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
+import io
+import json
 import os
 import pty
 import re
@@ -19,7 +22,7 @@ import numpy as np
 import pytest
 
 import shardpipe
-from shardpipe.cli.parser import _parser
+from shardpipe.cli.parser import _parser, main
 
 WRITING = {
     "rechunk": lambda d: [str(d / "a"), str(d / "b"), "--shards", "32,32", "--chunks", "8,8"],
@@ -78,13 +81,32 @@ def _volume(path: Path) -> None:
     )
 
 
-def _run(argv: list[str], *, terminal: bool) -> str:
-    """Run ``shardpipe *argv``; return its stderr (a pseudo-terminal when ``terminal``)."""
-    command = [sys.executable, "-m", "shardpipe", *argv]
-    if not terminal:
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stderr
-        return done.stderr
+def _run(argv: list[str]) -> str:
+    """Run ``shardpipe *argv`` through the CLI's ``main`` in this process, its stderr a pipe's
+    stand-in (not a terminal); return what it wrote there."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        status = main(argv)
+    assert status == 0, err.getvalue()
+    return err.getvalue()
+
+
+SEPARATOR = "--- end of a command, status "
+ON_A_TERMINAL = f"""
+import json, sys
+from shardpipe.cli import main
+
+for argv in json.loads(sys.argv[1]):
+    status = main(argv)
+    sys.stderr.write("\\n{SEPARATOR}%d\\n" % status)
+    sys.stderr.flush()
+"""
+
+
+def _run_on_terminal(*argvs: list[str]) -> list[str]:
+    """Run each ``shardpipe *argv`` in turn in one child whose stderr is a pseudo-terminal;
+    return what each wrote there."""
+    command = [sys.executable, "-c", ON_A_TERMINAL, json.dumps(argvs)]
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     try:
@@ -106,17 +128,24 @@ def _run(argv: list[str], *, terminal: bool) -> str:
         if follower != -1:
             os.close(follower)
         os.close(leader)
-    assert done.returncode == 0
-    return b"".join(chunks).decode(errors="replace")
+    stderr = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    assert done.returncode == 0, stderr
+    parts = stderr.split(SEPARATOR)  # each after the first begins with a status and a newline
+    statuses = [part.split("\n", 1)[0] for part in parts[1:]]
+    assert statuses == ["0"] * len(argvs), stderr
+    return [parts[0], *(part.split("\n", 1)[1] for part in parts[1:-1])]
 
 
 @pytest.mark.parametrize("command", ["info", "verify"])
 def test_a_terminal_gets_a_bar_a_pipe_none(tmp_path: Path, command: str) -> None:
     _volume(tmp_path / "a")
-    assert "shard" not in _run([command, str(tmp_path / "a")], terminal=False)
-    assert "100%" in _run([command, str(tmp_path / "a")], terminal=True)
-    assert "100%" in _run([command, str(tmp_path / "a"), "--progress"], terminal=False)
-    assert "%" not in _run([command, str(tmp_path / "a"), "--no-progress"], terminal=True)
+    assert "shard" not in _run([command, str(tmp_path / "a")])
+    assert "100%" in _run([command, str(tmp_path / "a"), "--progress"])
+    on_terminal, hidden = _run_on_terminal(
+        [command, str(tmp_path / "a")], [command, str(tmp_path / "a"), "--no-progress"]
+    )
+    assert "100%" in on_terminal
+    assert "%" not in hidden
 
 
 def _lines(stderr: str) -> list[str]:
@@ -125,7 +154,7 @@ def _lines(stderr: str) -> list[str]:
 
 def test_rechunk_prints_one_final_line(tmp_path: Path) -> None:
     _volume(tmp_path / "a")
-    lines = _lines(_run(["rechunk", *WRITING["rechunk"](tmp_path), "--progress"], terminal=False))
+    lines = _lines(_run(["rechunk", *WRITING["rechunk"](tmp_path), "--progress"]))
     assert sum("100%" in line for line in lines) == 1, lines
 
 
@@ -137,7 +166,7 @@ def test_compact_draws_no_empty_bar(tmp_path: Path) -> None:
         region=(slice(0, 32), slice(0, 32)),
         write_strategy="append",
     )
-    lines = _lines(_run(["compact", str(tmp_path / "a"), "--progress"], terminal=False))
+    lines = _lines(_run(["compact", str(tmp_path / "a"), "--progress"]))
     assert lines and all("/16" in line for line in lines), lines
     assert sum("100%" in line for line in lines) == 1, lines
 
@@ -147,7 +176,6 @@ def test_the_precomputed_writer_draws_shardpipes_bar(tmp_path: Path) -> None:
     shardpipe.to_sharded_zarr(volume, tmp_path / "a", shards=(16, 16, 16), chunks=(8, 8, 8))
     stderr = _run(
         ["write-precomputed", *WRITING["write-precomputed"](tmp_path), "--progress"],
-        terminal=False,
     )
     lines = _lines(stderr)
     assert lines and all(line.startswith("shardpipe") for line in lines), lines

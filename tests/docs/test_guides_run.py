@@ -5,8 +5,12 @@ A new user pastes a page's blocks, in order, into one Python session (the
 run ``shardpipe``), in an empty folder. Each test does exactly that in a fresh
 child process whose working directory is a new temporary folder: the Python
 blocks run one after another in one namespace, and the command lines run, between
-them in page order, through ``bash`` with the installed ``shardpipe`` entry point
-first on the ``PATH``, in the same folder. A Python block whose first line names a
+them in page order, in the same folder: a plain command line (no pipe, redirection
+or glob) as the shell would run it, its variables expanded and its words split, by
+calling the ``shardpipe`` entry point's function in that process (a new
+interpreter would spend seconds importing shardpipe again; ``tests/cli`` runs the
+installed entry point itself), any other through ``bash`` with the installed
+``shardpipe`` first on the ``PATH``. A Python block whose first line names a
 file (``# conftest.py``, ``# test_my_pipeline.py``) is that file: it is written to
 the folder, and a ``test_*.py`` file is then run by pytest there. A failure names
 the page, the block, its line and the error.
@@ -113,13 +117,15 @@ def blocks(page: Path) -> list[Block]:
 
 
 DRIVER = r"""
-import json, pathlib, subprocess, sys, time, traceback
+import contextlib, io, json, os, pathlib, re, shlex, subprocess, sys, time, traceback
 
 steps = json.load(open(sys.argv[1]))
 # the napari plugins the OME-Zarr reader checks pull in, off as in the suite's own addopts:
 # importing them costs each inner pytest run seconds and they serve no test of a page
 NO_PLUGINS = ["-p", "no:napari", "-p", "no:napari-plugin-engine", "-p", "no:npe2"]
 namespace = {"__name__": "__main__"}
+# what only a shell can run: pipes, redirections, lists, substitutions, globs
+SHELL_SYNTAX = re.compile(r"[|&;<>()`*?]")
 
 
 def fail(where, done, what):
@@ -147,10 +153,26 @@ for step in steps:
             if done.returncode != 0:
                 fail(where, done, f"pytest {step['file']}")
             print(f"{where}: pytest {step['file']}: {done.stdout.strip().splitlines()[-1]}")
-    else:
+    elif SHELL_SYNTAX.search(step["shell"]):
         done = subprocess.run(["bash", "-c", step["shell"]], capture_output=True, text=True)
         if done.returncode != 0:
             fail(where, done, step["shell"])
+    else:
+        # a plain command line runs the entry point's function here, as the shell would
+        # run it (variables expanded, words split), without the seconds a new
+        # interpreter spends importing shardpipe again
+        from shardpipe.cli import main
+
+        argv = shlex.split(os.path.expandvars(step["shell"]))[1:]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(argv)
+            except SystemExit as stop:
+                status = stop.code if isinstance(stop.code, int) else 1
+        if status != 0:
+            fail(where, subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue()),
+                 step["shell"])
     print(f"{where}: {time.monotonic() - start:.1f} s")
 print("ALL RAN")
 """

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import struct
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import tensorstore as ts
 import zarr
 
 import shardpipe
+from shardpipe.cli import main
 from shardpipe.ome.convert import convert_ome_zarr, prepare_ome_conversion
 from shardpipe.write.options import check_array_options
 from tests.support.ome_checks import check_image, reference_pyramid
@@ -160,9 +162,12 @@ def test_shards_that_are_not_whole_chunks_are_refused(tmp_path: Path) -> None:
 
 
 def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "shardpipe", *argv], capture_output=True, text=True, cwd=cwd
-    )
+    """``shardpipe *argv`` in folder ``cwd``, through the CLI's ``main`` in this process
+    (``tests/cli`` runs the installed entry point; a new interpreter costs seconds)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 
 def test_the_cli_converts_and_writes_from_a_tiff_stack(tmp_path: Path) -> None:

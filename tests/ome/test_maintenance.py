@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import dask.array as da
 import numpy as np
+import pytest
 
 import shardpipe
+from shardpipe.cli import main
 
 LEVELS = ["0", "1", "2"]
 
@@ -42,18 +42,15 @@ def test_info_lists_every_level_of_the_image_and_its_labels(tmp_path: Path) -> N
         assert about.shards_present == about.n_shards, path
 
 
-def test_the_commands_take_the_group(tmp_path: Path) -> None:
+def test_the_commands_take_the_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The commands' own code, run in this process (``tests/cli`` runs the entry point)."""
     root = tmp_path / "img.ome.zarr"
     _image(root)
     for command in ("info", "verify", "repair"):
-        done = subprocess.run(
-            [sys.executable, "-m", "shardpipe", command, str(root)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, (command, done.stderr)
-        assert "labels/cells/2" in done.stdout, (command, done.stdout)
+        status = main([command, str(root)])
+        out, err = capsys.readouterr()
+        assert status == 0, (command, err)
+        assert "labels/cells/2" in out, (command, out)
     # a level's shape changed: no shard is wrong, the group's own check says which level is
     meta = root / "1" / "zarr.json"
     document = json.loads(meta.read_text())

@@ -25,7 +25,7 @@ from tests.support.volumes import cloud_volume, large_cloud_source
 pytestmark = pytest.mark.gcs
 
 PARTS_MAX_MEM = "20MB"
-"""A budget under which the 64 MiB shards of ``_large_source`` are written in parts."""
+"""A budget under which the 32 MiB shards of ``large_cloud_source`` are written in parts."""
 
 
 def read_zarr(url: str, storage_options: dict[str, Any]) -> np.ndarray:
@@ -54,7 +54,7 @@ def staged(bucket: str, storage_options: dict[str, Any]) -> list[str]:
     [
         ((24, 32, 64), "64MB"),  # aligned whole-shard uploads
         ((10, 30, 17), "64MB"),  # misaligned whole-shard uploads
-        ((8, 512, 512), PARTS_MAX_MEM),  # 64 MiB shards: parts from several tasks
+        ((8, 512, 512), PARTS_MAX_MEM),  # 32 MiB shards: parts from several tasks
         ((7, 300, 512), PARTS_MAX_MEM),  # parts gathered from misaligned blocks
     ],
 )
@@ -136,7 +136,7 @@ def test_both_schemes_resolve_to_the_gcs_backend(
 
 
 def _failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
-    if block_info is not None and block_info[None]["chunk-location"] == (4, 1, 1):
+    if block_info is not None and block_info[None]["chunk-location"] == (4, 0, 1):
         time.sleep(0.5)  # let the other parts of the shard upload first
         raise RuntimeError("simulated worker failure")
     return block

@@ -21,11 +21,11 @@ pytestmark = pytest.mark.s3
 
 
 MULTIPART_MAX_MEM = "20MB"
-"""A budget under which the 64 MiB shards of ``_large_volume`` are written in parts.
+"""A budget under which the 32 MiB shards of ``large_cloud_source`` are written in parts.
 
 On S3 a part task holds its part padded to 5 MiB and the backend's copy of it
 (the enforced memory model counts both), besides its blocks or pieces, so
-multipart writes need a budget of about 13-18 MB at least; the shards are 3.4
+multipart writes need a budget of about 13-18 MB at least; the shards are 1.7
 times this one.
 """
 
@@ -63,7 +63,7 @@ def _leftovers(bucket: str, storage_options: dict[str, Any]) -> tuple[list[str],
     [
         ((24, 32, 64), "64MB"),  # aligned single-PUT shards
         ((10, 30, 17), "64MB"),  # misaligned single-PUT shards
-        ((8, 512, 512), MULTIPART_MAX_MEM),  # 64 MiB shards: parts of one upload each
+        ((8, 512, 512), MULTIPART_MAX_MEM),  # 32 MiB shards: parts of one upload each
         ((7, 300, 512), MULTIPART_MAX_MEM),  # parts gathered from misaligned blocks
     ],
 )
@@ -117,7 +117,7 @@ def test_s3_parts_on_a_cluster(cluster_client: Any, s3_bucket: tuple[str, dict[s
 
 
 def _failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
-    if block_info is not None and block_info[None]["chunk-location"] == (4, 1, 1):
+    if block_info is not None and block_info[None]["chunk-location"] == (4, 0, 1):
         time.sleep(0.5)  # let the other parts of the shard upload first
         raise RuntimeError("simulated worker failure")
     return block
