@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -148,6 +149,25 @@ def wait_for_word(progress: Path, word: str, child: ForkedChild) -> None:
         time.sleep(0.005)
 
 
+def kill_when_ready(
+    server: ForkServer, module: str, args: list[str], progress: Path, delay: float
+) -> None:
+    """Fork ``python -m module *args``; ``delay`` seconds after it writes ``ready``, kill -9 it.
+
+    ``args`` must pass ``progress`` on to the child, which writes there.
+    Returns once the child is gone.
+    """
+    child = server.start(module, args)
+    try:
+        wait_for_word(progress, "ready", child)
+        time.sleep(delay)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+
+
 def _run_child(command: dict[str, Any]) -> int:
     """In the forked child: run the command as ``python -m``/``-c`` would; its exit status."""
     import runpy
@@ -195,7 +215,6 @@ def main() -> int:
     """The server: import, then fork a child per command line until stdin closes."""
     import importlib
     import select
-    import signal
 
     for name in PRELOADED:
         importlib.import_module(name)
