@@ -78,9 +78,8 @@ def _kill_child(
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.kill()
+        proc.wait()
     return "done" in progress.read_text()
 
 

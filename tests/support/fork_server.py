@@ -9,8 +9,9 @@ instant, as it would a child started by :class:`subprocess.Popen`.
 
 The server is this module run as ``python -m tests.support.fork_server``. It reads one
 JSON command per line on stdin and answers each with the child's pid on stdout; it
-reaps its children and writes each exit status (as :attr:`subprocess.Popen.returncode`
-spells it: ``-9`` after a kill -9) to the child's ``rc`` file. A child's stdin is
+reaps its children (it sleeps on stdin and on their pidfds: no polling) and writes each
+exit status (as :attr:`subprocess.Popen.returncode` spells it: ``-9`` after a kill -9)
+to the child's ``rc`` file. A child's stdin is
 ``/dev/null``, its stdout and stderr go to files. The server imports nothing that
 starts a thread (checked at start), so a fork copies one thread.
 """
@@ -65,6 +66,11 @@ class ForkedChild:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
             time.sleep(0.002)
         return code
+
+    def kill(self) -> None:
+        """Kill -9 the child, unless it has ended and been reaped (its pid may be reused)."""
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
 
     def stdout(self) -> str:
         """What the child wrote to its stdout so far."""
@@ -163,8 +169,7 @@ def kill_when_ready(
         time.sleep(delay)
         os.kill(child.pid, signal.SIGKILL)
     finally:
-        if child.poll() is None:
-            os.kill(child.pid, signal.SIGKILL)
+        child.kill()
         child.wait()
 
 
@@ -199,33 +204,36 @@ def _run_child(command: dict[str, Any]) -> int:
     return 0
 
 
-def _reap(children: dict[int, Path], block: bool) -> None:
-    """Reap ended children; write each one's exit status to its ``rc`` file."""
-    while children:
-        pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
-        if pid == 0:
-            return
-        folder = children.pop(pid)
-        partial = folder / f"{pid}.rc.partial"
-        partial.write_text(str(os.waitstatus_to_exitcode(status)))
-        os.replace(partial, folder / f"{pid}.rc")
+def _reap(pid: int, pidfd: int, folder: Path) -> None:
+    """Reap the ended child ``pid``; write its exit status to its ``rc`` file."""
+    _, status = os.waitpid(pid, 0)
+    os.close(pidfd)
+    partial = folder / f"{pid}.rc.partial"
+    partial.write_text(str(os.waitstatus_to_exitcode(status)))
+    os.replace(partial, folder / f"{pid}.rc")
 
 
 def main() -> int:
-    """The server: import, then fork a child per command line until stdin closes."""
+    """The server: import, then fork a child per command line until stdin closes.
+
+    It sleeps in ``select`` on stdin and on a pidfd per running child: no polling.
+    """
     import importlib
     import select
 
     for name in PRELOADED:
         importlib.import_module(name)
     assert threading.active_count() == 1, f"imports started threads: {threading.enumerate()}"
-    children: dict[int, Path] = {}
+    children: dict[int, tuple[int, Path]] = {}  # pidfd: (pid, folder)
     pending = b""
     print("ready", flush=True)
     while True:
-        readable, _, _ = select.select([0], [], [], 0.002)
-        _reap(children, block=False)
-        if not readable:
+        readable, _, _ = select.select([0, *children], [], [])
+        for pidfd in readable:
+            if pidfd != 0:
+                pid, folder = children.pop(pidfd)
+                _reap(pid, pidfd, folder)
+        if 0 not in readable:
             continue
         data = os.read(0, 1 << 16)
         if not data:
@@ -245,11 +253,11 @@ def main() -> int:
                     sys.stdout.flush()
                     sys.stderr.flush()
                     os._exit(code)
-            children[pid] = Path(command["folder"])
+            children[os.pidfd_open(pid)] = (pid, Path(command["folder"]))
             print(pid, flush=True)
-    for pid in children:
+    for pidfd, (pid, folder) in children.items():
         os.kill(pid, signal.SIGKILL)  # a test left it running
-    _reap(children, block=True)
+        _reap(pid, pidfd, folder)
     return 0
 
 
