@@ -3,9 +3,7 @@ complete dataset, which the consolidated metadata still describes."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import time
 from pathlib import Path
 
@@ -46,7 +44,7 @@ def test_kill_during_dataset_appends_then_repair(tmp_path: Path, fork_server: Fo
         try:
             wait_for_word(progress, "start", proc)
             time.sleep(rand.uniform(0.0, 1.0))
-            os.kill(proc.pid, signal.SIGKILL)
+            proc.kill()
         finally:
             proc.wait()
         lines = progress.read_text().splitlines()

@@ -12,8 +12,6 @@ bucket that does not exist.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 from typing import Any
@@ -193,7 +191,7 @@ def test_kill_mid_parts_then_resume(
             time.sleep(0.05)
         assert proxy.counts.stall >= 2, proxy.counts  # both shards' second parts in flight
         assert _staged(bucket, direct) != []  # their first parts are staged
-        os.kill(child.pid, signal.SIGKILL)
+        child.kill()
     finally:
         child.kill()
         child.wait(30)

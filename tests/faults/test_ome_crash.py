@@ -8,9 +8,7 @@ commit, so a kill leaves the branch where it was and the write is run again.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,7 +73,7 @@ def _kill_child(
             assert time.monotonic() < deadline
             time.sleep(0.005 if options is None else 0.05)  # listings load the S3 server
         time.sleep(delay)
-        os.kill(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait()
     finally:
         proc.kill()

@@ -11,8 +11,6 @@ open upload; a kill -9 while parts are in flight leaves a state that
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -149,7 +147,7 @@ def test_kill_with_parts_in_flight_then_resume_and_cleanup(
         while proxy.counts.stall < 4 and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proxy.counts.stall >= 4, proxy.counts  # both shards' parts in flight
-        os.kill(child.pid, signal.SIGKILL)
+        child.kill()
     finally:
         child.kill()
         child.wait(30)

@@ -11,8 +11,6 @@ carried through; a kill -9 with 16 uploads in flight leaves a state that
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -192,7 +190,7 @@ def test_kill_with_16_uploads_in_flight_then_resume(
         while proxy.counts.stall < 16 and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proxy.counts.stall >= 16, proxy.counts  # 16 uploads at once, none answered
-        os.kill(child.pid, signal.SIGKILL)
+        child.kill()
     finally:
         child.kill()
         child.wait(30)

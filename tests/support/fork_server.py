@@ -4,7 +4,7 @@ A test that kills a child or races two of them needs real processes, but a fresh
 ``python -m ...`` pays the imports of shardpipe, Dask, zarr and xarray (seconds of CPU)
 before it does anything. A :class:`ForkServer` pays them once: its server process
 imports them, then forks a child for each :meth:`ForkServer.start`. A forked child is an
-ordinary process with its own pid: ``os.kill(child.pid, signal.SIGKILL)`` kills it at that
+ordinary process with its own pid: ``child.kill()`` (``os.kill(pid, SIGKILL)``) kills it at that
 instant, as it would a child started by :class:`subprocess.Popen`.
 
 The server is this module run as ``python -m tests.support.fork_server``. It reads one
@@ -18,6 +18,7 @@ starts a thread (checked at start), so a fork copies one thread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -68,9 +69,13 @@ class ForkedChild:
         return code
 
     def kill(self) -> None:
-        """Kill -9 the child, unless it has ended and been reaped (its pid may be reused)."""
+        """Kill -9 the child now, unless it has ended already (as :meth:`subprocess.Popen.kill`).
+
+        A child that has ended is reaped by the server at once: its pid is then gone.
+        """
         if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it ended an instant ago
+                os.kill(self.pid, signal.SIGKILL)
 
     def stdout(self) -> str:
         """What the child wrote to its stdout so far."""
@@ -167,7 +172,7 @@ def kill_when_ready(
     try:
         wait_for_word(progress, "ready", child)
         time.sleep(delay)
-        os.kill(child.pid, signal.SIGKILL)
+        child.kill()
     finally:
         child.kill()
         child.wait()
