@@ -34,7 +34,7 @@ from shardpipe.storage.retry import RetryingStore, RetryPolicy
 from shardpipe.testing.faults import FaultyStore
 from shardpipe.write.prepare import prepare_write
 from tests.support import REPOSITORY
-from tests.support.fork_server import ForkServer, wait_for_word
+from tests.support.crash_child import wait_for
 from tests.support.readers import assert_same, read_tensorstore, read_zarr
 
 FAST = RetryPolicy(attempts=12, first_delay=0.001, max_delay=0.01)
@@ -260,36 +260,33 @@ def _files(folder: Path) -> int:
 
 
 def _kill_child(
-    server: ForkServer,
-    target: Path,
-    progress: Path,
-    delay: float,
-    *what: str,
-    after: tuple[str, int] = ("c", 0),
+    target: Path, progress: Path, delay: float, *what: str, after: tuple[str, int] = ("c", 0)
 ) -> bool:
     """Start ``tests.support.resume_child`` on ``target``, SIGKILL it ``delay`` s after it
     started writing, once ``after = (folder, n)``: n files are under that folder of
     the array; return whether it had finished by then."""
-    proc = server.start(
-        "tests.support.resume_child", [str(target), str(progress), *what], cwd=REPOSITORY
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.resume_child", str(target), str(progress), *what],
+        cwd=REPOSITORY,
+        stderr=subprocess.PIPE,
     )
     try:
-        wait_for_word(progress, "started", proc)
+        wait_for(progress, "started", proc)
         deadline = time.monotonic() + 60
         while after[1] and _files(target / after[0]) < after[1]:
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.005)
         time.sleep(delay)
-        proc.kill()
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
-        proc.kill()
-        proc.wait()
+        if proc.poll() is None:
+            proc.kill()
     return "done" in progress.read_text()
 
 
 @pytest.mark.parametrize("run", [*range(5), "after 3 shards"])
-def test_sigkill_then_resume(tmp_path: Path, run: int | str, fork_server: ForkServer) -> None:
+def test_sigkill_then_resume(tmp_path: Path, run: int | str) -> None:
     from tests.support.resume_child import source
 
     target = tmp_path / "a.zarr"
@@ -297,7 +294,7 @@ def test_sigkill_then_resume(tmp_path: Path, run: int | str, fork_server: ForkSe
         delay, after = random.Random(run).uniform(0.05, 2.5), 0
     else:
         delay, after = 0.0, 3
-    finished = _kill_child(fork_server, target, tmp_path / "progress", delay, after=("c", after))
+    finished = _kill_child(target, tmp_path / "progress", delay, after=("c", after))
     INJECTED["SIGKILL"] += 1
     # whatever the kill left, no shard is torn
     before = shardpipe.verify(str(target)) if (target / "zarr.json").exists() else None
@@ -320,9 +317,7 @@ def test_sigkill_then_resume(tmp_path: Path, run: int | str, fork_server: ForkSe
 
 
 @pytest.mark.parametrize("run", [*range(3), "after 2 finished shards"])
-def test_sigkill_during_an_update_then_resume(
-    tmp_path: Path, run: int | str, fork_server: ForkServer
-) -> None:
+def test_sigkill_during_an_update_then_resume(tmp_path: Path, run: int | str) -> None:
     from tests.support.resume_child import REGION, source, update
 
     target = tmp_path / "a.zarr"
@@ -334,14 +329,7 @@ def test_sigkill_during_an_update_then_resume(
         delay, after = random.Random(100 + run).uniform(0.3, 1.0), 0
     else:
         delay, after = 0.0, 2
-    _kill_child(
-        fork_server,
-        target,
-        tmp_path / "progress",
-        delay,
-        "update",
-        after=(".shardpipe/done", after),
-    )
+    _kill_child(target, tmp_path / "progress", delay, "update", after=(".shardpipe/done", after))
     INJECTED["SIGKILL during update"] += 1
     job = prepare_write(update(), str(target), region=REGION, max_mem="64MB", resume=True)
     assert len(job.skip) >= after  # every shard recorded as finished is kept
