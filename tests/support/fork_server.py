@@ -227,7 +227,8 @@ def main() -> int:
     import select
 
     for name in PRELOADED:
-        importlib.import_module(name)
+        with contextlib.suppress(ImportError):  # a child that needs it imports it (and fails)
+            importlib.import_module(name)
     assert threading.active_count() == 1, f"imports started threads: {threading.enumerate()}"
     children: dict[int, tuple[int, Path]] = {}  # pidfd: (pid, folder)
     pending = b""
