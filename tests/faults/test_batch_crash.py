@@ -17,6 +17,7 @@ import pytest
 
 import shardpipe
 from tests.support import batch_crash_child, crash_child
+from tests.support.fork_server import ForkServer, kill_when_ready
 from tests.support.readers import read_tensorstore, read_zarr
 
 KILLS = 4
@@ -43,7 +44,9 @@ def _states(start: np.ndarray) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("strategy", ["in_place", "rewrite"])
-def test_kill_during_a_batch_then_repair_and_rerun(tmp_path: Path, strategy: str) -> None:
+def test_kill_during_a_batch_then_repair_and_rerun(
+    tmp_path: Path, strategy: str, fork_server: ForkServer
+) -> None:
     path = tmp_path / "a.zarr"
     start = crash_child.write_initial(path)
     rand = random.Random(11)
@@ -51,7 +54,8 @@ def test_kill_during_a_batch_then_repair_and_rerun(tmp_path: Path, strategy: str
     for attempt in range(KILLS):
         states = _states(start)
         progress = tmp_path / f"progress-{attempt}"
-        crash_child.kill_when_ready(
+        kill_when_ready(
+            fork_server,
             "tests.support.batch_crash_child",
             [str(path), strategy, str(progress)],
             progress,

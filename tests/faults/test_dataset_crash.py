@@ -3,11 +3,7 @@ complete dataset, which the consolidated metadata still describes."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,8 +13,8 @@ import xarray as xr
 
 import shardpipe
 from shardpipe.dataset import repair_dataset
-from tests.support import REPOSITORY, crash_child
 from tests.support import dataset_crash_child as child
+from tests.support.fork_server import ForkServer, wait_for_word
 
 KILLS = 5
 VARIABLES = ("t2m", "precip", "stations", "land")
@@ -32,7 +28,7 @@ def _check_prefix(ds: xr.Dataset, full: xr.Dataset) -> None:
         np.testing.assert_array_equal(ds[name].values, expected[name].values, err_msg=name)
 
 
-def test_kill_during_dataset_appends_then_repair(tmp_path: Path) -> None:
+def test_kill_during_dataset_appends_then_repair(tmp_path: Path, fork_server: ForkServer) -> None:
     store = tmp_path / "c.zarr"
     with dask.config.set(scheduler="threads"):
         full = child.full().compute()
@@ -40,20 +36,15 @@ def test_kill_during_dataset_appends_then_repair(tmp_path: Path) -> None:
             store, shards={"time": 72}, chunks={"time": 8, "lat": 12, "lon": 16}
         )
     rand = random.Random(11)
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     cut_back, rolled_back = 0, 0
     for attempt in range(KILLS):
         before = xr.open_zarr(store).sizes["time"]
         progress = tmp_path / f"progress-{attempt}"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.dataset_crash_child", str(store), str(progress)],
-            env=env,
-            stderr=subprocess.PIPE,
-        )
+        proc = fork_server.start("tests.support.dataset_crash_child", [str(store), str(progress)])
         try:
-            crash_child.wait_for(progress, "start", proc)
+            wait_for_word(progress, "start", proc)
             time.sleep(rand.uniform(0.0, 1.0))
-            os.kill(proc.pid, signal.SIGKILL)
+            proc.kill()
         finally:
             proc.wait()
         lines = progress.read_text().splitlines()

@@ -12,10 +12,6 @@ bucket that does not exist.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from typing import Any
@@ -39,6 +35,7 @@ from shardpipe.storage.gcs import faults
 from shardpipe.storage.gcs.store import GcsShardStore
 from shardpipe.testing.fault_proxy import FaultProxy
 from shardpipe.testing.gcs import gcs_object_names, gcs_storage_options_for
+from tests.support.fork_server import ForkServer
 
 pytestmark = pytest.mark.gcs
 
@@ -178,7 +175,7 @@ with dask.config.set(scheduler="threads", num_workers=4):
 
 
 def test_kill_mid_parts_then_resume(
-    gcs_bucket: tuple[str, dict[str, Any]], gcs_fault_proxy: FaultProxy
+    gcs_bucket: tuple[str, dict[str, Any]], gcs_fault_proxy: FaultProxy, fork_server: ForkServer
 ) -> None:
     """Killed while the second part of each shard goes up (the first ones are staged):
     ``resume=True`` completes the array and the cleanup leaves nothing staged."""
@@ -187,16 +184,14 @@ def test_kill_mid_parts_then_resume(
     proxy.stall_seconds = 60  # held back until the kill
     proxy.configure(stall=1.0, match=b"part-000001")
     url = f"gs://{bucket}/killed.zarr"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, proxy.url], env=os.environ | {"PYTHONPATH": os.getcwd()}
-    )
+    child = fork_server.start(None, [url, proxy.url], code=CHILD)
     try:
         deadline = time.monotonic() + 120
         while proxy.counts.stall < 2 and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proxy.counts.stall >= 2, proxy.counts  # both shards' second parts in flight
         assert _staged(bucket, direct) != []  # their first parts are staged
-        os.kill(child.pid, signal.SIGKILL)
+        child.kill()
     finally:
         child.kill()
         child.wait(30)

@@ -38,7 +38,7 @@ import shardpipe
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.stalls import STEPS
 from shardpipe.journal.undo import UndoRecord
-from tests.support import REPOSITORY
+from tests.support.fork_server import ForkServer
 from tests.support.readers import read_zarr
 
 RUNS = int(os.environ.get("SHARDPIPE_RACE_RUNS", "50"))
@@ -55,47 +55,55 @@ WRITING = ("update.recorded", "update.written")
 
 
 class Worker:
-    """One ``tests.support.race_worker`` process."""
+    """One ``tests.support.race_worker`` process, forked by the fork server.
 
-    def __init__(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.race_worker"],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.pid = json.loads(self._line())["ready"]
+    It answers on a Unix socket (an abstract one: no file, no path length limit).
+    """
+
+    def __init__(self, server: ForkServer) -> None:
+        address = f"@shardpipe-race-{os.getpid()}-{random.getrandbits(64):016x}"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(address.replace("@", "\0", 1))
+        listener.listen(1)
+        listener.settimeout(120)
+        self.child = server.start("tests.support.race_worker", [address])
+        self.pid = self.child.pid
+        try:
+            self.connection, _ = listener.accept()
+        except TimeoutError:
+            raise AssertionError(f"race worker did not connect: {self.child.stderr()}") from None
+        finally:
+            listener.close()
+        self.connection.settimeout(None)
+        self.stream = self.connection.makefile("rw")
+        assert json.loads(self._line())["ready"] == self.pid
 
     def _line(self) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, f"race worker {self.proc.pid} stopped (exit {self.proc.poll()})"
+        line = self.stream.readline()
+        assert line, f"race worker {self.pid} stopped (exit {self.child.poll()})"
         return line
 
     def send(self, command: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
+        self.stream.write(json.dumps(command) + "\n")
+        self.stream.flush()
 
     def answer(self) -> dict[str, Any]:
         result: dict[str, Any] = json.loads(self._line())
         return result
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
+        self.stream.close()
+        self.connection.close()
         try:
-            self.proc.wait(timeout=30)
+            self.child.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.child.kill()
+            self.child.wait()
 
 
 @pytest.fixture(scope="module")
-def workers() -> Iterator[tuple[Worker, Worker]]:
-    pair = (Worker(), Worker())
+def workers(fork_server: ForkServer) -> Iterator[tuple[Worker, Worker]]:
+    pair = (Worker(fork_server), Worker(fork_server))
     yield pair
     for worker in pair:
         worker.close()

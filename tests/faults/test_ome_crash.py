@@ -8,11 +8,7 @@ commit, so a kill leaves the branch where it was and the write is run again.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +21,7 @@ import zarr
 
 import shardpipe
 from tests.support import REPOSITORY
-from tests.support.crash_child import wait_for
+from tests.support.fork_server import ForkServer, wait_for_word
 from tests.support.ome_checks import check_image, left_by_an_unfinished_write, reference_pyramid
 from tests.support.ome_crash_child import FACTORS, ICECHUNK_PATH, KWARGS, image
 
@@ -48,6 +44,7 @@ def _shard_objects(url: str, options: dict[str, Any] | None) -> int:
 
 
 def _kill_child(
+    server: ForkServer,
     target: Path | str,
     progress: Path,
     what: str,
@@ -56,10 +53,10 @@ def _kill_child(
     options: dict[str, Any] | None = None,
 ) -> bool:
     """Start the child, SIGKILL it ``delay`` s after ``after`` shard files exist; finished?"""
-    command = ["-m", "tests.support.ome_crash_child", str(target), str(progress), what]
+    args = [str(target), str(progress), what]
     if options is not None:
-        command.append(json.dumps(options))
-    proc = subprocess.Popen([sys.executable, *command], cwd=REPOSITORY, stderr=subprocess.PIPE)
+        args.append(json.dumps(options))
+    proc = server.start("tests.support.ome_crash_child", args, cwd=REPOSITORY)
     count: Callable[[], int]
     if options is not None:
         count = lambda: _shard_objects(str(target), options)  # noqa: E731
@@ -69,18 +66,18 @@ def _kill_child(
     else:
         count = lambda: _shard_files(Path(target))  # noqa: E731
     try:
-        wait_for(progress, "started", proc)
+        wait_for_word(progress, "started", proc)
         deadline = time.monotonic() + 120
         while count() < after and "done" not in progress.read_text():
-            assert proc.poll() is None or "done" in progress.read_text(), proc.stderr
+            assert proc.poll() is None or "done" in progress.read_text(), proc.stderr()
             assert time.monotonic() < deadline
             time.sleep(0.005 if options is None else 0.05)  # listings load the S3 server
         time.sleep(delay)
-        os.kill(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        proc.kill()
+        proc.wait()
     return "done" in progress.read_text()
 
 
@@ -93,10 +90,14 @@ def _model(t: int, *appended: tuple[int, int]) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("run", range(3))
-def test_sigkill_during_a_pyramid_write_then_resume(tmp_path: Path, run: int) -> None:
+def test_sigkill_during_a_pyramid_write_then_resume(
+    tmp_path: Path, run: int, fork_server: ForkServer
+) -> None:
     target = tmp_path / "img.ome.zarr"
     delay = random.Random(run).uniform(0.0, 1.5)
-    finished = _kill_child(target, tmp_path / "progress", "write", after=4 * run, delay=delay)
+    finished = _kill_child(
+        fork_server, target, tmp_path / "progress", "write", after=4 * run, delay=delay
+    )
     if (target / "zarr.json").exists():
         report = shardpipe.verify(str(target))
         if not finished:  # the group says the write is unfinished
@@ -118,14 +119,16 @@ def test_sigkill_during_a_pyramid_write_then_resume(tmp_path: Path, run: int) ->
 @pytest.mark.parametrize(("run", "settle"), [(0, "resume"), (1, "repair"), (2, "resume"),
                                              (3, "repair")])  # fmt: skip
 def test_sigkill_during_a_time_point_append_then_resume_or_repair(
-    tmp_path: Path, run: int, settle: str
+    tmp_path: Path, run: int, settle: str, fork_server: ForkServer
 ) -> None:
     target = tmp_path / "img.ome.zarr"
     with dask.config.set(scheduler="threads"):
         shardpipe.to_ome_zarr(image(slow=False), target, "tzyx", **KWARGS)
     before = _shard_files(target)
     delay = random.Random(100 + run).uniform(0.0, 1.0)
-    finished = _kill_child(target, tmp_path / "progress", "append", after=before + run, delay=delay)
+    finished = _kill_child(
+        fork_server, target, tmp_path / "progress", "append", after=before + run, delay=delay
+    )
     if settle == "resume":
         with dask.config.set(scheduler="threads"):
             shardpipe.to_ome_zarr(image(2, seed=7), target, append_dim="t", resume=True)
@@ -144,7 +147,11 @@ def test_sigkill_during_a_time_point_append_then_resume_or_repair(
 @pytest.mark.s3
 @pytest.mark.parametrize(("what", "settle"), [("write", "resume"), ("append", "repair")])
 def test_sigkill_on_s3_then_resume_or_repair(
-    tmp_path: Path, s3_bucket: tuple[str, dict[str, Any]], what: str, settle: str
+    tmp_path: Path,
+    s3_bucket: tuple[str, dict[str, Any]],
+    what: str,
+    settle: str,
+    fork_server: ForkServer,
 ) -> None:
     """The same kills against S3 (the moto server): objects are whole or absent, and the
     group's record and the arrays' undo records settle the image as on a file system."""
@@ -155,7 +162,7 @@ def test_sigkill_on_s3_then_resume_or_repair(
         with dask.config.set(scheduler="threads"):
             shardpipe.to_ome_zarr(image(slow=False), url, "tzyx", storage_options=options, **KWARGS)
         before = _shard_objects(url, options)
-    finished = _kill_child(url, tmp_path / "progress", what, before + 2, 0.3, options)
+    finished = _kill_child(fork_server, url, tmp_path / "progress", what, before + 2, 0.3, options)
     with dask.config.set(scheduler="threads"):
         if settle == "resume":
             shardpipe.to_ome_zarr(
@@ -187,7 +194,7 @@ def test_sigkill_on_s3_then_resume_or_repair(
 
 @pytest.mark.parametrize("what", ["write", "append"])
 def test_sigkill_in_an_icechunk_session_leaves_the_branch_then_runs_again(
-    tmp_path: Path, what: str
+    tmp_path: Path, what: str, fork_server: ForkServer
 ) -> None:
     """Shard objects stored before the kill belong to no snapshot: ``main`` reads as before."""
     import icechunk
@@ -208,7 +215,9 @@ def test_sigkill_in_an_icechunk_session_leaves_the_branch_then_runs_again(
     chunks = tmp_path / "repo" / "chunks"
     stored = sum(1 for _ in chunks.iterdir()) if chunks.exists() else 0
     target = f"icechunk:{tmp_path / 'repo'}"
-    finished = _kill_child(target, tmp_path / "progress", what, after=stored + 3, delay=0.2)
+    finished = _kill_child(
+        fork_server, target, tmp_path / "progress", what, after=stored + 3, delay=0.2
+    )
     assert not finished  # the kill landed mid-write
     assert sum(1 for _ in chunks.iterdir()) > stored  # objects no snapshot refers to
     reopened = icechunk.Repository.open(storage)

@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +19,7 @@ import pytest
 import shardpipe
 from shardpipe.errors import InvalidArgumentError
 from tests.support import REPOSITORY
-from tests.support.crash_child import wait_for
+from tests.support.fork_server import ForkServer, wait_for_word
 from tests.support.readers import assert_same, read_tensorstore, read_zarr
 from tests.support.rechunk_crash_child import LAYOUT, slabs
 
@@ -45,19 +42,17 @@ def _record(target: Path) -> dict[str, object] | None:
     return record
 
 
-def _kill_when(source: Path, target: Path, progress: Path, moment: str) -> dict[str, object]:
+def _kill_when(
+    server: ForkServer, source: Path, target: Path, progress: Path, moment: str
+) -> dict[str, object]:
     """Run the child; SIGKILL it once ``moment`` is reached; return the copy's record."""
     args = (source, target, progress, moment)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.rechunk_crash_child", *map(str, args)],
-        cwd=REPOSITORY,
-        stderr=subprocess.PIPE,
-    )
+    proc = server.start("tests.support.rechunk_crash_child", list(map(str, args)), cwd=REPOSITORY)
     try:
-        wait_for(progress, "started", proc)
+        wait_for_word(progress, "started", proc)
         deadline = time.monotonic() + 120
         while True:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None, proc.stderr()
             assert time.monotonic() < deadline
             record = _record(target)
             if record is not None:
@@ -67,21 +62,23 @@ def _kill_when(source: Path, target: Path, progress: Path, moment: str) -> dict[
                 if moment == "copied" and record["state"] == "copied" and _files(target / "c"):
                     break
             time.sleep(0.002)
-        os.kill(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        proc.kill()
+        proc.wait()
     record = _record(target)
     assert record is not None
     return record
 
 
 @pytest.mark.parametrize("moment", ["copying", "copied"])
-def test_a_killed_two_pass_rechunk_resumes(tmp_path: Path, moment: str) -> None:
+def test_a_killed_two_pass_rechunk_resumes(
+    tmp_path: Path, moment: str, fork_server: ForkServer
+) -> None:
     source, target = tmp_path / "src.zarr", tmp_path / "out.zarr"
     data = slabs(source)
-    record = _kill_when(source, target, tmp_path / "progress", moment)
+    record = _kill_when(fork_server, source, target, tmp_path / "progress", moment)
     copy = Path(str(record["store"]))
     # killed in the pass waited for: the copy shardpipe placed is kept, with its record
     assert record["state"] == moment and record["placed"] is True
@@ -113,10 +110,12 @@ def test_a_killed_two_pass_rechunk_resumes(tmp_path: Path, moment: str) -> None:
     assert not (target / ".shardpipe" / "intermediate.json").exists()
 
 
-def test_resuming_from_a_copy_of_another_source_or_place_is_refused(tmp_path: Path) -> None:
+def test_resuming_from_a_copy_of_another_source_or_place_is_refused(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
     source, target = tmp_path / "src.zarr", tmp_path / "out.zarr"
     data = slabs(source)
-    record = _kill_when(source, target, tmp_path / "progress", "copying")
+    record = _kill_when(fork_server, source, target, tmp_path / "progress", "copying")
     other = tmp_path / "other.zarr"
     shutil.copytree(source, other)  # the same data under another name: another source
     with pytest.raises(

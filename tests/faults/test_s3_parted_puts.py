@@ -11,10 +11,6 @@ open upload; a kill -9 while parts are in flight leaves a state that
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +27,7 @@ from shardpipe.errors import InvalidArgumentError, StorageError
 from shardpipe.storage.parted_puts import PARTS_AT_ONCE, part_size
 from shardpipe.testing.fault_proxy import FaultProxy
 from shardpipe.testing.s3 import storage_options_for
+from tests.support.fork_server import ForkServer
 
 pytestmark = pytest.mark.s3
 
@@ -134,22 +131,23 @@ with dask.config.set({"shardpipe.uploads.part-size": 5 << 20}, scheduler="thread
 
 
 def test_kill_with_parts_in_flight_then_resume_and_cleanup(
-    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy, tmp_path: Path
+    s3_bucket: tuple[str, dict[str, Any]],
+    s3_fault_proxy: FaultProxy,
+    tmp_path: Path,
+    fork_server: ForkServer,
 ) -> None:
     bucket, direct = s3_bucket
     proxy = s3_fault_proxy
     proxy.configure(stall=1.0, match=UPLOAD_PARTS)
     proxy.stall_seconds = 60  # every part's answer held back until the kill
     url = f"s3://{bucket}/killed.zarr"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, proxy.url], env=os.environ | {"PYTHONPATH": os.getcwd()}
-    )
+    child = fork_server.start(None, [url, proxy.url], code=CHILD)
     try:
         deadline = time.monotonic() + 120
         while proxy.counts.stall < 4 and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proxy.counts.stall >= 4, proxy.counts  # both shards' parts in flight
-        os.kill(child.pid, signal.SIGKILL)
+        child.kill()
     finally:
         child.kill()
         child.wait(30)

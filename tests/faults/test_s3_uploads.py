@@ -11,10 +11,6 @@ carried through; a kill -9 with 16 uploads in flight leaves a state that
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +27,7 @@ from shardpipe.errors import StorageError
 from shardpipe.storage import uploads
 from shardpipe.testing.fault_proxy import FaultProxy
 from shardpipe.testing.s3 import storage_options_for
+from tests.support.fork_server import ForkServer
 
 pytestmark = pytest.mark.s3
 
@@ -177,22 +174,23 @@ with dask.config.set(scheduler="threads"):
 
 
 def test_kill_with_16_uploads_in_flight_then_resume(
-    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: FaultProxy, tmp_path: Path
+    s3_bucket: tuple[str, dict[str, Any]],
+    s3_fault_proxy: FaultProxy,
+    tmp_path: Path,
+    fork_server: ForkServer,
 ) -> None:
     bucket, direct = s3_bucket
     proxy = s3_fault_proxy
     proxy.configure(stall=1.0, match=SHARD_PUTS)
     proxy.stall_seconds = 60  # every shard's answer held back until the kill
     url = f"s3://{bucket}/killed.zarr"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, proxy.url], env=os.environ | {"PYTHONPATH": os.getcwd()}
-    )
+    child = fork_server.start(None, [url, proxy.url], code=CHILD)
     try:
         deadline = time.monotonic() + 120
         while proxy.counts.stall < 16 and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proxy.counts.stall >= 16, proxy.counts  # 16 uploads at once, none answered
-        os.kill(child.pid, signal.SIGKILL)
+        child.kill()
     finally:
         child.kill()
         child.wait(30)

@@ -11,6 +11,7 @@ import pytest
 
 import shardpipe
 from tests.support import crash_child
+from tests.support.fork_server import ForkServer, kill_when_ready
 from tests.support.readers import read_tensorstore, read_zarr
 
 KILLS = 6
@@ -32,7 +33,9 @@ def _done(progress: Path) -> int:
 @pytest.mark.parametrize(
     ("strategy", "source"), [("in_place", "dask"), ("append", "dask"), ("in_place", "numpy")]
 )
-def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str, source: str) -> None:
+def test_kill_during_updates_then_repair(
+    tmp_path: Path, strategy: str, source: str, fork_server: ForkServer
+) -> None:
     """``numpy``: the updates touching few shards run in the calling thread, with no graph."""
     path = tmp_path / "a.zarr"
     start = crash_child.write_initial(path)
@@ -44,7 +47,8 @@ def test_kill_during_updates_then_repair(tmp_path: Path, strategy: str, source: 
         states = _model_from(start)
         progress = tmp_path / f"progress-{attempt}"
         # updates take tens of milliseconds: kill somewhere in the next few
-        crash_child.kill_when_ready(
+        kill_when_ready(
+            fork_server,
             "tests.support.crash_child",
             [str(path), strategy, str(progress), source],
             progress,

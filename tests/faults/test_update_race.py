@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,35 +14,30 @@ import pytest
 import shardpipe
 from shardpipe.engine.update_tasks import StoredShard
 from shardpipe.errors import ShardConflictError
-from tests.support import REPOSITORY, race_child
+from tests.support import race_child
+from tests.support.fork_server import ForkServer
 from tests.support.readers import read_zarr
 
 ROUNDS = 5
 
 
-def _race(path: Path, mode: str, go: Path) -> list[tuple[int, str]]:
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.support.race_child", str(path), mode, str(v), str(go)],
-            env=env,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for v in (1, 2)
+def _race(server: ForkServer, path: Path, mode: str, go: Path) -> list[tuple[int, str]]:
+    racers = [
+        server.start("tests.support.race_child", [str(path), mode, str(v), str(go)]) for v in (1, 2)
     ]
     deadline = time.monotonic() + 120
     while not all(os.path.exists(race_child.ready_file(str(go), str(v))) for v in (1, 2)):
         # both have imported everything and wait for the start
-        assert all(p.poll() is None for p in procs), "a racer ended before the start"
+        assert all(r.poll() is None for r in racers), "a racer ended before the start"
         assert time.monotonic() < deadline, "the racers did not get ready"
         time.sleep(0.01)
     go.touch()
-    return [(p.wait(timeout=300), p.stderr.read() if p.stderr else "") for p in procs]
+    return [(r.wait(timeout=300), r.stderr()) for r in racers]
 
 
 @pytest.mark.parametrize("mode", ["overwrite", "region"])
-def test_two_jobs_on_one_array(tmp_path: Path, mode: str) -> None:
+def test_two_jobs_on_one_array(tmp_path: Path, mode: str, fork_server: ForkServer) -> None:
+    """Two processes (forked with shardpipe imported) write the same array at once."""
     outcomes = {"one failed": 0, "both ran": 0}
     for round_ in range(ROUNDS):
         path = tmp_path / f"a{round_}.zarr"
@@ -55,7 +48,7 @@ def test_two_jobs_on_one_array(tmp_path: Path, mode: str) -> None:
             chunks=(8, 16, 16),
             write_empty_chunks=True,
         )
-        results = _race(path, mode, tmp_path / f"go{round_}")
+        results = _race(fork_server, path, mode, tmp_path / f"go{round_}")
         codes = sorted(code for code, _ in results)
         assert codes in ([0, 0], [0, 3]), results
         if codes == [0, 3]:

@@ -1,8 +1,11 @@
 """A long-lived process that runs jobs on arrays when told, for the stall-injected race test.
 
-``python -m tests.support.race_worker``: reads one JSON command per line on stdin,
-runs it, answers one JSON line on stdout. Importing shardpipe, Dask and
-zarr takes a second or two; a worker pays it once for many runs.
+``python -m tests.support.race_worker [SOCKET]``: reads one JSON command per line on
+stdin, runs it, answers one JSON line on stdout; given the name of a listening Unix
+socket (an abstract one starts with ``@``), it connects there and reads and answers on
+the connection instead (a worker forked by :class:`tests.support.fork_server.ForkServer`
+has no pipes to its test). Importing shardpipe, Dask and zarr takes seconds; a worker
+pays it once for many runs, or not at all when it is forked.
 
 A command::
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -74,13 +78,19 @@ def run(command: dict[str, Any]) -> dict[str, Any]:
         journal_stalls._HOOK = None
 
 
-def main() -> int:
+def main(address: str | None = None) -> int:
     dask.config.set(scheduler="threads")
-    print(json.dumps({"ready": os.getpid()}), flush=True)
-    for line in sys.stdin:
-        print(json.dumps(run(json.loads(line))), flush=True)
+    if address is None:
+        commands, answers = sys.stdin, sys.stdout
+    else:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(address.replace("@", "\0", 1) if address[0] == "@" else address)
+        commands = answers = connection.makefile("rw")
+    print(json.dumps({"ready": os.getpid()}), file=answers, flush=True)
+    for line in commands:
+        print(json.dumps(run(json.loads(line))), file=answers, flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(*sys.argv[1:2]))
