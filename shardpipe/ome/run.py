@@ -41,7 +41,7 @@ from shardpipe.ome.metadata import labels_attributes
 from shardpipe.ome.multiscale import MultiscaleWrite
 from shardpipe.storage.keys import JOB_DIR, OME_GROUP_RECORD
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.places import discard_zarr_temporaries
+from shardpipe.stored.places import discard_metadata_temporaries
 from shardpipe.write.job import Pass, ShardedWrite
 
 __all__ = [
@@ -114,9 +114,9 @@ def write_group(target: ResolvedStore, path: str, attributes: dict[str, Any]) ->
 
     zarr's temporary file of the group's ``zarr.json``, left by a write
     killed while zarr wrote it, is removed first
-    (:func:`~shardpipe.stored.places.discard_zarr_temporaries`).
+    (:func:`~shardpipe.stored.places.discard_metadata_temporaries`).
     """
-    discard_zarr_temporaries(target, path)
+    discard_metadata_temporaries(target, path)
     where = target.key(path) if path else target.path
     group = zarr.open_group(
         target.zarr_store_for_writes, path=where or None, mode="a", zarr_format=3

@@ -21,8 +21,8 @@ from shardpipe.errors import (
     SourceOverlapsTargetError,
     StoreNotWritableError,
 )
-from shardpipe.storage.keys import JOB_DIR
-from shardpipe.storage.local.temporary import ZARR_TEMPORARY, is_zarr_temporary
+from shardpipe.storage.keys import JOB_DIR, TEMPORARY_SUFFIX
+from shardpipe.storage.local.temporary import ZARR_TEMPORARY, is_zarr_temporary, writer_may_run
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.locations import Location, source_locations, store_location
@@ -166,8 +166,9 @@ def _first_foreign_key(target: ResolvedStore) -> tuple[bool, str | None]:
 
     Returns whether the target's ``zarr.json`` was listed before the stop, and
     that key (relative to the target): neither the ``zarr.json``, nor
-    shardpipe's records, nor a temporary of zarr's (the job removes those,
-    :func:`discard_zarr_temporaries`); None when there is none.
+    shardpipe's records, nor a temporary file of zarr's, nor one of
+    shardpipe's whose writer is gone (the job removes those of the
+    ``zarr.json``, :func:`discard_metadata_temporaries`); None when there is none.
     """
     prefix = target.key("")
     records = f"{JOB_DIR}/"
@@ -176,9 +177,21 @@ def _first_foreign_key(target: ResolvedStore) -> tuple[bool, str | None]:
         relative = key[len(prefix) :]
         if relative == "zarr.json":
             has_metadata = True
-        elif not relative.startswith(records) and not ZARR_TEMPORARY.fullmatch(relative):
+        elif not (
+            relative.startswith(records)
+            or ZARR_TEMPORARY.fullmatch(relative)
+            or _left_behind(target, key)
+        ):
             return has_metadata, relative
     return has_metadata, None
+
+
+def _left_behind(target: ResolvedStore, key: str) -> bool:
+    """Whether ``key`` is a temporary file of shardpipe's whose writer is gone (local disks)."""
+    store = target.zarr_store
+    if not key.endswith(TEMPORARY_SUFFIX) or not isinstance(store, LocalStore):
+        return False
+    return not writer_may_run(os.path.join(str(store.root), key))
 
 
 def _refuse_foreign(target: ResolvedStore, name: str, relative: str, replace: str | None) -> None:
@@ -193,27 +206,31 @@ def _refuse_foreign(target: ResolvedStore, name: str, relative: str, replace: st
     )
 
 
-def discard_zarr_temporaries(target: ResolvedStore, path: str = "") -> int:
-    """Remove zarr's temporary files of the ``zarr.json`` of the node at ``path``; how many.
+def discard_metadata_temporaries(target: ResolvedStore, path: str = "") -> int:
+    """Remove the temporary files of the ``zarr.json`` of the node at ``path`` left by a kill.
 
-    A process killed inside zarr's own write of a ``zarr.json`` on a local
-    disk leaves the document's temporary file beside it
-    (:data:`~shardpipe.storage.local.temporary.ZARR_TEMPORARY`): zarr then
-    warns of it on every listing of the node, and the node is not empty.
-    The name does not say who writes it, so this is called only by a job
-    that is about to write the node's ``zarr.json`` itself (no other
-    shardpipe job holds the node then); a zarr-python process writing the
-    same document at that moment would see its rename fail. Other stores
-    write documents whole, in one request: nothing is listed for them.
+    A process killed inside a write of a ``zarr.json`` on a local disk leaves
+    the document's temporary file beside it: zarr's
+    (:data:`~shardpipe.storage.local.temporary.ZARR_TEMPORARY`, of a node
+    under a path), on which zarr warns at every listing of the node, or
+    shardpipe's own (an array at the store's root, put whole). Either way
+    the node is not empty. zarr's name does not say who writes it, so this is
+    called only by a job about to write the node's ``zarr.json`` itself (no
+    other shardpipe job holds the node then; a zarr-python process writing
+    the same document at that moment would see its rename fail); shardpipe's
+    names say it, and those of a writer still running are left alone. Other
+    stores write documents whole, in one request: nothing is listed for them.
+    Returns how many were removed.
     """
     if not isinstance(target.zarr_store, LocalStore):
         return 0
     folder = target.key(path) if path else target.path
-    prefix = f"{folder}/zarr." if folder else "zarr."
-    found = [key for key in target.shards.list(prefix) if is_zarr_temporary(key, folder)]
-    for key in found:
+    within = f"{folder}/" if folder else ""
+    zarrs = [k for k in target.shards.list(f"{within}zarr.") if is_zarr_temporary(k, folder)]
+    ours = [k for k in target.shards.list(f"{within}.zarr.json.") if _left_behind(target, k)]
+    for key in zarrs + ours:
         target.shards.delete(key)
-    return len(found)
+    return len(zarrs) + len(ours)
 
 
 def check_not_a_file(target: ResolvedStore, parameter: str) -> None:

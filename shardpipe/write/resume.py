@@ -82,7 +82,7 @@ from shardpipe.journal.markers import JobKeys, JobMarker, conflict, read_marker
 from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import metadata_bytes
-from shardpipe.stored.places import check_target, discard_zarr_temporaries
+from shardpipe.stored.places import check_target, discard_metadata_temporaries
 
 RESUME_WORKERS = 8
 """Shard indexes read at once when a resumed write looks for complete shards."""
@@ -370,7 +370,7 @@ def create_array(
         return write_target
     if holder is None:
         check_no_other_job(target, None, "write the array")
-    discard_zarr_temporaries(target)  # of a zarr.json whose write was killed
+    discard_metadata_temporaries(target)  # of a zarr.json whose write was killed
     check_target(target, overwrite)
     if overwrite:
         _remove_node(target)

@@ -34,7 +34,7 @@ from shardpipe.storage.retry import RetryingStore, RetryPolicy
 from shardpipe.testing.faults import FaultyStore
 from shardpipe.write.prepare import prepare_write
 from tests.support import REPOSITORY
-from tests.support.crash_child import wait_for
+from tests.support.fork_server import ForkServer, wait_for_word
 from tests.support.readers import assert_same, read_tensorstore, read_zarr
 
 FAST = RetryPolicy(attempts=12, first_delay=0.001, max_delay=0.01)
@@ -260,33 +260,36 @@ def _files(folder: Path) -> int:
 
 
 def _kill_child(
-    target: Path, progress: Path, delay: float, *what: str, after: tuple[str, int] = ("c", 0)
+    server: ForkServer,
+    target: Path,
+    progress: Path,
+    delay: float,
+    *what: str,
+    after: tuple[str, int] = ("c", 0),
 ) -> bool:
     """Start ``tests.support.resume_child`` on ``target``, SIGKILL it ``delay`` s after it
     started writing, once ``after = (folder, n)``: n files are under that folder of
     the array; return whether it had finished by then."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.resume_child", str(target), str(progress), *what],
-        cwd=REPOSITORY,
-        stderr=subprocess.PIPE,
+    proc = server.start(
+        "tests.support.resume_child", [str(target), str(progress), *what], cwd=REPOSITORY
     )
     try:
-        wait_for(progress, "started", proc)
+        wait_for_word(progress, "started", proc)
         deadline = time.monotonic() + 60
         while after[1] and _files(target / after[0]) < after[1]:
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.005)
         time.sleep(delay)
-        os.kill(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        proc.kill()
+        proc.wait()
     return "done" in progress.read_text()
 
 
 @pytest.mark.parametrize("run", [*range(5), "after 3 shards"])
-def test_sigkill_then_resume(tmp_path: Path, run: int | str) -> None:
+def test_sigkill_then_resume(tmp_path: Path, run: int | str, fork_server: ForkServer) -> None:
     from tests.support.resume_child import source
 
     target = tmp_path / "a.zarr"
@@ -294,7 +297,7 @@ def test_sigkill_then_resume(tmp_path: Path, run: int | str) -> None:
         delay, after = random.Random(run).uniform(0.05, 2.5), 0
     else:
         delay, after = 0.0, 3
-    finished = _kill_child(target, tmp_path / "progress", delay, after=("c", after))
+    finished = _kill_child(fork_server, target, tmp_path / "progress", delay, after=("c", after))
     INJECTED["SIGKILL"] += 1
     # whatever the kill left, no shard is torn
     before = shardpipe.verify(str(target)) if (target / "zarr.json").exists() else None
@@ -317,7 +320,9 @@ def test_sigkill_then_resume(tmp_path: Path, run: int | str) -> None:
 
 
 @pytest.mark.parametrize("run", [*range(3), "after 2 finished shards"])
-def test_sigkill_during_an_update_then_resume(tmp_path: Path, run: int | str) -> None:
+def test_sigkill_during_an_update_then_resume(
+    tmp_path: Path, run: int | str, fork_server: ForkServer
+) -> None:
     from tests.support.resume_child import REGION, source, update
 
     target = tmp_path / "a.zarr"
@@ -329,7 +334,14 @@ def test_sigkill_during_an_update_then_resume(tmp_path: Path, run: int | str) ->
         delay, after = random.Random(100 + run).uniform(0.3, 1.0), 0
     else:
         delay, after = 0.0, 2
-    _kill_child(target, tmp_path / "progress", delay, "update", after=(".shardpipe/done", after))
+    _kill_child(
+        fork_server,
+        target,
+        tmp_path / "progress",
+        delay,
+        "update",
+        after=(".shardpipe/done", after),
+    )
     INJECTED["SIGKILL during update"] += 1
     job = prepare_write(update(), str(target), region=REGION, max_mem="64MB", resume=True)
     assert len(job.skip) >= after  # every shard recorded as finished is kept

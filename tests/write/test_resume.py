@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,3 +154,44 @@ def test_a_rerun_without_resume_is_told_of_resume(tmp_path: Path) -> None:
     assert "resume=True" not in str(refused.value)
     with pytest.raises(ArrayExistsError, match=r"did not finish.*resume=True"):
         shardpipe.rechunk(str(tmp_path / "b.zarr"), str(tmp_path / "a.zarr"), **LAYOUT)
+
+
+def _dead_pid() -> int:
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    return done.pid
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_metadata_temporary_of_a_killed_write_is_no_foreign_node(
+    tmp_path: Path, resume: bool
+) -> None:
+    """A write killed while its ``zarr.json`` was being written leaves shardpipe's temporary
+    file of it in the array's folder: the writer is dead, so a write there, resumed or new,
+    removes it instead of taking the folder for another tool's."""
+    from shardpipe.storage.local.temporary import temporary_name
+
+    path = tmp_path / "a.zarr"
+    path.mkdir()
+    mine = temporary_name("zarr.json")
+    left = path / mine.replace(f"-{os.getpid()}@", f"-{_dead_pid()}@")
+    left.write_bytes(b'{"zarr_format": 3, "node_ty')
+    data = _data((32, 96, 80), seed=3)
+    shardpipe.to_sharded_zarr(da.from_array(data, (16, 48, 40)), str(path), resume=resume, **LAYOUT)
+    assert_same(read_zarr(str(path)), data)
+    assert not left.exists()
+    assert shardpipe.verify(str(path)).ok
+
+
+def test_a_live_writers_temporary_is_still_refused_as_not_ours(tmp_path: Path) -> None:
+    """The temporary file of a process still running is left alone, and the folder taken."""
+    from shardpipe.errors import ArrayExistsError
+    from shardpipe.storage.local.temporary import temporary_name
+
+    path = tmp_path / "a.zarr"
+    path.mkdir()
+    running = path / temporary_name("zarr.json")  # this process's: its writer runs
+    running.write_bytes(b"{")
+    with pytest.raises(ArrayExistsError, match="shardpipe-tmp"):
+        shardpipe.to_sharded_zarr(np.ones((8, 8), "uint8"), str(path), shards=(4, 4))
+    assert running.exists()
