@@ -43,8 +43,6 @@ from typing import Any
 
 from dask.system import CPU_COUNT
 
-from shardpipe.engine.allocator import settle_allocator
-
 _lock = threading.Lock()
 _running = 0
 _handed = 0
@@ -65,13 +63,8 @@ def task_threads() -> int:
 
 @contextmanager
 def encoding_task() -> Iterator[None]:
-    """Count the calling task among the encoding tasks running in this process.
-
-    The first one in a process also settles its allocator
-    (:func:`~shardpipe.engine.allocator.settle_allocator`).
-    """
+    """Count the calling task among the encoding tasks running in this process."""
     global _running
-    settle_allocator()
     with _lock:
         _running += 1
     try:

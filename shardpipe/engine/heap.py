@@ -22,10 +22,27 @@ While at least one of shardpipe's tasks runs in such a process,
 take them (32 MiB and 64 MiB), and puts back the fixed values when the last
 one ends. The heap then keeps, between tasks, about what one task held at
 its peak (per thread); the first large ``free`` outside shardpipe's tasks
-trims it again. Nothing changes where glibc adapts the thresholds itself,
-where someone chose the mmap threshold (``MALLOC_MMAP_THRESHOLD_`` or the
-``glibc.malloc.mmap_threshold`` tunable: setting it is also the way to opt
-out), or on other C libraries.
+trims it again.
+
+Where glibc adapts its thresholds (any process but a nanny's workers), the
+adaptation costs memory instead: once the threshold has climbed, blocks of
+megabytes come from per-thread heaps that keep what is freed. A rechunk of
+slabs under ``max_mem="64MB"`` peaked at +212-246 MiB of resident memory
+for about 68 MB its tasks held. With ``shardpipe.memory.mmap-threshold`` set
+(for example to ``"16MiB"``, :data:`SUGGESTED_MMAP_THRESHOLD`), the first of
+shardpipe's tasks fixes glibc's mmap threshold there, which also ends the
+adaptation for the life of the process: blocks of that size or more are
+mapped and given back when freed, smaller buffers stay on the heaps for
+reuse. The same rechunk then peaked at +66-77 MiB, but took 15-30% longer
+(3.0-3.3 s against 2.4-2.5 s), each block of 16 MiB mapped afresh; at 256MB
+the slabs gained no memory and lost 15% of their speed, while the time
+series and camera frames of ``benchmarks/`` peaked 10-30% lower at the same
+speed. The trade is the user's, so it is off by default (None: the
+threshold is left where it is).
+
+Nothing changes where someone chose the mmap threshold
+(``MALLOC_MMAP_THRESHOLD_`` or the ``glibc.malloc.mmap_threshold`` tunable:
+setting it is also the way to opt out of both), or on other C libraries.
 """
 
 from __future__ import annotations
@@ -37,6 +54,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
+
+import dask.config
+from dask.utils import parse_bytes
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -51,6 +71,9 @@ RAISED_MMAP_THRESHOLD = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
 
 RAISED_TRIM_THRESHOLD = 2 * RAISED_MMAP_THRESHOLD
 """The trim threshold glibc's adaptation sets with it."""
+
+SUGGESTED_MMAP_THRESHOLD = 16 << 20
+"""A value of ``shardpipe.memory.mmap-threshold`` for small budgets (see the module)."""
 
 _STOP_ADAPTING = {
     "MALLOC_TRIM_THRESHOLD_": "glibc.malloc.trim_threshold",
@@ -73,15 +96,8 @@ def fixed_thresholds(environ: Mapping[str, str]) -> Thresholds | None:
     explicitly (then it is not ours to change), or when the trim threshold
     given cannot be read.
     """
-    tunables = dict(
-        (name.strip(), value.strip())
-        for name, _, value in (
-            item.partition("=") for item in environ.get("GLIBC_TUNABLES", "").split(":")
-        )
-    )
-    if "MALLOC_MMAP_THRESHOLD_" in environ or "glibc.malloc.mmap_threshold" in tunables:
-        return None
-    if not any(var in environ or name in tunables for var, name in _STOP_ADAPTING.items()):
+    tunables = _tunables(environ)
+    if _chosen(environ, tunables) or _adapts(environ, tunables):
         return None
     given = {
         text
@@ -102,6 +118,54 @@ def fixed_thresholds(environ: Mapping[str, str]) -> Thresholds | None:
     return Thresholds(FIXED_MMAP_THRESHOLD, trim) if trim >= 0 else None
 
 
+def _tunables(environ: Mapping[str, str]) -> dict[str, str]:
+    return dict(
+        (name.strip(), value.strip())
+        for name, _, value in (
+            item.partition("=") for item in environ.get("GLIBC_TUNABLES", "").split(":")
+        )
+    )
+
+
+def _chosen(environ: Mapping[str, str], tunables: Mapping[str, str]) -> bool:
+    """Whether the mmap threshold was chosen for the process (then it is not ours to change)."""
+    return "MALLOC_MMAP_THRESHOLD_" in environ or "glibc.malloc.mmap_threshold" in tunables
+
+
+def _adapts(environ: Mapping[str, str], tunables: Mapping[str, str]) -> bool:
+    """Whether glibc adapts the thresholds in a process started with ``environ``."""
+    stopped = any(var in environ or name in tunables for var, name in _STOP_ADAPTING.items())
+    return not stopped and not _chosen(environ, tunables)
+
+
+def mmap_threshold() -> int | None:
+    """The configured threshold to fix where glibc adapts it, or None (default) to leave it.
+
+    Raises
+    ------
+    ValueError
+        If ``shardpipe.memory.mmap-threshold`` is not a size (an int of bytes
+        or a string such as ``"16MiB"``) between 128 KiB and 32 MiB, or None.
+    """
+    value = dask.config.get("shardpipe.memory.mmap-threshold", None)
+    if value is None or value is False:
+        return None
+    try:
+        size = parse_bytes(value) if isinstance(value, str) else value
+    except ValueError:
+        size = None
+    if (
+        isinstance(size, bool)
+        or not isinstance(size, int)
+        or not FIXED_MMAP_THRESHOLD <= size <= RAISED_MMAP_THRESHOLD
+    ):
+        raise ValueError(
+            "dask config shardpipe.memory.mmap-threshold must be a size from 128KiB to "
+            f"32MiB (e.g. '16MiB'), or None to leave the allocator alone; got {value!r}"
+        )
+    return size
+
+
 def _load_mallopt() -> Callable[[int, int], int] | None:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
@@ -113,25 +177,46 @@ def _load_mallopt() -> Callable[[int, int], int] | None:
 
 
 class _Scope:
-    """Counts the tasks running in this process; sets the thresholds on the first and last."""
+    """Counts the tasks running in this process; sets the thresholds on the first and last.
+
+    ``restore``: the fixed thresholds to raise while tasks run and put back
+    after (a nanny's worker). ``adapting``: glibc adapts them, and the first
+    task fixes the mmap threshold as configured, for good.
+    """
 
     def __init__(
-        self, restore: Thresholds | None, mallopt: Callable[[int, int], int] | None
+        self,
+        restore: Thresholds | None,
+        mallopt: Callable[[int, int], int] | None,
+        *,
+        adapting: bool = False,
     ) -> None:
         self.restore = restore
-        self.mallopt = mallopt if restore is not None else None
+        self.adapting = adapting and restore is None
+        self.mallopt = mallopt if restore is not None or self.adapting else None
         self.lock = threading.Lock()
         self.active = 0
+        self.settled: int | None = None
 
     def _set(self, mmap: int, trim: int) -> None:
         if self.mallopt is not None:
             self.mallopt(M_MMAP_THRESHOLD, mmap)
             self.mallopt(M_TRIM_THRESHOLD, trim)
 
+    def _settle(self) -> None:
+        threshold = mmap_threshold()
+        if threshold is None or threshold == self.settled or self.mallopt is None:
+            return
+        if self.mallopt(M_MMAP_THRESHOLD, threshold) == 1:
+            self.settled = threshold
+
     def enter(self) -> None:
         with self.lock:
             if self.active == 0:
-                self._set(RAISED_MMAP_THRESHOLD, RAISED_TRIM_THRESHOLD)
+                if self.restore is not None:
+                    self._set(RAISED_MMAP_THRESHOLD, RAISED_TRIM_THRESHOLD)
+                elif self.adapting:
+                    self._settle()
             self.active += 1
 
     def exit(self) -> None:
@@ -143,7 +228,9 @@ class _Scope:
 
 def _scope_for(environ: Mapping[str, str]) -> _Scope:
     restore = fixed_thresholds(environ)
-    return _Scope(restore, _load_mallopt() if restore is not None else None)
+    adapting = _adapts(environ, _tunables(environ))
+    mallopt = _load_mallopt() if restore is not None or adapting else None
+    return _Scope(restore, mallopt, adapting=adapting)
 
 
 _SCOPE = _scope_for(os.environ)
@@ -156,10 +243,12 @@ def raises_threshold() -> bool:
 
 @contextmanager
 def heap_buffers() -> Iterator[None]:
-    """Serve buffers up to 32 MiB from the heap, and keep it, while the block runs.
+    """Set glibc's thresholds for shardpipe's tasks while the block runs (see the module).
 
-    See the module: this changes something only in a process where glibc
-    does not adapt its thresholds (``distributed``'s worker processes).
+    In a process where glibc does not adapt them (``distributed``'s worker
+    processes) buffers up to 32 MiB come from the heap, and it keeps them,
+    while the block runs; where glibc adapts them, the first block fixes the
+    mmap threshold if ``shardpipe.memory.mmap-threshold`` is set.
     """
     _SCOPE.enter()
     try:

@@ -45,8 +45,8 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.local import MultiprocessingPoolExecutor, get_async
 from dask.system import CPU_COUNT
 
-from shardpipe.engine.allocator import settle_allocator
 from shardpipe.engine.encoders import count_handed
+from shardpipe.engine.heap import mmap_threshold
 from shardpipe.engine.progress import ShardBar, local_progress
 from shardpipe.engine.pyramid_gates import BlockConsumers, gate_levels
 from shardpipe.engine.reports import WriteReport
@@ -150,7 +150,7 @@ def run_waves(
     """
     totals = [WriteReport() for _ in range(n_jobs)]
     limit = wave_tasks()
-    settle_allocator()  # this process's; a worker's is settled by its first shard task
+    mmap_threshold()  # its setting checked before anything runs (tasks apply it)
     with ShardBar(total_shards, total_waves, show) as bar:
         runner = _runner_for_scheduler(bar, token)
         in_flight: deque[tuple[Any, list[WaveGraph]]] = deque()

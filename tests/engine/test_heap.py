@@ -8,7 +8,9 @@ import subprocess
 import sys
 import textwrap
 import threading
+from typing import Any
 
+import dask
 import pytest
 
 from shardpipe.engine.heap import (
@@ -18,10 +20,14 @@ from shardpipe.engine.heap import (
     M_TRIM_THRESHOLD,
     RAISED_MMAP_THRESHOLD,
     RAISED_TRIM_THRESHOLD,
+    SUGGESTED_MMAP_THRESHOLD,
     Thresholds,
     _Scope,
     fixed_thresholds,
+    mmap_threshold,
 )
+
+MiB = 2**20
 
 FIXED = Thresholds(FIXED_MMAP_THRESHOLD, FIXED_TRIM_THRESHOLD)
 
@@ -67,12 +73,59 @@ def test_scope_raises_on_the_first_task_and_restores_after_the_last() -> None:
     assert calls == [*raised, (M_MMAP_THRESHOLD, FIXED.mmap), (M_TRIM_THRESHOLD, FIXED.trim)]
 
 
-def test_scope_changes_nothing_where_glibc_adapts() -> None:
+def test_scope_changes_nothing_where_the_threshold_was_chosen() -> None:
     calls: list[tuple[int, int]] = []
     scope = _Scope(None, lambda param, value: calls.append((param, value)) or 1)
     scope.enter()
     scope.exit()
     assert calls == [] and scope.active == 0
+
+
+def test_scope_fixes_the_threshold_where_glibc_adapts_it_once_and_for_good() -> None:
+    calls: list[tuple[int, int]] = []
+    scope = _Scope(None, lambda param, value: calls.append((param, value)) or 1, adapting=True)
+    scope.enter()  # not configured: left alone
+    scope.exit()
+    assert calls == []
+    with dask.config.set({"shardpipe.memory.mmap-threshold": "16MiB"}):
+        for _ in range(3):
+            scope.enter()
+            scope.exit()
+    assert calls == [(M_MMAP_THRESHOLD, SUGGESTED_MMAP_THRESHOLD)]
+    with dask.config.set({"shardpipe.memory.mmap-threshold": "4MiB"}):
+        scope.enter()
+        scope.exit()
+    scope.enter()
+    scope.exit()
+    assert calls[1:] == [(M_MMAP_THRESHOLD, 4 * MiB)]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        (False, None),
+        ("4MiB", 4 * MiB),
+        ("128KiB", 128 * 1024),
+        (32 * MiB, 32 * MiB),
+        (6_000_000, 6_000_000),
+    ],
+)
+def test_the_threshold_is_read_from_the_config(value: Any, expected: int | None) -> None:
+    with dask.config.set({"shardpipe.memory.mmap-threshold": value}):
+        assert mmap_threshold() == expected
+
+
+def test_by_default_the_threshold_is_left_alone() -> None:
+    assert mmap_threshold() is None
+
+
+@pytest.mark.parametrize("value", [True, "big", "64KiB", "33MiB", -1, 1.5, [4]])
+def test_a_bad_threshold_is_refused_naming_the_setting_and_the_fix(value: Any) -> None:
+    bad = {"shardpipe.memory.mmap-threshold": value}
+    fix = r"shardpipe\.memory\.mmap-threshold.*'16MiB'.*None"
+    with dask.config.set(bad), pytest.raises(ValueError, match=fix):
+        mmap_threshold()
 
 
 CHILD = textwrap.dedent(
@@ -127,3 +180,60 @@ def test_blocks_reuse_heap_memory_in_a_distributed_worker_environment() -> None:
     for thread in ("main", "thread"):
         plain, scoped = out[thread]  # 4 KiB pages: up to 2048 faults per buffer
         assert scoped < plain / 5, out
+
+
+KEPT = textwrap.dedent(
+    """
+    import json, sys
+    import dask, numpy as np
+    from shardpipe.engine.heap import heap_buffers, raises_threshold
+
+    def rss():
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+
+    with dask.config.set({"shardpipe.memory.mmap-threshold": json.loads(sys.argv[1])}):
+        with heap_buffers():  # the first of shardpipe's tasks in this process
+            pass
+    # one block of 16 MiB freed: left to adapt, glibc raises its threshold to 16 MiB
+    np.ones(16 << 20, np.uint8)
+    before = rss()
+    # blocks of 16 MiB with small buffers between them that stay: freed, the blocks
+    # leave holes in the heap that glibc cannot give back unless they were mapped alone
+    kept, blocks = [], []
+    for _ in range(8):
+        blocks.append(np.ones(16 << 20, np.uint8))
+        kept.append(np.ones(64 << 10, np.uint8))
+    del blocks
+    print(json.dumps({"raises": raises_threshold(), "left": rss() - before}))
+    """
+)
+
+
+def _left(threshold: int | None) -> dict[str, Any]:
+    env = {"PATH": ""}  # glibc adapts its thresholds: nothing chosen for it
+    done = subprocess.run(
+        [sys.executable, "-c", KEPT, json.dumps(threshold)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc"
+)
+def test_freed_blocks_go_back_to_the_system_where_glibc_adapts() -> None:
+    """Left to adapt, glibc keeps the 128 MiB of freed blocks in its heap; with the
+    threshold fixed by shardpipe's first task, they were mapped alone and went back."""
+    alone = _left(None)
+    fixed = _left(SUGGESTED_MMAP_THRESHOLD)
+    assert alone["raises"] and fixed["raises"]
+    assert alone["left"] > 100 * MiB, alone
+    assert fixed["left"] < 16 * MiB, fixed
