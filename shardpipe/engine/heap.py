@@ -237,7 +237,12 @@ _SCOPE = _scope_for(os.environ)
 
 
 def raises_threshold() -> bool:
-    """Whether :func:`heap_buffers` changes anything in this process."""
+    """Whether :func:`heap_buffers` may change glibc's thresholds in this process.
+
+    True where they are fixed (it raises them while tasks run) and where glibc
+    adapts them (it fixes the mmap threshold once ``shardpipe.memory.mmap-threshold``
+    is set); False where they were chosen, or off glibc.
+    """
     return _SCOPE.mallopt is not None
 
 

@@ -127,7 +127,6 @@ def plan_multiscale(
     levels: list[PyramidLevel],
     method: str,
     *,
-    budget: int,
     write_options: ArrayOptions,
 ) -> tuple[list[ShardedWrite], list[int], PyramidHold]:
     """Each level's planned write of a new pyramid, its downsampling task's memory, what it holds.
@@ -139,14 +138,15 @@ def plan_multiscale(
     Raises
     ------
     shardpipe.errors.MemoryBudgetError
-        When a downsampling task or a level's write cannot fit ``budget``.
+        When a downsampling task or a level's write cannot fit
+        ``write_options.max_mem``.
     """
     steps = [level.step for level in levels]
     arrays, memory = pyramid_arrays(
         data,
         steps,
         method,
-        budget=budget,
+        budget=write_options.max_mem,
         what=path or "image",
         regions=[level.shard_shape for level in levels[:-1]],
     )
@@ -402,7 +402,6 @@ def prepare_ome_zarr(
             frame.axes,
             levels,
             method,
-            budget=budget,
             write_options=write_options,
         )
         document = multiscale(
@@ -438,7 +437,6 @@ def prepare_ome_zarr(
             label_axes,
             label_levels,
             label_method,
-            budget=budget,
             write_options=write_options,
         )
         document = multiscale(
