@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from tests.support.examples import CI_EXAMPLES, scaled
 
 PROBE = """
 from hypothesis import settings
@@ -80,3 +83,30 @@ def test_profiles_as_pytest_selects_them() -> None:
     thorough = _run_probe("--hypothesis-profile", "thorough")
     assert "derandomize=False" in thorough and "n=500" in thorough
     assert "derandomize=False" in _run_probe(profile="thorough")
+
+
+def test_scaled_counts_follow_the_loaded_profile() -> None:
+    """A test's own count is its count under "ci"; "thorough" searches it 12.5 times harder."""
+    loaded = settings.default
+    assert settings.get_profile("ci").max_examples == CI_EXAMPLES
+    try:
+        settings.load_profile("ci")
+        assert (scaled(80), scaled(3)) == (80, 3)
+        settings.load_profile("thorough")
+        assert (scaled(80), scaled(3)) == (1000, 37)
+    finally:
+        settings.register_profile("_loaded_before", loaded)
+        settings.load_profile("_loaded_before")
+
+
+def test_no_test_pins_its_example_count() -> None:
+    """A count pinned to a number draws as many under "thorough": counts go through ``scaled``."""
+    tests = Path(__file__).resolve().parents[1]
+    pinned = [
+        f"{path.relative_to(tests)}:{number}"
+        for path in sorted(tests.rglob("*.py"))
+        if path.name != "conftest.py"  # where the profiles are registered
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"max_examples\s*=\s*(\d|settings\.default)", line)
+    ]
+    assert pinned == []

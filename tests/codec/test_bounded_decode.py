@@ -22,9 +22,10 @@ from shardpipe.codec.bounded import (
     unzlib,
 )
 from shardpipe.errors import ChunkDecodeError
+from tests.support.examples import scaled
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=scaled(100), deadline=None)
 @given(st.lists(st.binary(max_size=3000), min_size=1, max_size=4), st.integers(0, 3))
 def test_gunzip_reads_what_gzip_reads(members: list[bytes], padding: int) -> None:
     data = b"".join(gzip.compress(m, mtime=0) + bytes(padding) for m in members)
@@ -35,14 +36,14 @@ def test_gunzip_reads_what_gzip_reads(members: list[bytes], padding: int) -> Non
             gunzip(data, len(whole) - 1)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=scaled(100), deadline=None)
 @given(st.binary(max_size=5000), st.binary(max_size=8))
 def test_unzlib_reads_what_zlib_reads(data: bytes, after: bytes) -> None:
     stream = zlib.compress(data) + after
     assert unzlib(stream, len(data)) == zlib.decompress(stream) == data
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=scaled(200), deadline=None)
 @given(st.binary(max_size=2000), st.data())
 def test_damaged_gzip_raises_only_chunk_decode_errors(data: bytes, draw: st.DataObject) -> None:
     member = bytearray(gzip.compress(data, mtime=0))
@@ -94,7 +95,7 @@ def test_blosc_headers_are_checked_before_blosc_allocates() -> None:
 
 
 # -- bz2, lzma, lz4 (numcodecs' codecs) -----------------------------------------------------------
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(st.lists(st.binary(max_size=3000), min_size=1, max_size=3), st.binary(max_size=6))
 def test_bunzip2_reads_what_bz2_reads(streams: list[bytes], after: bytes) -> None:
     data = b"".join(bz2.compress(s, 1) for s in streams) + after
@@ -118,7 +119,7 @@ LZMA_KINDS = {
 }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(
     st.lists(st.binary(max_size=3000), min_size=1, max_size=3),
     st.sampled_from(sorted(LZMA_KINDS)),

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from shardpipe.codec.zlib_rewrap import zlib_to_gzip
 from shardpipe.errors import ShardFormatError
+from tests.support.examples import scaled
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(st.binary(max_size=5000), st.integers(0, 9))
 def test_the_deflate_data_is_kept_and_gzip_decodes_it(data: bytes, level: int) -> None:
     stream = zlib.compress(data, level)

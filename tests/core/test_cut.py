@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from shardpipe.core.cut import box_runs, chunk_runs, whole_chunk_blocks
 from shardpipe.core.grid import BlockGrid, ChunkBox, ShardLayout
 from shardpipe.testing.strategies import block_chunks
+from tests.support.examples import scaled
 
-SETTINGS = settings(max_examples=200, deadline=None)
+SETTINGS = settings(max_examples=scaled(200), deadline=None)
 
 
 def test_chunk_runs_table() -> None:

@@ -15,6 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 from shardpipe.core import downsample
 from shardpipe.core.downsample import downsample_block
+from tests.support.examples import scaled
 
 
 def _brute(block: np.ndarray, factor: tuple[int, ...], method: str) -> np.ndarray:
@@ -38,7 +39,7 @@ def _brute(block: np.ndarray, factor: tuple[int, ...], method: str) -> np.ndarra
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(
     st.sampled_from(["uint8", "int8", "uint16", "int32", "uint64", "int64", "float32"]),
     st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(1, 5), st.integers(1, 3)),
@@ -175,7 +176,7 @@ def _brute_nd(block: np.ndarray, factor: tuple[int, ...], method: str) -> np.nda
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(
     st.sampled_from(["uint8", "int16", "uint32", "int64"]),
     st.lists(st.integers(1, 7), min_size=1, max_size=5),
@@ -200,7 +201,7 @@ def test_nearest_keeps_the_first_voxel_of_each_window_and_copies() -> None:
     assert got.base is None  # a copy: the block can be freed
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=scaled(40), deadline=None)
 @given(
     st.sampled_from(["uint8", "int16", "uint32", "int64"]),
     st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(1, 7)),

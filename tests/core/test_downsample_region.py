@@ -14,6 +14,7 @@ from shardpipe.core.downsample import downsample_block
 from shardpipe.core.downsample_region import downsample_region, is_piecewise, straddles
 from shardpipe.core.grid import Box
 from shardpipe.core.pyramid import region_nbytes
+from tests.support.examples import scaled
 
 
 def _cut(region: np.ndarray, edges: list[list[int]]) -> tuple[list[np.ndarray], list[Box]]:
@@ -27,7 +28,7 @@ def _cut(region: np.ndarray, edges: list[list[int]]) -> tuple[list[np.ndarray], 
     return pieces, places
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(
     st.tuples(st.integers(1, 13), st.integers(1, 13), st.integers(1, 9)),
     st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)),

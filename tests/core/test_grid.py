@@ -22,8 +22,9 @@ from shardpipe.core.grid import (
     intersect,
 )
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
+from tests.support.examples import scaled
 
-SETTINGS = settings(max_examples=100, deadline=None)
+SETTINGS = settings(max_examples=scaled(100), deadline=None)
 
 
 def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:

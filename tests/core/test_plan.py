@@ -21,8 +21,9 @@ from shardpipe.core.plan import PlanError, WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.errors import MemoryBudgetError
 from shardpipe.testing.strategies import block_chunks
+from tests.support.examples import scaled
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=scaled(60), deadline=None)
 MiB = 1 << 20
 
 

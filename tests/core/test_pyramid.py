@@ -24,6 +24,7 @@ from shardpipe.core.pyramid import (
     window_region,
 )
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
+from tests.support.examples import scaled
 
 
 @pytest.mark.parametrize(
@@ -124,7 +125,7 @@ def test_auto_factors_table(
     assert auto_factors(shape, space, voxel, chunk) == expected
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=scaled(80), deadline=None)
 @given(
     st.lists(st.integers(1, 3000), min_size=2, max_size=4),
     st.lists(st.floats(0.1, 10), min_size=4, max_size=4),
@@ -181,7 +182,7 @@ def test_aligned_sizes_cover_the_same_length_with_edges_on_multiples(
     assert all(e % step == 0 for e in edges)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=scaled(80), deadline=None)
 @given(
     st.lists(st.lists(st.integers(1, 40), min_size=1, max_size=5), min_size=1, max_size=3),
     st.data(),

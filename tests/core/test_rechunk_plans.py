@@ -16,6 +16,7 @@ from shardpipe.core.rechunk_plans import (
     two_pass_cost,
     weigh_plans,
 )
+from tests.support.examples import scaled
 
 FACTOR = 1.5
 """The chosen plan's modelled cost is at most this times the cheapest fitting plan's."""
@@ -49,7 +50,7 @@ def _brute_force(shape, itemsize, unit, shard, chunk, max_mem):  # type: ignore[
     return [cost for cost in found if cost.memory <= max_mem]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=scaled(150), deadline=None)
 @given(layouts(), st.sampled_from([1, 2, 4]), st.integers(0, 1 << 12))
 def test_the_chosen_plan_fits_and_is_near_the_cheapest(layout, itemsize, extra) -> None:  # type: ignore[no-untyped-def]
     shape, unit, shard, chunk = layout

@@ -13,8 +13,9 @@ from shardpipe.core.grid import BlockGrid, ShardLayout, chunks_in_array
 from shardpipe.core.region import Placement
 from shardpipe.errors import PlanError
 from shardpipe.testing.strategies import block_chunks
+from tests.support.examples import scaled
 
-SETTINGS = settings(max_examples=80, deadline=None)
+SETTINGS = settings(max_examples=scaled(80), deadline=None)
 
 
 @st.composite

@@ -19,10 +19,11 @@ from shardpipe.core.plan import ShardPlan, WritePlan, plan_write
 from shardpipe.core.plan_totals import TotalsBuilder
 from shardpipe.core.region import Placement
 from shardpipe.core.shard_classes import n_shard_classes, profile, shard_classes
+from tests.support.examples import scaled
 
 from .test_plan import problems
 
-SETTINGS = settings(max_examples=80, deadline=None)
+SETTINGS = settings(max_examples=scaled(80), deadline=None)
 
 
 def summary(plan: WritePlan, shard: ShardPlan):

@@ -19,10 +19,11 @@ from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
 from shardpipe.core.plan import ShardPlan, WritePlan, plan_write
 from shardpipe.core.region import Placement
 from shardpipe.core.shard_translation import TranslatedShards, neighbourhood
+from tests.support.examples import scaled
 
 from .test_plan import feasible_budget, problems
 
-SETTINGS = settings(max_examples=80, deadline=None)
+SETTINGS = settings(max_examples=scaled(80), deadline=None)
 
 
 @st.composite

@@ -14,6 +14,7 @@ from shardpipe.core.shard_update import (
     plan_shard_update,
 )
 from shardpipe.errors import PlanError
+from tests.support.examples import scaled
 
 EMPTY = np.uint64(2**64 - 1)
 INDEX = 10  # bytes of the made-up index
@@ -81,7 +82,7 @@ def cases(draw):  # type: ignore[no-untyped-def]
 LOCAL = Abilities(write_at=True, append=True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(cases())
 def test_every_slot_reads_its_old_or_new_bytes(case) -> None:  # type: ignore[no-untyped-def]
     sizes, gaps, at_start, new, strategy = case
@@ -114,7 +115,7 @@ def test_every_slot_reads_its_old_or_new_bytes(case) -> None:  # type: ignore[no
     assert plan.unused_nbytes(INDEX) >= 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=scaled(200), deadline=None)
 @given(cases())
 def test_compose_layout_keeps_the_old_bytes_as_a_prefix(case) -> None:  # type: ignore[no-untyped-def]
     """On S3 an append is the old object (with only its index replaced) plus new bytes."""

@@ -17,8 +17,9 @@ from shardpipe.core.sizes import (
     parse_bytes,
     shard_multiple_block,
 )
+from tests.support.examples import scaled
 
-SETTINGS = settings(max_examples=100, deadline=None)
+SETTINGS = settings(max_examples=scaled(100), deadline=None)
 MiB = 1 << 20
 
 shapes = st.lists(
@@ -68,7 +69,7 @@ def test_parse_bytes_rejects(value: object) -> None:
 
 
 @given(st.integers(1, 10**15))
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=scaled(50), deadline=None)
 def test_parse_bytes_integers_and_their_strings(n: int) -> None:
     assert parse_bytes(n) == n
     assert parse_bytes(str(n)) == n

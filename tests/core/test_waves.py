@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardpipe.core.waves import WaveSchedule, wave_shards
+from tests.support.examples import scaled
 
 
 @st.composite
@@ -22,7 +23,7 @@ def schedules(draw: st.DrawFn) -> WaveSchedule:
 
 
 @given(schedules())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 def test_waves_are_boxes_that_partition_the_shards_in_c_order(schedule: WaveSchedule) -> None:
     shards = list(itertools.product(*schedule.ranges))
     waves = list(schedule)

@@ -27,6 +27,7 @@ from shardpipe.formats.base import (
 )
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_shards import BoxShards, ScatteredShard, shard_format_of
+from tests.support.examples import scaled
 
 grids = st.tuples(*[st.integers(1, 9)] * 3)
 
@@ -42,7 +43,7 @@ def _spec(hash_: str, preshift: int, minishard: int, shard: int) -> PrecomputedS
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(grids, st.integers(0, 6), st.integers(0, 3), st.booleans())
 def test_slots_name_every_chunk_once(
     grid: tuple[int, ...], preshift: int, minishard: int, murmur: bool
@@ -69,7 +70,7 @@ def test_slots_name_every_chunk_once(
     assert seen == scale.grid[0] * scale.grid[1] * scale.grid[2]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=scaled(40), deadline=None)
 @given(grids, st.integers(0, 3), st.integers(0, 3), st.integers(1, 4), st.integers(0, 300))
 def test_shards_in_parts_with_padding_read_back(
     grid: tuple[int, ...], preshift: int, minishard: int, n_parts: int, min_part: int

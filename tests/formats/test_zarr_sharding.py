@@ -30,13 +30,14 @@ from shardpipe.formats.zarr_sharding import (
     index_nbytes,
 )
 from shardpipe.internals.zarr_core import default_buffer_prototype, sync
+from tests.support.examples import scaled
 
 
 def shard_index_range(nbytes: int, n_slots: int, location: str) -> tuple[int, int]:
     return ZarrShardingFormat((n_slots,), location).index_range(nbytes)  # type: ignore[arg-type]
 
 
-SETTINGS = settings(max_examples=75, deadline=None)
+SETTINGS = settings(max_examples=scaled(75), deadline=None)
 NONE = 2**64 - 1  # offset and nbytes of an empty slot
 
 

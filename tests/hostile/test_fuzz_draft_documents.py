@@ -37,6 +37,7 @@ from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 from shardpipe.stored.metadata import parse_array_metadata
 from tests.support import DRAFT_FIXTURES
+from tests.support.examples import scaled
 
 FIXTURES = DRAFT_FIXTURES
 MUTATIONS: Counter[str] = Counter()
@@ -143,7 +144,7 @@ def test_every_fixture_document_translates() -> None:
         assert translate_group(document)["node_type"] == "group"
 
 
-@settings(max_examples=settings.default.max_examples * 10)
+@settings(max_examples=scaled(400))
 @given(mutated(ARRAYS))
 def test_mutated_array_documents_raise_only_shardpipe_errors(document: Any) -> None:
     MUTATIONS["array.json (mutated)"] += 1
@@ -153,7 +154,7 @@ def test_mutated_array_documents_raise_only_shardpipe_errors(document: Any) -> N
         assert "'x'" in str(err)
 
 
-@settings(max_examples=settings.default.max_examples * 3)
+@settings(max_examples=scaled(120))
 @given(mutated(GROUPS))
 def test_mutated_group_documents_raise_only_shardpipe_errors(document: Any) -> None:
     MUTATIONS["group.json (mutated)"] += 1
@@ -213,7 +214,7 @@ def damaged(damage: tuple[str, str, bytes | str]) -> dict[str, bytes]:
     return files
 
 
-@settings(max_examples=settings.default.max_examples * 5)
+@settings(max_examples=scaled(200))
 @given(damages())
 def test_damaged_hierarchies_raise_only_shardpipe_errors(damage: Any) -> None:
     MUTATIONS["draft hierarchy (damaged document)"] += 1
@@ -236,7 +237,7 @@ def draft_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @settings(
-    max_examples=max(10, settings.default.max_examples // 2),
+    max_examples=max(10, scaled(20)),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

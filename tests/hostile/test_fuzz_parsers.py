@@ -50,6 +50,7 @@ from shardpipe.formats.zarr_sharding import ZarrShardingFormat, decode_index
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import UndoRecord
 from shardpipe.storage.keys import JOB_DIR
+from tests.support.examples import scaled
 
 MUTATIONS: Counter[str] = Counter()
 """Mutated inputs tried, by parser."""
@@ -162,7 +163,7 @@ def mutated_shards(draw: st.DrawFn) -> tuple[ZarrShardingFormat, bytes, str]:
     return fmt, data, kind
 
 
-@settings(max_examples=settings.default.max_examples * 10)
+@settings(max_examples=scaled(400))
 @given(mutated_shards())
 def test_mutated_shards_raise_only_shard_format_errors(case: Any) -> None:
     fmt, data, kind = case
@@ -194,7 +195,7 @@ def forged_shards(draw: st.DrawFn) -> tuple[ZarrShardingFormat, bytes, list[tupl
     return fmt, splice_index(fmt, data, stamp(entries)), entries
 
 
-@settings(max_examples=settings.default.max_examples * 25)
+@settings(max_examples=scaled(1000))
 @given(forged_shards())
 def test_forged_indexes_with_a_valid_crc_are_refused_exactly_when_wrong(case: Any) -> None:
     fmt, data, entries = case
@@ -358,7 +359,7 @@ def test_the_valid_document_still_parses(array_document: dict[str, Any]) -> None
 
 
 @settings(
-    max_examples=settings.default.max_examples * 10,
+    max_examples=scaled(400),
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
@@ -376,7 +377,7 @@ def test_mutated_zarr_json_raises_only_metadata_errors(
 
 
 @settings(
-    max_examples=settings.default.max_examples * 5,
+    max_examples=scaled(200),
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
@@ -530,7 +531,7 @@ def test_absurd_shape_under_an_address_space_limit(
 
 
 @settings(
-    max_examples=max(5, settings.default.max_examples // 2),
+    max_examples=max(5, scaled(20)),
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
@@ -693,7 +694,7 @@ MARKER = {"job": "a" * 32, "action": "write", "host": "h", "pid": 12345, "starte
 KEYS = JobKeys("arr/")
 
 
-@settings(max_examples=settings.default.max_examples * 5)
+@settings(max_examples=scaled(200))
 @given(
     st.one_of(
         mutated_documents(MARKER),
@@ -750,7 +751,7 @@ def mutated_records(draw: st.DrawFn) -> bytes:
     return struct.pack("<I", length) + body + b"abcdxyz"
 
 
-@settings(max_examples=settings.default.max_examples * 10)
+@settings(max_examples=scaled(400))
 @given(mutated_records())
 def test_undo_records_decode_or_raise_metadata_errors(data: bytes) -> None:
     key, _ = _record()
@@ -793,7 +794,7 @@ def test_a_forged_undo_record_never_writes_outside_the_array(
 IDENTITY = {"source": {"dask": "abc"}, "target": {"shape": [4, 4]}}
 
 
-@settings(max_examples=settings.default.max_examples * 5)
+@settings(max_examples=scaled(200))
 @given(
     st.one_of(
         mutated_documents({**IDENTITY, "state": "running"}).map(lambda d: json.dumps(d).encode()),

@@ -35,6 +35,7 @@ from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_info import parse_info
 from shardpipe.formats.precomputed_shards import listed_shard_format
 from tests.hostile.test_fuzz_parsers import JSON_VALUES, MUTATIONS, SPECIAL, mutated_documents
+from tests.support.examples import scaled
 
 SPEC = {
     "@type": "neuroglancer_uint64_sharded_v1",
@@ -87,7 +88,7 @@ def _use(info: Any) -> None:
 
 
 @settings(
-    max_examples=settings.default.max_examples * 10,
+    max_examples=scaled(400),
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
@@ -104,7 +105,7 @@ def test_mutated_info_files_parse_or_raise_metadata_errors(
         assert "vol/info" in str(err)
 
 
-@settings(max_examples=settings.default.max_examples * 5)
+@settings(max_examples=scaled(200))
 @given(
     st.one_of(
         st.binary(max_size=64),
@@ -123,7 +124,7 @@ def test_random_info_bytes_are_no_volume_or_a_metadata_error(raw: bytes) -> None
 
 
 @settings(
-    max_examples=max(10, settings.default.max_examples // 2),
+    max_examples=max(10, scaled(20)),
     suppress_health_check=[HealthCheck.function_scoped_fixture],
     deadline=None,
 )
@@ -239,7 +240,7 @@ def mutated_shard_files(draw: st.DrawFn) -> tuple[int, int, bytes, str]:
     return which, number, data, kind
 
 
-@settings(max_examples=settings.default.max_examples * 10, deadline=None)
+@settings(max_examples=scaled(400), deadline=None)
 @given(mutated_shard_files())
 def test_mutated_shard_files_raise_only_shard_format_errors(case: Any) -> None:
     which, number, raw, kind = case
@@ -288,7 +289,7 @@ def forged_minishards(draw: st.DrawFn) -> tuple[int, int, bytes]:
     return which, number, file
 
 
-@settings(max_examples=settings.default.max_examples * 25, deadline=None)
+@settings(max_examples=scaled(1000), deadline=None)
 @given(forged_minishards())
 def test_forged_minishard_indexes_are_refused_or_valid(case: Any) -> None:
     which, number, raw = case
@@ -303,7 +304,7 @@ def test_forged_minishard_indexes_are_refused_or_valid(case: Any) -> None:
 
 
 @settings(
-    max_examples=max(10, settings.default.max_examples // 2),
+    max_examples=max(10, scaled(20)),
     suppress_health_check=[HealthCheck.function_scoped_fixture],
     deadline=None,
 )

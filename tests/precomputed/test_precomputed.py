@@ -29,6 +29,7 @@ from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_shards import ScatteredShard, listed_shard_format
 from shardpipe.precomputed.auto_sharding import auto_sharding
 from tests.support import REPOSITORY
+from tests.support.examples import scaled
 
 SPEC = "neuroglancer_uint64_sharded_v1"
 
@@ -185,7 +186,7 @@ def _coords_of(chunk_id: int, scale: ScaleGrid) -> tuple[int, ...]:
     return tuple(int(v) for v in coords[int(np.flatnonzero(ids == chunk_id)[0])])
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=scaled(30), deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(0, 2**40), st.binary(max_size=40)),

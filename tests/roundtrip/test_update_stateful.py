@@ -21,6 +21,7 @@ from hypothesis.stateful import (
 )
 
 import shardpipe
+from tests.support.examples import scaled
 from tests.support.readers import assert_same, read_tensorstore
 
 STRATEGIES = st.sampled_from(["auto", "in_place", "append", "rewrite"])
@@ -138,7 +139,8 @@ class UpdateMachine(RuleBasedStateMachine):
 def test_local_updates_follow_the_model() -> None:
     with dask.config.set(scheduler="threads"):
         run_state_machine_as_test(
-            UpdateMachine, settings=settings(max_examples=25, stateful_step_count=8, deadline=None)
+            UpdateMachine,
+            settings=settings(max_examples=scaled(25), stateful_step_count=8, deadline=None),
         )
 
 
@@ -170,5 +172,6 @@ def test_s3_appends_and_rewrites_follow_the_model(s3_bucket: tuple[str, dict[str
     S3Machine.options = options
     with dask.config.set(scheduler="threads"):
         run_state_machine_as_test(
-            S3Machine, settings=settings(max_examples=3, stateful_step_count=4, deadline=None)
+            S3Machine,
+            settings=settings(max_examples=scaled(3), stateful_step_count=4, deadline=None),
         )

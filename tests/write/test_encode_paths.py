@@ -27,8 +27,9 @@ from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.grid import ChunkBox
 from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.testing.strategies import DTYPES
+from tests.support.examples import scaled
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=scaled(60), deadline=None)
 COMPRESSORS: dict[str, Any] = {
     "none": None,
     "zstd": ZstdCodec(level=1),
