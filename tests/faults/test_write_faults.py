@@ -276,8 +276,11 @@ def _kill_child(
     try:
         wait_for_word(progress, "started", proc)
         deadline = time.monotonic() + 60
-        while after[1] and _files(target / after[0]) < after[1]:
-            assert proc.poll() is None and time.monotonic() < deadline
+        while after[1]:
+            ended = proc.poll() is not None  # before the count: a child may end in between
+            if _files(target / after[0]) >= after[1]:
+                break
+            assert not ended and time.monotonic() < deadline
             time.sleep(0.005)
         time.sleep(delay)
         proc.kill()

@@ -152,10 +152,18 @@ class ForkServer:
 
 
 def wait_for_word(progress: Path, word: str, child: ForkedChild) -> None:
-    """Wait until ``child`` has written ``word`` to its ``progress`` file."""
+    """Wait until ``child`` has written ``word`` to its ``progress`` file.
+
+    A child that wrote it and has ended since (a fast child on a slow test) counts: the
+    file is read after the child's state, so its end is an error only if it never wrote
+    ``word``.
+    """
     deadline = time.monotonic() + 120
-    while word not in (progress.read_text() if progress.exists() else ""):
-        assert child.poll() is None, child.stderr() or child.returncode
+    while True:
+        ended = child.poll() is not None
+        if word in (progress.read_text() if progress.exists() else ""):
+            return
+        assert not ended, child.stderr() or child.returncode
         assert time.monotonic() < deadline, f"the child never wrote {word!r}"
         time.sleep(0.005)
 

@@ -1,0 +1,38 @@
+"""The fork server's helpers: a child that ends right after it reports is no failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from tests.support.fork_server import ForkedChild, wait_for_word
+
+
+class _FastChild:
+    """A child that writes ``started`` and ends between the test's two looks at it."""
+
+    def __init__(self, progress: Path, writes: bool) -> None:
+        self.progress, self.writes = progress, writes
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.writes:
+            self.progress.write_text("started\n")
+        self.returncode = 0
+        return 0
+
+    def stderr(self) -> str:
+        return ""
+
+
+def test_a_child_that_wrote_the_word_and_ended_counts(tmp_path: Path) -> None:
+    progress = tmp_path / "progress"
+    wait_for_word(progress, "started", cast(ForkedChild, _FastChild(progress, writes=True)))
+
+
+def test_a_child_that_ended_without_the_word_fails_the_wait(tmp_path: Path) -> None:
+    progress = tmp_path / "progress"
+    with pytest.raises(AssertionError):
+        wait_for_word(progress, "started", cast(ForkedChild, _FastChild(progress, writes=False)))
