@@ -92,7 +92,7 @@ from shardpipe.storage.keys import MIGRATION_STAGING
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.places import check_reads_apart
-from shardpipe.write.job import Pass, PassReports, run_job
+from shardpipe.write.job import Pass, PassReports, RunOptions, run_checked_job
 
 
 @dataclass(repr=False)
@@ -283,7 +283,7 @@ def migrate(
     if dry_run:
         return report
     job = MigrationJob(src, dst, plan, report, earlier, _name(source), add_crc32c, workers)
-    migrated: MigrateReport = run_job(job, progress=progress)
+    migrated: MigrateReport = run_checked_job(job, RunOptions(progress))
     return migrated
 
 

@@ -220,7 +220,6 @@ class OmeZarrConversion:
         rebase : bool
             With ``commit``: rebase onto commits that reached the branch meanwhile.
         """
-        progress = check_bool("progress", progress)
         return run_job(self, progress=progress, commit=commit, rebase=rebase)
 
     def _carry(self, progress: bool) -> dict[str, WriteReport]:

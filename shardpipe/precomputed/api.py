@@ -48,6 +48,7 @@ from shardpipe.precomputed.job import PrecomputedWrite
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.write.arguments import check_max_mem
+from shardpipe.write.job import RunOptions, run_checked_job
 
 DATA_TYPES = ("uint8", "uint16", "uint32", "uint64", "float32")
 VOLUME_TYPES = ("image", "segmentation")
@@ -197,7 +198,7 @@ def to_neuroglancer_precomputed(
     )
     if not compute:
         return job.to_delayed()
-    return job.execute(progress=progress)
+    return run_checked_job(job, RunOptions(progress))
 
 
 def _check_scales(scales: Any) -> list[tuple[int, ...]]:

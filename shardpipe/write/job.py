@@ -55,6 +55,7 @@ import zarr
 from dask.delayed import Delayed, delayed
 from zarr.storage import StorePath
 
+from shardpipe.core.checks import check_bool
 from shardpipe.core.display import html_table, text_table
 from shardpipe.engine.graph import build_write_graph
 from shardpipe.engine.reports import WriteReport
@@ -254,6 +255,41 @@ class Job[R](Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How jobs run, checked: made by :func:`check_run_options` (or by a front door from the
+    values it checked itself); the runner trusts them.
+
+    Attributes
+    ----------
+    progress : bool
+        Show a progress bar over the shards of each pass.
+    commit : str or None
+        Into an Icechunk session: commit it with this message at the end.
+    rebase : bool
+        With ``commit``: rebase onto commits that reached the branch meanwhile.
+    """
+
+    progress: bool = False
+    commit: str | None = None
+    rebase: bool = False
+
+
+def check_run_options(
+    target: ResolvedStore, progress: Any = False, commit: Any = None, rebase: Any = False
+) -> RunOptions:
+    """Check ``progress``, ``commit`` and ``rebase`` of jobs writing to ``target``, once.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        Naming the option refused (``commit`` and ``rebase`` first, as
+        :func:`~shardpipe.write.arguments.check_run` checks them).
+    """
+    message, rebase = check_run(commit, rebase, target)
+    return RunOptions(check_bool("progress", progress), message, rebase)
+
+
 def run_jobs(
     jobs: Sequence[Job[Any]],
     *,
@@ -266,6 +302,8 @@ def run_jobs(
     Pass ``k`` of every job that has one runs in one computation, after every
     job's pass ``k - 1`` ended. If a pass fails, every job whose pass began
     abandons it (in order) and the error is raised; nothing is committed.
+    The options are checked first (:func:`check_run_options`); a front door
+    that checked them already calls :func:`run_checked`.
 
     Parameters
     ----------
@@ -281,8 +319,14 @@ def run_jobs(
     """
     if not jobs:
         return []
+    return run_checked(jobs, check_run_options(jobs[0].target, progress, commit, rebase))
+
+
+def run_checked(jobs: Sequence[Job[Any]], run: RunOptions) -> list[Any]:
+    """:func:`run_jobs` with options checked already."""
+    if not jobs:
+        return []
     target = jobs[0].target
-    message, rebase = check_run(commit, rebase, target)
     began = time.perf_counter()
     plans = [list(job.passes()) for job in jobs]
     done: list[list[Sequence[WriteReport]]] = [[] for _ in jobs]
@@ -291,10 +335,10 @@ def run_jobs(
         begun: list[tuple[int, Pass, Sequence[WriteSpec]]] = []
         try:
             for i, step in running:
-                begun.append((i, step, step.begin(progress)))
+                begun.append((i, step, step.begin(run.progress)))
             writes = [w for _, _, ws in begun for w in ws]
-            reports = iter(execute_together(writes, progress=progress) if writes else [])
-            own = {i: list(step.write(progress)) for i, step, _ in begun if step.write}
+            reports = iter(execute_together(writes, progress=run.progress) if writes else [])
+            own = {i: list(step.write(run.progress)) for i, step, _ in begun if step.write}
         except BaseException as err:
             for _, step, _ in begun:
                 step.abandon(err)
@@ -305,7 +349,7 @@ def run_jobs(
             mine = [next(reports) for _ in ws] + own.get(i, [])
             step.end(mine)
             done[i].append(mine)
-    snapshot = _commit(target, message, rebase) if message is not None else None
+    snapshot = _commit(target, run.commit, run.rebase) if run.commit is not None else None
     seconds = time.perf_counter() - began
     return [job.finish(d, seconds, snapshot) for job, d in zip(jobs, done, strict=True)]
 
@@ -315,6 +359,12 @@ def run_job[R](
 ) -> R:
     """Run one job (see :func:`run_jobs`); return its report."""
     report: R = run_jobs([job], progress=progress, commit=commit, rebase=rebase)[0]
+    return report
+
+
+def run_checked_job[R](job: Job[R], run: RunOptions) -> R:
+    """Run one job with options checked already (see :func:`run_checked`); return its report."""
+    report: R = run_checked([job], run)[0]
     return report
 
 
