@@ -93,6 +93,8 @@ from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.places import check_reads_apart
 from shardpipe.write.job import Pass, PassReports, RunOptions, run_checked_job
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 
 @dataclass(repr=False)
@@ -169,6 +171,7 @@ class MigrateReport(ShowsSummary):
         )
 
 
+@shares_parameters(STORED_PARAMETERS)
 def migrate(
     source: Any,
     target: Any = None,
@@ -205,8 +208,6 @@ def migrate(
         fsspec options for a target elsewhere (a local draft to ``s3://``).
     dry_run : bool
         Read and translate everything, report, write nothing.
-    workers : int
-        Shards copied at the same time.
     progress : bool
         Show a ``tqdm.auto`` bar over the bytes of the shards copied.
 

@@ -205,20 +205,20 @@ class GroupRechunkJob:
         for path, array in self.small:
             _copy_small(array, root, path)
 
+    @shares_parameters(GROUP_PARAMETERS)
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> GroupRechunkReport:
         """Create the groups, copy the small arrays, rechunk the others pass by pass.
 
+        Into an Icechunk session, ``commit`` commits the whole hierarchy at
+        the end, as in :meth:`~shardpipe.ShardedWrite.execute`. A failed
+        rechunk merges none of its shards into the session; the groups, the
+        small copies and the arrays' metadata stay in it until
+        ``discard_changes()``.
+
         Parameters
         ----------
-        progress : bool
-            Show a progress bar over the shards of every array, per pass.
-        commit, rebase
-            Into an Icechunk session: commit the whole hierarchy at the end, as
-            in :meth:`~shardpipe.ShardedWrite.execute`. A failed rechunk merges
-            none of its shards into the session; the groups, the small copies
-            and the arrays' metadata stay in it until ``discard_changes()``.
         """
         return run_job(self, progress=progress, commit=commit, rebase=rebase)
 

@@ -27,7 +27,7 @@ from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.arguments import check_run
 from shardpipe.write.job import RunOptions, run_checked_job
-from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions
+from shardpipe.write.options import ARRAY_PARAMETERS, STORED_PARAMETERS, WriteOptions
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
 
@@ -108,6 +108,7 @@ def to_sharded_zarr(
     return job.open()
 
 
+@shares_parameters(STORED_PARAMETERS)
 def cleanup(
     store: Any, path: str | None = None, *, storage_options: dict[str, Any] | None = None
 ) -> int:
@@ -121,6 +122,9 @@ def cleanup(
     computation failed (``compute=True`` writes clean up by themselves). It
     holds the array while it works, so it refuses to run while another job
     holds it (see :func:`shardpipe.repair`).
+
+    Parameters
+    ----------
 
     Returns
     -------

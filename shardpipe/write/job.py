@@ -64,6 +64,8 @@ from shardpipe.internals.zarr_core import AsyncArray
 from shardpipe.storage.icechunk.store import IcechunkShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.arguments import check_run
+from shardpipe.write.options import RUN_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.run import execute_together
 from shardpipe.write.spec import WriteSpec, summary_rows
 
@@ -126,6 +128,7 @@ class ShardedWrite(WriteSpec):
         graph = build_write_graph(self.source, self.plan, target_d, self.key_of(), token, skip=skip)
         return self.mode.end_delayed(graph.result, self.target, self.n_shards_skipped, token)
 
+    @shares_parameters(RUN_PARAMETERS)
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> WriteReport:
@@ -133,21 +136,12 @@ class ShardedWrite(WriteSpec):
 
         Parameters
         ----------
-        progress : bool
-            Show a progress bar over shards and bytes (console or notebook),
-            on any scheduler.
-        commit : str, optional
-            Into an Icechunk session: commit it with this message at the end
-            (the report's ``snapshot_id`` is the new snapshot). Without it the
-            session holds the changes for you to commit.
-        rebase : bool
-            With ``commit``: rebase onto commits that reached the branch
-            meanwhile when none changed a shard this write changed.
 
         Returns
         -------
         WriteReport
-            Shards written and left out as empty, bytes, inner chunks, seconds.
+            Shards written and left out as empty, bytes, inner chunks,
+            seconds (with ``commit``, the new snapshot's ``snapshot_id``).
 
         Raises
         ------
