@@ -208,6 +208,9 @@ def migrate(
         fsspec options for a target elsewhere (a local draft to ``s3://``).
     dry_run : bool
         Read and translate everything, report, write nothing.
+    workers : int
+        Shards copied at the same time (threads of this process, with or
+        without a Dask cluster).
     progress : bool
         Show a ``tqdm.auto`` bar over the bytes of the shards copied.
 
