@@ -21,12 +21,15 @@ import zarr
 from shardpipe.core.checks import check_bool, check_path
 from shardpipe.core.display import ShowsSummary, Summary, format_count
 from shardpipe.dataset.existing import consolidated_metadata
+from shardpipe.dataset.options import DATASET_PARAMETERS
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.maintenance.repairs import RepairReport, repair
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_node_present
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 
 @dataclass(repr=False)
@@ -88,6 +91,7 @@ class DatasetRepairReport(ShowsSummary):
         return "\n".join(lines)
 
 
+@shares_parameters(DATASET_PARAMETERS | STORED_PARAMETERS)
 def repair_dataset(
     store: Any,
     *,
@@ -100,12 +104,8 @@ def repair_dataset(
 
     Parameters
     ----------
-    store, group, storage_options
-        Where the dataset is, as for ``ds.shard.to_zarr``.
     force : bool
         Passed to :func:`shardpipe.repair` for each sharded array.
-    progress : bool
-        Show a progress bar over the shards of each sharded array.
 
     Raises
     ------

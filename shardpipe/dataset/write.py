@@ -60,7 +60,7 @@ from shardpipe.stored.locations import Location, locations_read
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_nothing_else_there, check_reads_apart, check_target
 from shardpipe.write.arguments import check_run, check_writable
-from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
+from shardpipe.write.job import Pass, PassReports, RunOptions, ShardedWrite, run_checked_job
 from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_checked, prepare_fill
@@ -118,7 +118,7 @@ def to_zarr(
             fix="Write to another path (then delete the old group and move the new one into "
             "place), or load() the dataset into memory first",
         )
-    check_run(commit, rebase, root)
+    run = RunOptions(progress, *check_run(commit, rebase, root))
     if root.transactional:
         if not compute:
             raise InvalidArgumentError(
@@ -191,7 +191,7 @@ def to_zarr(
             )
             return finished
         job = _DatasetWrite(root, ds, jobs, writer, zstore, consolidated)
-        report: DatasetWriteReport = run_job(job, progress=progress, commit=commit, rebase=rebase)
+        report: DatasetWriteReport = run_checked_job(job, run)
     return report
 
 

@@ -92,7 +92,9 @@ from shardpipe.storage.keys import MIGRATION_STAGING
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.places import check_reads_apart
-from shardpipe.write.job import Pass, PassReports, run_job
+from shardpipe.write.job import Pass, PassReports, RunOptions, run_checked_job
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 
 @dataclass(repr=False)
@@ -169,6 +171,7 @@ class MigrateReport(ShowsSummary):
         )
 
 
+@shares_parameters(STORED_PARAMETERS)
 def migrate(
     source: Any,
     target: Any = None,
@@ -206,7 +209,8 @@ def migrate(
     dry_run : bool
         Read and translate everything, report, write nothing.
     workers : int
-        Shards copied at the same time.
+        Shards copied at the same time (threads of this process, with or
+        without a Dask cluster).
     progress : bool
         Show a ``tqdm.auto`` bar over the bytes of the shards copied.
 
@@ -283,7 +287,7 @@ def migrate(
     if dry_run:
         return report
     job = MigrationJob(src, dst, plan, report, earlier, _name(source), add_crc32c, workers)
-    migrated: MigrateReport = run_job(job, progress=progress)
+    migrated: MigrateReport = run_checked_job(job, RunOptions(progress))
     return migrated
 
 

@@ -28,6 +28,8 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
 from shardpipe.stored.metadata import format_of, layout_of, read_metadata
 from shardpipe.stored.places import check_not_a_file
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 
 @dataclass(frozen=True, repr=False)
@@ -229,6 +231,7 @@ class GroupInfo(ShowsSummary):
         return "\n".join(lines)
 
 
+@shares_parameters(STORED_PARAMETERS)
 def info(
     store: Any,
     path: str | None = None,
@@ -252,6 +255,9 @@ def info(
     location where an interrupted job left only its records (killed before
     it wrote any metadata) is described by a :class:`GroupInfo` with no
     arrays and those jobs.
+
+    Parameters
+    ----------
     """
     workers = check_int("workers", workers, example=8)
     progress = check_bool("progress", progress)

@@ -23,6 +23,8 @@ from shardpipe.journal.markers import JobKeys
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.metadata import format_of, read_metadata
 from shardpipe.stored.places import check_node_present, check_not_a_file
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 
 @dataclass(repr=False)
@@ -70,6 +72,7 @@ class CompactReport(ShowsSummary):
         )
 
 
+@shares_parameters(STORED_PARAMETERS)
 def compact(
     store: Any,
     path: str | None = None,
@@ -87,15 +90,11 @@ def compact(
 
     Parameters
     ----------
-    store, path, storage_options
-        Where the array is, as for :func:`~shardpipe.to_sharded_zarr`.
     threshold : float
         In ``[0, 1)``: shards with a larger unused share are rewritten
         (``0`` rewrites every shard with any unused byte).
     workers : int
-        Shards rewritten concurrently.
-    progress : bool
-        Show a bar over the shards checked (``tqdm.auto``).
+        Shards rewritten concurrently (each held whole in memory).
     """
     if not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
         raise InvalidArgumentError(

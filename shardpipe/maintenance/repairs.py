@@ -28,6 +28,8 @@ from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import list_shards
 from shardpipe.stored.metadata import format_of, layout_of, read_metadata
 from shardpipe.stored.places import check_node_present, check_not_a_file
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 
 @dataclass(repr=False)
@@ -94,6 +96,7 @@ class RepairReport(ShowsSummary):
         return "\n".join([*lines, str(self.verify)])
 
 
+@shares_parameters(STORED_PARAMETERS)
 def repair(
     store: Any,
     path: str | None = None,
@@ -113,14 +116,10 @@ def repair(
 
     Parameters
     ----------
-    store, path, storage_options
-        Where the array is, as for :func:`~shardpipe.to_sharded_zarr`.
     force : bool
         Take over from a job whose marker is present although shardpipe
         cannot tell that it stopped (it ran on another machine). Never use
         it while that job may still run.
-    progress : bool
-        Show a bar over the shards of the final check (``tqdm.auto``).
 
     Raises
     ------

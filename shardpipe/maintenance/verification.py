@@ -57,6 +57,8 @@ from shardpipe.stored.shard_integrity import (
     ShardCheck,
     checksum_note,
 )
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 __all__ = ["SHARD_ENTRIES", "VerifyReport", "verify"]
 
@@ -321,6 +323,7 @@ class _Tally:
         ]
 
 
+@shares_parameters(STORED_PARAMETERS)
 def verify(
     store: Any,
     path: str | None = None,
@@ -347,21 +350,11 @@ def verify(
 
     Parameters
     ----------
-    store : str, os.PathLike, zarr Store or zarr Group
-        Where the array is, as for :func:`~shardpipe.to_sharded_zarr`.
-    path : str, optional
-        Path of the array inside ``store``.
-    storage_options : dict, optional
-        fsspec options for URLs.
-    workers : int
-        Threads checking shards when no cluster is active.
     complete : bool
         Also require that no job is unfinished: a job record of a write that
         did not finish, staging data, temporary files among the shards or a
         job marker are problems (without it they are notes). See
         :mod:`shardpipe.journal.leftovers`.
-    progress : bool
-        Show a progress bar over the shards checked (``tqdm.auto``).
 
     Returns
     -------

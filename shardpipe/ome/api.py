@@ -13,7 +13,8 @@ from shardpipe.ome.options import OME_PARAMETERS, OmeZarrOptions, check_resume_o
 from shardpipe.ome.prepare import prepare_ome_zarr
 from shardpipe.ome.update import prepare_ome_update
 from shardpipe.storage.resolve import resolve_store
-from shardpipe.write.arguments import check_writable
+from shardpipe.write.arguments import check_run, check_writable
+from shardpipe.write.job import RunOptions, run_checked_job
 from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, check_array_options
 from shardpipe.write.parameters import shares_parameters
 
@@ -79,7 +80,7 @@ def to_ome_zarr(
     progress = check_bool("progress", progress)
     if region is None and append_dim is None:
         job = prepare_ome_zarr(image, store, axes, **options)
-        report = job.execute(progress=progress, commit=commit, rebase=rebase)
+        report = run_checked_job(job, RunOptions(progress, *check_run(commit, rebase, job.target)))
         if report.snapshot_id is not None:
             return report.snapshot_id
         return zarr.open_group(job.target.zarr_store, path=job.target.path or None, mode="r")
@@ -112,7 +113,7 @@ def to_ome_zarr(
             resume=resume,
         ),
     )
-    done = update.execute(progress=progress, commit=commit, rebase=rebase)
+    done = run_checked_job(update, RunOptions(progress, *check_run(commit, rebase, target)))
     if done.snapshot_id is not None:
         return done.snapshot_id
     return zarr.open_group(target.zarr_store, path=target.path or None, mode="r")

@@ -51,6 +51,7 @@ from shardpipe.ome.axes import Axis, axes_from_document
 from shardpipe.ome.carry_tasks import CarryTarget, carry_shard
 from shardpipe.ome.conversion_recovery import advise_conversion_rerun
 from shardpipe.ome.metadata import NGFF_VERSION
+from shardpipe.ome.options import CONVERSION_PARAMETERS
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import delete_group_record, remove_group, save_group_record, write_group
 from shardpipe.ome.v04_checks import SourceLevel, check_level_tasks, validate_source
@@ -62,6 +63,7 @@ from shardpipe.stored.places import check_not_a_file, check_reads_apart, check_t
 from shardpipe.write.arguments import check_writable
 from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
 from shardpipe.write.options import ArrayOptions, check_array_options
+from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_checked
 
 __all__ = ["OmeZarrConversion", "convert_ome_zarr", "prepare_ome_conversion"]
@@ -204,6 +206,7 @@ class OmeZarrConversion:
         return OmeZarrReport(ordered, seconds, snapshot_id)
 
     @advise_conversion_rerun
+    @shares_parameters(CONVERSION_PARAMETERS)
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> OmeZarrReport:
@@ -211,16 +214,7 @@ class OmeZarrConversion:
 
         Parameters
         ----------
-        progress : bool
-            Show progress bars (on Dask's local schedulers: one over the
-            shards whose chunks are copied, one over the levels written again).
-        commit : str, optional
-            Into an Icechunk session: commit it with this message at the end
-            (the report's ``snapshot_id``).
-        rebase : bool
-            With ``commit``: rebase onto commits that reached the branch meanwhile.
         """
-        progress = check_bool("progress", progress)
         return run_job(self, progress=progress, commit=commit, rebase=rebase)
 
     def _carry(self, progress: bool) -> dict[str, WriteReport]:
@@ -286,6 +280,7 @@ class OmeZarrConversion:
         )
 
 
+@shares_parameters(CONVERSION_PARAMETERS)
 def prepare_ome_conversion(
     source: Any,
     target: Any,
@@ -302,6 +297,9 @@ def prepare_ome_conversion(
     """Validate and plan a conversion (see :func:`convert_ome_zarr`); write nothing.
 
     The options are checked once, here: the levels written again plan with them.
+
+    Parameters
+    ----------
     """
     checked = check_array_options(
         dict(overwrite=overwrite, chunk_checksums=chunk_checksums, max_mem=max_mem)
@@ -426,6 +424,7 @@ def _plan_level(
     return LevelConversion(path, shape, chunks, shard_shape, dtype, carried, level.zarray, job)
 
 
+@shares_parameters(CONVERSION_PARAMETERS)
 def convert_ome_zarr(
     source: Any,
     target: Any,
@@ -446,35 +445,6 @@ def convert_ome_zarr(
 
     Parameters
     ----------
-    source : str, os.PathLike or zarr Store
-        The 0.4 image group (Zarr v2), with its labels if it has any.
-    target : str, os.PathLike, zarr Store or icechunk.Session
-        Where the 0.5 image group goes.
-    path : str, optional
-        Group path of the image inside ``target``.
-    shards : sequence of int or dict, optional
-        Shard shape of every level (clipped to it), a whole number of the
-        source's chunks along every axis, per axis of the image (label
-        images take the sizes of the axes they have). Default: one chunk along time and
-        channel axes, about 256 MiB along the space axes.
-    overwrite : bool
-        Replace what is at ``target``.
-    source_storage_options, storage_options : dict, optional
-        fsspec options of the source and of the target.
-    max_mem : int or str
-        Memory budget per task.
-    chunk_checksums : bool
-        End every inner chunk with a CRC32C (computed over the chunk's bytes,
-        which are not decoded).
-    reencode : bool
-        Decode and encode every level with shardpipe's defaults instead of
-        copying the chunks.
-    progress : bool
-        Show progress bars.
-    commit : str, optional
-        Into an Icechunk session: commit it with this message at the end.
-    rebase : bool
-        With ``commit``: rebase onto commits that reached the branch meanwhile.
 
     Returns
     -------

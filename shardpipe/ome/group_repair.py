@@ -19,17 +19,15 @@ on one array). Then the group's record of an interrupted update is settled:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardpipe.core.downsample import METHODS
-from shardpipe.core.memory import DEFAULT_MAX_MEM
 from shardpipe.ome.group_checks import level_arrays
 from shardpipe.ome.run import delete_group_record, read_group_record
 from shardpipe.ome.stored import read_image
 from shardpipe.ome.update import recompute_levels, roll_back_append
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.write.arguments import check_max_mem
 from shardpipe.write.job import run_jobs
 from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS
 
@@ -53,12 +51,13 @@ class GroupRepair:
 
 
 def repair_group(
-    target: ResolvedStore,
-    repair_array: Callable[[ResolvedStore], Any],
-    *,
-    max_mem: int | str = DEFAULT_MAX_MEM,
+    target: ResolvedStore, repair_array: Callable[[ResolvedStore], Any]
 ) -> GroupRepair:
-    """Repair every level array of the image group at ``target``, then settle its record."""
+    """Repair every level array of the image group at ``target``, then settle its record.
+
+    A region write is finished with the default options (``repair`` takes no
+    budget: the levels are computed again under the default ``max_mem``).
+    """
     done = GroupRepair()
     record = read_group_record(target)
     doing = record.get("doing", "write") if record is not None else None
@@ -78,9 +77,7 @@ def repair_group(
         box = tuple(tuple(b) for b in record.get("identity", {}).get("region", []))
         method = stored.multiscale.method
         if method in METHODS and len(box) == len(stored.shapes[0]):
-            budget = check_max_mem(max_mem)
-            options = replace(DEFAULT_ARRAY_OPTIONS, max_mem=budget)
-            jobs, paths = recompute_levels(target, stored, box, str(method), options)
+            jobs, paths = recompute_levels(target, stored, box, str(method), DEFAULT_ARRAY_OPTIONS)
             if jobs:
                 run_jobs(jobs)
             done.notes.append(

@@ -19,10 +19,12 @@ from typing import Any
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.memory import HOLD_SHARE
 from shardpipe.ome.multiscale import MultiscaleWrite
+from shardpipe.ome.options import OME_PARAMETERS
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import level_paths, pyramid_pass
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
+from shardpipe.write.parameters import shares_parameters
 
 __all__ = ["OmeZarrWrite"]
 
@@ -154,11 +156,15 @@ class OmeZarrWrite:
         paths = level_paths(self.multiscales)
         return OmeZarrReport(dict(zip(paths, reports[0], strict=True)), seconds, snapshot_id)
 
+    @shares_parameters(OME_PARAMETERS)
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> OmeZarrReport:
         """Write the group metadata, then every shard of every level; return the report.
 
         See :func:`shardpipe.ome.run.pyramid_pass`.
+
+        Parameters
+        ----------
         """
         return run_job(self, progress=progress, commit=commit, rebase=rebase)

@@ -17,7 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.write.options import ARRAY_PARAMETERS, ArrayOptions, TargetOptions
+from shardpipe.write.options import (
+    ARRAY_PARAMETERS,
+    SOURCE_PARAMETERS,
+    ArrayOptions,
+    TargetOptions,
+)
 from shardpipe.write.parameters import SharedParameters
 
 
@@ -127,6 +132,38 @@ _OWN = SharedParameters(
 OME_PARAMETERS = _OWN | (ARRAY_PARAMETERS | _OWN)
 """The entries and defaults of the parameters of :func:`~shardpipe.to_ome_zarr` and its plan:
 the image's own first, then the array options (worded for an image where they differ)."""
+
+CONVERSION_PARAMETERS = (
+    OME_PARAMETERS
+    | SOURCE_PARAMETERS
+    | SharedParameters(
+        """
+    source : str, os.PathLike or zarr Store
+        The 0.4 image group (Zarr v2), with its labels if it has any.
+    target : str, os.PathLike, zarr Store or icechunk.Session
+        Where the 0.5 image group goes.
+    path : str, optional
+        Group path of the image inside ``target``.
+    shards : sequence of int or dict, optional
+        Shard shape of every level (clipped to it), a whole number of the
+        source's chunks along every axis, per axis of the image (label
+        images take the sizes of the axes they have). Default: one chunk along time and
+        channel axes, about 256 MiB along the space axes.
+    chunk_checksums : bool
+        End every inner chunk with a CRC32C (computed over the chunk's bytes,
+        which are not decoded).
+    reencode : bool
+        Decode and encode every level with shardpipe's defaults instead of
+        copying the chunks.
+    progress : bool
+        Show progress bars (on Dask's local schedulers: one over the
+        shards whose chunks are copied, one over the levels written again).
+    """,
+        {"reencode": False},
+    )
+)
+"""The entries and defaults of the parameters of :func:`~shardpipe.convert_ome_zarr`, its plan
+and its ``execute``."""
 
 
 def check_resume_of_image(given: ArrayOptions) -> bool:

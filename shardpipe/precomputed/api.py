@@ -48,6 +48,9 @@ from shardpipe.precomputed.job import PrecomputedWrite
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.places import check_not_a_file, check_target
 from shardpipe.write.arguments import check_max_mem
+from shardpipe.write.job import RunOptions, run_checked_job
+from shardpipe.write.options import ARRAY_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 DATA_TYPES = ("uint8", "uint16", "uint32", "uint64", "float32")
 VOLUME_TYPES = ("image", "segmentation")
@@ -55,6 +58,7 @@ TASK_COPIES = 3
 """A shard task holds its raw box, the encoded chunks and the joined shard file."""
 
 
+@shares_parameters(ARRAY_PARAMETERS)
 def to_neuroglancer_precomputed(
     arr: Any,
     store: Any,
@@ -113,8 +117,6 @@ def to_neuroglancer_precomputed(
         ``"auto"``: the mean for images, the mode for segmentations.
     overwrite : bool
         Replace a volume already at ``store`` (its ``info`` and this scale's shards).
-    storage_options : dict, optional
-        fsspec options for URLs; ``{"fsync": bool}`` for local paths.
     max_mem : int or str
         Memory budget per task: a shard's task holds its raw chunks about
         three times over (raw, encoded, joined).
@@ -197,7 +199,7 @@ def to_neuroglancer_precomputed(
     )
     if not compute:
         return job.to_delayed()
-    return job.execute(progress=progress)
+    return run_checked_job(job, RunOptions(progress))
 
 
 def _check_scales(scales: Any) -> list[tuple[int, ...]]:

@@ -32,10 +32,13 @@ from shardpipe.stored.metadata import (
     unreadable_metadata,
 )
 from shardpipe.write.arguments import check_max_mem
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 __all__ = ["open_array"]
 
 
+@shares_parameters(STORED_PARAMETERS)
 def open_array(
     store: Any,
     path: str | None = None,
@@ -47,13 +50,6 @@ def open_array(
 
     Parameters
     ----------
-    store : str, os.PathLike or zarr Store
-        A local path, an fsspec URL (``"s3://bucket/x.zarr"``) or a zarr store.
-    path : str, optional
-        Path of the array inside the store; the store's root by default.
-    storage_options : dict, optional
-        fsspec options for URLs (``{"client_kwargs": {"endpoint_url": ...}}``
-        for an S3-compatible server).
     max_mem : int or str, optional
         None (the default): one block per shard. Else the bytes a block may
         hold (``"1GiB"``): blocks are boxes of whole shards, grown along the

@@ -55,7 +55,7 @@ from shardpipe.stored.places import (
 )
 from shardpipe.write.api import snapshot_id_returned
 from shardpipe.write.arguments import check_run, resolve_shapes
-from shardpipe.write.job import ShardedWrite
+from shardpipe.write.job import RunOptions, ShardedWrite, run_checked_job
 from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, ArrayOptions, check_array_options
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_checked
@@ -362,10 +362,10 @@ def rechunk(
     """
     progress, compute = check_progress(progress, compute)
     job = plan_rechunk(source, target, **options)
-    check_run(commit, rebase, job.target)
+    run = RunOptions(progress, *check_run(commit, rebase, job.target))
     if not compute:
         return job.to_delayed()
-    report = job.execute(progress=progress, commit=commit, rebase=rebase)
+    report = run_checked_job(job, run)
     if report.snapshot_id is not None:
         return snapshot_id_returned("rechunk", "shardpipe.plan_rechunk", report.snapshot_id)
     return job.write.open()

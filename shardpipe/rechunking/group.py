@@ -52,8 +52,8 @@ from shardpipe.stored.places import (
     check_target,
     resolve_named,
 )
-from shardpipe.write.arguments import check_writable
-from shardpipe.write.job import Pass, PassReports, run_job, together
+from shardpipe.write.arguments import check_run, check_writable
+from shardpipe.write.job import Pass, PassReports, RunOptions, run_checked_job, run_job, together
 from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, check_array_options
 from shardpipe.write.parameters import shares_parameters
 
@@ -205,22 +205,21 @@ class GroupRechunkJob:
         for path, array in self.small:
             _copy_small(array, root, path)
 
+    @shares_parameters(GROUP_PARAMETERS)
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> GroupRechunkReport:
         """Create the groups, copy the small arrays, rechunk the others pass by pass.
 
+        Into an Icechunk session, ``commit`` commits the whole hierarchy at
+        the end, as in :meth:`~shardpipe.ShardedWrite.execute`. A failed
+        rechunk merges none of its shards into the session; the groups, the
+        small copies and the arrays' metadata stay in it until
+        ``discard_changes()``.
+
         Parameters
         ----------
-        progress : bool
-            Show a progress bar over the shards of every array, per pass.
-        commit, rebase
-            Into an Icechunk session: commit the whole hierarchy at the end, as
-            in :meth:`~shardpipe.ShardedWrite.execute`. A failed rechunk merges
-            none of its shards into the session; the groups, the small copies
-            and the arrays' metadata stay in it until ``discard_changes()``.
         """
-        progress = check_bool("progress", progress)
         return run_job(self, progress=progress, commit=commit, rebase=rebase)
 
 
@@ -329,7 +328,7 @@ def rechunk_group(
     """
     progress = check_bool("progress", progress)
     job = plan_group_rechunk(source, target, **options)
-    return job.execute(progress=progress, commit=commit, rebase=rebase)
+    return run_checked_job(job, RunOptions(progress, *check_run(commit, rebase, job.target)))
 
 
 def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Group:

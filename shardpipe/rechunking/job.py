@@ -38,6 +38,8 @@ from shardpipe.rechunking.source import Source
 from shardpipe.storage.keys import INTERMEDIATE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
+from shardpipe.write.options import RUN_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 
 COPY = "copy into the intermediate"
 """The name of the first pass of a two-pass rechunk."""
@@ -322,6 +324,7 @@ class RechunkJob:
             )
         return replace(report, snapshot_id=snapshot_id)
 
+    @shares_parameters(RUN_PARAMETERS)
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> WriteReport:
@@ -333,6 +336,9 @@ class RechunkJob:
         :attr:`~shardpipe.WriteReport.passes` says what each did. ``commit``
         and ``rebase`` are those of :meth:`shardpipe.ShardedWrite.execute`
         (Icechunk targets).
+
+        Parameters
+        ----------
         """
         return run_job(self, progress=progress, commit=commit, rebase=rebase)
 

@@ -19,7 +19,12 @@ from typing import Any, TypedDict
 from shardpipe.core.checks import check_entry_keys, check_int_tuple, checking_entry, shown
 from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.write.options import ARRAY_PARAMETERS, LayoutOptions, TargetOptions
+from shardpipe.write.options import (
+    ARRAY_PARAMETERS,
+    SOURCE_PARAMETERS,
+    LayoutOptions,
+    TargetOptions,
+)
 from shardpipe.write.parameters import SharedParameters
 
 
@@ -47,8 +52,11 @@ class GroupRechunkOptions(TypedDict, total=False):
     resume: bool
 
 
-RECHUNK_PARAMETERS = ARRAY_PARAMETERS | SharedParameters(
-    """
+RECHUNK_PARAMETERS = (
+    ARRAY_PARAMETERS
+    | SOURCE_PARAMETERS
+    | SharedParameters(
+        """
     source : str, os.PathLike, zarr.Array or dask.array.Array
         A Zarr v2 or v3 array (sharded or not), its local path or fsspec
         URL, or any Dask array (read as it is blocked).
@@ -75,8 +83,6 @@ RECHUNK_PARAMETERS = ARRAY_PARAMETERS | SharedParameters(
         carries on its intermediate copy, found by its record in the target's
         job folder (:mod:`shardpipe.rechunking.copy_record`): a complete copy
         is used as it is, a partial one keeps its complete blocks.
-    source_storage_options : dict, optional
-        fsspec options for the source.
     temp_store : str or os.PathLike, optional
         Where a two-pass rechunk may keep an intermediate copy (a path or
         URL that does not exist yet; deleted afterwards, kept by a killed run
@@ -84,7 +90,8 @@ RECHUNK_PARAMETERS = ARRAY_PARAMETERS | SharedParameters(
         blocks that fit ``max_mem`` are thinner than the inner chunks
         (:mod:`shardpipe.rechunking.intermediate` says why); the plan says which.
     """,
-    {"source_storage_options": None, "temp_store": None},
+        {"temp_store": None},
+    )
 )
 """The entries and defaults of the parameters of :func:`~shardpipe.rechunk` and its plan."""
 

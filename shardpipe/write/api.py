@@ -26,7 +26,8 @@ from shardpipe.storage.keys import JOB_DIR, STAGING_DIR
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.arguments import check_run
-from shardpipe.write.options import ARRAY_PARAMETERS, WriteOptions
+from shardpipe.write.job import RunOptions, run_checked_job
+from shardpipe.write.options import ARRAY_PARAMETERS, STORED_PARAMETERS, WriteOptions
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_write
 
@@ -96,10 +97,10 @@ def to_sharded_zarr(
     """
     progress, compute = check_progress(progress, compute, planned="shardpipe.prepare_write")
     job = prepare_write(arr, store, **options)
-    check_run(commit, rebase, job.target)
+    run = RunOptions(progress, *check_run(commit, rebase, job.target))
     if not compute:
         return job.to_delayed()
-    report = job.execute(progress=progress, commit=commit, rebase=rebase)
+    report = run_checked_job(job, run)
     if report.snapshot_id is not None:
         return snapshot_id_returned(
             "to_sharded_zarr", "shardpipe.prepare_write", report.snapshot_id
@@ -107,6 +108,7 @@ def to_sharded_zarr(
     return job.open()
 
 
+@shares_parameters(STORED_PARAMETERS)
 def cleanup(
     store: Any, path: str | None = None, *, storage_options: dict[str, Any] | None = None
 ) -> int:
@@ -120,6 +122,9 @@ def cleanup(
     computation failed (``compute=True`` writes clean up by themselves). It
     holds the array while it works, so it refuses to run while another job
     holds it (see :func:`shardpipe.repair`).
+
+    Parameters
+    ----------
 
     Returns
     -------

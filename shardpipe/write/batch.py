@@ -61,6 +61,8 @@ from shardpipe.write.arguments import (
     region_offset,
 )
 from shardpipe.write.job import Pass, PassReports, run_job
+from shardpipe.write.options import STORED_PARAMETERS
+from shardpipe.write.parameters import SharedParameters, shares_parameters
 from shardpipe.write.prepare import memory_model
 from shardpipe.write.resume import check_no_other_job
 from shardpipe.write.run import run_batch
@@ -68,6 +70,20 @@ from shardpipe.write.run import run_batch
 __all__ = ["RegionBatch", "RegionBatchJob", "write_regions"]
 
 
+BATCH_PARAMETERS = STORED_PARAMETERS | SharedParameters(
+    """
+    write_empty_chunks : bool
+        Store inner chunks equal to the fill value (by default they are
+        dropped from the shard).
+    max_mem : int or str
+        Memory budget of a shard's writer (a rewrite holds the whole old shard).
+    """,
+    {},
+)
+"""The entries of the parameters of :func:`write_regions` and :class:`RegionBatch`."""
+
+
+@shares_parameters(BATCH_PARAMETERS)
 def write_regions(
     updates: Sequence[tuple[tuple[slice, ...], Any]],
     store: Any,
@@ -93,19 +109,6 @@ def write_regions(
         array. ``data``: a NumPy array (or anything ``numpy.asarray``
         takes) of the region's shape, of the array's dtype or one cast to
         it where every value fits (``int64`` values 0..65535 into ``uint16``).
-    store : str, pathlib.Path, zarr Store or mapping
-        Where the array lives (as for :func:`~shardpipe.to_sharded_zarr`).
-    path : str, optional
-        The array's path inside ``store``.
-    storage_options : dict, optional
-        Options of the storage backend (``{"fsync": False}``, S3 settings).
-    write_strategy : {"auto", "in_place", "append", "rewrite"}
-        How shards are changed (see :func:`~shardpipe.to_sharded_zarr`).
-    write_empty_chunks : bool
-        Store inner chunks equal to the fill value (by default they are
-        dropped from the shard).
-    max_mem : int or str
-        Memory budget of a shard's writer (a rewrite holds the whole old shard).
 
     Returns
     -------
@@ -149,6 +152,7 @@ def write_regions(
     return batch.apply(boxes, arrays)
 
 
+@shares_parameters(BATCH_PARAMETERS)
 class RegionBatch:
     """Collect region writes into an existing array; apply them as one job when the block ends.
 
@@ -160,8 +164,6 @@ class RegionBatch:
 
     Parameters
     ----------
-    store, path, storage_options, write_strategy, write_empty_chunks, max_mem
-        As for :func:`write_regions`.
 
     Attributes
     ----------

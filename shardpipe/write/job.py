@@ -55,6 +55,7 @@ import zarr
 from dask.delayed import Delayed, delayed
 from zarr.storage import StorePath
 
+from shardpipe.core.checks import check_bool
 from shardpipe.core.display import html_table, text_table
 from shardpipe.engine.graph import build_write_graph
 from shardpipe.engine.reports import WriteReport
@@ -63,6 +64,8 @@ from shardpipe.internals.zarr_core import AsyncArray
 from shardpipe.storage.icechunk.store import IcechunkShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.arguments import check_run
+from shardpipe.write.options import RUN_PARAMETERS
+from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.run import execute_together
 from shardpipe.write.spec import WriteSpec, summary_rows
 
@@ -125,6 +128,7 @@ class ShardedWrite(WriteSpec):
         graph = build_write_graph(self.source, self.plan, target_d, self.key_of(), token, skip=skip)
         return self.mode.end_delayed(graph.result, self.target, self.n_shards_skipped, token)
 
+    @shares_parameters(RUN_PARAMETERS)
     def execute(
         self, *, progress: bool = False, commit: str | None = None, rebase: bool = False
     ) -> WriteReport:
@@ -132,21 +136,12 @@ class ShardedWrite(WriteSpec):
 
         Parameters
         ----------
-        progress : bool
-            Show a progress bar over shards and bytes (console or notebook),
-            on any scheduler.
-        commit : str, optional
-            Into an Icechunk session: commit it with this message at the end
-            (the report's ``snapshot_id`` is the new snapshot). Without it the
-            session holds the changes for you to commit.
-        rebase : bool
-            With ``commit``: rebase onto commits that reached the branch
-            meanwhile when none changed a shard this write changed.
 
         Returns
         -------
         WriteReport
-            Shards written and left out as empty, bytes, inner chunks, seconds.
+            Shards written and left out as empty, bytes, inner chunks,
+            seconds (with ``commit``, the new snapshot's ``snapshot_id``).
 
         Raises
         ------
@@ -254,6 +249,41 @@ class Job[R](Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How jobs run, checked: made by :func:`check_run_options` (or by a front door from the
+    values it checked itself); the runner trusts them.
+
+    Attributes
+    ----------
+    progress : bool
+        Show a progress bar over the shards of each pass.
+    commit : str or None
+        Into an Icechunk session: commit it with this message at the end.
+    rebase : bool
+        With ``commit``: rebase onto commits that reached the branch meanwhile.
+    """
+
+    progress: bool = False
+    commit: str | None = None
+    rebase: bool = False
+
+
+def check_run_options(
+    target: ResolvedStore, progress: Any = False, commit: Any = None, rebase: Any = False
+) -> RunOptions:
+    """Check ``progress``, ``commit`` and ``rebase`` of jobs writing to ``target``, once.
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        Naming the option refused (``commit`` and ``rebase`` first, as
+        :func:`~shardpipe.write.arguments.check_run` checks them).
+    """
+    message, rebase = check_run(commit, rebase, target)
+    return RunOptions(check_bool("progress", progress), message, rebase)
+
+
 def run_jobs(
     jobs: Sequence[Job[Any]],
     *,
@@ -266,6 +296,8 @@ def run_jobs(
     Pass ``k`` of every job that has one runs in one computation, after every
     job's pass ``k - 1`` ended. If a pass fails, every job whose pass began
     abandons it (in order) and the error is raised; nothing is committed.
+    The options are checked first (:func:`check_run_options`); a front door
+    that checked them already calls :func:`run_checked`.
 
     Parameters
     ----------
@@ -281,8 +313,14 @@ def run_jobs(
     """
     if not jobs:
         return []
+    return run_checked(jobs, check_run_options(jobs[0].target, progress, commit, rebase))
+
+
+def run_checked(jobs: Sequence[Job[Any]], run: RunOptions) -> list[Any]:
+    """:func:`run_jobs` with options checked already."""
+    if not jobs:
+        return []
     target = jobs[0].target
-    message, rebase = check_run(commit, rebase, target)
     began = time.perf_counter()
     plans = [list(job.passes()) for job in jobs]
     done: list[list[Sequence[WriteReport]]] = [[] for _ in jobs]
@@ -291,10 +329,10 @@ def run_jobs(
         begun: list[tuple[int, Pass, Sequence[WriteSpec]]] = []
         try:
             for i, step in running:
-                begun.append((i, step, step.begin(progress)))
+                begun.append((i, step, step.begin(run.progress)))
             writes = [w for _, _, ws in begun for w in ws]
-            reports = iter(execute_together(writes, progress=progress) if writes else [])
-            own = {i: list(step.write(progress)) for i, step, _ in begun if step.write}
+            reports = iter(execute_together(writes, progress=run.progress) if writes else [])
+            own = {i: list(step.write(run.progress)) for i, step, _ in begun if step.write}
         except BaseException as err:
             for _, step, _ in begun:
                 step.abandon(err)
@@ -305,7 +343,7 @@ def run_jobs(
             mine = [next(reports) for _ in ws] + own.get(i, [])
             step.end(mine)
             done[i].append(mine)
-    snapshot = _commit(target, message, rebase) if message is not None else None
+    snapshot = _commit(target, run.commit, run.rebase) if run.commit is not None else None
     seconds = time.perf_counter() - began
     return [job.finish(d, seconds, snapshot) for job, d in zip(jobs, done, strict=True)]
 
@@ -315,6 +353,12 @@ def run_job[R](
 ) -> R:
     """Run one job (see :func:`run_jobs`); return its report."""
     report: R = run_jobs([job], progress=progress, commit=commit, rebase=rebase)[0]
+    return report
+
+
+def run_checked_job[R](job: Job[R], run: RunOptions) -> R:
+    """Run one job with options checked already (see :func:`run_checked`); return its report."""
+    report: R = run_checked([job], run)[0]
     return report
 
 

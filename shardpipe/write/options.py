@@ -73,8 +73,34 @@ class WriteOptions(TargetOptions, LayoutOptions, total=False):
     write_strategy: str
 
 
-ARRAY_PARAMETERS = SharedParameters(
+RUN_PARAMETERS = SharedParameters(
     """
+    progress : bool
+        Show a progress bar over the shards and bytes written (console or
+        notebook, on any scheduler); not with ``compute=False``.
+    compute : bool
+        Write now; with False, return a ``dask.delayed.Delayed`` that writes
+        the metadata and then the shards when computed (not into an Icechunk
+        session).
+    commit : str, optional
+        Into an Icechunk session: commit it with this message once every
+        shard is written (the Returns section says where the new snapshot's
+        id is given). Without it the session holds the changes for you to
+        commit.
+    rebase : bool
+        With ``commit``: if other sessions committed to the branch meanwhile,
+        rebase onto their commits when none changed a shard this write
+        changed (else :class:`~shardpipe.errors.TransactionConflictError`,
+        naming the array and the shards; nothing is committed).
+    """,
+    {"progress": False, "compute": True, "commit": None, "rebase": False},
+)
+"""The entries and defaults of the parameters about running a write (every writing door, and
+the ``execute`` of every job)."""
+
+ARRAY_PARAMETERS = (
+    SharedParameters(
+        """
     arr : dask.array.Array or numpy.ndarray
         The data. A NumPy array is wrapped in blocks of one shard.
     store : str, os.PathLike, zarr Store, zarr Group or icechunk.Session
@@ -174,50 +200,59 @@ ARRAY_PARAMETERS = SharedParameters(
         name), same metadata. ``"force"`` skips the source comparison (for
         sources whose Dask name is not deterministic). Without an array at
         the target, the write starts afresh. See :mod:`shardpipe.write.resume`.
-    progress : bool
-        Show a progress bar over the shards and bytes written (with
-        ``compute=True``).
-    compute : bool
-        Write now; with False, return a ``dask.delayed.Delayed`` that writes
-        the metadata and then the shards when computed (not into an Icechunk
-        session).
-    commit : str, optional
-        Into an Icechunk session: commit it with this message once every
-        shard is written (the Returns section says where the new snapshot's
-        id is given).
-    rebase : bool
-        With ``commit``: if other sessions committed to the branch meanwhile,
-        rebase onto their commits when none changed a shard this write
-        changed (else :class:`~shardpipe.errors.TransactionConflictError`,
-        naming the array and the shards; nothing is committed).
     """,
-    {
-        "path": None,
-        "shards": None,
-        "chunks": None,
-        "compressors": "auto",
-        "filters": None,
-        "serializer": "auto",
-        "fill_value": None,
-        "index_location": None,
-        "dimension_names": None,
-        "attributes": None,
-        "overwrite": False,
-        "storage_options": None,
-        "write_empty_chunks": False,
-        "max_mem": DEFAULT_MAX_MEM,
-        "region": None,
-        "append_dim": None,
-        "write_strategy": "auto",
-        "chunk_checksums": True,
-        "resume": False,
-        "progress": False,
-        "compute": True,
-        "commit": None,
-        "rebase": False,
-    },
+        {
+            "path": None,
+            "shards": None,
+            "chunks": None,
+            "compressors": "auto",
+            "filters": None,
+            "serializer": "auto",
+            "fill_value": None,
+            "index_location": None,
+            "dimension_names": None,
+            "attributes": None,
+            "overwrite": False,
+            "storage_options": None,
+            "write_empty_chunks": False,
+            "max_mem": DEFAULT_MAX_MEM,
+            "region": None,
+            "append_dim": None,
+            "write_strategy": "auto",
+            "chunk_checksums": True,
+            "resume": False,
+        },
+    )
+    | RUN_PARAMETERS
 )
 """The numpydoc entry and default of every array option, and of the parameters about running."""
+
+SOURCE_PARAMETERS = SharedParameters(
+    """
+    source_storage_options : dict, optional
+        fsspec options for the source.
+    """,
+    {"source_storage_options": None},
+)
+"""The entry of the option of the doors that read a stored source (rechunks, conversions)."""
+
+STORED_PARAMETERS = ARRAY_PARAMETERS | SharedParameters(
+    """
+    store : str, os.PathLike, zarr Store or zarr Group
+        Where the array (or group) is: a local path, an fsspec URL
+        (``"s3://bucket/x.zarr"``), a zarr ``Store`` or a ``Group``.
+    path : str, optional
+        Path of the array (or group) inside ``store``; the store's root by default.
+    workers : int
+        Threads working on shards at once when no Dask cluster is active.
+    progress : bool
+        Show a progress bar over the shards visited (``tqdm.auto``).
+    """,
+    {"path": None, "workers": 8, "progress": False},
+)
+"""The entries of the parameters of the doors that look after stored arrays (``info``,
+``verify``, ``repair``, ``compact``, ``cleanup``, ``open_array`` ...): where the array is,
+how many threads visit its shards."""
 
 
 @dataclass(frozen=True)

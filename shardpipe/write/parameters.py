@@ -16,9 +16,18 @@ read) and is decorated with :func:`shares_parameters`, which
 * refuses a keyword the door does not take with the ``TypeError`` Python
   raises for an unknown keyword argument.
 
+A door may also spell a shared parameter out (``path=None`` taken
+positionally, ``progress: bool = False`` before its ``**options``, or every
+parameter of a door whose options are its own): its entry is then the
+shared one, and its default must be the shared default (checked at
+import); a parameter that means something else at that door documents its
+own entry, which wins. A class is decorated the same way: its docstring's
+Parameters section documents its ``__init__``.
+
 The technique is that of pandas' and xarray's shared docstrings, made
-strict: a parameter documented nowhere, or documented but not taken, fails
-at import. ``tests/write/test_parameters.py`` holds every front door to it.
+strict: a parameter documented nowhere, documented but not taken, or taking
+a shared entry with another default, fails at import.
+``tests/write/test_parameters.py`` holds every public door to it.
 """
 
 from __future__ import annotations
@@ -161,11 +170,16 @@ def shares_parameters(shared: SharedParameters) -> Callable[[F], F]:
     ------
     TypeError
         At import, for a parameter that is documented nowhere, an entry of the
-        docstring that names no parameter, or an option without a default.
+        docstring that names no parameter, an option without a default, or a
+        parameter taking a shared entry with a default other than the shared one.
     """
 
     def decorate(func: F) -> F:
         name = func.__qualname__
+        if isinstance(func, type):  # a class: its docstring documents its __init__
+            init = func.__init__  # type: ignore[misc]  # the class's own, not an instance's
+            func.__doc__ = _document(func, _signature(init, shared), shared)
+            return func
         signature = _signature(func, shared)
         func.__doc__ = _document(func, signature, shared)
         taken = frozenset(
@@ -235,7 +249,14 @@ def _document(
         if name in own:
             body += own[name].lines()
         elif name in shared:
-            body += shared[name].lines(signature.parameters[name].default)
+            default = signature.parameters[name].default
+            expected = shared.default(name)
+            if expected is not inspect.Parameter.empty and repr(default) != repr(expected):
+                raise TypeError(
+                    f"{where}: {name}={default!r}, but its shared default is {expected!r} "
+                    "(a parameter that means something else documents its own entry)"
+                )
+            body += shared[name].lines(default)
         else:
             raise TypeError(f"{where}: parameter {name!r} is documented nowhere")
     tail = lines[stop:]

@@ -47,7 +47,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardpipe.codec.chunk_codec import ChunkCodec
-from shardpipe.core.checks import check_bool
 from shardpipe.core.grid import Box, Coords
 from shardpipe.core.region_batch import ChunkFill
 from shardpipe.core.shard_update import DEFAULT_UNUSED_THRESHOLD
@@ -90,9 +89,8 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
     jobs : sequence of WriteSpec
         Jobs on distinct arrays.
     progress : bool
-        Show one progress bar over the shards of all jobs.
+        Show one progress bar over the shards of all jobs (checked by the caller).
     """
-    progress = check_bool("progress", progress)
     began = time.perf_counter()
     token = uuid.uuid4().hex
     started: list[StartedJob] = []

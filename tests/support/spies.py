@@ -30,7 +30,10 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, module: ModuleType, *names: str
 
 
 def count_calls_by_module(
-    monkeypatch: pytest.MonkeyPatch, function: Callable[..., Any]
+    monkeypatch: pytest.MonkeyPatch,
+    function: Callable[..., Any],
+    *,
+    when: Callable[..., bool] | None = None,
 ) -> Counter[str]:
     """Count the calls of ``function`` made through every shardpipe module that imported it.
 
@@ -38,7 +41,9 @@ def count_calls_by_module(
     gets a counting stand-in; the counts are by calling module's name, so that
     a test sees both how often and where the work is done (a module that
     moves the work elsewhere still shows). Only the modules loaded by then are
-    watched: import the doors a test calls before counting. ``monkeypatch`` puts
+    watched: import the doors a test calls before counting. ``when``, given,
+    says which calls count (it gets the call's arguments: ``lambda name, *_:
+    name == "progress"`` counts the checks of one option). ``monkeypatch`` puts
     the functions back.
     """
     calls: Counter[str] = Counter()
@@ -48,7 +53,8 @@ def count_calls_by_module(
             continue
 
         def counted(*args: Any, _where: str = module_name, **kwargs: Any) -> Any:
-            calls[_where] += 1
+            if when is None or when(*args, **kwargs):
+                calls[_where] += 1
             return function(*args, **kwargs)
 
         monkeypatch.setattr(module, name, counted)
