@@ -2,6 +2,6 @@
 
 import sys
 
-from shardpipe.cli.parser import main
+from shardpipe.cli.parser import run
 
-sys.exit(main())
+sys.exit(run())

@@ -13,6 +13,7 @@ from typing import Any
 import dask
 import pytest
 
+from shardpipe.engine import heap
 from shardpipe.engine.heap import (
     FIXED_MMAP_THRESHOLD,
     FIXED_TRIM_THRESHOLD,
@@ -20,11 +21,13 @@ from shardpipe.engine.heap import (
     M_TRIM_THRESHOLD,
     RAISED_MMAP_THRESHOLD,
     RAISED_TRIM_THRESHOLD,
+    SHARED_ARENAS,
     SUGGESTED_MMAP_THRESHOLD,
     Thresholds,
     _Scope,
     fixed_thresholds,
     mmap_threshold,
+    share_arenas,
 )
 
 MiB = 2**20
@@ -128,11 +131,38 @@ def test_a_bad_threshold_is_refused_naming_the_setting_and_the_fix(value: Any) -
         mmap_threshold()
 
 
-CHILD = textwrap.dedent(
+HEAP_ALONE = textwrap.dedent(
     """
+    import importlib.util, sys
+
+    # the module alone, without the imports of the package (seconds of CPU a child)
+    _spec = importlib.util.spec_from_file_location("heap", sys.argv.pop())
+    heap = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(heap)
+    """
+)
+"""What a child runs first: shardpipe.engine.heap, loaded from the file ``_child`` passes."""
+
+
+def _child(code: str, *args: str, env: dict[str, str]) -> dict[str, Any]:
+    """Run ``code`` after :data:`HEAP_ALONE` in a fresh interpreter; its last line, as JSON."""
+    done = subprocess.run(
+        [sys.executable, "-c", HEAP_ALONE + code, *args, heap.__file__],
+        capture_output=True,
+        text=True,
+        env={"PATH": "", **env},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+CHILD = textwrap.dedent("""
     import json, resource, threading
     import numpy as np
-    from shardpipe.engine.heap import heap_buffers, raises_threshold
+
+    heap_buffers, raises_threshold = heap.heap_buffers, heap.raises_threshold
 
     def task():
         # an 8 MiB block, then buffers of 256 KiB made from it, all freed
@@ -157,8 +187,7 @@ CHILD = textwrap.dedent(
     thread.start()
     thread.join()
     print(json.dumps(out))
-    """
-)
+    """)
 
 
 @pytest.mark.skipif(
@@ -168,12 +197,7 @@ def test_blocks_reuse_heap_memory_in_a_distributed_worker_environment() -> None:
     """With MALLOC_TRIM_THRESHOLD_ set (as distributed's nanny does), each 8 MiB
     buffer would be a fresh mapping whose pages all fault in; inside heap_buffers
     the heap serves them again and again."""
-    env = {"MALLOC_TRIM_THRESHOLD_": "65536", "PATH": ""}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = _child(CHILD, env={"MALLOC_TRIM_THRESHOLD_": "65536"})
     assert out["raises"]
     if min(out["main"][0], out["thread"][0]) < 20 * 64:
         pytest.skip(f"huge pages: too few page faults to tell ({out})")
@@ -186,7 +210,8 @@ KEPT = textwrap.dedent(
     """
     import json, sys
     import dask, numpy as np
-    from shardpipe.engine.heap import heap_buffers, raises_threshold
+
+    heap_buffers, raises_threshold = heap.heap_buffers, heap.raises_threshold
 
     def rss():
         with open("/proc/self/status") as f:
@@ -213,17 +238,7 @@ KEPT = textwrap.dedent(
 
 
 def _left(threshold: int | None) -> dict[str, Any]:
-    env = {"PATH": ""}  # glibc adapts its thresholds: nothing chosen for it
-    done = subprocess.run(
-        [sys.executable, "-c", KEPT, json.dumps(threshold)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return _child(KEPT, json.dumps(threshold), env={})  # glibc adapts: nothing chosen for it
 
 
 @pytest.mark.skipif(
@@ -237,3 +252,67 @@ def test_freed_blocks_go_back_to_the_system_where_glibc_adapts() -> None:
     assert alone["raises"] and fixed["raises"]
     assert alone["left"] > 100 * MiB, alone
     assert fixed["left"] < 16 * MiB, fixed
+
+
+ARENAS = textwrap.dedent(
+    """
+    import ctypes, json, os, re, tempfile, threading
+
+    shared = heap.share_arenas() if sys.argv[1] == "share" else None
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.fopen.restype = ctypes.c_void_p
+    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    ready, stop = threading.Barrier(5), threading.Event()
+
+    def hold():
+        libc.malloc(64 << 10)  # a thread's first allocation picks its heap
+        ready.wait()
+        stop.wait()
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    path = os.path.join(tempfile.mkdtemp(), "heaps.xml")
+    out = libc.fopen(path.encode(), b"w")
+    libc.malloc_info(0, out)
+    libc.fclose(out)
+    stop.set()
+    print(json.dumps({"shared": shared, "heaps": len(re.findall('<heap nr=', open(path).read()))}))
+    """
+)
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc"
+)
+def test_threads_started_after_share_arenas_share_two_heaps() -> None:
+    """Four threads allocating at once: a heap each (and the main one), or two for all."""
+    alone = _child(ARENAS, "alone", env={})
+    shared = _child(ARENAS, "share", env={})
+    chosen = _child(
+        ARENAS, "share", env={"MALLOC_ARENA_MAX": "3"}
+    )  # the environment's choice stays
+    assert alone == {"shared": None, "heaps": 5}
+    assert shared == {"shared": True, "heaps": SHARED_ARENAS}
+    assert chosen == {"shared": False, "heaps": 3}
+
+
+def test_share_arenas_leaves_a_chosen_number_alone() -> None:
+    assert share_arenas({"MALLOC_ARENA_MAX": "4"}) is False
+    assert share_arenas({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}) is False
+
+
+def test_the_console_script_shares_heaps_before_the_command_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardpipe.cli import parser
+
+    calls: list[str] = []
+    monkeypatch.setattr(parser, "share_arenas", lambda: calls.append("share") or True)
+    monkeypatch.setattr(parser, "main", lambda: calls.append("main") or 0)
+    assert parser.run() == 0
+    assert calls == ["share", "main"]
