@@ -146,11 +146,7 @@ def test_the_readme_example_runs_when_pasted(tmp_path: Path, page_server: ForkSe
     (not shardpipe), as the guides' pages run."""
     example = _python_block(README.read_text(), "to_sharded_zarr")
     child = page_server.start(None, [], code=example, cwd=tmp_path)
-    try:
-        status = child.wait(280)
-    finally:
-        child.kill()  # after a timeout; nothing once it has ended
-        child.wait()
+    status = child.wait_or_kill(280)
     assert status == 0, child.stderr()
     assert "(512, 512, 512) (256, 256, 256) (64, 64, 64)" in child.stdout()
     assert (tmp_path / "volume.zarr" / "zarr.json").is_file()

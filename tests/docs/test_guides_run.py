@@ -332,11 +332,7 @@ def test_the_page_runs_as_written(
         driver = page_server.start(
             None, [str(tmp_path / "steps.json")], code=DRIVER, cwd=work, env=env
         )
-        try:
-            status = driver.wait(TIMEOUT)
-        finally:
-            driver.kill()  # after a timeout; nothing once it has ended
-            driver.wait()
+        status = driver.wait_or_kill(TIMEOUT)
     if status != 0 or "ALL RAN" not in driver.stdout():
         pytest.fail(f"{page.relative_to(REPOSITORY)}: {driver.stderr()[-4000:]}", pytrace=False)
     print(driver.stdout())  # seconds per step, shown with -s

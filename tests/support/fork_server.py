@@ -77,6 +77,15 @@ class ForkedChild:
             pause = min(pause * 1.5, 0.05)
         return code
 
+    def wait_or_kill(self, timeout: float) -> int:
+        """:meth:`wait` up to ``timeout`` seconds; past it, kill -9 the child, reap it and
+        raise :class:`subprocess.TimeoutExpired` (as :func:`subprocess.run` does)."""
+        try:
+            return self.wait(timeout)
+        finally:
+            self.kill()  # nothing once it has ended
+            self.wait()
+
     def kill(self) -> None:
         """Kill -9 the child now, unless it has ended already (as :meth:`subprocess.Popen.kill`).
 
