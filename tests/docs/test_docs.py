@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +22,7 @@ import shardpipe
 import shardpipe.errors
 from shardpipe.cli.exit_statuses import statuses_markdown
 from tests.support import REPOSITORY
+from tests.support.fork_server import ForkServer
 
 DOCS = REPOSITORY / "docs"
 README = REPOSITORY / "README.md"
@@ -142,17 +141,14 @@ def test_the_readme_example_is_the_docs_example() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_the_readme_example_runs_when_pasted(tmp_path: Path) -> None:
+def test_the_readme_example_runs_when_pasted(tmp_path: Path, page_server: ForkServer) -> None:
+    """As ``python -c EXAMPLE`` runs it, in a process forked with the libraries imported
+    (not shardpipe), as the guides' pages run."""
     example = _python_block(README.read_text(), "to_sharded_zarr")
-    done = subprocess.run(
-        [sys.executable, "-c", example],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "(512, 512, 512) (256, 256, 256) (64, 64, 64)" in done.stdout
+    child = page_server.start(None, [], code=example, cwd=tmp_path)
+    status = child.wait_or_kill(280)
+    assert status == 0, child.stderr()
+    assert "(512, 512, 512) (256, 256, 256) (64, 64, 64)" in child.stdout()
     assert (tmp_path / "volume.zarr" / "zarr.json").is_file()
 
 

@@ -2,9 +2,14 @@
 
 A new user pastes a page's blocks, in order, into one Python session (the
 ```python blocks) and one shell (the lines of ```bash and ```console blocks that
-run ``shardpipe``), in an empty folder. Each test does exactly that in a fresh
-child process whose working directory is a new temporary folder: the Python
-blocks run one after another in one namespace, and the command lines run, between
+run ``shardpipe``), in an empty folder. Each test does exactly that in a child
+process whose working directory is a new temporary folder, forked from a process that
+has imported the libraries shardpipe imports (numpy, pandas, Dask, zarr, xarray: the
+``page_server`` of ``conftest.py``; a new interpreter would spend seconds on them for
+every page) and nothing of shardpipe, so a page's ``import shardpipe`` still does all
+shardpipe's own import does. The Python
+blocks run one after another in one namespace, empty at first (a name a block uses
+must be imported by the page), and the command lines run, between
 them in page order, in the same folder: a plain command line (no pipe, redirection
 or glob) as the shell would run it, its variables expanded and its words split, by
 calling the ``shardpipe`` entry point's function in that process (a new
@@ -32,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -42,6 +46,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPOSITORY
+from tests.support.fork_server import ForkServer
 
 DOCS = REPOSITORY / "docs"
 PAGES = [DOCS / "getting-started.md", *sorted((DOCS / "guides").glob("*.md"))]
@@ -120,12 +125,54 @@ DRIVER = r"""
 import contextlib, io, json, os, pathlib, re, shlex, subprocess, sys, time, traceback
 
 steps = json.load(open(sys.argv[1]))
-# the napari plugins the OME-Zarr reader checks pull in, off as in the suite's own addopts:
-# importing them costs each inner pytest run seconds and they serve no test of a page
-NO_PLUGINS = ["-p", "no:napari", "-p", "no:napari-plugin-engine", "-p", "no:npe2"]
 namespace = {"__name__": "__main__"}
 # what only a shell can run: pipes, redirections, lists, substitutions, globs
 SHELL_SYNTAX = re.compile(r"[|&;<>()`*?]")
+
+
+# pytest runs a page's test file in a fork of this process as it starts (no block run yet:
+# the libraries imported, one thread, the page's environment), told the file on a pipe, as
+# `pytest FILE` in the page's shell would run it, without a new interpreter's imports.
+# Plugins load only as the page's files name them (`pytest_plugins`): the installed ones
+# (hypothesis, xdist, napari's...) would cost seconds and serve no page.
+def start_pytest():
+    # its pid and the pipe's end to write to
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(read_end)
+        return pid, write_end
+    os.close(write_end)
+    asked = os.read(read_end, 4096)  # empty when the driver ends without asking
+    status = 0
+    if asked:
+        name, out, err = json.loads(asked)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        os.dup2(os.open(out, flags), 1)
+        os.dup2(os.open(err, flags), 2)
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        import pytest
+
+        status = int(pytest.main(["-q", "-p", "no:cacheprovider", name]))
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(status)
+
+
+def run_pytest(runner, name):
+    # what pytest, run on `name` by `runner` (from start_pytest), ended with
+    pid, pipe = runner
+    out, err = OUTPUTS / f"{name}.out", OUTPUTS / f"{name}.err"
+    os.write(pipe, json.dumps([name, str(out), str(err)]).encode())
+    os.close(pipe)
+    _, status = os.waitpid(pid, 0)
+    return subprocess.CompletedProcess(
+        name, os.waitstatus_to_exitcode(status), out.read_text(), err.read_text()
+    )
+
+
+OUTPUTS = pathlib.Path(sys.argv[1]).resolve().parent  # beside the steps, not in the page's folder
+runners = [start_pytest() for step in steps if step.get("file", "").startswith("test_")]
 
 
 def fail(where, done, what):
@@ -147,9 +194,7 @@ for step in steps:
     elif "file" in step:
         pathlib.Path(step["file"]).write_text(step["text"])
         if step["file"].startswith("test_"):
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NO_PLUGINS,
-                    step["file"]]
-            done = subprocess.run(argv, capture_output=True, text=True)
+            done = run_pytest(runners.pop(0), step["file"])
             if done.returncode != 0:
                 fail(where, done, f"pytest {step['file']}")
             print(f"{where}: pytest {step['file']}: {done.stdout.strip().splitlines()[-1]}")
@@ -269,14 +314,13 @@ EMULATORS = {"s3": s3_buckets, "gcs": gcs_buckets, "azure": azure_containers}
 @pytest.mark.timeout(TIMEOUT + 30)
 @pytest.mark.parametrize("page", [page_param(page) for page in PAGES])
 def test_the_page_runs_as_written(
-    page: Path, tmp_path: Path, request: pytest.FixtureRequest
+    page: Path, tmp_path: Path, request: pytest.FixtureRequest, page_server: ForkServer
 ) -> None:
     steps = [step for block in blocks(page) for step in block.steps()]
     assert steps, f"{page.name} has no example to run"
     work = tmp_path / "work"
     work.mkdir()
     (tmp_path / "steps.json").write_text(json.dumps(steps))
-    (tmp_path / "driver.py").write_text(DRIVER)
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     for name in ("PYTHONPATH", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "STORAGE_EMULATOR_HOST"):
@@ -285,17 +329,13 @@ def test_the_page_runs_as_written(
         for kind, names in stores_named(steps).items():
             if names:
                 env |= stores.enter_context(EMULATORS[kind](names, request))
-        done = subprocess.run(
-            [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "steps.json")],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
+        driver = page_server.start(
+            None, [str(tmp_path / "steps.json")], code=DRIVER, cwd=work, env=env
         )
-    if done.returncode != 0 or "ALL RAN" not in done.stdout:
-        pytest.fail(f"{page.relative_to(REPOSITORY)}: {done.stderr[-4000:]}", pytrace=False)
-    print(done.stdout)  # seconds per step, shown with -s
+        status = driver.wait_or_kill(TIMEOUT)
+    if status != 0 or "ALL RAN" not in driver.stdout():
+        pytest.fail(f"{page.relative_to(REPOSITORY)}: {driver.stderr()[-4000:]}", pytrace=False)
+    print(driver.stdout())  # seconds per step, shown with -s
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

@@ -1,13 +1,15 @@
-"""The fork server's helpers: a child that ends right after it reports is no failure."""
+"""The fork server's helpers: a child that ends right after it reports is no failure; a child
+past its time is killed."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import cast
 
 import pytest
 
-from tests.support.fork_server import ForkedChild, wait_for_word
+from tests.support.fork_server import ForkedChild, ForkServer, wait_for_word
 
 
 class _FastChild:
@@ -36,3 +38,15 @@ def test_a_child_that_ended_without_the_word_fails_the_wait(tmp_path: Path) -> N
     progress = tmp_path / "progress"
     with pytest.raises(AssertionError):
         wait_for_word(progress, "started", cast(ForkedChild, _FastChild(progress, writes=False)))
+
+
+def test_a_child_past_its_time_is_killed_and_reaped(fork_server: ForkServer) -> None:
+    child = fork_server.start(None, [], code="import time; time.sleep(600)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait_or_kill(0.5)
+    assert child.returncode == -9
+
+
+def test_a_child_within_its_time_gives_its_status(fork_server: ForkServer) -> None:
+    child = fork_server.start(None, [], code="import sys; sys.exit(3)")
+    assert child.wait_or_kill(60) == 3

@@ -7,7 +7,9 @@ imports them, then forks a child for each :meth:`ForkServer.start`. A forked chi
 ordinary process with its own pid: ``child.kill()`` (``os.kill(pid, SIGKILL)``) kills it at that
 instant, as it would a child started by :class:`subprocess.Popen`.
 
-The server is this module run as ``python -m tests.support.fork_server``. It reads one
+The server is this module run as ``python -m tests.support.fork_server MODULE...``, which
+imports the modules named (by default :data:`PRELOADED`; the guides' pages preload less,
+see ``tests/docs/conftest.py``). It reads one
 JSON command per line on stdin and answers each with the child's pid on stdout; it
 reaps its children (it sleeps on stdin and on their pidfds: no polling) and writes each
 exit status (as :attr:`subprocess.Popen.returncode` spells it: ``-9`` after a kill -9)
@@ -40,7 +42,8 @@ PRELOADED = (
     "s3fs",
     "gcsfs",
 )
-"""What the server imports before it forks: the imports every child would pay."""
+"""What a server imports before it forks, unless told otherwise: the imports every child
+of the fault tests would pay."""
 
 
 class ForkedChild:
@@ -60,13 +63,28 @@ class ForkedChild:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        """Wait until the child has ended; its exit status (``-9`` after a kill -9)."""
+        """Wait until the child has ended; its exit status (``-9`` after a kill -9).
+
+        It looks every 2 ms at first, then less and less often, down to every 50 ms: a
+        child just killed is seen at once, and a minute's wait costs little CPU.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.002
         while (code := self.poll()) is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            time.sleep(0.002)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.05)
         return code
+
+    def wait_or_kill(self, timeout: float) -> int:
+        """:meth:`wait` up to ``timeout`` seconds; past it, kill -9 the child, reap it and
+        raise :class:`subprocess.TimeoutExpired` (as :func:`subprocess.run` does)."""
+        try:
+            return self.wait(timeout)
+        finally:
+            self.kill()  # nothing once it has ended
+            self.wait()
 
     def kill(self) -> None:
         """Kill -9 the child now, unless it has ended already (as :meth:`subprocess.Popen.kill`).
@@ -93,16 +111,18 @@ class ForkServer:
     ----------
     folder
         Where the children's exit statuses and outputs are written.
+    preload
+        The modules the server imports before it forks.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, preload: tuple[str, ...] = PRELOADED) -> None:
         from tests.support import REPOSITORY
 
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.fork_server"],
+            [sys.executable, "-m", "tests.support.fork_server", *preload],
             cwd=REPOSITORY,
             env={**os.environ, "PYTHONPATH": str(REPOSITORY)},
             stdin=subprocess.PIPE,
@@ -227,14 +247,15 @@ def _reap(pid: int, pidfd: int, folder: Path) -> None:
 
 
 def main() -> int:
-    """The server: import, then fork a child per command line until stdin closes.
+    """The server: import the modules its arguments name, then fork a child per command
+    line until stdin closes.
 
     It sleeps in ``select`` on stdin and on a pidfd per running child: no polling.
     """
     import importlib
     import select
 
-    for name in PRELOADED:
+    for name in sys.argv[1:]:
         with contextlib.suppress(ImportError):  # a child that needs it imports it (and fails)
             importlib.import_module(name)
     assert threading.active_count() == 1, f"imports started threads: {threading.enumerate()}"
