@@ -1,13 +1,16 @@
-"""Shared fixtures: hypothesis profiles, a Dask LocalCluster, the local S3 server."""
+"""Shared fixtures: hypothesis profiles, a Dask LocalCluster, the fork server, local S3."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from tests.support.fork_server import ForkServer
 
 # the cloud plugins import their clients (boto3, moto, gcsfs, azure) only when a test starts a
 # server: tests/core/test_no_cloud_clients.py checks that the core's tests import none
@@ -62,3 +65,13 @@ def cluster_client(_cluster: Any) -> Iterator[Any]:
     test after it that writes into a ``MemoryStore`` still runs on threads."""
     with _cluster.as_current():
         yield _cluster
+
+
+@pytest.fixture(scope="session")
+def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    """A process that forks children with shardpipe imported, shared by this session's tests."""
+    from tests.support.fork_server import ForkServer
+
+    server = ForkServer(tmp_path_factory.mktemp("forked"))
+    yield server
+    server.close()
