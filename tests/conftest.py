@@ -1,16 +1,16 @@
-"""Shared fixtures: hypothesis profiles, a Dask LocalCluster, the fork server, local S3."""
+"""Shared fixtures: hypothesis profiles, a Dask LocalCluster, the cloud emulators' servers,
+the fork server."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-if TYPE_CHECKING:
-    from tests.support.fork_server import ForkServer
+from tests.support.fork_server import ForkServer
 
 # the cloud plugins import their clients (boto3, moto, gcsfs, azure) only when a test starts a
 # server: tests/core/test_no_cloud_clients.py checks that the core's tests import none
@@ -69,9 +69,8 @@ def cluster_client(_cluster: Any) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
-    """A process that forks children with shardpipe imported, shared by this session's tests."""
-    from tests.support.fork_server import ForkServer
-
+    """A process that forks children with shardpipe imported, shared by this session's tests
+    (:mod:`tests.support.fork_server`)."""
     server = ForkServer(tmp_path_factory.mktemp("forked"))
     yield server
     server.close()
