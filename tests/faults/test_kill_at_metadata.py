@@ -1,16 +1,16 @@
 """kill -9 at the steps around the metadata of a write, then ``resume=True``.
 
-Processes forked by ``tests.support.kill_at_key_child`` write an OME-Zarr image
-with a label image, or an array, and are killed right after a chosen key is
-written or deleted: a level's ``zarr.json`` (before its job record, in the
-order writes had before this was fixed), a level's job record, a group's
-``zarr.json``, and the group's record removed at the very end; or inside
-zarr's own write of a ``zarr.json`` (a group's, a level's, an array's), its
-temporary ``zarr.<uuid>.partial`` written and not renamed. The kill waits
-for the step, and for every write under way to end, so it lands at the same
-place in every run. Whatever the step, the same call with ``resume=True``
-completes the write: every group and array equals the one a write without a
-kill makes, nothing temporary is left, and ``verify`` is clean.
+Processes forked by ``tests.support.kill_at_key_child`` (itself forked from the fork
+server) write an OME-Zarr image with a label image, or an array, and are killed right
+after a chosen key is written or deleted: a level's ``zarr.json`` (before its job
+record, in the order writes had before this was fixed), a level's job record, a group's
+``zarr.json``, and the group's record removed at the very end; or inside zarr's own
+write of a ``zarr.json`` (a group's, a level's, an array's), its temporary
+``zarr.<uuid>.partial`` written and not renamed. The kill waits for the step, and for
+every write under way to end, so it lands at the same place in every run. Whatever the
+step, the same call with ``resume=True`` completes the write: every group and array
+equals the one a write without a kill makes, nothing temporary is left, and ``verify``
+is clean.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import dask
 import pytest
 
 import shardpipe
+from tests.support.fork_server import ForkServer
 from tests.support.kill_at_key_child import kill_at_keys, write_array
 from tests.support.ome_checks import left_by_an_unfinished_write
 from tests.support.run_once import once_per_run
@@ -41,11 +42,13 @@ POINTS = [
 
 
 @pytest.fixture(scope="session")
-def killed(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def killed(
+    tmp_path_factory: pytest.TempPathFactory, fork_server: ForkServer
+) -> list[dict[str, Any]]:
     """Each point's write, killed there (each test resumes its own target)."""
 
     def kill() -> list[dict[str, Any]]:
-        return kill_at_keys(tmp_path_factory.mktemp("killed"), POINTS, timeout=300)
+        return kill_at_keys(tmp_path_factory.mktemp("killed"), POINTS, 300, fork_server)
 
     killed: list[dict[str, Any]] = once_per_run(tmp_path_factory, "killed-at-metadata", kill)
     return killed

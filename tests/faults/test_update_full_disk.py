@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.fork_server import ForkServer
 from tests.support.full_disk_child import run_child
 from tests.support.run_once import once_per_run
 
@@ -29,13 +30,15 @@ FREE_KIB = [64, 256, 450, 640, 1536]
 
 
 @pytest.fixture(scope="session")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, Any]]:
+def results(
+    tmp_path_factory: pytest.TempPathFactory, fork_server: ForkServer
+) -> dict[tuple[str, int], dict[str, Any]]:
     scenarios = [{"strategy": s, "free_kib": f} for s in STRATEGIES for f in FREE_KIB]
     found = once_per_run(
         tmp_path_factory,
         "update-full-disk",
         lambda: run_child(
-            "tests.support.full_disk_child", tmp_path_factory.mktemp("full"), scenarios
+            "tests.support.full_disk_child", tmp_path_factory.mktemp("full"), scenarios, fork_server
         ),
     )
     return {(r["strategy"], r["free_kib"]): r for r in found}

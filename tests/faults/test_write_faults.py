@@ -377,39 +377,51 @@ def test_update_stopped_by_a_full_disk_resumes(tmp_path: Path) -> None:
     assert _leftovers(tmp_path) == []
 
 
+def _wait_for_a_worker_in_place_of(client: Any, killed: str) -> None:
+    """Wait until the cluster has two workers again, the one at ``killed`` not among them."""
+    deadline = time.monotonic() + 120
+    while True:
+        workers = set(client.scheduler_info()["workers"])
+        if len(workers) == 2 and killed not in workers:
+            return
+        assert time.monotonic() < deadline, f"no new worker in place of {killed}: {workers}"
+        time.sleep(0.1)
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("victim", ["metadata holder", "other"])
-def test_worker_killed_mid_write(tmp_path: Path, victim: str) -> None:
+def test_worker_killed_mid_write(tmp_path: Path, victim: str, cluster_client: Any) -> None:
     """Kill a worker mid-write: the one holding the array-creating task's result (Dask
-    runs that task again) or the other one."""
-    from distributed import Client, LocalCluster
+    runs that task again) or the other one. The session's cluster: its nanny starts a
+    new worker in place of the killed one, which the test waits for."""
 
     def slow(block: np.ndarray) -> np.ndarray:
         time.sleep(0.15)
         return block
 
+    client = cluster_client
     data = _data((96, 96, 80), seed=3)
     source = da.from_array(data, chunks=(16, 48, 40)).map_blocks(slow, dtype=data.dtype)
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
-        Client(cluster) as client,
-    ):
-        pids = client.run(os.getpid)
-        job = prepare_write(source, str(tmp_path), **PARTS)
-        running = client.compute(job.to_delayed())
-        deadline = time.monotonic() + 60
-        holders: set[str] = set()
-        while not holders and time.monotonic() < deadline:
-            holders = {
-                w for k, ws in client.who_has().items() if "create-array" in str(k) for w in ws
-            }
-            time.sleep(0.02)
-        assert holders, "the create-array task never finished"
-        (holder,) = holders
-        address = holder if victim == "metadata holder" else next(a for a in pids if a != holder)
-        os.kill(pids[address], signal.SIGKILL)
-        INJECTED["worker SIGKILL"] += 1
+    pids = client.run(os.getpid)
+    job = prepare_write(source, str(tmp_path), **PARTS)
+    delayed = job.to_delayed()
+    creating = {str(k) for k in delayed.dask if "create-array" in str(k)}  # this job's
+    assert creating
+    running = client.compute(delayed)
+    deadline = time.monotonic() + 60
+    holders: set[str] = set()
+    while not holders and time.monotonic() < deadline:
+        holders = {w for k, ws in client.who_has().items() if str(k) in creating for w in ws}
+        time.sleep(0.02)
+    assert holders, "the create-array task never finished"
+    (holder,) = holders
+    address = holder if victim == "metadata holder" else next(a for a in pids if a != holder)
+    os.kill(pids[address], signal.SIGKILL)
+    INJECTED["worker SIGKILL"] += 1
+    try:
         report = running.result(timeout=120)
+    finally:  # the tests after this one find two workers again
+        _wait_for_a_worker_in_place_of(client, address)
     assert report.shards > 0
     assert_same(read_zarr(str(tmp_path)), data)
     assert shardpipe.verify(str(tmp_path), complete=True).ok

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.fork_server import ForkServer
 from tests.support.full_disk_child import run_child
 from tests.support.run_once import once_per_run
 
@@ -35,13 +36,18 @@ FREE_KIB = [0, 4, 8, 12, 16, 20, 24, 28, 36, 48, 96, 4096]
 
 
 @pytest.fixture(scope="session")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict[str, Any]]:
+def results(
+    tmp_path_factory: pytest.TempPathFactory, fork_server: ForkServer
+) -> dict[tuple[str, int], dict[str, Any]]:
     scenarios = [{"kind": k, "free_kib": f} for k in KINDS for f in FREE_KIB]
     found = once_per_run(
         tmp_path_factory,
         "writers-full-disk",
         lambda: run_child(
-            "tests.support.writers_full_disk_child", tmp_path_factory.mktemp("full"), scenarios
+            "tests.support.writers_full_disk_child",
+            tmp_path_factory.mktemp("full"),
+            scenarios,
+            fork_server,
         ),
     )
     return {(r["kind"], r["free_kib"]): r for r in found}

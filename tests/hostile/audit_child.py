@@ -1,8 +1,12 @@
 """A process that runs shardpipe commands on hostile layouts and reports every file it touched.
 
-Run as ``python -m tests.hostile.audit_child SANDBOX LAYOUT REPORT [OPTIONS_JSON]``.
-It installs an audit hook (:func:`sys.addaudithook`) before importing
-shardpipe; then, for each command of ``LAYOUT`` (see
+Run as ``python -m tests.hostile.audit_child SANDBOX LAYOUT REPORT [OPTIONS_JSON]``, in a
+process forked from the fork server (:mod:`tests.support.fork_server`: shardpipe, Dask and
+zarr already imported) whose environment points ``HOME``, ``TMPDIR`` and Dask's
+configuration at ``SANDBOX/run``. What the imports read of that environment once, it sets
+again: the folder of temporary files and Dask's configuration (that folder's, none; the
+``synchronous`` scheduler). It installs an audit hook (:func:`sys.addaudithook`) before it
+imports the layouts; then, for each command of ``LAYOUT`` (see
 :mod:`tests.hostile.layouts`), it builds the layout afresh in a folder of
 ``SANDBOX`` (the hook paused), snapshots the decoy tree beside the store,
 runs the command with the hook recording, snapshots the decoy again, and
@@ -104,16 +108,32 @@ def _allowed(roots: list[str]) -> tuple[str, ...]:
     return tuple(sorted({p.rstrip("/") + "/" for p in resolved} | resolved))
 
 
+def _isolate(own: str) -> None:
+    """Temporary files and Dask's configuration as a fresh process would have them.
+
+    The environment already points ``HOME``, ``TMPDIR`` and ``DASK_CONFIG`` at ``own``;
+    :mod:`tempfile` and Dask read it when they were first used, in the fork server.
+    """
+    import tempfile
+
+    import dask
+
+    tempfile.tempdir = own
+    dask.config.refresh(paths=[own])  # no YAML file there: the defaults and DASK_* variables
+    dask.config.set(scheduler="synchronous")
+
+
 def main(sandbox: str, layout_name: str, report: str, options: str = "{}") -> None:
     import json
 
+    own = os.path.join(sandbox, "run")
+    os.makedirs(own, exist_ok=True)
+    _isolate(own)
     sys.addaudithook(_hook)
     from tests.hostile import layouts
 
-    layout = layouts.LAYOUTS[layout_name]
+    layout = {**layouts.LAYOUTS, **layouts.CONTROLS}[layout_name]
     settings = json.loads(options)
-    own = os.path.join(sandbox, "run")
-    os.makedirs(own, exist_ok=True)
     with open(report, "w", encoding="utf-8") as out:
         for number, command in enumerate(layout.commands):
             place = os.path.join(sandbox, f"case{number}")

@@ -195,8 +195,11 @@ def main(root: str, names: list[str]) -> None:
     import resource
     import warnings
 
+    import dask
+
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
     warnings.simplefilter("ignore")
+    dask.config.set(scheduler="synchronous")
     from shardpipe.errors import ShardpipeError
 
     readers = _readers()

@@ -475,3 +475,29 @@ LAYOUTS: dict[str, Layout] = {
     ),
 }
 """Every layout, by name."""
+
+
+# -- the control: commands that do touch the decoy, which the audit must report -----------------
+def build_control(place: str, settings: dict[str, Any]) -> Built:
+    """A small array, the decoy beside it, and a link in the store to the decoy's secret."""
+    store, decoy = _array(place)
+    Path(store, "out").symlink_to(Path(decoy, "secret"))
+    return Built([store], decoy, {**_paths(store), "decoy": decoy})
+
+
+def _temporary_file(b: Built) -> None:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile() as file:
+        file.write(b"within the child's own folder")
+
+
+CONTROL_COMMANDS = [
+    Command("read the secret", lambda b: Path(b.paths["decoy"], "secret").read_bytes()),
+    Command("read through the link", lambda b: Path(b.paths["store"], "out").read_bytes()),
+    Command("list the decoy", lambda b: os.listdir(b.paths["decoy"])),
+    Command("write the victim", lambda b: Path(b.paths["decoy"], "victim.txt").write_text("x")),
+    Command("a temporary file", _temporary_file),
+]
+CONTROLS: dict[str, Layout] = {"control": Layout(build_control, CONTROL_COMMANDS)}
+"""Layouts whose commands do what no shardpipe command may: the audit's own test."""

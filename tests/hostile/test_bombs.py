@@ -5,11 +5,12 @@ Issue 28 measured a 495 KB shard whose gzip'd minishard index inflated to
 zarr gzip chunk to 1.1 GB in ``verify`` and in a region write. Each case
 here plants a bomb (512 MiB of zeros in about 510 KB of gzip, or a header
 that declares gigabytes) where a writer would put a small chunk or index,
-then runs the command in a child process that reports its time and the
-growth of its peak RSS (``VmHWM``: ``ru_maxrss`` would include the parent's
-peak, kept across ``exec``): each must end in a ``ShardpipeError`` naming the
-file and the sizes, in under 2 s and 256 MB (the Done-when of issue 28;
-the bounds below are that, the timing with slack for a loaded machine).
+then runs the command in a child process (forked from the fork server, shardpipe
+imported) that reports its time and the growth of its peak RSS (``VmHWM``, reset at
+its start: ``ru_maxrss`` would include the fork server's peak): each must end in a
+``ShardpipeError`` naming the file and the sizes, in under 2 s and 256 MB (the
+Done-when of issue 28; the bounds below are that, the timing with slack for a loaded
+machine).
 
 Issue 39 measured a 3 GiB sparse chunk file of an OME-Zarr 0.4 source read
 whole by ``convert_ome_zarr`` (6.3 GiB RSS, 75 s): a file larger than its
@@ -28,8 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ import shardpipe
 from shardpipe.formats.base import assemble_shard
 from shardpipe.storage.resolve import resolve_store
 from shardpipe.stored.metadata import format_of, open_array_metadata
+from tests.support.fork_server import ForkServer
 
 BOMB_NBYTES = 512 << 20
 MOST_SECONDS = 2.0
@@ -74,7 +74,7 @@ def run():
         return "written"
     raise ValueError(case)
 
-def status(field):  # MiB; VmHWM, not ru_maxrss, which keeps the parent's peak across exec
+def status(field):  # MiB; VmHWM, not ru_maxrss, which keeps the fork server's peak
     with open("/proc/self/status") as lines:
         line = next(l for l in lines if l.startswith(field + ":"))
     return int(line.split()[1]) / 1024
@@ -82,7 +82,9 @@ def status(field):  # MiB; VmHWM, not ru_maxrss, which keeps the parent's peak a
 def peak():
     return status("VmHWM")
 
-before = status("VmRSS")  # the peak after, less the RSS now: an upper bound of the growth
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")  # VmHWM := VmRSS: from here, the peak of this child alone
+before = status("VmRSS")  # the peak after, less the RSS now: the growth
 start = time.perf_counter()
 try:
     outcome = {"returned": run()}
@@ -96,17 +98,11 @@ print(json.dumps(outcome))
 """
 
 
-def run_child(case: str, path: Path) -> dict[str, Any]:
-    """Run ``case`` on ``path`` in a fresh process; its outcome, seconds and RSS growth."""
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD, case, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    outcome: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+def run_child(server: ForkServer, case: str, path: Path) -> dict[str, Any]:
+    """Run ``case`` on ``path`` in a forked child; its outcome, seconds and RSS growth."""
+    child = server.start(None, [case, str(path)], code=CHILD)
+    assert child.wait(timeout=300) == 0, child.stderr()[-3000:]
+    outcome: dict[str, Any] = json.loads(child.stdout().strip().splitlines()[-1])
     return outcome
 
 
@@ -159,10 +155,12 @@ def _zarr_with_bomb(path: Path, compressors: Any, chunk: bytes) -> Path:
 
 
 @pytest.mark.parametrize("case", ["verify", "region"])
-def test_a_zarr_gzip_chunk_bomb(tmp_path: Path, gzip_bomb: bytes, case: str) -> None:
+def test_a_zarr_gzip_chunk_bomb(
+    fork_server: ForkServer, tmp_path: Path, gzip_bomb: bytes, case: str
+) -> None:
     path = _zarr_with_bomb(tmp_path / "a.zarr", zarr.codecs.GzipCodec(), gzip_bomb)
     shard = (path / "c" / "0" / "0" / "0").read_bytes()
-    outcome = run_child(case, path)
+    outcome = run_child(fork_server, case, path)
     message = assert_refused_fast(outcome, "c/0/0/0", "262,144 bytes expected")
     assert "inflate to more than" in message, message
     if case == "region":
@@ -170,22 +168,26 @@ def test_a_zarr_gzip_chunk_bomb(tmp_path: Path, gzip_bomb: bytes, case: str) -> 
         assert (path / "c" / "0" / "0" / "0").read_bytes() == shard  # left as it was
 
 
-def test_a_zarr_zlib_chunk_bomb(tmp_path: Path) -> None:
+def test_a_zarr_zlib_chunk_bomb(fork_server: ForkServer, tmp_path: Path) -> None:
     from zarr.codecs.numcodecs import Zlib
 
     deflate = zlib.compressobj(9)
     bomb = b"".join([deflate.compress(bytes(1 << 20)) for _ in range(256)] + [deflate.flush()])
     path = _zarr_with_bomb(tmp_path / "z.zarr", Zlib(level=1), bomb)
-    assert_refused_fast(run_child("verify", path), "c/0/0/0", "zlib data inflate to more than")
+    assert_refused_fast(
+        run_child(fork_server, "verify", path), "c/0/0/0", "zlib data inflate to more than"
+    )
 
 
-def test_a_blosc_header_declaring_gigabytes(tmp_path: Path) -> None:
+def test_a_blosc_header_declaring_gigabytes(fork_server: ForkServer, tmp_path: Path) -> None:
     from numcodecs import Blosc
 
     frame = bytearray(Blosc().encode(np.zeros(64**3, dtype="uint8")))
     frame[4:8] = (3 << 30).to_bytes(4, "little")  # declares 3 GiB decoded
     path = _zarr_with_bomb(tmp_path / "b.zarr", zarr.codecs.BloscCodec(), bytes(frame))
-    assert_refused_fast(run_child("verify", path), "c/0/0/0", "declares 3,221,225,472 decoded")
+    assert_refused_fast(
+        run_child(fork_server, "verify", path), "c/0/0/0", "declares 3,221,225,472 decoded"
+    )
 
 
 def _lz4_block(nbytes: int) -> bytes:
@@ -240,12 +242,14 @@ NUMCODECS_BOMBS = {
     [(kind, "verify") for kind in sorted(NUMCODECS_BOMBS)]
     + [(kind, "rechunk") for kind in ("bz2", "lzma", "lz4", "lz4 claiming 4 GiB")],
 )
-def test_a_numcodecs_chunk_bomb(tmp_path: Path, kind: str, case: str) -> None:
+def test_a_numcodecs_chunk_bomb(
+    fork_server: ForkServer, tmp_path: Path, kind: str, case: str
+) -> None:
     """bz2, lzma, lz4 and numcodecs' zstd (zarr v3's ``numcodecs.*``), in verify and as a
     rechunk's source (the inner chunk named by its shard and its place in it)."""
     codec, bomb = _numcodecs_bomb(kind)
     path = _zarr_with_bomb(tmp_path / "n.zarr", codec, bomb)
-    outcome = run_child(case, path)
+    outcome = run_child(fork_server, case, path)
     words = NUMCODECS_BOMBS[kind]
     if case == "rechunk" and len(bomb) > 265_220:  # more than a chunk can be: not decoded
         words = "holds more than the 265,220 bytes its codecs can make"
@@ -273,7 +277,9 @@ def _v2_with_bomb(path: Path, compressor: Any, chunk: bytes, *, dtype: str = "ui
 
 
 @pytest.mark.parametrize("kind", ["bz2", "zlib"])
-def test_a_zarr_v2_chunk_bomb_in_a_rechunk_source(tmp_path: Path, kind: str) -> None:
+def test_a_zarr_v2_chunk_bomb_in_a_rechunk_source(
+    fork_server: ForkServer, tmp_path: Path, kind: str
+) -> None:
     """A Zarr v2 source whose chunk 0.0.0 (bz2: 512 MiB, zlib: 256 MiB) inflates."""
     import bz2
 
@@ -284,7 +290,7 @@ def test_a_zarr_v2_chunk_bomb_in_a_rechunk_source(tmp_path: Path, kind: str) -> 
         "zlib": (Zlib(1), _zlib_bomb(BOMB_NBYTES // 2)),  # less than a chunk can be
     }[kind]
     path = _v2_with_bomb(tmp_path / "v2.zarr", compressor, bomb)
-    outcome = run_child("rechunk", path)
+    outcome = run_child(fork_server, "rechunk", path)
     assert_refused_fast(outcome, "0.0.0", f"{kind} data inflate to more than the 262,144")
     assert outcome["error"] == "ChunkDecodeError", outcome
 
@@ -296,13 +302,15 @@ def _zlib_bomb(nbytes: int) -> bytes:
     return b"".join([*(deflate.compress(zeros) for _ in range(nbytes >> 20)), deflate.flush()])
 
 
-def test_a_stored_chunk_larger_than_its_codecs_can_make(tmp_path: Path) -> None:
+def test_a_stored_chunk_larger_than_its_codecs_can_make(
+    fork_server: ForkServer, tmp_path: Path
+) -> None:
     """A v2 chunk object of 512 MiB (no compressor: 262,144 bytes expected) is refused
     having read one byte more than a chunk can hold, not 512 MiB."""
     path = _v2_with_bomb(tmp_path / "big.zarr", None, b"")
     with open(path / "0.0.0", "wb") as chunk:
         chunk.truncate(BOMB_NBYTES)  # sparse: no disk space taken
-    outcome = run_child("rechunk", path)
+    outcome = run_child(fork_server, "rechunk", path)
     assert_refused_fast(outcome, "0.0.0", "more than the 262,144")
     assert outcome["error"] == "ChunkDecodeError", outcome
 
@@ -338,7 +346,7 @@ NOT_READ = "it was not read"
     ],
 )
 def test_an_oversized_file_of_an_ome_source(
-    tmp_path: Path, case: str, key: str, error: str, words: list[str]
+    fork_server: ForkServer, tmp_path: Path, case: str, key: str, error: str, words: list[str]
 ) -> None:
     """A 3 GiB sparse file where a source holds a chunk or a document: refused by key, unread."""
     from tests.hostile.ome_sources import build, documents
@@ -346,7 +354,7 @@ def test_an_oversized_file_of_an_ome_source(
     source = tmp_path / "v04"
     build(source, documents())
     os.truncate(source / key, 3 << 30)  # sparse: costs no disk
-    outcome = run_child(case, source)
+    outcome = run_child(fork_server, case, source)
     assert outcome.get("error") == error, outcome
     # a conversion starts its tasks before the chunk is reached: 1-2 s on a loaded machine
     assert_refused_fast(outcome, key, *words, most_seconds=10.0)
@@ -374,7 +382,9 @@ def _volume(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("case", ["verify", "info"])
-def test_a_gzip_minishard_index_bomb(tmp_path: Path, gzip_bomb: bytes, case: str) -> None:
+def test_a_gzip_minishard_index_bomb(
+    fork_server: ForkServer, tmp_path: Path, gzip_bomb: bytes, case: str
+) -> None:
     """A 510 KB shard file whose first minishard index inflates to 512 MiB."""
     from shardpipe.formats.precomputed import PrecomputedSharding
 
@@ -383,13 +393,15 @@ def test_a_gzip_minishard_index_bomb(tmp_path: Path, gzip_bomb: bytes, case: str
     index = np.zeros((1 << spec.minishard_bits, 2), dtype="<u8")
     index[0] = (0, len(gzip_bomb))
     (path / "1_1_1" / "0.shard").write_bytes(index.tobytes() + gzip_bomb)
-    outcome = run_child(case, path)
+    outcome = run_child(fork_server, case, path)
     message = assert_refused_fast(outcome, "1_1_1/0.shard", "inflate to more than the")
     assert "minishard 0's index" in message, message
     assert "for at most" in message, message  # the bound, in chunks
 
 
-def test_a_gzip_chunk_bomb_in_a_shard(tmp_path: Path, gzip_bomb: bytes) -> None:
+def test_a_gzip_chunk_bomb_in_a_shard(
+    fork_server: ForkServer, tmp_path: Path, gzip_bomb: bytes
+) -> None:
     """A shard (data_encoding gzip) whose chunk 0 inflates to 512 MiB instead of 1,024 bytes."""
     from shardpipe.formats.precomputed import PrecomputedSharding
 
@@ -400,11 +412,11 @@ def test_a_gzip_chunk_bomb_in_a_shard(tmp_path: Path, gzip_bomb: bytes) -> None:
         ids, np.array([0]), np.array([len(gzip_bomb)]), data_stop=len(gzip_bomb)
     )
     (path / "1_1_1" / "0.shard").write_bytes(head + gzip_bomb + tail)
-    outcome = run_child("verify", path)
+    outcome = run_child(fork_server, "verify", path)
     assert_refused_fast(outcome, "1_1_1/0.shard: chunk 0", "more than the 1,024 bytes expected")
 
 
-def test_a_gz_chunk_file_bomb(tmp_path: Path, gzip_bomb: bytes) -> None:
+def test_a_gz_chunk_file_bomb(fork_server: ForkServer, tmp_path: Path, gzip_bomb: bytes) -> None:
     """An unsharded scale whose ``.gz`` chunk file inflates to 512 MiB instead of 512 bytes."""
     import gzip
 
@@ -429,7 +441,7 @@ def test_a_gz_chunk_file_bomb(tmp_path: Path, gzip_bomb: bytes) -> None:
     (path / "info").write_text(json.dumps(info))
     (path / "s0" / "0-8_0-8_0-8.gz").write_bytes(gzip.compress(bytes(512)))
     (path / "s0" / "8-16_0-8_0-8.gz").write_bytes(gzip_bomb)
-    outcome = run_child("verify", path)
+    outcome = run_child(fork_server, "verify", path)
     message = assert_refused_fast(outcome, "s0/8-16_0-8_0-8.gz", "the 512 bytes expected")
     assert "s0/0-8_0-8_0-8.gz" not in message  # the good chunk is fine
 
@@ -446,7 +458,9 @@ GRIDS = {
 
 @pytest.mark.parametrize("case", ["verify", "info"])
 @pytest.mark.parametrize("grid", sorted(GRIDS))
-def test_absurd_grids_cost_what_the_files_hold(tmp_path: Path, grid: str, case: str) -> None:
+def test_absurd_grids_cost_what_the_files_hold(
+    fork_server: ForkServer, tmp_path: Path, grid: str, case: str
+) -> None:
     """The info says a vast grid of 1-voxel chunks; one real shard file is present."""
     size, hash_, shard_bits = GRIDS[grid]
     path = _volume(tmp_path / "vol")
@@ -458,6 +472,6 @@ def test_absurd_grids_cost_what_the_files_hold(tmp_path: Path, grid: str, case: 
     (path / "1_1_1" / "0.shard").rename(path / "1_1_1" / f"{0:0{-(-shard_bits // 4)}x}.shard")
     for other in (path / "1_1_1").glob("[1-9a-f]*.shard"):
         other.unlink()
-    outcome = run_child(case, path)
+    outcome = run_child(fork_server, case, path)
     message = assert_refused_fast(outcome)
     assert f"size {size}" in message and "1 shard file(s)" in message, message

@@ -6,7 +6,8 @@ A hostile-input audit opened 18 absurd documents with ``open_array`` and
 shape of 0, 1,000 dimensions, inner chunks larger than the shards), and a
 (10**6)^3 array in shards of 1 opened as a Dask array of 10**18 blocks.
 Every forgery of :data:`tests.hostile.forged_documents.FORGERIES` is opened
-here in one child process limited to 3 GiB of address space, by every reader:
+here in one child process (forked from the fork server) limited to 3 GiB of
+address space, by every reader:
 
 * ``open_array`` (with and without ``max_mem``) and ``open_dataset`` on the
   group holding the array refuse it with the ``ShardpipeError`` subclass the
@@ -21,9 +22,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -35,31 +33,21 @@ import shardpipe
 from shardpipe.errors import MetadataError
 from tests.hostile.forged_documents import FORGERIES, MUST_REFUSE, write_stores
 from tests.support import REPOSITORY
+from tests.support.fork_server import ForkServer
 
 MOST_SECONDS = 2.0
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def outcomes(
+    tmp_path_factory: pytest.TempPathFactory, fork_server: ForkServer
+) -> list[dict[str, Any]]:
     """What every reader did on every forgery (one child process for all)."""
     root = tmp_path_factory.mktemp("forged")
     names = write_stores(root)
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.hostile.forged_documents", str(root), *names],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(REPOSITORY),
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "DASK_SCHEDULER": "synchronous",
-        },
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    child = fork_server.start("tests.hostile.forged_documents", [str(root), *names], cwd=REPOSITORY)
+    assert child.wait(timeout=300) == 0, child.stderr()[-3000:]
+    return [json.loads(line) for line in child.stdout().splitlines() if line.startswith("{")]
 
 
 def test_the_table_holds_what_the_audit_found() -> None:

@@ -22,12 +22,9 @@ import contextlib
 import hashlib
 import itertools
 import json
-import os
 import re
 import shutil
 import struct
-import subprocess
-import sys
 import time
 import tracemalloc
 import warnings
@@ -51,6 +48,7 @@ from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import UndoRecord
 from shardpipe.storage.keys import JOB_DIR
 from tests.support.examples import scaled
+from tests.support.fork_server import ForkServer
 
 MUTATIONS: Counter[str] = Counter()
 """Mutated inputs tried, by parser."""
@@ -503,7 +501,7 @@ for store in sys.argv[1:]:
 
 
 def test_absurd_shape_under_an_address_space_limit(
-    base_array: Path, tmp_path: Path, array_document: dict[str, Any]
+    base_array: Path, tmp_path: Path, array_document: dict[str, Any], fork_server: ForkServer
 ) -> None:
     """In a process limited to 3 GiB of address space: no MemoryError; vast grids are checked,
     the other absurd documents refused with a MetadataError."""
@@ -513,21 +511,15 @@ def test_absurd_shape_under_an_address_space_limit(
         (store / "zarr.json").write_text(json.dumps(absurd(array_document, ABSURD_DOCUMENTS[case])))
         stores.append(str(store))
     MUTATIONS["zarr.json (absurd shape, public API)"] += 4 * len(stores)
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD, *stores],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    outcomes = run.stdout.split("\n")
+    child = fork_server.start(None, stores, code=CHILD)  # forked: shardpipe already imported
+    assert child.wait(timeout=240) == 0, child.stderr()[-3000:]
+    outcomes = child.stdout().split("\n")
     expected = [
         "returned" if case in VAST_GRIDS else "MetadataError"
         for case in sorted(ABSURD_DOCUMENTS)
         for _ in range(4)
     ]
-    assert [o.split()[1] for o in outcomes if o] == expected, run.stdout
+    assert [o.split()[1] for o in outcomes if o] == expected, child.stdout()
 
 
 @settings(

@@ -1,6 +1,6 @@
 """Hostile layouts: nothing outside the store is read, written or deleted, by any command.
 
-For every layout of :mod:`tests.hostile.layouts`, a child process
+For every layout of :mod:`tests.hostile.layouts`, a child process forked from the fork server
 (:mod:`tests.hostile.audit_child`) builds the layout afresh for each command,
 runs the command with an audit hook recording every file it touches, and
 reports. The test asserts, for every command:
@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.hostile.layouts import LAYOUTS
+from tests.hostile.layouts import CONTROL_COMMANDS, LAYOUTS
 from tests.support import REPOSITORY
+from tests.support.fork_server import ForkServer
 
 ROOT = REPOSITORY
 
 
-def _run_layout(tmp_path: Path, name: str, settings: dict[str, Any]) -> list[dict[str, Any]]:
+def _run_layout(
+    server: ForkServer, tmp_path: Path, name: str, settings: dict[str, Any]
+) -> list[dict[str, Any]]:
     sandbox, report = tmp_path / "sandbox", tmp_path / "report.jsonl"
     sandbox.mkdir()
     own = sandbox / "run"
@@ -44,11 +45,9 @@ def _run_layout(tmp_path: Path, name: str, settings: dict[str, Any]) -> list[dic
         "DASK_CONFIG": str(own),
         "DASK_SCHEDULER": "synchronous",
     }
-    command = [sys.executable, "-m", "tests.hostile.audit_child", str(sandbox), name, str(report)]
-    child = subprocess.run(
-        [*command, json.dumps(settings)], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
+    args = [str(sandbox), name, str(report), json.dumps(settings)]
+    child = server.start("tests.hostile.audit_child", args, cwd=ROOT, env=env)
+    assert child.wait(timeout=600) == 0, child.stderr()[-3000:]
     return [json.loads(line) for line in report.read_text().splitlines()]
 
 
@@ -69,15 +68,34 @@ def _check(results: list[dict[str, Any]], count: int) -> None:
 
 
 @pytest.mark.parametrize("name", [n for n in LAYOUTS if not n.startswith("s3_")])
-def test_nothing_outside_the_store_is_touched(tmp_path: Path, name: str) -> None:
-    _check(_run_layout(tmp_path, name, {}), len(LAYOUTS[name].commands))
+def test_nothing_outside_the_store_is_touched(
+    fork_server: ForkServer, tmp_path: Path, name: str
+) -> None:
+    _check(_run_layout(fork_server, tmp_path, name, {}), len(LAYOUTS[name].commands))
 
 
 @pytest.mark.s3
 @pytest.mark.parametrize("name", [n for n in LAYOUTS if n.startswith("s3_")])
 def test_nothing_outside_the_store_is_touched_from_s3(
-    tmp_path: Path, name: str, s3_bucket: tuple[str, dict[str, Any]]
+    fork_server: ForkServer, tmp_path: Path, name: str, s3_bucket: tuple[str, dict[str, Any]]
 ) -> None:
     bucket, options = s3_bucket
     settings = {"bucket": bucket, "storage_options": options}
-    _check(_run_layout(tmp_path, name, settings), len(LAYOUTS[name].commands))
+    _check(_run_layout(fork_server, tmp_path, name, settings), len(LAYOUTS[name].commands))
+
+
+def test_the_audit_reports_what_a_command_touched_outside(
+    fork_server: ForkServer, tmp_path: Path
+) -> None:
+    """The control layout's commands read, list and write the decoy (one through a link):
+    the audit of the forked child sees each, and a temporary file lands in its own folder."""
+    results = {r["command"]: r for r in _run_layout(fork_server, tmp_path, "control", {})}
+    assert list(results) == [c.name for c in CONTROL_COMMANDS]
+    decoy = [f"{tmp_path / 'sandbox' / f'case{n}' / 'decoy'}" for n in range(len(results))]
+    assert f"open {decoy[0]}/secret" in results["read the secret"]["touched"]
+    assert f"open {decoy[1]}/secret" in results["read through the link"]["touched"]
+    assert f"os.listdir {decoy[2]}" in results["list the decoy"]["touched"]
+    assert f"open {decoy[3]}/victim.txt" in results["write the victim"]["touched"]
+    assert results["write the victim"]["decoy_changed"] == ["victim.txt"]
+    assert results["a temporary file"]["touched"] == [], results["a temporary file"]
+    assert all(r["outcome"] == "ok" for r in results.values()), results

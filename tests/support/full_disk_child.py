@@ -36,7 +36,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
 import dask.array as da
@@ -44,6 +44,9 @@ import numpy as np
 import zarr
 
 import shardpipe
+
+if TYPE_CHECKING:
+    from tests.support.fork_server import ForkServer
 
 UPDATE = dict(shape=(64, 128, 128), shards=(32, 64, 64), chunks=(16, 32, 32))
 REGION = (slice(8, 56), slice(0, 128), slice(0, 128))  # partly covers every shard
@@ -73,10 +76,14 @@ def launcher() -> list[str] | str:
     return "cannot mount a tmpfs: not root, and `unshare -rm` is not permitted here"
 
 
-def run_child(module: str, work: Path, scenarios: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_child(
+    module: str, work: Path, scenarios: list[dict[str, Any]], server: ForkServer
+) -> list[dict[str, Any]]:
     """In a test: run ``python -m module WORKDIR SCENARIOS_JSON`` (mounting); its reports.
 
-    Skips the test, saying why, when no tmpfs can be mounted here.
+    As root, the child is forked from ``server`` (shardpipe imported); otherwise a fresh
+    interpreter under ``unshare -rm``. Skips the test, saying why, when no tmpfs can be
+    mounted here.
     """
     import pytest
 
@@ -85,16 +92,22 @@ def run_child(module: str, work: Path, scenarios: list[dict[str, Any]]) -> list[
     prefix = launcher()
     if isinstance(prefix, str):
         pytest.skip(prefix)
-    done = subprocess.run(
-        [*prefix, sys.executable, "-m", module, str(work), json.dumps(scenarios)],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    args = [str(work), json.dumps(scenarios)]
+    if not prefix:
+        child = server.start(module, args, cwd=REPOSITORY)
+        code, stdout, stderr = child.wait(timeout=900), child.stdout(), child.stderr()
+    else:
+        done = subprocess.run(
+            [*prefix, sys.executable, "-m", module, *args],
+            cwd=REPOSITORY,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        code, stdout, stderr = done.returncode, done.stdout, done.stderr
+    assert code == 0, stderr[-3000:]
     print(f"\ntmpfs scenarios run {'as root' if not prefix else 'under unshare -rm'}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 @contextmanager

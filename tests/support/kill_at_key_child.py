@@ -40,11 +40,14 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import dask
 import dask.array as da
 import numpy as np
+
+if TYPE_CHECKING:
+    from tests.support.fork_server import ForkServer
 
 ARRAY = np.random.default_rng(9).integers(0, 4000, (24, 40, 40), dtype=np.uint16)
 ARRAY_LAYOUT = dict(path="a", shards=(8, 32, 32), chunks=(8, 16, 16))
@@ -237,27 +240,22 @@ def _kill_when_met(pid: int, read_fd: int) -> bool:
 
 
 def kill_at_keys(
-    work: Path, points: Sequence[Sequence[str]], timeout: float
+    work: Path, points: Sequence[Sequence[str]], timeout: float, server: ForkServer
 ) -> list[dict[str, Any]]:
-    """In a test: run this module on ``points`` in a child process; one result per point.
+    """In a test: run this module on ``points`` in a child forked from ``server``; one
+    result per point.
 
     Each result is ``{"target": ..., "killed": ...}`` (see the module).
     """
     import json
-    import subprocess
 
     from tests.support import REPOSITORY
 
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.support.kill_at_key_child", str(work), json.dumps(points)],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    found = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-    assert len(found) == len(points), (child.stdout, child.stderr[-3000:])
+    args = [str(work), json.dumps(points)]
+    child = server.start("tests.support.kill_at_key_child", args, cwd=REPOSITORY)
+    assert child.wait(timeout=timeout) == 0, child.stderr()[-3000:]
+    found = [json.loads(line) for line in child.stdout().splitlines() if line.startswith("{")]
+    assert len(found) == len(points), (child.stdout(), child.stderr()[-3000:])
     return found
 
 

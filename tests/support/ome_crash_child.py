@@ -23,7 +23,7 @@ import numpy as np
 KWARGS: dict[str, Any] = dict(
     scale_factors=[{"y": 2, "x": 2}, {"z": 2, "y": 4, "x": 4}, {"z": 4, "y": 8, "x": 8}],
     shards=(1, 8, 32, 32),
-    chunks=(1, 4, 16, 16),
+    chunks=(1, 8, 16, 32),  # 4 inner chunks a shard: each a request when read back from S3
 )
 FACTORS = [(1, 1, 2, 2), (1, 2, 4, 4), (1, 4, 8, 8)]
 ICECHUNK_PATH = "img"
