@@ -1,4 +1,5 @@
-"""Shared fixtures: hypothesis profiles, a Dask LocalCluster, the local S3 server."""
+"""Shared fixtures: hypothesis profiles, a Dask LocalCluster, the cloud emulators' servers,
+the fork server."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.support.fork_server import ForkServer
 
 # the cloud plugins import their clients (boto3, moto, gcsfs, azure) only when a test starts a
 # server: tests/core/test_no_cloud_clients.py checks that the core's tests import none
@@ -62,3 +65,12 @@ def cluster_client(_cluster: Any) -> Iterator[Any]:
     test after it that writes into a ``MemoryStore`` still runs on threads."""
     with _cluster.as_current():
         yield _cluster
+
+
+@pytest.fixture(scope="session")
+def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    """A process that forks children with shardpipe imported, shared by this session's tests
+    (:mod:`tests.support.fork_server`)."""
+    server = ForkServer(tmp_path_factory.mktemp("forked"))
+    yield server
+    server.close()
