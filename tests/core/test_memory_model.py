@@ -1,4 +1,5 @@
-"""The memory model against measured RSS, in a fresh worker process per case.
+"""The memory model against measured RSS, in a worker process of its own per case
+(forked from the fork server, which has done the imports).
 
 Each case writes a volume generated inside the Dask graph (so the data is
 not part of the baseline) with Dask's synchronous scheduler, which runs one
@@ -11,11 +12,12 @@ kernel's high-water mark (``VmHWM``), reset just before the write.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from tests.support.fork_server import ForkServer
 
 CHILD = textwrap.dedent(
     """
@@ -106,17 +108,11 @@ CASES = {
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status (Linux only)")
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_model_bounds_measured_peak(name: str, tmp_path) -> None:
+def test_model_bounds_measured_peak(name: str, tmp_path, fork_server: ForkServer) -> None:
     case = {**CASES[name], "out": str(tmp_path / name)}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(case)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    done = fork_server.run(CHILD, [json.dumps(case)], timeout=300)
+    assert done.returncode == 0, done.stderr()
+    result = json.loads(done.stdout().strip().splitlines()[-1])
     measured, projected, block = result["measured"], result["projected"], result["block"]
     print(f"{name}: measured {measured / MiB:.1f} MiB, projected {projected / MiB:.1f} MiB")
     # the model is an upper bound of what a task holds; the scheduler may keep one
@@ -178,7 +174,9 @@ UPDATE_CHILD = textwrap.dedent(
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status (Linux only)")
-def test_an_update_in_place_stays_within_the_stated_margin(tmp_path) -> None:
+def test_an_update_in_place_stays_within_the_stated_margin(
+    tmp_path, fork_server: ForkServer
+) -> None:
     """A one-thread region update in place: projected + one block + 24 MiB, as the README says.
 
     Its undo record keeps the old bytes of every range it overwrites (48 MiB
@@ -186,15 +184,9 @@ def test_an_update_in_place_stays_within_the_stated_margin(tmp_path) -> None:
     into one more copy to be written): 191 MiB measured under 110 MB, where
     the model projected 98 MiB and the stated margin allowed 170 MiB.
     """
-    done = subprocess.run(
-        [sys.executable, "-c", UPDATE_CHILD, str(tmp_path / "update.zarr"), "160MB"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    done = fork_server.run(UPDATE_CHILD, [str(tmp_path / "update.zarr"), "160MB"], timeout=300)
+    assert done.returncode == 0, done.stderr()
+    result = json.loads(done.stdout().strip().splitlines()[-1])
     measured, projected, block = result["measured"], result["projected"], result["block"]
     print(f"update: measured {measured / MiB:.1f} MiB, projected {projected / MiB:.1f} MiB")
     assert result["strategies"] == {"in_place": 2}, result

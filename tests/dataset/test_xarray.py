@@ -272,7 +272,7 @@ def test_compute_false_returns_delayed(tmp_path: Path) -> None:
 
 @pytest.mark.cluster
 def test_dataset_on_a_cluster_of_processes(tmp_path: Path, cluster_client: Any) -> None:
-    ds = climate_dataset(years=1, nlat=24, nlon=36, chunks={"time": 40, "lat": 7, "lon": 11})
+    ds = climate_dataset(years=1, nlat=12, nlon=20, chunks={"time": 40, "lat": 7, "lon": 11})
     store = tmp_path / "c.zarr"
     with dask.config.set(scheduler="dask.distributed"):
         ds.shard.to_zarr(store, shards={"time": 73})

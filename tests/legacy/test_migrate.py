@@ -13,9 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +37,7 @@ from shardpipe.maintenance.array_info import GroupInfo
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.s3.store import S3ShardStore
 from tests.support import DRAFT_FIXTURES, REPOSITORY
+from tests.support.fork_server import ForkServer, wait_for_word
 
 FIXTURES = DRAFT_FIXTURES
 EXPECTED = {k.replace("__", "/"): v for k, v in np.load(FIXTURES / "expected.npz").items()}
@@ -469,31 +467,20 @@ def test_local_in_place_copies_large_shards(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("phase", ["copy", "delete"])
-def test_an_interrupted_migration_finishes_when_run_again(tmp_path: Path, phase: str) -> None:
-    from tests.support.crash_child import wait_for
-
+def test_an_interrupted_migration_finishes_when_run_again(
+    tmp_path: Path, phase: str, fork_server: ForkServer
+) -> None:
     draft = _draft(tmp_path)
     shards = _draft_shards(draft)
     draft_docs = {k: v for k, v in _tree(draft).items() if k.startswith("meta/")}
     progress = tmp_path / "progress"
-    root = REPOSITORY
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.migrate_crash_child",
-            str(draft),
-            str(progress),
-            phase,
-        ],
-        cwd=root,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(root)},
+    child = fork_server.start(
+        "tests.support.migrate_crash_child", [str(draft), str(progress), phase], cwd=REPOSITORY
     )
     try:
-        wait_for(progress, "...", child)  # three copies (or deletions) under way
-        os.kill(child.pid, signal.SIGKILL)
+        wait_for_word(progress, "...", child)  # three copies (or deletions) under way
     finally:
+        child.kill()
         child.wait()
     entry = json.loads((draft / "zarr.json").read_text())
     if phase == "copy":  # the draft is untouched: the old tool still reads it

@@ -3,6 +3,7 @@ session, and on a LocalCluster of processes: the same image as on local files.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,12 @@ import icechunk  # in the test extra: a missing one must fail, not skip
 import numcodecs
 import numpy as np
 import pytest
+import s3fs
 import zarr
 
 import shardpipe
 from shardpipe.ome.convert import convert_ome_zarr
+from shardpipe.testing.s3 import make_bucket, storage_options_for
 from tests.ome.test_convert import IMAGE, MASK, _write_v04
 from tests.support.ome_checks import check_image
 
@@ -32,23 +35,35 @@ def _check(new: Any, old: zarr.Group) -> None:
     check_image(new, _levels(old["labels/mask"]), group="labels/mask", label=True)
 
 
-@pytest.mark.s3
-@pytest.mark.parametrize("reencode", [False, True], ids=["carried", "reencoded"])
-def test_a_v04_image_on_s3_converts_to_s3(
-    s3_bucket: tuple[str, dict[str, Any]], reencode: bool
-) -> None:
-    """Chunks carried (sizes, then ranged reads) or read through zarr (bounded ranged reads)."""
-    bucket, options = s3_bucket
-    source, target = f"s3://{bucket}/v04-{reencode}.zarr", f"s3://{bucket}/v05-{reencode}.ome.zarr"
+@pytest.fixture(scope="module")
+def v04_on_s3(s3_server: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """An OME-Zarr 0.4 image with a label image on S3, written by ome-zarr-py once for the
+    module's cases, which only read it: ``(url, storage_options)``."""
     from ome_zarr.format import FormatV04
     from ome_zarr.writer import write_image, write_labels
 
+    options = storage_options_for(s3_server)
+    bucket = make_bucket(s3_server)
+    source = f"s3://{bucket}/v04.zarr"
     group = zarr.open_group(source, mode="w", zarr_format=2, storage_options=options)
     chunks = {"chunks": (1, 8, 16, 16), "compressor": numcodecs.Zstd(level=3)}
     write_image(IMAGE, group, axes="czyx", fmt=FormatV04(), storage_options=chunks,
                 scale_factors=(2, 4))  # fmt: skip
     write_labels(MASK, group, name="mask", axes="zyx", fmt=FormatV04(), scale_factors=(2, 4),
                  storage_options={"chunks": (8, 16, 16)})  # fmt: skip
+    yield source, options
+    s3fs.S3FileSystem(**options).rm(bucket, recursive=True)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("reencode", [False, True], ids=["carried", "reencoded"])
+def test_a_v04_image_on_s3_converts_to_s3(
+    v04_on_s3: tuple[str, dict[str, Any]], s3_bucket: tuple[str, dict[str, Any]], reencode: bool
+) -> None:
+    """Chunks carried (sizes, then ranged reads) or read through zarr (bounded ranged reads)."""
+    source, options = v04_on_s3
+    bucket, _ = s3_bucket
+    target = f"s3://{bucket}/v05-{reencode}.ome.zarr"
     report = convert_ome_zarr(
         source,
         target,

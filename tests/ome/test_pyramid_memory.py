@@ -2,9 +2,9 @@
 
 The blocks of a computed source feed level 0's shards and level 1's regions, and wait
 between those tasks: they are read in order, a few ahead of their tasks, and counted in
-the plan (:mod:`shardpipe.ome.level_blocks`). The process's peak is measured in a fresh
-process on two threads: the kernel's high-water mark (``VmHWM``), reset just before the
-write, above the RSS then.
+the plan (:mod:`shardpipe.ome.level_blocks`). The peak is measured in a process of its
+own (forked from the fork server, which has done the imports) on two threads: the
+kernel's high-water mark (``VmHWM``), reset just before the write, above the RSS then.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -28,6 +27,7 @@ from dask.callbacks import Callback
 import shardpipe
 from shardpipe.core.pyramid import region_nbytes
 from shardpipe.errors import MemoryBudgetError
+from tests.support.fork_server import ForkServer
 from tests.support.ome_checks import check_image, reference_level, reference_pyramid
 
 SHAPE, BLOCKS = (64, 256, 512), (25, 70, 70)  # blocks that do not line up with the shards
@@ -249,7 +249,9 @@ MiB = 2**20
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status (Linux only)")
-def test_a_pyramid_of_a_computed_source_stays_under_twice_max_mem(tmp_path: Path) -> None:
+def test_a_pyramid_of_a_computed_source_stays_under_twice_max_mem(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
     """A ``da.random`` image of 384 MiB under ``max_mem="128MB"``, on two threads.
 
     Its blocks feed level 0's shards and level 1's regions; Dask kept each until both had
@@ -258,15 +260,9 @@ def test_a_pyramid_of_a_computed_source_stays_under_twice_max_mem(tmp_path: Path
     bound the rechunk of slabs keeps too.
     """
     max_mem = 128 * 10**6
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path / "img.ome.zarr"), str(max_mem)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    done = fork_server.run(CHILD, [str(tmp_path / "img.ome.zarr"), str(max_mem)], timeout=300)
+    assert done.returncode == 0, done.stderr()
+    result = json.loads(done.stdout().strip().splitlines()[-1])
     print(f"pyramid: {result['measured'] / MiB:.1f} MiB above the baseline")
     assert result["levels"] == 2, result
     assert result["measured"] <= 2 * max_mem, result

@@ -28,8 +28,8 @@ from shardpipe.formats.base import ShardFormat, assemble_shard
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_shards import ScatteredShard, listed_shard_format
 from shardpipe.precomputed.auto_sharding import auto_sharding
-from tests.support import REPOSITORY
 from tests.support.examples import scaled
+from tests.support.fork_server import ForkServer, wait_for_word
 
 SPEC = "neuroglancer_uint64_sharded_v1"
 
@@ -659,32 +659,21 @@ def test_scattered_shards_receive_encoded_chunks(tmp_path: Path) -> None:
         np.testing.assert_array_equal(_read_ts(tmp_path / f"vol{straddling}"), data)
 
 
-def test_a_killed_write_leaves_complete_shards(tmp_path: Path) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
+def test_a_killed_write_leaves_complete_shards(tmp_path: Path, fork_server: ForkServer) -> None:
     import time
 
-    from tests.support.crash_child import wait_for
     from tests.support.precomputed_crash_child import volume
 
-    root = REPOSITORY
     path, progress = tmp_path / "vol", tmp_path / "progress"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.precomputed_crash_child", str(path), str(progress)],
-        cwd=root,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(root)},
-    )
+    child = fork_server.start("tests.support.precomputed_crash_child", [str(path), str(progress)])
     try:
-        wait_for(progress, ".", child)  # the write has started
+        wait_for_word(progress, ".", child)  # the write has started
         deadline = time.monotonic() + 60
         while not list((path / "1_1_1").glob("*.shard")):  # the first shard is out
             assert child.poll() is None and time.monotonic() < deadline
             time.sleep(0.005)
-        os.kill(child.pid, signal.SIGKILL)
     finally:
+        child.kill()
         child.wait()
     report = shardpipe.verify(path)
     assert not report.ok and len(report.problems) == 1, report  # the volume is unfinished,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from shardpipe.errors import (
     InvalidArgumentError,
     MemoryBudgetError,
 )
+from tests.support.fork_server import ForkServer
 from tests.support.readers import assert_same, read_tensorstore, read_zarr
 
 
@@ -407,24 +407,12 @@ SLACK = 24 << 20
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status (Linux only)")
-def test_peak_rss_of_a_rechunk_stays_under_max_mem(tmp_path: Path) -> None:
+def test_peak_rss_of_a_rechunk_stays_under_max_mem(tmp_path: Path, fork_server: ForkServer) -> None:
     max_mem = 12 << 20  # 16 MiB of 128 KiB slabs into 4 MiB shards
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            RSS_CHILD,
-            str(tmp_path / "src.zarr"),
-            str(tmp_path / "out.zarr"),
-            str(max_mem),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    args = [str(tmp_path / "src.zarr"), str(tmp_path / "out.zarr"), str(max_mem)]
+    done = fork_server.run(RSS_CHILD, args, timeout=300)
+    assert done.returncode == 0, done.stderr()
+    result = json.loads(done.stdout().strip().splitlines()[-1])
     print(f"rechunk peak above baseline: {result['measured'] / 2**20:.1f} MiB, max_mem 12 MiB")
     assert result["amplification"] == 1.0
     # what a task holds is under max_mem; the scheduler may keep one more block for later

@@ -8,7 +8,8 @@ in order, a few ahead of the written parts (:mod:`shardpipe.engine.read_gates`),
 where even that would hold more than 1.5 x ``max_mem`` the rechunk goes in two
 passes through a copy beside the target (:mod:`shardpipe.rechunking.memory`).
 
-Each case runs in a fresh process on two threads; the peak is the kernel's
+Each case runs in a process of its own (forked from the fork server, which has done
+the imports) on two threads; the peak is the kernel's
 high-water mark (``VmHWM``), reset just before the rechunk, above the RSS then.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -29,6 +29,7 @@ import zarr
 import shardpipe
 from shardpipe.rechunking.memory import automatic_temp_store, one_pass_hold
 from shardpipe.storage.resolve import resolve_store
+from tests.support.fork_server import ForkServer
 from tests.support.spies import count_calls
 
 MiB = 2**20
@@ -99,30 +100,17 @@ def slab_source(tmp_path_factory: pytest.TempPathFactory) -> str:
     return path
 
 
-def _run(source: str, tmp_path: Path, chunks: str, max_mem: int) -> dict[str, Any]:
+def _run(
+    fork_server: ForkServer, source: str, tmp_path: Path, chunks: str, max_mem: int
+) -> dict[str, Any]:
     (tmp_path / "warm").mkdir()
     env = dict(os.environ)
     if max_mem < MAX_MEM:  # a small budget: memory given back, at some speed
         env["DASK_SHARDPIPE__MEMORY__MMAP_THRESHOLD"] = "16MiB"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            CHILD,
-            source,
-            str(tmp_path / "out.zarr"),
-            str(tmp_path / "warm"),
-            chunks,
-            str(max_mem),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    args = [source, str(tmp_path / "out.zarr"), str(tmp_path / "warm"), chunks, str(max_mem)]
+    done = fork_server.run(CHILD, args, env=env)
+    assert done.returncode == 0, done.stderr()
+    result: dict[str, Any] = json.loads(done.stdout().strip().splitlines()[-1])
     return result
 
 
@@ -142,9 +130,14 @@ def _run(source: str, tmp_path: Path, chunks: str, max_mem: int) -> dict[str, An
     ],
 )
 def test_slabs_into_cubes_stay_under_twice_max_mem(
-    slab_source: str, tmp_path: Path, chunks: str, max_mem: int, passes: int
+    fork_server: ForkServer,
+    slab_source: str,
+    tmp_path: Path,
+    chunks: str,
+    max_mem: int,
+    passes: int,
 ) -> None:
-    result = _run(slab_source, tmp_path, chunks, max_mem)
+    result = _run(fork_server, slab_source, tmp_path, chunks, max_mem)
     print(f"chunks {chunks}: {result['measured'] / MiB:.1f} MiB, {result['passes']} pass(es)")
     assert result["passes"] == passes, result
     assert result["measured"] <= 2 * max_mem, result

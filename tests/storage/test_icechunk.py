@@ -6,10 +6,6 @@ read-only session of the branch or of a snapshot), never from shardpipe.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +18,7 @@ import zarr
 
 import shardpipe
 from shardpipe.errors import InvalidArgumentError, TransactionConflictError
-from tests.support import REPOSITORY
-from tests.support.crash_child import wait_for
+from tests.support.fork_server import ForkServer, wait_for_word
 from tests.support.readers import assert_same
 
 icechunk.set_logs_filter("error")  # its warnings about local storage go to stderr
@@ -349,7 +344,7 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path) -> None
     assert not after.has_uncommitted_changes
 
 
-def test_a_killed_write_leaves_the_last_commit(tmp_path: Path) -> None:
+def test_a_killed_write_leaves_the_last_commit(tmp_path: Path, fork_server: ForkServer) -> None:
     repo = _repo(tmp_path)
     data = _data((256, 256))
     base = (
@@ -366,22 +361,13 @@ def test_a_killed_write_leaves_the_last_commit(tmp_path: Path) -> None:
     chunks = tmp_path / "repo" / "chunks"  # shard objects (none is small enough to inline)
     stored = len(list(chunks.iterdir()))
     progress = tmp_path / "progress"
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.icechunk_crash_child",
-            str(tmp_path / "repo"),
-            str(progress),
-        ],
-        cwd=REPOSITORY,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPOSITORY)},
+    child = fork_server.start(
+        "tests.support.icechunk_crash_child", [str(tmp_path / "repo"), str(progress)]
     )
     try:
-        wait_for(progress, "......", child)  # six of 64 blocks computed, shards being stored
-        os.kill(child.pid, signal.SIGKILL)
+        wait_for_word(progress, "......", child)  # six of 64 blocks computed, shards being stored
     finally:
+        child.kill()
         child.wait()
     # the kill came after some shards were stored: objects no snapshot refers to
     assert len(list(chunks.iterdir())) > stored

@@ -164,6 +164,24 @@ class ForkServer:
         assert answer, f"the fork server ended with {self._proc.poll()}"
         return ForkedChild(int(answer), self.folder)
 
+    def run(
+        self,
+        code: str,
+        args: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float = 600.0,
+    ) -> ForkedChild:
+        """Fork ``python -c code *args`` and wait until it ends; the ended child, whose
+        ``returncode``, ``stdout()`` and ``stderr()`` say how it went (as
+        :func:`subprocess.run` with ``capture_output=True`` would)."""
+        child = self.start(None, args, code=code, env=env)
+        try:
+            child.wait(timeout)
+        finally:
+            child.kill()  # still running after the timeout
+        return child
+
     def close(self) -> None:
         """End the server; it kills and reaps children still running."""
         assert self._proc.stdin is not None
@@ -219,6 +237,10 @@ def _run_child(command: dict[str, Any]) -> int:
     os.chdir(command["cwd"])
     os.environ.clear()
     os.environ.update(command["env"])
+    if "dask" in sys.modules:  # Dask read its DASK_* variables when the server imported it
+        import dask.config
+
+        dask.config.refresh()
     try:
         if command["module"] is not None:
             sys.argv = [command["module"], *command["args"]]

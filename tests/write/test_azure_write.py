@@ -8,9 +8,6 @@ an append, two writers on one path, a kill -9 then ``resume=True``.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +25,7 @@ from shardpipe.errors import JobConflictError
 from shardpipe.testing.azure import ACCOUNT, storage_options_for
 from shardpipe.testing.fault_proxy import FaultProxy
 from tests.support import azure_kill_child
+from tests.support.fork_server import ForkServer
 
 pytestmark = pytest.mark.azure
 
@@ -155,14 +153,16 @@ def test_two_writers_on_one_path_one_conflict(azure_container: tuple[str, dict[s
 
 
 def test_kill_mid_write_then_resume(
-    azure_container: tuple[str, dict[str, Any]], azurite_server: str, tmp_path: Path
+    azure_container: tuple[str, dict[str, Any]],
+    azurite_server: str,
+    tmp_path: Path,
+    fork_server: ForkServer,
 ) -> None:
     container, options = azure_container
     url = f"az://{container}/killed.zarr"
     progress = tmp_path / "progress"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.azure_kill_child", url, azurite_server, progress],
-        env=os.environ | {"PYTHONPATH": os.getcwd()},
+    child = fork_server.start(
+        "tests.support.azure_kill_child", [url, azurite_server, str(progress)]
     )
     try:
         deadline = time.monotonic() + 120
@@ -171,7 +171,7 @@ def test_kill_mid_write_then_resume(
             if any("/.shardpipe/staging" in name for name in leftovers(container, options)):
                 break
             time.sleep(0.05)
-        assert child.poll() is None, "the child ended before it was killed"
+        assert child.poll() is None, child.stderr() or "the child ended before it was killed"
         time.sleep(0.5)
         child.kill()  # SIGKILL
     finally:
