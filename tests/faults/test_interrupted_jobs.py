@@ -25,6 +25,7 @@ import pytest
 import shardpipe
 from shardpipe.cli.parser import main as cli_main
 from shardpipe.journal.unfinished import UnfinishedJob
+from tests.support.fork_server import ForkServer
 from tests.support.kill_at_key_child import kill_at_keys
 from tests.support.run_once import once_per_run
 
@@ -118,12 +119,14 @@ POINTS = [
 
 
 @pytest.fixture(scope="session")
-def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def killed(tmp_path_factory: pytest.TempPathFactory, fork_server: ForkServer) -> dict[str, Path]:
     """Each point's job, killed at its key: the target by kind of job (read only)."""
 
     def kill() -> dict[str, str]:
         points = [[p.what, p.key, "written"] for p in POINTS]
-        results = kill_at_keys(tmp_path_factory.mktemp("interrupted"), points, timeout=600)
+        results = kill_at_keys(
+            tmp_path_factory.mktemp("interrupted"), points, timeout=600, server=fork_server
+        )
         for point, result in zip(POINTS, results, strict=True):
             assert result["killed"], f"{point.name} never wrote {point.key}"
         return {p.name: r["target"] for p, r in zip(POINTS, results, strict=True)}
