@@ -7,7 +7,6 @@ kills it (``test_update_crash``) replays the same sequence in NumPy.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -58,24 +57,6 @@ def wait_for(progress: Path, word: str, proc: subprocess.Popen[bytes]) -> None:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
         assert time.monotonic() < deadline, f"the child never wrote {word!r}"
         time.sleep(0.05)
-
-
-def kill_when_ready(module: str, args: list[str], progress: Path, delay: float) -> None:
-    """Run ``python -m module *args``; ``delay`` seconds after it writes ``ready``, kill -9 it.
-
-    ``args`` must pass ``progress`` on to the child, which writes there.
-    Returns once the child is gone.
-    """
-    from tests.support import REPOSITORY
-
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    proc = subprocess.Popen([sys.executable, "-m", module, *args], env=env, stderr=subprocess.PIPE)
-    try:
-        wait_for(progress, "ready", proc)
-        time.sleep(delay)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
 
 
 def slow_disk() -> None:
