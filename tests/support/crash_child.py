@@ -7,7 +7,6 @@ kills it (``test_update_crash``) replays the same sequence in NumPy.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,15 +47,6 @@ def update(k: int) -> tuple[tuple[slice, ...], np.ndarray]:
     shape = tuple(s.stop - s.start for s in region)
     values = (rng.integers(0, 50, shape) * rng.integers(0, 2, shape)).astype("uint16")
     return tuple(region), values
-
-
-def wait_for(progress: Path, word: str, proc: subprocess.Popen[bytes]) -> None:
-    """Wait until the child ``proc`` has written ``word`` to its ``progress`` file."""
-    deadline = time.monotonic() + 120
-    while word not in (progress.read_text() if progress.exists() else ""):
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
-        assert time.monotonic() < deadline, f"the child never wrote {word!r}"
-        time.sleep(0.05)
 
 
 def slow_disk() -> None:
