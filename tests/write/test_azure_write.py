@@ -54,10 +54,10 @@ def leftovers(container: str, options: dict[str, Any]) -> list[str]:
 
 
 def test_volume_in_parts_reads_back_with_zarr(azure_container: tuple[str, dict[str, Any]]) -> None:
-    """(128, 256, 256) uint16 in (128, 128, 128) shards of 4 MiB under max_mem=8MB."""
+    """(128, 128, 256) uint16 in two (128, 128, 128) shards of 4 MiB under max_mem=8MB."""
     container, options = azure_container
     source = da.random.default_rng(1).integers(
-        0, 60000, (128, 256, 256), chunks=(32, 128, 128), dtype="uint16"
+        0, 60000, (128, 128, 256), chunks=(32, 128, 128), dtype="uint16"
     )
     url = f"az://{container}/volume.zarr"
     job = shardpipe.prepare_write(
