@@ -35,6 +35,7 @@ can report its own in the write report.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -119,6 +120,12 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 """The policy of every write unless Dask's config (``shardpipe.retry.*``) says otherwise."""
 
+_JITTER = random.Random()
+"""Draws the waits between tries: one for the process (seeding a fresh one per call costs
+tens of microseconds, on every store call), seeded again in a forked child so that
+processes forked from one parent do not wait in step."""
+os.register_at_fork(after_in_child=_JITTER.seed)
+
 _COUNTS = threading.local()
 
 
@@ -183,18 +190,17 @@ class RetryingStore(DelegatingStore):
         in_place: bool = False,
     ) -> T:
         """Run ``call`` (``in_place``: it changes an object in place), retrying transient faults."""
-        rng = random.Random()
         for attempt in range(1, self.policy.attempts + 1):
             try:
                 if attempt > 1 and before_retry is not None:
                     before_retry()  # inside the try: its own faults are sorted too
                 return call()
             except OSError as err:
-                self._after_failure(err, what, attempt, rng, in_place=in_place)
+                self._after_failure(err, what, attempt, in_place=in_place)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _after_failure(
-        self, err: OSError, what: str, attempt: int, rng: random.Random, *, in_place: bool = False
+        self, err: OSError, what: str, attempt: int, *, in_place: bool = False
     ) -> None:
         """Raise ``err`` in plain words unless it is transient and tries are left; else wait."""
         permanent = permanent_error(err, what, in_place=in_place)
@@ -208,7 +214,7 @@ class RetryingStore(DelegatingStore):
                 "be overloaded or unreachable. Nothing half-written was published; "
                 f"run the same write with {advice.setting('resume')} once it answers again"
             ) from err
-        self._sleep(self.policy.delay(attempt, rng))
+        self._sleep(self.policy.delay(attempt, _JITTER))
         _count_retry()
 
     # -- whole objects -------------------------------------------------------
@@ -324,7 +330,6 @@ class RetryingStore(DelegatingStore):
         count of tries afresh.
         """
         last: str | None = None
-        rng = random.Random()
         attempt = 1
         while True:
             after = last  # None on the first try: a listing out of order loses nothing then
@@ -336,7 +341,7 @@ class RetryingStore(DelegatingStore):
                     yield key
                 return
             except OSError as err:
-                self._after_failure(err, f"listing {prefix!r}", attempt, rng)
+                self._after_failure(err, f"listing {prefix!r}", attempt)
                 attempt += 1
 
     # -- in-place updates ----------------------------------------------------

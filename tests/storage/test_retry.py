@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,6 +85,28 @@ def test_policy_bounds_and_validation() -> None:
     for bad in [dict(attempts=0), dict(attempts=1.5), dict(first_delay=-1), dict(max_delay="1")]:
         with pytest.raises(InvalidArgumentError, match="retry"):
             RetryPolicy(**bad)  # type: ignore[arg-type]
+
+
+_FORKED_WAITS = """
+import os
+from shardpipe.storage.retry import RetryPolicy, _JITTER
+
+policy = RetryPolicy(first_delay=1.0)
+for _ in range(2):
+    if os.fork() == 0:
+        print(policy.delay(1, _JITTER), flush=True)
+        os._exit(0)
+    os.wait()
+"""
+
+
+def test_processes_forked_from_one_parent_wait_apart() -> None:
+    # one draw of the waits serves the process: a forked child draws its own, so that
+    # workers forked at once and failing at once do not all retry at the same moment
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKED_WAITS], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(out) == 2 and out[0] != out[1], out
 
 
 def test_gives_up_after_the_policy_and_counts(tmp_path: Path) -> None:
