@@ -388,12 +388,24 @@ def _wait_for_a_worker_in_place_of(client: Any, killed: str) -> None:
         time.sleep(0.1)
 
 
+def _computed_here(keys: list[str], dask_worker: Any) -> list[str]:
+    """Which of ``keys`` this worker computed and holds (not fetched from another)."""
+    return [
+        str(key)
+        for key, task in dask_worker.state.tasks.items()
+        if str(key) in keys
+        and task.state == "memory"
+        and any(step["action"] == "compute" for step in task.startstops)
+    ]
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("victim", ["metadata holder", "other"])
 def test_worker_killed_mid_write(tmp_path: Path, victim: str, cluster_client: Any) -> None:
-    """Kill a worker mid-write: the one holding the array-creating task's result (Dask
-    runs that task again) or the other one. The session's cluster: its nanny starts a
-    new worker in place of the killed one, which the test waits for."""
+    """Kill a worker mid-write: the one that computed the array-creating task (Dask runs
+    it again unless the other fetched its result already) or the other one. The
+    session's cluster: its nanny starts a new worker in place of the killed one, which
+    the test waits for."""
 
     def slow(block: np.ndarray) -> np.ndarray:
         time.sleep(0.15)
@@ -409,12 +421,13 @@ def test_worker_killed_mid_write(tmp_path: Path, victim: str, cluster_client: An
     assert creating
     running = client.compute(delayed)
     deadline = time.monotonic() + 60
-    holders: set[str] = set()
-    while not holders and time.monotonic() < deadline:
-        holders = {w for k, ws in client.who_has().items() if str(k) in creating for w in ws}
+    holder: str | None = None
+    while holder is None and time.monotonic() < deadline:
+        # the worker that computed it: the other may soon hold a copy (fetched for a shard)
+        computed = client.run(_computed_here, sorted(creating))
+        holder = next((worker for worker, keys in computed.items() if keys), None)
         time.sleep(0.02)
-    assert holders, "the create-array task never finished"
-    (holder,) = holders
+    assert holder is not None, "the create-array task never finished"
     address = holder if victim == "metadata holder" else next(a for a in pids if a != holder)
     os.kill(pids[address], signal.SIGKILL)
     INJECTED["worker SIGKILL"] += 1
