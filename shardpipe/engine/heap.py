@@ -48,7 +48,8 @@ threads that have not allocated yet follow it, so shardpipe's command line makes
 it as it starts, in the process it owns; a program that imports shardpipe
 chooses for itself (``MALLOC_ARENA_MAX=2`` in its environment does the same).
 The slab rechunk above then peaked at +75-93 MiB under ``max_mem="64MB"``,
-and a time series at +93 MiB where it took +160.
+and a time series at +93 MiB where it took +160; the time series ran as fast,
+the slabs up to about 15% slower (``benchmarks/RESULTS.md``, 21d).
 
 Nothing changes where someone chose the mmap threshold
 (``MALLOC_MMAP_THRESHOLD_`` or the ``glibc.malloc.mmap_threshold`` tunable:
