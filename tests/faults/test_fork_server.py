@@ -50,3 +50,24 @@ def test_a_child_past_its_time_is_killed_and_reaped(fork_server: ForkServer) -> 
 def test_a_child_within_its_time_gives_its_status(fork_server: ForkServer) -> None:
     child = fork_server.start(None, [], code="import sys; sys.exit(3)")
     assert child.wait_or_kill(60) == 3
+
+
+def test_an_earlier_childs_exit_status_under_a_reused_pid_is_not_taken(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
+    """pids come round again: a stale ``<pid>.rc`` of an earlier child must not end a new one."""
+    first = fork_server.start(None, [], code="pass")
+    first.wait()
+    folder = fork_server.folder
+    stale = [folder / f"{first.pid + n}.rc" for n in range(1, 400)]  # pids come in order
+    for path in stale:
+        if not path.exists():
+            path.write_text("0")
+    child = fork_server.start(None, [], code="import time; time.sleep(1)")
+    try:
+        assert child.poll() is None, f"pid {child.pid} taken for ended"
+    finally:
+        child.kill()
+        child.wait()
+        for path in stale:
+            path.unlink(missing_ok=True)

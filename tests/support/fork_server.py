@@ -311,6 +311,9 @@ def main() -> int:
                     sys.stderr.flush()
                     os._exit(code)
             children[os.pidfd_open(pid)] = (pid, Path(command["folder"]))
+            # pids come round again (pid_max is often 32768): an earlier child's exit
+            # status under this pid must not pass for this one's (it is reaped here, later)
+            (Path(command["folder"]) / f"{pid}.rc").unlink(missing_ok=True)
             print(pid, flush=True)
     for pidfd, (pid, folder) in children.items():
         os.kill(pid, signal.SIGKILL)  # a test left it running
