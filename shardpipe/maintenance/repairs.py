@@ -171,10 +171,10 @@ def _remove_past_grid(target: ResolvedStore) -> int:
     metadata, _ = read_metadata(target, "store", writing=False)
     shard_format, grid = format_of(metadata), layout_of(metadata).shard_grid
     base = target.key("")
-    removed = 0
-    for listed in list_shards(target, shard_format, grid):
-        relative = listed.key[len(base) :]
-        if listed.coords is None and shard_format.coords(relative) is not None:
-            target.shards.delete(listed.key)
-            removed += 1
-    return removed
+    past = [
+        listed.key
+        for listed in list_shards(target, shard_format, grid)
+        if listed.coords is None and shard_format.coords(listed.key[len(base) :]) is not None
+    ]
+    target.shards.delete_many(past)
+    return len(past)

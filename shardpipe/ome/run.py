@@ -105,8 +105,7 @@ def remove_group(target: ResolvedStore, path: str = "") -> None:
     """Delete every key under the group at ``path`` (its arrays, labels and records)."""
     store = target.shards
     prefix = target.key(f"{path}/" if path else "")
-    for key in list(store.list(prefix)):
-        store.delete(key)
+    store.delete_many(list(store.list(prefix)))
 
 
 def write_group(target: ResolvedStore, path: str, attributes: dict[str, Any]) -> None:

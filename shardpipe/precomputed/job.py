@@ -222,6 +222,5 @@ def _write_info(
     store.put(marker, [json.dumps(unfinished).encode()])
     if exists:
         for scale in scales:
-            for old in list(store.list(target.key(f"{scale['key']}/"))):
-                store.delete(old)
+            store.delete_many(list(store.list(target.key(f"{scale['key']}/"))))
     store.put(info_key, [json.dumps(info, indent=1).encode()])

@@ -325,6 +325,19 @@ class ShardStore(ABC):
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove every one of ``keys`` that is present.
+
+        Not atomic: after a failure some may be gone. Every key is checked
+        before any is removed. Object stores remove many in one request or
+        many requests at once (S3's ``DeleteObjects`` takes 1,000 keys);
+        this default removes them one by one.
+        """
+        for key in keys:
+            edge_key(key, self)
+        for key in keys:
+            self.delete(key)
+
     @abstractmethod
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix``, sorted as strings.

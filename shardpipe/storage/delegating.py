@@ -131,6 +131,10 @@ class DelegatingStore(ShardStore):
         """See :meth:`~shardpipe.storage.base.ShardStore.delete`."""
         self._forward("delete", lambda: self.inner.delete(key))
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """See :meth:`~shardpipe.storage.base.ShardStore.delete_many`."""
+        self._forward("delete_many", lambda: self.inner.delete_many(keys))
+
     def list(self, prefix: str) -> Iterator[str]:
         """See :meth:`~shardpipe.storage.base.ShardStore.list`."""
         return self._forward("list", lambda: self.inner.list(prefix))

@@ -321,6 +321,11 @@ class RetryingStore(DelegatingStore):
         """Remove ``key`` if present."""
         self._call(f"deleting {key!r}", lambda: self.inner.delete(key))
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove each of ``keys`` present (all again on a retry: removing is idempotent)."""
+        what = f"deleting {len(keys)} keys from {keys[0]!r}" if keys else "deleting no key"
+        self._call(what, lambda: self.inner.delete_many(keys))
+
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys under ``prefix`` as the backend lists them (in string order).
 

@@ -78,6 +78,17 @@ class ShardStoreTests(UpdateContractTests, KeyContractTests):
         assert store.size("arr/c/0/0") is None
         store.delete("arr/c/0/0")  # absent: no error
 
+    def test_delete_many(self, store: ShardStore) -> None:
+        """Every key given goes, absent ones included; the others stay."""
+        keys = [f"arr/c/{i}/0" for i in range(5)]
+        for key in keys:
+            store.put(key, [key.encode()])
+        store.delete_many([*keys[1:4], "arr/c/9/9"])  # one absent
+        assert sorted(store.list("arr/c/")) == [keys[0], keys[4]]
+        store.delete_many([])
+        store.delete_many(keys)
+        assert list(store.list("arr/c/")) == []
+
     def test_get_within(self, store: ShardStore) -> None:
         """The size always; the bytes up to the limit (an object store: one request)."""
         data = _data(100_000, seed=2)

@@ -49,6 +49,7 @@ def _calls(store: ShardStore, key: str) -> dict[str, Callable[[], Any]]:
         "size": lambda: store.size(key),
         "version": lambda: store.version(key),
         "delete": lambda: store.delete(key),
+        "delete_many": lambda: store.delete_many(["arr/c/0", key]),
         "make_durable": lambda: store.make_durable([key]),
         "link from": lambda: store.link(key, "arr/c/8"),
         "link to": lambda: store.link("arr/c/0", key),

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import zarr
@@ -79,7 +80,7 @@ from shardpipe.formats.base import ShardFormat
 from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.job_record import delete_record, read_record, save_record
 from shardpipe.journal.markers import JobKeys, JobMarker, conflict, read_marker
-from shardpipe.storage.keys import JOB_DIR
+from shardpipe.storage.keys import JOB_DIR, WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import metadata_bytes
 from shardpipe.stored.places import check_target, discard_metadata_temporaries
@@ -286,7 +287,9 @@ def finished_shards(
     )
 
 
-def forget_finished(target: ResolvedStore, keep: str | None = None) -> None:
+def forget_finished(
+    target: ResolvedStore, keep: str | None = None, listed: Sequence[str] | None = None
+) -> None:
     """Delete the records of finished update shards, except those of update ``keep``.
 
     Called when an array is replaced (all of them), when an update starts
@@ -295,12 +298,18 @@ def forget_finished(target: ResolvedStore, keep: str | None = None) -> None:
     The folders that held them go too (a file system keeps empty folders),
     so that finished updates leave nothing behind. Only the job holding the
     array's marker writes these records, so nothing writes them meanwhile.
+    ``listed``: the array's keys, listed by the caller just before (not listed again).
     """
     keys = JobKeys(target.key(""))
     mine = None if keep is None else f"{keys.done}{keep}/"
-    for key in list(target.shards.list(keys.done)):
-        if mine is None or not key.startswith(mine):
-            target.shards.delete(key)
+    found = target.shards.list(keys.done) if listed is None else listed
+    target.shards.delete_many(
+        [
+            key
+            for key in found
+            if key.startswith(keys.done) and (mine is None or not key.startswith(mine))
+        ]
+    )
     target.shards.prune(keys.done)
 
 
@@ -456,10 +465,9 @@ def _remove_node(target: ResolvedStore) -> None:
     the old shards are all gone, no record may vouch for them (see
     :mod:`shardpipe.write.resume`).
     """
-    store = target.shards
-    delete_record(target)
-    forget_finished(target)
-    prefix = target.key("")
-    for key in list(store.list(prefix)):
-        if not key.startswith(f"{prefix}{JOB_DIR}/"):
-            store.delete(key)
+    store, prefix = target.shards, target.key("")
+    listed = list(store.list(prefix))  # once: every key below is among these
+    if target.key(WRITE_RECORD) in listed:
+        delete_record(target)
+    forget_finished(target, listed=listed)
+    store.delete_many([key for key in listed if not key.startswith(f"{prefix}{JOB_DIR}/")])

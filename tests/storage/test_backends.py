@@ -19,10 +19,17 @@ import s3fs
 import zarr
 from botocore.exceptions import ClientError
 
-from shardpipe.errors import ConditionFailedError, PartsNotSupportedError, StorageError
+from shardpipe.errors import (
+    ConditionFailedError,
+    PartsNotSupportedError,
+    StorageAccessError,
+    StorageError,
+)
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local.contained import ContainedLocalStore
 from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.s3 import faults as s3_faults
+from shardpipe.storage.s3 import store as s3_store
 from shardpipe.storage.s3.store import S3ShardStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 from shardpipe.testing.backends import SHARDS, STAGING, ShardStoreTests
@@ -101,6 +108,31 @@ class TestS3(ShardStoreTests):
         uploads = self.client.list_multipart_uploads(Bucket=self.bucket).get("Uploads", [])
         markers = self.client.list_objects_v2(Bucket=self.bucket, Prefix=f"root/{STAGING}/")
         return sorted([u["Key"] for u in uploads] + [o["Key"] for o in markers.get("Contents", [])])
+
+    def test_delete_many_in_batches(
+        self, store: ShardStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """More keys than one ``DeleteObjects`` takes go in several (here 2 a request)."""
+        monkeypatch.setattr(s3_store, "_DELETE_BATCH", 2)
+        keys = [f"arr/c/{i}" for i in range(5)]
+        for key in keys:
+            store.put(key, [b"x"])
+        store.delete_many(keys[:4])
+        assert list(store.list("arr/")) == ["arr/c/4"]
+
+
+def test_refused_deletes_name_the_key_and_the_fix() -> None:
+    """A key ``DeleteObjects`` could not remove is an error naming it, the count and the fix."""
+    refused = [{"Key": "root/arr/c/1", "Code": "AccessDenied", "Message": "Access Denied"}]
+    err = s3_faults.refused_deletes("bkt", 3, refused)
+    assert isinstance(err, StorageAccessError)
+    assert str(err) == (
+        "S3 DeleteObjects of 3 keys failed for 1 of them, first s3://bkt/root/arr/c/1: "
+        "AccessDenied (Access Denied); check that the credentials may delete objects there "
+        "(s3:DeleteObject) and run the call again"
+    )
+    other = s3_faults.refused_deletes("bkt", 3, [{**refused[0], "Code": "InternalError"}])
+    assert type(other) is StorageError
 
 
 # -- backend specifics ---------------------------------------------------------

@@ -36,6 +36,7 @@ import datetime
 import threading
 import uuid
 from collections.abc import Buffer, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from azure.core import MatchConditions
@@ -60,6 +61,9 @@ TOKEN = "shardpipe_put"
 """Metadata name of a conditional put's or a commit's own token."""
 COPY_SOURCE_SAS_SECONDS = 3600
 """How long the SAS that lets the service read a copy's source lasts (shared-key accounts)."""
+DELETES_AT_ONCE = 16
+"""Requests :meth:`AzureShardStore.delete_many` keeps in flight (one blob a request)."""
+
 SINGLE_PUT_BYTES = 256 * 2**20
 """Largest body sent as one ``Put Blob`` (larger ones go up as blocks, then one commit)."""
 
@@ -303,6 +307,18 @@ class AzureShardStore(ShardStore):
         except StorageError as err:
             if not faults.is_absent(err):
                 raise
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove each of ``keys`` present, :data:`DELETES_AT_ONCE` requests at a time.
+
+        Every key is checked first; the first failure is raised once every
+        request has ended.
+        """
+        for key in keys:
+            self.full_key(key)
+        with ThreadPoolExecutor(min(DELETES_AT_ONCE, max(1, len(keys)))) as pool:
+            for done in [pool.submit(self.delete, key) for key in keys]:
+                done.result()
 
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix``, in name order, page by page."""

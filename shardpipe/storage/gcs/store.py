@@ -243,6 +243,10 @@ class GcsShardStore(ShardStore):
         """Remove ``key`` if present."""
         self.objects.delete(key)
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove each of ``keys`` present, several requests at a time (every key checked first)."""
+        self.objects.delete_many(keys)
+
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix``, in string order, page by page."""
         edge_key(prefix, self, prefix=True)

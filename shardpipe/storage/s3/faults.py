@@ -218,6 +218,18 @@ _PERMISSIONS_FIX = (
 CONDITION_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
 
 
+def refused_deletes(bucket: str, asked: int, refused: list[dict[str, Any]]) -> StorageError:
+    """The error for the keys (``Errors``) a ``DeleteObjects`` of ``asked`` keys did not remove."""
+    first = refused[0]
+    kind = StorageAccessError if first.get("Code") == "AccessDenied" else StorageError
+    return kind(
+        f"S3 DeleteObjects of {asked} keys failed for {len(refused)} of them, first "
+        f"s3://{bucket}/{first.get('Key')}: {first.get('Code')} ({first.get('Message')}); "
+        "check that the credentials may delete objects there (s3:DeleteObject) and run the "
+        "call again"
+    )
+
+
 def describe_attempts(config_kwargs: dict[str, Any]) -> str:
     """How many tries botocore makes of each call, in words, for the fix of a transient fault.
 

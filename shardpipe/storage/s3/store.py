@@ -62,6 +62,7 @@ from shardpipe.storage.s3.multipart import multipart_etag as multipart_etag
 from shardpipe.storage.s3.object_reads import S3ObjectReads
 
 _PUT_TOKEN = "shardpipe-put"  # metadata key of a conditional put's own token
+_DELETE_BATCH = 1000  # most keys one DeleteObjects takes
 
 
 def _conditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, str]:
@@ -383,6 +384,23 @@ class S3ShardStore(S3ObjectReads, ShardStore):
         """Remove ``key`` if present."""
         self.call("delete_object", key, Key=self.full_key(key))
         self.fs.invalidate_cache(f"{self.bucket}/{self.full_key(key)}")
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove each of ``keys`` present: a ``DeleteObjects`` per 1,000 (all checked first).
+
+        A key S3 could not remove is raised (the batch's others are gone).
+        """
+        full = [self.full_key(key) for key in keys]
+        self.fs.invalidate_cache()  # s3fs's listings cache: whatever it held may be gone
+        for start in range(0, len(full), _DELETE_BATCH):
+            batch = full[start : start + _DELETE_BATCH]
+            answer = self.call(
+                "delete_objects",
+                keys[start],
+                Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
+            )
+            if answer.get("Errors"):
+                raise faults.refused_deletes(self.bucket, len(batch), answer["Errors"])
 
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix`` (a plain string prefix).
