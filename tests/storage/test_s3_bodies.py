@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Buffer
 
 import crc32c
 import numpy as np
+from aiohttp import payload
 
-from shardpipe.storage.s3.bodies import SendBody, put_body, send_body
+from shardpipe.storage.s3.bodies import SendBody, SendBodyPayload, put_body, send_body
 
 PIECES: list[Buffer] = [b"shard ", bytearray(b"bytes "), memoryview(np.arange(4, dtype="uint16"))]
 JOINED = b"".join(memoryview(p).cast("B") for p in PIECES)
@@ -41,3 +43,23 @@ def test_the_checksum_is_the_crc32c_of_the_joined_bytes() -> None:
     assert sent["ChecksumAlgorithm"] == "CRC32C"
     assert base64.b64decode(sent["ChecksumCRC32C"]) == crc32c.crc32c(JOINED).to_bytes(4, "big")
     assert set(put_body(PIECES, checksum=False)) == {"Body"}
+
+
+def test_aiohttp_sends_the_headers_alone_then_the_body_as_a_view() -> None:
+    """Nothing for aiohttp to join the body to (a copy of the shard, before Python 3.12.9)."""
+    sent: list[object] = []
+
+    class Writer:  # the part of aiohttp's StreamWriter a payload calls
+        def send_headers(self) -> None:
+            sent.append("headers")
+
+        async def write(self, chunk: memoryview) -> None:
+            sent.append(chunk)
+
+    body = send_body(PIECES)
+    sending = payload.get_payload(body)
+    assert isinstance(sending, SendBodyPayload)
+    asyncio.run(sending.write_with_length(Writer(), len(body)))
+    assert sent[0] == "headers" and len(sent) == 2
+    assert isinstance(sent[1], memoryview) and sent[1].obj is body
+    assert bytes(sent[1]) == JOINED
