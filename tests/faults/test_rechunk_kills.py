@@ -45,17 +45,23 @@ def _record(target: Path) -> dict[str, object] | None:
 def _kill_when(
     server: ForkServer, source: Path, target: Path, progress: Path, moment: str
 ) -> dict[str, object]:
-    """Run the child; SIGKILL it once ``moment`` is reached; return the copy's record."""
+    """Run the child; SIGKILL it once ``moment`` is reached; return the copy's record.
+
+    The child holds its reads from that moment on and says so (``held``); the
+    kill waits for that word too, so a child whose hook misses the reads fails
+    here rather than racing the test's polling (under load such a child had
+    copied three blocks, or all four, before the kill).
+    """
     args = (source, target, progress, moment)
     proc = server.start("tests.support.rechunk_crash_child", list(map(str, args)), cwd=REPOSITORY)
     try:
         wait_for_word(progress, "started", proc)
         deadline = time.monotonic() + 120
         while True:
-            assert proc.poll() is None, proc.stderr()
+            assert proc.poll() is None, proc.stderr() or "the child ended: it held no read"
             assert time.monotonic() < deadline
             record = _record(target)
-            if record is not None:
+            if record is not None and "held" in progress.read_text():
                 copied = _files(Path(str(record["store"])) / "c")
                 if moment == "copying" and copied >= 2 * COPY_CHUNKS_PER_BLOCK:
                     break  # the two blocks the child copies before it stops

@@ -1,18 +1,26 @@
 """A process rechunking slabs in two passes until the test kills it (``test_rechunk_kills``).
 
 Run as ``python -m tests.support.rechunk_crash_child SOURCE TARGET PROGRESS MOMENT``.
-It writes ``started`` to PROGRESS once its imports are done and ``done`` at the end.
-Every chunk it reads (the source's slabs in pass 1 with zarr-python, the
-intermediate copy's chunks in pass 2 with shardpipe's raw reads) takes 30 ms
-more, and then, so that the kill lands where the test waits whatever the
-machine's load, the reads stop for good:
-with MOMENT ``copying``, after the source's first :data:`COPYING_READS` slabs (two
-blocks copied whole, two not begun); with ``copied``, after the copy's first
-:data:`COPIED_READS` chunks (pass 2 has published a shard or two).
+It writes ``started`` to PROGRESS once its imports are done, ``held`` once it
+holds a read (below) and ``done`` at the end. So that the kill lands where the
+test waits whatever the machine's load, reads are then held for good:
+
+* with MOMENT ``copying``, the source's blocks after the first
+  :data:`COPYING_BLOCKS` that pass 1 begins to read (two blocks copied whole,
+  two not begun). The source is read a block at a time by shardpipe's
+  :class:`~shardpipe.stored.region_reads.RegionReader`, each block's slabs
+  fetched together on zarr's thread pool, in the order Dask takes the blocks
+  (by the hash of its tasks' names). A block is held before any of its slabs
+  is fetched: held reads on that pool would hold its threads, and a block
+  whose reads wait behind them would never end;
+* with ``copied``, the intermediate copy's chunks after its first
+  :data:`COPIED_READS` (pass 2 has published a shard or two); until then
+  every chunk of the copy read (with shardpipe's raw reads) takes 30 ms more.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -35,31 +43,43 @@ def slabs(path: Path) -> np.ndarray:
     return data
 
 
-COPYING_READS = 16
-"""Slabs read before pass 1 stops (two blocks of eight, on two threads)."""
+COPYING_BLOCKS = 2
+"""The source's blocks (of eight slabs) pass 1 reads; the others are held."""
 COPIED_READS = 8
 """Chunks of the copy read before pass 2 stops (two shards of four)."""
 
 
-def _slow_reads(moment: str) -> None:
-    from zarr.storage import _local
-
-    read = _local._get
+def _slow_reads(source: str, progress: Path, moment: str) -> None:
     lock = threading.Lock()
-    seen = {"source": 0, "copy": 0}
-    limits = {"copying": ("source", COPYING_READS), "copied": ("copy", COPIED_READS)}
-    held, limit = limits[moment]
+    seen = {"blocks": 0, "copy": 0, "held": 0}
 
-    def slow(path: Path, *args: Any) -> Any:
-        if path.name != "zarr.json":
-            kind = "copy" if ".intermediate-" in str(path) else "source"
+    def hold() -> None:
+        """Hold the calling read until the test's kill; tell the test the first time."""
+        with lock:
+            seen["held"] += 1
+            first = seen["held"] == 1
+        if first:
+            with progress.open("a") as out:
+                out.write("held\n")
+        time.sleep(600)
+
+    from shardpipe.stored.region_reads import RegionReader
+
+    read_block = RegionReader.read
+    root = os.path.abspath(source)
+
+    def held_block(reader: RegionReader, region: tuple[slice, ...]) -> Any:
+        """A block of the source (pass 1), read whole or held before its first slab."""
+        store = reader.array.store_path.store
+        if os.path.abspath(str(getattr(store, "root", ""))) == root:
             with lock:
-                seen[kind] += 1
-                stop = kind == held and seen[kind] > limit
-            time.sleep(600 if stop else 0.03)  # until the test's kill
-        return read(path, *args)
+                seen["blocks"] += 1
+                stop = moment == "copying" and seen["blocks"] > COPYING_BLOCKS
+            if stop:
+                hold()
+        return read_block(reader, region)
 
-    _local._get = slow  # type: ignore[assignment]  # looked up by name in zarr's LocalStore (zarr-python 3.x)
+    RegionReader.read = held_block  # type: ignore[method-assign]  # looked up on each block read
 
     from shardpipe.rechunking import raw_copy
 
@@ -71,9 +91,11 @@ def _slow_reads(moment: str) -> None:
         for r, c in zip(region, chunk_shape, strict=True):
             chunks *= -(-(r.stop - r.start) // c)
         with lock:
-            stop = held == "copy" and seen["copy"] + chunks > limit
+            stop = moment == "copied" and seen["copy"] + chunks > COPIED_READS
             seen["copy"] += chunks
-        time.sleep(600 if stop else 0.03 * chunks)  # until the test's kill
+        if stop:
+            hold()
+        time.sleep(0.03 * chunks)
         return read_region(store, region, chunk_shape, *args)
 
     raw_copy.read_region = slow_region  # looked up by name when a block of the copy is read
@@ -83,7 +105,7 @@ def main(source: str, target: str, progress: Path, moment: str) -> None:
     """Rechunk ``source`` into ``target``, reporting to ``progress``; stop at ``moment``."""
     import shardpipe
 
-    _slow_reads(moment)
+    _slow_reads(source, progress, moment)
     progress.write_text("started\n")
     with dask.config.set(scheduler="threads", num_workers=2):
         shardpipe.rechunk(source, target, **LAYOUT)
