@@ -75,7 +75,7 @@ _STDLIB = (
     "os|pathlib|random|socket|threading|types|typing|zlib"
 )
 _THIRD_PARTY = (
-    "_pytest|botocore|dask|distributed|fsspec|hypothesis|icechunk|numcodecs|numpy|np|"
+    "_pytest|aiohttp|botocore|dask|distributed|fsspec|hypothesis|icechunk|numcodecs|numpy|np|"
     "pytest|s3fs|tqdm|xarray|xr|zarr|da|azure|adlfs"
 )
 _BUILTINS = (
