@@ -38,6 +38,8 @@ SHARDS = (64, 512, 512)
 CHUNKS = (32, 128, 128)
 UPLOAD_PARTS = b"partNumber="
 FAST_RETRIES = {"shardpipe.retry.first-delay": 0.05, "shardpipe.retry.max-delay": 0.5}
+ONE_TRY = {"mode": "standard", "max_attempts": 1}
+"""botocore's retries off (``config_kwargs``): a fault goes straight to shardpipe's."""
 
 
 def _client(options: dict[str, Any]) -> Any:
@@ -104,7 +106,8 @@ def test_a_failed_part_aborts_its_upload_and_fails_the_write(
     proxy = s3_fault_proxy
     proxy.add_rule("reset_before", UPLOAD_PARTS, count=1000)  # no part ever arrives
     options = storage_options_for(proxy.url)
-    options["config_kwargs"] = {"connect_timeout": 1, "read_timeout": 3}
+    # botocore tries once, shardpipe's retries (FAST_RETRIES) retry: failing took 16 s
+    options["config_kwargs"] = {"connect_timeout": 1, "read_timeout": 3, "retries": ONE_TRY}
     source, data = _source(SHARDS)  # one shard of 4 parts: one upload to abort
     url = f"s3://{bucket}/x.zarr"
     with pytest.raises(StorageError, match="c/0/0/0"):

@@ -124,8 +124,10 @@ def test_a_failed_upload_fails_the_write_and_nothing_lands_after(
     proxy.add_rule("reset_before", b"/c/0/1/1", count=1000)  # one shard never lands
     source, data = _source()
     url = f"s3://{bucket}/x.zarr"
+    options = _proxied(proxy)  # botocore tries once, shardpipe retries: failing took 12 s
+    options["config_kwargs"]["retries"] = {"mode": "standard", "max_attempts": 1}
     with pytest.raises(StorageError, match="c/0/1/1"):
-        _write(source, url, _proxied(proxy))
+        _write(source, url, options)
     after_error = _objects(bucket, direct)
     time.sleep(1.0)  # anything still in flight would land now
     assert _objects(bucket, direct) == after_error
