@@ -54,9 +54,10 @@ from shardpipe.storage.base import (
     StoreAbilities,
 )
 from shardpipe.storage.buffers import joined
+from shardpipe.storage.http_bodies import send_body
 from shardpipe.storage.keys import edge_key
 from shardpipe.storage.s3 import faults, multipart
-from shardpipe.storage.s3.bodies import put_body, send_body
+from shardpipe.storage.s3.bodies import put_body
 from shardpipe.storage.s3.multipart import MAX_TASK_PARTS
 from shardpipe.storage.s3.multipart import multipart_etag as multipart_etag
 from shardpipe.storage.s3.object_reads import S3ObjectReads
@@ -306,7 +307,7 @@ class S3ShardStore(S3ObjectReads, ShardStore):
         self.fs.invalidate_cache(f"{self.bucket}/{self.full_key(key)}")
 
     def joined_body(self, buffers: Sequence[Buffer]) -> Buffer:
-        """The :class:`~shardpipe.storage.s3.bodies.SendBody` :meth:`put` sends as it is."""
+        """The :class:`~shardpipe.storage.http_bodies.SendBody` :meth:`put` sends as it is."""
         return send_body(buffers)
 
     @property

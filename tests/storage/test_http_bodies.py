@@ -1,4 +1,7 @@
-"""The body of an S3 put: joined once, its slices views, its CRC32C that of the bytes."""
+"""A shard's body for an upload: joined once, its slices views, sent after the headers.
+
+An S3 put's checksum is the CRC32C of the joined bytes.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ import crc32c
 import numpy as np
 from aiohttp import payload
 
-from shardpipe.storage.s3.bodies import SendBody, SendBodyPayload, put_body, send_body
+from shardpipe.storage.http_bodies import SendBody, SendBodyPayload, send_body
+from shardpipe.storage.s3.bodies import put_body
 
 PIECES: list[Buffer] = [b"shard ", bytearray(b"bytes "), memoryview(np.arange(4, dtype="uint16"))]
 JOINED = b"".join(memoryview(p).cast("B") for p in PIECES)
