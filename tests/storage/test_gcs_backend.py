@@ -25,6 +25,7 @@ from shardpipe.storage.gcs.backend import gcs_backend
 from shardpipe.storage.gcs.config import RequestSettings
 from shardpipe.storage.gcs.parts import MAX_SOURCES
 from shardpipe.storage.gcs.store import GcsShardStore
+from shardpipe.storage.http_bodies import SendBody
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.testing.backends import SHARDS, STAGING, ShardStoreTests
 from shardpipe.testing.gcs import gcs_object_names
@@ -49,6 +50,13 @@ class TestGcs(ShardStoreTests):
 
     def leftovers(self, store: ShardStore) -> list[str]:
         return gcs_object_names(self.endpoint, self.bucket, f"root/{STAGING}/")
+
+    def test_a_shard_body_goes_up_without_another_copy(self, store: ShardStore) -> None:
+        """The body a shard's task joins is a ``SendBody``: aiohttp sends it after the headers."""
+        body = store.joined_body([b"abc", bytearray(b"def")])
+        assert isinstance(body, SendBody)
+        store.put("arr/c/0", [body])
+        assert store.get("arr/c/0") == b"abcdef"
 
     @pytest.mark.xfail(
         strict=True,

@@ -213,7 +213,7 @@ class GcsObjects:
     def upload(
         self,
         key: str,
-        body: bytes,
+        body: bytes | bytearray,
         *,
         params: dict[str, str] | None = None,
         metadata: dict[str, str] | None = None,
@@ -224,8 +224,9 @@ class GcsObjects:
         ----------
         key : str
             Where (relative to the root).
-        body : bytes
-            The object's bytes.
+        body : bytes or bytearray
+            The object's bytes (a :class:`~shardpipe.storage.http_bodies.SendBody`
+            goes to the socket without a copy).
         params : dict, optional
             Preconditions (``ifGenerationMatch``).
         metadata : dict, optional

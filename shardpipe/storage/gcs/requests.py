@@ -68,7 +68,7 @@ class Request:
         Query parameters.
     headers : Mapping of str to str
         Headers besides the credentials.
-    body : bytes or None
+    body : bytes, bytearray or None
         The body (an upload's bytes), or None.
     json_body : dict or None
         A JSON body (a compose request), or None.
@@ -83,7 +83,7 @@ class Request:
     path: str
     params: Mapping[str, str]
     headers: Mapping[str, str] | None = None
-    body: bytes | None = None
+    body: bytes | bytearray | None = None
     json_body: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     upload: bool = False
