@@ -420,20 +420,11 @@ class S3ShardStore(S3ObjectReads, ShardStore):
             kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
     def open_uploads(self, prefix: str) -> builtins.list[tuple[str, str]]:
-        """Every open multipart upload whose key starts with ``prefix``.
+        """``(key, upload id)`` of every open multipart upload whose key starts with ``prefix``.
 
-        Paginated; listed whole before the caller aborts any (aborting while
+        ``prefix`` is a plain string prefix, keys are relative to the root.
+        Paginated, listed whole before the caller aborts any (aborting while
         paging would move the markers).
-
-        Parameters
-        ----------
-        prefix : str
-            A plain string prefix of keys relative to the root.
-
-        Returns
-        -------
-        list of (str, str)
-            ``(key, upload id)`` of each, keys relative to the root.
         """
         edge_key(prefix, self, prefix=True)
         kwargs: dict[str, Any] = {"Prefix": self.prefix + prefix, "MaxUploads": self._page_size}
