@@ -17,7 +17,8 @@ from shardpipe import advice
 from shardpipe.errors import MetadataError
 from shardpipe.journal.job_record import read_record
 from shardpipe.journal.markers import JobKeys, read_marker
-from shardpipe.storage.keys import WRITE_RECORD
+from shardpipe.journal.unfinished import job_folder
+from shardpipe.storage.keys import JOB_MARKER, STAGING_DIR, WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 
 
@@ -27,15 +28,17 @@ def unfinished_work(target: ResolvedStore) -> list[tuple[str, str]]:
     A job record that still says ``"running"`` is not among them: it is an
     interrupted job (:func:`~shardpipe.journal.unfinished.array_jobs`).
     """
+    folder = job_folder(target)  # only what it holds is read
     keys = JobKeys(target.key(""))
     findings = []
     try:
-        read_record(target)
+        if folder.may_hold(WRITE_RECORD):
+            read_record(target)
     except MetadataError as err:
         findings.append(
             (target.key(WRITE_RECORD), f"{err}; nothing shows which write made the array")
         )
-    staging = list(target.shards.list(f"{keys.staging}/"))
+    staging = list(target.shards.list(f"{keys.staging}/")) if folder.may_hold(STAGING_DIR) else []
     if staging:
         findings.append(
             (
@@ -44,7 +47,7 @@ def unfinished_work(target: ResolvedStore) -> list[tuple[str, str]]:
                 f"run `shardpipe cleanup` (or the same write with {advice.setting('resume')})",
             )
         )
-    marker = read_marker(target.shards, keys)
+    marker = read_marker(target.shards, keys) if folder.may_hold(JOB_MARKER) else None
     if marker is not None:
         state = (
             "no longer runs: run `shardpipe repair` on the array"

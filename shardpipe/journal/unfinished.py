@@ -19,6 +19,7 @@ other kinds are read by their own packages.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,10 +30,64 @@ from shardpipe.errors import MetadataError
 from shardpipe.journal.job_record import read_record
 from shardpipe.journal.markers import JobKeys, read_marker
 from shardpipe.journal.undo import undo_records
-from shardpipe.storage.keys import WRITE_RECORD
+from shardpipe.storage.keys import JOB_DIR, JOB_MARKER, UNDO_DIR, WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 
-__all__ = ["JobKind", "UnfinishedJob", "array_jobs", "same_call", "started_at", "unfinished_lines"]
+__all__ = [
+    "JobFolder",
+    "JobKind",
+    "UnfinishedJob",
+    "array_jobs",
+    "job_folder",
+    "same_call",
+    "started_at",
+    "unfinished_lines",
+]
+
+
+FOLDER_KEYS_LISTED = 1000
+"""Most keys :func:`job_folder` lists (an object store's page); past it, every record is read."""
+
+
+@dataclass(frozen=True)
+class JobFolder:
+    """What the job folder at a location holds, listed once.
+
+    Every record of unfinished work, marker, staging area and temporary file
+    of a job lies in that folder (:mod:`shardpipe.storage.keys`). The readers
+    of each kind of record ask it first, and read only what is there: on an
+    object store a request saved for each record that is not.
+
+    Attributes
+    ----------
+    keys : frozenset of str or None
+        The keys in the folder, relative to the location (``.shardpipe/...``);
+        None when there were more than :data:`FOLDER_KEYS_LISTED` (then every
+        record may be there).
+    """
+
+    keys: frozenset[str] | None
+
+    def may_hold(self, key: str) -> bool:
+        """Whether ``key`` (relative to the location; a folder: keys under it) may be there."""
+        if self.keys is None:
+            return True
+        return key in self.keys or any(k.startswith(f"{key}/") for k in self.keys)
+
+
+EVERY_RECORD = JobFolder(None)
+"""A folder not listed: every record may be there."""
+
+
+def job_folder(target: ResolvedStore) -> JobFolder:
+    """List the job folder at ``target`` (one request on an object store, while it is small)."""
+    base = target.key("")
+    listed = target.shards.list(target.key(f"{JOB_DIR}/"))
+    keys = list(itertools.islice(listed, FOLDER_KEYS_LISTED + 1))
+    if len(keys) > FOLDER_KEYS_LISTED:
+        return EVERY_RECORD
+    return JobFolder(frozenset(key[len(base) :] for key in keys))
+
 
 JobKind = Literal["write", "update", "ome", "precomputed", "migration", "rechunk-copy"]
 """The kinds of interrupted job: a write of an array, an update of one (region write or
@@ -117,7 +172,7 @@ def started_at(value: object) -> float | None:
     return None
 
 
-def array_jobs(target: ResolvedStore) -> list[UnfinishedJob]:
+def array_jobs(target: ResolvedStore, folder: JobFolder = EVERY_RECORD) -> list[UnfinishedJob]:
     """The interrupted write and update of the array at ``target``, as its records show.
 
     A write whose job record (:data:`~shardpipe.storage.keys.WRITE_RECORD`)
@@ -126,16 +181,18 @@ def array_jobs(target: ResolvedStore) -> list[UnfinishedJob]:
     ``repair`` settles it, for a resume to skip them: they do not say that
     it is unfinished). A record that cannot be read is left to ``verify``'s
     own findings. The job marker, when there, says when the job started.
+    Only the records ``folder`` may hold are read.
     """
     where = f"at {advice.place(target.path)}"
     keys = JobKeys(target.key(""))
     marker = None
-    with contextlib.suppress(MetadataError):  # verify reports a broken marker itself
-        marker = read_marker(target.shards, keys)
+    if folder.may_hold(JOB_MARKER):
+        with contextlib.suppress(MetadataError):  # verify reports a broken marker itself
+            marker = read_marker(target.shards, keys)
     started = None if marker is None else marker.started
     jobs = []
     try:
-        record = read_record(target)
+        record = read_record(target) if folder.may_hold(WRITE_RECORD) else None
     except MetadataError:
         record = None
     if record is not None and record["state"] != "complete":
@@ -154,7 +211,9 @@ def array_jobs(target: ResolvedStore) -> list[UnfinishedJob]:
                 f"run {again} with {advice.setting('resume')}",
             )
         )
-    undone = next(iter(undo_records(target.shards, keys)), None)
+    undone = (
+        next(iter(undo_records(target.shards, keys)), None) if folder.may_hold(UNDO_DIR) else None
+    )
     updating = marker is not None and marker.action == "update"
     if undone is not None or updating:
         fix = f"run the same region write or append with {advice.setting('resume')}"

@@ -17,21 +17,28 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardpipe.errors import MetadataError
-from shardpipe.journal.unfinished import UnfinishedJob, array_jobs
+from shardpipe.journal.unfinished import UnfinishedJob, array_jobs, job_folder
 from shardpipe.legacy.marker import migration_job
 from shardpipe.ome.group_checks import group_job
 from shardpipe.precomputed.check import volume_job
 from shardpipe.rechunking.copy_record import copy_job
+from shardpipe.storage.keys import (
+    INTERMEDIATE_RECORD,
+    MIGRATION_MARKER,
+    OME_GROUP_RECORD,
+    PRECOMPUTED_UNFINISHED,
+)
 from shardpipe.storage.resolve import ResolvedStore
 
 __all__ = ["only_records", "unfinished_jobs"]
 
-_READERS: tuple[Callable[[ResolvedStore], UnfinishedJob | None], ...] = (
-    group_job,
-    volume_job,
-    migration_job,
-    copy_job,
+_READERS: tuple[tuple[Callable[[ResolvedStore], UnfinishedJob | None], str], ...] = (
+    (group_job, OME_GROUP_RECORD),
+    (volume_job, PRECOMPUTED_UNFINISHED),
+    (migration_job, MIGRATION_MARKER),
+    (copy_job, INTERMEDIATE_RECORD),
 )
+"""The reader of each other kind of record, and the record's key (read only where it is)."""
 
 
 _NODE_KEYS = ("zarr.json", ".zarray", ".zgroup", "info")
@@ -58,9 +65,13 @@ def unfinished_jobs(target: ResolvedStore) -> list[UnfinishedJob]:
     an OME-Zarr image's write, update or conversion, a precomputed volume's
     write, a migration, a two-pass rechunk's copy. A record that cannot be
     read is left out here: ``verify`` reports it as a problem of its own.
+    The job folder is listed once, and only the records it holds are read.
     """
-    jobs = array_jobs(target)
-    for reader in _READERS:
+    folder = job_folder(target)
+    jobs = array_jobs(target, folder)
+    for reader, key in _READERS:
+        if not folder.may_hold(key):
+            continue
         try:
             job = reader(target)
         except MetadataError:
