@@ -61,7 +61,8 @@ class JobFolder:
     Attributes
     ----------
     keys : frozenset of str or None
-        The keys in the folder, relative to the location (``.shardpipe/...``);
+        The keys in the folder, relative to the location (they begin with
+        :data:`~shardpipe.storage.keys.JOB_DIR`);
         None when there were more than :data:`FOLDER_KEYS_LISTED` (then every
         record may be there).
     """
