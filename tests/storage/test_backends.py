@@ -24,6 +24,7 @@ from shardpipe.errors import (
     PartsNotSupportedError,
     StorageAccessError,
     StorageError,
+    TransientStorageError,
 )
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.local.contained import ContainedLocalStore
@@ -33,6 +34,7 @@ from shardpipe.storage.s3 import store as s3_store
 from shardpipe.storage.s3.store import S3ShardStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 from shardpipe.testing.backends import SHARDS, STAGING, ShardStoreTests
+from shardpipe.testing.s3 import storage_options_for
 
 MiB = 2**20
 
@@ -131,8 +133,29 @@ def test_refused_deletes_name_the_key_and_the_fix() -> None:
         "AccessDenied (Access Denied); check that the credentials may delete objects there "
         "(s3:DeleteObject) and run the call again"
     )
-    other = s3_faults.refused_deletes("bkt", 3, [{**refused[0], "Code": "InternalError"}])
-    assert type(other) is StorageError
+    busy = s3_faults.refused_deletes("bkt", 3, [{**refused[0], "Code": "SlowDown"}])
+    assert type(busy) is TransientStorageError  # tried again
+    mixed = [{**refused[0], "Code": "SlowDown"}, {**refused[0], "Code": "InvalidObjectState"}]
+    assert type(s3_faults.refused_deletes("bkt", 3, mixed)) is StorageError
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize(("checksums", "requests"), [("when_supported", 1), ("when_required", 3)])
+def test_delete_many_goes_one_by_one_where_no_checksum_is_sent(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: Any, checksums: str, requests: int
+) -> None:
+    """botocore puts a checksum on every ``DeleteObjects``: without checksums, DELETEs."""
+    bucket, _ = s3_bucket
+    options = storage_options_for(s3_fault_proxy.url)
+    options["config_kwargs"] = {"request_checksum_calculation": checksums}
+    store = S3ShardStore(s3fs.S3FileSystem(**options), f"{bucket}/plain")
+    keys = [f"arr/c/{i}" for i in range(3)]
+    for key in keys:
+        store.put(key, [b"x"])
+    before = s3_fault_proxy.counts.requests
+    store.delete_many(keys)
+    assert s3_fault_proxy.counts.requests - before == requests
+    assert list(store.list("arr/")) == []
 
 
 # -- backend specifics ---------------------------------------------------------

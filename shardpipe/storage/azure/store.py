@@ -36,7 +36,6 @@ import datetime
 import threading
 import uuid
 from collections.abc import Buffer, Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from azure.core import MatchConditions
@@ -53,6 +52,7 @@ from shardpipe.storage.base import (
     StoreAbilities,
 )
 from shardpipe.storage.buffers import joined
+from shardpipe.storage.each import call_each
 from shardpipe.storage.keys import edge_key
 
 T = TypeVar("T")
@@ -311,14 +311,12 @@ class AzureShardStore(ShardStore):
     def delete_many(self, keys: Sequence[str]) -> None:
         """Remove each of ``keys`` present, :data:`DELETES_AT_ONCE` requests at a time.
 
-        Every key is checked first; the first failure is raised once every
-        request has ended.
+        Every key is checked first. The first failure stops the requests not
+        yet sent and is raised once those under way ended.
         """
         for key in keys:
             self.full_key(key)
-        with ThreadPoolExecutor(min(DELETES_AT_ONCE, max(1, len(keys)))) as pool:
-            for done in [pool.submit(self.delete, key) for key in keys]:
-                done.result()
+        call_each(self.delete, keys, min(DELETES_AT_ONCE, len(keys)) or 1)
 
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix``, in name order, page by page."""

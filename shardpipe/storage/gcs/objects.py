@@ -296,18 +296,26 @@ class GcsObjects:
         )
 
     def delete_many(self, keys: Sequence[str]) -> None:
-        """Remove every one of ``keys`` present, several requests at a time."""
+        """Remove every one of ``keys`` present, ``settings.concurrency`` requests at a time.
+
+        Every key is checked before any request. The first failure stops the
+        requests not yet sent and is raised once those under way ended.
+        """
         for key in keys:
-            self.name(key)  # every key checked before any request
+            self.name(key)
+        pending = iter(keys)
+
+        async def worker() -> None:
+            for key in pending:  # shared: each key is taken by one worker
+                await self._delete(key)
 
         async def run() -> None:
-            limit = asyncio.Semaphore(self.settings.concurrency)
-
-            async def one(key: str) -> None:
-                async with limit:
-                    await self._delete(key)
-
-            await asyncio.gather(*(one(key) for key in keys))
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for _ in range(min(self.settings.concurrency, len(keys))):
+                        group.create_task(worker())
+            except BaseExceptionGroup as failed:  # the others were cancelled and ended
+                raise failed.exceptions[0] from None
 
         if keys:
             fsspec.asyn.sync(self.fs.loop, run)

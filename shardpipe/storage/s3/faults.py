@@ -218,10 +218,25 @@ _PERMISSIONS_FIX = (
 CONDITION_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
 
 
+NO_MULTI_DELETE = frozenset(
+    {"NotImplemented", "MethodNotAllowed", "MissingContentMD5", "501", "405"}
+)
+"""Answers of a server that takes no ``DeleteObjects`` (its keys then go one by one)."""
+
+
 def refused_deletes(bucket: str, asked: int, refused: list[dict[str, Any]]) -> StorageError:
-    """The error for the keys (``Errors``) a ``DeleteObjects`` of ``asked`` keys did not remove."""
+    """The error for the keys (``Errors``) a ``DeleteObjects`` of ``asked`` keys did not remove.
+
+    Transient when every refusal is (the call is then tried again), a matter
+    of access when the first is.
+    """
     first = refused[0]
-    kind = StorageAccessError if first.get("Code") == "AccessDenied" else StorageError
+    if all(entry.get("Code") in _TRANSIENT_CODES for entry in refused):
+        kind: type[StorageError] = TransientStorageError
+    elif first.get("Code") in _DENIED:
+        kind = StorageAccessError
+    else:
+        kind = StorageError
     return kind(
         f"S3 DeleteObjects of {asked} keys failed for {len(refused)} of them, first "
         f"s3://{bucket}/{first.get('Key')}: {first.get('Code')} ({first.get('Message')}); "

@@ -348,18 +348,9 @@ class S3ShardStore(S3ObjectReads, ShardStore):
         return head is not None and (head.get("Metadata") or {}).get(_PUT_TOKEN) == token
 
     def head_object(self, key: str) -> dict[str, Any] | None:
-        """``HeadObject`` of ``key``.
+        """botocore's ``HeadObject`` answer for ``key`` (relative to the root), None when absent.
 
-        Parameters
-        ----------
-        key : str
-            A key relative to the root.
-
-        Returns
-        -------
-        dict or None
-            botocore's response (``ETag``, ``ContentLength``, ``Metadata``...),
-            None when no object is at ``key``.
+        The answer holds ``ETag``, ``ContentLength``, ``Metadata``...
         """
         try:
             return self.call("head_object", key, Key=self.full_key(key))
@@ -389,19 +380,30 @@ class S3ShardStore(S3ObjectReads, ShardStore):
     def delete_many(self, keys: Sequence[str]) -> None:
         """Remove each of ``keys`` present: a ``DeleteObjects`` per 1,000 (all checked first).
 
-        A key S3 could not remove is raised (the batch's others are gone).
+        A key S3 could not remove is raised (the batch's others are gone). One
+        by one where the client sends no checksum headers (botocore adds one
+        to every ``DeleteObjects``) or the server has no multi-object delete.
         """
         full = [self.full_key(key) for key in keys]
-        self.fs.invalidate_cache()  # s3fs's listings cache: whatever it held may be gone
-        for start in range(0, len(full), _DELETE_BATCH):
-            batch = full[start : start + _DELETE_BATCH]
-            answer = self.call(
-                "delete_objects",
-                keys[start],
-                Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
-            )
-            if answer.get("Errors"):
-                raise faults.refused_deletes(self.bucket, len(batch), answer["Errors"])
+        try:
+            for start in range(0, len(full), _DELETE_BATCH):
+                if not self._checksums:
+                    return super().delete_many(keys[start:])
+                batch = full[start : start + _DELETE_BATCH]
+                try:
+                    answer = self.call(
+                        "delete_objects",
+                        keys[start],
+                        Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
+                    )
+                except StorageError as err:
+                    if faults.error_code(err) not in faults.NO_MULTI_DELETE:
+                        raise
+                    return super().delete_many(keys[start:])
+                if answer.get("Errors"):
+                    raise faults.refused_deletes(self.bucket, len(batch), answer["Errors"])
+        finally:
+            self.fs.invalidate_cache()  # s3fs's listings cache: whatever it held may be gone
 
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix`` (a plain string prefix).

@@ -1,0 +1,46 @@
+"""call_each: every item once, a few threads at a time, stopped by the first failure."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from shardpipe.storage.each import call_each
+
+
+def test_every_item_is_called_once_within_the_threads() -> None:
+    seen: list[int] = []
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def call(item: int) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.002)
+        with lock:
+            seen.append(item)
+            running[0] -= 1
+
+    call_each(call, iter(range(50)), 4)
+    assert sorted(seen) == list(range(50))
+    assert 1 < most[0] <= 4
+
+
+def test_the_first_failure_stops_the_rest_and_nothing_runs_after_it() -> None:
+    calls: list[int] = []
+
+    def call(item: int) -> None:
+        calls.append(item)
+        if item == 3:
+            raise OSError("refused")
+        time.sleep(0.01)
+
+    with pytest.raises(OSError, match="refused"):
+        call_each(call, range(1000), 2)
+    after = len(calls)
+    assert after < 10  # stopped, not carried through the other 996 items
+    time.sleep(0.05)
+    assert len(calls) == after  # every call under way had ended when it raised
