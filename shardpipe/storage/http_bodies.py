@@ -35,6 +35,10 @@ class SendBody(bytearray):
         return super().__getitem__(key)
 
 
+HEADERS_APART_FROM = 64 << 10
+"""Smallest body :class:`SendBodyPayload` sends after its headers instead of with them."""
+
+
 @payload.payload_type(SendBody, order=payload.Order.try_first)
 class SendBodyPayload(payload.BytesPayload):
     """How aiohttp sends a :class:`SendBody`: its request's headers first, then the body as it is.
@@ -50,9 +54,13 @@ class SendBodyPayload(payload.BytesPayload):
     """
 
     async def write_with_length(self, writer: Any, content_length: int | None) -> None:
-        """Send the headers alone (where the writer holds them back), then the body."""
+        """Send the headers alone (where the writer holds them back), then the body.
+
+        A body under :data:`HEADERS_APART_FROM` bytes goes with its headers,
+        as aiohttp sends it: copying it costs less than another write.
+        """
         send_headers = getattr(writer, "send_headers", None)
-        if send_headers is not None:
+        if send_headers is not None and (self.size or 0) >= HEADERS_APART_FROM:
             send_headers()
         await super().write_with_length(writer, content_length)
 
