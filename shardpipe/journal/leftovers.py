@@ -17,18 +17,23 @@ from shardpipe import advice
 from shardpipe.errors import MetadataError
 from shardpipe.journal.job_record import read_record
 from shardpipe.journal.markers import JobKeys, read_marker
-from shardpipe.journal.unfinished import job_folder
+from shardpipe.journal.unfinished import JobFolder, job_folder
 from shardpipe.storage.keys import JOB_MARKER, STAGING_DIR, WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 
 
-def unfinished_work(target: ResolvedStore) -> list[tuple[str, str]]:
+def unfinished_work(
+    target: ResolvedStore, folder: JobFolder | None = None
+) -> list[tuple[str, str]]:
     """``(key, finding)`` for each trace of an unfinished job beside the array at ``target``.
 
     A job record that still says ``"running"`` is not among them: it is an
     interrupted job (:func:`~shardpipe.journal.unfinished.array_jobs`).
+    Only the records ``folder`` (the job folder as the caller listed it, or
+    as listed here) holds are read.
     """
-    folder = job_folder(target)  # only what it holds is read
+    if folder is None:  # the caller's listing, or one made here: only what it holds is read
+        folder = job_folder(target)
     keys = JobKeys(target.key(""))
     findings = []
     try:

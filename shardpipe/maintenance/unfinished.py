@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardpipe.errors import MetadataError
-from shardpipe.journal.unfinished import UnfinishedJob, array_jobs, job_folder
+from shardpipe.journal.unfinished import JobFolder, UnfinishedJob, array_jobs, job_folder
 from shardpipe.legacy.marker import migration_job
 from shardpipe.ome.group_checks import group_job
 from shardpipe.precomputed.check import volume_job
@@ -58,16 +58,17 @@ def only_records(target: ResolvedStore) -> list[UnfinishedJob]:
     return unfinished_jobs(target)
 
 
-def unfinished_jobs(target: ResolvedStore) -> list[UnfinishedJob]:
+def unfinished_jobs(target: ResolvedStore, folder: JobFolder | None = None) -> list[UnfinishedJob]:
     """The interrupted jobs whose records are at ``target`` itself (not in arrays below it).
 
     In order: the array's write and update (:func:`~shardpipe.journal.unfinished.array_jobs`),
     an OME-Zarr image's write, update or conversion, a precomputed volume's
     write, a migration, a two-pass rechunk's copy. A record that cannot be
     read is left out here: ``verify`` reports it as a problem of its own.
-    The job folder is listed once, and only the records it holds are read.
+    The job folder is listed once (``folder``: by the caller), and only the
+    records it holds are read.
     """
-    folder = job_folder(target)
+    folder = job_folder(target) if folder is None else folder
     jobs = array_jobs(target, folder)
     for reader, key in _READERS:
         if not folder.may_hold(key):

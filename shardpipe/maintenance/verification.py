@@ -43,7 +43,7 @@ from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.journal.markers import JobKeys
 from shardpipe.journal.undo import undo_records
-from shardpipe.journal.unfinished import UnfinishedJob, unfinished_lines
+from shardpipe.journal.unfinished import UnfinishedJob, job_folder, unfinished_lines
 from shardpipe.maintenance.targets import over_target
 from shardpipe.maintenance.unfinished import only_records, unfinished_jobs
 from shardpipe.ome.group_checks import ome_problems
@@ -474,8 +474,9 @@ def _verify_array(
     note = checksum_note(ChunkCodec.from_metadata(metadata))
     if note is not None and report.chunks_stored:
         report.notes.append(note)
-    findings = tally.leftovers() + unfinished_work(target)
-    report.interrupted = unfinished_jobs(target)
+    folder = job_folder(target)  # listed once for both
+    findings = tally.leftovers() + unfinished_work(target, folder)
+    report.interrupted = unfinished_jobs(target, folder)
     if complete:
         report.job_problems += findings
         report.job_problems += [(job.key, job.describe()) for job in report.interrupted]

@@ -466,7 +466,9 @@ def _remove_node(target: ResolvedStore) -> None:
     :mod:`shardpipe.write.resume`).
     """
     store, prefix = target.shards, target.key("")
-    listed = list(store.list(prefix))  # once: every key below is among these
+    # listed once: every key below is among these (Icechunk keeps the job folder in its
+    # store's scratch, listed apart and empty in a store just resolved, as here)
+    listed = list(store.list(prefix))
     if target.key(WRITE_RECORD) in listed:
         delete_record(target)
     forget_finished(target, listed=listed)
