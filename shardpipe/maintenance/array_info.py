@@ -24,6 +24,7 @@ from shardpipe.journal.unfinished import UnfinishedJob, unfinished_lines
 from shardpipe.maintenance.targets import over_target
 from shardpipe.maintenance.unfinished import only_records, unfinished_jobs
 from shardpipe.precomputed.check import PrecomputedReport, check_volume
+from shardpipe.storage.remembered import remembering
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
 from shardpipe.stored.metadata import format_of, layout_of, read_metadata
@@ -261,7 +262,7 @@ def info(
     """
     workers = check_int("workers", workers, example=8)
     progress = check_bool("progress", progress)
-    target = resolve_store(store, path, storage_options)
+    target = remembering(resolve_store(store, path, storage_options))  # documents read once
     check_not_a_file(target, "path" if path else "store")
     if jobs := only_records(target):  # what an interrupted job left, and nothing else yet
         return GroupInfo(interrupted=jobs)

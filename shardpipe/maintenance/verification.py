@@ -48,6 +48,7 @@ from shardpipe.maintenance.targets import over_target
 from shardpipe.maintenance.unfinished import only_records, unfinished_jobs
 from shardpipe.ome.group_checks import ome_problems
 from shardpipe.precomputed.check import PrecomputedReport, check_volume
+from shardpipe.storage.remembered import remembering
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.listing import Listed
 from shardpipe.stored.metadata import layout_of, open_array_metadata
@@ -371,7 +372,7 @@ def verify(
     complete = check_bool("complete", complete)
     progress = check_bool("progress", progress)
     workers = check_int("workers", workers, example=8)
-    target = resolve_store(store, path, storage_options)
+    target = remembering(resolve_store(store, path, storage_options))  # documents read once
     check_not_a_file(target, "path" if path else "store")
     if jobs := only_records(target):  # nothing to check but what an interrupted job left
         problems = [(job.key, job.describe()) for job in jobs]

@@ -1,0 +1,48 @@
+"""RememberedDocuments: a node document is read once, anything else as it is; a change forgets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from shardpipe.storage.delegating import DelegatingStore
+from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.remembered import RememberedDocuments
+
+
+class _Counting(DelegatingStore):
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.calls: list[str] = []
+
+    def _forward[T](self, method: str, call: Callable[[], T]) -> T:
+        self.calls.append(method)
+        return call()
+
+
+def _stores(tmp_path: Path) -> tuple[_Counting, RememberedDocuments]:
+    counting = _Counting(LocalShardStore(tmp_path, fsync=False))
+    counting.put("a/zarr.json", [b'{"node_type": "array"}'])
+    counting.put("a/c/0", [b"shard"])
+    counting.calls.clear()
+    return counting, RememberedDocuments(counting)
+
+
+def test_a_node_document_is_read_once_and_a_shard_each_time(tmp_path: Path) -> None:
+    counting, remembered = _stores(tmp_path)
+    for _ in range(3):
+        assert remembered.get("a/zarr.json") == b'{"node_type": "array"}'
+        assert remembered.size("a/zarr.json") == 22
+        assert remembered.get_within("a/zarr.json", 100) == (22, b'{"node_type": "array"}')
+        assert remembered.get("a/c/0") == b"shard"
+        assert remembered.get("a/.zarray") is None  # an absent one too
+    assert counting.calls.count("get") == 1 + 3 + 1  # zarr.json once, the shard 3 times, .zarray
+    assert counting.calls.count("size") == 1 and counting.calls.count("get_within") == 1
+
+
+def test_a_change_forgets_what_was_read(tmp_path: Path) -> None:
+    _, remembered = _stores(tmp_path)
+    assert remembered.get("a/zarr.json") == b'{"node_type": "array"}'
+    remembered.put("a/zarr.json", [b"{}"])
+    assert remembered.get("a/zarr.json") == b"{}"
