@@ -16,7 +16,7 @@ import math
 import sys
 import threading
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,9 @@ import shardpipe
 from shardpipe.cli.parser import main
 from shardpipe.journal.leftovers import unfinished_work
 from shardpipe.maintenance.unfinished import unfinished_jobs
-from shardpipe.storage.delegating import DelegatingStore
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
+from tests.support import spies
 
 MILLION = (1000, 1000)
 HUGE = (2**40, 2**40, 2**40)
@@ -293,23 +293,11 @@ def test_a_memory_store_is_checked_here_even_with_a_cluster(cluster_client: Any)
     assert not [t for t in stream.data if str(t["key"]).startswith("shardpipe-verify")]
 
 
-class _Counting(DelegatingStore):
-    """A store that keeps the name of every call made of it."""
-
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
-        self.calls: list[str] = []
-
-    def _forward[T](self, method: str, call: Callable[[], T]) -> T:
-        self.calls.append(method)
-        return call()
-
-
 def test_the_records_of_a_finished_write_are_read_from_one_listing(tmp_path: Path) -> None:
     """After a finished write only its job record is there: one listing, one read."""
     x = np.arange(4 * 8 * 8, dtype="uint16").reshape(4, 8, 8)
     shardpipe.to_sharded_zarr(x, tmp_path / "a.zarr", shards=(4, 8, 8), chunks=(2, 4, 4))
     target = resolve_store(tmp_path / "a.zarr")
-    counted = replace(target, shards=_Counting(target.shards))
+    counted = replace(target, shards=spies.CountingStore(target.shards))
     assert unfinished_jobs(counted) == [] and unfinished_work(counted) == []
     assert counted.shards.calls == ["list", "get"] * 2  # not a read of every kind

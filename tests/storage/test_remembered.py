@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from shardpipe.storage.delegating import DelegatingStore
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.remembered import RememberedDocuments
+from tests.support.spies import CountingStore
 
 
-class _Counting(DelegatingStore):
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
-        self.calls: list[str] = []
-
-    def _forward[T](self, method: str, call: Callable[[], T]) -> T:
-        self.calls.append(method)
-        return call()
-
-
-def _stores(tmp_path: Path) -> tuple[_Counting, RememberedDocuments]:
-    counting = _Counting(LocalShardStore(tmp_path, fsync=False))
+def _stores(tmp_path: Path) -> tuple[CountingStore, RememberedDocuments]:
+    counting = CountingStore(LocalShardStore(tmp_path, fsync=False))
     counting.put("a/zarr.json", [b'{"node_type": "array"}'])
     counting.put("a/c/0", [b"shard"])
     counting.calls.clear()

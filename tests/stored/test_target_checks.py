@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import zarr
 
 from shardpipe.errors import ArrayExistsError
-from shardpipe.storage.delegating import DelegatingStore
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.places import check_target
-
-
-class CountingStore(DelegatingStore):
-    """Counts the calls made to the store, by method."""
-
-    def __init__(self, inner: LocalShardStore) -> None:
-        super().__init__(inner)
-        self.calls: list[str] = []
-
-    def _forward[T](self, method: str, call: Callable[[], T]) -> T:
-        self.calls.append(method)
-        return call()
+from tests.support.spies import CountingStore
 
 
 def _target(path: Path) -> tuple[ResolvedStore, CountingStore]:

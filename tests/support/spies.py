@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.delegating import DelegatingStore
+
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, module: ModuleType, *names: str) -> dict[str, int]:
     """Count the calls of the functions ``names`` as ``module`` looks them up.
@@ -59,3 +62,15 @@ def count_calls_by_module(
 
         monkeypatch.setattr(module, name, counted)
     return calls
+
+
+class CountingStore(DelegatingStore):
+    """A store that keeps the name of every call made of it, in order (``calls``)."""
+
+    def __init__(self, inner: ShardStore) -> None:
+        super().__init__(inner)
+        self.calls: list[str] = []
+
+    def _forward[T](self, method: str, call: Callable[[], T]) -> T:
+        self.calls.append(method)
+        return call()
