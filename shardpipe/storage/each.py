@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -13,8 +13,13 @@ def call_each[T](func: Callable[[T], object], items: Iterable[T], threads: int) 
     The items are taken as the threads free up (none is held beyond the
     calls under way). Once a call fails, no further call starts, and the
     failure is raised after the calls under way ended: nothing runs on once
-    this has raised.
+    this has raised. No more threads start than there are items (when
+    ``items`` has a length).
     """
+    if isinstance(items, Sized):
+        threads = min(threads, len(items))
+    if threads < 1:
+        return
     pending, taking, failed = iter(items), threading.Lock(), threading.Event()
     missing = object()
 

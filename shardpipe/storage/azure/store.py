@@ -316,7 +316,7 @@ class AzureShardStore(ShardStore):
         """
         for key in keys:
             self.full_key(key)
-        call_each(self.delete, keys, min(DELETES_AT_ONCE, len(keys)) or 1)
+        call_each(self.delete, keys, DELETES_AT_ONCE)
 
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys that start with ``prefix``, in name order, page by page."""

@@ -21,6 +21,7 @@ from urllib.parse import quote
 import fsspec.asyn
 
 from shardpipe.errors import StorageError, TransientStorageError
+from shardpipe.storage.each import call_each
 from shardpipe.storage.gcs import faults
 from shardpipe.storage.gcs.config import DEFAULT_SETTINGS, RequestSettings
 from shardpipe.storage.gcs.requests import Request, Response, object_path, send
@@ -282,10 +283,6 @@ class GcsObjects:
         # a 404 may mean a missing source (or source generation), not only the bucket
         return self.request("compose", key, request, accept=(200, 412))
 
-    async def _delete(self, key: str) -> None:
-        request = Request("DELETE", object_path(self.bucket, self.name(key)), {})
-        await self._request("DELETE", key, request, (200, 204, 404), False)
-
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
         self.request(
@@ -303,22 +300,7 @@ class GcsObjects:
         """
         for key in keys:
             self.name(key)
-        pending = iter(keys)
-
-        async def worker() -> None:
-            for key in pending:  # shared: each key is taken by one worker
-                await self._delete(key)
-
-        async def run() -> None:
-            try:
-                async with asyncio.TaskGroup() as group:
-                    for _ in range(min(self.settings.concurrency, len(keys))):
-                        group.create_task(worker())
-            except BaseExceptionGroup as failed:  # the others were cancelled and ended
-                raise failed.exceptions[0] from None
-
-        if keys:
-            fsspec.asyn.sync(self.fs.loop, run)
+        call_each(self.delete, keys, self.settings.concurrency)
 
     def names(self, prefix: str, *, page_size: int = 1000) -> Iterator[str]:
         """Iterate over the keys (relative to the root) that start with ``prefix``, page by page.

@@ -386,9 +386,9 @@ class S3ShardStore(S3ObjectReads, ShardStore):
         """
         full = [self.full_key(key) for key in keys]
         try:
+            if not self._checksums:
+                return super().delete_many(keys)
             for start in range(0, len(full), _DELETE_BATCH):
-                if not self._checksums:
-                    return super().delete_many(keys[start:])
                 batch = full[start : start + _DELETE_BATCH]
                 try:
                     answer = self.call(
