@@ -53,7 +53,7 @@ from shardpipe.write.arguments import (
     resolve_shapes,
 )
 from shardpipe.write.job import ShardedWrite
-from shardpipe.write.modes import FillExisting, NewArray, Update
+from shardpipe.write.modes import FillExisting, NewArray
 from shardpipe.write.options import (
     ARRAY_PARAMETERS,
     ArrayOptions,
@@ -70,6 +70,7 @@ from shardpipe.write.resume import (
     finished_shards,
     update_identity,
 )
+from shardpipe.write.update_mode import Update
 
 
 @shares_parameters(ARRAY_PARAMETERS)

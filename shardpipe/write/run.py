@@ -68,8 +68,8 @@ from shardpipe.storage.keys import STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import format_of, layout_of
 from shardpipe.write.arguments import ExistingArray
-from shardpipe.write.modes import take_for_update
 from shardpipe.write.spec import WriteSpec
+from shardpipe.write.update_mode import take_for_update
 
 log = logging.getLogger("shardpipe")
 
@@ -401,7 +401,7 @@ def run_batch(
 
     The array's ``zarr.json`` must still be the version ``existing`` read
     (else :class:`~shardpipe.errors.JobConflictError`, nothing written:
-    :func:`~shardpipe.write.modes.take_for_update`). On
+    :func:`~shardpipe.write.update_mode.take_for_update`). On
     a failure, shards left mid-update are rolled back before the error goes
     on (as :func:`~shardpipe.write.run.execute_together` does). A shard's
     writer encodes up to ``encoders`` inner chunks at once on idle cores.

@@ -60,7 +60,7 @@ class WriteSpec:
         The kind of write (:mod:`shardpipe.write.modes`): a new array
         (:class:`~shardpipe.write.modes.NewArray`), the fill of one whose
         metadata is written (:class:`~shardpipe.write.modes.FillExisting`), a
-        region write or an append (:class:`~shardpipe.write.modes.Update`), a
+        region write or an append (:class:`~shardpipe.write.update_mode.Update`), a
         resumed write (:class:`~shardpipe.write.modes.Resumed`): how it begins
         and ends, and what it leaves alone.
     write_empty_chunks : bool
