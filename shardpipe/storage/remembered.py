@@ -1,17 +1,23 @@
-"""A store that reads each node document once: a read-only job's view of the metadata.
+"""Stores that answer a second read from the first, until something changes.
 
 ``verify`` and ``info`` ask for the same ``zarr.json`` from several layers (is it
 there, is it a draft array's, a group's, what does it hold...): on an object
 store each asked is a round trip in a row. :class:`RememberedDocuments` wraps
 the backend for one such call and answers the second ask from the first: a
 point in time for the metadata, as a reader that reads it once would see it.
-Shards, records and listings are read as they are; any call that changes
-storage forgets what was remembered.
+Shards, records and listings are read as they are.
+
+A job starting a new array lists the array twice in a row under its marker
+(its recovery looks for undo records, then the target is checked for what
+else is there). :class:`RememberedListing` lists the array's keys once and
+answers both. Either way, any call that changes storage through the wrapper
+forgets what was remembered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -79,3 +85,48 @@ class RememberedDocuments(DelegatingStore):
 def remembering(target: ResolvedStore) -> ResolvedStore:
     """``target`` whose backend reads each node document once (:class:`RememberedDocuments`)."""
     return replace(target, shards=RememberedDocuments(target.shards))
+
+
+class RememberedListing(DelegatingStore):
+    """``inner``, whose keys under ``root`` are listed once until something changes.
+
+    The first listing of a prefix under ``root`` lists all of ``root`` and
+    keeps the keys; later listings under ``root`` are answered from them.
+    Made for the few calls of a job's start, on an array that is small or
+    about to be listed whole anyway: a store whose listing under ``root``
+    would not fit in memory has no place here.
+
+    Parameters
+    ----------
+    inner : ShardStore
+        The backend doing the work.
+    root : str
+        The key prefix whose listing is remembered (``""``: every key).
+    """
+
+    def __init__(self, inner: Any, root: str) -> None:
+        super().__init__(inner)
+        self.root = root
+        self._keys: list[str] | None = None
+
+    def _forward[T](self, method: str, call: Callable[[], T]) -> T:
+        if method not in _READS:  # a change: the keys may differ now
+            self._keys = None
+        return call()
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """The keys that start with ``prefix``, sorted (under ``root``: from one listing)."""
+        if not prefix.startswith(self.root):
+            return super().list(prefix)
+        if self._keys is None:
+            self._keys = [*super().list(self.root)]
+        keys = self._keys
+        first = end = bisect_left(keys, prefix)
+        while end < len(keys) and keys[end].startswith(prefix):
+            end += 1
+        return iter(keys[first:end])  # a copy: the keys are forgotten at the next change
+
+
+def listing_once(target: ResolvedStore) -> ResolvedStore:
+    """``target`` whose node's keys are listed once until a change (:class:`RememberedListing`)."""
+    return replace(target, shards=RememberedListing(target.shards, target.key("")))

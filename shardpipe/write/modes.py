@@ -46,6 +46,7 @@ from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.array_lock import acquire, release
 from shardpipe.journal.job_record import save_record
 from shardpipe.journal.markers import JobKeys, JobMarker
+from shardpipe.storage.remembered import listing_once
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.write.resume import (
     Resume,
@@ -251,6 +252,23 @@ class NewArray(RecordedMode):
     create_kwargs: dict[str, Any] = field()
     overwrite: bool = field()
     identity: dict[str, Any] = field()
+
+    def take(
+        self,
+        target: ResolvedStore,
+        keys: JobKeys,
+        write_target: WriteTarget,
+        metadata: ArrayV3Metadata,
+    ) -> tuple[JobMarker, WriteTarget | UpdateTarget]:
+        """Take the marker and create the array, listing the target once between changes.
+
+        The marker's recovery lists the undo records, then the target is
+        checked for what else is there (or, with ``overwrite``, listed to be
+        removed): one listing of the target serves both
+        (:func:`~shardpipe.storage.remembered.listing_once`), a round trip
+        fewer before the first shard on an object store.
+        """
+        return super().take(listing_once(target), keys, write_target, metadata)
 
     def begin(
         self,

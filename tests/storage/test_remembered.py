@@ -1,11 +1,11 @@
-"""RememberedDocuments: a node document is read once, anything else as it is; a change forgets."""
+"""Remembered documents and listings: a second read answered from the first; a change forgets."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from shardpipe.storage.local.store import LocalShardStore
-from shardpipe.storage.remembered import RememberedDocuments
+from shardpipe.storage.remembered import RememberedDocuments, RememberedListing
 from tests.support.spies import CountingStore
 
 
@@ -34,3 +34,32 @@ def test_a_change_forgets_what_was_read(tmp_path: Path) -> None:
     assert remembered.get("a/zarr.json") == b'{"node_type": "array"}'
     remembered.put("a/zarr.json", [b"{}"])
     assert remembered.get("a/zarr.json") == b"{}"
+
+
+def _listed(tmp_path: Path) -> tuple[CountingStore, RememberedListing]:
+    counting = CountingStore(LocalShardStore(tmp_path, fsync=False))
+    for key in ("a/.shardpipe/job.json", "a/c/0", "a/c/1", "a/zarr.json", "ab/zarr.json"):
+        counting.put(key, [b"x"])
+    counting.calls.clear()
+    return counting, RememberedListing(counting, "a/")
+
+
+def test_the_keys_under_the_root_are_listed_once(tmp_path: Path) -> None:
+    counting, remembered = _listed(tmp_path)
+    assert list(remembered.list("a/.shardpipe/undo/")) == []
+    assert list(remembered.list("a/")) == ["a/.shardpipe/job.json", "a/c/0", "a/c/1", "a/zarr.json"]
+    assert list(remembered.list("a/c/")) == ["a/c/0", "a/c/1"]
+    assert list(remembered.list("a/c/1")) == ["a/c/1"]
+    assert counting.calls.count("list") == 1
+    assert list(remembered.list("ab/")) == ["ab/zarr.json"]  # outside the root: listed as it is
+    assert counting.calls.count("list") == 2
+
+
+def test_a_change_forgets_the_listing(tmp_path: Path) -> None:
+    counting, remembered = _listed(tmp_path)
+    assert list(remembered.list("a/c/")) == ["a/c/0", "a/c/1"]
+    remembered.put("a/c/2", [b"x"])
+    assert list(remembered.list("a/c/")) == ["a/c/0", "a/c/1", "a/c/2"]
+    remembered.delete_many(["a/c/0", "a/c/1"])
+    assert list(remembered.list("a/c/")) == ["a/c/2"]
+    assert counting.calls.count("list") == 3

@@ -142,6 +142,31 @@ def test_s3_failure_midway_leaves_nothing_partial(s3_bucket: tuple[str, dict[str
     assert array.nchunks_initialized == 0  # no object under the shard's key
 
 
+def test_a_new_array_costs_its_shards_and_nine_requests(
+    s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: Any
+) -> None:
+    """Besides one PUT per shard, a new array's write sends nine requests, six before.
+
+    Before the shards: the check that the bucket answers (a GET), the target listed
+    before anything is written, the job's marker, one listing under the marker (its
+    recovery and the check of the target again share it), the job record,
+    ``zarr.json``. After: the record marked complete while the marker is read, then
+    the marker's delete. On a store with 20-30 ms a request each one in a row is
+    felt: a listing more and the marker read after the record cost two round trips.
+    """
+    from shardpipe.testing.s3 import storage_options_for
+
+    bucket, direct = s3_bucket
+    x = da.random.default_rng(6).integers(0, 250, (16, 128, 256), chunks=(16, 128, 128))
+    before = s3_fault_proxy.counts.requests
+    shardpipe.to_sharded_zarr(
+        x.astype("uint8"), f"s3://{bucket}/new.zarr", shards=(16, 128, 128),
+        chunks=(16, 64, 64), storage_options=storage_options_for(s3_fault_proxy.url),
+    )  # fmt: skip
+    assert s3_fault_proxy.counts.requests - before == 2 + 9
+    assert_same(_read_zarr(f"s3://{bucket}/new.zarr", direct), x.astype("uint8").compute())
+
+
 def test_overwrite_removes_the_old_array_in_a_few_requests(
     s3_bucket: tuple[str, dict[str, Any]], s3_fault_proxy: Any
 ) -> None:
