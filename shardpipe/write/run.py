@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -94,6 +95,7 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
     began = time.perf_counter()
     token = uuid.uuid4().hex
     started: list[StartedJob] = []
+    ending: dict[str, Callable[[], None]] = {}  # the last work of the jobs that finished
     background: StartInBackground | None = None
     direct = None if progress else in_memory_source(jobs)
     try:
@@ -149,17 +151,32 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
             if report.changes is not None:  # a transactional backend: into the session
                 s.job.target.shards.merge_changes(report.changes)
                 report = replace(report, changes=None)
-            s.job.mode.end(s.job.target)
+            ending[s.token] = partial(s.job.mode.end, s.job.target)
             results.append(replace(report, shards_skipped=s.job.n_shards_skipped))
     finally:
-        for s in reversed(started):
-            if s.marker is not None:  # None: a start in the background that failed
-                release(s.job.target.shards, s.job.keys, s.marker)
+        _release_all(started, ending)
     seconds = time.perf_counter() - began
     results = [replace(report, seconds=seconds) for report in results]
     for report in results:
         log.info("shardpipe: %s", report)
     return results
+
+
+def _release_all(started: Sequence[StartedJob], ending: dict[str, Callable[[], None]]) -> None:
+    """Let go of every job's marker, last taken first, its job's ``ending`` done meanwhile.
+
+    Every marker is let go; the first error is raised after the last.
+    """
+    first: BaseException | None = None
+    for s in reversed(started):
+        if s.marker is None:  # a start in the background that failed
+            continue
+        try:
+            release(s.job.target.shards, s.job.keys, s.marker, meanwhile=ending.get(s.token))
+        except BaseException as err:
+            first = first or err
+    if first is not None:
+        raise first
 
 
 def _starts_early(jobs: Sequence[WriteSpec]) -> bool:

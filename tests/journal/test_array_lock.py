@@ -168,3 +168,48 @@ def test_a_claim_being_written_by_a_live_job_is_left_to_it(tmp_path: Path) -> No
     taken = take(store, KEYS, "update")
     assert being_written.exists()
     release(store, KEYS, taken.marker)
+
+
+def test_the_last_work_runs_while_the_marker_is_read(tmp_path: Path) -> None:
+    """``release(meanwhile=...)``: the marker's read does not wait for the work, nor the reverse."""
+    store = LocalShardStore(tmp_path / "root", fsync=False)
+    taken = take(store, KEYS, "write")
+    reading = threading.Event()
+    get = store.get
+
+    def read_while_working(key: str) -> bytes | None:
+        if key == KEYS.marker:
+            reading.set()
+        return get(key)
+
+    store.get = read_while_working  # type: ignore[method-assign]
+
+    def work() -> None:
+        assert reading.wait(10), "the marker was not read while the work ran"
+        store.put("arr/.shardpipe/write.json", [b"complete"])
+
+    release(store, KEYS, taken.marker, meanwhile=work)
+    assert store.get(KEYS.marker) is None
+    assert store.get("arr/.shardpipe/write.json") == b"complete"
+
+
+def test_a_marker_is_let_go_when_the_last_work_fails(tmp_path: Path) -> None:
+    store = LocalShardStore(tmp_path / "root", fsync=False)
+    taken = take(store, KEYS, "write")
+
+    def work() -> None:
+        raise OSError("no space left")
+
+    with pytest.raises(OSError, match="no space left"):
+        release(store, KEYS, taken.marker, meanwhile=work)
+    assert store.get(KEYS.marker) is None
+
+
+def test_a_marker_another_job_took_stays(tmp_path: Path) -> None:
+    """Another job's marker, there when the last work ended, is not removed."""
+    store = LocalShardStore(tmp_path / "root", fsync=False)
+    taken = take(store, KEYS, "write")
+    other = JobMarker.new("update")
+    store.put(KEYS.marker, [other.encode()])  # as if this job had been judged dead
+    release(store, KEYS, taken.marker, meanwhile=lambda: None)
+    check_held(store, KEYS, other)

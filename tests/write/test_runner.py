@@ -175,3 +175,34 @@ def test_a_batch_of_region_writes_is_a_job_of_the_runner(tmp_path: Path) -> None
     expected = np.zeros((16, 16), "uint16")
     expected[:4, :4] = expected[10:12] = 1
     np.testing.assert_array_equal(stored, expected)
+
+
+def test_every_marker_is_let_go_when_a_job_fails_at_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs' last records are written while their markers are read: one failing stops none."""
+    from shardpipe.journal.markers import JobKeys, read_marker
+    from shardpipe.write.modes import NewArray
+
+    x = da.arange(64, chunks=16, dtype="u1").reshape(8, 8).rechunk(4)
+    jobs = [
+        shardpipe.prepare_write(x, tmp_path / f"{name}.zarr", shards=(4, 4), chunks=(2, 2))
+        for name in "ab"
+    ]
+    ended: list[str] = []
+    end = NewArray.end
+
+    def end_or_fail(self: NewArray, target: ResolvedStore) -> None:
+        ended.append(str(target.zarr_store))
+        if len(ended) == 1:
+            raise OSError("no space left for the record")
+        end(self, target)
+
+    monkeypatch.setattr(NewArray, "end", end_or_fail)
+    with pytest.raises(OSError, match="no space left"):
+        run_jobs(jobs)
+    assert len(ended) == 2  # the other job's record was still marked complete
+    for name in "ab":
+        target = resolve_store(tmp_path / f"{name}.zarr", None, None)
+        assert read_marker(target.shards, JobKeys(target.key(""))) is None
+        np.testing.assert_array_equal(zarr.open_array(tmp_path / f"{name}.zarr")[:], x.compute())
