@@ -38,9 +38,10 @@ a job at every step named here.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from shardpipe.errors import ConditionFailedError, JobConflictError
 from shardpipe.journal.markers import (
@@ -159,22 +160,38 @@ def release(
 def _read_marker_during(
     store: ShardStore, keys: JobKeys, work: Callable[[], None] | None
 ) -> tuple[JobMarker | None, BaseException | None]:
-    """The array's marker, read while ``work`` runs here; and ``work``'s error, if it failed."""
+    """The array's marker, read while ``work`` runs here; and ``work``'s error, if it failed.
+
+    The read runs in a daemon thread, so that an interrupt while waiting for
+    it is not held up by a read that retries. When both fail, ``work``'s
+    error is raised with a note of the read's (the marker is not let go).
+    """
     if work is None:
         return read_marker(store, keys), None
-    with ThreadPoolExecutor(1, thread_name_prefix="shardpipe-release") as pool:
-        reading = pool.submit(read_marker, store, keys)
-        failure: BaseException | None = None
+    read: dict[str, Any] = {}
+
+    def read_it() -> None:
         try:
-            work()
-        except BaseException as err:  # the marker is let go first, then it is raised
-            failure = err
-        if failure is None:
-            return reading.result(), None
-        try:
-            return reading.result(), failure
+            read["marker"] = read_marker(store, keys)
         except BaseException as err:
-            raise err from failure
+            read["error"] = err
+
+    reader = threading.Thread(target=read_it, name="shardpipe-release", daemon=True)
+    reader.start()
+    failure: BaseException | None = None
+    try:
+        work()
+    except BaseException as err:  # the marker is let go first, then it is raised
+        failure = err
+    reader.join()
+    if "error" in read:
+        if failure is None:
+            raise read["error"]
+        failure.add_note(
+            f"shardpipe: the job's marker could not be read to let go: {read['error']}"
+        )
+        raise failure
+    return read["marker"], failure
 
 
 @contextlib.contextmanager

@@ -53,9 +53,9 @@ staging data and temporary files; ``update.recorded`` /
 ``update.written``: in a positioned write of a shard, its undo record
 saved, before the shard's bytes change / after they changed, before the
 record is removed; ``release.read``, ``release.prune``,
-``release.delete``: before reading the marker to release it, before
-removing empty record folders (the marker still the job's), before
-deleting it."""
+``release.delete``: before reading the marker to release it (and before
+the job's last record, written meanwhile), before removing empty record
+folders (the marker still the job's), before deleting it."""
 
 ENVIRONMENT = "SHARDPIPE_JOURNAL_STALL"
 """The environment variable read once at import (``"<step>=<seconds>,..."``)."""

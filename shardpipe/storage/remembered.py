@@ -88,13 +88,15 @@ def remembering(target: ResolvedStore) -> ResolvedStore:
 
 
 class RememberedListing(DelegatingStore):
-    """``inner``, whose keys under ``root`` are listed once until something changes.
+    """``inner``, whose keys under ``root`` are listed once, for the listings until a change.
 
     The first listing of a prefix under ``root`` lists all of ``root`` and
-    keeps the keys; later listings under ``root`` are answered from them.
-    Made for the few calls of a job's start, on an array that is small or
-    about to be listed whole anyway: a store whose listing under ``root``
-    would not fit in memory has no place here.
+    keeps the keys; the later listings under ``root`` are answered from
+    them until a call changes storage. From then on every call goes to
+    ``inner`` as it is: ``root`` is listed whole at most once. Made for the
+    few calls of a job's start, on an array that is empty or about to be
+    listed whole anyway; the keys are sorted once more on the way in (cheap
+    on a sorted listing), so that a prefix is found by bisection.
 
     Parameters
     ----------
@@ -108,25 +110,37 @@ class RememberedListing(DelegatingStore):
         super().__init__(inner)
         self.root = root
         self._keys: list[str] | None = None
+        self._spent = False
 
     def _forward[T](self, method: str, call: Callable[[], T]) -> T:
-        if method not in _READS:  # a change: the keys may differ now
+        if method not in _READS and self._keys is not None:  # a change after the listing
             self._keys = None
+            self._spent = True
         return call()
 
     def list(self, prefix: str) -> Iterator[str]:
-        """The keys that start with ``prefix``, sorted (under ``root``: from one listing)."""
-        if not prefix.startswith(self.root):
+        """The keys that start with ``prefix``, sorted (under ``root``: see above)."""
+        if self._spent or not prefix.startswith(self.root):
             return super().list(prefix)
         if self._keys is None:
-            self._keys = [*super().list(self.root)]
+            self._keys = sorted(super().list(self.root))
         keys = self._keys
         first = end = bisect_left(keys, prefix)
         while end < len(keys) and keys[end].startswith(prefix):
             end += 1
-        return iter(keys[first:end])  # a copy: the keys are forgotten at the next change
+        return iter(keys[first:end])  # a copy: the keys are dropped at the next change
 
 
 def listing_once(target: ResolvedStore) -> ResolvedStore:
-    """``target`` whose node's keys are listed once until a change (:class:`RememberedListing`)."""
-    return replace(target, shards=RememberedListing(target.shards, target.key("")))
+    """``target`` whose node's keys are listed once for a job's start (:class:`RememberedListing`).
+
+    ``target`` itself where that saves nothing or would be wrong: a
+    transaction (an Icechunk session answers listings of shardpipe's records
+    from its own scratch space, not from a listing of the node) and a store
+    that leaves temporary files (a local disk: the recovery removes those
+    of dead processes, a change, before the target is checked).
+    """
+    shards = target.shards
+    if target.transactional or shards.abilities.leaves_temporaries:
+        return target
+    return replace(target, shards=RememberedListing(shards, target.key("")))

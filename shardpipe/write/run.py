@@ -96,6 +96,7 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
     token = uuid.uuid4().hex
     started: list[StartedJob] = []
     ending: dict[str, Callable[[], None]] = {}  # the last work of the jobs that finished
+    failed = True  # until the last job finished
     background: StartInBackground | None = None
     direct = None if progress else in_memory_source(jobs)
     try:
@@ -153,8 +154,9 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
                 report = replace(report, changes=None)
             ending[s.token] = partial(s.job.mode.end, s.job.target)
             results.append(replace(report, shards_skipped=s.job.n_shards_skipped))
+        failed = False
     finally:
-        _release_all(started, ending)
+        _release_all(started, ending, failed=failed)
     seconds = time.perf_counter() - began
     results = [replace(report, seconds=seconds) for report in results]
     for report in results:
@@ -162,10 +164,14 @@ def execute_together(jobs: Sequence[WriteSpec], *, progress: bool = False) -> li
     return results
 
 
-def _release_all(started: Sequence[StartedJob], ending: dict[str, Callable[[], None]]) -> None:
+def _release_all(
+    started: Sequence[StartedJob], ending: dict[str, Callable[[], None]], *, failed: bool
+) -> None:
     """Let go of every job's marker, last taken first, its job's ``ending`` done meanwhile.
 
-    Every marker is let go; the first error is raised after the last.
+    Every marker is let go whatever fails. The first error is raised once all
+    were tried, unless the run ``failed`` already (its own error is the one
+    raised then); the others are logged.
     """
     first: BaseException | None = None
     for s in reversed(started):
@@ -174,7 +180,10 @@ def _release_all(started: Sequence[StartedJob], ending: dict[str, Callable[[], N
         try:
             release(s.job.target.shards, s.job.keys, s.marker, meanwhile=ending.get(s.token))
         except BaseException as err:
-            first = first or err
+            if first is None and not failed:
+                first = err
+            else:
+                log.error("shardpipe: letting go of %s failed: %r", s.job.target.path, err)
     if first is not None:
         raise first
 

@@ -213,3 +213,19 @@ def test_a_marker_another_job_took_stays(tmp_path: Path) -> None:
     store.put(KEYS.marker, [other.encode()])  # as if this job had been judged dead
     release(store, KEYS, taken.marker, meanwhile=lambda: None)
     check_held(store, KEYS, other)
+
+
+def test_when_the_last_work_and_the_read_fail_the_work_s_error_is_raised(tmp_path: Path) -> None:
+    store = LocalShardStore(tmp_path / "root", fsync=False)
+    taken = take(store, KEYS, "write")
+
+    def unreadable(key: str) -> bytes | None:
+        raise OSError("the disk went away")
+
+    def work() -> None:
+        raise ValueError("the record was not written")
+
+    store.get = unreadable  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="not written") as raised:
+        release(store, KEYS, taken.marker, meanwhile=work)
+    assert "the disk went away" in "".join(raised.value.__notes__)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import replace
 from pathlib import Path
 
+from shardpipe.storage.base import StoreAbilities
 from shardpipe.storage.local.store import LocalShardStore
-from shardpipe.storage.remembered import RememberedDocuments, RememberedListing
+from shardpipe.storage.remembered import RememberedDocuments, RememberedListing, listing_once
+from shardpipe.storage.resolve import resolve_store
 from tests.support.spies import CountingStore
 
 
@@ -62,4 +66,36 @@ def test_a_change_forgets_the_listing(tmp_path: Path) -> None:
     assert list(remembered.list("a/c/")) == ["a/c/0", "a/c/1", "a/c/2"]
     remembered.delete_many(["a/c/0", "a/c/1"])
     assert list(remembered.list("a/c/")) == ["a/c/2"]
-    assert counting.calls.count("list") == 3
+    assert list(remembered.list("a/")) == ["a/.shardpipe/job.json", "a/c/2", "a/zarr.json"]
+    assert counting.calls.count("list") == 4  # after a change, each listing is the store's
+
+
+def test_a_change_before_the_first_listing_keeps_it_to_come(tmp_path: Path) -> None:
+    counting, remembered = _listed(tmp_path)
+    remembered.put("a/.shardpipe/job.json", [b"y"])  # a job's marker, then its listings
+    assert list(remembered.list("a/.shardpipe/undo/")) == []
+    assert list(remembered.list("a/")) == ["a/.shardpipe/job.json", "a/c/0", "a/c/1", "a/zarr.json"]
+    assert counting.calls.count("list") == 1
+
+
+def test_a_local_disk_and_a_transaction_are_listed_as_they_are(tmp_path: Path) -> None:
+    import icechunk
+
+    local = resolve_store(tmp_path / "x.zarr", None, None)
+    assert listing_once(local) is local  # its recovery removes temporaries: a change at once
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
+    session = resolve_store(repo.writable_session("main").store, "x", None)
+    assert session.transactional and listing_once(session) is session
+    s3_like = replace(local, shards=_NoTemporaries(tmp_path))
+    assert isinstance(listing_once(s3_like).shards, RememberedListing)
+
+
+class _NoTemporaries(LocalShardStore):
+    """A local backend that says it leaves no temporary files (as an object store)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, fsync=False)
+
+    @property
+    def abilities(self) -> StoreAbilities:
+        return dataclasses.replace(super().abilities, leaves_temporaries=False)

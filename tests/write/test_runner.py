@@ -206,3 +206,25 @@ def test_every_marker_is_let_go_when_a_job_fails_at_its_end(
         target = resolve_store(tmp_path / f"{name}.zarr", None, None)
         assert read_marker(target.shards, JobKeys(target.key(""))) is None
         np.testing.assert_array_equal(zarr.open_array(tmp_path / f"{name}.zarr")[:], x.compute())
+
+
+def test_a_failed_run_raises_its_own_error_when_letting_go_fails_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import shardpipe.write.run as write_run
+
+    def boom(block: np.ndarray) -> np.ndarray:
+        raise ValueError("the source failed")
+
+    x = da.zeros((8, 8), chunks=4, dtype="u1").map_blocks(boom, dtype="u1")
+    job = shardpipe.prepare_write(x, tmp_path / "a.zarr", shards=(4, 4), chunks=(2, 2))
+    release = write_run.release
+
+    def release_then_fail(*args: Any, **kwargs: Any) -> None:
+        release(*args, **kwargs)
+        raise OSError("the marker's folder went away")
+
+    monkeypatch.setattr(write_run, "release", release_then_fail)
+    with pytest.raises(ValueError, match="the source failed"):
+        run_jobs([job])
+    assert "the marker's folder went away" in caplog.text
