@@ -12,9 +12,10 @@ here. :class:`RegionReader` reads a region of an array opened by
 array it can express):
 
 * the region's chunks are fetched from the array's zarr store on zarr's
-  event loop, :data:`READS_IN_FLIGHT` at a time (on an object store, that
-  many GETs travel at once), each read as at most what its codecs can make
-  of a chunk and one byte;
+  event loop in batches of at most :data:`READS_IN_FLIGHT` chunks and
+  :data:`BYTES_IN_FLIGHT` bytes (on an object store, that many GETs travel
+  at once), each read as at most what its codecs can make of a chunk and one
+  byte;
 * each is decoded in the calling thread (a Dask worker thread: threads
   decode in parallel) by :meth:`~shardpipe.stored.bounded_reads.BoundedChunks.decode_chunk`,
   within the same bounds as a read through zarr-python, and copied into the
@@ -48,7 +49,15 @@ from shardpipe.internals.zarr_core import (
 from shardpipe.stored.bounded_reads import BoundedChunks, read_mapped
 
 READS_IN_FLIGHT = 32
-"""Chunks fetched at once by one region's read (a batch, decoded before the next)."""
+"""Most chunks fetched at once by one region's read (a batch, decoded before the next)."""
+
+BYTES_IN_FLIGHT = 16 * 2**20
+"""Most bytes a batch may fetch, by its chunks' read bounds (at least one chunk).
+
+A batch's chunks are all held until it is decoded, in every thread that reads:
+32 slabs of 2 MiB held 96 MiB on two threads, beside the blocks the memory
+model counts. 16 MiB keeps that to a few chunks of a few MiB (8 of 2 MiB, 32
+of up to 512 KiB), still many requests at once on an object store."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,11 @@ class RegionReader:
         fill = self.array.metadata.fill_value
         out = np.empty(tuple(r.stop - r.start for r in region), dtype=self.array.dtype)
         every = list(chunks_in_region(region, chunk_shape))
-        for first in range(0, len(every), READS_IN_FLIGHT):
-            batch = every[first : first + READS_IN_FLIGHT]
+        raw_chunk = math.prod(chunk_shape) * np.dtype(self.array.dtype).itemsize
+        per_chunk = raw_chunk if bound is None else bound + 1
+        step = max(1, min(READS_IN_FLIGHT, BYTES_IN_FLIGHT // per_chunk))
+        for first in range(0, len(every), step):
+            batch = every[first : first + step]
             keys = [self._key(coords) for coords, _, _ in batch]
 
             async def fetch(keys: list[str] = keys) -> list[Buffer | None]:

@@ -85,6 +85,33 @@ def test_more_chunks_than_are_fetched_at_once(tmp_path: Path) -> None:
     np.testing.assert_array_equal(reader.read((slice(1, n - 1),)), np.arange(1, n - 1) % 256)
 
 
+def test_a_batch_fetches_at_most_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 64 KiB under a 256 KiB cap: 3 fetched at once, decoded, then 3 more..."""
+    from shardpipe.stored import region_reads
+
+    monkeypatch.setattr(region_reads, "BYTES_IN_FLIGHT", 256 * 1024)
+    array = zarr.create_array(
+        str(tmp_path), shape=(20, 256, 256), chunks=(1, 256, 256), dtype="u1", compressors=None
+    )
+    data = (np.arange(20 * 256 * 256) % 251).astype("u1").reshape(20, 256, 256)
+    array[...] = data
+    reader = region_reader(bounded_array(zarr.open_array(str(tmp_path), mode="r")))
+    assert reader is not None
+    batches: list[int] = []
+    sync = region_reads.sync
+
+    def counted(fetch: Any) -> Any:
+        fetched = sync(fetch)
+        batches.append(len(fetched))
+        return fetched
+
+    monkeypatch.setattr(region_reads, "sync", counted)
+    np.testing.assert_array_equal(
+        reader.read((slice(1, 19), slice(0, 256), slice(0, 256))), data[1:19]
+    )
+    assert batches == [3, 3, 3, 3, 3, 3]  # a chunk is read as its bound and one byte
+
+
 def test_sharded_and_inexpressible_arrays_are_left_to_zarr(tmp_path: Path) -> None:
     shardpipe.to_sharded_zarr(
         _data("u2"), str(tmp_path / "s.zarr"), shards=(16, 32, 21), chunks=(8, 16, 7)
