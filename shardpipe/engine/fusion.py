@@ -22,7 +22,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from shardpipe.engine.heap import run_in_heap_scope
-from shardpipe.internals.dask_task_spec import Alias, DataNode, Task, TaskRef
+from shardpipe.internals.dask_task_spec import Alias, DataNode, GraphNode, Task, TaskRef
 
 
 def fuse_blocks(
@@ -65,6 +65,8 @@ def fuse_blocks(
     dsk: dict[Any, Any] = dict(hlg)
     dependents: dict[Any, list[Any]] = {}
     for key, node in dsk.items():
+        if not isinstance(node, GraphNode):  # a persisted block's future: no dependencies
+            continue
         for dep in node.dependencies:
             dependents.setdefault(dep, []).append(key)
     inlined: dict[Any, dict[Any, Any]] = {}

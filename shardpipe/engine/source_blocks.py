@@ -89,6 +89,7 @@ class SourceBlocks:
             self.nodes: Mapping[Any, Any] = arr.__dask_graph__()
             self._rename = False
             self._internal: frozenset[Any] = frozenset()
+            self._held: frozenset[Any] = frozenset()
             return
         window = None if index is None else read_window(arr, index)
         if window is not None:
@@ -96,12 +97,22 @@ class SourceBlocks:
             self.origin = first
         self.name = arr.name
         self._keys = {b: self._source_key(b) for b in used}
-        optimized = arr.__dask_optimize__(arr.__dask_graph__(), list(self._keys.values()))
-        self.nodes = ensure_dict(optimized)
+        graph = arr.__dask_graph__()
+        self.nodes = ensure_dict(arr.__dask_optimize__(graph, list(self._keys.values())))
+        # a persisted source's blocks are futures of a distributed client, which Dask's
+        # optimisation drops: they stay as they are, under their keys (the cluster holds
+        # their data), and are never computed inside another task
+        held = [key for key in self._keys.values() if key not in self.nodes]
+        self.nodes.update((key, graph[key]) for key in held)
+        self._held = frozenset(held)
         # blocks of a wave get keys of their own, unless the window's name is the wave's already
         self._rename = wave is not None and window is None
         self._internal = frozenset().union(
-            *(node.dependencies for node in self.nodes.values() if node.dependencies)
+            *(
+                node.dependencies
+                for node in self.nodes.values()
+                if isinstance(node, GraphNode) and node.dependencies
+            )
         )
 
     def _source_key(self, block: Coords) -> tuple[Any, ...]:
@@ -114,7 +125,7 @@ class SourceBlocks:
     def key(self, block: Coords) -> Any:
         """The key of ``block`` as a task of its own in the write's graph."""
         key = self._source_key(block)
-        if self._rename and key not in self._internal:
+        if self._rename and key not in self._internal and key not in self._held:
             return (f"{self.name}-{self._token}", *block)
         return key
 

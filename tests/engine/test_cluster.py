@@ -55,6 +55,33 @@ def test_cluster_round_trip(
     assert not (tmp_path / ".shardpipe/staging").exists()
 
 
+@pytest.mark.parametrize(
+    ("dask_chunks", "derived", "max_mem"),
+    [
+        ((32, 32, 40), False, "64MB"),  # blocks are shards: each block a future as it is
+        ((25, 19, 13), False, "64MB"),  # misaligned: a future feeds several tasks
+        ((32, 32, 40), True, "64MB"),  # computed from the futures
+        ((16, 32, 40), False, 200_000),  # in parts, in several waves
+    ],
+)
+def test_cluster_writes_a_persisted_array(
+    cluster_client: Any, tmp_path: Path, dask_chunks: Any, derived: bool, max_mem: Any
+) -> None:
+    """``client.persist(x)`` then a write: the blocks are the cluster's futures.
+
+    Dask's optimisation of the source's graph drops futures; the write took none of
+    the blocks (a ``KeyError`` naming the first) before they were kept as they are.
+    """
+    data = _data()
+    held = cluster_client.persist(da.from_array(data, chunks=dask_chunks))
+    source = held * 2 if derived else held
+    shardpipe.to_sharded_zarr(
+        source, str(tmp_path), shards=(32, 32, 40), chunks=(16, 8, 8), max_mem=max_mem
+    )
+    assert_same(read_zarr(str(tmp_path)), data * 2 if derived else data)
+    assert verify(str(tmp_path)).ok
+
+
 def test_cluster_task_names_read_well(cluster_client: Any, tmp_path: Path) -> None:
     data = da.from_array(_data(), chunks=(16, 32, 40))
     delayed = shardpipe.to_sharded_zarr(
