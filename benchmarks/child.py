@@ -150,6 +150,14 @@ class MeasuredCluster:
         self.sampler = threading.Thread(target=sample, daemon=True)
         self.sampler.start()
 
+    def persisted(self, x: Any) -> Any:
+        """``x`` with its blocks computed into the workers' memory (shipped from here once)."""
+        from distributed import wait
+
+        held = self.client.persist(x)
+        wait(held)
+        return held
+
     def cpu_seconds(self) -> float:
         """CPU seconds the workers have used so far, all together."""
         return float(sum(self.client.run(process_cpu_seconds).values()))

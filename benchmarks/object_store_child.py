@@ -5,7 +5,9 @@ case (:class:`~benchmarks.cases.Case`), the proxy's control address (or
 null: no proxy) and the storage options of the direct endpoint (for
 clearing the target and verifying, never through the proxy). The child
 builds the volume (untimed), prepares the write, starts the case's
-LocalCluster if any, records its RSS and resets the peak mark; then per rep:
+LocalCluster if any (and puts the volume's blocks in its workers' memory,
+untimed: the threaded writers write from this process's memory, the
+cluster's from its workers'), records its RSS and resets the peak mark; then per rep:
 empties the target (directly), resets the proxy's counters, times the
 write, reads the counters. Then it verifies the output through the direct
 endpoint and prints one JSON record on stdout. :func:`run` is the parent's side.
@@ -59,7 +61,8 @@ def measure(case: Case, address: tuple[str, int] | None, direct: dict[str, Any] 
     }
     cluster = child.MeasuredCluster(case.workers) if case.workers else None
     try:
-        write, record["notes"] = make(case, vol.data)
+        data = vol.data if cluster is None else cluster.persisted(vol.data)
+        write, record["notes"] = make(case, data)
         if cluster:
             cluster.reset()
         gc.collect()
