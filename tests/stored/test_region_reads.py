@@ -112,6 +112,31 @@ def test_a_batch_fetches_at_most_its_bytes(tmp_path: Path, monkeypatch: pytest.M
     assert batches == [3, 3, 3, 3, 3, 3]  # a chunk is read as its bound and one byte
 
 
+def test_a_store_with_round_trips_gets_more_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a store that is not a local disk or memory, a batch may hold more bytes."""
+    from shardpipe.stored import region_reads
+
+    monkeypatch.setattr(region_reads, "BYTES_IN_FLIGHT", 128 * 1024)
+    monkeypatch.setattr(region_reads, "REMOTE_BYTES_IN_FLIGHT", 320 * 1024)
+    store = zarr.storage.FsspecStore.from_url("memory://region-reads-remote")
+    array = zarr.create_array(store, shape=(12, 256, 256), chunks=(1, 256, 256), dtype="u1")
+    data = (np.arange(12 * 256 * 256) % 251).astype("u1").reshape(12, 256, 256)
+    array[...] = data
+    reader = region_reader(bounded_array(array))
+    assert reader is not None
+    batches: list[int] = []
+    sync = region_reads.sync
+
+    def counted(fetch: Any) -> Any:
+        fetched = sync(fetch)
+        batches.append(len(fetched))
+        return fetched
+
+    monkeypatch.setattr(region_reads, "sync", counted)
+    np.testing.assert_array_equal(reader.read((slice(0, 12), slice(0, 256), slice(0, 256))), data)
+    assert batches == [4, 4, 4]  # 1 chunk a batch under the local cap
+
+
 def test_sharded_and_inexpressible_arrays_are_left_to_zarr(tmp_path: Path) -> None:
     shardpipe.to_sharded_zarr(
         _data("u2"), str(tmp_path / "s.zarr"), shards=(16, 32, 21), chunks=(8, 16, 7)
