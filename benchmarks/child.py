@@ -152,10 +152,13 @@ class MeasuredCluster:
 
     def persisted(self, x: Any) -> Any:
         """``x`` with its blocks computed into the workers' memory (shipped from here once)."""
-        from distributed import wait
+        from distributed import futures_of, wait
 
         held = self.client.persist(x)
         wait(held)
+        for future in futures_of(held):
+            if future.status == "error":
+                future.result()  # raises what the block's task raised
         return held
 
     def cpu_seconds(self) -> float:

@@ -1,7 +1,10 @@
 """The memory model: bytes each kind of task holds at its peak, checked against ``max_mem``.
 
 Every figure is an upper bound of the data a task holds at once, in bytes.
-Interpreter and allocator overhead is not modelled (a few MiB per worker).
+Interpreter and allocator overhead is not modelled (a few MiB per worker), nor
+are the chunks a rechunk's source read fetches at once before decoding them
+(:mod:`shardpipe.stored.region_reads`: up to 16 MiB per reading thread from a local
+disk, 64 MiB from an object store).
 
 Terms::
 

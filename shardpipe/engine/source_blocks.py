@@ -33,7 +33,7 @@ from shardpipe.core.grid import Coords
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.waves import Wave
 from shardpipe.engine.source_window import read_window
-from shardpipe.internals.dask_task_spec import GraphNode
+from shardpipe.internals.dask_task_spec import GraphNode, TaskRef
 
 __all__ = ["SourceBlocks"]
 
@@ -99,12 +99,8 @@ class SourceBlocks:
         self._keys = {b: self._source_key(b) for b in used}
         graph = arr.__dask_graph__()
         self.nodes = ensure_dict(arr.__dask_optimize__(graph, list(self._keys.values())))
-        # a persisted source's blocks are futures of a distributed client, which Dask's
-        # optimisation drops: they stay as they are, under their keys (the cluster holds
-        # their data), and are never computed inside another task
-        held = [key for key in self._keys.values() if key not in self.nodes]
-        self.nodes.update((key, graph[key]) for key in held)
-        self._held = frozenset(held)
+        self._held = frozenset(_futures_dropped(graph, self.nodes, self._keys.values()))
+        self.nodes.update((key, graph[key]) for key in self._held)
         # blocks of a wave get keys of their own, unless the window's name is the wave's already
         self._rename = wave is not None and window is None
         self._internal = frozenset().union(
@@ -162,6 +158,30 @@ class SourceBlocks:
         """The source's graph as a graph of its own, when it is kept as it is (no optimisation)."""
         assert isinstance(self.nodes, HighLevelGraph)
         return self.nodes
+
+
+def _futures_dropped(
+    graph: Mapping[Any, Any], nodes: Mapping[Any, Any], keys: Collection[Any]
+) -> list[Any]:
+    """Keys of the futures that Dask's optimisation dropped from ``graph``, leaving ``nodes``.
+
+    A source persisted on a ``distributed`` cluster is a graph of futures: the
+    blocks are futures, or are computed from futures, and the optimisation
+    drops them. They go back into the write's graph as they are, under their
+    keys (the cluster holds their data; the graph keeps them alive until it
+    runs, ``compute=False`` too), and are never computed inside another task.
+    """
+    needed = set(keys).union(
+        *(node.dependencies for node in nodes.values() if isinstance(node, GraphNode))
+    )
+    dropped = [key for key in needed if key not in nodes]
+    for key in dropped:
+        if not isinstance(graph[key], TaskRef):  # a future is one
+            raise RuntimeError(
+                f"Dask's optimisation of the source's graph dropped {key!r}, which is not "
+                "a future: shardpipe does not know this Dask's graphs"
+            )
+    return dropped
 
 
 def _block_ranges(plan: WritePlan, wave: Wave) -> tuple[Coords, Coords]:

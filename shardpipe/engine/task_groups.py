@@ -26,7 +26,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from shardpipe.engine.reports import WriteReport
-from shardpipe.internals.dask_task_spec import Task, TaskRef
+from shardpipe.internals.dask_task_spec import GraphNode, Task, TaskRef
 
 TASK_BYTES = 16 * 2**20
 """Raw bytes a task should write at least, where shards are smaller."""
@@ -73,6 +73,8 @@ def group_publishing(
     dsk: dict[Any, Any] = dict(layer)
     dependents: dict[Any, int] = {}
     for node in dsk.values():
+        if not isinstance(node, GraphNode):  # a persisted block's future: no dependencies
+            continue
         for dep in node.dependencies:
             dependents[dep] = dependents.get(dep, 0) + 1
     runs = _runs(

@@ -37,7 +37,7 @@ import numpy as np
 import zarr
 from dask.base import tokenize
 from zarr.abc.store import RangeByteRequest
-from zarr.storage import LocalStore, MemoryStore
+from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 from shardpipe.core.grid import chunks_in_region
 from shardpipe.internals.zarr_core import (
@@ -58,15 +58,18 @@ BYTES_IN_FLIGHT = 16 * 2**20
 
 A batch's chunks are all held until it is decoded, in every thread that reads:
 32 slabs of 2 MiB held 96 MiB on two threads, beside the blocks the memory
-model counts. Where a fetch waits out no round trip, 16 MiB (8 chunks of 2
-MiB, 32 of up to 512 KiB) reads as fast. A batch holds at least one chunk."""
+model counts. Where a fetch waits out no round trip, 16 MiB reads as fast (7
+chunks of 2 MiB: a chunk counts as its read bound, a little more than its raw
+size, and one byte). A batch holds at least one chunk."""
 
 REMOTE_BYTES_IN_FLIGHT = 64 * 2**20
 """Most bytes a batch may fetch from a store whose requests wait out a round trip.
 
 Throughput there comes from requests in flight: a rechunk of 2 MiB slabs from
-S3 through a proxy of 30 ms and 25 MB/s per connection took 1.69-2.07 s with 8
-at once and 1.27-1.65 s with 32 (three runs each, twice)."""
+S3 through a proxy of 30 ms and 25 MB/s per connection took 1.69-2.07 s with 7
+at once and 1.27-1.65 s with 32 (three runs each, twice). These buffers are
+not counted in ``max_mem`` (:mod:`shardpipe.core.memory`): up to this much per
+thread that reads."""
 
 
 @dataclass(frozen=True)
@@ -123,8 +126,7 @@ class RegionReader:
         every = list(chunks_in_region(region, chunk_shape))
         raw_chunk = math.prod(chunk_shape) * np.dtype(self.array.dtype).itemsize
         per_chunk = raw_chunk if bound is None else bound + 1
-        near = isinstance(store, LocalStore | MemoryStore)  # no round trip per fetch
-        in_flight = BYTES_IN_FLIGHT if near else REMOTE_BYTES_IN_FLIGHT
+        in_flight = BYTES_IN_FLIGHT if _near(store) else REMOTE_BYTES_IN_FLIGHT
         step = max(1, min(READS_IN_FLIGHT, in_flight // per_chunk))
         for first in range(0, len(every), step):
             batch = every[first : first + step]
@@ -160,6 +162,17 @@ class RegionReader:
             name=name,
         )
         return blocked
+
+
+def _near(store: Any) -> bool:
+    """Whether a fetch from the zarr ``store`` waits out no round trip (a local disk, memory)."""
+    while isinstance(store, WrapperStore):
+        store = store._store
+    if isinstance(store, LocalStore | MemoryStore):
+        return True
+    protocol = getattr(getattr(store, "fs", None), "protocol", ())
+    protocols = {protocol} if isinstance(protocol, str) else set(protocol)
+    return bool(protocols & {"file", "local", "memory"})
 
 
 def _read_block(reader: RegionReader, block_info: dict[Any, Any] | None = None) -> np.ndarray:

@@ -82,6 +82,27 @@ def test_cluster_writes_a_persisted_array(
     assert verify(str(tmp_path)).ok
 
 
+def test_cluster_delayed_write_keeps_the_futures_it_reads(
+    cluster_client: Any, tmp_path: Path
+) -> None:
+    """A ``compute=False`` write of an array computed from persisted blocks holds them.
+
+    The persisted array is gone by the time the write runs: only the write's graph
+    keeps the cluster from releasing its blocks.
+    """
+    import gc
+
+    data = _data()
+    held = cluster_client.persist(da.from_array(data, chunks=(32, 32, 40)))
+    delayed_write = shardpipe.to_sharded_zarr(
+        held * 2, str(tmp_path), shards=(32, 32, 40), chunks=(16, 8, 8), compute=False
+    )
+    del held
+    gc.collect()
+    delayed_write.compute()
+    assert_same(read_zarr(str(tmp_path)), data * 2)
+
+
 def test_cluster_task_names_read_well(cluster_client: Any, tmp_path: Path) -> None:
     data = da.from_array(_data(), chunks=(16, 32, 40))
     delayed = shardpipe.to_sharded_zarr(

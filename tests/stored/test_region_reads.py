@@ -118,7 +118,8 @@ def test_a_store_with_round_trips_gets_more_in_flight(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(region_reads, "BYTES_IN_FLIGHT", 128 * 1024)
     monkeypatch.setattr(region_reads, "REMOTE_BYTES_IN_FLIGHT", 320 * 1024)
-    store = zarr.storage.FsspecStore.from_url("memory://region-reads-remote")
+    monkeypatch.setattr(region_reads, "_near", lambda store: False)  # as an object store
+    store = zarr.storage.MemoryStore()
     array = zarr.create_array(store, shape=(12, 256, 256), chunks=(1, 256, 256), dtype="u1")
     data = (np.arange(12 * 256 * 256) % 251).astype("u1").reshape(12, 256, 256)
     array[...] = data
@@ -135,6 +136,40 @@ def test_a_store_with_round_trips_gets_more_in_flight(monkeypatch: pytest.Monkey
     monkeypatch.setattr(region_reads, "sync", counted)
     np.testing.assert_array_equal(reader.read((slice(0, 12), slice(0, 256), slice(0, 256))), data)
     assert batches == [4, 4, 4]  # 1 chunk a batch under the local cap
+
+
+def test_a_chunk_larger_than_the_cap_is_fetched_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shardpipe.stored import region_reads
+
+    monkeypatch.setattr(region_reads, "BYTES_IN_FLIGHT", 1024)
+    array = zarr.create_array(str(tmp_path), shape=(3, 64, 64), chunks=(1, 64, 64), dtype="u2")
+    data = np.arange(3 * 64 * 64, dtype="u2").reshape(3, 64, 64)
+    array[...] = data
+    reader = region_reader(bounded_array(zarr.open_array(str(tmp_path), mode="r")))
+    assert reader is not None
+    batches: list[int] = []
+    sync = region_reads.sync
+    monkeypatch.setattr(
+        region_reads, "sync", lambda fetch: batches.append(len(got := sync(fetch))) or got
+    )
+    np.testing.assert_array_equal(reader.read((slice(0, 3), slice(0, 64), slice(0, 64))), data)
+    assert batches == [1, 1, 1]
+
+
+def test_which_stores_are_near(tmp_path: Path) -> None:
+    """A local disk or memory, wrapped or through fsspec, answers without a round trip."""
+    import fsspec
+
+    from shardpipe.stored.region_reads import _near
+
+    local = zarr.storage.LocalStore(str(tmp_path))
+    assert _near(local) and _near(zarr.storage.MemoryStore())
+    assert _near(zarr.storage.LoggingStore(local))
+    assert _near(zarr.storage.FsspecStore.from_url(f"file://{tmp_path}"))
+    s3 = fsspec.filesystem("s3", anon=True, asynchronous=True)
+    assert not _near(zarr.storage.FsspecStore(s3, path="bucket/array"))
 
 
 def test_sharded_and_inexpressible_arrays_are_left_to_zarr(tmp_path: Path) -> None:
