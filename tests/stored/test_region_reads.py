@@ -85,6 +85,22 @@ def test_more_chunks_than_are_fetched_at_once(tmp_path: Path) -> None:
     np.testing.assert_array_equal(reader.read((slice(1, n - 1),)), np.arange(1, n - 1) % 256)
 
 
+def _count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of chunks of each batch a ``RegionReader`` fetches from now on."""
+    from shardpipe.stored import region_reads
+
+    batches: list[int] = []
+    sync = region_reads.sync
+
+    def counted(fetch: Any) -> Any:
+        fetched = sync(fetch)
+        batches.append(len(fetched))
+        return fetched
+
+    monkeypatch.setattr(region_reads, "sync", counted)
+    return batches
+
+
 def test_a_batch_fetches_at_most_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks of 64 KiB under a 256 KiB cap: 3 fetched at once, decoded, then 3 more..."""
     from shardpipe.stored import region_reads
@@ -97,15 +113,7 @@ def test_a_batch_fetches_at_most_its_bytes(tmp_path: Path, monkeypatch: pytest.M
     array[...] = data
     reader = region_reader(bounded_array(zarr.open_array(str(tmp_path), mode="r")))
     assert reader is not None
-    batches: list[int] = []
-    sync = region_reads.sync
-
-    def counted(fetch: Any) -> Any:
-        fetched = sync(fetch)
-        batches.append(len(fetched))
-        return fetched
-
-    monkeypatch.setattr(region_reads, "sync", counted)
+    batches = _count_batches(monkeypatch)
     np.testing.assert_array_equal(
         reader.read((slice(1, 19), slice(0, 256), slice(0, 256))), data[1:19]
     )
@@ -125,15 +133,7 @@ def test_a_store_with_round_trips_gets_more_in_flight(monkeypatch: pytest.Monkey
     array[...] = data
     reader = region_reader(bounded_array(array))
     assert reader is not None
-    batches: list[int] = []
-    sync = region_reads.sync
-
-    def counted(fetch: Any) -> Any:
-        fetched = sync(fetch)
-        batches.append(len(fetched))
-        return fetched
-
-    monkeypatch.setattr(region_reads, "sync", counted)
+    batches = _count_batches(monkeypatch)
     np.testing.assert_array_equal(reader.read((slice(0, 12), slice(0, 256), slice(0, 256))), data)
     assert batches == [4, 4, 4]  # 1 chunk a batch under the local cap
 
@@ -149,11 +149,7 @@ def test_a_chunk_larger_than_the_cap_is_fetched_alone(
     array[...] = data
     reader = region_reader(bounded_array(zarr.open_array(str(tmp_path), mode="r")))
     assert reader is not None
-    batches: list[int] = []
-    sync = region_reads.sync
-    monkeypatch.setattr(
-        region_reads, "sync", lambda fetch: batches.append(len(got := sync(fetch))) or got
-    )
+    batches = _count_batches(monkeypatch)
     np.testing.assert_array_equal(reader.read((slice(0, 3), slice(0, 64), slice(0, 64))), data)
     assert batches == [1, 1, 1]
 
