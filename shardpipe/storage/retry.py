@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from shardpipe import advice
@@ -52,6 +53,10 @@ from shardpipe.errors import (
 from shardpipe.storage.base import ObjectVersion, PartReceipt, PartsHandle, ShardStore
 from shardpipe.storage.delegating import DelegatingStore
 from shardpipe.storage.errnos import is_transient, permanent_error
+from shardpipe.storage.keys import edge_key
+
+DELETE_SLICE = 1000
+"""Keys one retried call of :meth:`RetryingStore.delete_many` removes (as S3's DeleteObjects)."""
 
 T = TypeVar("T")
 
@@ -322,9 +327,19 @@ class RetryingStore(DelegatingStore):
         self._call(f"deleting {key!r}", lambda: self.inner.delete(key))
 
     def delete_many(self, keys: Sequence[str]) -> None:
-        """Remove each of ``keys`` present (all again on a retry: removing is idempotent)."""
-        what = f"deleting {len(keys)} keys from {keys[0]!r}" if keys else "deleting no key"
-        self._call(what, lambda: self.inner.delete_many(keys))
+        """Remove each of ``keys`` present, retrying :data:`DELETE_SLICE` keys at a time.
+
+        Every key is checked first; then each slice is one call of the inner
+        backend, retried on its own (removing is idempotent): a fault late in a
+        million keys sends one slice again, not all that came before.
+        """
+        for key in keys:
+            edge_key(key, self.inner)
+        for start in range(0, len(keys), DELETE_SLICE):
+            part = keys[start : start + DELETE_SLICE]
+            self._call(
+                f"deleting {len(part)} keys from {part[0]!r}", partial(self.inner.delete_many, part)
+            )
 
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys under ``prefix`` as the backend lists them (in string order).

@@ -273,3 +273,30 @@ class TestRetryingKeys(KeyContractTests):
 
     def make_store(self, tmp_path: Path, request: pytest.FixtureRequest) -> ShardStore:
         return RetryingStore(LocalShardStore(tmp_path / "root"), RetryPolicy(attempts=3))
+
+
+def test_a_long_delete_retries_only_the_slice_that_failed(tmp_path: Path) -> None:
+    """2,500 keys go in slices of 1,000; a fault in the third sends only it again."""
+    from collections.abc import Sequence
+
+    from shardpipe.storage.retry import DELETE_SLICE
+
+    class FailsOnce(LocalShardStore):
+        def __init__(self, root: Path) -> None:
+            super().__init__(root, fsync=False)
+            self.sent: list[int] = []
+
+        def delete_many(self, keys: Sequence[str]) -> None:
+            self.sent.append(len(keys))
+            if len(self.sent) == 3:
+                raise TransientStorageError("the connection was reset")
+            super().delete_many(keys)
+
+    inner = FailsOnce(tmp_path)
+    keys = [f"c/{n}" for n in range(2 * DELETE_SLICE + 500)]
+    for key in keys[::250]:
+        inner.put(key, [b"x"])
+    store = RetryingStore(inner, RetryPolicy(attempts=3), sleep=lambda s: None)
+    store.delete_many(keys)
+    assert inner.sent == [1000, 1000, 500, 500]
+    assert list(inner.list("c/")) == []
