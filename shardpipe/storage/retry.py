@@ -56,7 +56,9 @@ from shardpipe.storage.errnos import is_transient, permanent_error
 from shardpipe.storage.keys import edge_key
 
 DELETE_SLICE = 1000
-"""Keys one retried call of :meth:`RetryingStore.delete_many` removes (as S3's DeleteObjects)."""
+"""Keys one retried call of :meth:`RetryingStore.delete_many` removes.
+
+The most S3's ``DeleteObjects`` takes in one request: on S3 a slice is one request."""
 
 T = TypeVar("T")
 
@@ -330,16 +332,19 @@ class RetryingStore(DelegatingStore):
         """Remove each of ``keys`` present, retrying :data:`DELETE_SLICE` keys at a time.
 
         Every key is checked first; then each slice is one call of the inner
-        backend, retried on its own (removing is idempotent): a fault late in a
-        million keys sends one slice again, not all that came before.
+        backend, retried on its own (removing is idempotent) with the policy's
+        tries for each slice: a fault late in a million keys sends one slice
+        again, not all that came before.
         """
         for key in keys:
             edge_key(key, self.inner)
         for start in range(0, len(keys), DELETE_SLICE):
             part = keys[start : start + DELETE_SLICE]
-            self._call(
-                f"deleting {len(part)} keys from {part[0]!r}", partial(self.inner.delete_many, part)
+            what = (
+                f"deleting keys {start + 1:,}-{start + len(part):,} of {len(keys):,} "
+                f"(from {part[0]!r}; the {start:,} before are removed)"
             )
+            self._call(what, partial(self.inner.delete_many, part))
 
     def list(self, prefix: str) -> Iterator[str]:
         """Iterate over the keys under ``prefix`` as the backend lists them (in string order).

@@ -18,6 +18,7 @@ from shardpipe.errors import (
     StorageError,
     StorageFullError,
     TransientStorageError,
+    UnsafeKeyError,
 )
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.errnos import is_transient
@@ -281,22 +282,38 @@ def test_a_long_delete_retries_only_the_slice_that_failed(tmp_path: Path) -> Non
 
     from shardpipe.storage.retry import DELETE_SLICE
 
+    keys = [f"c/{n:04}" for n in range(2 * DELETE_SLICE + 500)]
+    late = keys[2 * DELETE_SLICE]
+
     class FailsOnce(LocalShardStore):
         def __init__(self, root: Path) -> None:
             super().__init__(root, fsync=False)
             self.sent: list[int] = []
+            self.failed = False
 
         def delete_many(self, keys: Sequence[str]) -> None:
             self.sent.append(len(keys))
-            if len(self.sent) == 3:
+            if late in keys and not self.failed:  # the first call holding the late key
+                self.failed = True
                 raise TransientStorageError("the connection was reset")
             super().delete_many(keys)
 
     inner = FailsOnce(tmp_path)
-    keys = [f"c/{n}" for n in range(2 * DELETE_SLICE + 500)]
     for key in keys[::250]:
         inner.put(key, [b"x"])
     store = RetryingStore(inner, RetryPolicy(attempts=3), sleep=lambda s: None)
     store.delete_many(keys)
-    assert inner.sent == [1000, 1000, 500, 500]
+    assert inner.sent == [DELETE_SLICE, DELETE_SLICE, 500, 500]  # before: [2500, 2500]
     assert list(inner.list("c/")) == []
+
+
+def test_a_bad_key_in_a_long_delete_removes_nothing(tmp_path: Path) -> None:
+    """Every key is checked before the first slice goes: a bad one late stops them all."""
+    inner = LocalShardStore(tmp_path, fsync=False)
+    keys = [f"c/{n:04}" for n in range(1500)]
+    for key in keys:
+        inner.put(key, [b"x"])
+    store = RetryingStore(inner, RetryPolicy(attempts=3), sleep=lambda s: None)
+    with pytest.raises(UnsafeKeyError):
+        store.delete_many([*keys, "../outside"])
+    assert len(list(inner.list("c/"))) == 1500
