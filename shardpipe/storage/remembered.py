@@ -2,10 +2,12 @@
 
 ``verify`` and ``info`` ask for the same ``zarr.json`` from several layers (is it
 there, is it a draft array's, a group's, what does it hold...): on an object
-store each asked is a round trip in a row. :class:`RememberedDocuments` wraps
-the backend for one such call and answers the second ask from the first: a
-point in time for the metadata, as a reader that reads it once would see it.
-Shards, records and listings are read as they are.
+store each asked is a round trip in a row; so is the job record, which three
+checks read. :class:`RememberedDocuments` wraps the backend for one such call
+and answers the second ask from the first: a point in time for the metadata
+and the job's records, as a reader that reads them once would see them.
+Shards, the records in the job folder's own folders and listings are read as
+they are.
 
 A job starting a new array lists the array twice in a row under its marker
 (its recovery looks for undo records, then the target is checked for what
@@ -22,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from shardpipe.storage.delegating import DelegatingStore
+from shardpipe.storage.keys import JOB_DIR
 from shardpipe.storage.resolve import ResolvedStore
 
 DOCUMENTS = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", "info"})
@@ -31,11 +34,13 @@ _READS = frozenset({"get", "get_within", "get_range", "size", "version", "list"}
 
 
 def _document(key: str) -> bool:
-    return key.rpartition("/")[2] in DOCUMENTS
+    """Whether ``key`` is a node document or a record right in a job folder."""
+    folder, _, name = key.rpartition("/")
+    return name in DOCUMENTS or (folder.rpartition("/")[2] == JOB_DIR and name.endswith(".json"))
 
 
 class RememberedDocuments(DelegatingStore):
-    """``inner``, whose node documents are read once (their size, their bytes).
+    """``inner``, whose node documents and job records are read once (their size, their bytes).
 
     Parameters
     ----------

@@ -99,3 +99,14 @@ class _NoTemporaries(LocalShardStore):
     @property
     def abilities(self) -> StoreAbilities:
         return dataclasses.replace(super().abilities, leaves_temporaries=False)
+
+
+def test_a_job_record_is_read_once_and_a_record_in_its_folders_each_time(tmp_path: Path) -> None:
+    counting, remembered = _stores(tmp_path)
+    counting.put("a/.shardpipe/write.json", [b'{"state": "complete"}'])
+    counting.put("a/.shardpipe/undo/0.json", [b"{}"])
+    counting.calls.clear()
+    for _ in range(3):
+        assert remembered.get("a/.shardpipe/write.json") == b'{"state": "complete"}'
+        assert remembered.get("a/.shardpipe/undo/0.json") == b"{}"
+    assert counting.calls.count("get") == 1 + 3
