@@ -109,6 +109,12 @@ def retry_policy() -> RetryPolicy:
     )
 
 
+def fs_protocols(store: Any) -> frozenset[str]:
+    """The names of the protocol of a zarr store's fsspec file system (none without one)."""
+    protocol = getattr(getattr(store, "fs", None), "protocol", ())
+    return frozenset((protocol,) if isinstance(protocol, str) else protocol)
+
+
 def _backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore:
     return RetryingStore(_bare_backend_for(store, local_options), retry_policy())
 
@@ -117,13 +123,12 @@ def _bare_backend_for(store: Store, local_options: dict[str, Any]) -> ShardStore
     if isinstance(store, LocalStore):
         return LocalShardStore(store.root, **local_options)
     if isinstance(store, FsspecStore):
-        protocol = store.fs.protocol
-        protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+        protocols = fs_protocols(store)
         if "s3" in protocols or "s3a" in protocols:
             return _s3_backend(dict(store.fs.storage_options), store.path)
         if "gs" in protocols or "gcs" in protocols:
             return gcs_backend(dict(store.fs.storage_options), store.path)
-        if {"az", "abfs", "abfss"} & set(protocols):  # adlfs
+        if {"az", "abfs", "abfss"} & protocols:  # adlfs
             return azure_backend(dict(store.fs.storage_options), store.path)
         if "file" in protocols or "local" in protocols:
             return LocalShardStore(store.path, **local_options)

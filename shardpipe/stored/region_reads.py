@@ -48,6 +48,7 @@ from shardpipe.internals.zarr_core import (
     default_buffer_prototype,
     sync,
 )
+from shardpipe.storage.resolve import fs_protocols
 from shardpipe.stored.bounded_reads import BoundedChunks, read_mapped
 
 READS_IN_FLIGHT = 32
@@ -170,9 +171,7 @@ def _near(store: Any) -> bool:
         store = store._store
     if isinstance(store, LocalStore | MemoryStore):
         return True
-    protocol = getattr(getattr(store, "fs", None), "protocol", ())
-    protocols = {protocol} if isinstance(protocol, str) else set(protocol)
-    return bool(protocols & {"file", "local", "memory"})
+    return bool(fs_protocols(store) & {"file", "local", "memory"})
 
 
 def _read_block(reader: RegionReader, block_info: dict[Any, Any] | None = None) -> np.ndarray:
