@@ -99,17 +99,15 @@ class SourceBlocks:
         self._keys = {b: self._source_key(b) for b in used}
         graph = arr.__dask_graph__()
         self.nodes = ensure_dict(arr.__dask_optimize__(graph, list(self._keys.values())))
-        self._held = frozenset(_futures_dropped(graph, self.nodes, self._keys.values()))
-        self.nodes.update((key, graph[key]) for key in self._held)
+        self._internal = frozenset().union(
+            *(node.dependencies for node in self.nodes.values() if node.dependencies)
+        )
+        self._held = frozenset(
+            _futures_dropped(graph, self.nodes, self._keys.values(), self._internal)
+        )
+        self.nodes.update((key, graph[key]) for key in self._held)  # futures: no dependencies
         # blocks of a wave get keys of their own, unless the window's name is the wave's already
         self._rename = wave is not None and window is None
-        self._internal = frozenset().union(
-            *(
-                node.dependencies
-                for node in self.nodes.values()
-                if isinstance(node, GraphNode) and node.dependencies
-            )
-        )
 
     def _source_key(self, block: Coords) -> tuple[Any, ...]:
         """The key of ``block`` in the source's graph."""
@@ -161,9 +159,14 @@ class SourceBlocks:
 
 
 def _futures_dropped(
-    graph: Mapping[Any, Any], nodes: Mapping[Any, Any], keys: Collection[Any]
+    graph: Mapping[Any, Any],
+    nodes: Mapping[Any, Any],
+    keys: Collection[Any],
+    dependencies: Collection[Any],
 ) -> list[Any]:
     """Keys of the futures that Dask's optimisation dropped from ``graph``, leaving ``nodes``.
+
+    ``keys`` are the blocks asked for, ``dependencies`` those of ``nodes``.
 
     A source persisted on a ``distributed`` cluster is a graph of futures: the
     blocks are futures, or are computed from futures, and the optimisation
@@ -171,10 +174,7 @@ def _futures_dropped(
     keys (the cluster holds their data; the graph keeps them alive until it
     runs, ``compute=False`` too), and are never computed inside another task.
     """
-    needed = set(keys).union(
-        *(node.dependencies for node in nodes.values() if isinstance(node, GraphNode))
-    )
-    dropped = [key for key in needed if key not in nodes]
+    dropped = [key for key in {*keys, *dependencies} if key not in nodes]
     for key in dropped:
         if not isinstance(graph[key], TaskRef):  # a future is one
             raise RuntimeError(
