@@ -13,6 +13,8 @@ unit is then read and decoded once. The rules of :func:`read_block_shape`:
 2. While the block is larger than the budget, halve the axis with the most
    room, in steps that keep it aligned to both the read unit and the inner
    chunk (so that blocks hold whole inner chunks along it), down to one step.
+   An axis that one inner chunk spans is not halved here: only the whole
+   axis holds that chunk whole.
 3. Then in steps of the read unit alone: inner chunks straddle blocks, and
    their pieces travel between tasks raw, but every unit is still read once.
    Where a whole number of steps divides the inner chunk near the half, the
@@ -94,7 +96,12 @@ def read_block_shape(
         max(1, min(ceildiv(s, u) * u, ceildiv(n, u) * u))
         for n, u, s in zip(shape, read_unit, shard_shape, strict=True)
     ]
-    steps = [_aligned_step(u, c, b) for u, c, b in zip(read_unit, chunk_shape, block, strict=True)]
+    steps = [
+        _aligned_step(n, u, c, b)
+        for n, u, c, b in zip(shape, read_unit, chunk_shape, block, strict=True)
+    ]
+
+    tiles = [min(c, n) for n, c in zip(shape, chunk_shape, strict=True)]
 
     def nbytes() -> int:
         return math.prod(min(b, n) for b, n in zip(block, shape, strict=True)) * itemsize
@@ -103,7 +110,7 @@ def read_block_shape(
         if _shrink(block, steps):
             continue
         # aligned to the read unit only: inner chunks straddle blocks (their pieces travel raw)
-        if _shrink(block, list(read_unit), chunk_shape):
+        if _shrink(block, list(read_unit), tiles):
             continue
         # below the read unit: whole inner chunks, each unit read by several blocks
         if not _shrink(block, [min(c, b) for c, b in zip(chunk_shape, block, strict=True)]):
@@ -111,10 +118,16 @@ def read_block_shape(
     return tuple(min(b, max(n, 1)) for b, n in zip(block, shape, strict=True))
 
 
-def _aligned_step(unit: int, chunk: int, block: int) -> int:
-    """Smallest block extent aligned to the read unit (and, if it fits, to inner chunks)."""
+def _aligned_step(n: int, unit: int, chunk: int, block: int) -> int:
+    """Smallest block extent aligned to the read unit (and, if it fits, to inner chunks).
+
+    Along an axis of ``n`` that one inner chunk spans, only the whole axis
+    is aligned to it: the step is the block, which covers the axis.
+    """
     both = _lcm(unit, chunk)
-    return both if both <= block else unit
+    if both <= block:
+        return both
+    return block if chunk >= n else unit
 
 
 def _shrink(block: list[int], steps: Sequence[int], tiles: Sequence[int] | None = None) -> bool:
@@ -123,9 +136,10 @@ def _shrink(block: list[int], steps: Sequence[int], tiles: Sequence[int] | None 
     With ``tiles`` (inner chunk extents), the axis takes the largest whole
     number of steps that divides its tile, if one lies between an eighth and
     a half of the block: blocks then tile the inner chunks they cut, and the
-    chunks of a two-pass copy (their common divisor) stay large. 730 time
-    steps in steps of 1 halve to 365 and then to 146, not 182 (which shares
-    only 2 with 730), and 73 to 10, not 36 (which shares 2).
+    chunks of a two-pass copy (their common divisor) stay large. Inner
+    chunks of 730 time steps, read in steps of 1, halve the block to 365
+    and then to 146, not 182 (which shares only 2 with 730), and 73 to 10,
+    not 36 (which shares 2).
     """
     room = [b // s for b, s in zip(block, steps, strict=True)]
     axis = max(range(len(block)), key=lambda d: room[d])
@@ -182,6 +196,29 @@ def blocks_read_cost(
     return ReadCost(reads=reads, nbytes_read=nbytes, nbytes_source=raw)
 
 
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in ascending order."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
+
+
+def _larger_extent(size: int, n: int, block: int, shard: int, chunk: int) -> int | None:
+    """The next extent of an intermediate chunk along an axis, at least twice ``size``; or None.
+
+    Where one block spans the axis: double while it divides the shard. Where
+    blocks meet and an inner chunk spans the axis (pass 2 reads it whole):
+    the smallest divisor of the block at least twice as long. Where blocks
+    meet in whole inner chunks: double while it divides both block and shard.
+    """
+    if block >= n:
+        return 2 * size if shard % (2 * size) == 0 else None
+    if chunk >= n:
+        return next((k for k in _divisors(block) if k >= 2 * size), None)
+    if block % chunk == 0 and math.gcd(block, shard) % (2 * size) == 0:
+        return 2 * size
+    return None
+
+
 def straddles(block_shape: Shape, shard_shape: Shape, chunk_shape: Shape) -> bool:
     """Whether inner chunks cross block edges inside shards that several blocks feed.
 
@@ -210,12 +247,15 @@ def intermediate_chunks(
     spans the whole axis, whose end is the array's); the second reads them in
     blocks of whole inner chunks. Along an axis where several blocks meet
     and the block is not a whole number of inner chunks, the extent is their
-    common divisor; along the others it starts at one inner chunk and
-    doubles (last axis first) while it still divides the shard (and the
-    block, where blocks meet), the chunk stays within ``max_nbytes``, and
-    the smallest block of pass 2 that holds whole inner chunks and whole
-    intermediate chunks stays within ``block_nbytes`` (fewer objects,
-    without forcing pass 2 into larger blocks).
+    common divisor, unless an inner chunk spans the axis: pass 2 reads that
+    axis whole, and the extent is the block's largest divisor within
+    ``max_nbytes``. Along the others it starts at one inner chunk. Then each
+    grows (last axis first; doubling, or to the block's next divisor) while
+    it still divides the shard (and the block, where blocks meet), the chunk
+    stays within ``max_nbytes``, and the smallest block of pass 2 that holds
+    whole inner chunks and whole intermediate chunks stays within
+    ``block_nbytes`` (fewer objects, without forcing pass 2 into larger
+    blocks).
 
     ::
 
@@ -223,26 +263,39 @@ def intermediate_chunks(
         z: blocks meet every 16 frames -> gcd(16, 64) = 16;
         y, x: one block spans the axis -> 64, doubled up to the shard
         (not gcd(700, 64) = 4 and gcd(600, 64) = 8: chunks of 1 KiB)
+
+        time slices (730, 256, 512) float32, blocks (32, 256, 512), inner
+        chunks (730, 32, 32): t: 32, the block (not gcd(32, 730) = 2: pass 2
+        reads all 730 slices); y and x doubled within 1 MiB
     """
     spans = [b >= n for b, n in zip(block_shape, shape, strict=True)]
     sizes = [
         c if whole or b % c == 0 else math.gcd(b, c)
         for b, c, whole in zip(block_shape, chunk_shape, spans, strict=True)
     ]
+    for d, (n, b, c) in enumerate(zip(shape, block_shape, chunk_shape, strict=True)):
+        if b < n <= c:  # pass 2 reads this axis whole: the block's largest divisor that fits
+            rest = math.prod(sizes) // sizes[d] * itemsize
+            sizes[d] = max(k for k in _divisors(b) if k == sizes[d] or k * rest <= max_nbytes)
     grown = True
     while grown:
         grown = False
         for d in reversed(range(len(sizes))):
-            b, s, c = block_shape[d], shard_shape[d], chunk_shape[d]
-            double = sizes[d] * 2
-            trial = [*sizes[:d], double, *sizes[d + 1 :]]
+            larger = _larger_extent(
+                sizes[d], shape[d], block_shape[d], shard_shape[d], chunk_shape[d]
+            )
+            if larger is None:
+                continue
+            trial = [*sizes[:d], larger, *sizes[d + 1 :]]
             fits = math.prod(trial) * itemsize <= max_nbytes and (
                 block_nbytes is None
-                or math.prod(_lcm(i, k) for i, k in zip(trial, chunk_shape, strict=True)) * itemsize
+                or math.prod(
+                    min(n, _lcm(i, k)) for n, i, k in zip(shape, trial, chunk_shape, strict=True)
+                )
+                * itemsize
                 <= block_nbytes
             )
-            divides = s % double == 0 if spans[d] else b % c == 0 and math.gcd(b, s) % double == 0
-            if divides and fits:
-                sizes[d] = double
+            if fits:
+                sizes[d] = larger
                 grown = True
     return tuple(sizes)

@@ -225,6 +225,9 @@ def plan_checked_rechunk(
         return write.resumed(complete_shards(resolved, write.metadata, write.layout), resume)
 
     if temp_store is not None and straddling:
+        if weighed.chosen.kind == TWO_PASSES and not isinstance(opened.array, da.Array):
+            block_shape = weighed.chosen.block_shape  # the copy's blocks the model weighed
+            cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
         inter_chunks = intermediate_chunks(
             opened.shape,
             block_shape,

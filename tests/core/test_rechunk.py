@@ -174,7 +174,8 @@ def test_intermediate_chunks_fit_both_passes(axes, max_nbytes, spans) -> None:
     inter = intermediate_chunks(shape, block, shard, chunk, 2, max_nbytes)
     for n, b, c, i in zip(shape, block, chunk, inter, strict=True):
         assert b >= n or b % i == 0  # pass 1: every block is whole intermediate chunks
-        assert c % i == 0 or i % c == 0  # pass 2: inner-chunk-aligned blocks hold whole ones
+        # pass 2: inner-chunk-aligned blocks hold whole ones (or read the axis whole)
+        assert c % i == 0 or i % c == 0 or c >= n
     base = [
         c if b >= n or b % c == 0 else math.gcd(b, c)
         for n, b, c in zip(shape, block, chunk, strict=True)
@@ -196,3 +197,35 @@ def test_intermediate_chunks_fit_both_passes(axes, max_nbytes, spans) -> None:
 def test_intermediate_chunks_table(shape, block, expected) -> None:
     inter = intermediate_chunks(shape, block, (128, 256, 256), (64, 64, 64), 2, 1 << 20)
     assert inter == expected
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        # pass 2 reads all 730 time steps: any divisor of the block is aligned, not only
+        # those it shares with 730 (gcd(32, 730) = 2 made copies of 130 KiB chunks)
+        ((32, 256, 512), (32, 64, 128)),
+        ((45, 256, 512), (45, 64, 64)),
+        ((73, 256, 512), (73, 32, 64)),
+        ((10, 256, 512), (10, 64, 128)),
+    ],
+)
+def test_intermediate_chunks_of_a_time_series(block, expected) -> None:
+    shape, shard, chunk = (730, 256, 512), (730, 128, 128), (730, 32, 32)
+    inter = intermediate_chunks(shape, block, shard, chunk, 4, 1 << 20, block_nbytes=30 << 20)
+    assert inter == expected
+
+
+@given(
+    st.integers(2, 400),
+    st.integers(1, 399),
+    st.integers(1, 16),
+    st.integers(1 << 8, 1 << 16),
+)
+def test_intermediate_chunks_along_an_axis_an_inner_chunk_spans(n, block, other, max_nbytes):
+    block = min(block, n - 1)
+    inter = intermediate_chunks((n, other), (block, other), (n, other), (n, other), 1, max_nbytes)
+    assert block % inter[0] == 0  # pass 1: every block is whole intermediate chunks
+    # the largest such extent within max_nbytes (at least the common divisor)
+    fitting = [k for k in range(1, block + 1) if block % k == 0 and k * other <= max_nbytes]
+    assert inter[0] == max([math.gcd(block, n), *fitting])

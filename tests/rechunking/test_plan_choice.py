@@ -44,11 +44,40 @@ def test_the_plan_runs_the_way_the_model_chooses(
     if kind == "one pass, smaller blocks":  # each slab read by two blocks of half its rows
         assert job.block_shape == job.weighed.chosen.block_shape
         assert job.cost.amplification == 2.0
+    if kind == "two passes":  # the copy runs in the blocks and chunks the model weighed
+        assert job.intermediate is not None
+        assert job.intermediate.block_shape == job.weighed.chosen.block_shape
+        assert job.intermediate.chunk_shape == job.weighed.chosen.intermediate_chunks
+        assert job.block_shape == job.weighed.chosen.second_blocks
     report = job.execute()
     assert_same(read_zarr(str(target)), data)
     assert_same(read_tensorstore(str(target)), data)
     assert (report.intermediate_nbytes > 0) == (passes == 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "src.zarr"]
+
+
+def test_a_time_series_copies_in_the_blocks_and_chunks_the_model_weighed(tmp_path: Path) -> None:
+    """Pass 2 reads every time step: the copy's chunks need only divide pass 1's blocks.
+
+    They were cut to what the blocks share with the 146 steps, (2, 16, 32) of 4 KiB,
+    and the model, pricing those requests, rated two passes dearer than they run.
+    """
+    data = np.random.default_rng(5).normal(size=(146, 64, 128)).astype("float32")
+    source = zarr.create_array(
+        tmp_path / "src.zarr", shape=data.shape, chunks=(1, 64, 128), dtype="float32"
+    )
+    source[...] = data
+    target = tmp_path / "out.zarr"
+    layout = {"shards": (146, 32, 32), "chunks": (146, 8, 8)}
+    job = shardpipe.plan_rechunk(tmp_path / "src.zarr", target, max_mem="1MB", **layout)
+    assert job.weighed is not None and job.weighed.chosen.kind == "two passes"
+    assert job.intermediate is not None
+    assert job.intermediate.block_shape == job.weighed.chosen.block_shape == (8, 64, 128)
+    assert job.intermediate.chunk_shape == job.weighed.chosen.intermediate_chunks == (8, 16, 32)
+    assert job.block_shape == job.weighed.chosen.second_blocks
+    job.execute()
+    assert_same(read_zarr(str(target)), data)
+    assert_same(read_tensorstore(str(target)), data)
 
 
 def test_a_dask_source_keeps_its_blocks(tmp_path: Path) -> None:
