@@ -106,6 +106,23 @@ planning stays cheap on vast arrays."""
 TWO_PASS_TRIES = 8
 """First-pass block shapes a planner tries for two passes (the largest that fit)."""
 
+MIN_BLOCKS = 8
+"""Blocks are at most an eighth of the array (but see :data:`SPLIT_FLOOR`), so that every
+core reads and decodes.
+
+Measured (benchmarks/RESULTS.md section 21): the time series in two passes took 4.7 s
+at 256MB, its copy made in 5 blocks, and 3.4 s at 128MB, in 10 blocks (2 cores); in
+section 21g, on 2 worker processes, 2.19 s and +206 MiB per worker in 6 blocks, 2.15 s
+and +111 MiB in 12."""
+
+SPLIT_FLOOR = 16 * 2**20
+"""Arrays are not split into :data:`MIN_BLOCKS` blocks below this many bytes per block."""
+
+
+def largest_block(nbytes: int) -> int:
+    """The most bytes a block of an array of ``nbytes`` may hold, whatever the budget."""
+    return max(nbytes // MIN_BLOCKS, SPLIT_FLOOR)
+
 
 @dataclass(frozen=True)
 class PlanCost:
@@ -403,12 +420,14 @@ def weigh_plans(
     if smaller is not None:
         ways.append(smaller)
     # two passes from the largest read-once blocks that cut inner chunks and fit alone
+    share = largest_block(math.prod(shape) * itemsize)
     firsts = sorted(
         (
             b
             for b in once
             if gathered_blocks(shape, b, shard_shape, chunk_shape)
             and block_memory(b, shape, itemsize) <= max_mem
+            and block_memory(b, shape, itemsize) // BLOCK_COPIES <= share
         ),
         key=lambda b: -block_memory(b, shape, itemsize),
     )

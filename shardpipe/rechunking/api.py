@@ -34,7 +34,7 @@ from dask.delayed import Delayed
 from shardpipe.core.checks import check_json, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.memory import HOLD_SHARE
-from shardpipe.core.rechunk_plans import SMALLER_BLOCKS, TWO_PASSES, weigh_plans
+from shardpipe.core.rechunk_plans import SMALLER_BLOCKS, TWO_PASSES, largest_block, weigh_plans
 from shardpipe.core.source_blocks import (
     intermediate_chunks,
     read_block_shape,
@@ -67,17 +67,6 @@ FIRST_BLOCK_SHARE = 2
 Measured (benchmarks/RESULTS.md section 6): blocks of ``max_mem`` held the process at
 1.2 GB under a 1 GB budget (two threads, each a block); half of it kept the process
 under 700 MiB and was faster."""
-
-
-MIN_BLOCKS = 8
-"""Blocks are at most an eighth of the array (but see :data:`SPLIT_FLOOR`), so that every
-core reads and decodes.
-
-Measured (benchmarks/RESULTS.md section 21): the time series in two passes took 4.7 s
-at 256MB, its copy made in 5 blocks, and 3.4 s at 128MB, in 10 blocks (2 cores)."""
-
-SPLIT_FLOOR = 16 * 2**20
-"""Arrays are not split into :data:`MIN_BLOCKS` blocks below this many bytes per block."""
 
 
 def source_identity(source: Source) -> dict[str, Any]:
@@ -314,7 +303,7 @@ def _largest_fitting(
         return source.read_unit, prepare(source, source.read_unit)
     itemsize = source.dtype.itemsize
     nbytes = math.prod(source.shape) * itemsize
-    share = max(nbytes // MIN_BLOCKS, SPLIT_FLOOR)
+    share = largest_block(nbytes)
     block_budget = max(1, min(budget // FIRST_BLOCK_SHARE, share))
     tried: set[Shape] = set()
     last_error: MemoryBudgetError | None = None

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from shardpipe.core.rechunk_plans import (
     BLOCK_COPIES,
     gathered_blocks,
+    largest_block,
     one_pass_cost,
     two_pass_cost,
     weigh_plans,
@@ -114,3 +115,15 @@ def test_the_time_series_goes_in_two_passes_under_a_budget_and_one_with_room() -
 def test_with_room_one_pass_wins(max_mem: int) -> None:
     choice = weigh_plans((64, 512, 512), 2, (1, 512, 512), (64, 256, 256), (64, 64, 64), max_mem)
     assert choice.chosen.kind == "one pass" and choice.chosen.cost.nbytes_read == 64 * 512 * 512 * 2
+
+
+def test_a_copy_is_made_in_at_least_eight_blocks() -> None:
+    """Every core reads and decodes: the model weighs no copy in blocks above an eighth."""
+    shape, itemsize = (730, 256, 512), 4
+    choice = weigh_plans(shape, itemsize, (1, 256, 512), (730, 128, 128), (730, 32, 32), 256 << 20)
+    two = choice.candidates[-1]
+    assert two.kind == "two passes" and choice.chosen is two
+    assert two.block_shape == (64, 256, 512)  # 32 MiB: 128 steps (64 MiB) fit the budget
+    assert math.prod(two.block_shape) * itemsize <= largest_block(math.prod(shape) * itemsize)
+    # the copy's chunks divide those blocks (pass 2 reads all 730 steps): (64, 64, 64), 1 MiB
+    assert two.intermediate_chunks == (64, 64, 64)
