@@ -124,6 +124,17 @@ def largest_block(nbytes: int) -> int:
     return max(nbytes // MIN_BLOCKS, SPLIT_FLOOR)
 
 
+def block_budget(max_mem: int, nbytes: int) -> int:
+    """The most bytes a block may hold under ``max_mem``, of an array of ``nbytes``.
+
+    A task holds :data:`BLOCK_COPIES` times its block, so blocks start at ``max_mem /
+    2`` (:func:`largest_block` at most). Measured (benchmarks/RESULTS.md section 6):
+    blocks of ``max_mem`` held the process at 1.2 GB under a 1 GB budget (two threads,
+    each a block); half of it kept the process under 700 MiB and was faster.
+    """
+    return max(1, min(max_mem // BLOCK_COPIES, largest_block(nbytes)))
+
+
 @dataclass(frozen=True)
 class PlanCost:
     """What a rechunk plan costs, by the model.
@@ -332,10 +343,11 @@ def two_pass_cost(
     :mod:`shardpipe.rechunking.intermediate`), the copy is written and read
     without a codec: copied, not encoded and decoded.
     """
+    budget = block_budget(max_mem, math.prod(shape) * itemsize)
     inter = intermediate_chunks(
-        shape, block_shape, shard_shape, chunk_shape, itemsize, block_nbytes=max_mem // 2
+        shape, block_shape, shard_shape, chunk_shape, itemsize, block_nbytes=budget
     )
-    second = read_block_shape(shape, itemsize, inter, shard_shape, chunk_shape, max_mem // 2)
+    second = read_block_shape(shape, itemsize, inter, shard_shape, chunk_shape, budget)
     first = read_cost(shape, itemsize, read_unit, block_shape)
     copy_chunks = math.prod(ceildiv(n, i) for n, i in zip(shape, inter, strict=True))
     rest = one_pass_cost(shape, itemsize, inter, shard_shape, chunk_shape, second)
@@ -406,8 +418,14 @@ def weigh_plans(
         block_extents(n, [u, c], n, u)
         for n, u, c in zip(shape, read_unit, chunk_shape, strict=True)
     ]
-    largest = read_block_shape(shape, itemsize, read_unit, shard_shape, chunk_shape, max_mem // 2)
-    blocks = set(itertools.product(*extents)) | {largest}
+    share = largest_block(math.prod(shape) * itemsize)
+    budget = block_budget(max_mem, math.prod(shape) * itemsize)
+    largest = read_block_shape(shape, itemsize, read_unit, shard_shape, chunk_shape, budget)
+    blocks = {  # none above an eighth of the array, as the planner reads them
+        b
+        for b in itertools.product(*extents)
+        if block_memory(b, shape, itemsize) // BLOCK_COPIES <= share
+    } | {largest}
     costs = {
         b: one_pass_cost(shape, itemsize, read_unit, shard_shape, chunk_shape, b) for b in blocks
     }
@@ -420,14 +438,12 @@ def weigh_plans(
     if smaller is not None:
         ways.append(smaller)
     # two passes from the largest read-once blocks that cut inner chunks and fit alone
-    share = largest_block(math.prod(shape) * itemsize)
     firsts = sorted(
         (
             b
             for b in once
             if gathered_blocks(shape, b, shard_shape, chunk_shape)
             and block_memory(b, shape, itemsize) <= max_mem
-            and block_memory(b, shape, itemsize) // BLOCK_COPIES <= share
         ),
         key=lambda b: -block_memory(b, shape, itemsize),
     )

@@ -34,7 +34,7 @@ from dask.delayed import Delayed
 from shardpipe.core.checks import check_json, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.memory import HOLD_SHARE
-from shardpipe.core.rechunk_plans import SMALLER_BLOCKS, TWO_PASSES, largest_block, weigh_plans
+from shardpipe.core.rechunk_plans import SMALLER_BLOCKS, TWO_PASSES, block_budget, weigh_plans
 from shardpipe.core.source_blocks import (
     intermediate_chunks,
     read_block_shape,
@@ -60,13 +60,6 @@ from shardpipe.write.options import DEFAULT_ARRAY_OPTIONS, ArrayOptions, check_a
 from shardpipe.write.parameters import shares_parameters
 from shardpipe.write.prepare import prepare_checked
 from shardpipe.write.resume import check_new_target, check_same_job, complete_shards
-
-FIRST_BLOCK_SHARE = 2
-"""Blocks start at ``max_mem / 2``; the budget halves while the write plan does not fit.
-
-Measured (benchmarks/RESULTS.md section 6): blocks of ``max_mem`` held the process at
-1.2 GB under a 1 GB budget (two threads, each a block); half of it kept the process
-under 700 MiB and was faster."""
 
 
 def source_identity(source: Source) -> dict[str, Any]:
@@ -214,8 +207,9 @@ def plan_checked_rechunk(
         return write.resumed(complete_shards(resolved, write.metadata, write.layout), resume)
 
     if temp_store is not None and straddling:
-        if weighed.chosen.kind == TWO_PASSES and not isinstance(opened.array, da.Array):
-            block_shape = weighed.chosen.block_shape  # the copy's blocks the model weighed
+        weighed_copy = next((c for c in weighed.candidates if c.kind == TWO_PASSES), None)
+        if weighed_copy is not None and not isinstance(opened.array, da.Array):
+            block_shape = weighed_copy.block_shape  # the copy's blocks, as the model weighed it
             cost = read_cost(opened.shape, opened.dtype.itemsize, opened.read_unit, block_shape)
         inter_chunks = intermediate_chunks(
             opened.shape,
@@ -223,7 +217,7 @@ def plan_checked_rechunk(
             shard_shape,
             chunk_shape,
             opened.dtype.itemsize,
-            block_nbytes=budget // FIRST_BLOCK_SHARE,
+            block_nbytes=block_budget(budget, math.prod(opened.shape) * opened.dtype.itemsize),
         )
         identity = copy_identity(source_identity(opened), inter_chunks)
         if found is not None:
@@ -302,14 +296,12 @@ def _largest_fitting(
     if isinstance(source.array, da.Array) and not source.planned:
         return source.read_unit, prepare(source, source.read_unit)
     itemsize = source.dtype.itemsize
-    nbytes = math.prod(source.shape) * itemsize
-    share = largest_block(nbytes)
-    block_budget = max(1, min(budget // FIRST_BLOCK_SHARE, share))
+    most = block_budget(budget, math.prod(source.shape) * itemsize)
     tried: set[Shape] = set()
     last_error: MemoryBudgetError | None = None
     while True:
         block = read_block_shape(
-            source.shape, itemsize, source.read_unit, shard_shape, chunk_shape, block_budget
+            source.shape, itemsize, source.read_unit, shard_shape, chunk_shape, most
         )
         if block in tried:
             assert last_error is not None
@@ -319,7 +311,7 @@ def _largest_fitting(
             return block, prepare(source, block)
         except MemoryBudgetError as err:
             last_error = err
-            block_budget //= 2
+            most //= 2
 
 
 @shares_parameters(RECHUNK_PARAMETERS)

@@ -55,6 +55,17 @@ CASES = [
     ),
     ("small array", (10, 10), (5, 5), (256, 256), (64, 64), MiB, (10, 10)),
     (
+        # one inner chunk spans the time axis: only the whole axis holds it whole, so
+        # the space axes halve (not time, into (200, 128, 128) blocks that cut it)
+        "chunks of time into series",
+        (730, 256, 512),
+        (100, 64, 64),
+        (730, 128, 128),
+        (730, 32, 32),
+        8 * MiB,
+        (730, 64, 64),
+    ),
+    (
         # halving 730 goes 365, then 146 (a divisor of the inner chunk), not 182
         "time slices into series",
         (730, 256, 512),

@@ -56,7 +56,17 @@ def test_the_plan_runs_the_way_the_model_chooses(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "src.zarr"]
 
 
-def test_a_time_series_copies_in_the_blocks_and_chunks_the_model_weighed(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("max_mem", "chosen", "temp_store", "copy"),
+    [
+        ("1MB", "two passes", False, ((8, 64, 128), (8, 16, 32))),
+        # a copy that temp_store asks for runs as the model weighed it, though not chosen
+        ("8MB", "one pass", True, ((73, 64, 128), (73, 32, 32))),
+    ],
+)
+def test_a_time_series_copies_in_the_blocks_and_chunks_the_model_weighed(
+    tmp_path: Path, max_mem: str, chosen: str, temp_store: bool, copy: tuple[Any, Any]
+) -> None:
     """Pass 2 reads every time step: the copy's chunks need only divide pass 1's blocks.
 
     They were cut to what the blocks share with the 146 steps, (2, 16, 32) of 4 KiB,
@@ -68,16 +78,51 @@ def test_a_time_series_copies_in_the_blocks_and_chunks_the_model_weighed(tmp_pat
     )
     source[...] = data
     target = tmp_path / "out.zarr"
-    layout = {"shards": (146, 32, 32), "chunks": (146, 8, 8)}
-    job = shardpipe.plan_rechunk(tmp_path / "src.zarr", target, max_mem="1MB", **layout)
-    assert job.weighed is not None and job.weighed.chosen.kind == "two passes"
+    layout: dict[str, Any] = {"shards": (146, 32, 32), "chunks": (146, 8, 8)}
+    if temp_store:
+        layout["temp_store"] = str(tmp_path / "scratch.zarr")
+    job = shardpipe.plan_rechunk(tmp_path / "src.zarr", target, max_mem=max_mem, **layout)
+    assert job.weighed is not None and job.weighed.chosen.kind == chosen
+    (weighed,) = [c for c in job.weighed.candidates if c.kind == "two passes"]
     assert job.intermediate is not None
-    assert job.intermediate.block_shape == job.weighed.chosen.block_shape == (8, 64, 128)
-    assert job.intermediate.chunk_shape == job.weighed.chosen.intermediate_chunks == (8, 16, 32)
-    assert job.block_shape == job.weighed.chosen.second_blocks
+    assert (job.intermediate.block_shape, job.intermediate.chunk_shape) == copy
+    assert (weighed.block_shape, weighed.intermediate_chunks) == copy
+    assert job.block_shape == weighed.second_blocks
     job.execute()
     assert_same(read_zarr(str(target)), data)
     assert_same(read_tensorstore(str(target)), data)
+
+
+@pytest.mark.parametrize(
+    ("shards", "max_mem", "chosen"),
+    [
+        # temp_store makes a plan whose blocks cut inner chunks copy, whatever was chosen
+        ((730, 128, 128), "1GB", "one pass"),
+        # pass 2 in blocks of an eighth of the array at most, as weighed
+        ((730, 256, 512), "256MiB", "two passes"),
+    ],
+)
+def test_a_copy_runs_as_the_model_weighed_it(
+    tmp_path: Path, shards: tuple[int, ...], max_mem: str, chosen: str
+) -> None:
+    """The copy runs in the blocks and chunks, and pass 2 in the blocks, of the two
+    passes the model weighed."""
+    source = tmp_path / "src.zarr"  # planned, never read: no chunk need be written
+    zarr.create_array(source, shape=(730, 256, 512), chunks=(1, 256, 512), dtype="float32")
+    job = shardpipe.plan_rechunk(
+        source,
+        tmp_path / "out.zarr",
+        shards=shards,
+        chunks=(730, 32, 32),
+        max_mem=max_mem,
+        temp_store=str(tmp_path / "scratch.zarr"),
+    )
+    assert job.weighed is not None and job.weighed.chosen.kind == chosen
+    (weighed,) = [c for c in job.weighed.candidates if c.kind == "two passes"]
+    assert job.intermediate is not None
+    assert job.intermediate.block_shape == weighed.block_shape == (64, 256, 512)
+    assert job.intermediate.chunk_shape == weighed.intermediate_chunks == (64, 64, 64)
+    assert job.block_shape == weighed.second_blocks == (730, 128, 128)
 
 
 def test_a_dask_source_keeps_its_blocks(tmp_path: Path) -> None:
