@@ -250,13 +250,12 @@ def intermediate_chunks(
     common divisor, unless an inner chunk spans the axis: pass 2 reads that
     axis whole, and the extent is the block's largest divisor within
     ``max_nbytes`` (at least the common divisor). Along the others it starts
-    at one inner chunk. Then each
-    grows (last axis first; doubling, or to the block's next divisor) while
-    it still divides the shard (and the block, where blocks meet), the chunk
-    stays within ``max_nbytes``, and the smallest block of pass 2 that holds
-    whole inner chunks and whole intermediate chunks stays within
-    ``block_nbytes`` (fewer objects, without forcing pass 2 into larger
-    blocks).
+    at one inner chunk. Then each grows (last axis first; doubling, or to
+    the block's next divisor) while it still divides the shard (and the
+    block, where blocks meet), the chunk stays within ``max_nbytes``, and the
+    smallest block of pass 2 that holds whole inner chunks and whole
+    intermediate chunks stays within ``block_nbytes`` (fewer objects, without
+    forcing pass 2 into larger blocks).
 
     ::
 
