@@ -24,10 +24,14 @@ from shardpipe.formats.base import assemble_shard
 from shardpipe.formats.zarr_sharding import ZarrShardingFormat
 from shardpipe.ome.source_reads import read_at_most
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.each import call_each
 
 __all__ = ["CarryTarget", "carry_shard"]
 
 _WHAT = "a chunk of this level can take through its codecs"
+
+READS_AT_ONCE = 16
+"""Chunks a carrying task reads at once (each read is one request on an object store)."""
 
 
 @dataclass(frozen=True)
@@ -74,16 +78,30 @@ class CarryTarget:
 
 
 def carry_shard(target: CarryTarget, shard: Coords) -> WriteReport:
-    """Build shard ``shard`` of the v3 array from the v2 chunks it covers; publish it."""
+    """Build shard ``shard`` of the v3 array from the v2 chunks it covers; publish it.
+
+    The chunks are read :data:`READS_AT_ONCE` at a time: on an object store
+    each read waits out a round trip, and the shard holds them all anyway.
+    """
     per_shard = target.shard_format.chunks_per_shard
     bound = target.limit - CRC32C_NBYTES if target.checksum else target.limit
-    encoded = []
+    slots: list[Coords] = []
+    keys: list[str] = []
     for local in itertools.product(*(range(n) for n in per_shard)):
         chunk = tuple(s * n + i for s, n, i in zip(shard, per_shard, local, strict=True))
         if any(c >= g for c, g in zip(chunk, target.chunk_grid, strict=True)):
             continue
         name = target.separator.join(str(c) for c in chunk) if chunk else "0"
-        data = read_at_most(target.source, f"{target.source_prefix}{name}", bound, _WHAT)
+        slots.append(local)
+        keys.append(f"{target.source_prefix}{name}")
+    stored: list[bytes | None] = [None] * len(keys)
+
+    def read(index: int) -> None:
+        stored[index] = read_at_most(target.source, keys[index], bound, _WHAT)
+
+    call_each(read, range(len(keys)), READS_AT_ONCE)
+    encoded = []
+    for local, data in zip(slots, stored, strict=True):
         if data is None:
             continue
         if target.rewrap_zlib:

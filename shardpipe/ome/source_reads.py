@@ -5,8 +5,10 @@ be stored as gigabytes (a sparse file costs its maker nothing). Every read
 of a conversion is bounded before it is made:
 
 * :func:`read_at_most` (documents, and the chunks a conversion copies as
-  they are): the object's size first, refused by key when it is larger than
-  the bound, then a ranged read of that many bytes;
+  they are): the object's size and bytes within the bound
+  (:meth:`~shardpipe.storage.base.ShardStore.get_within`: one request on an
+  object store, the size first on a file system), refused by key when it is
+  larger than the bound, with no byte past the bound read;
 * the levels that are decoded and written again are read as a rechunk reads
   its source (:func:`~shardpipe.stored.bounded_reads.bounded_array`): read
   and decoded within the bounds their metadata implies.
@@ -35,31 +37,29 @@ def too_large(key: str, size: int | None, bound: int, what: str) -> InvalidArgum
     held = f"holds {size:,} bytes" if size is not None else "holds"
     return InvalidArgumentError(
         "source",
-        f"{key!r} {held}, more than the {bound:,} bytes {what}; it was not read",
+        f"{key!r} {held}, more than the {bound:,} bytes {what}; no more than that was read",
         "Repair or remove that file of the source (it is damaged, or was not written by a "
         "Zarr v2 writer), then convert again",
     )
 
 
 def read_at_most(store: ShardStore, key: str, bound: int, what: str) -> bytes | None:
-    """The bytes at ``key`` (None when absent), refused unread when more than ``bound``.
+    """The bytes at ``key`` (None when absent), refused when more than ``bound``.
 
     ``what`` ends the message "more than the N bytes ..." (``"a chunk of
-    shape (8, 8) of uint16 can take through its codecs"``).
+    shape (8, 8) of uint16 can take through its codecs"``). No byte past
+    ``bound`` is read: the store reads the object only when its size is
+    within it (:meth:`~shardpipe.storage.base.ShardStore.get_within`).
 
     Raises
     ------
     shardpipe.errors.InvalidArgumentError
         Naming ``source`` and ``key``, when the object is larger than ``bound``.
     """
-    size = store.size(key)
-    if size is None:
+    found = store.get_within(key, bound)
+    if found is None:
         return None
-    if size > bound:
+    size, data = found
+    if data is None:
         raise too_large(key, size, bound, what)
-    if size == 0:
-        return b""
-    try:
-        return store.get_range(key, 0, size)  # what it held when its size was read, at most
-    except FileNotFoundError:
-        return None
+    return data

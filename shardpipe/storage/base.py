@@ -296,15 +296,19 @@ class ShardStore(ABC):
         ``None`` when absent; ``(size, None)`` when larger than ``limit``. A
         reader that reads small objects whole and large ones by ranges (a
         shard's check) asks this way, and an object store answers both with
-        one request. This default asks the size, then reads.
+        one request. This default asks the size, then reads that many bytes
+        at most (an object grown meanwhile is not read past them).
         """
         size = self.size(key)
         if size is None:
             return None
         if size > limit:
             return size, None
-        data = self.get(key)
-        return None if data is None else (len(data), data)
+        try:
+            data = self.get_range(key, 0, size) if size else b""
+        except FileNotFoundError:
+            return None
+        return len(data), data
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""

@@ -320,7 +320,7 @@ SIZE = "holds 3,221,225,472 bytes, more than the"
 """The message where the file's size was read (through zarr, a ranged read: no size)."""
 
 
-NOT_READ = "it was not read"
+NOT_READ = "no more than that was read"
 """Where a copied chunk's or a document's size was read first: refused unread."""
 
 

@@ -8,9 +8,12 @@ import json
 import re
 import struct
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import dask
 import dask.array as da
 import numcodecs
 import numpy as np
@@ -119,6 +122,42 @@ def test_a_v04_image_converts_with_its_labels(
         chunk = (1 + a, b, c, d)
         v2 = (source / paths[0] / separator.join(map(str, chunk))).read_bytes()
         assert stored[:-4] == v2
+
+
+def test_a_carried_shard_reads_its_chunks_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store each chunk read waits out a round trip: a task carrying a shard
+    has several in flight (here 8, the chunks of a shard), not one after another."""
+    from shardpipe.ome import carry_tasks
+
+    source = tmp_path / "v04.zarr"
+    _write_v04(source, numcodecs.Zstd(level=3))
+    reading = threading.Semaphore(carry_tasks.READS_AT_ONCE)
+    under_way, most, lock = [0], [0], threading.Lock()
+    read = carry_tasks.read_at_most
+
+    def slow_read(*args: Any) -> bytes | None:
+        assert reading.acquire(blocking=False), "more reads at once than READS_AT_ONCE"
+        with lock:
+            under_way[0] += 1
+            most[0] = max(most[0], under_way[0])
+        time.sleep(0.02)  # a round trip
+        try:
+            return read(*args)
+        finally:
+            with lock:
+                under_way[0] -= 1
+            reading.release()
+
+    monkeypatch.setattr(carry_tasks, "read_at_most", slow_read)
+    target = tmp_path / "v05.ome.zarr"
+    with dask.config.set(scheduler="synchronous"):  # one task at a time
+        convert_ome_zarr(str(source), str(target), shards=(1, 16, 32, 32))
+    assert most[0] == 8  # a shard of (1, 16, 32, 32) holds 2 x 2 x 2 chunks of (1, 8, 16, 16)
+    old = zarr.open_group(str(source), mode="r")
+    paths = [d["path"] for d in old.attrs["multiscales"][0]["datasets"]]
+    check_image(target, [np.asarray(old[p][...]) for p in paths])
 
 
 def test_the_levels_written_again_share_options_checked_once(

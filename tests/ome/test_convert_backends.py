@@ -60,7 +60,8 @@ def v04_on_s3(s3_server: str) -> Iterator[tuple[str, dict[str, Any]]]:
 def test_a_v04_image_on_s3_converts_to_s3(
     v04_on_s3: tuple[str, dict[str, Any]], s3_bucket: tuple[str, dict[str, Any]], reencode: bool
 ) -> None:
-    """Chunks carried (sizes, then ranged reads) or read through zarr (bounded ranged reads)."""
+    """Chunks carried (one bounded GET each, 16 at once per shard) or read through zarr
+    (bounded ranged reads)."""
     source, options = v04_on_s3
     bucket, _ = s3_bucket
     target = f"s3://{bucket}/v05-{reencode}.ome.zarr"
