@@ -2,8 +2,9 @@
 
 Each target shard is built by one task from the Zarr v2 chunks it covers,
 read as stored (compressed; a chunk file larger than its codec can make is
-refused by key, unread) and laid into the shard as its inner chunks:
-nothing is decoded (a zlib chunk is only re-wrapped as a gzip member), and
+refused by key, read no further than that) and laid into the shard as its
+inner chunks: nothing is decoded (a zlib chunk is only re-wrapped as a gzip
+member), and
 a CRC32C of the bytes is appended when the target's chain ends with
 ``crc32c``. The shard is published in one put (atomic on every backend).
 Chunks that are absent in the source (the fill value) stay absent.
@@ -80,8 +81,10 @@ class CarryTarget:
 def carry_shard(target: CarryTarget, shard: Coords) -> WriteReport:
     """Build shard ``shard`` of the v3 array from the v2 chunks it covers; publish it.
 
-    The chunks are read :data:`READS_AT_ONCE` at a time: on an object store
-    each read waits out a round trip, and the shard holds them all anyway.
+    The chunks are read :data:`READS_AT_ONCE` at a time where the source's
+    reads wait out round trips (an object store:
+    :attr:`~shardpipe.storage.base.StoreAbilities.reads_at_once`), else one
+    after another; the shard holds them all anyway.
     """
     per_shard = target.shard_format.chunks_per_shard
     bound = target.limit - CRC32C_NBYTES if target.checksum else target.limit
@@ -99,7 +102,7 @@ def carry_shard(target: CarryTarget, shard: Coords) -> WriteReport:
     def read(index: int) -> None:
         stored[index] = read_at_most(target.source, keys[index], bound, _WHAT)
 
-    call_each(read, range(len(keys)), READS_AT_ONCE)
+    call_each(read, range(len(keys)), READS_AT_ONCE if target.source.abilities.reads_at_once else 1)
     encoded = []
     for local, data in zip(slots, stored, strict=True):
         if data is None:

@@ -48,8 +48,9 @@ def read_at_most(store: ShardStore, key: str, bound: int, what: str) -> bytes | 
 
     ``what`` ends the message "more than the N bytes ..." (``"a chunk of
     shape (8, 8) of uint16 can take through its codecs"``). No byte past
-    ``bound`` is read: the store reads the object only when its size is
-    within it (:meth:`~shardpipe.storage.base.ShardStore.get_within`).
+    ``bound`` is read (:meth:`~shardpipe.storage.base.ShardStore.get_within`:
+    on a file system the size first, on S3 one GET of at most ``bound`` bytes
+    whose answer gives the size).
 
     Raises
     ------

@@ -104,6 +104,11 @@ class StoreAbilities:
         process while tasks encode (:mod:`shardpipe.storage.uploads`): each
         request waits out a round trip and one connection's bandwidth (an
         object store), where a file system writes as fast as it is fed.
+    reads_at_once : bool
+        Reads of many small objects are worth making at once (a task carrying
+        the chunks of a shard reads them so): each request waits out a round
+        trip (an object store), where a file system answers at once and
+        threads only contend for the interpreter.
     leaves_temporaries : bool
         A ``put`` writes a temporary object beside its key first (a file
         renamed into place), which a killed process leaves behind: ``cleanup``
@@ -128,6 +133,7 @@ class StoreAbilities:
     parts_in_memory: bool = False
     hard_links: bool = False
     background_puts: bool = False
+    reads_at_once: bool = False
     leaves_temporaries: bool = False
     suffix_ranges: bool = True
 

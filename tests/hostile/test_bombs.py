@@ -321,7 +321,7 @@ SIZE = "holds 3,221,225,472 bytes, more than the"
 
 
 NOT_READ = "no more than that was read"
-"""Where a copied chunk's or a document's size was read first: refused unread."""
+"""Where a copied chunk or a document is refused having read no byte past its bound."""
 
 
 @pytest.mark.parametrize(
@@ -348,7 +348,8 @@ NOT_READ = "no more than that was read"
 def test_an_oversized_file_of_an_ome_source(
     fork_server: ForkServer, tmp_path: Path, case: str, key: str, error: str, words: list[str]
 ) -> None:
-    """A 3 GiB sparse file where a source holds a chunk or a document: refused by key, unread."""
+    """A 3 GiB sparse file where a source holds a chunk or a document: refused by key, no byte
+    past its bound read."""
     from tests.hostile.ome_sources import build, documents
 
     source = tmp_path / "v04"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import re
@@ -124,37 +125,40 @@ def test_a_v04_image_converts_with_its_labels(
         assert stored[:-4] == v2
 
 
+@pytest.mark.parametrize("at_once", [True, False], ids=["object store", "file system"])
 def test_a_carried_shard_reads_its_chunks_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_once: bool
 ) -> None:
-    """On an object store each chunk read waits out a round trip: a task carrying a shard
-    has several in flight (here 8, the chunks of a shard), not one after another."""
+    """Where each read waits out a round trip (a store declaring ``reads_at_once``), a task
+    carrying a shard has ``READS_AT_ONCE`` reads in flight, not one after another; on a
+    file system, where threads would only contend, one at a time."""
     from shardpipe.ome import carry_tasks
+    from shardpipe.storage.local.store import LocalShardStore
 
     source = tmp_path / "v04.zarr"
     _write_v04(source, numcodecs.Zstd(level=3))
-    reading = threading.Semaphore(carry_tasks.READS_AT_ONCE)
+    monkeypatch.setattr(carry_tasks, "READS_AT_ONCE", 4)  # a shard holds 8 chunks
+    abilities = dataclasses.replace(LocalShardStore.abilities, reads_at_once=at_once)
+    monkeypatch.setattr(LocalShardStore, "abilities", abilities)
     under_way, most, lock = [0], [0], threading.Lock()
     read = carry_tasks.read_at_most
 
-    def slow_read(*args: Any) -> bytes | None:
-        assert reading.acquire(blocking=False), "more reads at once than READS_AT_ONCE"
+    def read_in_turn(*args: Any) -> bytes | None:
         with lock:
             under_way[0] += 1
             most[0] = max(most[0], under_way[0])
-        time.sleep(0.02)  # a round trip
         try:
+            time.sleep(0.02)  # a round trip, in which the other reads start
             return read(*args)
         finally:
             with lock:
                 under_way[0] -= 1
-            reading.release()
 
-    monkeypatch.setattr(carry_tasks, "read_at_most", slow_read)
+    monkeypatch.setattr(carry_tasks, "read_at_most", read_in_turn)
     target = tmp_path / "v05.ome.zarr"
     with dask.config.set(scheduler="synchronous"):  # one task at a time
         convert_ome_zarr(str(source), str(target), shards=(1, 16, 32, 32))
-    assert most[0] == 8  # a shard of (1, 16, 32, 32) holds 2 x 2 x 2 chunks of (1, 8, 16, 16)
+    assert most[0] == (4 if at_once else 1)  # never more than READS_AT_ONCE
     old = zarr.open_group(str(source), mode="r")
     paths = [d["path"] for d in old.attrs["multiscales"][0]["datasets"]]
     check_image(target, [np.asarray(old[p][...]) for p in paths])

@@ -100,6 +100,7 @@ class AzureShardStore(ShardStore):
         copy_range=True,
         max_parts=blocks.MAX_TASK_PARTS,
         background_puts=True,
+        reads_at_once=True,
         suffix_ranges=False,
     )
 

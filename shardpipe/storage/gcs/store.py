@@ -85,6 +85,7 @@ class GcsShardStore(ShardStore):
         replace_if_unchanged=True,
         joins_buffers=True,
         background_puts=True,
+        reads_at_once=True,
     )
 
     def __init__(self, fs: Any, root: str, *, settings: RequestSettings = DEFAULT_SETTINGS) -> None:

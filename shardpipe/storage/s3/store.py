@@ -104,6 +104,7 @@ class S3ShardStore(S3ObjectReads, ShardStore):
         min_part_size=5 * 2**20,
         max_parts=MAX_TASK_PARTS,
         background_puts=True,
+        reads_at_once=True,
     )
     _page_size = 1000
 
