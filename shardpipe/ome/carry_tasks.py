@@ -4,9 +4,8 @@ Each target shard is built by one task from the Zarr v2 chunks it covers,
 read as stored (compressed; a chunk file larger than its codec can make is
 refused by key, read no further than that) and laid into the shard as its
 inner chunks: nothing is decoded (a zlib chunk is only re-wrapped as a gzip
-member), and
-a CRC32C of the bytes is appended when the target's chain ends with
-``crc32c``. The shard is published in one put (atomic on every backend).
+member), and a CRC32C of the bytes is appended when the target's chain ends
+with ``crc32c``. The shard is published in one put (atomic on every backend).
 Chunks that are absent in the source (the fill value) stay absent.
 """
 
