@@ -95,18 +95,35 @@ def test_an_io_error_while_writing_a_shard(tmp_path: Path, monkeypatch: pytest.M
     assert report.ok and report.shards_present == 0, report  # nothing half-written
 
 
-@pytest.mark.parametrize("read", ["read_all", "read_at"])
+@pytest.mark.parametrize("read", ["whole", "in ranges"])
 def test_an_io_error_while_verify_reads_a_shard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: str
 ) -> None:
+    """A shard read whole (its size, then that many bytes) or in ranges: ``read_at`` both."""
     data = np.arange(np.prod(SHAPE), dtype="uint16").reshape(SHAPE)
     shardpipe.to_sharded_zarr(data, str(tmp_path / "a.zarr"), shards=SHARDS, chunks=CHUNKS)
     tried: Counter[str] = Counter()
-    monkeypatch.setattr(local_store, read, _failing(getattr(local_store, read), tried))
-    if read == "read_at":  # shards are read whole up to a size: make them read in ranges
+    monkeypatch.setattr(local_store, "read_at", _failing(local_store.read_at, tried))
+    if read == "in ranges":  # shards are read whole up to a size: make them read in ranges
         monkeypatch.setattr("shardpipe.stored.shard_integrity.WHOLE_READ_LIMIT", 0)
     with pytest.raises(StorageError) as caught:
         shardpipe.verify(str(tmp_path / "a.zarr"))
+    _assert_device_error(caught.value, tried)
+
+
+def test_an_io_error_while_a_shard_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get`` (one read to the end of the file, ``read_all``) reports the device's error."""
+    from shardpipe.storage.resolve import resolve_store
+
+    data = np.arange(np.prod(SHAPE), dtype="uint16").reshape(SHAPE)
+    shardpipe.to_sharded_zarr(data, str(tmp_path / "a.zarr"), shards=SHARDS, chunks=CHUNKS)
+    store = resolve_store(str(tmp_path / "a.zarr")).shards
+    tried: Counter[str] = Counter()
+    monkeypatch.setattr(local_store, "read_all", _failing(local_store.read_all, tried))
+    with pytest.raises(StorageError) as caught:
+        store.get(next(store.list("c/")))
     _assert_device_error(caught.value, tried)
 
 
