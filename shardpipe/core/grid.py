@@ -35,6 +35,21 @@ def ceildiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def divisors_up_to(n: int, limit: int) -> list[int]:
+    """The divisors of ``n`` (at least 1) that are at most ``limit``, in increasing order.
+
+    At most ``2 * min(limit, sqrt(n))`` trial divisions: a huge axis (up to
+    ``2**63``) costs no more than a large inner chunk.
+    """
+    root = math.isqrt(n)
+    small = [d for d in range(1, min(root, limit) + 1) if n % d == 0]
+    # a large divisor n // d is at most limit exactly when d >= ceil(n / limit)
+    cofactors = [
+        d for d in range(ceildiv(n, max(limit, 1)), root + 1) if n % d == 0 and n // d > root
+    ]
+    return small + [n // d for d in reversed(cofactors)]
+
+
 def chunks_in_region(
     region: tuple[slice, ...], chunk_shape: Shape
 ) -> Iterator[tuple[Coords, tuple[slice, ...], tuple[slice, ...]]]:

@@ -418,8 +418,8 @@ def weigh_plans(
         block_extents(n, [u, c], n, u)
         for n, u, c in zip(shape, read_unit, chunk_shape, strict=True)
     ]
-    share = largest_block(math.prod(shape) * itemsize)
-    budget = block_budget(max_mem, math.prod(shape) * itemsize)
+    nbytes = math.prod(shape) * itemsize
+    share, budget = largest_block(nbytes), block_budget(max_mem, nbytes)
     largest = read_block_shape(shape, itemsize, read_unit, shard_shape, chunk_shape, budget)
     blocks = {  # none above an eighth of the array, as the planner reads them
         b

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from shardpipe.core.grid import Shape, ceildiv
+from shardpipe.core.grid import Shape, ceildiv, divisors_up_to
 
 DEFAULT_CHUNK_NBYTES = 1 << 20
 DEFAULT_SHARD_NBYTES = 256 << 20
@@ -90,19 +90,6 @@ def default_shard_shape(
     return tuple(c * k for c, k in zip(chunk_shape, counts, strict=True))
 
 
-def _divisors_up_to(n: int, limit: int) -> list[int]:
-    """The divisors of ``n`` that are at most ``limit``, in increasing order.
-
-    At most ``2 * min(limit, sqrt(n))`` trial divisions: a huge shard side
-    (up to ``2**63``) costs no more than a large inner chunk.
-    """
-    root = math.isqrt(n)
-    small = [d for d in range(1, min(root, limit) + 1) if n % d == 0]
-    # a large divisor n // d is at most limit exactly when d >= ceil(n / limit)
-    cofactors = [d for d in range(ceildiv(n, limit), root + 1) if n % d == 0 and n // d > root]
-    return small + [n // d for d in reversed(cofactors)]
-
-
 def default_chunk_shape_within(
     shard_shape: Shape, itemsize: int, target: int = DEFAULT_CHUNK_NBYTES
 ) -> Shape:
@@ -118,7 +105,7 @@ def default_chunk_shape_within(
 
 
 def _nearest_divisor(n: int, wanted: int) -> int:
-    candidates = _divisors_up_to(n, 2 * wanted)
+    candidates = divisors_up_to(n, 2 * wanted)
     return min(candidates, key=lambda d: abs(math.log(d / wanted)))
 
 

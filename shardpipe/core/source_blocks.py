@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardpipe.core.grid import Shape, ceildiv
+from shardpipe.core.grid import Shape, ceildiv, divisors_up_to
 
 
 @dataclass(frozen=True)
@@ -196,12 +196,6 @@ def blocks_read_cost(
     return ReadCost(reads=reads, nbytes_read=nbytes, nbytes_source=raw)
 
 
-def _divisors(n: int) -> list[int]:
-    """The divisors of ``n`` in ascending order."""
-    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
-    return small + [n // k for k in reversed(small) if k * k != n]
-
-
 def _larger_extent(size: int, n: int, block: int, shard: int, chunk: int) -> int | None:
     """The next extent of an intermediate chunk along an axis, at least twice ``size``; or None.
 
@@ -213,7 +207,7 @@ def _larger_extent(size: int, n: int, block: int, shard: int, chunk: int) -> int
     if block >= n:
         return 2 * size if shard % (2 * size) == 0 else None
     if chunk >= n:
-        return next((k for k in _divisors(block) if k >= 2 * size), None)
+        return next((k for k in divisors_up_to(block, block) if k >= 2 * size), None)
     if block % chunk == 0 and math.gcd(block, shard) % (2 * size) == 0:
         return 2 * size
     return None
@@ -276,7 +270,7 @@ def intermediate_chunks(
     for d, (n, b, c) in enumerate(zip(shape, block_shape, chunk_shape, strict=True)):
         if b < n <= c:  # pass 2 reads this axis whole: the block's largest divisor that fits
             rest = math.prod(sizes) // sizes[d] * itemsize
-            sizes[d] = max(k for k in _divisors(b) if k == sizes[d] or k * rest <= max_nbytes)
+            sizes[d] = max([sizes[d], *divisors_up_to(b, max_nbytes // rest)])
     grown = True
     while grown:
         grown = False
