@@ -13,29 +13,32 @@ def call_each[T](func: Callable[[T], object], items: Iterable[T], threads: int) 
     The items are taken as the threads free up (none is held beyond the
     calls under way). Once a call fails, no further call starts, and the
     failure is raised after the calls under way ended: nothing runs on once
-    this has raised. No more threads start than there are items (when
+    this has raised. Of failures in several threads, the one that happened
+    first is raised (an error of ``items`` itself counts as one). No more threads start than there are items (when
     ``items`` has a length).
     """
     if isinstance(items, Sized):
         threads = min(threads, len(items))
     if threads < 1:
         return
-    pending, taking, failed = iter(items), threading.Lock(), threading.Event()
+    pending, taking = iter(items), threading.Lock()
+    failures: list[BaseException] = []  # in the order they happened
     missing = object()
 
     def worker() -> None:
-        while not failed.is_set():
-            with taking:
-                item = next(pending, missing)
-            if item is missing:
-                return
-            try:
+        try:
+            while not failures:
+                with taking:
+                    item = next(pending, missing)
+                if item is missing:
+                    return
                 func(item)  # type: ignore[arg-type]  # not the sentinel here
-            except BaseException:
-                failed.set()
-                raise
+        except BaseException as err:  # the items' iterator's too
+            with taking:
+                failures.append(err)
 
     with ThreadPoolExecutor(threads) as pool:
-        workers = [pool.submit(worker) for _ in range(threads)]
-    for done in workers:
-        done.result()
+        for _ in range(threads):
+            pool.submit(worker)
+    if failures:
+        raise failures[0]

@@ -44,3 +44,19 @@ def test_the_first_failure_stops_the_rest_and_nothing_runs_after_it() -> None:
     assert after < 10  # stopped, not carried through the other 996 items
     time.sleep(0.05)
     assert len(calls) == after  # every call under way had ended when it raised
+
+
+def test_the_failure_raised_is_the_one_that_came_first() -> None:
+    """The first thread's item fails after the second thread's: the second's is raised."""
+    second_failed = threading.Event()
+
+    def call(item: int) -> None:
+        if item == 0:
+            second_failed.wait(5)
+            time.sleep(0.2)  # the other's failure is recorded meanwhile
+            raise OSError("later")
+        second_failed.set()
+        raise OSError("sooner")
+
+    with pytest.raises(OSError, match="sooner"):
+        call_each(call, [0, 1], 2)
