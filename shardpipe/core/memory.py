@@ -167,19 +167,22 @@ class MemoryModel:
         too. Returns 0 when not even an empty part fits.
         """
         fixed = self.working
-        # the cost is linear in raw up to the per-chunk overhead: solve for raw,
-        # then step down until the exact figure fits
+        # the cost is the linear solution's plus the per-chunk overhead and roundings,
+        # and grows with raw: the largest raw that fits is found below the solution
         limits = [(budget - block - fixed) / (self.expansion * self._copies)]
         if gathered:
             limits.append((budget - fixed) / (1 + self.expansion * (1 + self._copies)))
-        raw = max(0, int(min(limits)))
 
         def cost(raw: int) -> int:
             return max(self.direct(block, raw), self.gathered(raw) if gathered else 0)
 
-        while raw > 0 and cost(raw) > budget:
-            raw -= max(1, raw // 64)
-        return raw
+        fits, above = 0, max(0, int(min(limits))) + 1
+        if cost(fits) > budget:
+            return 0
+        while above - fits > 1:  # cost(fits) fits, cost(above) does not (or is untried)
+            middle = (fits + above) // 2
+            fits, above = (middle, above) if cost(middle) <= budget else (fits, middle)
+        return above if cost(above) <= budget else fits
 
 
 @dataclass(frozen=True)
