@@ -31,7 +31,7 @@ __all__ = ["CarryTarget", "carry_shard"]
 _WHAT = "a chunk of this level can take through its codecs"
 
 READS_AT_ONCE = 16
-"""Chunks a carrying task reads at once (each read is one request on an object store)."""
+"""Chunks a carrying task reads at once (on S3 one request each, elsewhere two: size, bytes)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,9 @@ def carry_shard(target: CarryTarget, shard: Coords) -> WriteReport:
     The chunks are read :data:`READS_AT_ONCE` at a time where the source's
     reads wait out round trips (an object store:
     :attr:`~shardpipe.storage.base.StoreAbilities.reads_at_once`), else one
-    after another; the shard holds them all anyway.
+    after another; the shard holds them all anyway. Each chunk read is let go
+    as it is laid into the shard (its checksummed copy takes its place), so
+    that the task holds the shard's chunks once.
     """
     per_shard = target.shard_format.chunks_per_shard
     bound = target.limit - CRC32C_NBYTES if target.checksum else target.limit
@@ -103,7 +105,8 @@ def carry_shard(target: CarryTarget, shard: Coords) -> WriteReport:
 
     call_each(read, range(len(keys)), READS_AT_ONCE if target.source.abilities.reads_at_once else 1)
     encoded = []
-    for local, data in zip(slots, stored, strict=True):
+    for index, local in enumerate(slots):
+        data, stored[index] = stored[index], None  # held once: as read, or as laid in
         if data is None:
             continue
         if target.rewrap_zlib:

@@ -10,7 +10,7 @@ import re
 import struct
 import subprocess
 import threading
-import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -141,14 +141,18 @@ def test_a_carried_shard_reads_its_chunks_at_once(
     abilities = dataclasses.replace(LocalShardStore.abilities, reads_at_once=at_once)
     monkeypatch.setattr(LocalShardStore, "abilities", abilities)
     under_way, most, lock = [0], [0], threading.Lock()
+    all_started = threading.Event()
     read = carry_tasks.read_at_most
 
     def read_in_turn(*args: Any) -> bytes | None:
         with lock:
             under_way[0] += 1
             most[0] = max(most[0], under_way[0])
+            if under_way[0] == 4:
+                all_started.set()
         try:
-            time.sleep(0.02)  # a round trip, in which the other reads start
+            # a round trip, in which the other reads start (however late their threads)
+            all_started.wait(5 if at_once else 0.02)
             return read(*args)
         finally:
             with lock:
@@ -162,6 +166,44 @@ def test_a_carried_shard_reads_its_chunks_at_once(
     old = zarr.open_group(str(source), mode="r")
     paths = [d["path"] for d in old.attrs["multiscales"][0]["datasets"]]
     check_image(target, [np.asarray(old[p][...]) for p in paths])
+
+
+def test_a_carried_shard_holds_its_chunks_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task carrying a shard lets go of each chunk read as it lays it into the shard
+    (it held every chunk twice, the chunks read and their checksummed copies)."""
+    from ome_zarr.format import FormatV04
+    from ome_zarr.writer import write_image
+
+    from shardpipe.ome import carry_tasks
+
+    source = tmp_path / "v04.zarr"
+    image = np.random.default_rng(0).integers(0, 255, size=(1, 16, 256, 256), dtype="uint8")
+    write_image(  # 1 MiB that zstd cannot shrink, in 16 chunks
+        image,
+        zarr.open_group(str(source), mode="w", zarr_format=2),
+        axes="czyx",
+        fmt=FormatV04(),
+        storage_options={"chunks": (1, 4, 64, 64), "compressor": numcodecs.Zstd(level=1)},
+        scale_factors=(),
+    )
+    peaks: list[int] = []
+    carry = carry_tasks.carry_shard
+
+    def traced(*args: Any) -> Any:
+        tracemalloc.start()
+        try:
+            return carry(*args)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+    monkeypatch.setattr(shardpipe.ome.convert, "carry_shard", traced)
+    with dask.config.set(scheduler="synchronous"):
+        convert_ome_zarr(str(source), str(tmp_path / "v05.ome.zarr"), shards=(1, 16, 256, 256))
+    assert len(peaks) == 1
+    assert image.nbytes < peaks[0] < 1.5 * image.nbytes  # was 2.0x
 
 
 def test_the_levels_written_again_share_options_checked_once(
