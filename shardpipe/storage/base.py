@@ -117,6 +117,10 @@ class StoreAbilities:
         Readers can fetch the last bytes of an object without knowing its
         size (an HTTP suffix range, ``bytes=-N``). Azure Blob Storage cannot,
         so new arrays written there get their shard index at the start.
+    ranges_past_the_end : bool
+        A range read that ends past an object's end returns the bytes there
+        are (files, HTTP object stores, zarr's stores). Icechunk 2.3 refuses
+        it, though its documentation says otherwise.
     """
 
     parts: bool = False
@@ -136,6 +140,7 @@ class StoreAbilities:
     reads_at_once: bool = False
     leaves_temporaries: bool = False
     suffix_ranges: bool = True
+    ranges_past_the_end: bool = True
 
 
 class Changes(Protocol):
@@ -302,19 +307,28 @@ class ShardStore(ABC):
         ``None`` when absent; ``(size, None)`` when larger than ``limit``. A
         reader that reads small objects whole and large ones by ranges (a
         shard's check) asks this way, and an object store answers both with
-        one request. This default asks the size, then reads that many bytes
-        at most (an object grown meanwhile is not read past them).
+        one request. This default asks the size, then reads one byte more:
+        an object replaced by a larger one meanwhile shows so, and is read
+        again whole (never a prefix of it taken for the object). Where a range
+        may not end past the object (``ranges_past_the_end`` False: an
+        Icechunk session, which reads one snapshot that no other writer
+        changes), it reads the size found.
         """
         size = self.size(key)
         if size is None:
             return None
         if size > limit:
             return size, None
+        stop = size + 1 if self.abilities.ranges_past_the_end else size
         try:
-            data = self.get_range(key, 0, size) if size else b""
+            data: bytes | None = self.get_range(key, 0, stop) if size else self.get(key)
         except FileNotFoundError:
             return None
-        return len(data), data
+        if data is not None and len(data) > size:  # grown since its size was asked
+            data = self.get(key)
+        if data is None:
+            return None
+        return (len(data), None) if len(data) > limit else (len(data), data)
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""

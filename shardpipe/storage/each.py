@@ -14,8 +14,8 @@ def call_each[T](func: Callable[[T], object], items: Iterable[T], threads: int) 
     calls under way). Once a call fails, no further call starts, and the
     failure is raised after the calls under way ended: nothing runs on once
     this has raised. Of failures in several threads, the one that happened
-    first is raised (an error of ``items`` itself counts as one). No more threads start than there are items (when
-    ``items`` has a length).
+    first is raised (an error of ``items`` itself counts as one). No more
+    threads start than there are items (when ``items`` has a length).
     """
     if isinstance(items, Sized):
         threads = min(threads, len(items))
@@ -27,9 +27,9 @@ def call_each[T](func: Callable[[T], object], items: Iterable[T], threads: int) 
 
     def worker() -> None:
         try:
-            while not failures:
-                with taking:
-                    item = next(pending, missing)
+            while True:
+                with taking:  # no call starts once a failure is recorded
+                    item = missing if failures else next(pending, missing)
                 if item is missing:
                     return
                 func(item)  # type: ignore[arg-type]  # not the sentinel here

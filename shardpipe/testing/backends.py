@@ -101,6 +101,23 @@ class ShardStoreTests(UpdateContractTests, KeyContractTests):
         assert store.get_within("arr/c/3", 0) == (0, b"")
         assert store.get_within("arr/c/3", 8) == (0, b"")
 
+    def test_get_within_never_takes_part_of_a_replacement_for_the_object(
+        self, store: ShardStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An object replaced by a larger one while it is read comes whole, old or new."""
+        old, new = _data(1_000, seed=3), _data(3_000, seed=4)
+        store.put("arr/c/4", [old])
+        size = store.size
+
+        def size_then_replace(key: str) -> int | None:
+            found = size(key)
+            store.put(key, [new])  # another writer, between the size and the bytes
+            return found
+
+        monkeypatch.setattr(store, "size", size_then_replace)
+        assert store.get_within("arr/c/4", 10_000) in [(1_000, old), (3_000, new)]
+        assert store.get_within("arr/c/4", 2_000) in [(1_000, old), (3_000, None)]
+
     def test_get_range(self, store: ShardStore) -> None:
         data = _data(100_000, seed=1)
         store.put("arr/c/1", [data])

@@ -115,7 +115,12 @@ class IcechunkShardStore(ZarrShardStore):
     """
 
     abilities = StoreAbilities(
-        parts=True, create_only=True, joins_buffers=True, transactional=True, parts_in_memory=True
+        parts=True,
+        create_only=True,
+        joins_buffers=True,
+        transactional=True,
+        parts_in_memory=True,
+        ranges_past_the_end=False,
     )
 
     def __init__(self, session: Session) -> None:
