@@ -32,6 +32,7 @@ PROBLEMS = 1
 BAD_INPUT = 2
 NO_ACCESS = 3
 STORAGE_FAILED = 4
+INTERRUPTED = 130  # 128 + SIGINT, as shells report a command Ctrl-C stopped
 
 EXPECTED: tuple[type[BaseException], ...] = (ShardpipeError, OSError, ValueError, KeyError)
 """Failures reported in one line; anything else is a bug and keeps its traceback."""
@@ -102,6 +103,12 @@ EXIT_STATUSES: tuple[ExitStatus, ...] = (
         "every retry)",
         errors=(StorageFullError, TransientStorageError),
         before_work=(StorageError,),
+    ),
+    ExitStatus(
+        INTERRUPTED,
+        "interrupted (Ctrl-C); a write keeps its complete shards: rerun with `--resume` "
+        "where offered",
+        errors=(KeyboardInterrupt,),
     ),
 )
 """The exit statuses, in order."""

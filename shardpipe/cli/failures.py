@@ -110,6 +110,11 @@ def run_command(args: argparse.Namespace) -> int:
     command: str = args.command
     try:
         status: int = args.run(args)
+    except KeyboardInterrupt as err:  # Ctrl-C: what to do next, not a traceback
+        print(f"shardpipe {command}: interrupted", file=sys.stderr)
+        for note in getattr(err, "__notes__", ()):
+            print(f"  {note.removeprefix('shardpipe: ')}", file=sys.stderr)
+        return exit_status(err)
     except _StepFailed as failed:
         return failed.failures.report(command, failed.error)
     except Exception as err:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +16,14 @@ import numpy as np
 import pytest
 import zarr
 
-from shardpipe.cli.exit_statuses import BAD_INPUT, NO_ACCESS, OK, PROBLEMS, STORAGE_FAILED
+from shardpipe.cli.exit_statuses import (
+    BAD_INPUT,
+    INTERRUPTED,
+    NO_ACCESS,
+    OK,
+    PROBLEMS,
+    STORAGE_FAILED,
+)
 from shardpipe.cli.parser import main
 from shardpipe.errors import StorageFullError
 from shardpipe.storage.local.store import LocalShardStore
@@ -116,3 +126,30 @@ def test_exit_statuses_of_storage_faults(
     finally:
         for where in (readonly, small):
             subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_ctrl_c_ends_a_command_in_one_message_and_status_130(tmp_path: Path) -> None:
+    """SIGINT while the command holds the array: no traceback but one line, the status
+    shells give a command Ctrl-C stopped, and a state that ``--resume`` completes (the
+    command printed some 40 lines of traceback and died of the signal)."""
+    source, target = tmp_path / "source.zarr", tmp_path / "target.zarr"
+    prepare_write(_source(), str(source), **LAYOUT).execute()
+    command = [sys.executable, "-m", "shardpipe", "rechunk", str(source), str(target)]
+    command += ["--shards", "32,32,32", "--chunks", "16,16,16"]
+    # the shards written, the command stops before it lets the array go
+    environment = {**os.environ, "SHARDPIPE_JOURNAL_STALL": "release.read=60"}
+    running = subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while running.poll() is None and time.monotonic() < deadline:
+        if len(list((target / "c").rglob("*"))) >= 8 + 4 + 2:  # 8 shards in their folders
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)  # at the stall: the shards are published before it
+    running.send_signal(signal.SIGINT)
+    _, err = running.communicate(timeout=30)
+    assert running.returncode == INTERRUPTED == 130
+    assert err.splitlines()[0] == "shardpipe rechunk: interrupted", err
+    assert "Traceback" not in err
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == OK, resumed.stderr
+    assert main(["verify", str(target), "--complete"]) == OK
