@@ -13,6 +13,7 @@ error changes: its class and ``parameter`` stay the Python ones.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -105,6 +106,8 @@ def _flag_value(value: Any) -> str:
     """``value`` as typed after a flag: ``64,64,64``, ``true``, ``2GiB``."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, Mapping):  # JSON, quoted for the shell
+        return f"'{json.dumps(value)}'"
     if isinstance(value, tuple | list):
         return ",".join(str(v) for v in value)
     return str(value)

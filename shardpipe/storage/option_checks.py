@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Mapping
+from typing import Any
 
+from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError
 
 FSSPEC_OPTIONS = frozenset(
@@ -54,3 +57,41 @@ def unknown_option(
     """The error for option ``key`` of ``parameter``, which ``owner`` (a class) does not take."""
     problem = f"{key!r} (given {value!r}) is not an option of {owner}"
     return InvalidArgumentError(parameter, problem, closest_option(key, valid))
+
+
+_EXAMPLES: dict[str, dict[str, Any]] = {
+    "client_kwargs": {"endpoint_url": "http://host:9000"},
+    "config_kwargs": {"connect_timeout": 10},
+}
+"""What goes into the mapping options most often given, for the examples of errors."""
+
+
+def check_option_types(parameter: str, options: Mapping[str, Any] | None) -> None:
+    """Refuse options of the wrong type before a client is made of them.
+
+    Options named ``*_kwargs`` (``client_kwargs``, ``config_kwargs``...) are
+    mappings, and an ``endpoint_url``, given alone or in ``client_kwargs``, is
+    a URL: a string on the command line (``client_kwargs=http://...``,
+    JSON whose quotes the shell took) otherwise failed deep in the client
+    (``'str' object has no attribute 'get'``).
+    """
+    for key, value in (options or {}).items():
+        if key.endswith("_kwargs") and not isinstance(value, Mapping):
+            inside = _EXAMPLES.get(key, {"name": "value"})
+            example = advice.setting(parameter, {key: inside})
+            raise InvalidArgumentError(
+                parameter,
+                f"{key!r} (given {value!r}) must be a mapping of names to values",
+                f"Give a mapping, e.g. {example}",
+            )
+    client = (options or {}).get("client_kwargs") or {}
+    for where, value in (
+        ("endpoint_url", (options or {}).get("endpoint_url")),
+        ("client_kwargs endpoint_url", client.get("endpoint_url")),
+    ):
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgumentError(
+                parameter,
+                f"{where} (given {value!r}) is not a URL",
+                "Give the endpoint's URL as a string, e.g. 'http://host:9000'",
+            )

@@ -25,7 +25,11 @@ from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.azure.schemes import AZURE_SCHEMES, check_azure_options
 from shardpipe.storage.gcs.options import GCS_SCHEMES, check_gcs_options
-from shardpipe.storage.option_checks import closest_option, filesystem_options
+from shardpipe.storage.option_checks import (
+    check_option_types,
+    closest_option,
+    filesystem_options,
+)
 
 CLIENT_OPTIONS = frozenset(
     (
@@ -85,6 +89,7 @@ def check_storage_options(
     >>> check_storage_options("storage_options", "s3://b/v.zarr", {"endpoint_url": "http://h:9000"})
     {'client_kwargs': {'endpoint_url': 'http://h:9000'}}
     """
+    check_option_types(parameter, options)
     is_url = isinstance(location, str | os.PathLike)
     if is_url and os.fspath(location).startswith(GCS_SCHEMES):
         return check_gcs_options(parameter, options)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,6 +92,20 @@ def test_plan_from_an_existing_array_and_bad_budget(
     assert not (tmp_path / "dst").exists()
 
 
+@pytest.mark.s3
+def test_plan_of_a_local_array_into_s3_reaches_the_target_with_its_options(
+    tmp_path: Path, s3_bucket: tuple[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--storage-option is the target's, --source-storage-option the source's (the target
+    of a plan with --source was opened without options: no usable credentials)."""
+    bucket, options = s3_bucket
+    write_small_array(tmp_path / "src")
+    pairs = [f"{name}={json.dumps(value)}" for name, value in options.items()]
+    argv = ["plan", f"s3://{bucket}/planned.zarr", "--source", str(tmp_path / "src")]
+    assert main([*argv, "--chunks", "10,10", "--storage-option", *pairs]) == 0
+    assert "shape (40, 100)" in capsys.readouterr().out
+
+
 def test_info_compact_and_repair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_small_array(tmp_path)
     for value in (1, 2):
@@ -138,3 +154,22 @@ def test_info_compact_and_repair_show_progress(
         assert "4/4" in bar and ("verify" if command == "repair" else command) in bar, bar
     assert shardpipe.compact(str(tmp_path), threshold=0, progress=True).shards_checked == 4
     assert "compact" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("pair", "named"),
+    [
+        ("client_kwargs=http://127.0.0.1:9000", "'client_kwargs' (given 'http://127.0.0.1:9000')"),
+        ("config_kwargs=5", "'config_kwargs' (given 5)"),
+        ("client_kwargs={bad json", "'client_kwargs' (given '{bad json')"),
+        ('client_kwargs={"endpoint_url": 5}', "client_kwargs endpoint_url (given 5)"),
+    ],
+)
+def test_a_storage_option_of_the_wrong_type_is_named(
+    pair: str, named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line naming the option (they ended in a traceback from inside the client)."""
+    for scheme in ("s3", "gs", "az"):
+        assert main(["info", f"{scheme}://bucket/v.zarr", "--storage-option", pair]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--storage-option" in err and named in err, err

@@ -22,6 +22,7 @@ def add_command(commands: Subcommands) -> None:
     shared.add_store(command, "target store")
     source = command.add_mutually_exclusive_group(required=True)
     source.add_argument("--source", help="local path or fsspec URL of a zarr array to read")
+    shared.SOURCE_STORAGE_OPTION.add(command)
     source.add_argument(
         "--shape", type=shared.int_tuple, help="shape of a made-up source, e.g. 512,1024,1024"
     )
@@ -42,11 +43,16 @@ def add_command(commands: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``plan``: print the plan; return the exit status."""
     options = shared.storage_options(args.storage_option)
-    print(_plan(args, options))
+    source_options = shared.storage_options(args.source_storage_option, "--source-storage-option")
+    print(_plan(args, options, source_options))
     return 0
 
 
-def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
+def _plan(
+    args: argparse.Namespace,
+    options: dict[str, Any] | None,
+    source_options: dict[str, Any] | None,
+) -> Any:
     """The write job planned (a ``ShardedWrite``; nothing written)."""
     import dask.array as da
     import dask.config
@@ -64,7 +70,7 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
 
     blocks = check_int_tuple("blocks", args.blocks)
     if args.source is not None:
-        source = da.from_zarr(open_source(args.source, options).array)
+        source = da.from_zarr(open_source(args.source, source_options).array)
         if blocks is not None:
             source = source.rechunk(blocks)
     else:
@@ -85,6 +91,6 @@ def _plan(args: argparse.Namespace, options: dict[str, Any] | None) -> Any:
         chunk_checksums=not args.no_chunk_checksums,
         index_location=args.index_location,
         overwrite=args.overwrite,
-        storage_options=options if args.source is None else None,
+        storage_options=options,
         max_mem=args.max_mem,
     )
