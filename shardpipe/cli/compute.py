@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
+
+from shardpipe.errors import InvalidArgumentError
 
 
 @contextlib.contextmanager
@@ -21,7 +24,7 @@ def compute_on(address: str | None, workers: int | None) -> Iterator[None]:
     from distributed import Client, LocalCluster  # distributed only when asked for
 
     if address is not None:
-        with Client(address):
+        with _connected(Client, address):
             yield
         return
     with (
@@ -29,3 +32,20 @@ def compute_on(address: str | None, workers: int | None) -> Iterator[None]:
         Client(cluster),
     ):
         yield
+
+
+def _connected(client_class: Any, address: str) -> Any:
+    """A client of the scheduler at ``address``; one that cannot be reached is bad input.
+
+    Before anything is written, so that the error names ``--scheduler``, not a
+    write that failed part way (``--resume`` would resume nothing).
+    """
+    try:
+        return client_class(address)
+    except (OSError, TimeoutError, ValueError) as err:
+        raise InvalidArgumentError(
+            "--scheduler",
+            f"no Dask scheduler answers at {address!r} ({type(err).__name__}: {err})",
+            "Check the address (tcp://host:8786) and that the scheduler runs, or leave "
+            "--scheduler out to compute here",
+        ) from err

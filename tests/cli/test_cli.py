@@ -173,3 +173,20 @@ def test_a_storage_option_of_the_wrong_type_is_named(
         assert main(["info", f"{scheme}://bucket/v.zarr", "--storage-option", pair]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--storage-option" in err and named in err, err
+
+
+def test_a_scheduler_that_does_not_answer_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad input naming --scheduler, before anything is written (it was reported as a
+    write that failed part way, to be resumed)."""
+    import dask
+
+    write_small_array(tmp_path / "src")
+    target = tmp_path / "dst.zarr"
+    argv = ["rechunk", str(tmp_path / "src"), str(target), "--chunks", "10,10"]
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        assert main([*argv, "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--scheduler" in err and "--resume" not in err, err
+    assert not target.exists()
