@@ -49,9 +49,7 @@ def parse_bytes(value: int | str) -> int:
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
         if match is None or match.group(2).lower() not in _UNITS:
-            raise ValueError(
-                f"cannot read {value!r} as a byte size; use an integer or a string like '2GB'"
-            )
+            raise ValueError(f"cannot read {value!r} as a byte size")
         n = round(float(match.group(1)) * _UNITS[match.group(2).lower()])
     if n <= 0:
         raise ValueError(f"a byte size must be positive, got {value!r}")

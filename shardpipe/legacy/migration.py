@@ -152,7 +152,10 @@ class MigrateReport(ShowsSummary):
         verb = "would migrate" if self.dry_run else "migrated"
         where = "in place" if self.in_place else "to the target"
         if self.finished_earlier and not self.leftovers:
-            return "the v3 hierarchy was already written and nothing of the draft is left"
+            return (
+                "nothing to migrate: a Zarr v3 hierarchy that holds nothing of the draft "
+                "(migrated earlier, or never an array of the draft)"
+            )
         if self.finished_earlier:
             done = "would be" if self.dry_run else "were"
             return (

@@ -161,7 +161,7 @@ def check_max_mem(max_mem: Any) -> int:
         return parse_bytes(max_mem)
     except ValueError as err:
         raise InvalidArgumentError(
-            "max_mem", str(err), "Pass bytes or a string like '2GB'"
+            "max_mem", str(err), "Pass a positive integer of bytes or a string like '2GB'"
         ) from None
 
 

@@ -972,3 +972,11 @@ def test_files_where_folders_go_are_refused_by_parameter(tmp_path: Path) -> None
             run()
         assert info.value.parameter == parameter, str(info.value)
     assert _tree(tmp_path) == before and not (tmp_path / "v3").exists()
+
+
+def test_a_plain_v3_array_is_not_reported_as_migrated(tmp_path: Path) -> None:
+    """An array that never was a draft: nothing to migrate, said so (the report said a
+    migration had written it and deleted the draft)."""
+    zarr.create_array(tmp_path / "plain.zarr", shape=(4, 4), chunks=(2, 2), dtype="u1")
+    report = shardpipe.migrate(str(tmp_path / "plain.zarr"), dry_run=True)
+    assert str(report).startswith("nothing to migrate") and "never" in str(report)
