@@ -924,7 +924,7 @@ def test_a_rerun_after_the_last_instant_of_an_in_place_migration_exits_0(
     _check_migrated(draft, shards, crc=False)
     capsys.readouterr()
     assert main(["migrate", str(draft), "--no-progress"]) == 0  # and again: nothing to do
-    assert "already" in capsys.readouterr().out
+    assert "nothing to migrate" in capsys.readouterr().out
     assert sorted(p.name for p in draft.iterdir()) == V3_TOP
 
 
