@@ -22,9 +22,10 @@ import zarr
 
 from shardpipe import advice
 from shardpipe.core.grid import Shape
-from shardpipe.errors import InvalidArgumentError
+from shardpipe.errors import InvalidArgumentError, StorageAccessError
 from shardpipe.rechunking.intermediate import placeholder
 from shardpipe.storage.local.contained import contained
+from shardpipe.storage.option_names import S3_SCHEMES
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.bounded_reads import bounded_array
 from shardpipe.stored.region_reads import region_reader
@@ -108,6 +109,7 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
             options = storage_options if store is name else None
             array = zarr.open_array(store, mode="r", storage_options=options)
         except Exception as err:
+            _refused_access(name, err)
             raise InvalidArgumentError(
                 "source",
                 f"cannot open a Zarr array at {name!r} ({type(err).__name__}: {err})",
@@ -140,3 +142,22 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
         attributes=attributes,
         read_blocks=None if reader is None else reader.blocks,
     )
+
+
+def _refused_access(name: str, err: Exception) -> None:
+    """Raise a ``StorageAccessError`` if S3 refused to open ``name`` (credentials,
+    permissions, no such bucket): the storage's fault, not the argument's."""
+    if not name.startswith(S3_SCHEMES):
+        return
+    from shardpipe.storage.s3 import faults
+
+    kind, cause, _ = faults.classify(
+        err, endpoint="the endpoint", bucket=name.split("/")[2], reached=False, attempts=""
+    )
+    if kind is StorageAccessError:
+        options = advice.name("source_storage_options")
+        raise StorageAccessError(
+            f"source: cannot open {name!r}: {cause}; give the source's credentials and "
+            f"endpoint in {options} (key, secret, endpoint_url), or set AWS_ACCESS_KEY_ID "
+            "and AWS_SECRET_ACCESS_KEY"
+        ) from err
