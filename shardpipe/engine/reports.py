@@ -184,7 +184,10 @@ class WriteReport(ShowsSummary):
         return Summary("WriteReport", None, rows)
 
     def _rate(self) -> str:
-        return f", {self.nbytes / 1e6 / self.seconds:,.0f} MB/s stored" if self.seconds else ""
+        if not self.seconds:
+            return ""
+        rate = self.nbytes / 1e6 / self.seconds  # two figures below 10 MB/s, not "0 MB/s"
+        return f", {rate:,.0f} MB/s stored" if rate >= 10 else f", {rate:.2g} MB/s stored"
 
     def _strategies(self) -> str:
         return ", ".join(f"{k} {n:,}" for k, n in sorted(self.strategies.items()))

@@ -222,7 +222,13 @@ class VerifyReport(ShowsSummary):
             lines += [f"note: {note}" for note in self.notes]
         lines += unfinished_lines(self.interrupted)
         bad = [s for s in self.shards if s.problems]
-        lines.append(f"problems: {len(self.problems):,} in {len(bad):,} shard(s)")
+        in_shards = sum(len(s.problems) for s in bad)
+        elsewhere = len(self.problems) - in_shards  # of interrupted jobs, stray keys
+        where = [f"{in_shards:,} in {len(bad):,} shard(s)"] if bad else []
+        where += [f"{elsewhere:,} elsewhere"] if elsewhere else []
+        lines.append(
+            f"problems: {len(self.problems):,}" + (f" ({', '.join(where)})" if where else "")
+        )
         shown = {(job.key, job.describe()) for job in self.interrupted}
         listed = [p for p in self.problems if p not in shown]  # printed with the jobs above
         for key, problem in listed[:50]:

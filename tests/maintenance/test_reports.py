@@ -137,6 +137,18 @@ def test_reports_built_by_hand() -> None:
     assert "arrays[path].verify.problems" in text
 
 
+def test_the_problems_line_says_where_they_are() -> None:
+    """Problems of interrupted jobs are not counted "in 0 shard(s)"; a slow rate shows
+    two figures, not "0 MB/s"."""
+    from shardpipe.engine.reports import WriteReport
+
+    report = shardpipe.VerifyReport([])
+    assert "problems: 0\n" in str(report) + "\n"
+    report.job_problems = [(".shardpipe/write.json", "an unfinished write")]
+    assert "problems: 1 (1 elsewhere)" in str(report)
+    assert "0.92 MB/s stored" in str(WriteReport(shards=1, nbytes=285_197, seconds=0.31))
+
+
 def test_the_dataset_writers_report(tmp_path: Path) -> None:
     """``ds.shard.to_zarr`` returns a dict of reports, shown in short (not each in full)."""
     from shardpipe.testing.datasets import climate_dataset
