@@ -202,10 +202,10 @@ def prepare_checked(
     source, plan = _source_and_plan(
         array, layout, codec, given.max_mem, target, metadata, part_limit=part_limit
     )
-    identity = job_identity(
-        {"dask": array.name} if source_identity is None else source_identity,
-        json.loads(metadata_bytes(metadata)),
-    )
+    if source_identity is None:  # a NumPy array is not hashed (see as_dask_array)
+        in_memory = not isinstance(arr, da.Array)
+        source_identity = {"numpy": "not hashed"} if in_memory else {"dask": array.name}
+    identity = job_identity(source_identity, json.loads(metadata_bytes(metadata)))
     if not resuming:
         check_new_target(target, given.overwrite)
     job = ShardedWrite(

@@ -148,6 +148,14 @@ def check_same_job(
             "write made its shards",
             f"Write it again with {advice.setting('overwrite')}",
         )
+    if resume != "force" and "numpy" in identity["source"]:
+        raise InvalidArgumentError(
+            "resume",
+            "the source is a NumPy array, which shardpipe does not hash (a pass over all of "
+            "it): a resumed write cannot check that it holds the interrupted write's data",
+            f"Pass {advice.setting('resume', 'force')} if it does, or pass "
+            "dask.array.from_array(arr) to both writes (its name is a hash of the data)",
+        )
     compared = ["target"] if resume == "force" else ["source", "target"]
     different = [k for k in compared if record.get(k) != identity[k]]
     if different:

@@ -195,3 +195,18 @@ def test_a_live_writers_temporary_is_still_refused_as_not_ours(tmp_path: Path) -
     with pytest.raises(ArrayExistsError, match="shardpipe-tmp"):
         shardpipe.to_sharded_zarr(np.ones((8, 8), "uint8"), str(path), shards=(4, 4))
     assert running.exists()
+
+
+def test_a_numpy_source_resumes_when_told_it_is_the_same_data(tmp_path: Path) -> None:
+    """A NumPy array is not hashed, so resume=True cannot check it: it says so and what to
+    pass (it said the array "was written by another job", whose source was the same
+    object under a new random name); resume='force' completes the write."""
+    data = _data()
+    target, _ = _faulty_target(tmp_path / "a.zarr", share=0.0, full_after=6)
+    with pytest.raises(StorageFullError):
+        prepare_write(data, target, **LAYOUT).execute()
+    with pytest.raises(InvalidArgumentError, match=r"NumPy array.*resume='force'.*from_array"):
+        prepare_write(data, str(tmp_path / "a.zarr"), resume=True, **LAYOUT)
+    report = prepare_write(data, str(tmp_path / "a.zarr"), resume="force", **LAYOUT).execute()
+    assert report.shards_skipped > 0
+    assert_same(read_zarr(str(tmp_path / "a.zarr")), data)
