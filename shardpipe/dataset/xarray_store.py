@@ -48,8 +48,24 @@ def region_checked(zstore: ZarrStore, ds: xr.Dataset, region: Any) -> xr.Dataset
     (coordinates such as ``lat`` and ``lon`` of a region along ``time``), with
     a bare ``ValueError``: here it names the parameter, the variables and the fix.
     """
+    if zstore._mode == "r+":  # xarray refuses these only once the write has begun
+        stored = set(zstore.array_keys())
+        if new := sorted(str(name) for name in ds.variables if str(name) not in stored):
+            raise InvalidArgumentError(
+                "region",
+                f"the variables {new} are not in the stored dataset, and a region write "
+                "changes only what is stored",
+                "Write them first without region (mode='a'), or leave them out: "
+                f"ds.drop_vars({new!r})",
+            )
     try:
         return zstore._validate_and_autodetect_region(ds)
+    except KeyError as err:  # region="auto": coordinate values the store does not hold
+        raise InvalidArgumentError(
+            "region",
+            str(err.args[0] if err.args else err).split("\n")[0].rstrip("."),
+            "Write only coordinate values the store holds; add new ones with append_dim",
+        ) from err
     except ValueError as err:
         problem = str(err).split("\n")[0].rstrip(".")
         fix = "Write only the variables whose values change in that region"

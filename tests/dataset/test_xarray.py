@@ -479,3 +479,23 @@ def test_a_region_with_variables_outside_it_is_refused_naming_them(tmp_path: Pat
     xr.testing.assert_identical(xr.open_zarr(store), before)  # nothing written
     fix.drop_vars(["lat", "lon"]).shard.to_zarr(store, region={"time": slice(100, 130)})
     np.testing.assert_array_equal(xr.open_zarr(store)["t2m"][100:130].values, fix["t2m"].values)
+
+
+def test_region_writes_xarray_would_refuse_midway_are_refused_first(tmp_path: Path) -> None:
+    """Coordinates the store does not hold (region="auto") and variables it does not hold
+    are refused naming region, before anything is written: they escaped as xarray's
+    KeyError, or as a ValueError with a note to repair a store nothing had touched."""
+    ds = climate_dataset(years=1, nlat=6, nlon=8)
+    store = tmp_path / "c.zarr"
+    ds.shard.to_zarr(store, shards={"time": 100})
+    before = sorted(p.relative_to(store) for p in store.rglob("*"))
+    later = ds[["t2m"]].isel(time=slice(0, 30)).drop_vars(["lat", "lon"])
+    later = later.assign_coords(time=later.time + np.timedelta64(1000, "D"))
+    with pytest.raises(InvalidArgumentError, match=r"region: .*append_dim") as unknown:
+        later.shard.to_zarr(store, region="auto")
+    assert "repair" not in str(unknown.value)
+    renamed = ds[["t2m"]].rename(t2m="t3m").isel(time=slice(0, 30)).drop_vars(["lat", "lon"])
+    with pytest.raises(InvalidArgumentError, match=r"region: .*\['t3m'\].*drop_vars") as new:
+        renamed.shard.to_zarr(store, region={"time": slice(0, 30)})
+    assert "repair" not in str(new.value)
+    assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
