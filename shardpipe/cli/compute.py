@@ -42,7 +42,9 @@ def _connected(client_class: Any, address: str) -> Any:
     """
     try:
         return client_class(address)
-    except (OSError, TimeoutError, ValueError) as err:
+    except Exception as err:  # nothing ran yet: whatever it is, the address is at fault
+        # (a refused or timed-out connection, tls:// without its settings, a server
+        # that speaks another protocol: distributed raises all sorts)
         raise InvalidArgumentError(
             "--scheduler",
             f"no Dask scheduler answers at {address!r} ({type(err).__name__}: {err})",

@@ -308,24 +308,25 @@ class ShardStore(ABC):
         reader that reads small objects whole and large ones by ranges (a
         shard's check) asks this way, and an object store answers both with
         one request. This default asks the size, then reads one byte more:
-        an object replaced by a larger one meanwhile shows so, and is read
-        again whole (never a prefix of it taken for the object). Where a range
-        may not end past the object (``ranges_past_the_end`` False: an
-        Icechunk session, which reads one snapshot that no other writer
-        changes), it reads the size found.
+        an object replaced by a larger one meanwhile shows so, and is asked
+        again (never a prefix of it taken for the object). Where a range may
+        not end past the object (``ranges_past_the_end`` False: Icechunk), and
+        for an empty object, it reads the object whole, in one ``get``.
         """
         size = self.size(key)
-        if size is None:
-            return None
-        if size > limit:
-            return size, None
-        stop = size + 1 if self.abilities.ranges_past_the_end else size
+        if size is None or size > limit:
+            return None if size is None else (size, None)
         try:
-            data: bytes | None = self.get_range(key, 0, stop) if size else self.get(key)
+            if size and self.abilities.ranges_past_the_end:
+                ranged = self.get_range(key, 0, size + 1)
+                if len(ranged) <= size:
+                    return len(ranged), ranged
+                size = self.size(key)  # grown since its size was asked: ask again
+                if size is None or size > limit:
+                    return None if size is None else (size, None)
+            data = self.get(key)
         except FileNotFoundError:
             return None
-        if data is not None and len(data) > size:  # grown since its size was asked
-            data = self.get(key)
         if data is None:
             return None
         return (len(data), None) if len(data) > limit else (len(data), data)

@@ -37,8 +37,15 @@ def call_each[T](func: Callable[[T], object], items: Iterable[T], threads: int) 
             with taking:
                 failures.append(err)
 
-    with ThreadPoolExecutor(threads) as pool:
+    pool = ThreadPoolExecutor(threads)
+    try:
         for _ in range(threads):
             pool.submit(worker)
+        pool.shutdown(wait=True)
+    except BaseException as err:  # Ctrl-C while waiting: the threads start no more calls
+        with taking:
+            failures.insert(0, err)
+        pool.shutdown(wait=True)
+        raise
     if failures:
         raise failures[0]

@@ -76,7 +76,7 @@ def check_option_types(parameter: str, options: Mapping[str, Any] | None) -> Non
     (``'str' object has no attribute 'get'``).
     """
     for key, value in (options or {}).items():
-        if key.endswith("_kwargs") and not isinstance(value, Mapping):
+        if key.endswith("_kwargs") and value is not None and not isinstance(value, Mapping):
             inside = _EXAMPLES.get(key, {"name": "value"})
             example = advice.setting(parameter, {key: inside})
             raise InvalidArgumentError(

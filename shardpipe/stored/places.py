@@ -324,7 +324,7 @@ def check_source_options(source: Any, options: Any) -> dict[str, Any] | None:
             "source_storage_options",
             f"{sorted(checked)} do not apply to the source {source!r}: they are for sources "
             "given as a URL (s3://...)",
-            "Leave source_storage_options out",
+            f"Leave {advice.name('source_storage_options')} out",
         )
     return check_storage_options("source_storage_options", source, checked)
 

@@ -87,6 +87,11 @@ def test_plan_from_an_existing_array_and_bad_budget(
     argv = ["plan", str(tmp_path / "dst"), "--source", str(tmp_path / "src"), "--chunks", "10,10"]
     assert main(argv) == 0
     assert "shape (40, 100)" in capsys.readouterr().out
+    assert main([*argv, "--source-storage-option", "anon=true"]) == 2  # a local source
+    assert "do not apply to the source" in capsys.readouterr().err
+    made_up = ["plan", str(tmp_path / "dst"), "--shape", "8,8", "--chunks", "4,4"]
+    assert main([*made_up, "--source-storage-option", "anon=true"]) == 2
+    assert "--source-storage-option" in capsys.readouterr().err
     assert main([*argv, "--max-mem", "1KB"]) == 2
     assert "max_mem" in capsys.readouterr().err
     assert not (tmp_path / "dst").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -60,3 +62,22 @@ def test_the_failure_raised_is_the_one_that_came_first() -> None:
 
     with pytest.raises(OSError, match="sooner"):
         call_each(call, [0, 1], 2)
+
+
+def test_ctrl_c_while_waiting_starts_no_more_calls() -> None:
+    """SIGINT reaches the thread waiting for the calls: it is raised once the calls under
+    way ended, and no call starts after it (the threads carried on through every item)."""
+    calls: list[int] = []
+
+    def call(item: int) -> None:
+        calls.append(item)
+        if item == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+
+    with pytest.raises(KeyboardInterrupt):
+        call_each(call, range(1000), 2)
+    after = len(calls)
+    assert after < 20
+    time.sleep(0.05)
+    assert len(calls) == after

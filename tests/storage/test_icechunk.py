@@ -484,3 +484,30 @@ def test_keys_a_repository_cannot_hold_are_absent(tmp_path: Path, key: str) -> N
     assert backend.get(key) is None
     assert backend.size(key) is None
     assert backend.version(key) is None
+
+
+def test_get_within_reads_a_replaced_object_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Icechunk refuses a range past an object's end, so its get_within reads the object
+    in one get: a replacement in the session between the size and the bytes comes whole,
+    never as a prefix taken for the object."""
+    from shardpipe.storage.icechunk.store import IcechunkShardStore
+
+    session = _repo(tmp_path).writable_session("main")
+    zarr.create_array(session.store, name="arr", shape=(2,), chunks=(1,), dtype="u1")
+    store = IcechunkShardStore(session)
+    assert not store.abilities.ranges_past_the_end
+    old, new = b"x" * 1_000, b"y" * 3_000
+    store.put("arr/c/0", [old])
+    size = store.size
+
+    def size_then_replace(key: str) -> int | None:
+        found = size(key)
+        store.put(key, [new])
+        return found
+
+    monkeypatch.setattr(store, "size", size_then_replace)
+    assert store.get_within("arr/c/0", 10_000) in [(1_000, old), (3_000, new)]
+    store.put("arr/c/1", [old])
+    assert store.get_within("arr/c/1", 2_000) in [(1_000, old), (3_000, None)]

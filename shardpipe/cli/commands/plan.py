@@ -65,15 +65,24 @@ def _plan(
         check_size_limit,
         shape_param,
     )
+    from shardpipe.errors import InvalidArgumentError
     from shardpipe.rechunking.source import open_source
+    from shardpipe.stored.places import check_source_options
     from shardpipe.write.prepare import prepare_write
 
     blocks = check_int_tuple("blocks", args.blocks)
     if args.source is not None:
-        source = da.from_zarr(open_source(args.source, source_options).array)
+        checked = check_source_options(args.source, source_options)
+        source = da.from_zarr(open_source(args.source, checked).array)
         if blocks is not None:
             source = source.rechunk(blocks)
     else:
+        if source_options:
+            raise InvalidArgumentError(
+                "--source-storage-option",
+                "applies to a --source, and a made-up one (--shape) is read from nowhere",
+                "Leave it out",
+            )
         dtype = check_dtype("dtype", args.dtype)
         shape = check_int_tuple("shape", args.shape) or ()
         check_size_limit("shape", shape, dtype.itemsize)
