@@ -48,7 +48,9 @@ from shardpipe.rechunking.job import RechunkJob
 from shardpipe.rechunking.memory import automatic_temp_store, copy_is_local, one_pass_hold
 from shardpipe.rechunking.options import RECHUNK_PARAMETERS, RechunkOptions
 from shardpipe.rechunking.source import Source, open_source
+from shardpipe.stored.locations import source_locations, store_location
 from shardpipe.stored.places import (
+    check_reads_apart,
     check_source_options,
     check_temp_store,
     resolve_named,
@@ -134,6 +136,18 @@ def plan_checked_rechunk(
         )
     budget, overwrite, resume = given.max_mem, given.overwrite, given.resume
     resolved = resolve_named("target", target, given.path, given.storage_options)
+    reads = (
+        source_locations(opened.array)
+        if isinstance(opened.array, da.Array)
+        else [store_location(opened.array.store, opened.array.path)]
+    )
+    check_reads_apart(
+        resolved,
+        reads,
+        parameter="target",
+        fix="Rechunk into another path, then delete the source and move the new array into "
+        "its place",
+    )
     check_new_target(resolved, overwrite or bool(resume), name="target")
     temp_store = check_temp_store(temp_store, resolved, opened.array)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None

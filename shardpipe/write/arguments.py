@@ -265,6 +265,12 @@ def region_offset(region: Any, shape: Shape, source_shape: Shape) -> Coords:
         start = 0 if s.start is None else int(s.start)
         stop = n if s.stop is None else int(s.stop)
         start, stop = (start + n if start < 0 else start), (stop + n if stop < 0 else stop)
+        if 0 <= stop < start <= n:
+            raise InvalidArgumentError(
+                "region",
+                f"dimension {d}: {s!r} runs backwards (from {start} down to {stop})",
+                "Give the smaller bound first, e.g. slice(5, 10)",
+            )
         if not 0 <= start <= stop <= n:
             raise InvalidArgumentError(
                 "region",

@@ -179,6 +179,18 @@ def test_writing_onto_its_own_source_is_refused(tmp_path: Path, data: da.Array, 
     np.testing.assert_array_equal(zarr.open_array(str(source))[...], data.compute())
 
 
+def test_rechunking_onto_its_own_source_names_the_target(tmp_path: Path, data: da.Array) -> None:
+    """The refusal names rechunk's parameter and fix (it named ``store`` and suggested
+    shardpipe's rechunking to a user rechunking)."""
+    source = tmp_path / "vol.zarr"
+    shardpipe.to_sharded_zarr(data, str(source), **GOOD)
+    before = _tree_digest(tmp_path)
+    with pytest.raises(shardpipe.SourceOverlapsTargetError, match="destroy") as info:
+        shardpipe.rechunk(str(source), str(source), overwrite=True, **GOOD)
+    assert info.value.parameter == "target" and "Rechunk into another path" in str(info.value)
+    assert _tree_digest(tmp_path) == before
+
+
 def test_a_source_read_through_a_wrapping_store_is_its_own_place(
     tmp_path: Path, data: da.Array
 ) -> None:
@@ -395,6 +407,7 @@ def _writes(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
         (name, "region", "x", "got 'x'", into(region="x")),
         (name, "region", (slice(0, 40),), "1 slice(s)", into(region=(slice(0, 40),))),
         (name, "region", "(0:40, 0:31)", "outside", into(region=(slice(0, 40), slice(0, 31)))),
+        (name, "region", "(40:0, :)", "runs backwards", into(region=(slice(40, 0), ALL[1]))),
         (name, "region", "(0.0:40, :)", "not an integer", into(region=(slice(0.0, 40), ALL[1]))),
         (
             name,
@@ -490,7 +503,7 @@ def _rechunks(name: str, f: Any) -> list[tuple[str, str, Any, str, Call]]:
         (name, "temp_store", "the target", "overlaps", lambda p: f(p.src, p.new, temp_store=p.new)),
         (name, "temp_store", "the source", "overlaps", lambda p: f(p.src, p.new, temp_store=p.src)),
         (name, "temp_store", "existing", "exists", lambda p: f(p.src, p.new, temp_store=p.arr)),
-        (name, "store", "the source", "destroy", lambda p: f(p.src, p.src, overwrite=True)),
+        (name, "target", "the source", "destroy", lambda p: f(p.src, p.src, overwrite=True)),
     ]
 
 
@@ -1548,7 +1561,7 @@ CLI_ROWS: list[tuple[str, Any, str]] = [
     (
         "rechunk --source-storage-option",
         lambda p: ["rechunk", p.src, p.new, "--source-storage-option", "anon=true"],
-        "source_storage_options",
+        "Leave --source-storage-option out",
     ),
     (
         "write-dataset --shards",
