@@ -138,7 +138,15 @@ def test_ctrl_c_ends_a_command_in_one_message_and_status_130(tmp_path: Path) -> 
     command += ["--shards", "32,32,32", "--chunks", "16,16,16"]
     # the shards written, the command stops before it lets the array go
     environment = {**os.environ, "SHARDPIPE_JOURNAL_STALL": "release.read=60"}
-    running = subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, text=True)
+    running = subprocess.Popen(
+        command,
+        env=environment,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as a terminal would have it, though the tests run where SIGINT is ignored
+        # (a background job), which the command would inherit
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     while running.poll() is None and time.monotonic() < deadline:
         if len(list((target / "c").rglob("*"))) >= 8 + 4 + 2:  # 8 shards in their folders
