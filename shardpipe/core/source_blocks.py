@@ -197,17 +197,15 @@ def blocks_read_cost(
 
 
 def _larger_extent(size: int, n: int, block: int, shard: int, chunk: int) -> int | None:
-    """The next extent of an intermediate chunk along an axis, at least twice ``size``; or None.
+    """Twice ``size``, if an intermediate chunk may grow so along its axis; else None.
 
-    Where one block spans the axis: double while it divides the shard. Where
-    blocks meet and an inner chunk spans the axis (pass 2 reads it whole):
-    the smallest divisor of the block at least twice as long. Where blocks
-    meet in whole inner chunks: double while it divides both block and shard.
+    Where one block spans the axis: while it divides the shard. Where blocks
+    meet in whole inner chunks: while it divides both block and shard. Where
+    blocks meet and an inner chunk spans the axis, the extent already is the
+    block's largest divisor that fits (:func:`intermediate_chunks`): None.
     """
     if block >= n:
         return 2 * size if shard % (2 * size) == 0 else None
-    if chunk >= n:
-        return next((k for k in divisors_up_to(block, block) if k >= 2 * size), None)
     if block % chunk == 0 and math.gcd(block, shard) % (2 * size) == 0:
         return 2 * size
     return None
@@ -244,12 +242,11 @@ def intermediate_chunks(
     common divisor, unless an inner chunk spans the axis: pass 2 reads that
     axis whole, and the extent is the block's largest divisor within
     ``max_nbytes`` (at least the common divisor). Along the others it starts
-    at one inner chunk. Then each grows (last axis first; doubling, or to
-    the block's next divisor) while it still divides the shard (and the
-    block, where blocks meet), the chunk stays within ``max_nbytes``, and the
-    smallest block of pass 2 that holds whole inner chunks and whole
-    intermediate chunks stays within ``block_nbytes`` (fewer objects, without
-    forcing pass 2 into larger blocks).
+    at one inner chunk. Then each doubles (last axis first) while it still
+    divides the shard (and the block, where blocks meet), the chunk stays
+    within ``max_nbytes``, and the smallest block of pass 2 that holds whole
+    inner chunks and whole intermediate chunks stays within ``block_nbytes``
+    (fewer objects, without forcing pass 2 into larger blocks).
 
     ::
 

@@ -158,7 +158,7 @@ def to_zarr(
     )
     regions: dict[Hashable, slice] = {}
     if zstore is not None:
-        ds = region_checked(zstore, ds, region)
+        ds = region_checked(zstore, ds, region, mode)
         regions = dict(zstore._write_region or {})
         zstore._validate_encoding(encoding)
     updates = _prepare_updates(

@@ -40,15 +40,17 @@ def xarray_store(
     )
 
 
-def region_checked(zstore: ZarrStore, ds: xr.Dataset, region: Any) -> xr.Dataset:
+def region_checked(zstore: ZarrStore, ds: xr.Dataset, region: Any, mode: str) -> xr.Dataset:
     """``ds`` with its region found or checked by xarray; its refusals as ours.
 
     xarray refuses a region that does not fit the stored dataset, and an
     explicit region written with variables that share none of its dimensions
     (coordinates such as ``lat`` and ``lon`` of a region along ``time``), with
     a bare ``ValueError``: here it names the parameter, the variables and the fix.
+    With ``mode`` ``"r+"`` (what ``zstore`` was opened with), variables the store
+    does not hold are refused too, before xarray would refuse them mid-write.
     """
-    if zstore._mode == "r+":  # xarray refuses these only once the write has begun
+    if mode == "r+":  # xarray refuses these only once the write has begun
         stored = set(zstore.array_keys())
         if new := sorted(str(name) for name in ds.variables if str(name) not in stored):
             raise InvalidArgumentError(

@@ -48,7 +48,7 @@ from shardpipe.rechunking.job import RechunkJob
 from shardpipe.rechunking.memory import automatic_temp_store, copy_is_local, one_pass_hold
 from shardpipe.rechunking.options import RECHUNK_PARAMETERS, RechunkOptions
 from shardpipe.rechunking.source import Source, open_source
-from shardpipe.stored.locations import source_locations, store_location
+from shardpipe.stored.locations import locations_read
 from shardpipe.stored.places import (
     check_reads_apart,
     check_source_options,
@@ -136,14 +136,9 @@ def plan_checked_rechunk(
         )
     budget, overwrite, resume = given.max_mem, given.overwrite, given.resume
     resolved = resolve_named("target", target, given.path, given.storage_options)
-    reads = (
-        source_locations(opened.array)
-        if isinstance(opened.array, da.Array)
-        else [store_location(opened.array.store, opened.array.path)]
-    )
     check_reads_apart(
         resolved,
-        reads,
+        locations_read(opened.array),
         parameter="target",
         fix="Rechunk into another path, then delete the source and move the new array into "
         "its place",

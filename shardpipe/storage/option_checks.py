@@ -75,7 +75,8 @@ def check_option_types(parameter: str, options: Mapping[str, Any] | None) -> Non
     JSON whose quotes the shell took) otherwise failed deep in the client
     (``'str' object has no attribute 'get'``).
     """
-    for key, value in (options or {}).items():
+    options = options or {}
+    for key, value in options.items():
         if key.endswith("_kwargs") and value is not None and not isinstance(value, Mapping):
             inside = _EXAMPLES.get(key, {"name": "value"})
             example = advice.setting(parameter, {key: inside})
@@ -84,9 +85,9 @@ def check_option_types(parameter: str, options: Mapping[str, Any] | None) -> Non
                 f"{key!r} (given {value!r}) must be a mapping of names to values",
                 f"Give a mapping, e.g. {example}",
             )
-    client = (options or {}).get("client_kwargs") or {}
+    client = options.get("client_kwargs") or {}
     for where, value in (
-        ("endpoint_url", (options or {}).get("endpoint_url")),
+        ("endpoint_url", options.get("endpoint_url")),
         ("client_kwargs endpoint_url", client.get("endpoint_url")),
     ):
         if value is not None and not isinstance(value, str):

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import dask.array as da
-import zarr
 from zarr.storage import LocalStore
 
 from shardpipe import advice
@@ -25,7 +24,7 @@ from shardpipe.storage.keys import JOB_DIR, TEMPORARY_SUFFIX
 from shardpipe.storage.local.temporary import ZARR_TEMPORARY, is_zarr_temporary, writer_may_run
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.urls import check_location
-from shardpipe.stored.locations import Location, source_locations, store_location
+from shardpipe.stored.locations import Location, locations_read, source_locations, store_location
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     from shardpipe.storage.resolve import ResolvedStore
@@ -292,11 +291,7 @@ def check_temp_store(temp_store: Any, target: ResolvedStore, source: Any) -> str
         )
     where = check_location("temp_store", temp_store)
     location = _location_of(where)
-    if isinstance(source, zarr.Array):
-        read = [store_location(source.store, source.path)]
-    else:
-        read = list(source_locations(source)) if isinstance(source, da.Array) else []
-    for other in [store_location(target.zarr_store, target.path), *read]:
+    for other in [store_location(target.zarr_store, target.path), *locations_read(source)]:
         if other is not None and location.overlaps(other):
             raise InvalidArgumentError(
                 "temp_store",
