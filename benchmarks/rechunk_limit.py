@@ -14,6 +14,16 @@ rechunk, whose source must be read and decoded too. On one thread, in turn:
 6. **write** each shard with one ``os.writev`` of its chunks, their
    checksums and its index, at its key, no fsync (as every writer here).
 
+Between steps 2 and 3 the limit also times what a two-pass rechunk adds at
+the least, on the array it decoded (:func:`copy_parts`), kept apart from the
+parts above: **copy_write** writes it raw into scratch files of whole planes,
+32 MiB or the nearest whole plane (one ``write`` each, from the array's own
+memory: no cut, no codec), **copy_read** gathers every target shard's region
+back from them through ``mmap`` (what the second pass must bring back into
+memory, with no read call per chunk), **copy_remove** deletes them. Their sum
+over the cores, added to the limit, is the *two-pass limit*: what a rechunk
+whose budget forces an intermediate copy costs at the least.
+
 Inner chunks wholly outside the array are left out (an empty index entry),
 as zarr-python does. Each part is timed on its own (``perf_counter`` around
 it, per file, per chunk or per shard); the limit is the sum of the parts
@@ -38,6 +48,9 @@ from benchmarks.format_limit import write_file
 from benchmarks.rechunk_cases import RechunkCase, regions, target_metadata
 
 PARTS = ("read", "decode", "cut", "encode", "checksum", "write")
+COPY_PARTS = ("copy_write", "copy_read", "copy_remove")
+COPY_FILE_BYTES = 32 * 2**20
+"""The size the scratch files of :func:`copy_parts` hold, in whole planes (at least one)."""
 EMPTY = 2**64 - 1
 """Offset and length of an index entry whose chunk is not stored."""
 
@@ -69,6 +82,41 @@ def read_source(case: RechunkCase, source: Path, seconds: dict[str, float]) -> n
             planes[...] = whole[: planes.shape[0]]
     seconds["decode"] += time.perf_counter() - start
     return array
+
+
+def copy_parts(
+    case: RechunkCase, array: np.ndarray, scratch: Path, seconds: dict[str, float]
+) -> None:
+    """What a copy adds: ``array`` written raw, every shard's region read back, removed."""
+    plane = array[0].nbytes
+    depth = max(1, COPY_FILE_BYTES // plane)
+    scratch.mkdir(parents=True)
+    paths = []
+    start = time.perf_counter()
+    for z in range(0, case.shape[0], depth):
+        path = scratch / str(z)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, memoryview(array[z : z + depth]).cast("B"))
+        finally:
+            os.close(fd)
+        paths.append((z, path))
+    seconds["copy_write"] += time.perf_counter() - start
+    start = time.perf_counter()
+    for z, path in paths:
+        planes = np.memmap(path, dtype=array.dtype, mode="r", shape=array[z : z + depth].shape)
+        for shard in regions(case.shape, case.shards):
+            low, high = max(shard[0].start, z), min(shard[0].stop, z + planes.shape[0])
+            if low < high:  # the shard's region within these planes, brought back
+                region = (slice(low, high), *shard[1:])
+                array[region] = planes[(slice(low - z, high - z), *shard[1:])]
+        del planes
+    seconds["copy_read"] += time.perf_counter() - start
+    start = time.perf_counter()
+    for _, path in paths:
+        path.unlink()
+    scratch.rmdir()
+    seconds["copy_remove"] += time.perf_counter() - start
 
 
 def write_shards(
@@ -132,13 +180,17 @@ def rechunk_limit(case: RechunkCase, source: Path, target: Path) -> dict[str, An
     target.mkdir(parents=True)
     (target / "zarr.json").write_text(json.dumps(target_metadata(case), indent=2))
     array = read_source(case, source, seconds)
+    copy_seconds = dict.fromkeys(COPY_PARTS, 0.0)
+    copy_parts(case, array, target.with_name(target.name + ".copy"), copy_seconds)
     stored = write_shards(case, array, target, seconds)
     cores = os.cpu_count() or 1
     total = sum(seconds.values())
     return {
         "parts_s": seconds,
+        "copy_parts_s": copy_seconds,
         "one_thread_s": total,
         "cores": cores,
         "limit_s": total / cores,
+        "two_pass_limit_s": (total + sum(copy_seconds.values())) / cores,
         "stored_bytes": stored,
     }

@@ -1,7 +1,9 @@
 """The tables of the rechunk sweep (:mod:`benchmarks.rechunk_sweep`), one per case.
 
 Per record: wall seconds (best rep), the ratios ``anchor s / writer s`` to the
-limit (its ``limit_s``: the parts' sum over the cores), tensorstore, dask
+limit (its ``limit_s``: the parts' sum over the cores), for a plan of two
+passes to the two-pass limit (its ``two_pass_limit_s``: the limit and a raw
+copy), tensorstore, dask
 (tasks) and dask p2p of the same case in the same run (above 1: faster than
 the anchor), the process's peak RSS above its RSS before the write, for a
 cluster the largest worker's too, and shardpipe's plan (passes, blocks per
@@ -40,6 +42,16 @@ def ratios(records: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, f
     return out
 
 
+def two_pass_ratio(limit: dict[str, Any] | None, record: dict[str, Any]) -> float | None:
+    """``two-pass limit s / record's s`` for a plan of two passes (None for others)."""
+    seconds = record.get("seconds") if record.get("status") == "ok" else None
+    if not limit or not limit.get("two_pass_limit_s") or not seconds:
+        return None
+    if record.get("passes", 1) < 2:
+        return None
+    return float(limit["two_pass_limit_s"]) / float(seconds)
+
+
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -71,15 +83,22 @@ def table(records: list[dict[str, Any]], descriptions: dict[str, str]) -> str:
         limit = next((r for r in rows if r["writer"] == "limit" and r.get("parts_s")), None)
         if limit:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in limit["parts_s"].items())
-            lines += [
+            lines.append(
                 f"limit: {limit['limit_s']:.2f} s = ({parts}) s on one thread / "
-                f"{limit['cores']} cores",
-                "",
-            ]
+                f"{limit['cores']} cores"
+            )
+            if limit.get("copy_parts_s"):
+                copy = ", ".join(f"{k} {v:.2f}" for k, v in limit["copy_parts_s"].items())
+                lines += [
+                    "",
+                    f"two-pass limit: {limit['two_pass_limit_s']:.2f} s = the limit's parts "
+                    f"and a raw copy's ({copy}) s on one thread / {limit['cores']} cores",
+                ]
+            lines.append("")
         lines += [
-            "| writer | max_mem | s | x limit | x tensorstore | x dask | x p2p | +peak MiB "
-            "| worker +peak MiB | shardpipe plan | status |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+            "| writer | max_mem | s | x limit | x two-pass limit | x tensorstore | x dask | x p2p "
+            "| +peak MiB | worker +peak MiB | shardpipe plan | status |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
         ]
         for r in rows:
             ok = r.get("status") == "ok"
@@ -88,7 +107,9 @@ def table(records: list[dict[str, Any]], descriptions: dict[str, str]) -> str:
             seconds = _num(r.get("seconds") if ok else None, ".2f")
             lines.append(
                 f"| {r['writer']} | {r['budget']} | {seconds} "
-                + "".join(f"| {_num(ratio[h], '.2f')} " for h, _ in ANCHORS)
+                + f"| {_num(ratio['limit'], '.2f')} "
+                + f"| {_num(two_pass_ratio(limit, r), '.2f')} "
+                + "".join(f"| {_num(ratio[h], '.2f')} " for h, _ in ANCHORS[1:])
                 + f"| {_num(r.get('peak_delta_mib'), '.0f')} "
                 f"| {_num(r.get('worker_peak_delta_mib'), '.0f')} | {plan_cell(r)} | {status} |"
             )

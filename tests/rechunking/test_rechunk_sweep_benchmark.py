@@ -12,7 +12,7 @@ import zarr
 
 from benchmarks import rechunk_report, rechunk_sweep
 from benchmarks.rechunk_cases import SMALL_CASES, compare, ensure_source, planes, regions
-from benchmarks.rechunk_limit import PARTS, rechunk_limit
+from benchmarks.rechunk_limit import COPY_PARTS, PARTS, rechunk_limit
 
 
 @pytest.mark.parametrize("name", sorted(SMALL_CASES))
@@ -24,6 +24,12 @@ def test_the_limit_writes_the_source_as_the_sharded_target(name: str, tmp_path: 
     assert compare(case, source, tmp_path / "limit.zarr") == []
     assert set(facts["parts_s"]) == set(PARTS) and all(v > 0 for v in facts["parts_s"].values())
     assert math.isclose(facts["limit_s"], sum(facts["parts_s"].values()) / facts["cores"])
+    copy = facts["copy_parts_s"]
+    assert set(copy) == set(COPY_PARTS) and all(v > 0 for v in copy.values())
+    assert math.isclose(
+        facts["two_pass_limit_s"], facts["limit_s"] + sum(copy.values()) / facts["cores"]
+    )
+    assert not (tmp_path / "limit.zarr.copy").exists()  # the copy's scratch files removed
     assert facts["stored_bytes"] == sum(
         p.stat().st_size for p in (tmp_path / "limit.zarr" / "c").rglob("*") if p.is_file()
     )
@@ -75,15 +81,20 @@ def _record(writer: str, seconds: float, **extra: Any) -> dict[str, Any]:
 
 def test_ratios_divide_each_anchor_by_the_writer_in_the_same_case() -> None:
     records = [
-        _record("limit", 9.0, limit_s=1.0),  # the limit's anchor is limit_s, not its wall time
+        # the limit's anchor is limit_s, not its wall time
+        _record("limit", 9.0, limit_s=1.0, parts_s={"read": 2.0}, cores=2, two_pass_limit_s=1.5)
+        | {"copy_parts_s": {"copy_write": 1.0}},
         _record("tensorstore", 3.0),
         _record("dask", 4.0),
-        _record("shardpipe", 2.0, budget="256MB"),
+        _record("shardpipe", 2.0, budget="256MB", passes=1),
         _record("cubed", 8.0) | {"status": "error"},
+        _record("shardpipe", 3.0, budget="64MB", passes=2),
     ]
     ratios = rechunk_report.ratios(records, records[3])
     assert ratios == {"limit": 0.5, "tensorstore": 1.5, "dask": 2.0, "p2p": None}
     assert set(rechunk_report.ratios(records, records[4]).values()) == {None}
     text = rechunk_report.table(records, {"slabs": "slabs: a description"})
     assert "### slabs: a description" in text
-    assert "| shardpipe | 256MB | 2.00 | 0.50 | 1.50 | 2.00 | - |" in text
+    assert "two-pass limit: 1.50 s" in text and "(copy_write 1.00) s" in text
+    assert "| shardpipe | 256MB | 2.00 | 0.50 | - | 1.50 | 2.00 | - |" in text
+    assert "| shardpipe | 64MB | 3.00 | 0.33 | 0.50 | 1.00 | 1.33 | - |" in text
