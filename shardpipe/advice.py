@@ -94,6 +94,21 @@ def setting(parameter: str, value: Any = True) -> str:
     return f"{flag} {_flag_value(value)}"
 
 
+def valued(parameter: str, shown: str) -> str:
+    """``parameter`` with a value already written out: ``max_mem=1 GiB`` or ``--max-mem 1 GiB``.
+
+    Examples
+    --------
+    >>> valued("max_mem", "244.1 MiB")
+    'max_mem=244.1 MiB'
+    >>> with command_line_terms():
+    ...     valued("max_mem", "244.1 MiB")
+    '--max-mem 244.1 MiB'
+    """
+    flag = name(parameter)
+    return f"{parameter}={shown}" if flag == parameter else f"{flag} {shown}"
+
+
 def job(function: str) -> str:
     """A job of shardpipe's, in the caller's terms: ``shardpipe.rechunk`` or
     ``shardpipe rechunk``."""

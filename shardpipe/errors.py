@@ -98,7 +98,7 @@ class MemoryBudgetError(InvalidArgumentError, PlanError):
         super().__init__(
             "max_mem",
             f"a {task} task would hold about {projected:,} bytes, "
-            f"{projected - budget:,} more than max_mem={budget:,}",
+            f"{projected - budget:,} more than {advice.valued('max_mem', f'{budget:,}')}",
             fix[:1].upper() + fix[1:],
         )
 

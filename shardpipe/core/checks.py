@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardpipe import advice
 from shardpipe.core.grid import Shape
 from shardpipe.errors import (
     InvalidArgumentError,
@@ -377,7 +378,8 @@ def check_shards_of_chunks(shard_shape: Shape, chunk_shape: Shape) -> None:
     if bad:
         raise InvalidArgumentError(
             "shards",
-            f"{shard_shape} is not a multiple of chunks={chunk_shape} along dimension(s) {bad}",
+            f"{shard_shape} is not a multiple of {advice.setting('chunks', chunk_shape)} along "
+            f"dimension(s) {bad}",
             "Make every shard size a whole multiple of the inner chunk size",
         )
 

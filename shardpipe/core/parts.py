@@ -10,6 +10,7 @@ import itertools
 import math
 from collections.abc import Iterator
 
+from shardpipe import advice
 from shardpipe.core.grid import BlockGrid, ChunkBox, Shape, ShardLayout
 from shardpipe.errors import PlanError
 
@@ -49,7 +50,8 @@ def choose_part_chunks(
     if max_chunks < 1:
         raise PlanError(
             f"one inner chunk {layout.chunk_shape} is {chunk_bytes} bytes, more than the "
-            f"per-part budget of {budget} bytes; raise max_mem or use smaller chunks"
+            f"per-part budget of {budget} bytes; raise {advice.name('max_mem')} or use smaller "
+            "chunks"
         )
     per_shard = layout.chunks_per_shard
     if math.prod(per_shard) <= max_chunks:

@@ -32,6 +32,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from shardpipe import advice
 from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import (
     BlockGrid,
@@ -313,21 +314,22 @@ def plan_write(
                 model.direct(block_nbytes, chunk_nbytes),
                 max_mem,
                 f"the largest Dask block holds {block_nbytes:,} bytes; rechunk the source "
-                "into smaller blocks or raise max_mem",
+                f"into smaller blocks or raise {advice.name('max_mem')}",
             )
         raise MemoryBudgetError(
             "write-part",
             model.direct(block_nbytes, chunk_nbytes),
             max_mem,
-            f"one inner chunk {layout.chunk_shape} is {chunk_nbytes:,} bytes; raise max_mem "
-            "or use smaller chunks",
+            f"one inner chunk {layout.chunk_shape} is {chunk_nbytes:,} bytes; raise "
+            f"{advice.name('max_mem')} or use smaller chunks",
         )
     if stamp_nbytes > max_mem:
         raise MemoryBudgetError(
             "stamp-shard",
             stamp_nbytes,
             max_mem,
-            "the shard index (with the padding the store needs) must fit; raise max_mem",
+            "the shard index (with the padding the store needs) must fit; raise "
+            + advice.name("max_mem"),
         )
     alignment = block_alignment(layout, placement.blocks)
 
@@ -348,17 +350,17 @@ def plan_write(
                 max_mem,
                 f"a part gathered from several Dask blocks holds its pieces, the assembled "
                 f"inner chunks and their encoding; one inner chunk {layout.chunk_shape} is "
-                f"{chunk_nbytes:,} bytes: raise max_mem, use smaller chunks, or align the "
-                "Dask blocks with the inner chunks",
+                f"{chunk_nbytes:,} bytes: raise {advice.name('max_mem')}, use smaller chunks, "
+                "or align the Dask blocks with the inner chunks",
             )
         plan = sized(budget)
     if max_parts is not None and plan.max_parts_per_shard > max_parts:
         raise PlanError(
             f"shard {plan.totals.most_parts_shard} needs {plan.max_parts_per_shard} parts "
-            f"under max_mem={max_mem}, "
-            f"more than the store allows ({max_parts}); raise max_mem or use smaller shards"
+            f"under {advice.valued('max_mem', str(max_mem))}, more than the store allows "
+            f"({max_parts}); raise {advice.name('max_mem')} or use smaller shards"
         )
-    fix = "raise max_mem, or use smaller Dask blocks or inner chunks"
+    fix = f"raise {advice.name('max_mem')}, or use smaller Dask blocks or inner chunks"
     if model.min_part_nbytes and plan.n_multipart_shards:
         fix += (
             f" (the store pads every part of a shard written in parts to "

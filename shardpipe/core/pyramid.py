@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardpipe import advice
 from shardpipe.core.grid import Box, Shape, ceildiv
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 
@@ -410,7 +411,7 @@ def downsample_blocks(
                 task(shape),
                 budget,
                 f"a block of one window per axis ({tuple(step)} voxels of {dtype}) does not "
-                "fit; raise max_mem or downsample by smaller steps",
+                f"fit; raise {advice.name('max_mem')} or downsample by smaller steps",
             )
         shape[d] = max(step[d], (shape[d] // 2 // step[d]) * step[d])
         changed = True

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from shardpipe import advice
 from shardpipe.engine.reports import WriteReport, settled
 from shardpipe.errors import StorageError
 from shardpipe.storage import uploads
@@ -97,7 +98,8 @@ class ClusterSettling:
             if place not in answer:
                 raise StorageError(
                     f"the worker {place} holding {len(tickets)} upload(s) of this write is "
-                    "gone; whether they landed is unknown (resume=True writes them again)"
+                    f"gone; whether they landed is unknown ({advice.setting('resume')} writes "
+                    "them again)"
                 )
             retries.update(zip(tickets, answer[place], strict=True))
         return [settled(r, sum(retries[t] for t in r.uploads)) if r.uploads else r for r in reports]

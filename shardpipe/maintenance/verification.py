@@ -298,7 +298,8 @@ class _Tally:
             problem = (
                 f"past the end of the array's {self.grid} grid of shards, so zarr never reads "
                 "it: a shard written by an append that stopped before it grew the array; run "
-                "that append again with resume=True (which keeps it), or remove it"
+                f"that append again with {advice.setting('resume')} (which keeps it), or remove "
+                "it"
             )
         else:
             problem = (

@@ -18,6 +18,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from shardpipe import advice
 from shardpipe.core.checks import is_integer, shape_param
 from shardpipe.core.downsample import METHODS
 from shardpipe.core.grid import Shape
@@ -226,7 +227,8 @@ def default_layout(
     if bad:
         raise InvalidArgumentError(
             "shards",
-            f"{shards} is not a multiple of chunks={chunks} along the axes {bad}",
+            f"{shards} is not a multiple of {advice.setting('chunks', chunks)} along the axes "
+            f"{bad}",
             "Make every shard size a whole multiple of the inner chunk size",
         )
     return shards, chunks

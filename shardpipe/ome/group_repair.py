@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardpipe import advice
 from shardpipe.core.downsample import METHODS
 from shardpipe.ome.group_checks import level_arrays
 from shardpipe.ome.run import delete_group_record, read_group_record
@@ -89,14 +90,14 @@ def repair_group(
             return done
     if doing == "write":
         done.notes.append(
-            "the group records an unfinished pyramid write: run the same to_ome_zarr call with "
-            "resume=True to finish it (repair cannot: it needs the source)"
+            "the group records an unfinished pyramid write: run the same write again with "
+            f"{advice.setting('resume')} to finish it (repair cannot: it needs the source)"
         )
         return done
     if doing == "conversion":
         done.notes.append(
             "the group records an unfinished conversion: run the same conversion again with "
-            "overwrite=True to finish it (repair cannot: it needs the source)"
+            f"{advice.setting('overwrite')} to finish it (repair cannot: it needs the source)"
         )
         return done
     delete_group_record(target)

@@ -15,6 +15,7 @@ from typing import Any, Unpack
 import dask.array as da
 import numpy as np
 
+from shardpipe import advice
 from shardpipe._version import __version__
 from shardpipe.core.downsample_region import straddles
 from shardpipe.core.grid import Shape
@@ -376,7 +377,7 @@ def prepare_ome_zarr(
         if clash and not overwrite and not (resume and record is not None) and not finished:
             raise ArrayExistsError(
                 f"labels: the image at {target.path or 'the store root'!r} has label images "
-                f"named {clash} already; pass overwrite=True to replace them"
+                f"named {clash} already; pass {advice.setting('overwrite')} to replace them"
             )
         remove = [f"labels/{n}" for n in clash] if overwrite else []
     write_options = replace(  # each level's write plans with these, checked above
@@ -473,7 +474,7 @@ def prepare_ome_zarr(
             f"the unfinished write recorded at {target.key(GROUP_RECORD)} wrote another image "
             "or other metadata",
             "Pass the same image and arguments as the write that was interrupted, or write "
-            "anew with overwrite=True",
+            f"anew with {advice.setting('overwrite')}",
         )
     pyramids = [*([image_write] if image_write is not None else []), *label_writes]
     check_level_holds([m.hold for m in pyramids if m.hold is not None], budget)  # one computation

@@ -35,6 +35,7 @@ from typing import Any
 
 import zarr
 
+from shardpipe import advice
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import MetadataError
 from shardpipe.ome.metadata import labels_attributes
@@ -183,7 +184,7 @@ def pyramid_pass(
         if not transactional:
             err.add_note(
                 "shardpipe: the OME-Zarr group is left unfinished (verify reports it); run the "
-                "same write with resume=True to write the shards that are missing"
+                f"same write with {advice.setting('resume')} to write the shards that are missing"
             )
 
     return Pass("write the pyramids", begin, end, abandon)

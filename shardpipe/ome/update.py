@@ -32,6 +32,7 @@ from typing import Any
 import dask.array as da
 import zarr
 
+from shardpipe import advice
 from shardpipe.core.checks import is_integer
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.downsample import METHODS
@@ -131,7 +132,8 @@ class OmeZarrUpdate:
                 if not transactional:
                     err.add_note(
                         f"shardpipe: the {self.kind} of the OME-Zarr image did not finish; run "
-                        "the same call with resume=True, or `shardpipe repair` on the group"
+                        f"the same call with {advice.setting('resume')}, or `shardpipe repair` "
+                        "on the group"
                     )
 
             return Pass(f"phase {number + 1}", begin, end, abandon)
@@ -214,7 +216,8 @@ def _record_for(
         "resume" if resume else "store",
         f"the group records an unfinished {doing} ({target.key(GROUP_RECORD)})"
         + (" of other data" if resume else ""),
-        "Carry it on with the same call and resume=True, or settle it with `shardpipe repair`",
+        f"Carry it on with the same call and {advice.setting('resume')}, or settle it with "
+        "`shardpipe repair`",
     )
 
 

@@ -89,8 +89,9 @@ def open_array(
         raise InvalidArgumentError(
             "max_mem",
             f"a shard of {unit} holds {format_nbytes(unit_nbytes)}, more than "
-            f"max_mem={format_nbytes(budget)}",
-            "Raise max_mem to a shard's bytes or more, or leave it out (one block per shard)",
+            + advice.valued("max_mem", format_nbytes(budget)),
+            f"Raise {advice.name('max_mem')} to a shard's bytes or more, or leave it out (one "
+            "block per shard)",
         )
     shape = tuple(int(n) for n in array.shape)
     block = shard_multiple_block(shape, unit, itemsize, budget)

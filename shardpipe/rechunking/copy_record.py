@@ -107,7 +107,8 @@ def check_same_copy(
         raise InvalidArgumentError(
             "temp_store",
             f"{temp_store!r}, but the interrupted rechunk kept its copy at {record['store']!r}",
-            f"Pass temp_store={record['store']!r} (or leave it out) to resume from that copy, "
+            f"Pass {advice.setting('temp_store', record['store'])} (or leave it out) to resume "
+            "from that copy, "
             f"or start again with {advice.setting('overwrite')}",
         )
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from dask.delayed import Delayed
 
+from shardpipe import advice
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.memory import HOLD_SHARE
@@ -151,12 +152,12 @@ class RechunkJob:
             if self.one_pass is not None and self.held > HOLD_SHARE * budget:
                 why = (
                     f"; chosen because one pass would hold {held}, more than {HOLD_SHARE} x "
-                    "max_mem (pass temp_store= to place it)"
+                    f"max_mem (pass {advice.name('temp_store')} to place it)"
                 )
             elif self.one_pass is not None:
                 why = (
                     "; chosen because the cost model rates two passes cheapest "
-                    "(pass temp_store= to place it)"
+                    f"(pass {advice.name('temp_store')} to place it)"
                 )
             return self.intermediate.describe() + why
         if self.straddles:
@@ -165,8 +166,8 @@ class RechunkJob:
                 "none: one pass; inner chunks straddle the blocks, so each shard is gathered "
                 f"from blocks read in order and held until its parts are written: {held}"
                 + (
-                    f", more than {HOLD_SHARE} x max_mem (temp_store= would copy through an "
-                    "intermediate in two passes instead)"
+                    f", more than {HOLD_SHARE} x max_mem ({advice.name('temp_store')} would "
+                    "copy through an intermediate in two passes instead)"
                     if over
                     else ""
                 )

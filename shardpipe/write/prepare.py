@@ -493,8 +493,9 @@ def _plan(
     if plan.max_parts_per_shard > 1 and not store.supports_parts:
         raise InvalidArgumentError(
             "max_mem",
-            f"shards of {plan.layout.shard_shape} do not fit max_mem={budget} and "
-            f"{type(store).__name__} cannot write a shard in parts",
-            "Raise max_mem, use smaller shards, or write to a local path or S3",
+            f"shards of {plan.layout.shard_shape} do not fit "
+            f"{advice.valued('max_mem', str(budget))} and {type(store).__name__} cannot write "
+            "a shard in parts",
+            f"Raise {advice.name('max_mem')}, use smaller shards, or write to a local path or S3",
         )
     return plan

@@ -193,6 +193,17 @@ def test_command_dry_run_then_run(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "exists" in capsys.readouterr().err
 
 
+def test_a_two_pass_dry_run_names_the_flags_of_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _v2(tmp_path / "series.zarr", _data((120, 64, 64), "float32"), chunks=(1, 64, 64))
+    args = [str(source), str(tmp_path / "out.zarr"), "--shards", "120,32,32"]
+    assert main(["rechunk", *args, "--chunks", "120,8,8", "--max-mem", "1MB", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "two passes" in out and "(pass --temp-store to place it)" in out
+    assert "temp_store" not in out
+
+
 @pytest.mark.cluster
 def test_command_on_worker_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = _data((20, 30, 30))
