@@ -41,7 +41,7 @@ from shardpipe.rechunking.options import (
     GroupRechunkOptions,
     check_array_overrides,
 )
-from shardpipe.rechunking.source import open_source
+from shardpipe.rechunking.source import open_source, raise_if_access_refused
 from shardpipe.storage.local.contained import contained
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
@@ -341,6 +341,7 @@ def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Gro
         options = storage_options if store is source else None
         return zarr.open_group(store, mode="r", storage_options=options)
     except Exception as err:
+        raise_if_access_refused(str(source), err)
         raise InvalidArgumentError(
             "source",
             f"cannot open a Zarr group at {source!r} ({type(err).__name__}: {err})",

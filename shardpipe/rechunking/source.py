@@ -109,7 +109,7 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
             options = storage_options if store is name else None
             array = zarr.open_array(store, mode="r", storage_options=options)
         except Exception as err:
-            _refused_access(name, err)
+            raise_if_access_refused(name, err)
             raise InvalidArgumentError(
                 "source",
                 f"cannot open a Zarr array at {name!r} ({type(err).__name__}: {err})",
@@ -144,7 +144,7 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
     )
 
 
-def _refused_access(name: str, err: Exception) -> None:
+def raise_if_access_refused(name: str, err: Exception) -> None:
     """Raise a ``StorageAccessError`` if S3 refused to open ``name`` (credentials,
     permissions, no such bucket): the storage's fault, not the argument's."""
     if not name.startswith(S3_SCHEMES):

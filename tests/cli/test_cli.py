@@ -200,14 +200,16 @@ def test_a_scheduler_that_does_not_answer_is_named(
 
 
 @pytest.mark.s3
+@pytest.mark.parametrize("recursive", [[], ["--recursive"]], ids=["array", "group"])
 def test_a_source_without_credentials_is_refused_access(
     tmp_path: Path,
     s3_bucket: tuple[str, Any],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    recursive: list[str],
 ) -> None:
     """Exit status 3 (access refused), naming --source-storage-option; it was 2, as if the
-    source were a bad argument."""
+    source were a bad argument (for a group's rechunk too)."""
     bucket, options = s3_bucket
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
@@ -218,7 +220,7 @@ def test_a_source_without_credentials_is_refused_access(
     endpoint = json.dumps(options["client_kwargs"])
     argv = ["rechunk", f"s3://{bucket}/src.zarr", str(tmp_path / "dst.zarr")]
     argv += ["--chunks", "10,10", "--source-storage-option", f"client_kwargs={endpoint}"]
-    assert main(argv) == 3
+    assert main([*argv, *recursive]) == 3
     err = capsys.readouterr().err
     assert "no usable AWS credentials" in err and "--source-storage-option" in err, err
     assert not (tmp_path / "dst.zarr").exists()
