@@ -197,11 +197,47 @@ def check_same_job(
     return record
 
 
+SHARDING_FIELDS = {
+    "chunk_shape": "inner chunk shape",
+    "codecs": "inner chunks' codecs",
+    "index_codecs": "index codecs",
+    "index_location": "index location",
+}
+"""What the keys of the sharding codec's configuration are called in a message."""
+
+
 def _fields(saved: Any, ours: dict[str, Any]) -> list[str]:
-    """Top-level keys that differ between two ``zarr.json`` documents."""
+    """What differs between two ``zarr.json`` documents: top-level keys, and within
+    ``codecs`` the sharding codec's settings with both values (an inner chunk shape
+    changed is named as such, not as "codecs")."""
     if not isinstance(saved, dict):
         return ["the whole document"]
-    return sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
+    keys = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
+    return [
+        field
+        for k in keys
+        for field in (_sharding_fields(saved, ours) if k == "codecs" else None) or [k]
+    ]
+
+
+def _sharding_fields(saved: dict[str, Any], ours: dict[str, Any]) -> list[str] | None:
+    """The sharding settings that differ, each with its two values; None unless both
+    documents' codecs are one ``sharding_indexed`` codec."""
+    configurations = []
+    for document in (saved, ours):
+        codecs = document.get("codecs")
+        if not (isinstance(codecs, list) and len(codecs) == 1 and isinstance(codecs[0], dict)):
+            return None
+        if codecs[0].get("name") != "sharding_indexed":
+            return None
+        configurations.append(codecs[0].get("configuration") or {})
+    old, new = configurations
+    return [
+        f"{SHARDING_FIELDS.get(k, k)}: recorded {_brief(old.get(k), 60)}, this write "
+        f"{_brief(new.get(k), 60)}"
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k)
+    ] or None
 
 
 def _brief(value: Any, limit: int = 120) -> str:

@@ -258,6 +258,12 @@ def test_resume_refuses_another_job(tmp_path: Path) -> None:
         match=r"resume: .*another job: its target metadata \(chunk_grid\) differs",
     ):
         shardpipe.rechunk(source, target, resume=True, shards=(20, 20, 20), chunks=(10, 10, 10))
+    with pytest.raises(  # named as what changed, not as the document's "codecs"
+        InvalidArgumentError,
+        match=r"target metadata \(inner chunk shape: recorded \[10, 10, 10\], this write "
+        r"\[10, 5, 5\]\) differs",
+    ):
+        shardpipe.rechunk(source, target, resume=True, shards=(10, 20, 20), chunks=(10, 5, 5))
     other = _v2(tmp_path / "other.zarr", _data((80, 40, 40), "uint16"), chunks=(10, 40, 40))
     with pytest.raises(InvalidArgumentError, match=r"its source \(recorded .*\) differs"):
         shardpipe.rechunk(other, target, resume=True, **kwargs)
