@@ -38,13 +38,16 @@ from shardpipe.codec.bounded import (
 from shardpipe.codec.zstd_frames import zstd_frames
 from shardpipe.errors import ChunkDecodeError
 
-__all__ = ["BOUNDED_KINDS", "bounded_step", "step_kind"]
+__all__ = ["BOUNDED_KINDS", "INTO_KINDS", "bounded_step", "decode_step_into", "step_kind"]
 
 DECOMPRESSED_HERE = frozenset({"gzip", "zlib", "bz2", "lzma"})
 """Kinds decompressed by :func:`bounded_step` itself."""
 
 BOUNDED_KINDS = DECOMPRESSED_HERE | {"blosc", "lz4", "zstd"}
 """Kinds whose decoding :func:`bounded_step` bounds."""
+
+INTO_KINDS = frozenset({"", "zstd", "blosc"})
+"""Kinds :func:`decode_step_into` decodes into a given buffer (``""``: no compressor)."""
 
 NUMCODECS_LZMA_FORMAT = 1
 """numcodecs' ``LZMA`` writes ``lzma.FORMAT_XZ`` unless its ``format`` says otherwise."""
@@ -146,3 +149,52 @@ def _zstd_step(raw: np.ndarray, size: int | None, limit: int) -> np.ndarray | No
         Zstd().decode(raw, out=out)
         return out
     return None
+
+
+def decode_step_into(kind: str, raw: np.ndarray, out: np.ndarray) -> bool:
+    """Decode one step of ``kind`` into ``out``, which it must fill exactly; whether it did.
+
+    The caller's buffer takes the bytes, so no buffer of the decoder's own
+    is filled and copied. Only where the input says how much it holds and
+    that is ``out``'s size: no compressor (``kind`` ``""``), zstd frames
+    that declare their content size, a blosc header; False (nothing done)
+    for zstd input of no declared size or of several frames, which
+    :func:`bounded_step` and the codec decode.
+
+    Parameters
+    ----------
+    kind : str
+        One of :data:`INTO_KINDS`.
+    raw : numpy.ndarray
+        The step's input, 1-D ``uint8``.
+    out : numpy.ndarray
+        1-D ``uint8``, C-contiguous: the chunk's bytes after the step.
+
+    Raises
+    ------
+    shardpipe.errors.ChunkDecodeError
+        If the input holds another size than ``out`` or is not valid data of
+        its kind.
+    """
+    size = out.size
+    if kind == "":
+        if raw.size != size:
+            raise ChunkDecodeError(f"holds {raw.size} bytes where the chunk holds {size}")
+        out[...] = raw
+        return True
+    if kind == "blosc":
+        from numcodecs import Blosc
+
+        check_blosc_header(raw, size, exact=True)
+        Blosc().decode(raw, out=out)
+        return True
+    frames = zstd_frames(raw.data)
+    if frames.declared is None or frames.frames != 1:
+        return False
+    if frames.declared != size:
+        which = "zstd frame declares" if frames.frames == 1 else "zstd frames declare"
+        raise ChunkDecodeError(
+            f"{which} {frames.declared} bytes of content, the chunk holds {size}"
+        )
+    Zstd().decode(raw, out=out)
+    return True

@@ -19,6 +19,7 @@ reported as such instead of costing an allocation of the size it claims.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Buffer as BytesLike
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,10 +28,16 @@ from typing import Any
 import crc32c
 import numpy as np
 from zarr.abc.codec import BytesBytesCodec, Codec
-from zarr.codecs import Crc32cCodec
+from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.codecs.sharding import ShardingCodec
 
-from shardpipe.codec.bounded_steps import BOUNDED_KINDS, bounded_step, step_kind
+from shardpipe.codec.bounded_steps import (
+    BOUNDED_KINDS,
+    INTO_KINDS,
+    bounded_step,
+    decode_step_into,
+    step_kind,
+)
 from shardpipe.codec.checksums import has_chunk_checksum
 from shardpipe.codec.plain_chain import (
     CRC32C_NBYTES,
@@ -335,10 +342,72 @@ class ChunkCodec:
             )
         return out.reshape(self.chunk_shape)
 
+    def decode_into(self, data: BytesLike, into: np.ndarray) -> bool:
+        """Decode one inner chunk straight into ``into``, where the chain allows; whether it did.
+
+        For a chain of ``bytes`` in the machine's byte order, then at most one
+        compressor of :data:`~shardpipe.codec.bounded_steps.INTO_KINDS`, then
+        ``crc32c`` codecs: the checksums are checked as :meth:`decode` checks
+        them and the compressor writes the elements into ``into``, where
+        :meth:`decode` fills a buffer of its own for the caller to copy. False,
+        with nothing written, for other chains, for an ``into`` that is not a
+        C-contiguous array of the chunk's shape and dtype, and for input
+        :func:`~shardpipe.codec.bounded_steps.decode_step_into` leaves to
+        :meth:`decode`.
+
+        Raises
+        ------
+        ChunkDecodeError
+            As :meth:`decode`.
+        """
+        kind = self._into_kind
+        if kind is None or into.shape != self.chunk_shape or into.dtype != self.dtype:
+            return False
+        if not into.flags.c_contiguous or not into.flags.writeable:
+            return False
+        raw = np.frombuffer(data, np.uint8)
+        for _ in range(self._trailing_crc32c):
+            raw = self._strip_crc32c(raw)
+        try:
+            return decode_step_into(kind, raw, into.reshape(-1).view(np.uint8))
+        except ChunkDecodeError:
+            raise
+        except Exception as err:  # the decoder's failure, named with its type
+            raise ChunkDecodeError(f"does not decode ({kind}): {describe_error(err)}") from err
+
+    @cached_property
+    def _trailing_crc32c(self) -> int:
+        """How many ``crc32c`` codecs end the chain."""
+        n = 0
+        for codec in reversed(self.codecs):
+            if not isinstance(codec, Crc32cCodec):
+                break
+            n += 1
+        return n
+
+    @cached_property
+    def _into_kind(self) -> str | None:
+        """The compressor kind :meth:`decode_into` decodes (``""``: none), or None."""
+        steps = list(self.codecs[: len(self.codecs) - self._trailing_crc32c])
+        if not steps or not isinstance(steps[0], BytesCodec) or len(steps) > 2:
+            return None
+        endian = steps[0].endian
+        if self.dtype.itemsize > 1 and (endian is None or endian != sys.byteorder):
+            return None
+        if not self.dtype.isnative or self.dtype.hasobject:
+            return None
+        kind = step_kind(self._names[1]) if len(steps) == 2 else ""
+        return kind if kind in INTO_KINDS else None
+
     @staticmethod
     def _check_crc32c(value: Any, spec: ArraySpec) -> Any:
         """Check and strip the CRC32C that the ``crc32c`` codec appended."""
         raw = value.as_numpy_array().view(np.uint8).reshape(-1)
+        return spec.prototype.buffer.from_array_like(ChunkCodec._strip_crc32c(raw))
+
+    @staticmethod
+    def _strip_crc32c(raw: np.ndarray) -> np.ndarray:
+        """``raw`` (1-D ``uint8``) without the CRC32C it ends with, once checked."""
         if raw.size < CRC32C_NBYTES:
             raise ChunkDecodeError(
                 f"holds {raw.size} byte(s), fewer than the {CRC32C_NBYTES} of its CRC32C"
@@ -350,7 +419,7 @@ class ChunkCodec:
             raise ChunkDecodeError(
                 f"CRC32C mismatch (stored 0x{stored:08x}, computed 0x{computed:08x})"
             )
-        return spec.prototype.buffer.from_array_like(body)
+        return body
 
     @property
     def step_limit(self) -> int:

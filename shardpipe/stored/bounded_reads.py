@@ -182,8 +182,15 @@ class BoundedChunks(ArrayBytesCodec, ArrayBytesCodecPartialDecodeMixin):
             return None
         return self.chunk_codec(spec).step_limit
 
-    def decode_chunk(self, data: Buffer, spec: ArraySpec, where: str) -> np.ndarray:
-        """The chunk of ``spec`` that the stored bytes ``data`` hold (``where`` names it)."""
+    def decode_chunk(
+        self, data: Buffer, spec: ArraySpec, where: str, into: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The chunk of ``spec`` that the stored bytes ``data`` hold (``where`` names it).
+
+        Decoded into ``into`` (which is then returned) where
+        :meth:`~shardpipe.codec.chunk_codec.ChunkCodec.decode_into` can, else
+        into a new array.
+        """
         raw = data.as_numpy_array().view(np.uint8).reshape(-1)
         bound = self.stored_bound(spec)
         if bound is not None and raw.size > bound:
@@ -191,8 +198,11 @@ class BoundedChunks(ArrayBytesCodec, ArrayBytesCodecPartialDecodeMixin):
                 f"{where}holds more than the {bound:,} bytes its codecs can make of a chunk "
                 f"of shape {tuple(spec.shape)}"
             )
+        codec = self.chunk_codec(spec)
         try:
-            return self.chunk_codec(spec).decode(raw)
+            if into is not None and codec.decode_into(raw, into):
+                return into
+            return codec.decode(raw)
         except ChunkDecodeError as err:
             raise ChunkDecodeError(f"{where}{err}") from None
 

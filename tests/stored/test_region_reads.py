@@ -101,6 +101,11 @@ def _count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return batches
 
 
+def _wrapped(path: Path) -> zarr.storage.LoggingStore[Any]:
+    """A local store that zarr's event loop reads (a wrapper: not read in the calling thread)."""
+    return zarr.storage.LoggingStore(zarr.storage.LocalStore(str(path)), log_level="DEBUG")
+
+
 def test_a_batch_fetches_at_most_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks of 64 KiB under a 256 KiB cap: 3 fetched at once, decoded, then 3 more..."""
     from shardpipe.stored import region_reads
@@ -111,7 +116,7 @@ def test_a_batch_fetches_at_most_its_bytes(tmp_path: Path, monkeypatch: pytest.M
     )
     data = (np.arange(20 * 256 * 256) % 251).astype("u1").reshape(20, 256, 256)
     array[...] = data
-    reader = region_reader(bounded_array(zarr.open_array(str(tmp_path), mode="r")))
+    reader = region_reader(bounded_array(zarr.open_array(_wrapped(tmp_path), mode="r")))
     assert reader is not None
     batches = _count_batches(monkeypatch)
     np.testing.assert_array_equal(
@@ -127,7 +132,7 @@ def test_a_store_with_round_trips_gets_more_in_flight(monkeypatch: pytest.Monkey
     monkeypatch.setattr(region_reads, "BYTES_IN_FLIGHT", 128 * 1024)
     monkeypatch.setattr(region_reads, "REMOTE_BYTES_IN_FLIGHT", 320 * 1024)
     monkeypatch.setattr(region_reads, "_near", lambda store: False)  # as an object store
-    store = zarr.storage.MemoryStore()
+    store = zarr.storage.LoggingStore(zarr.storage.MemoryStore(), log_level="DEBUG")
     array = zarr.create_array(store, shape=(12, 256, 256), chunks=(1, 256, 256), dtype="u1")
     data = (np.arange(12 * 256 * 256) % 251).astype("u1").reshape(12, 256, 256)
     array[...] = data
@@ -147,11 +152,62 @@ def test_a_chunk_larger_than_the_cap_is_fetched_alone(
     array = zarr.create_array(str(tmp_path), shape=(3, 64, 64), chunks=(1, 64, 64), dtype="u2")
     data = np.arange(3 * 64 * 64, dtype="u2").reshape(3, 64, 64)
     array[...] = data
-    reader = region_reader(bounded_array(zarr.open_array(str(tmp_path), mode="r")))
+    reader = region_reader(bounded_array(zarr.open_array(_wrapped(tmp_path), mode="r")))
     assert reader is not None
     batches = _count_batches(monkeypatch)
     np.testing.assert_array_equal(reader.read((slice(0, 3), slice(0, 64), slice(0, 64))), data)
     assert batches == [1, 1, 1]
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_local_disk_or_memory_is_read_in_the_calling_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """One chunk at a time, no hop to zarr's event loop, and the region's whole chunks
+    decoded into their places (zstd, blosc, none), the cut ones copied."""
+    import threading
+
+    from shardpipe.codec.chunk_codec import ChunkCodec
+    from shardpipe.stored import region_reads
+
+    def no_event_loop(fetch: Any) -> Any:
+        fetch.close()
+        raise AssertionError("fetched on zarr's event loop")
+
+    monkeypatch.setattr(region_reads, "sync", no_event_loop)
+    into: list[bool] = []
+    decode_into = ChunkCodec.decode_into
+
+    def counted(self: ChunkCodec, data: Any, target: np.ndarray) -> bool:
+        assert threading.current_thread() is threading.main_thread()
+        into.append(decode_into(self, data, target))
+        return into[-1]
+
+    monkeypatch.setattr(ChunkCodec, "decode_into", counted)
+    store = str(tmp_path) if where == "local" else zarr.storage.MemoryStore()
+    data = _data("<u2")[:12, :16, :7]
+    for compressors in (numcodecs.Zstd(1), numcodecs.Blosc(), None):
+        array = zarr.create_array(
+            store,
+            shape=data.shape,
+            chunks=(2, 16, 7),  # whole planes: contiguous in a region of whole planes
+            dtype="<u2",
+            zarr_format=2,
+            overwrite=True,
+            compressors=compressors,
+        )
+        array[:10] = data[:10]  # the last chunk not stored: the fill value
+        reader = region_reader(bounded_array(zarr.open_array(store, mode="r")))
+        assert reader is not None
+        into.clear()
+        np.testing.assert_array_equal(
+            reader.read((slice(1, 12), slice(0, 16), slice(0, 7))), np.asarray(array[1:12])
+        )
+        assert into == [True] * 4, compressors  # chunks 1 to 4; 0 cut, 5 not stored
+        into.clear()
+        got = reader.read((slice(0, 8), slice(3, 16), slice(0, 7)))
+        np.testing.assert_array_equal(got, data[0:8, 3:16])
+        assert into == [], into  # every chunk cut: decoded, then copied
 
 
 def test_which_stores_are_near(tmp_path: Path) -> None:
