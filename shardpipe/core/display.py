@@ -37,6 +37,17 @@ def format_count(n: int) -> str:
     return f"{n:,}"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in the number ``n`` takes: ``"1 part"``, ``"12,345 parts"``.
+
+    Examples
+    --------
+    >>> counted(1, "Dask block"), counted(0, "part"), counted(2, "entry", "entries")
+    ('1 Dask block', '0 parts', '2 entries')
+    """
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def format_bytes(n: float) -> str:
     """An estimate of bytes in binary units: ``"1.5 GiB"`` (``"512 B"`` below 1 KiB)."""
     value = float(n)

@@ -7,7 +7,8 @@ rechunk's source, read whole block by block, that costs as much CPU again
 as decoding itself: reading the 365 MiB time series of ``benchmarks/`` in
 blocks of 73 time slices took 2.0 s of CPU through zarr-python, 0.67-0.71 s
 here through zarr's event loop with a copy of every chunk, and 0.45-0.46 s
-read in the calling thread and decoded in place (below). :class:`RegionReader` reads a region of an array opened by
+read in the calling thread and decoded in place (below).
+:class:`RegionReader` reads a region of an array opened by
 :func:`~shardpipe.stored.bounded_reads.bounded_array` whose one codec is
 :class:`~shardpipe.stored.bounded_reads.BoundedChunks` (every unsharded
 array it can express):

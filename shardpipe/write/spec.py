@@ -22,7 +22,7 @@ import numpy as np
 from dask.system import CPU_COUNT
 
 from shardpipe.codec.chunk_codec import ChunkCodec
-from shardpipe.core.display import format_bytes
+from shardpipe.core.display import counted, format_bytes
 from shardpipe.core.grid import Coords, ShardLayout
 from shardpipe.core.plan import WritePlan
 from shardpipe.core.waves import WaveSchedule, wave_shards
@@ -256,14 +256,14 @@ def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
         ("inner codecs", " -> ".join(codecs) or "none"),
         (
             "source",
-            f"{plan.blocks.shape} in {job.source.npartitions:,} Dask blocks "
+            f"{plan.blocks.shape} in {counted(job.source.npartitions, 'Dask block')} "
             f"(largest {format_bytes(plan.block_nbytes)})",
         ),
         (
             "shards",
             f"{plan.n_shards:,} ({plan.n_multipart_shards:,} in parts; "
             + job.mode.shards_note(job.n_shards_skipped)
-            + f"{plan.n_parts:,} parts of up to {plan.part_chunks} inner chunks)",
+            + f"{counted(plan.n_parts, 'part')} of up to {plan.part_chunks} inner chunks)",
         ),
         ("waves", _waves_row(job)),
         *job.mode.summary_rows(plan, meta),

@@ -44,6 +44,12 @@ def test_prepare_writes_nothing_and_shows_the_plan(tmp_path: Path) -> None:
     assert html.startswith("<div>") and "<table>" in html and "inner chunks" in html
 
 
+def test_the_plan_counts_one_block_and_one_part_in_the_singular(tmp_path: Path) -> None:
+    job = shardpipe.prepare_write(np.zeros((8, 8), "u1"), str(tmp_path / "a.zarr"), chunks=(4, 4))
+    text = repr(job)
+    assert "in 1 Dask block (largest" in text and "; 1 part of up to" in text, text
+
+
 def test_execute_reports_what_it_wrote(tmp_path: Path) -> None:
     report = _job(tmp_path / "a.zarr").execute()
     assert isinstance(report, shardpipe.WriteReport)
