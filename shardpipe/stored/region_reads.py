@@ -187,7 +187,8 @@ def read_here(
     Through the store's synchronous reads: no hop to zarr's event loop and
     back per batch, which cost a read of the time series of ``benchmarks/``
     (730 chunks of 512 KiB) 0.1-0.2 s of CPU. A permanent fault of the file
-    system is shardpipe's error naming the key, as :func:`read_mapped` makes it.
+    system is shardpipe's error naming the key, as
+    :func:`~shardpipe.stored.bounded_reads.read_mapped` makes it.
     """
     prototype = default_buffer_prototype()
     found: list[Buffer | None] = []
