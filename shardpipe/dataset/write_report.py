@@ -8,6 +8,7 @@ instead of every report's own lines in a dict's repr.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 
 from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.engine.reports import WriteReport, add_reports
@@ -42,4 +43,13 @@ class DatasetWriteReport(ShowsSummary, dict[Hashable, WriteReport]):
         return Summary("DatasetWriteReport", None, rows)
 
     def __str__(self) -> str:
-        return "\n".join(f"{name}: {report}" for name, report in self.items())
+        """A line per variable, then, for several, their total with the write's time.
+
+        The variables are written together, so each report's ``seconds`` is
+        the whole write's: a variable's line leaves the time and rate out,
+        which only the total can state.
+        """
+        if len(self) == 1:
+            return "\n".join(f"{name}: {report}" for name, report in self.items())
+        lines = [f"{name}: {replace(report, seconds=0.0)}" for name, report in self.items()]
+        return "\n".join([*lines, f"all {len(self)} variables: {self.total}"])

@@ -95,6 +95,18 @@ def test_dataset_round_trip_is_identical(tmp_path: Path, chunking: str) -> None:
         assert shardpipe.verify(store, path=name).ok
 
 
+def test_the_report_gives_the_write_time_once_for_all_variables(tmp_path: Path) -> None:
+    """Written together, the variables share the write's time: no per-variable rate."""
+    ds = _many_dtypes().chunk({"time": 10})
+    reports = ds.shard.to_zarr(tmp_path / "ds.zarr", shards={"time": 20})
+    lines = str(reports).splitlines()
+    assert len(lines) == len(ds.data_vars) + 1, lines
+    assert not any(" s, " in line or "MB/s" in line for line in lines[:-1]), lines
+    assert lines[-1].startswith(f"all {len(ds.data_vars)} variables: ") and " in " in lines[-1]
+    one = ds[["a64"]].shard.to_zarr(tmp_path / "one.zarr", shards={"time": 20})
+    assert str(one).startswith("a64: ") and " in " in str(one) and "\n" not in str(one)
+
+
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
 def test_writes_what_xarray_writes(tmp_path: Path) -> None:
     """Same metadata, attributes and decoded data as xarray's own sharded write."""

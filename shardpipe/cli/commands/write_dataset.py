@@ -102,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
     with compute_on(args.scheduler, args.workers):
         reports = to_zarr(ds, target, storage_options=options, **given, **commit)
     assert isinstance(reports, dict)
-    for name, report in reports.items():
-        print(f"{name}: {report}")
+    print(reports)
     return 0
 
 
