@@ -5,13 +5,15 @@ blocks in this process (:func:`runs_in_process`); on a ``distributed``
 client (:func:`distributed_client`) tasks run in workers, which may be
 other processes: a store in this process's memory is refused there
 (:func:`check_store_reachable`), and a failed write waits for the tasks
-still running before it cleans up (:func:`wait_idle`).
+still running before it cleans up (:func:`wait_idle`, :func:`compute_settled`).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask
@@ -81,6 +83,56 @@ def check_store_reachable(arr: da.Array, target: ResolvedStore) -> None:
         "(the data would be lost)",
         "Write to a local path or S3, or compute with dask.config.set(scheduler='threads')",
     )
+
+
+def compute_settled(collections: Sequence[Any], tokens: Sequence[str], **kwargs: Any) -> None:
+    """Compute ``collections`` for what their tasks write; if one fails, none still runs.
+
+    Dask's schedulers raise at the first failure (or interrupt) while other
+    tasks still run, in this process's threads or on a cluster's workers: a
+    caller that then removes what those tasks write would race them, and they
+    would write into it again. Here, on Dask's threaded scheduler the tasks run
+    on a pool of this call's own, shut down (its queued tasks cancelled, its
+    running ones waited for) before the error is raised; on a ``distributed``
+    client the futures are cancelled and :func:`wait_idle` waits until no task
+    whose name holds one of ``tokens`` runs. The synchronous scheduler runs one task at
+    a time and the multiprocessing one is left as Dask runs it.
+
+    Parameters
+    ----------
+    collections : sequence
+        Dask collections (Delayed objects, arrays) to compute; results dropped.
+    tokens : sequence of str
+        Parts of task names: every task that writes has one in its name (for
+        :func:`wait_idle`).
+    **kwargs
+        Passed on to ``compute`` (``optimize_graph``).
+    """
+    import dask.threaded
+    from dask.system import CPU_COUNT
+
+    client = distributed_client()
+    if client is not None:
+        futures = client.compute(list(collections), **kwargs)
+        try:
+            client.gather(futures)
+        except BaseException:
+            client.cancel(futures)
+            for token in tokens:
+                wait_idle(client, token)
+            raise
+        return
+    if dask.base.get_scheduler(collections=list(collections)) is not dask.threaded.get:
+        dask.base.compute(*collections, **kwargs)
+        return
+    workers = dask.config.get("num_workers", None) or CPU_COUNT
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="shardpipe-copy")
+    failed = True
+    try:
+        dask.base.compute(*collections, scheduler="threads", pool=pool, **kwargs)
+        failed = False
+    finally:
+        pool.shutdown(wait=True, cancel_futures=failed)
 
 
 def wait_idle(client: Any, token: str, timeout: float = 600.0) -> None:

@@ -38,7 +38,7 @@ from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.source_blocks import ReadCost
 from shardpipe.engine.progress import PassesBar
-from shardpipe.engine.scheduler import distributed_client
+from shardpipe.engine.scheduler import compute_settled, distributed_client
 from shardpipe.rechunking.memory import copy_is_local
 from shardpipe.rechunking.raw_copy import (
     RAW_COPY_TASK,
@@ -180,12 +180,17 @@ class Intermediate:
         target: Any = copy  # a zarr array, which da.store writes into by its __setitem__
         if self.raw and stored_raw(copy):
             store_blocks(blocks, self.store, self.chunk_shape, copy.fill_value, todo)
-        elif len(todo) == blocks.npartitions:
-            da.store(blocks, target, lock=False)
+            return
+        if len(todo) == blocks.npartitions:
+            stored = da.store(blocks, target, lock=False, compute=False)
         else:
             sources = [blocks.blocks[i] for i in todo]
             regions = [self._region(blocks, i) for i in todo]
-            da.store(sources, [target] * len(todo), regions=regions, lock=False)
+            stored = da.store(
+                sources, [target] * len(todo), regions=regions, lock=False, compute=False
+            )
+        parts = list(stored) if isinstance(stored, tuple) else [stored]  # one per source
+        compute_settled(parts, [part.name for part in parts])  # da.store's "store-map-..."
 
     def source(self, copy: zarr.Array[Any], block_shape: Shape) -> da.Array:
         """The copy, once written, as a Dask array of ``block_shape`` blocks (pass 2 reads it)."""

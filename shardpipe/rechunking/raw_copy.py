@@ -23,11 +23,12 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import zarr
-from dask.base import compute, tokenize
+from dask.base import tokenize
 from dask.delayed import delayed
 from zarr.codecs import BytesCodec
 
 from shardpipe.core.grid import Shape, chunks_in_region
+from shardpipe.engine.scheduler import compute_settled
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import resolve_store
 
@@ -128,16 +129,19 @@ def store_blocks(
     """Compute the blocks of grid indices ``todo`` and store each into the copy at ``location``."""
     store = copy_store(location)
     starts = [np.cumsum((0, *c[:-1])) for c in blocks.chunks]
+    run = f"{RAW_COPY_TASK}-{tokenize(location)}"
     tasks = []
     for index in todo:
         offset = tuple(int(s[i]) for s, i in zip(starts, index, strict=True))
         (block,) = blocks.blocks[index].to_delayed().ravel()  # its graph culled and fused
-        name = f"{RAW_COPY_TASK}-{tokenize(location, index)}"
+        name = f"{run}-{'-'.join(map(str, index))}"
         task = delayed(store_block, pure=False)(
             block, store, offset, chunk_shape, fill_value, dask_key_name=name
         )
         tasks.append(task)
-    compute(*tasks, optimize_graph=False)  # its names kept: the bar counts them
+    # its names kept (the bar counts them); on a failure no store task still runs when
+    # this raises, so the copy can be removed without one writing into it again
+    compute_settled(tasks, [run], optimize_graph=False)
 
 
 def blocks_of_copy(
