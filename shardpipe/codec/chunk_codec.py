@@ -122,7 +122,8 @@ class ChunkCodec:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_steps"] = state["_sizes"] = None
-        state.pop("plain", None)
+        for derived in ("plain", "_into_kind", "_trailing_crc32c"):  # worked out where used
+            state.pop(derived, None)  # (_into_kind depends on the machine's byte order)
         return state
 
     @cached_property

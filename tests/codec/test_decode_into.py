@@ -127,3 +127,13 @@ def test_a_zstd_frame_that_declares_no_size_is_left_to_decode() -> None:
     assert not codec.decode_into(frame, into)
     assert into.all()
     assert not codec.decode(frame).any()
+
+
+def test_what_depends_on_the_machine_is_not_pickled() -> None:
+    import pickle
+
+    codec = _codec(INTO_CHAINS["bytes, zstd, crc32c"])
+    assert codec._into_kind == "zstd" and codec._trailing_crc32c == 1
+    state = codec.__getstate__()
+    assert "_into_kind" not in state and "_trailing_crc32c" not in state
+    assert pickle.loads(pickle.dumps(codec))._into_kind == "zstd"  # worked out again

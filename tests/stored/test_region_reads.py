@@ -261,3 +261,87 @@ def test_the_checks_of_what_a_graph_reads_find_the_array(tmp_path: Path) -> None
     assert reader is not None
     found = source_locations(reader.blocks((16, 20, 21)))
     assert [location.path.strip("/") for location in found] == [str(tmp_path / "a.zarr").strip("/")]
+
+
+def _small(path: Path, compressors: Any = None) -> None:
+    """A (4, 8) uint16 Zarr v2 array of two chunks of whole rows at ``path``."""
+    array = zarr.create_array(
+        str(path), shape=(4, 8), chunks=(2, 8), dtype="<u2", zarr_format=2, compressors=compressors
+    )
+    array[...] = np.arange(32, dtype="<u2").reshape(4, 8)
+
+
+def _local_stores(path: Path) -> list[Any]:
+    """zarr's ``LocalStore`` and shardpipe's contained one, both read in the calling thread."""
+    from shardpipe.storage.local.contained import ContainedLocalStore
+
+    return [zarr.storage.LocalStore(str(path), read_only=True), ContainedLocalStore(str(path))]
+
+
+def _read_all(store: Any) -> np.ndarray:
+    return _reader(store).read((slice(0, 4), slice(0, 8)))
+
+
+def _reader(store: Any) -> Any:
+    reader = region_reader(bounded_array(zarr.open_array(store, mode="r")))
+    assert reader is not None
+    return reader
+
+
+@pytest.mark.parametrize("compressors", [None, numcodecs.Zstd(1), numcodecs.Blosc()])
+def test_read_here_a_chunk_larger_than_its_codecs_allow_is_refused(
+    tmp_path: Path, compressors: Any
+) -> None:
+    _small(tmp_path, compressors)
+    with open(tmp_path / "1.0", "ab") as file:
+        file.write(bytes(100_000))
+    for store in _local_stores(tmp_path):
+        with pytest.raises(ChunkDecodeError, match=r"1\.0: holds more than"):
+            _read_all(store)
+
+
+def test_read_here_keeps_the_checks_of_keys_and_maps_device_faults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk that is a link leading out is refused; EIO is shardpipe's StorageError
+    naming the key; a folder at a chunk's key reads as the fill value."""
+    import errno
+    import os
+
+    import zarr.storage._local as zarr_local
+
+    from shardpipe.errors import StorageError, UnsafeKeyError
+    from shardpipe.storage.local import contained
+
+    root = tmp_path / "a"
+    _small(root)
+    (tmp_path / "outside").write_bytes((root / "1.0").read_bytes())
+    os.remove(root / "1.0")
+    os.symlink(tmp_path / "outside", root / "1.0")
+    with pytest.raises(UnsafeKeyError):
+        _read_all(_local_stores(root)[1])
+    os.remove(root / "1.0")
+    os.mkdir(root / "1.0")
+    for store in _local_stores(root):
+        got = _read_all(store)
+        assert not got[2:].any() and np.array_equal(got[:2], np.arange(16).reshape(2, 8))
+
+    def device_fault(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    readers = [_reader(store) for store in _local_stores(root)]  # metadata read first
+    monkeypatch.setattr(zarr_local, "_get", device_fault)
+    monkeypatch.setattr(contained, "read_at", device_fault)
+    for reader in readers:
+        with pytest.raises(StorageError, match=r"reading '0\.0'") as raised:
+            reader.read((slice(0, 4), slice(0, 8)))
+        assert raised.value.errno == errno.EIO
+
+
+def test_a_memory_store_s_bytes_are_not_shared_with_what_is_read() -> None:
+    store = zarr.storage.MemoryStore()
+    array = zarr.create_array(store, shape=(4, 8), chunks=(2, 8), dtype="<u2", compressors=None)
+    array[...] = 7
+    got = _read_all(store)
+    got[...] = 1
+    assert (np.asarray(array[...]) == 7).all() and (_read_all(store) == 7).all()
