@@ -207,6 +207,38 @@ def test_a_whole_object_is_read_in_one_get_when_small_and_in_pieces_when_long(
     assert calls.count("get_object") == pieces
 
 
+def test_a_long_object_replaced_while_it_is_read_is_read_again_whole(
+    s3_bucket: tuple[str, dict[str, Any]],
+) -> None:
+    """Its pieces after the first are asked of the first's version (If-Match): a
+    replacement between them is read again from the start, not pieced onto the old."""
+    from shardpipe.errors import StorageError
+    from shardpipe.storage.resolve import resolve_store
+    from shardpipe.storage.s3.object_reads import READ_ATTEMPTS, WHOLE_GET_PIECE
+
+    bucket, options = s3_bucket
+    backend = resolve_store(f"s3://{bucket}/reads", storage_options=options).shards.inner
+    versions = [bytes([n]) * (WHOLE_GET_PIECE + 100) for n in range(READ_ATTEMPTS + 2)]
+    backend.put("long", [versions[0]])
+    first_piece = backend._first_piece
+    replaced: list[int] = []  # the version each replacement put
+
+    def then_replaced(key: str, nbytes: int) -> Any:
+        got = first_piece(key, nbytes)
+        if len(replaced) < replacements:  # replaced between the first piece and the rest
+            replaced.append(len(replaced) + 1)
+            backend.put(key, [versions[replaced[-1]]])  # another version: another ETag
+        return got
+
+    backend._first_piece = then_replaced
+    replacements = 1
+    assert backend.get("long") == versions[1]  # the new version, whole: read twice
+    assert replaced == [1]
+    replacements = 1 + READ_ATTEMPTS
+    with pytest.raises(StorageError, match="replaced while it was read, 3 times"):
+        backend.get("long")
+
+
 def test_verify_reads_each_small_shard_with_one_get(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     """A shard's size and bytes come in one GET (``get_within``), not a HEAD and a GET."""
     import dask.array as da

@@ -7,6 +7,7 @@ backend's s3fs file system and its faults are classified as the backend's.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,10 @@ from shardpipe.storage.s3 import faults
 
 WHOLE_GET_PIECE = 8 * 2**20
 """Bytes of an object one GET of :meth:`S3ObjectReads.get` asks for (8 MiB)."""
+
+READ_ATTEMPTS = 3
+"""Reads of a long object :meth:`S3ObjectReads.get_within` starts before it gives up on
+an object replaced while each was under way."""
 
 
 class S3ObjectReads:
@@ -59,8 +64,9 @@ class S3ObjectReads:
         data: bytes = self._reading(key, lambda: self.fs.cat_file(path, start=start, end=end))
         return data
 
-    def _first_piece(self, key: str, nbytes: int) -> tuple[int, bytes] | None:
-        """One GET of the first ``nbytes`` (at least 1) of ``key``: the object's size and them.
+    def _first_piece(self, key: str, nbytes: int) -> tuple[int, bytes, str | None] | None:
+        """One GET of the first ``nbytes`` (at least 1) of ``key``: the object's size, them,
+        and its ETag (the version the rest of a long object is read from).
 
         The size comes from the answer's ``Content-Range``; None when absent.
         """
@@ -82,15 +88,52 @@ class S3ObjectReads:
             return None
         except StorageError as err:
             if err.__cause__ is not None and faults.error_code(err.__cause__) == "InvalidRange":
-                return 0, b""  # an empty object has no first byte to range over
+                return 0, b"", None  # an empty object has no first byte to range over
             raise
+        etag = response.get("ETag")
         total = str(response.get("ContentRange") or "").rpartition("/")[2]
         if total.isdigit():
-            return int(total), data
+            return int(total), data, etag
         if not response.get("ContentRange"):  # the whole object: the range was not applied
-            return len(data), data
+            return len(data), data, etag
         size = self.size(key)  # a size the answer left unknown ("*")
-        return None if size is None else (size, data)
+        return None if size is None else (size, data, etag)
+
+    def _rest(self, key: str, starts: range, size: int, etag: str | None) -> list[bytes] | None:
+        """The pieces of ``key`` from each of ``starts`` on, all GETs at once, each of the
+        version ``etag`` (``If-Match``); None if the object was replaced or removed since."""
+        full = self.full_key(key)
+        condition = {} if etag is None else {"IfMatch": etag}
+
+        async def piece(start: int) -> bytes:
+            stop = min(start + WHOLE_GET_PIECE, size)
+            response = await self.fs._call_s3(
+                "get_object",
+                Bucket=self.bucket,
+                Key=full,
+                Range=f"bytes={start}-{stop - 1}",
+                **condition,
+            )
+            body = response["Body"]
+            try:
+                data: bytes = await body.read()
+                return data
+            finally:
+                body.close()
+
+        async def fetch() -> list[bytes]:
+            return list(await asyncio.gather(*(piece(start) for start in starts)))
+
+        try:
+            pieces: list[bytes] = self._reading(key, lambda: fsspec.asyn.sync(self.fs.loop, fetch))
+        except FileNotFoundError:
+            return None
+        except StorageError as err:
+            cause = err.__cause__
+            if cause is not None and faults.error_code(cause) in faults.CONDITION_CODES:
+                return None
+            raise
+        return pieces
 
     def get_within(self, key: str, limit: int) -> tuple[int, bytes | None] | None:
         """The size of the object at ``key`` and, up to ``limit`` bytes, its bytes.
@@ -99,24 +142,32 @@ class S3ObjectReads:
         fewer) answers both for a small object (documents, markers, records,
         most shards): s3fs's own whole-object read asks the object's size
         first. A longer object within ``limit`` follows in ranged GETs of that
-        size at once.
+        size at once, each only of the version the first GET read (``If-Match``
+        its ETag): an object replaced meanwhile is read again from its start,
+        never pieced together from two versions, up to :data:`READ_ATTEMPTS`
+        times.
+
+        Raises
+        ------
+        StorageError
+            If the object was replaced during each of the attempts.
         """
-        first = self._first_piece(key, max(1, min(limit, WHOLE_GET_PIECE)))
-        if first is None:
-            return None
-        size, data = first
-        if size > limit:
-            return size, None
-        if len(data) >= size:
-            return size, data
-        starts = range(len(data), size, WHOLE_GET_PIECE)
-        path = f"{self.bucket}/{self.full_key(key)}"
-        try:
-            ends = [min(start + WHOLE_GET_PIECE, size) for start in starts]
-            rest = self.fs.cat_ranges([path] * len(starts), list(starts), ends, on_error="raise")
-        except Exception as err:
-            raise self._fault("GET", key, err) from err
-        return size, b"".join([data, *rest])
+        for _ in range(READ_ATTEMPTS):
+            first = self._first_piece(key, max(1, min(limit, WHOLE_GET_PIECE)))
+            if first is None:
+                return None
+            size, data, etag = first
+            if size > limit:
+                return size, None
+            if len(data) >= size:
+                return size, data
+            rest = self._rest(key, range(len(data), size, WHOLE_GET_PIECE), size, etag)
+            if rest is not None:
+                return size, b"".join([data, *rest])
+        raise StorageError(
+            f"reading {key!r} from S3: the object was replaced while it was read, "
+            f"{READ_ATTEMPTS} times in a row; read it again once its writer is done"
+        )
 
     def get(self, key: str) -> bytes | None:
         """Return the bytes at ``key``, or ``None`` when absent (:meth:`get_within`)."""
