@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
+from shardpipe.cli.worker_interrupts import PRELOAD, QuietGathers
 from shardpipe.errors import InvalidArgumentError
 
 
@@ -27,11 +29,21 @@ def compute_on(address: str | None, workers: int | None) -> Iterator[None]:
         with _connected(Client, address):
             yield
         return
-    with (
-        LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=":0") as cluster,
-        Client(cluster),
-    ):
-        yield
+    quiet = QuietGathers()
+    logging.getLogger("asyncio").addFilter(quiet)
+    try:
+        with (
+            LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                dashboard_address=":0",
+                preload=[PRELOAD],  # Ctrl-C reaches the command alone
+            ) as cluster,
+            Client(cluster),
+        ):
+            yield
+    finally:
+        logging.getLogger("asyncio").removeFilter(quiet)
 
 
 def _connected(client_class: Any, address: str) -> Any:

@@ -128,14 +128,22 @@ def test_exit_statuses_of_storage_faults(
             subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def test_ctrl_c_ends_a_command_in_one_message_and_status_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "workers", [[], pytest.param(["--workers", "2"], marks=pytest.mark.cluster)], ids=["", "2"]
+)
+def test_ctrl_c_ends_a_command_in_one_message_and_status_130(
+    tmp_path: Path, workers: list[str]
+) -> None:
     """SIGINT while the command holds the array: no traceback but one line, the status
     shells give a command Ctrl-C stopped, and a state that ``--resume`` completes (the
-    command printed some 40 lines of traceback and died of the signal)."""
+    command printed some 40 lines of traceback and died of the signal). With
+    ``--workers``, the terminal's SIGINT reaches the whole job, the LocalCluster's
+    worker processes too: they leave it to the command (they printed their own
+    tracebacks, and the command failed with ``CommClosedError`` at some instants)."""
     source, target = tmp_path / "source.zarr", tmp_path / "target.zarr"
     prepare_write(_source(), str(source), **LAYOUT).execute()
     command = [sys.executable, "-m", "shardpipe", "rechunk", str(source), str(target)]
-    command += ["--shards", "32,32,32", "--chunks", "16,16,16"]
+    command += ["--shards", "32,32,32", "--chunks", "16,16,16", *workers]
     # the shards written, the command stops before it lets the array go
     environment = {**os.environ, "SHARDPIPE_JOURNAL_STALL": "release.read=60"}
     running = subprocess.Popen(
@@ -146,6 +154,7 @@ def test_ctrl_c_ends_a_command_in_one_message_and_status_130(tmp_path: Path) -> 
         # as a terminal would have it, though the tests run where SIGINT is ignored
         # (a background job), which the command would inherit
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        start_new_session=True,  # a job of its own, as a shell starts it
     )
     deadline = time.monotonic() + 60
     while running.poll() is None and time.monotonic() < deadline:
@@ -153,7 +162,7 @@ def test_ctrl_c_ends_a_command_in_one_message_and_status_130(tmp_path: Path) -> 
             break
         time.sleep(0.05)
     time.sleep(0.5)  # at the stall: the shards are published before it
-    running.send_signal(signal.SIGINT)
+    os.killpg(running.pid, signal.SIGINT)  # Ctrl-C: to every process of the job
     _, err = running.communicate(timeout=30)
     assert running.returncode == INTERRUPTED == 130
     assert err.splitlines()[0] == "shardpipe rechunk: interrupted", err
@@ -161,3 +170,22 @@ def test_ctrl_c_ends_a_command_in_one_message_and_status_130(tmp_path: Path) -> 
     resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True)
     assert resumed.returncode == OK, resumed.stderr
     assert main(["verify", str(target), "--complete"]) == OK
+
+
+def test_the_gathers_a_ctrl_c_ended_are_not_logged() -> None:
+    """asyncio logs an exception nobody retrieved; the AllExit of each gather an
+    interrupt left is dropped, any other kept."""
+    import logging
+
+    from distributed.client import AllExit
+
+    from shardpipe.cli.worker_interrupts import QuietGathers
+
+    def record(error: BaseException) -> logging.LogRecord:
+        info = (type(error), error, None)
+        message = "Task exception was never retrieved"
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, message, (), info)
+
+    assert not QuietGathers().filter(record(AllExit()))
+    assert QuietGathers().filter(record(ValueError("kept")))
+    assert QuietGathers().filter(logging.LogRecord("asyncio", 40, __file__, 1, "x", (), None))
