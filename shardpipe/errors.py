@@ -76,6 +76,12 @@ class PlanError(ShardpipeError, ValueError):
     """A write cannot be planned within the given limits."""
 
 
+def _typed(nbytes: int) -> str:
+    """A budget as the caller would pass it: ``30,000`` from Python, ``30000`` on the
+    command line (where ``--max-mem`` does not take thousands separators)."""
+    return str(nbytes) if advice.for_command_line() else f"{nbytes:,}"
+
+
 class MemoryBudgetError(InvalidArgumentError, PlanError):
     """A task of the plan would need more memory than ``max_mem``.
 
@@ -98,7 +104,7 @@ class MemoryBudgetError(InvalidArgumentError, PlanError):
         super().__init__(
             "max_mem",
             f"a {task} task would hold about {projected:,} bytes, "
-            f"{projected - budget:,} more than {advice.valued('max_mem', f'{budget:,}')}",
+            f"{projected - budget:,} more than {advice.valued('max_mem', _typed(budget))}",
             fix[:1].upper() + fix[1:],
         )
 

@@ -49,7 +49,7 @@ class DatasetWriteReport(ShowsSummary, dict[Hashable, WriteReport]):
         the whole write's: a variable's line leaves the time and rate out,
         which only the total can state.
         """
-        if len(self) == 1:
+        if len(self) <= 1:  # one variable's line says it all (none: nothing to say)
             return "\n".join(f"{name}: {report}" for name, report in self.items())
         lines = [f"{name}: {replace(report, seconds=0.0)}" for name, report in self.items()]
         return "\n".join([*lines, f"all {len(self)} variables: {self.total}"])

@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask
 import dask.array as da
 import dask.base
+from dask.threaded import ContextAwareThreadPoolExecutor
 from zarr.storage import MemoryStore
 
 from shardpipe.errors import InvalidArgumentError
@@ -118,15 +118,16 @@ def compute_settled(collections: Sequence[Any], tokens: Sequence[str], **kwargs:
             client.gather(futures)
         except BaseException:
             client.cancel(futures)
-            for token in tokens:
-                wait_idle(client, token)
+            wait_idle(client, tokens)
             raise
         return
     if dask.base.get_scheduler(collections=list(collections)) is not dask.threaded.get:
         dask.base.compute(*collections, **kwargs)
         return
     workers = dask.config.get("num_workers", None) or CPU_COUNT
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="shardpipe-copy")
+    # as Dask's own pool: the tasks see the caller's context variables (the command
+    # line's wording of messages, shardpipe.advice)
+    pool = ContextAwareThreadPoolExecutor(workers, thread_name_prefix="shardpipe-copy")
     failed = True
     try:
         dask.base.compute(*collections, scheduler="threads", pool=pool, **kwargs)
@@ -135,17 +136,18 @@ def compute_settled(collections: Sequence[Any], tokens: Sequence[str], **kwargs:
         pool.shutdown(wait=True, cancel_futures=failed)
 
 
-def wait_idle(client: Any, token: str, timeout: float = 600.0) -> None:
-    """Wait until no task whose name holds ``token`` runs on the cluster's workers.
+def wait_idle(client: Any, token: str | Sequence[str], timeout: float = 600.0) -> None:
+    """Wait until no task whose name holds ``token`` (or one of them) runs on the workers.
 
     Asks the workers, not the scheduler: a task whose future was cancelled
     is forgotten by the scheduler at once but keeps running in its worker's
     thread until it returns, and may still be writing.
     """
+    tokens = (token,) if isinstance(token, str) else tuple(token)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         running = client.run(_running_keys)
-        if not any(token in key for keys in running.values() for key in keys):
+        if not any(t in key for keys in running.values() for key in keys for t in tokens):
             return
         time.sleep(0.05)
 

@@ -44,6 +44,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.local import MultiprocessingPoolExecutor, get_async
 from dask.system import CPU_COUNT
+from dask.threaded import ContextAwareThreadPoolExecutor
 
 from shardpipe.engine.encoders import count_handed
 from shardpipe.engine.heap import mmap_threshold
@@ -303,8 +304,13 @@ class _ThreadsRunner:
     def __init__(self, bar: ShardBar, settling: Settling) -> None:
         self.settling = settling
         self.workers = dask.config.get("num_workers", None) or CPU_COUNT
-        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="shardpipe-worker")
-        self.drivers = ThreadPoolExecutor(2, thread_name_prefix="shardpipe-wave")
+        # as Dask's own pool: tasks see the caller's context variables (shardpipe.advice)
+        self.pool: ThreadPoolExecutor = ContextAwareThreadPoolExecutor(
+            self.workers, thread_name_prefix="shardpipe-worker"
+        )
+        self.drivers: ThreadPoolExecutor = ContextAwareThreadPoolExecutor(
+            2, thread_name_prefix="shardpipe-wave"
+        )
         self.progress = local_progress(bar)
         self.progress.__enter__()
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from shardpipe import advice
 from shardpipe.core.grid import Box, Coords
 from shardpipe.core.plan import PartPlan
 from shardpipe.core.region import ShardCoverage
@@ -272,7 +273,7 @@ def apply_chunks(
         raise PlanError(
             f"shard {key!r} must be rewritten (the store cannot compose it: too few kept "
             "bytes for its part size) but a rewrite holds the whole shard, more than "
-            "max_mem allows; raise max_mem"
+            f"max_mem allows; raise {advice.name('max_mem')}"
         )
     check_held(target.store, target.keys, target.marker)
     stored = int(ShardIndex(plan.entries).stored().sum())

@@ -35,6 +35,7 @@ import zarr
 from dask.base import compute
 from dask.delayed import delayed
 
+from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.codec.v2_carry import CarriedCodec, carried_codec
 from shardpipe.core.checks import check_bool
@@ -394,7 +395,8 @@ def _plan_level(
                 f"carry-shard ({path})",
                 projected,
                 budget,
-                "a shard's task holds its chunks and the joined shard; raise max_mem or pass "
+                "a shard's task holds its chunks and the joined shard; raise "
+                f"{advice.name('max_mem')} or pass "
                 "smaller shards",
             )
     else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardpipe import advice
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.memory import HOLD_SHARE
 from shardpipe.ome.multiscale import MultiscaleWrite
@@ -126,7 +127,7 @@ class OmeZarrWrite:
                     "blocks held",
                     f"{format_bytes(held)} between tasks at most, the levels' blocks read in "
                     f"order: {format_bytes(waiting)} waiting to be gathered (at most "
-                    f"{HOLD_SHARE} x max_mem), the rest read ahead",
+                    f"{HOLD_SHARE} x {advice.name('max_mem')}), the rest read ahead",
                 )
             )
         return rows

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import dask.array as da
 import numpy as np
 
+from shardpipe import advice
 from shardpipe.core.display import format_bytes
 from shardpipe.core.grid import Coords
 from shardpipe.core.memory import HOLD_SHARE
@@ -166,8 +167,9 @@ def check_level_holds(pyramids: Sequence[PyramidHold], budget: int) -> None:
         )
     raise MemoryBudgetError(
         f"blocks-held ({held}: blocks waiting for the tasks that gather them, which may hold "
-        f"up to {HOLD_SHARE} x max_mem)",
+        f"up to {HOLD_SHARE} x {advice.name('max_mem')})",
         waiting,
         budget,
-        f"{fix}raise max_mem to at least {math.ceil(waiting / HOLD_SHARE):,} bytes",
+        f"{fix}raise {advice.name('max_mem')} to at least "
+        f"{math.ceil(waiting / HOLD_SHARE):,} bytes",
     )

@@ -26,6 +26,7 @@ import dask.array as da
 import numpy as np
 from dask.delayed import Delayed, delayed
 
+from shardpipe import advice
 from shardpipe.core.grid import Box
 from shardpipe.core.precomputed_plan import (
     ScaleGrid,
@@ -95,7 +96,8 @@ def part_chunks(
             projected,
             budget,
             f"a shard's task holds its chunks about three times over, and "
-            f"{type(target.shards).__name__} cannot write a file in parts; raise max_mem, "
+            f"{type(target.shards).__name__} cannot write a file in parts; raise "
+            f"{advice.name('max_mem')}, "
             "or use fewer preshift and minishard bits (smaller shards)",
         )
     most = budget // per_chunk
@@ -104,7 +106,7 @@ def part_chunks(
             task,
             per_chunk,
             budget,
-            "a single chunk does not fit; raise max_mem or use smaller chunks",
+            f"a single chunk does not fit; raise {advice.name('max_mem')} or use smaller chunks",
         )
     return 1 << (most.bit_length() - 1)
 

@@ -152,7 +152,7 @@ class RechunkJob:
             if self.one_pass is not None and self.held > HOLD_SHARE * budget:
                 why = (
                     f"; chosen because one pass would hold {held}, more than {HOLD_SHARE} x "
-                    f"max_mem (pass {advice.name('temp_store')} to place it)"
+                    f"{advice.name('max_mem')} (pass {advice.name('temp_store')} to place it)"
                 )
             elif self.one_pass is not None:
                 why = (
@@ -166,7 +166,8 @@ class RechunkJob:
                 "none: one pass; inner chunks straddle the blocks, so each shard is gathered "
                 f"from blocks read in order and held until its parts are written: {held}"
                 + (
-                    f", more than {HOLD_SHARE} x max_mem ({advice.name('temp_store')} would "
+                    f", more than {HOLD_SHARE} x {advice.name('max_mem')} "
+                    f"({advice.name('temp_store')} would "
                     "copy through an intermediate in two passes instead)"
                     if over
                     else ""

@@ -41,6 +41,7 @@ from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self
 
+from shardpipe import advice
 from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
 from shardpipe.storage.buffers import joined
 from shardpipe.storage.keys import edge_key
@@ -403,7 +404,8 @@ class ShardStore(ABC):
     def begin_parts(self, key: str, staging: str) -> PartsHandle:
         """Start writing ``key`` in parts; ``staging`` is a key prefix for scratch data."""
         raise PartsNotSupportedError(
-            f"{type(self).__name__} cannot write a shard in parts; raise max_mem so every "
+            f"{type(self).__name__} cannot write a shard in parts; raise "
+            f"{advice.name('max_mem')} so every "
             "shard fits one task, or write to a local path or S3"
         )
 

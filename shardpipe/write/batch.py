@@ -296,7 +296,8 @@ class _BatchTarget:
                 "update-shard",
                 rewrite_mem,
                 budget,
-                "a rewrite holds the whole old shard and the new one; raise max_mem",
+                "a rewrite holds the whole old shard and the new one; raise "
+                + advice.name("max_mem"),
             )
         # each chunk encoded beside the first holds one more working set
         return rewrite_fits, model.encoders_within(budget, rewrite_mem, CPU_COUNT)

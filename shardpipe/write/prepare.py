@@ -380,7 +380,8 @@ def _prepare_update(
             "update-shard",
             plan.max_projected_mem * plan.max_parts_per_shard,
             budget,
-            "an update holds the touched inner chunks of a shard in one task; raise max_mem "
+            "an update holds the touched inner chunks of a shard in one task; raise "
+            f"{advice.name('max_mem')} "
             "or write the region in smaller pieces",
         )
     shard_nbytes = math.prod(layout.shard_shape) * codec.dtype.itemsize
@@ -392,7 +393,7 @@ def _prepare_update(
             "update-shard",
             rewrite_mem,
             budget,
-            "a rewrite holds the whole old shard; raise max_mem"
+            f"a rewrite holds the whole old shard; raise {advice.name('max_mem')}"
             + (", or use write_strategy 'append' or 'in_place'" if abilities.append else ""),
         )
     update = update_identity(array.name, offset, metadata)

@@ -233,11 +233,22 @@ def _sharding_fields(saved: dict[str, Any], ours: dict[str, Any]) -> list[str] |
         configurations.append(codecs[0].get("configuration") or {})
     old, new = configurations
     return [
-        f"{SHARDING_FIELDS.get(k, k)}: recorded {_brief(old.get(k), 60)}, this write "
-        f"{_brief(new.get(k), 60)}"
+        _difference(SHARDING_FIELDS.get(k, k), old.get(k), new.get(k))
         for k in sorted(set(old) | set(new))
         if old.get(k) != new.get(k)
     ] or None
+
+
+def _difference(what: str, old: Any, new: Any) -> str:
+    """``what`` with both its values; of two codec lists as long, only the codecs that differ."""
+    codecs = isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
+    if codecs and all(isinstance(codec, dict) for codec in [*old, *new]):
+        return "; ".join(
+            f"{what} [{i}]: recorded {_brief(a, 80)}, this write {_brief(b, 80)}"
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            if a != b
+        )
+    return f"{what}: recorded {_brief(old, 80)}, this write {_brief(new, 80)}"
 
 
 def _brief(value: Any, limit: int = 120) -> str:

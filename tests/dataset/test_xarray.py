@@ -105,6 +105,8 @@ def test_the_report_gives_the_write_time_once_for_all_variables(tmp_path: Path) 
     assert lines[-1].startswith(f"all {len(ds.data_vars)} variables: ") and " in " in lines[-1]
     one = ds[["a64"]].shard.to_zarr(tmp_path / "one.zarr", shards={"time": 20})
     assert str(one).startswith("a64: ") and " in " in str(one) and "\n" not in str(one)
+    coordinates = ds[[]].shard.to_zarr(tmp_path / "none.zarr")  # no variable to shard
+    assert str(coordinates) == "", str(coordinates)
 
 
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")

@@ -47,12 +47,13 @@ def _source(dtype: str = "f4") -> da.Array:
 
 def _slowed(original: Callable[..., None], done: Path) -> Callable[..., None]:
     """``store_block`` that takes :data:`STORE_SECONDS` longer for the first block, then
-    stores it and touches ``done``."""
+    stores it and touches ``done`` (and ``done.started`` as it starts)."""
 
     def slow(block: Any, store: Any, offset: Any, chunk_shape: Any, fill_value: Any) -> None:
         if offset[0] != 0:
             original(block, store, offset, chunk_shape, fill_value)
             return
+        done.with_suffix(".started").touch()
         time.sleep(STORE_SECONDS)
         original(block, store, offset, chunk_shape, fill_value)
         done.touch()
@@ -73,8 +74,10 @@ def _rechunk_fails_after_the_slow_store(target: Path, done: Path, dtype: str = "
     assert raw_copy.raw_copy_dtype(np.dtype(dtype)) == (dtype == "f4")
     with pytest.raises(ValueError, match="a bad block"):
         job.execute()
+    assert done.with_suffix(".started").exists(), "the slow store task never started"
     assert done.exists(), "the rechunk raised while a copy task was still storing"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["done"]  # no copy left
+    left = sorted(p.name for p in target.parent.iterdir())
+    assert left == ["done", "done.started"], left  # no copy left
 
 
 def test_on_threads_the_copy_tasks_end_before_the_error(
@@ -82,7 +85,7 @@ def test_on_threads_the_copy_tasks_end_before_the_error(
 ) -> None:
     done = tmp_path / "done"
     monkeypatch.setattr(raw_copy, "store_block", _slowed(raw_copy.store_block, done))
-    with dask.config.set(scheduler="threads"):
+    with dask.config.set(scheduler="threads", num_workers=4):  # the slow store runs at once
         _rechunk_fails_after_the_slow_store(tmp_path / "out.zarr", done)
 
 
@@ -99,12 +102,13 @@ def test_a_copy_through_zarr_ends_its_tasks_before_the_error(
         if selection[0].start != 0:
             setitem(self, selection, value)
             return
+        done.with_suffix(".started").touch()
         time.sleep(STORE_SECONDS)
         setitem(self, selection, value)
         done.touch()
 
     monkeypatch.setattr(zarr.Array, "__setitem__", slow)
-    with dask.config.set(scheduler="threads"):
+    with dask.config.set(scheduler="threads", num_workers=4):
         _rechunk_fails_after_the_slow_store(tmp_path / "out.zarr", done, "M8[s]")
 
 
@@ -133,3 +137,23 @@ def test_on_a_cluster_the_copy_tasks_end_before_the_error(
         _rechunk_fails_after_the_slow_store(tmp_path / "out.zarr", tmp_path / "done")
     finally:
         cluster_client.unregister_worker_plugin(_SlowCopy.name)
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "sync"])
+def test_the_copy_s_tasks_word_messages_as_their_caller_does(scheduler: str) -> None:
+    """A copy task's error names the flags when the command line runs it (its context
+    variables reach the pool's threads, as they reach Dask's own)."""
+    from dask.delayed import delayed
+
+    from shardpipe import advice
+    from shardpipe.engine.scheduler import compute_settled
+
+    def task() -> None:
+        raise ValueError(f"rerun with {advice.setting('resume')}")
+
+    with (
+        dask.config.set(scheduler=scheduler),
+        advice.command_line_terms(),
+        pytest.raises(ValueError, match=r"rerun with --resume$"),
+    ):
+        compute_settled([delayed(task)()], ["task"])

@@ -14,6 +14,7 @@ import pytest
 import zarr
 from numcodecs import Blosc as V2Blosc
 from numcodecs import GZip, Zstd
+from zarr.codecs import ZstdCodec
 
 import shardpipe
 from shardpipe.cli.parser import main
@@ -264,6 +265,10 @@ def test_resume_refuses_another_job(tmp_path: Path) -> None:
         r"\[10, 5, 5\]\) differs",
     ):
         shardpipe.rechunk(source, target, resume=True, shards=(10, 20, 20), chunks=(10, 5, 5))
+    with pytest.raises(InvalidArgumentError) as raised:  # the codec that differs, in full
+        shardpipe.rechunk(source, target, resume=True, compressors=ZstdCodec(level=7), **kwargs)
+    assert "inner chunks' codecs [1]: recorded {" in str(raised.value)
+    assert '"level": 7' in str(raised.value), raised.value
     other = _v2(tmp_path / "other.zarr", _data((80, 40, 40), "uint16"), chunks=(10, 40, 40))
     with pytest.raises(InvalidArgumentError, match=r"its source \(recorded .*\) differs"):
         shardpipe.rechunk(other, target, resume=True, **kwargs)

@@ -122,7 +122,13 @@ class S3ObjectReads:
                 body.close()
 
         async def fetch() -> list[bytes]:
-            return list(await asyncio.gather(*(piece(start) for start in starts)))
+            tasks = [asyncio.ensure_future(piece(start)) for start in starts]
+            try:
+                return list(await asyncio.gather(*tasks))
+            except BaseException:  # the other pieces are not waited for: stop their GETs
+                for task in tasks:
+                    task.cancel()
+                raise
 
         try:
             pieces: list[bytes] = self._reading(key, lambda: fsspec.asyn.sync(self.fs.loop, fetch))
