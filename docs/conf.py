@@ -71,7 +71,7 @@ nitpicky = True
 # build must not touch the network) Sphinx cannot resolve them; they are let through by
 # module, and every reference to a shardpipe object must still resolve.
 _STDLIB = (
-    "abc|argparse|asyncio|collections|concurrent|contextlib|dataclasses|enum|gzip|io|"
+    "abc|argparse|asyncio|collections|concurrent|contextlib|dataclasses|enum|gzip|io|logging|"
     "os|pathlib|random|socket|threading|types|typing|zlib"
 )
 _THIRD_PARTY = (

@@ -381,8 +381,7 @@ def _prepare_update(
             plan.max_projected_mem * plan.max_parts_per_shard,
             budget,
             "an update holds the touched inner chunks of a shard in one task; raise "
-            f"{advice.name('max_mem')} "
-            "or write the region in smaller pieces",
+            f"{advice.name('max_mem')} or write the region in smaller pieces",
         )
     shard_nbytes = math.prod(layout.shard_shape) * codec.dtype.itemsize
     kept = plan.model.encoded(plan.part_nbytes) if undo else 0  # a rewrite keeps no undo

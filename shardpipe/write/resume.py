@@ -84,6 +84,7 @@ from shardpipe.storage.keys import JOB_DIR, WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.metadata import metadata_bytes
 from shardpipe.stored.places import check_target, discard_metadata_temporaries
+from shardpipe.write.record_differences import brief, differences
 
 RESUME_WORKERS = 8
 """Shard indexes read at once when a resumed write looks for complete shards."""
@@ -162,12 +163,12 @@ def check_same_job(
         parts = []
         if "source" in different:
             parts.append(
-                f"source (recorded {_brief(record.get('source'))}, this write "
-                f"{_brief(identity['source'])})"
+                f"source (recorded {brief(record.get('source'))}, this write "
+                f"{brief(identity['source'])})"
             )
         if "target" in different:
             parts.append(
-                f"target metadata ({', '.join(_fields(record['target'], identity['target']))})"
+                f"target metadata ({', '.join(differences(record['target'], identity['target']))})"
             )
         what = " and ".join(parts) + (" differ" if len(parts) > 1 else " differs")
         hint = (
@@ -187,7 +188,7 @@ def check_same_job(
     except (ValueError, RecursionError):
         stored_document = None
     if stored_document != identity["target"]:
-        changed = ", ".join(_fields(stored_document, identity["target"]))
+        changed = ", ".join(differences(stored_document, identity["target"]))
         raise InvalidArgumentError(
             "resume",
             f"the zarr.json of the array {where} is no longer the one the interrupted write "
@@ -195,66 +196,6 @@ def check_same_job(
             f"Start again with {advice.setting('overwrite')}",
         )
     return record
-
-
-SHARDING_FIELDS = {
-    "chunk_shape": "inner chunk shape",
-    "codecs": "inner chunks' codecs",
-    "index_codecs": "index codecs",
-    "index_location": "index location",
-}
-"""What the keys of the sharding codec's configuration are called in a message."""
-
-
-def _fields(saved: Any, ours: dict[str, Any]) -> list[str]:
-    """What differs between two ``zarr.json`` documents: top-level keys, and within
-    ``codecs`` the sharding codec's settings with both values (an inner chunk shape
-    changed is named as such, not as "codecs")."""
-    if not isinstance(saved, dict):
-        return ["the whole document"]
-    keys = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
-    return [
-        field
-        for k in keys
-        for field in (_sharding_fields(saved, ours) if k == "codecs" else None) or [k]
-    ]
-
-
-def _sharding_fields(saved: dict[str, Any], ours: dict[str, Any]) -> list[str] | None:
-    """The sharding settings that differ, each with its two values; None unless both
-    documents' codecs are one ``sharding_indexed`` codec."""
-    configurations = []
-    for document in (saved, ours):
-        codecs = document.get("codecs")
-        if not (isinstance(codecs, list) and len(codecs) == 1 and isinstance(codecs[0], dict)):
-            return None
-        if codecs[0].get("name") != "sharding_indexed":
-            return None
-        configurations.append(codecs[0].get("configuration") or {})
-    old, new = configurations
-    return [
-        _difference(SHARDING_FIELDS.get(k, k), old.get(k), new.get(k))
-        for k in sorted(set(old) | set(new))
-        if old.get(k) != new.get(k)
-    ] or None
-
-
-def _difference(what: str, old: Any, new: Any) -> str:
-    """``what`` with both its values; of two codec lists as long, only the codecs that differ."""
-    codecs = isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
-    if codecs and all(isinstance(codec, dict) for codec in [*old, *new]):
-        return "; ".join(
-            f"{what} [{i}]: recorded {_brief(a, 80)}, this write {_brief(b, 80)}"
-            for i, (a, b) in enumerate(zip(old, new, strict=True))
-            if a != b
-        )
-    return f"{what}: recorded {_brief(old, 80)}, this write {_brief(new, 80)}"
-
-
-def _brief(value: Any, limit: int = 120) -> str:
-    """``value`` as JSON, cut to ``limit`` characters for an error message."""
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def complete_shards(target: ResolvedStore, metadata: Any, layout: ShardLayout) -> frozenset[Coords]:
