@@ -143,11 +143,11 @@ def test_ctrl_c_ends_a_command_in_one_message_and_status_130(
     source, target = tmp_path / "source.zarr", tmp_path / "target.zarr"
     prepare_write(_source(), str(source), **LAYOUT).execute()
     command = [sys.executable, "-m", "shardpipe", "rechunk", str(source), str(target)]
-    command += ["--shards", "32,32,32", "--chunks", "16,16,16", *workers]
+    command += ["--shards", "32,32,32", "--chunks", "16,16,16"]
     # the shards written, the command stops before it lets the array go
     environment = {**os.environ, "SHARDPIPE_JOURNAL_STALL": "release.read=60"}
     running = subprocess.Popen(
-        command,
+        [*command, *workers],
         env=environment,
         stderr=subprocess.PIPE,
         text=True,
@@ -167,7 +167,7 @@ def test_ctrl_c_ends_a_command_in_one_message_and_status_130(
     assert running.returncode == INTERRUPTED == 130
     assert err.splitlines()[0] == "shardpipe rechunk: interrupted", err
     assert "Traceback" not in err
-    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True)
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True)  # threads
     assert resumed.returncode == OK, resumed.stderr
     assert main(["verify", str(target), "--complete"]) == OK
 
