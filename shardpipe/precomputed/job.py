@@ -33,6 +33,7 @@ from shardpipe.precomputed.tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.stored.locations import store_name
 from shardpipe.write.job import Pass, PassReports, run_job
 
 Level = tuple[tuple[int, ...], ScaleGrid, PrecomputedSharding, Any]
@@ -215,7 +216,8 @@ def _write_info(
     if exists and not overwrite:
         left = store.size(marker) is not None
         raise ArrayExistsError(
-            f"store: a precomputed volume already exists at {target.zarr_store} (its info "
+            "store: a precomputed volume already exists at "
+            f"{store_name(target.zarr_store)} (its info "
             + ("file, left by an unfinished write" if left else "file")
             + f"); pass {advice.setting('overwrite')} to replace it"
         )

@@ -144,7 +144,9 @@ def plan_checked_rechunk(
         "its place",
     )
     check_new_target(resolved, overwrite or bool(resume), name="target")
-    temp_store = check_temp_store(temp_store, resolved, opened.array)
+    left = read_copy_record(resolved) if temp_store is not None else None  # killed run's copy
+    recorded = None if left is None else left["store"]
+    temp_store = check_temp_store(temp_store, resolved, opened.array, recorded)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(
         opened.shape, opened.dtype.itemsize, given.shards, given.chunks

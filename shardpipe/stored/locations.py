@@ -80,6 +80,13 @@ def store_location(store: Store, path: str = "") -> Location | None:
     return None
 
 
+def store_name(store: Any) -> str:
+    """``store`` as a message names it: its URL (``s3://bucket/a.zarr``,
+    ``file:///data/a.zarr``) where :func:`store_location` knows it, else as it prints."""
+    where = None if isinstance(store, str) else store_location(store)
+    return str(store) if where is None or where.scheme == "memory" else str(where)
+
+
 _WRAPPED = ("array", "_array")
 """Attributes under which array wrappers hold what they wrap (xarray's lazy indexing
 adapters and backend arrays: ``LazilyIndexedArray(array=ZarrArrayWrapper)``, whose

@@ -24,7 +24,13 @@ from shardpipe.storage.keys import JOB_DIR, TEMPORARY_SUFFIX
 from shardpipe.storage.local.temporary import ZARR_TEMPORARY, is_zarr_temporary, writer_may_run
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.urls import check_location
-from shardpipe.stored.locations import Location, locations_read, source_locations, store_location
+from shardpipe.stored.locations import (
+    Location,
+    locations_read,
+    source_locations,
+    store_location,
+    store_name,
+)
 
 if TYPE_CHECKING:  # resolve_store checks its path here: import it only where it is used
     from shardpipe.storage.resolve import ResolvedStore
@@ -136,7 +142,7 @@ def check_target(target: ResolvedStore, overwrite: bool, name: str = "store") ->
     ):
         raise ArrayExistsError(
             f"{advice.name(name)}: an array or group already exists at "
-            f"{advice.place(target.path, store)}; "
+            f"{advice.place(target.path, store_name(store))}; "
             f"pass {advice.setting('overwrite')} to replace it, or choose another path"
         )
     if foreign is not None:
@@ -198,7 +204,8 @@ def _refuse_foreign(target: ResolvedStore, name: str, relative: str, replace: st
         relative, f"{relative!r}, which is no Zarr v3 node"
     )
     raise ArrayExistsError(
-        f"{advice.name(name)}: {advice.place(target.path, target.zarr_store)} is not empty: it "
+        f"{advice.name(name)}: {advice.place(target.path, store_name(target.zarr_store))} is "
+        "not empty: it "
         f"holds {what}; pass {replace or advice.setting('overwrite')} to replace what is "
         "there, or "
         "choose an empty or new place"
@@ -274,12 +281,16 @@ def _location_of(url: str) -> Location:
     return Location(scheme, "", rest.strip("/"))
 
 
-def check_temp_store(temp_store: Any, target: ResolvedStore, source: Any) -> str | None:
+def check_temp_store(
+    temp_store: Any, target: ResolvedStore, source: Any, recorded: str | None = None
+) -> str | None:
     """Accept None or a path or URL that does not exist and overlaps neither source nor target.
 
     The intermediate copy of a two-pass rechunk is written there and deleted
     afterwards: the source, the target or existing data there would be lost.
-    ``source`` is what the rechunk reads (a zarr or Dask array).
+    ``source`` is what the rechunk reads (a zarr or Dask array). ``recorded``
+    is where the target's record says an interrupted rechunk left its copy:
+    that path may exist (the same call again carries on from it).
     """
     if temp_store is None:
         return None
@@ -299,7 +310,7 @@ def check_temp_store(temp_store: Any, target: ResolvedStore, source: Any) -> str
                 "intermediate copy is deleted afterwards",
                 "Give a separate path for the intermediate copy",
             )
-    if location.scheme == "file" and os.path.exists("/" + location.path):
+    if location.scheme == "file" and os.path.exists("/" + location.path) and where != recorded:
         raise InvalidArgumentError(
             "temp_store",
             f"{where!r} exists; the intermediate copy would replace it and then delete it",
@@ -338,8 +349,8 @@ def check_node_present(target: ResolvedStore, parameter: str, *, records: bool =
         return
     raise InvalidArgumentError(
         parameter,
-        f"there is no Zarr array or group at {advice.place(target.path, target.zarr_store)} "
-        "(no zarr.json, "
+        "there is no Zarr array or group at "
+        f"{advice.place(target.path, store_name(target.zarr_store))} (no zarr.json, "
         ".zarray or .zgroup)",
         "Check the store and path: they must name an existing array or group",
     )

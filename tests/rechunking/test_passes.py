@@ -112,3 +112,33 @@ def test_the_plan_shows_the_plans_weighed(tmp_path: Path) -> None:
     # the plan runs the model's choice
     assert job.weighed.chosen.kind == "two passes" and job.intermediate is not None
     assert "this plan runs" not in shown
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_the_same_call_again_goes_on_with_its_own_temp_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resume: bool
+) -> None:
+    """A first pass that failed leaves the copy at the given temp_store (not shardpipe's to
+    delete) and its record; the same call again carries on from it, with or without
+    resume, where it was refused because the path exists."""
+    from shardpipe.rechunking import raw_copy
+
+    source, data = _slabs(tmp_path / "src.zarr")
+    target, temp = tmp_path / "out.zarr", str(tmp_path / "scratch.zarr")
+    store_block = raw_copy.store_block
+
+    def failing(block: Any, store: Any, offset: Any, *args: Any) -> None:
+        if offset[0] >= 32:
+            raise OSError("the disk went away")
+        store_block(block, store, offset, *args)
+
+    monkeypatch.setattr(raw_copy, "store_block", failing)
+    with pytest.raises(OSError, match="went away"):
+        shardpipe.rechunk(source, target, temp_store=temp, **LAYOUT)
+    assert Path(temp).is_dir()  # the user's path: kept, with the copied blocks
+    monkeypatch.setattr(raw_copy, "store_block", store_block)
+    job = shardpipe.plan_rechunk(source, target, temp_store=temp, resume=resume, **LAYOUT)
+    report = job.execute()
+    assert report.passes[0].location == temp, report  # the copy went on where it was
+    assert_same(read_zarr(str(target)), data)
+    assert not Path(temp).exists()

@@ -269,3 +269,17 @@ def test_verify_reads_each_small_shard_with_one_get(s3_bucket: tuple[str, dict[s
     assert report.ok and report.shards_present == 4, str(report)
     on_shards = [method for method, key in calls if "/c/" in key]
     assert sorted(on_shards) == ["get_object"] * 4, calls
+
+
+def test_messages_name_an_s3_store_by_its_url(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    """Not as zarr's store prints itself (``<FsspecStore(S3FileSystem, ...)>``)."""
+    from shardpipe.errors import ArrayExistsError
+
+    bucket, options = s3_bucket
+    url = f"s3://{bucket}/named.zarr"
+    data = np.zeros((4, 4), "u1")
+    shardpipe.to_sharded_zarr(data, url, chunks=(2, 2), storage_options=options)
+    with pytest.raises(ArrayExistsError) as raised:
+        shardpipe.to_sharded_zarr(data, url, chunks=(2, 2), storage_options=options)
+    assert f"s3://{bucket}/named.zarr" in str(raised.value), raised.value
+    assert "FsspecStore" not in str(raised.value)
