@@ -144,8 +144,8 @@ def plan_checked_rechunk(
         "its place",
     )
     check_new_target(resolved, overwrite or bool(resume), name="target")
-    left = read_copy_record(resolved) if temp_store is not None else None  # killed run's copy
-    recorded = None if left is None else left["store"]
+    record = read_copy_record(resolved)  # of a two-pass rechunk that did not finish here
+    recorded = None if record is None else record["store"]  # the same call's copy may exist
     temp_store = check_temp_store(temp_store, resolved, opened.array, recorded)
     resuming = bool(resume) and resolved.shards.get(resolved.key("zarr.json")) is not None
     shard_shape, chunk_shape = resolve_shapes(
@@ -183,7 +183,6 @@ def plan_checked_rechunk(
         )
 
     block_shape, write = _largest_fitting(opened, shard_shape, chunk_shape, budget, prepare)
-    record = read_copy_record(resolved)  # of a two-pass rechunk that did not finish here
     found = record if resume and record is not None else None
     place = temp_store
     if place is None:

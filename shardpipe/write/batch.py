@@ -64,7 +64,7 @@ from shardpipe.write.arguments import (
 from shardpipe.write.job import Pass, PassReports, run_job
 from shardpipe.write.options import STORED_PARAMETERS
 from shardpipe.write.parameters import SharedParameters, shares_parameters
-from shardpipe.write.prepare import memory_model
+from shardpipe.write.planning import memory_model
 from shardpipe.write.resume import check_no_other_job
 from shardpipe.write.run import run_batch
 

@@ -21,17 +21,15 @@ from shardpipe import advice
 from shardpipe.codec.checksums import checksummed_compressors
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.checks import check_dimension_names, check_int, check_json_dict
-from shardpipe.core.grid import BlockGrid, Coords, Shape, ShardLayout
-from shardpipe.core.memory import MemoryModel
-from shardpipe.core.plan import WritePlan, plan_write
+from shardpipe.core.grid import BlockGrid, Coords, ShardLayout
+from shardpipe.core.plan import WritePlan
 from shardpipe.core.region import Placement
 from shardpipe.core.waves import WaveSchedule
 from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.engine.source_window import in_shard_blocks, views_in_blocks
-from shardpipe.errors import InvalidArgumentError, MemoryBudgetError, PlanError
+from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.journal.job_record import job_identity, waves_done
-from shardpipe.storage.base import ShardStore
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.metadata import format_of, layout_of, metadata_bytes, read_metadata
 from shardpipe.stored.places import check_source_is_not_target
@@ -61,6 +59,7 @@ from shardpipe.write.options import (
     check_array_options,
 )
 from shardpipe.write.parameters import shares_parameters
+from shardpipe.write.planning import checked_plan
 from shardpipe.write.resume import (
     Resume,
     check_new_target,
@@ -292,7 +291,8 @@ def prepare_fill(
     check_source_is_not_target(array, target)
     check_store_reachable(array, target)
     codec = ChunkCodec.from_metadata(metadata)
-    plan = _plan(Placement.whole(layout, BlockGrid(array.chunks)), codec, budget, target, metadata)
+    whole = Placement.whole(layout, BlockGrid(array.chunks))
+    plan = checked_plan(whole, codec, budget, target, metadata)
     return ShardedWrite(
         array,
         target,
@@ -366,7 +366,9 @@ def _prepare_update(
     # where that does not fit, "auto" does not go in place ("in_place" is refused)
     undo = abilities.write_at and strategy in ("auto", "in_place")
     try:
-        plan: WritePlan | None = _plan(placement, codec, budget, target, target_metadata, undo=undo)
+        plan: WritePlan | None = checked_plan(
+            placement, codec, budget, target, target_metadata, undo=undo
+        )
         in_place_fits = plan is not None and plan.max_parts_per_shard == 1
     except MemoryBudgetError:
         if not (undo and strategy == "auto"):
@@ -374,7 +376,7 @@ def _prepare_update(
         plan, in_place_fits = None, False
     if plan is None or (undo and not in_place_fits and strategy == "auto"):
         undo = False
-        plan = _plan(placement, codec, budget, target, target_metadata)
+        plan = checked_plan(placement, codec, budget, target, target_metadata)
     if plan.max_parts_per_shard > 1:
         raise MemoryBudgetError(
             "update-shard",
@@ -430,72 +432,10 @@ def _source_and_plan(
     if in_shards is not array:
         try:
             placement = Placement.whole(layout, BlockGrid(in_shards.chunks))
-            plan = _plan(placement, codec, budget, target, metadata, part_limit=part_limit)
+            plan = checked_plan(placement, codec, budget, target, metadata, part_limit=part_limit)
         except MemoryBudgetError:
             pass  # a shard's block would not fit max_mem: gather it from the smaller ones
         else:
             return in_shards, plan
     placement = Placement.whole(layout, BlockGrid(array.chunks))
-    return array, _plan(placement, codec, budget, target, metadata, part_limit=part_limit)
-
-
-def memory_model(
-    codec: ChunkCodec, chunk_shape: Shape, store: ShardStore, *, undo: bool = False
-) -> MemoryModel:
-    """The memory model of tasks writing ``codec``'s inner chunks of ``chunk_shape`` to ``store``.
-
-    ``undo``: the tasks keep the old bytes they overwrite (an update in place).
-    """
-    expansion, overhead = codec.expansion
-    return MemoryModel(
-        chunk_nbytes=math.prod(chunk_shape) * codec.dtype.itemsize,
-        expansion=expansion,
-        chunk_overhead=overhead,
-        join_copies=store.abilities.joins_buffers,
-        min_part_nbytes=store.min_part_size,
-        undo=undo,
-    )
-
-
-def _plan(
-    placement: Placement,
-    codec: ChunkCodec,
-    budget: int,
-    target: ResolvedStore,
-    metadata: ArrayV3Metadata,
-    *,
-    part_limit: int | None = None,
-    undo: bool = False,
-) -> WritePlan:
-    store = target.shards
-    itemsize = codec.dtype.itemsize
-    model = memory_model(codec, placement.layout.chunk_shape, store, undo=undo)
-    shard_format = format_of(metadata)
-    stamp = shard_format.head_nbytes(store.min_part_size) + shard_format.index_nbytes()
-    try:
-        plan = plan_write(
-            placement,
-            itemsize,
-            budget,
-            model=model,
-            max_parts=store.max_parts,
-            stamp_nbytes=stamp,
-            max_part_nbytes=(
-                max(part_limit, store.min_part_size)
-                if part_limit is not None and store.supports_parts
-                else None
-            ),
-        )
-    except MemoryBudgetError:
-        raise
-    except PlanError as err:
-        raise InvalidArgumentError("max_mem", str(err), "See the message for the fix") from err
-    if plan.max_parts_per_shard > 1 and not store.supports_parts:
-        raise InvalidArgumentError(
-            "max_mem",
-            f"shards of {plan.layout.shard_shape} do not fit "
-            f"{advice.valued('max_mem', str(budget))} and {type(store).__name__} cannot write "
-            "a shard in parts",
-            f"Raise {advice.name('max_mem')}, use smaller shards, or write to a local path or S3",
-        )
-    return plan
+    return array, checked_plan(placement, codec, budget, target, metadata, part_limit=part_limit)

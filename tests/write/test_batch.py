@@ -226,7 +226,7 @@ def test_chunks_encoded_at_once_fit_max_mem(
     import shardpipe.write.batch as batch_module
     from shardpipe.codec.chunk_codec import ChunkCodec
     from shardpipe.storage.resolve import resolve_store
-    from shardpipe.write.prepare import memory_model
+    from shardpipe.write.planning import memory_model
 
     path = tmp_path / "a.zarr"
     write_volume(path, uneven_volume(SHAPE))

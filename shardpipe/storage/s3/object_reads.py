@@ -73,14 +73,7 @@ class S3ObjectReads:
         full = self.full_key(key)  # an unsafe key is refused here, not taken for a fault
 
         async def fetch() -> tuple[dict[str, Any], bytes]:
-            response: dict[str, Any] = await self.fs._call_s3(
-                "get_object", Bucket=self.bucket, Key=full, Range=f"bytes=0-{nbytes - 1}"
-            )
-            body = response["Body"]
-            try:
-                return response, await body.read()
-            finally:
-                body.close()
+            return await self._ranged_get(full, 0, nbytes, {})
 
         try:
             response, data = self._reading(key, lambda: fsspec.asyn.sync(self.fs.loop, fetch))
@@ -99,6 +92,25 @@ class S3ObjectReads:
         size = self.size(key)  # a size the answer left unknown ("*")
         return None if size is None else (size, data, etag)
 
+    async def _ranged_get(
+        self, full: str, start: int, stop: int, condition: dict[str, str]
+    ) -> tuple[dict[str, Any], bytes]:
+        """One GET of ``[start, stop)`` of the object at the full key ``full`` (``condition``:
+        ``{"IfMatch": etag}`` or nothing): the answer's fields and the bytes."""
+        response: dict[str, Any] = await self.fs._call_s3(
+            "get_object",
+            Bucket=self.bucket,
+            Key=full,
+            Range=f"bytes={start}-{stop - 1}",
+            **condition,
+        )
+        body = response["Body"]
+        try:
+            data: bytes = await body.read()
+            return response, data
+        finally:
+            body.close()
+
     def _rest(self, key: str, starts: range, size: int, etag: str | None) -> list[bytes] | None:
         """The pieces of ``key`` from each of ``starts`` on, all GETs at once, each of the
         version ``etag`` (``If-Match``); None if the object was replaced or removed since."""
@@ -107,19 +119,7 @@ class S3ObjectReads:
 
         async def piece(start: int) -> bytes:
             stop = min(start + WHOLE_GET_PIECE, size)
-            response = await self.fs._call_s3(
-                "get_object",
-                Bucket=self.bucket,
-                Key=full,
-                Range=f"bytes={start}-{stop - 1}",
-                **condition,
-            )
-            body = response["Body"]
-            try:
-                data: bytes = await body.read()
-                return data
-            finally:
-                body.close()
+            return (await self._ranged_get(full, start, stop, condition))[1]
 
         async def fetch() -> list[bytes]:
             tasks = [asyncio.ensure_future(piece(start)) for start in starts]
