@@ -53,6 +53,19 @@ def checked_plan(
     part_limit: int | None = None,
     undo: bool = False,
 ) -> WritePlan:
+    """The plan of writing ``placement`` into ``target`` under ``budget`` (bytes).
+
+    ``part_limit`` caps a part's raw bytes (a rechunk's block share of a
+    shard); ``undo``: tasks keep the old bytes they overwrite.
+
+    Raises
+    ------
+    MemoryBudgetError
+        If no plan fits ``budget``.
+    InvalidArgumentError
+        Naming ``max_mem``, if the plan needs more parts than the store allows or
+        parts the store cannot write.
+    """
     store = target.shards
     itemsize = codec.dtype.itemsize
     model = memory_model(codec, placement.layout.chunk_shape, store, undo=undo)
