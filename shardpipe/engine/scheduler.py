@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask
@@ -85,7 +85,12 @@ def check_store_reachable(arr: da.Array, target: ResolvedStore) -> None:
     )
 
 
-def compute_settled(collections: Sequence[Any], tokens: Sequence[str], **kwargs: Any) -> None:
+def compute_settled(
+    collections: Sequence[Any],
+    tokens: Sequence[str],
+    each_done: Callable[[], None] | None = None,
+    **kwargs: Any,
+) -> None:
     """Compute ``collections`` for what their tasks write; if one fails, none still runs.
 
     Dask's schedulers raise at the first failure (or interrupt) while other
@@ -105,6 +110,9 @@ def compute_settled(collections: Sequence[Any], tokens: Sequence[str], **kwargs:
     tokens : sequence of str
         Parts of task names: every task that writes has one in its name (for
         :func:`wait_idle`).
+    each_done : callable, optional
+        On a ``distributed`` client, called as each collection's result
+        arrives (progress; local schedulers have Dask's callbacks for that).
     **kwargs
         Passed on to ``compute`` (``optimize_graph``).
     """
@@ -115,7 +123,14 @@ def compute_settled(collections: Sequence[Any], tokens: Sequence[str], **kwargs:
     if client is not None:
         futures = client.compute(list(collections), **kwargs)
         try:
-            client.gather(futures)
+            if each_done is None:
+                client.gather(futures)
+            else:
+                from distributed import as_completed
+
+                for future in as_completed(futures):
+                    future.result()  # raises the task's error
+                    each_done()
         except BaseException:
             client.cancel(futures)
             wait_idle(client, tokens)

@@ -23,6 +23,7 @@ stores none, and is copied again.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -134,8 +135,7 @@ class Intermediate:
 
         With ``resume``, a copy of this plan already there keeps the blocks
         whose chunks are all stored (see the module's notes). With ``bar``,
-        advance it by one step per block copied (on Dask's local schedulers;
-        on a ``distributed`` client, its dashboard shows the blocks).
+        advance it by one step per block copied.
 
         Returns
         -------
@@ -160,10 +160,9 @@ class Intermediate:
             todo = [i for i in todo if not self._chunks_of(blocks, i) <= stored]
         if bar is not None:
             bar.start_pass(1, len(todo))
-        with (
-            _BlocksDone(bar) if bar is not None and distributed_client() is None else nullcontext()
-        ):
-            self._store(blocks, copy, todo, fill_value)
+        on_cluster = distributed_client() is not None
+        with _BlocksDone(bar) if bar is not None and not on_cluster else nullcontext():
+            self._store(blocks, copy, todo, fill_value, bar if on_cluster else None)
         return copy, todo
 
     @property
@@ -172,14 +171,21 @@ class Intermediate:
         return self.compressors is None
 
     def _store(
-        self, blocks: da.Array, copy: zarr.Array[Any], todo: list[tuple[int, ...]], fill: Any
+        self,
+        blocks: da.Array,
+        copy: zarr.Array[Any],
+        todo: list[tuple[int, ...]],
+        fill: Any,
+        bar: PassesBar | None,
     ) -> None:
-        """Store the blocks ``todo`` into the copy (whole chunks each)."""
+        """Store the blocks ``todo`` into the copy (whole chunks each); on a cluster, advance
+        ``bar`` as they are stored."""
         if not todo:
             return
         target: Any = copy  # a zarr array, which da.store writes into by its __setitem__
         if self.raw and stored_raw(copy):
-            store_blocks(blocks, self.store, self.chunk_shape, copy.fill_value, todo)
+            each = bar.advance if bar is not None else None
+            store_blocks(blocks, self.store, self.chunk_shape, copy.fill_value, todo, each)
             return
         if len(todo) == blocks.npartitions:
             stored = da.store(blocks, target, lock=False, compute=False)
@@ -190,7 +196,9 @@ class Intermediate:
                 sources, [target] * len(todo), regions=regions, lock=False, compute=False
             )
         parts = list(stored) if isinstance(stored, tuple) else [stored]  # one per source
-        compute_settled(parts, [part.name for part in parts])  # da.store's "store-map-..."
+        steps = len(todo) // len(parts)
+        each = functools.partial(bar.advance, steps) if bar is not None else None
+        compute_settled(parts, [part.name for part in parts], each)  # da.store's "store-map-..."
 
     def source(self, copy: zarr.Array[Any], block_shape: Shape) -> da.Array:
         """The copy, once written, as a Dask array of ``block_shape`` blocks (pass 2 reads it)."""

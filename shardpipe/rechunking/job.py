@@ -303,8 +303,15 @@ class RechunkJob:
                 if target.shards.get(target.key(INTERMEDIATE_RECORD)) is not None:
                     delete_copy_record(target)
 
-        def abandon_write(_: BaseException) -> None:
+        def abandon_write(err: BaseException) -> None:
             close_bar()  # the copy and its record stay: resume=True carries on from them
+            resume = advice.setting("resume")
+            err.add_note(
+                f"shardpipe: the first pass's copy of the source is complete and kept at "
+                f"{inter.store!r}: the same rechunk with {resume} writes the target from it "
+                f"(without {resume}, it starts afresh"
+                + (", removing the copy)" if inter.placed else ")")
+            )
 
         return [
             Pass(COPY, copy, abandon=abandon_copy),

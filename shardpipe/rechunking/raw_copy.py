@@ -18,6 +18,7 @@ zarr-python, as a copy on an object store is (zstd level 1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import dask.array as da
@@ -125,8 +126,13 @@ def store_blocks(
     chunk_shape: Shape,
     fill_value: Any,
     todo: list[tuple[int, ...]],
+    each_done: Callable[[], None] | None = None,
 ) -> None:
-    """Compute the blocks of grid indices ``todo`` and store each into the copy at ``location``."""
+    """Compute the blocks of grid indices ``todo`` and store each into the copy at ``location``.
+
+    ``each_done`` is called as each block is stored, on a ``distributed`` client (see
+    :func:`~shardpipe.engine.scheduler.compute_settled`).
+    """
     store = copy_store(location)
     starts = [np.cumsum((0, *c[:-1])) for c in blocks.chunks]
     run = f"{RAW_COPY_TASK}-{tokenize(location)}"
@@ -141,7 +147,7 @@ def store_blocks(
         tasks.append(task)
     # its names kept (the bar counts them); on a failure no store task still runs when
     # this raises, so the copy can be removed without one writing into it again
-    compute_settled(tasks, [run], optimize_graph=False)
+    compute_settled(tasks, [run], each_done, optimize_graph=False)
 
 
 def blocks_of_copy(

@@ -244,3 +244,33 @@ def test_trying_smaller_blocks_does_not_check_the_options_again(
         )
     assert calls["prepare_checked"] > 2, calls  # several block shapes were tried
     assert calls["check_array_options"] == 1, calls
+
+
+@pytest.mark.parametrize("stage", ["planning", "writing"])
+def test_an_interrupt_in_the_second_pass_says_the_copy_is_kept_for_resume(
+    tmp_path: Path, slabs: str, stage: str
+) -> None:
+    """Interrupted while the second pass is planned on the copy (before the write holds the
+    target) or while it writes: either way the error says the copy stays for ``resume``."""
+    kwargs: dict[str, Any] = {"shards": (64, 256, 256), "chunks": (64, 64, 64), "max_mem": "16MB"}
+    job = shardpipe.plan_rechunk(slabs, tmp_path / "out.zarr", **kwargs)
+    assert job.intermediate is not None and job.replan is not None
+
+    def interrupted(*args: Any, **kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        if stage == "planning":
+            object.__setattr__(job, "replan", interrupted)
+        else:
+            from shardpipe.write import job as write_job
+
+            patch.setattr(write_job, "execute_together", interrupted)
+        with pytest.raises(KeyboardInterrupt) as raised:
+            job.execute()
+    notes = "\n".join(getattr(raised.value, "__notes__", ()))
+    assert str(job.intermediate.store) in notes and "resume=True" in notes, notes
+    assert Path(job.intermediate.store).exists()
+    resumed = shardpipe.rechunk(slabs, tmp_path / "out.zarr", resume=True, **kwargs)
+    assert resumed is not None and shardpipe.verify(tmp_path / "out.zarr").ok
+    assert not Path(job.intermediate.store).exists()
