@@ -211,6 +211,11 @@ class Candidate:
         """Whether its modelled memory is within ``max_mem``."""
         return self.cost.memory <= max_mem
 
+    @property
+    def _copied(self) -> str:
+        """What its raw copies are: into the intermediate and back, or pieces gathered."""
+        return "copied raw" if self.intermediate_chunks is not None else "gathered raw"
+
     def rows(self, max_mem: int) -> list[tuple[str, str]]:
         """Two lines for a plan's summary: its shapes and memory, then its cost."""
         cost = self.cost
@@ -219,7 +224,7 @@ class Candidate:
             if self.intermediate_chunks is not None
             else ""
         )
-        over = "" if self.fits(max_mem) else ", over max_mem"
+        over = "" if self.fits(max_mem) else ", over the memory budget"
         amplification = cost.nbytes_read / cost.nbytes_encoded if cost.nbytes_encoded else 1.0
         return [
             (
@@ -231,7 +236,11 @@ class Candidate:
                 f"{format_bytes(cost.nbytes_read)} read and decoded ({amplification:.2f}x), "
                 f"{format_bytes(cost.nbytes_encoded)} encoded, "
                 f"{format_bytes(cost.nbytes_written)} written"
-                + (f", {format_bytes(cost.nbytes_copied)} copied raw" if cost.nbytes_copied else "")
+                + (
+                    f", {format_bytes(cost.nbytes_copied)} {self._copied}"
+                    if cost.nbytes_copied
+                    else ""
+                )
                 + f"; {cost.reads:,} reads, {cost.requests:,} requests",
             ),
         ]
@@ -457,9 +466,11 @@ def weigh_plans(
     best = _cheapest(ways, max_mem)
     if best is None:
         least = min(ways, key=lambda c: c.cost.memory)
-        return PlanChoice(tuple(ways), least, "no plan fits max_mem: the one holding least")
+        return PlanChoice(
+            tuple(ways), least, "no plan fits the memory budget: the one holding least"
+        )
     others = [c for c in ways if c is not best]
-    why = "the cheapest that fits max_mem"
+    why = "the cheapest that fits the memory budget"
     if others:
         why += "; " + "; ".join(_against(best, c, max_mem) for c in others)
     return PlanChoice(tuple(ways), best, why)

@@ -115,7 +115,8 @@ class OmeZarrWrite:
         rows.append(
             (
                 "peak memory per task",
-                f"{format_bytes(self.max_projected_mem)} (max_mem {format_bytes(self.max_mem)})",
+                f"{format_bytes(self.max_projected_mem)} ({advice.name('max_mem')} "
+                f"{format_bytes(self.max_mem)})",
             )
         )
         holds = [h for m in self.multiscales if m.hold is not None for h in m.hold.levels]

@@ -99,8 +99,9 @@ def check_same_copy(
         raise InvalidArgumentError(
             "resume",
             f"the intermediate copy at {record['store']!r} was made by another rechunk: its "
-            f"{what} {'differ' if len(different) > 1 else 'differs'}",
-            "Run the same call as the interrupted one (same source, shapes and max_mem), "
+            f"{what} {'differs' if different == ['source'] else 'differ'}",
+            "Run the same call as the interrupted one (the same source, "
+            f"{advice.name('shards')}, {advice.name('chunks')} and {advice.name('max_mem')}), "
             f"or start again with {advice.setting('overwrite')}",
         )
     if temp_store is not None and temp_store != record["store"]:

@@ -150,8 +150,10 @@ class RechunkJob:
         if self.intermediate is not None:
             why = ""
             if self.one_pass is not None and self.held > HOLD_SHARE * budget:
+                blocks = tuple(max(c) for c in self.one_pass.plan.blocks.chunks)
                 why = (
-                    f"; chosen because one pass would hold {held}, more than {HOLD_SHARE} x "
+                    f"; chosen because one pass, in blocks {blocks}, would hold {held}, "
+                    f"more than {HOLD_SHARE} x "
                     f"{advice.name('max_mem')} (pass {advice.name('temp_store')} to place it)"
                 )
             elif self.one_pass is not None:

@@ -21,6 +21,7 @@ import dask.array as da
 import numpy as np
 from dask.system import CPU_COUNT
 
+from shardpipe import advice
 from shardpipe.codec.chunk_codec import ChunkCodec
 from shardpipe.core.display import counted, format_bytes
 from shardpipe.core.grid import Coords, ShardLayout
@@ -239,7 +240,9 @@ def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
         # Icechunk: the stamp task joins the encoded parts into one object in memory
         shard_nbytes = math.prod(plan.layout.shard_shape) * plan.itemsize
         joined = peaks["stamp-shard"].nbytes + 2 * plan.model.encoded(shard_nbytes)
-        sizes["stamp-shard"] = f"{format_bytes(joined)} (joins the shard: beyond max_mem)"
+        sizes["stamp-shard"] = (
+            f"{format_bytes(joined)} (joins the shard: beyond {advice.name('max_mem')})"
+        )
     memory = ", ".join(f"{name.get(k, k)} {size}" for k, size in sorted(sizes.items()))
     tasks = ", ".join(f"{name.get(k, k)} {n:,}" for k, n in sorted(plan.task_counts.items()))
     return [
@@ -270,7 +273,10 @@ def summary_rows(job: WriteSpec) -> list[tuple[str, str]]:
         ("tasks", f"{plan.num_tasks:,}: {tasks}"),
         ("bytes in", f"{format_bytes(plan.nbytes_in)} raw"),
         ("bytes out", f"at most {format_bytes(plan.nbytes_out_max)} encoded"),
-        ("peak memory per task", f"{memory} (max_mem {format_bytes(plan.max_mem)})"),
+        (
+            "peak memory per task",
+            f"{memory} ({advice.name('max_mem')} {format_bytes(plan.max_mem)})",
+        ),
         *_upload_rows(job),
     ]
 
@@ -283,7 +289,7 @@ def _upload_rows(job: WriteSpec) -> list[tuple[str, str]]:
         (
             "uploads",
             f"in the background of each process: up to {request_limit()} requests and "
-            f"{format_bytes(job.plan.max_mem)} (max_mem) in flight"
+            f"{format_bytes(job.plan.max_mem)} ({advice.name('max_mem')}) in flight"
             + _parts_note(job.target.shards, part_size()),
         )
     ]

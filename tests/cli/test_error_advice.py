@@ -58,6 +58,32 @@ def test_the_cli_advises_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "--overwrite" in err and "overwrite=True" not in err, err
 
 
+PYTHON_NAMES = re.compile(r"\b(max_mem|temp_store|resume=|overwrite=)")
+
+
+def test_the_rechunk_plan_on_the_command_line_names_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "slabs.zarr"
+    zarr.create_array(source, shape=(64, 512, 512), chunks=(1, 512, 512), dtype="uint16")
+    args = ["rechunk", str(source), str(tmp_path / "out.zarr"), "--shards", "64,256,256"]
+    assert main([*args, "--chunks", "64,64,64", "--max-mem", "16MB", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "two passes" in out and "--max-mem" in out, out
+    assert not PYTHON_NAMES.search(out), PYTHON_NAMES.search(out)
+    # and in Python, the parameters
+    shown = repr(
+        shardpipe.plan_rechunk(
+            source,
+            tmp_path / "out.zarr",
+            shards=(64, 256, 256),
+            chunks=(64, 64, 64),
+            max_mem="16MB",
+        )
+    )
+    assert "max_mem" in shown and "--max-mem" not in shown
+
+
 def test_the_api_advises_parameters(tmp_path: Path) -> None:
     arrays = _arrays(tmp_path)
     with pytest.raises(ArrayExistsError, match=re.escape("overwrite=True")) as err:
