@@ -60,7 +60,7 @@ class PassReport:
     removed: bool = False
 
     def _what(self) -> str:
-        kept = f", {self.blocks_kept:,} kept from a killed run" if self.blocks_kept else ""
+        kept = f", {self.blocks_kept:,} kept from an earlier run" if self.blocks_kept else ""
         reads = f", {self.reads:,} reads ({format_bytes(self.nbytes_read)})" if self.reads else ""
         return f"{self.name}: {self.seconds:.2f} s, {self.blocks:,} blocks{kept}{reads}"
 

@@ -101,8 +101,8 @@ class Intermediate:
         """A line for the plan's summary."""
         found = {
             None: "",
-            "copied": "; resumed: the killed run's copy is complete, pass 1 is skipped",
-            "copying": "; resumed: the killed run's copy is partial, pass 1 keeps the blocks "
+            "copied": "; resumed: the earlier run's copy is complete, pass 1 is skipped",
+            "copying": "; resumed: the earlier run's copy is partial, pass 1 keeps the blocks "
             "whose chunks are all stored and copies the others",
         }[self.found]
         stored = "zstd" if self.compressors else "uncompressed"

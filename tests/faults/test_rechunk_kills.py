@@ -97,7 +97,7 @@ def test_a_killed_two_pass_rechunk_resumes(
     job = shardpipe.plan_rechunk(source, target, resume=True, **LAYOUT)
     assert job.intermediate is not None
     assert (job.intermediate.store, job.intermediate.found) == (str(copy), moment)
-    assert "resumed: the killed run's copy is" in repr(job)
+    assert "resumed: the earlier run's copy is" in repr(job)
     report = job.execute()
     copied, rewritten = report.passes
     assert rewritten.nbytes_stored == report.nbytes
