@@ -33,6 +33,7 @@ unit is then read and decoded once. The rules of :func:`read_block_shape`:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -154,23 +155,24 @@ def _shrink(block: list[int], steps: Sequence[int], tiles: Sequence[int] | None 
     return True
 
 
+@functools.lru_cache(maxsize=65536)
+def axis_reads(n: int, unit: int, block: int) -> tuple[int, int]:
+    """Along an axis of ``n``: the read units blocks of ``block`` touch, and their summed
+    extent (each unit counted whole, once per block that touches it)."""
+    touched = extent = 0
+    for start in range(0, n, block):
+        first, last = start // unit, (min(n, start + block) - 1) // unit
+        touched += last - first + 1
+        extent += sum(min(n, (k + 1) * unit) - k * unit for k in range(first, last + 1))
+    return touched, extent
+
+
 def read_cost(shape: Shape, itemsize: int, read_unit: Shape, block_shape: Shape) -> ReadCost:
     """Count the read units the blocks touch and their bytes (each unit decoded whole)."""
-    touched_per_axis = []
-    bytes_per_axis = []
-    for n, u, b in zip(shape, read_unit, block_shape, strict=True):
-        touched = 0
-        extent = 0
-        for start in range(0, n, b):
-            stop = min(n, start + b)
-            first, last = start // u, (stop - 1) // u
-            touched += last - first + 1
-            extent += sum(min(n, (k + 1) * u) - k * u for k in range(first, last + 1))
-        touched_per_axis.append(touched)
-        bytes_per_axis.append(extent)
+    axes = [axis_reads(n, u, b) for n, u, b in zip(shape, read_unit, block_shape, strict=True)]
     return ReadCost(
-        reads=math.prod(touched_per_axis),
-        nbytes_read=math.prod(bytes_per_axis) * itemsize,
+        reads=math.prod(touched for touched, _ in axes),
+        nbytes_read=math.prod(extent for _, extent in axes) * itemsize,
         nbytes_source=math.prod(shape) * itemsize,
     )
 

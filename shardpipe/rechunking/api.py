@@ -34,7 +34,8 @@ from dask.delayed import Delayed
 from shardpipe.core.checks import check_json, check_progress
 from shardpipe.core.grid import Shape
 from shardpipe.core.memory import HOLD_SHARE
-from shardpipe.core.rechunk_plans import SMALLER_BLOCKS, TWO_PASSES, block_budget, weigh_plans
+from shardpipe.core.plan_costs import SMALLER_BLOCKS, TWO_PASSES, block_budget
+from shardpipe.core.rechunk_plans import weigh_plans
 from shardpipe.core.source_blocks import (
     intermediate_chunks,
     read_block_shape,

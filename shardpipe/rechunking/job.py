@@ -24,7 +24,8 @@ from shardpipe import advice
 from shardpipe.core.display import format_bytes, html_table, text_table
 from shardpipe.core.grid import Shape, ceildiv
 from shardpipe.core.memory import HOLD_SHARE
-from shardpipe.core.rechunk_plans import ONE_PASS, SMALLER_BLOCKS, TWO_PASSES, PlanChoice
+from shardpipe.core.plan_costs import ONE_PASS, SMALLER_BLOCKS, TWO_PASSES
+from shardpipe.core.rechunk_plans import PlanChoice
 from shardpipe.core.source_blocks import ReadCost, blocks_read_cost
 from shardpipe.engine.progress import PassesBar
 from shardpipe.engine.reports import PassReport, WriteReport
