@@ -11,12 +11,15 @@ get too (:mod:`shardpipe.storage.zarr_errors`,
 * **permanent** (``ENOSPC``/``EDQUOT``: :class:`~shardpipe.errors.StorageFullError`;
   ``EROFS``/``EACCES``/``EPERM``: :class:`~shardpipe.errors.StorageAccessError`;
   ``EIO``: :class:`~shardpipe.errors.StorageError`, its ``errno`` kept):
-  the error with the fix in plain words (:func:`permanent_error`).
+  the error with the fix in plain words (:func:`permanent_error`; within
+  :func:`explained`, a block's permanent faults are raised as those errors).
 """
 
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from shardpipe import advice
 from shardpipe.errors import (
@@ -86,6 +89,19 @@ def permanent_error(err: OSError, what: str, *, in_place: bool = False) -> Stora
         device.errno = err.errno  # still an EIO to code that looks at the number
         return device
     return None
+
+
+@contextmanager
+def explained(what: str) -> Iterator[None]:
+    """Within: a permanent ``OSError`` is raised as shardpipe's error saying ``what`` failed
+    (:func:`permanent_error`); any other error as it is."""
+    try:
+        yield
+    except OSError as err:
+        plain = permanent_error(err, what)
+        if plain is None:
+            raise
+        raise plain from err
 
 
 def is_transient(err: BaseException) -> bool:

@@ -19,29 +19,16 @@ returned as it is: its writes go into a session, and its faults are its own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 from zarr.abc.store import Store
 from zarr.storage import WrapperStore
 
 from shardpipe.internals.zarr_core import Buffer
-from shardpipe.storage.errnos import permanent_error
+from shardpipe.storage.errnos import explained
 from shardpipe.storage.icechunk.store import is_icechunk
 
 __all__ = ["StorageErrorsStore", "with_storage_errors"]
-
-
-@contextmanager
-def _explained(what: str) -> Iterator[None]:
-    """Raise a permanent ``OSError`` of the block as shardpipe's error saying ``what`` failed."""
-    try:
-        yield
-    except OSError as err:
-        plain = permanent_error(err, what)
-        if plain is None:
-            raise
-        raise plain from err
 
 
 class StorageErrorsStore(WrapperStore[Store]):
@@ -71,12 +58,12 @@ class StorageErrorsStore(WrapperStore[Store]):
 
     async def set(self, key: str, value: Buffer) -> None:
         """As the wrapped store's."""
-        with _explained(f"writing {key!r}"):
+        with explained(f"writing {key!r}"):
             await self._store.set(key, value)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         """As the wrapped store's."""
-        with _explained(f"writing {key!r}"):
+        with explained(f"writing {key!r}"):
             await self._store.set_if_not_exists(key, value)
 
     async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
@@ -84,22 +71,22 @@ class StorageErrorsStore(WrapperStore[Store]):
 
     def set_sync(self, key: str, value: Buffer) -> None:
         """As the wrapped store's."""
-        with _explained(f"writing {key!r}"):
+        with explained(f"writing {key!r}"):
             super().set_sync(key, value)
 
     async def delete(self, key: str) -> None:
         """As the wrapped store's."""
-        with _explained(f"deleting {key!r}"):
+        with explained(f"deleting {key!r}"):
             await self._store.delete(key)
 
     def delete_sync(self, key: str) -> None:
         """As the wrapped store's."""
-        with _explained(f"deleting {key!r}"):
+        with explained(f"deleting {key!r}"):
             super().delete_sync(key)
 
     async def delete_dir(self, prefix: str) -> None:
         """As the wrapped store's."""
-        with _explained(f"deleting {prefix!r}"):
+        with explained(f"deleting {prefix!r}"):
             await self._store.delete_dir(prefix)
 
 

@@ -63,7 +63,7 @@ from shardpipe.internals.zarr_core import (
     SelectorTuple,
     default_buffer_prototype,
 )
-from shardpipe.storage.errnos import permanent_error
+from shardpipe.storage.errnos import explained, permanent_error
 
 __all__ = ["BoundedChunks", "BoundedSharding", "bounded_array", "read_mapped"]
 
@@ -423,10 +423,5 @@ def _leaves(errors: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 
 async def read_mapped(read: Awaitable[Buffer | None], key: str) -> Buffer | None:
     """The result of ``read`` (of ``key``); a permanent storage fault as shardpipe's error."""
-    try:
+    with explained(f"reading {key!r}"):
         return await read
-    except OSError as err:
-        mapped = permanent_error(err, f"reading {key!r}")
-        if mapped is None:
-            raise
-        raise mapped from err

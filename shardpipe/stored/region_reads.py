@@ -55,7 +55,7 @@ from shardpipe.internals.zarr_core import (
     default_buffer_prototype,
     sync,
 )
-from shardpipe.storage.errnos import permanent_error
+from shardpipe.storage.errnos import explained
 from shardpipe.storage.resolve import fs_protocols
 from shardpipe.stored.bounded_reads import BoundedChunks, read_mapped
 
@@ -193,13 +193,8 @@ def read_here(
     prototype = default_buffer_prototype()
     found: list[Buffer | None] = []
     for key in keys:
-        try:
+        with explained(f"reading {key!r}"):
             found.append(store.get_sync(key, prototype=prototype, byte_range=request))
-        except OSError as err:
-            mapped = permanent_error(err, f"reading {key!r}")
-            if mapped is None:
-                raise
-            raise mapped from err
     return found
 
 

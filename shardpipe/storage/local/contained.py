@@ -22,7 +22,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from zarr.storage import LocalStore
 
 from shardpipe.internals.zarr_core import Buffer, BufferPrototype, default_buffer_prototype
-from shardpipe.storage.errnos import permanent_error
+from shardpipe.storage.errnos import explained
 from shardpipe.storage.local.file_io import read_at
 from shardpipe.storage.local.keys import LocalKeys
 
@@ -148,13 +148,8 @@ def _read(
     :class:`~shardpipe.errors.StorageError` naming ``key`` that shardpipe's
     own reads raise (:func:`~shardpipe.storage.errnos.permanent_error`).
     """
-    try:
+    with explained(f"reading {key!r}"):
         return _read_file(keys, key, prototype, byte_range)
-    except OSError as err:
-        mapped = permanent_error(err, f"reading {key!r}")
-        if mapped is None:
-            raise
-        raise mapped from err
 
 
 def _read_file(
