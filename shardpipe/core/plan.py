@@ -313,8 +313,13 @@ def plan_write(
                 "write-shard",
                 model.direct(block_nbytes, chunk_nbytes),
                 max_mem,
-                f"the largest Dask block holds {block_nbytes:,} bytes; rechunk the source "
-                f"into smaller blocks or raise {advice.name('max_mem')}",
+                f"the largest Dask block holds {block_nbytes:,} bytes; "
+                + (
+                    ""  # a command's blocks are shardpipe's: the budget is the one thing to change
+                    if advice.for_command_line()
+                    else "rechunk the source into smaller blocks or "
+                )
+                + f"raise {advice.name('max_mem')}",
             )
         raise MemoryBudgetError(
             "write-part",

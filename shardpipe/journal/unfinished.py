@@ -198,28 +198,32 @@ def array_jobs(target: ResolvedStore, folder: JobFolder = EVERY_RECORD) -> list[
         record = None
     if record is not None and record["state"] != "complete":
         source = record.get("source")
-        again = (
-            same_call("rechunk", "rechunk")
-            if isinstance(source, dict) and "rechunk" in source
-            else "the same write"
-        )
+        if isinstance(source, dict) and "rechunk" in source:
+            again = f"run {same_call('rechunk', 'rechunk')} with {advice.setting('resume')}"
+        else:
+            again = _resume("write")
         jobs.append(
-            UnfinishedJob(
-                "write",
-                target.key(WRITE_RECORD),
-                f"the array {where}",
-                started,
-                f"run {again} with {advice.setting('resume')}",
-            )
+            UnfinishedJob("write", target.key(WRITE_RECORD), f"the array {where}", started, again)
         )
     undone = (
         next(iter(undo_records(target.shards, keys)), None) if folder.may_hold(UNDO_DIR) else None
     )
     updating = marker is not None and marker.action == "update"
     if undone is not None or updating:
-        fix = f"run the same region write or append with {advice.setting('resume')}"
+        fix = _resume("region write or append")
         if undone is not None:
             fix += " (its shards left mid-change are rolled back first), or `shardpipe repair`"
         key = keys.marker if updating else keys.undo
         jobs.append(UnfinishedJob("update", key, f"the array {where}", started, fix))
     return jobs
+
+
+def _resume(what: str) -> str:
+    """How to carry on ``what``, a job that Python calls and some commands run alike.
+
+    On the command line the job may have been a Python call (there is no plain
+    ``write`` command), so both ways are named there.
+    """
+    if advice.for_command_line():
+        return f"run the same {what} with resume=True (a Python call) or --resume (a command)"
+    return f"run the same {what} with resume=True"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardpipe import advice
 from shardpipe.core.checks import check_bool, check_int
 from shardpipe.core.display import ShowsSummary, Summary, format_count, format_nbytes
 from shardpipe.core.shard_update import Abilities, plan_shard_update
@@ -96,10 +97,11 @@ def compact(
     workers : int
         Shards rewritten concurrently (each held whole in memory).
     """
-    if not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
-        raise InvalidArgumentError(
-            "threshold", f"{threshold!r} is not in [0, 1)", "Use e.g. threshold=0.1"
-        )
+    fix = f"Use a share of a shard's bytes, e.g. {advice.setting('threshold', 0.1)}"
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise InvalidArgumentError("threshold", f"{threshold!r} is not a number", fix)
+    if not 0 <= threshold < 1:
+        raise InvalidArgumentError("threshold", f"{threshold!r} is not in [0, 1)", fix)
     workers = check_int("workers", workers, example=4)
     progress = check_bool("progress", progress)
     target = resolve_store(store, path, storage_options)

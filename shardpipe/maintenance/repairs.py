@@ -30,6 +30,7 @@ from shardpipe.stored.metadata import format_of, layout_of, read_metadata
 from shardpipe.stored.places import check_node_present, check_not_a_file
 from shardpipe.write.options import STORED_PARAMETERS
 from shardpipe.write.parameters import shares_parameters
+from shardpipe.write.resume import forget_finished
 
 
 @dataclass(repr=False)
@@ -167,7 +168,8 @@ def _repair_image(target: ResolvedStore, force: bool, progress: bool) -> RepairR
 
 
 def _remove_past_grid(target: ResolvedStore) -> int:
-    """Delete the shard objects of ``target`` whose position lies past the end of its grid."""
+    """Delete the shard objects of ``target`` whose position lies past the end of its grid,
+    and, when there are any, the records of finished update shards (first)."""
     metadata, _ = read_metadata(target, "store", writing=False)
     shard_format, grid = format_of(metadata), layout_of(metadata).shard_grid
     base = target.key("")
@@ -176,5 +178,10 @@ def _remove_past_grid(target: ResolvedStore) -> int:
         for listed in list_shards(target, shard_format, grid)
         if listed.coords is None and shard_format.coords(listed.key[len(base) :]) is not None
     ]
+    if past:
+        # the append that wrote them recorded them finished: its resume would skip them, and
+        # they would read as fill value. Without its records it writes every shard again
+        # (redoing a shard gives the same shard: records save time, never correctness)
+        forget_finished(target)
     target.shards.delete_many(past)
     return len(past)

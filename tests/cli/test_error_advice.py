@@ -203,3 +203,30 @@ def test_the_precomputed_writer_says_what_to_pass_of_an_xarray_object(
         )
     assert ".data" in str(err.value) and ".shard.to_zarr" in str(err.value), err.value
     assert not (tmp_path / "v").exists()
+
+
+def test_compact_names_its_flag_and_says_what_a_threshold_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arrays = _arrays(tmp_path)
+    assert main(["compact", str(arrays["sharded"]), "--threshold", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--threshold 0.1" in err and "threshold=" not in err, err
+    with pytest.raises(InvalidArgumentError, match=r"'x' is not a number.*threshold=0\.1"):
+        shardpipe.compact(str(arrays["sharded"]), threshold="x")  # type: ignore[arg-type]
+
+
+def test_a_block_over_the_budget_is_advised_in_the_callers_terms(tmp_path: Path) -> None:
+    """A Python caller chose the Dask blocks; a command's blocks are shardpipe's own."""
+    import dask.array as da
+
+    from shardpipe import advice
+    from shardpipe.errors import MemoryBudgetError
+
+    data = da.zeros((64, 64, 64), chunks=(64, 64, 64), dtype="u2")
+    kwargs: dict[str, Any] = {"shards": (64, 64, 64), "chunks": (8, 8, 8), "max_mem": 100_000}
+    with pytest.raises(MemoryBudgetError, match="rechunk the source into smaller blocks"):
+        shardpipe.prepare_write(data, tmp_path / "a.zarr", **kwargs)
+    with advice.command_line_terms(), pytest.raises(MemoryBudgetError) as raised:
+        shardpipe.prepare_write(data, tmp_path / "a.zarr", **kwargs)
+    assert "smaller blocks" not in str(raised.value) and "--max-mem" in str(raised.value)

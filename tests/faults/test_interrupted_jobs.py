@@ -53,7 +53,7 @@ POINTS = [
         "write",
         "a/.shardpipe/write.json",
         "run the same write with resume=True",
-        "run the same write with --resume",
+        "run the same write with resume=True (a Python call) or --resume (a command)",
     ),
     Point(
         "array",
@@ -63,7 +63,7 @@ POINTS = [
         "write",
         "a/.shardpipe/write.json",
         "run the same write with resume=True",
-        "run the same write with --resume",
+        "run the same write with resume=True (a Python call) or --resume (a command)",
     ),
     Point(
         "update",
@@ -73,7 +73,7 @@ POINTS = [
         "update",
         "a/.shardpipe/job.json",
         "run the same region write or append with resume=True",
-        "run the same region write or append with --resume",
+        "run the same region write or append with resume=True (a Python call) or --resume (a command)",
     ),
     Point(
         "ome",

@@ -422,3 +422,32 @@ def test_repair_removes_shards_past_the_grid_an_interrupted_append_left(tmp_path
     assert report.ok
     assert not (tmp_path / "a" / "c" / "4" / "0").exists()
     assert (tmp_path / "a" / "c" / "3" / "0").exists()
+
+
+def test_repair_after_a_failed_append_then_resume_writes_every_shard(tmp_path) -> None:
+    """Repair removes the shards an unfinished append wrote past the grid; the append's
+    records of them must go too, or its resume skips them and they read as fill value."""
+    old = np.arange(1, 40 * 6 + 1, dtype=np.int32).reshape(40, 6)
+    new = np.arange(1000, 1000 + 40 * 6, dtype=np.int32).reshape(40, 6)
+    target = str(tmp_path / "a")
+    shardpipe.to_sharded_zarr(old, target, shards=(10, 6), chunks=(5, 6))
+
+    failing = [True]
+
+    def block(block_info: Any = None) -> np.ndarray:
+        (start, stop), _ = block_info[None]["array-location"]
+        if start >= 30 and failing[0]:  # the last shard's block, once the others are written
+            time.sleep(1.0)
+            raise OSError("the source went away")
+        return new[start:stop]
+
+    # the same Dask name both times: the resumed append is the same update
+    source = da.map_blocks(block, chunks=((10,) * 4, (6,)), dtype=new.dtype, name="new-rows")
+    with dask.config.set(scheduler="threads"), pytest.raises(OSError, match="went away"):
+        shardpipe.to_sharded_zarr(source, target, append_dim=0)
+    assert (tmp_path / "a" / "c" / "4" / "0").exists()  # a shard past the grid, recorded done
+    report = shardpipe.repair(target)
+    assert report.removed_past_grid >= 1 and report.ok
+    failing[0] = False
+    shardpipe.to_sharded_zarr(source, target, append_dim=0, resume=True)
+    assert_same(np.asarray(zarr.open_array(target, mode="r")[...]), np.concatenate([old, new]))
