@@ -73,7 +73,8 @@ POINTS = [
         "update",
         "a/.shardpipe/job.json",
         "run the same region write or append with resume=True",
-        "run the same region write or append with resume=True (a Python call) or --resume (a command)",
+        "run the same region write or append with resume=True (a Python call) or --resume "
+        "(a command)",
     ),
     Point(
         "ome",
