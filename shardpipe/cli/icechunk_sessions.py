@@ -23,18 +23,37 @@ def commit_arguments(args: argparse.Namespace, command: str) -> dict[str, Any]:
     Raises
     ------
     shardpipe.errors.InvalidArgumentError
-        For ``--commit`` or ``--rebase`` without ``--icechunk``.
+        For ``--commit``, ``--rebase`` or ``--branch`` without ``--icechunk``.
     """
     if args.icechunk:
         message = args.commit or f"shardpipe {command} {args.source}"
         return {"commit": message, "rebase": args.rebase}
-    if args.commit is not None or args.rebase:
-        raise InvalidArgumentError(
-            "--commit" if args.commit is not None else "--rebase",
-            "applies to Icechunk targets only",
-            "Add --icechunk (TARGET is then a repository), or leave it out",
-        )
+    check_icechunk_only(args, "TARGET")
     return {}
+
+
+def check_icechunk_only(args: argparse.Namespace, where: str) -> None:
+    """Refuse ``--branch``, ``--snapshot``, ``--commit`` and ``--rebase`` without ``--icechunk``
+    (they would be ignored: ``where`` is then a plain store).
+
+    Raises
+    ------
+    shardpipe.errors.InvalidArgumentError
+        Naming the first of those flags given.
+    """
+    given = {
+        "--branch": getattr(args, "branch", None) is not None,
+        "--snapshot": getattr(args, "snapshot", None) is not None,
+        "--commit": getattr(args, "commit", None) is not None,
+        "--rebase": bool(getattr(args, "rebase", False)),
+    }
+    for flag, present in given.items():
+        if present:
+            raise InvalidArgumentError(
+                flag,
+                "applies to Icechunk repositories only",
+                f"Add --icechunk ({where} is then a repository), or leave {flag} out",
+            )
 
 
 def store_to_read(
@@ -47,6 +66,7 @@ def store_to_read(
     repository at ``args.store`` (opened with ``options``), and None.
     """
     if not args.icechunk:
+        check_icechunk_only(args, "STORE")
         return args.store, options
     from shardpipe.storage.icechunk.repository import open_session
 

@@ -166,3 +166,36 @@ def test_command_line_writes_and_appends_a_dataset_into_a_repository(
     first = next(s.id for s in repo.ancestry(branch="main") if s.message == "one")
     old = xr.open_zarr(repo.readonly_session(snapshot_id=first).store, consolidated=False)
     assert old.sizes["time"] == 30
+
+
+@pytest.mark.parametrize(
+    "command, flags",
+    [
+        ("rechunk", ["--branch", "dev"]),
+        ("rechunk", ["--commit", "msg"]),
+        ("rechunk", ["--rebase"]),
+        ("verify", ["--branch", "dev"]),
+        ("verify", ["--snapshot", "abc"]),
+        ("info", ["--snapshot", "abc"]),
+    ],
+)
+def test_icechunk_flags_without_icechunk_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, flags: list[str]
+) -> None:
+    """Not ignored: a plain store has no branch or snapshot, and a write into it no commit."""
+    source = zarr.create_array(tmp_path / "src.zarr", shape=(40, 40), chunks=(10, 10), dtype="u2")
+    source[...] = 1
+    if command == "rechunk":
+        args = [
+            "rechunk",
+            str(tmp_path / "src.zarr"),
+            str(tmp_path / "out.zarr"),
+            "--shards",
+            "20,20",
+        ]
+    else:
+        args = [command, str(tmp_path / "src.zarr")]
+    assert main([*args, *flags]) == 2
+    err = capsys.readouterr().err
+    assert flags[0] in err and "--icechunk" in err, err
+    assert not (tmp_path / "out.zarr").exists()
