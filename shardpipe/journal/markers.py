@@ -87,6 +87,23 @@ class JobKeys:
         return f"{self.undo}{job}/{hashlib.sha1(shard_key.encode()).hexdigest()}"
 
 
+PID_CLOCK_SLACK = 2.0
+"""Seconds a process's start time (whole seconds since boot, in Linux's ``/proc``) may read
+later than the marker its job made."""
+
+
+def process_started(pid: int) -> float | None:
+    """The Unix time process ``pid`` started, from Linux's ``/proc``; None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as system:
+            boot = next(int(line.split()[1]) for line in system if line.startswith(b"btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # the 22nd field: starttime
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 @dataclass(frozen=True)
 class JobMarker:
     """What a running job records about itself.
@@ -124,6 +141,26 @@ class JobMarker:
         """One line naming the job for error messages."""
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
         return f"job {self.job} ({self.action}, pid {self.pid} on {self.host}, started {when})"
+
+    def is_running_here(self) -> bool:
+        """Whether the job certainly still runs: its process is alive on this host.
+
+        A process of the marker's pid that started after the marker was made is
+        another process that was given the same pid (Linux says when a process
+        started; elsewhere a live pid counts as the job's).
+        """
+        if self.host != socket.gethostname():
+            return False
+        if self.pid == os.getpid():
+            return self.job in _ACTIVE
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # alive, another user's
+        began = process_started(self.pid)
+        return began is None or began <= self.started + PID_CLOCK_SLACK
 
     def is_stale(self) -> bool:
         """Whether the job certainly no longer runs (its process on this host is gone)."""
@@ -235,6 +272,14 @@ def read_marker_at(store: ShardStore, key: str) -> tuple[JobMarker, ObjectVersio
 
 def conflict(other: JobMarker, keys: JobKeys, doing: str) -> JobConflictError:
     """The error for finding ``other`` holding the array while ``doing``."""
+    if other.is_running_here():
+        return JobConflictError(
+            f"cannot {doing}: {other.describe()} is working on this array (marker "
+            f"{keys.marker!r}), and its process runs on this machine. Wait for it to "
+            f"finish; to stop it, end process {other.pid}, then run `shardpipe repair "
+            f"<array>` (or shardpipe.repair(...)) to undo what it left unfinished",
+            asdict(other),
+        )
     return JobConflictError(
         f"cannot {doing}: {other.describe()} is working on this array (marker "
         f"{keys.marker!r}). Wait for it to finish; if it is no longer running, run "
