@@ -109,6 +109,23 @@ def valued(parameter: str, shown: str) -> str:
     return f"{parameter}={shown}" if flag == parameter else f"{flag} {shown}"
 
 
+def storage_option(*keys: str) -> str:
+    """Storage options ``keys`` to set, in the caller's terms: ``'endpoint_url' in
+    storage_options`` or ``--storage-option endpoint_url=...``.
+
+    Examples
+    --------
+    >>> storage_option("key", "secret")
+    "'key'/'secret' in storage_options"
+    >>> with command_line_terms():
+    ...     storage_option("key", "secret")
+    '--storage-option key=... / secret=...'
+    """
+    if for_command_line():
+        return f"{name('storage_options')} " + " / ".join(f"{key}=..." for key in keys)
+    return "/".join(repr(key) for key in keys) + " in storage_options"
+
+
 def job(function: str) -> str:
     """A job of shardpipe's, in the caller's terms: ``shardpipe.rechunk`` or
     ``shardpipe rechunk``."""

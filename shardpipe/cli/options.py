@@ -241,8 +241,9 @@ REGION = Option(
 )
 INDEX_LOCATION = Option(
     ("--index-location",),
-    "where each shard keeps its index",
-    {"default": "end", "choices": ["end", "start"]},
+    "where each shard keeps its index (default: end; start on Azure, whose reads cannot ask "
+    "for an object's last bytes)",
+    {"default": None, "choices": ["end", "start"]},
 )
 NO_CHUNK_CHECKSUMS = Option(
     ("--no-chunk-checksums",),

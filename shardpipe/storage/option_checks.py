@@ -51,11 +51,26 @@ def closest_option(key: str, valid: frozenset[str]) -> str:
     return f"The options are {listed}, and fsspec's {', '.join(sorted(FSSPEC_OPTIONS))}"
 
 
+SECRET_WORDS = ("key", "secret", "token", "password", "credential", "sas", "connection")
+"""Parts of option names whose values are not shown in messages (a misspelt name may hold a
+secret as well as a right one)."""
+
+
+def shown_value(key: str, value: object) -> str:
+    """``value`` of option ``key`` as a message shows it: ``'...'`` for what may be a secret."""
+    if any(word in key.lower() for word in SECRET_WORDS):
+        return "'...'"
+    return repr(value)
+
+
 def unknown_option(
-    parameter: str, key: str, value: object, valid: frozenset[str], owner: str
+    parameter: str, key: str, valid: frozenset[str], owner: str
 ) -> InvalidArgumentError:
-    """The error for option ``key`` of ``parameter``, which ``owner`` (a class) does not take."""
-    problem = f"{key!r} (given {value!r}) is not an option of {owner}"
+    """The error for option ``key`` of ``parameter``, which ``owner`` (a class) does not take.
+
+    Its value is not shown: the name is unknown, so whether it holds a secret is too.
+    """
+    problem = f"{key!r} is not an option of {owner}"
     return InvalidArgumentError(parameter, problem, closest_option(key, valid))
 
 
@@ -82,7 +97,7 @@ def check_option_types(parameter: str, options: Mapping[str, Any] | None) -> Non
             example = advice.setting(parameter, {key: inside})
             raise InvalidArgumentError(
                 parameter,
-                f"{key!r} (given {value!r}) must be a mapping of names to values",
+                f"{key!r} (given {shown_value(key, value)}) must be a mapping of names to values",
                 f"Give a mapping, e.g. {example}",
             )
     client = options.get("client_kwargs") or {}

@@ -29,6 +29,7 @@ from shardpipe.storage.option_checks import (
     check_option_types,
     closest_option,
     filesystem_options,
+    shown_value,
 )
 
 CLIENT_OPTIONS = frozenset(
@@ -119,8 +120,9 @@ def check_storage_options(
 
 def _unknown(parameter: str, key: str, value: Any, valid: frozenset[str]) -> tuple[str, str]:
     """What is wrong with the option ``key``, and the fix."""
-    problem = f"{key!r} (given {value!r}) is not an option of s3fs.S3FileSystem"
+    problem = f"{key!r} is not an option of s3fs.S3FileSystem"
     if key in CLIENT_OPTIONS:
-        example = advice.setting(parameter, {"client_kwargs": {key: value}})
+        shown = value if shown_value(key, value) == repr(value) else "..."
+        example = advice.setting(parameter, {"client_kwargs": {key: shown}})
         return problem, f"It is a botocore client option: put it in client_kwargs, {example}"
     return problem, closest_option(key, valid)

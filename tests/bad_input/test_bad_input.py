@@ -615,12 +615,13 @@ def _maintenance() -> list[tuple[str, str, Any, str, Call]]:
         ("repair", "force", 1, "got 1 (int)", lambda p: shardpipe.repair(p.arr, force=1)),
     ]
     for bad in (2.0, -0.1, 1, "0.1", True, None, float("nan")):
+        number = isinstance(bad, (int, float)) and not isinstance(bad, bool)
         rows.append(
             (
                 "compact",
                 "threshold",
                 bad,
-                f"{bad!r} is not in [0, 1)",
+                f"{bad!r} is not in [0, 1)" if number else f"{bad!r} is not a number",
                 lambda p, bad=bad: shardpipe.compact(p.arr, threshold=bad),
             )
         )

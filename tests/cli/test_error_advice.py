@@ -230,3 +230,17 @@ def test_a_block_over_the_budget_is_advised_in_the_callers_terms(tmp_path: Path)
     with advice.command_line_terms(), pytest.raises(MemoryBudgetError) as raised:
         shardpipe.prepare_write(data, tmp_path / "a.zarr", **kwargs)
     assert "smaller blocks" not in str(raised.value) and "--max-mem" in str(raised.value)
+
+
+def test_object_store_fixes_name_the_storage_option_flag() -> None:
+    """What to set for credentials or an endpoint, in flags on the command line."""
+    from shardpipe import advice
+    from shardpipe.storage.azure.faults import _credentials_fix as azure_fix
+    from shardpipe.storage.gcs.faults import credentials_fix as gcs_fix
+    from shardpipe.storage.s3.faults import _credentials_fix as s3_fix
+
+    for fix in (azure_fix, gcs_fix, s3_fix):
+        assert "storage_options" in fix(), fix()
+        with advice.command_line_terms():
+            said = fix()
+        assert "--storage-option " in said and "storage_options" not in said, said

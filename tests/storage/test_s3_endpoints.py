@@ -80,11 +80,12 @@ def test_a_misspelt_option_is_refused_before_any_byte_is_written(
             f"s3://{bucket}/a.zarr",
             shards=(4, 4),
             chunks=(2, 2),
-            storage_options={**options, name: "x"},
+            storage_options={**options, name: "s3cr3t-value"},
         )
     assert err.value.parameter == "storage_options"
     text = str(err.value)
-    assert repr(name) in text and "'x'" in text and repr(closest) in text, text
+    assert repr(name) in text and repr(closest) in text, text
+    assert "s3cr3t-value" not in text  # a misspelt name may hold a secret: never echoed
     assert "AioSession" not in text
     assert _objects(bucket, s3_server) == []
 

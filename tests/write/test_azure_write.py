@@ -356,3 +356,21 @@ def test_a_large_whole_shard_goes_up_as_blocks_sent_at_once(
     np.testing.assert_array_equal(_read(url, options), source.compute())
     assert leftovers(container, options) == []
     assert shardpipe.verify(url, storage_options=options).ok
+
+
+def test_the_command_line_puts_the_index_where_the_library_does(
+    tmp_path: Any, azure_container: tuple[str, dict[str, Any]]
+) -> None:
+    """`shardpipe rechunk` into Azure without --index-location: at the start, as in Python
+    (zarr-python cannot read part of a shard whose index is at the end there)."""
+    from shardpipe.cli.parser import main
+
+    container, options = azure_container
+    source = zarr.create_array(tmp_path / "src.zarr", shape=(64, 64), chunks=(16, 64), dtype="u2")
+    source[...] = np.arange(64 * 64, dtype="u2").reshape(64, 64)
+    url = f"az://{container}/cli.zarr"
+    flags = [f for k, v in options.items() for f in ("--storage-option", f"{k}={v}")]
+    assert main(["rechunk", str(tmp_path / "src.zarr"), url, "--shards", "32,32", *flags]) == 0
+    assert _index_location(url, options) == "start"
+    part = zarr.open_array(url, mode="r", storage_options=options)[3:9, 5:40]
+    np.testing.assert_array_equal(part, source[3:9, 5:40])

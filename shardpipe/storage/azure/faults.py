@@ -33,6 +33,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
+from shardpipe import advice
 from shardpipe.errors import StorageAccessError, StorageError, TransientStorageError
 
 CONDITION_CODES = frozenset({"ConditionNotMet", "BlobAlreadyExists", "TargetConditionNotMet"})
@@ -70,11 +71,15 @@ _RESETS = frozenset(
         "TimeoutError",
     }
 )
-_CREDENTIALS_FIX = (
-    "check the credentials in storage_options ('connection_string', 'account_key', "
-    "'sas_token' or 'credential') and that they are allowed to read, write, list and "
-    "delete blobs in the container"
-)
+
+
+def _credentials_fix() -> str:
+    """What to check of Azure credentials, in the caller's terms."""
+    given = advice.storage_option("connection_string", "account_key", "sas_token", "credential")
+    return (
+        f"check the credentials ({given}) and that they are allowed to read, write, list and "
+        "delete blobs in the container"
+    )
 
 
 def _chain(err: BaseException) -> Iterator[BaseException]:
@@ -155,14 +160,16 @@ def classify_error(
             return (
                 StorageAccessError,
                 f"container {container!r} does not exist at {endpoint}",
-                "create it, or fix the container in the URL or the account in storage_options",
+                "create it, or fix the container in the URL or the account ("
+                + advice.storage_option("account_name", "connection_string")
+                + ")",
             )
         if (
             code in _DENIED_CODES
             or found.status_code in (401, 403)
             or (isinstance(found, ClientAuthenticationError))
         ):
-            return StorageAccessError, f"access denied: {cause}", _CREDENTIALS_FIX
+            return StorageAccessError, f"access denied: {cause}", _credentials_fix()
         if code in _TRANSIENT_CODES or found.status_code in _TRANSIENT_STATUS:
             return (
                 TransientStorageError,
@@ -172,7 +179,11 @@ def classify_error(
         return StorageError, f"the service answered {cause}", ""
     for seen in _chain(err):
         if isinstance(seen, ClientAuthenticationError):
-            return StorageAccessError, f"no usable credential ({_one_line(seen)})", _CREDENTIALS_FIX
+            return (
+                StorageAccessError,
+                f"no usable credential ({_one_line(seen)})",
+                _credentials_fix(),
+            )
     request = next((e for e in _chain(err) if isinstance(e, ServiceRequestError)), None)
     if request is not None and not reached:
         reset = any(type(e).__name__ in _RESETS for e in _chain(err))
@@ -180,8 +191,9 @@ def classify_error(
             return (
                 StorageAccessError,
                 f"cannot connect to {endpoint} ({_one_line(request)})",
-                "check the account, account_host or BlobEndpoint of the connection string in "
-                "storage_options, and that the service is up and reachable from here",
+                "check the account, account_host or BlobEndpoint of the connection string ("
+                + advice.storage_option("connection_string")
+                + "), and that the service is up and reachable from here",
             )
     if (
         request is not None

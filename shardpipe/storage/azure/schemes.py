@@ -47,9 +47,7 @@ def check_azure_options(parameter: str, options: dict[str, Any] | None) -> dict[
         If a name is not an option of ``adlfs.AzureBlobFileSystem``; the
         message names the closest valid one.
     """
-    for key, value in (options or {}).items():
+    for key in options or {}:
         if key not in adlfs_options():
-            raise unknown_option(
-                parameter, key, value, adlfs_options(), "adlfs.AzureBlobFileSystem"
-            )
+            raise unknown_option(parameter, key, adlfs_options(), "adlfs.AzureBlobFileSystem")
     return options

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardpipe.errors import StorageAccessError
-from shardpipe.storage.gcs.faults import CREDENTIALS_FIX, one_line
+from shardpipe.storage.gcs.faults import credentials_fix, one_line
 from shardpipe.storage.gcs.store import GcsShardStore
 
 _LOOP_OPTIONS = ("asynchronous", "loop")
@@ -64,5 +64,5 @@ def credentials_failure(url: str, err: BaseException) -> StorageAccessError:
         To raise ``from err``.
     """
     return StorageAccessError(
-        f"GCS credentials for {url} could not be loaded ({one_line(err)}); {CREDENTIALS_FIX}"
+        f"GCS credentials for {url} could not be loaded ({one_line(err)}); {credentials_fix()}"
     )

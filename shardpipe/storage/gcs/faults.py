@@ -32,16 +32,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from shardpipe import advice
 from shardpipe.errors import StorageAccessError, StorageError, TransientStorageError
 
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth trying again (Google's guidance for its JSON API)."""
 
-CREDENTIALS_FIX = (
-    "pass storage_options={'token': ...} as gcsfs takes it (a service-account JSON file, "
-    "'google_default' after `gcloud auth application-default login`, 'cloud' on Google "
-    "Cloud, 'anon' for a public bucket or an emulator)"
-)
+
+def credentials_fix() -> str:
+    """How to pass GCS credentials, in the caller's terms."""
+    return (
+        f"set {advice.storage_option('token')} as gcsfs takes it (a service-account JSON "
+        "file, 'google_default' after `gcloud auth application-default login`, 'cloud' on "
+        "Google Cloud, 'anon' for a public bucket or an emulator)"
+    )
+
+
 PERMISSIONS_FIX = (
     "use credentials allowed storage.objects.create, get, list and delete on the bucket "
     "(the role Storage Object Admin has them)"
@@ -153,20 +159,21 @@ def classify_status(
     """
     said = error_text(status, body)
     if status == 401:
-        return StorageAccessError, f"GCS rejected the credentials: {said}", CREDENTIALS_FIX
+        return StorageAccessError, f"GCS rejected the credentials: {said}", credentials_fix()
     if status == 403:
         return StorageAccessError, f"access denied: {said}", PERMISSIONS_FIX
     if status == 404 and bucket_level:
         return (
             StorageAccessError,
             f"bucket {bucket!r} does not exist at {endpoint} ({said})",
-            "create it, or fix the bucket in the URL or endpoint_url in storage_options",
+            "create it, or fix the bucket in the URL or " + advice.storage_option("endpoint_url"),
         )
     if status == 501:
         return (
             StorageAccessError,
             f"the endpoint {endpoint} answered {said}",
-            "it does not implement this GCS operation; check endpoint_url in storage_options",
+            "it does not implement this GCS operation; check "
+            + advice.storage_option("endpoint_url"),
         )
     if status in TRANSIENT_STATUSES or 500 <= status < 600:
         return TransientStorageError, f"the server answered {said}", "a transient fault"
@@ -199,14 +206,15 @@ def classify_exception(
         return (
             StorageAccessError,
             f"no usable Google credentials ({one_line(found)})",
-            (CREDENTIALS_FIX),
+            (credentials_fix()),
         )
     found = _named(err, _CONNECT_ERRORS)
     if found is not None and not reached:
         return (
             StorageAccessError,
             f"cannot connect to {endpoint} ({one_line(found)})",
-            "check endpoint_url in storage_options, and that the server is up and reachable",
+            f"check {advice.storage_option('endpoint_url')}, and that the server is up and "
+            "reachable",
         )
     found = found or _named(err, _TRANSIENT_EXCEPTIONS)
     if found is not None:

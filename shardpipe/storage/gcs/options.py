@@ -56,7 +56,7 @@ def check_gcs_options(parameter: str, options: dict[str, Any] | None) -> dict[st
     >>> check_gcs_options("storage_options", {"token": "anon"})
     {'token': 'anon'}
     """
-    for key, value in (options or {}).items():
+    for key in options or {}:
         if key not in gcsfs_options():
-            raise unknown_option(parameter, key, value, gcsfs_options(), "gcsfs.GCSFileSystem")
+            raise unknown_option(parameter, key, gcsfs_options(), "gcsfs.GCSFileSystem")
     return options

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from shardpipe import advice
 from shardpipe.errors import StorageAccessError, StorageError, TransientStorageError
 
 
@@ -205,10 +206,17 @@ _TRANSIENT_CODES = frozenset(
         "429",
     }
 )
-_CREDENTIALS_FIX = (
-    "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or pass "
-    "storage_options={'key': ..., 'secret': ...} ({'anon': True} for a public bucket)"
-)
+
+
+def _credentials_fix() -> str:
+    """How to pass S3 credentials, in the caller's terms."""
+    return (
+        "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or "
+        f"{advice.storage_option('key', 'secret')} "
+        f"({advice.setting('storage_options', {'anon': True})} for a public bucket)"
+    )
+
+
 _PERMISSIONS_FIX = (
     "use credentials allowed s3:GetObject, s3:PutObject, s3:DeleteObject, s3:ListBucket, "
     "s3:ListBucketMultipartUploads and s3:AbortMultipartUpload on the bucket"
@@ -301,7 +309,7 @@ def classify(
         return (
             StorageAccessError,
             f"no usable AWS credentials ({_one_line(found)})",
-            (_CREDENTIALS_FIX),
+            (_credentials_fix()),
         )
     response = error_response(err)
     if response is not None:
@@ -315,7 +323,8 @@ def classify(
                 f"S3 rejected the credentials: {cause}",
                 (
                     "check the access key and secret (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
-                    f"or storage_options 'key'/'secret') and that they are meant for {endpoint}"
+                    f"or {advice.storage_option('key', 'secret')}) and that they are meant for "
+                    f"{endpoint}"
                 ),
             )
         if code in _DENIED:
@@ -324,7 +333,8 @@ def classify(
             return (
                 StorageAccessError,
                 f"bucket {bucket!r} does not exist at {endpoint}",
-                ("create it, or fix the bucket in the URL or endpoint_url in storage_options"),
+                "create it, or fix the bucket in the URL or "
+                + advice.storage_option("endpoint_url"),
             )
         if code == "RequestTimeTooSkewed":
             return (
@@ -336,7 +346,8 @@ def classify(
             return (
                 StorageAccessError,
                 f"the endpoint {endpoint} answered {cause}",
-                "it does not implement this S3 operation; check endpoint_url in storage_options",
+                "it does not implement this S3 operation; check "
+                + advice.storage_option("endpoint_url"),
             )
         if (
             code in _TRANSIENT_CODES
@@ -363,8 +374,8 @@ def classify(
             StorageAccessError,
             f"cannot connect to {endpoint} ({_one_line(found)})",
             (
-                "check endpoint_url in storage_options (or client_kwargs), and that the "
-                "server is up and reachable from here"
+                f"check {advice.storage_option('endpoint_url')} (or client_kwargs), and that "
+                "the server is up and reachable from here"
             ),
         )
     found = _any_named(err, _TRANSIENT_EXCEPTIONS)
