@@ -196,6 +196,9 @@ class Candidate:
         For two passes: the copy's chunks.
     second_blocks : tuple of int or None
         For two passes: the blocks the copy is read in.
+    raw_copy : bool
+        For two passes: whether the copy is kept raw (on a local disk), so that
+        its bytes are copied, not encoded and decoded.
     """
 
     kind: str
@@ -203,6 +206,7 @@ class Candidate:
     cost: PlanCost
     intermediate_chunks: Shape | None = None
     second_blocks: Shape | None = None
+    raw_copy: bool = False
 
     def fits(self, max_mem: int) -> bool:
         """Whether its modelled memory is within ``max_mem``."""
@@ -210,8 +214,9 @@ class Candidate:
 
     @property
     def _copied(self) -> str:
-        """What its raw copies are: into the intermediate and back, or pieces gathered."""
-        return "copied raw" if self.intermediate_chunks is not None else "gathered raw"
+        """What its raw copies are: into the intermediate and back (a raw copy), or pieces
+        gathered between tasks."""
+        return "copied raw" if self.raw_copy else "gathered raw"
 
     def rows(self, max_mem: int) -> list[tuple[str, str]]:
         """Two lines for a plan's summary: its shapes and memory, then its cost."""
@@ -362,4 +367,4 @@ def two_pass_cost(
         nbytes_copied=copied + rest.nbytes_copied,
         blocks=first_blocks + rest.blocks,
     )
-    return Candidate(TWO_PASSES, block_shape, cost, inter, second)
+    return Candidate(TWO_PASSES, block_shape, cost, inter, second, raw_copy)

@@ -73,6 +73,13 @@ SPLITS = 4
 """Block extents also tried per axis: the axis cut in 2 to this many even parts (a block of
 half an axis of 19 is 10, a multiple of neither the read unit nor the inner chunk)."""
 
+TIE = 1e-9
+"""Shapes whose costs, in floating point, are within this share of the cheapest's are costed
+again in integers to choose among them."""
+
+TIE_SHAPES = 64
+"""The most shapes costed again so (the first in C order)."""
+
 TWO_PASS_TRIES = 8
 """First-pass block shapes a planner tries for two passes (the largest that fit)."""
 
@@ -113,7 +120,7 @@ def block_extents(n: int, steps: Sequence[int], top: int, unit: int) -> list[int
     tiles = [d for d in range(1, min(unit, n) + 1) if unit % d == 0]
     if len(tiles) > MAX_EXTENTS:
         tiles = [unit >> k for k in range(unit.bit_length()) if unit % (1 << k) == 0]
-    splits = {ceildiv(n, k) for k in range(2, SPLITS + 1)}  # the axis in a few even parts
+    splits = {ceildiv(n, k) for k in range(2, SPLITS + 1)} - {0}  # the axis in a few even parts
     return sorted(set(extents) | {t for t in tiles if t < n} | splits)
 
 
@@ -127,9 +134,11 @@ class _OnePassGrid:
 
     The same model as :func:`~shardpipe.core.plan_costs.one_pass_cost`,
     worked out per axis (:func:`~shardpipe.core.plan_costs.axis_cost`) and
-    multiplied over the grid; a candidate is built only for the shapes
-    chosen, by ``one_pass_cost`` itself. Ties go to the first shape in C
-    order of the sorted extents.
+    multiplied over the grid in floating point (the bytes a block shape of
+    single elements would read pass any integer type on arrays of a few GiB);
+    the shapes within :data:`TIE` of the cheapest are costed again by
+    ``one_pass_cost`` itself, in integers, and the cheapest of those (then the
+    least holding, then the first in C order of the sorted extents) is chosen.
     """
 
     def __init__(
@@ -146,59 +155,67 @@ class _OnePassGrid:
         self.extents = extents
         ndim = len(shape)
         columns = [
-            np.array([axis_cost(n, u, b, s, c) for b in axis], dtype=np.int64).reshape(-1, 5)
+            np.array([axis_cost(n, u, b, s, c) for b in axis], dtype=np.float64).reshape(-1, 5)
             for n, u, s, c, axis in zip(
                 shape, read_unit, shard_shape, chunk_shape, extents, strict=True
             )
         ]
 
+        def along(d: int, values: np.ndarray) -> np.ndarray:
+            return values.reshape([-1 if k == d else 1 for k in range(ndim)])
+
         def product(column: int, ones: bool = False) -> np.ndarray:
-            out = np.ones((1,) * ndim, dtype=np.int64)
+            out = np.ones((1,) * ndim)
             for d, axis in enumerate(columns):
                 values = axis[:, column]
-                if ones:
-                    values = np.where(values > 0, values, 1)
-                out = out * values.reshape([-1 if k == d else 1 for k in range(ndim)])
+                out = out * along(d, np.where(values > 0, values, 1) if ones else values)
             return out
 
         reads, extent, inside, blocks = (product(i) for i in range(4))
         cut = np.zeros((1,) * ndim, dtype=bool)
-        for d, axis in enumerate(columns):
-            cut = cut | (axis[:, 4] > 0).reshape([-1 if k == d else 1 for k in range(ndim)])
-        gathered = np.where(cut, product(4, ones=True), 0)
+        once = np.ones((1,) * ndim, dtype=bool)
+        for d, (n, axis) in enumerate(zip(shape, columns, strict=True)):
+            cut = cut | along(d, axis[:, 4] > 0)
+            once = once & along(d, axis[:, 1] == n)  # every unit along the axis read once
+        gathered = np.where(cut, product(4, ones=True), 0.0)
         nbytes = math.prod(shape) * itemsize
         shards = math.prod(ceildiv(n, s) for n, s in zip(shape, shard_shape, strict=True))
+        self.full = np.broadcast_shapes(*(along(d, a[:, 0]).shape for d, a in enumerate(columns)))
         self.within = inside * itemsize <= share
         self.inside = inside
         self.gathers = gathered > 0
-        self.once = extent * itemsize == nbytes
+        self.once = once
         self.memory = one_pass_memory(inside, itemsize, gathered)
-        copied = np.where(self.gathers, nbytes, 0)
-        total = weighted_total(extent * itemsize, nbytes, nbytes, copied, reads + shards, blocks)
-        self.total = total.astype(np.int64)
+        copied = np.where(self.gathers, float(nbytes), 0.0)
+        self.total = weighted_total(
+            extent * itemsize, nbytes, nbytes, copied, reads + shards, blocks
+        )
 
     def _shape(self, flat: int) -> Shape:
-        index = np.unravel_index(flat, self.inside.shape)
+        index = np.unravel_index(flat, self.full)
         return tuple(int(self.extents[d][int(i)]) for d, i in enumerate(index))
+
+    def _everywhere(self, values: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(values, self.full).ravel()
 
     def cheapest(self, among: np.ndarray, max_mem: int) -> Candidate | None:
         """The cheapest (then least holding) shape ``among`` those within the share that fits."""
-        mask = np.broadcast_to(among & self.within & (self.memory <= max_mem), self.inside.shape)
+        mask = self._everywhere(among & self.within & (self.memory <= max_mem))
         if not mask.any():
             return None
-        total = np.where(mask, np.broadcast_to(self.total, mask.shape), np.iinfo(np.int64).max)
-        least = np.flatnonzero(total == total.min())
-        flat = int(least[np.argmin(np.broadcast_to(self.memory, mask.shape).ravel()[least])])
-        block = self._shape(flat)
-        return Candidate(ONE_PASS, block, one_pass_cost(*self.args, block))
+        total = np.where(mask, self._everywhere(self.total), np.inf)
+        near = np.flatnonzero(total <= total.min() * (1 + TIE))[:TIE_SHAPES]
+        costed = [
+            Candidate(ONE_PASS, b, one_pass_cost(*self.args, b)) for b in map(self._shape, near)
+        ]
+        return min(costed, key=lambda c: (c.cost.total, c.cost.memory))
 
     def largest_gathering(self, max_mem: int, count: int) -> list[Shape]:
         """Up to ``count`` read-once shapes whose blocks cut inner chunks and fit alone, largest
         first (the first passes two-pass plans are tried with)."""
         alone = BLOCK_COPIES * self.args[1] * self.inside <= max_mem
-        mask = np.broadcast_to(self.once & self.within & self.gathers & alone, self.inside.shape)
-        flat = np.flatnonzero(mask)
-        sizes = np.broadcast_to(self.inside, mask.shape).ravel()[flat]
+        flat = np.flatnonzero(self._everywhere(self.once & self.within & self.gathers & alone))
+        sizes = self._everywhere(self.inside)[flat]
         order = np.argsort(-sizes, kind="stable")[:count]
         return [self._shape(int(f)) for f in flat[order]]
 

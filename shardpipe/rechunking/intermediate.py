@@ -23,7 +23,6 @@ stores none, and is copied again.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -187,17 +186,16 @@ class Intermediate:
             each = bar.advance if bar is not None else None
             store_blocks(blocks, self.store, self.chunk_shape, copy.fill_value, todo, each)
             return
-        if len(todo) == blocks.npartitions:
+        if len(todo) == blocks.npartitions and bar is None:
             stored = da.store(blocks, target, lock=False, compute=False)
-        else:
+        else:  # a store per block: a cluster's bar counts each as it is stored
             sources = [blocks.blocks[i] for i in todo]
             regions = [self._region(blocks, i) for i in todo]
             stored = da.store(
                 sources, [target] * len(todo), regions=regions, lock=False, compute=False
             )
         parts = list(stored) if isinstance(stored, tuple) else [stored]  # one per source
-        steps = len(todo) // len(parts)
-        each = functools.partial(bar.advance, steps) if bar is not None else None
+        each = bar.advance if bar is not None else None  # one step per part: per block
         compute_settled(parts, [part.name for part in parts], each)  # da.store's "store-map-..."
 
     def source(self, copy: zarr.Array[Any], block_shape: Shape) -> da.Array:

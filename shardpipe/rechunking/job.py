@@ -301,18 +301,29 @@ class RechunkJob:
 
         def abandon_copy(_: BaseException) -> None:
             close_bar()
-            if inter.placed:  # a copy shardpipe placed, not finished: nobody will want it
+            # a copy shardpipe placed, not finished, is of use to nobody; nor is any copy
+            # into an Icechunk session, whose record went with the session
+            if inter.placed or target.transactional:
                 inter.remove()
                 if target.shards.get(target.key(INTERMEDIATE_RECORD)) is not None:
                     delete_copy_record(target)
 
         def abandon_write(err: BaseException) -> None:
-            close_bar()  # the copy and its record stay: resume=True carries on from them
-            resume = advice.setting("resume")
+            close_bar()
+            if target.transactional:  # the copy's record was in the session: none to resume
+                inter.remove()
+                err.add_note(
+                    f"shardpipe: the first pass's copy of the source at {inter.store!r} was "
+                    "removed (an Icechunk target keeps no record to resume from): run the "
+                    "same rechunk again"
+                )
+                return
+            # the copy and its record stay: resume=True carries on from them
+            resume, overwrite = advice.setting("resume"), advice.setting("overwrite")
             err.add_note(
                 f"shardpipe: the first pass's copy of the source is complete and kept at "
                 f"{inter.store!r}: the same rechunk with {resume} writes the target from it "
-                f"(without {resume}, it starts afresh"
+                f"(with {overwrite} it starts afresh"
                 + (", removing the copy)" if inter.placed else ")")
             )
 

@@ -169,13 +169,9 @@ def test_one_pass_cost_is_its_parts_over_the_whole_array(layout, itemsize, data)
     assert cost.blocks == math.prod(-(-n // b) for n, b in zip(shape, block, strict=True))
 
 
-@settings(max_examples=scaled(150), deadline=None)
-@given(layouts(), st.sampled_from([1, 2, 4]), st.integers(0, 1 << 12))
-def test_the_grid_finds_what_one_shape_at_a_time_finds(layout, itemsize, extra) -> None:  # type: ignore[no-untyped-def]
+def _agrees_with_one_shape_at_a_time(shape, itemsize, unit, shard, chunk, max_mem) -> None:  # type: ignore[no-untyped-def]
     """The one-pass plans weighed all at once (numpy) cost what the cheapest of the same
     shapes, costed one at a time by :func:`one_pass_cost`, costs."""
-    shape, unit, shard, chunk = layout
-    max_mem = BLOCK_COPIES * math.prod(chunk) * itemsize + extra
     choice = weigh_plans(shape, itemsize, unit, shard, chunk, max_mem)
     nbytes = math.prod(shape) * itemsize
     share = largest_block(nbytes)
@@ -192,3 +188,38 @@ def test_the_grid_finds_what_one_shape_at_a_time_finds(layout, itemsize, extra) 
             continue
         if among:
             assert found and found[0].cost.total == min(among), (kind, found, min(among))
+
+
+@settings(max_examples=scaled(150), deadline=None)
+@given(layouts(), st.sampled_from([1, 2, 4]), st.integers(0, 1 << 12))
+def test_the_grid_finds_what_one_shape_at_a_time_finds(layout, itemsize, extra) -> None:  # type: ignore[no-untyped-def]
+    shape, unit, shard, chunk = layout
+    max_mem = BLOCK_COPIES * math.prod(chunk) * itemsize + extra
+    _agrees_with_one_shape_at_a_time(shape, itemsize, unit, shard, chunk, max_mem)
+
+
+@pytest.mark.parametrize(
+    "shape, itemsize, unit, shard, chunk, max_mem",
+    [
+        # 8 GiB in large read units: a shape of single elements would read 1.8e19 bytes, past
+        # any 64-bit integer (the grid once wrapped to a negative cost and chose it)
+        ((1024, 2048, 2060), 2, (1024, 2048, 1000), (700, 128, 512), (100, 128, 128), 64 << 20),
+        ((4096, 4096, 4096), 2, (512, 512, 512), (256, 256, 256), (64, 64, 64), 1 << 30),
+    ],
+)
+def test_the_grid_agrees_on_vast_arrays(shape, itemsize, unit, shard, chunk, max_mem) -> None:  # type: ignore[no-untyped-def]
+    _agrees_with_one_shape_at_a_time(shape, itemsize, unit, shard, chunk, max_mem)
+
+
+def test_an_empty_axis_is_planned() -> None:
+    choice = weigh_plans((0, 29), 1, (10, 19), (24, 18), (8, 18), 2030)
+    assert choice.chosen.kind == "one pass"
+
+
+@pytest.mark.parametrize("raw_copy", [True, False])
+def test_a_copy_kept_raw_is_said_to_be_copied_raw(raw_copy: bool) -> None:
+    """A compressed copy's row counts only the pieces its second pass gathers: gathered."""
+    two = two_pass_cost((44, 10), 1, (1, 4), (18, 12), (6, 6), (17, 4), 75, raw_copy)
+    assert two.cost.nbytes_copied  # the pieces (and the raw copy)
+    shown = " ".join(value for _, value in two.rows(75))
+    assert ("copied raw" in shown) == raw_copy and ("gathered raw" in shown) != raw_copy, shown

@@ -277,7 +277,7 @@ def test_credentials_that_cannot_be_loaded_fail_in_one_line(
         )
     message = str(info.value)
     assert "\n" not in message and f"GCS credentials for gs://{bucket}/x.zarr" in message
-    assert "storage_options={'token': ...}" in message
+    assert "'token' in storage_options" in message
     assert gcs_object_names(direct["endpoint_url"], bucket) == []  # nothing written
 
 

@@ -271,6 +271,7 @@ def test_an_interrupt_in_the_second_pass_says_the_copy_is_kept_for_resume(
             job.execute()
     notes = "\n".join(getattr(raised.value, "__notes__", ()))
     assert str(job.intermediate.store) in notes and "resume=True" in notes, notes
+    assert "overwrite=True" in notes  # a rerun without either is refused: the target exists
     assert Path(job.intermediate.store).exists()
     resumed = shardpipe.rechunk(slabs, tmp_path / "out.zarr", resume=True, **kwargs)
     assert resumed is not None and shardpipe.verify(tmp_path / "out.zarr").ok

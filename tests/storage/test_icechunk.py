@@ -511,3 +511,42 @@ def test_get_within_reads_a_replaced_object_whole(
     assert store.get_within("arr/c/0", 10_000) in [(1_000, old), (3_000, new)]
     store.put("arr/c/1", [old])
     assert store.get_within("arr/c/1", 2_000) in [(1_000, old), (3_000, None)]
+
+
+@pytest.mark.parametrize("failing", ["copy", "write"])
+def test_a_failed_two_pass_rechunk_into_a_session_can_be_run_again(
+    tmp_path: Path, failing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy's record goes into the session and is lost with it: the copy at the given
+    temp_store is removed, so that the same call can run again (it was refused: the path
+    existed)."""
+    from shardpipe.rechunking.intermediate import Intermediate
+
+    source = zarr.create_array(
+        tmp_path / "s.zarr", shape=(64, 64, 64), chunks=(1, 64, 64), dtype="u2"
+    )
+    data = _data((64, 64, 64))
+    source[...] = data
+    repo = _repo(tmp_path)
+    kwargs: dict[str, Any] = {"shards": (64, 32, 32), "chunks": (64, 16, 16), "max_mem": "1MB"}
+    kwargs["temp_store"] = str(tmp_path / "t.zarr")
+    broken = "write" if failing == "copy" else "source"
+    original = getattr(Intermediate, broken)
+
+    def fails(*args: Any, **kw: Any) -> Any:
+        if failing == "copy":  # once the copy is written
+            original(*args, **kw)
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(Intermediate, broken, fails)
+    with pytest.raises(OSError, match="went away") as raised:
+        shardpipe.plan_rechunk(
+            tmp_path / "s.zarr", repo.writable_session("main").store, **kwargs
+        ).execute(commit="x")
+    assert not (tmp_path / "t.zarr").exists()
+    if failing == "write":
+        assert "was removed" in "\n".join(raised.value.__notes__)
+    monkeypatch.setattr(Intermediate, broken, original)
+    session = repo.writable_session("main")
+    shardpipe.plan_rechunk(tmp_path / "s.zarr", session.store, **kwargs).execute(commit="y")
+    assert_same(_read(repo, ""), data)

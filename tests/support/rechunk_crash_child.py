@@ -7,7 +7,7 @@ test waits whatever the machine's load, reads are then held for good:
 
 * with MOMENT ``copying``, the source's blocks after the first
   :data:`COPYING_BLOCKS` that pass 1 begins to read (two blocks copied whole,
-  two not begun). The source is read a block at a time by shardpipe's
+  the others not begun). The source is read a block at a time by shardpipe's
   :class:`~shardpipe.stored.region_reads.RegionReader`, each block's slabs
   fetched together on zarr's thread pool, in the order Dask takes the blocks
   (by the hash of its tasks' names). A block is held before any of its slabs
