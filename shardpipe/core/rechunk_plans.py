@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardpipe.core.display import format_bytes
-from shardpipe.core.grid import Shape, ceildiv
+from shardpipe.core.grid import Shape, ceildiv, divisors_up_to
 from shardpipe.core.plan_costs import (
     BLOCK_COPIES,
     ONE_PASS,
@@ -113,11 +113,20 @@ def block_extents(n: int, steps: Sequence[int], top: int, unit: int) -> list[int
     halves.
     """
     reach = min(n, top)
-    extents = sorted({min(n, k * s) for s in steps for k in range(1, ceildiv(reach, s) + 1)})
-    if len(extents) > MAX_EXTENTS:  # vast axes: the steps times powers of two, and the axis whole
+    counts = [ceildiv(reach, s) for s in steps]  # each step's multiples, distinct
+    highest = max(min(n, c * s) for c, s in zip(counts, steps, strict=True))
+    vast = max(counts) > MAX_EXTENTS  # then more distinct multiples than that, surely
+    extents = (
+        []
+        if vast
+        else sorted(
+            {min(n, k * s) for s, c in zip(steps, counts, strict=True) for k in range(1, c + 1)}
+        )
+    )
+    if vast or len(extents) > MAX_EXTENTS:  # vast axes: the steps times powers of two
         doubled = {min(n, s << k) for s in steps for k in range(reach.bit_length() + 1)}
-        extents = sorted(e for e in doubled | {extents[-1]} if e <= extents[-1])
-    tiles = [d for d in range(1, min(unit, n) + 1) if unit % d == 0]
+        extents = sorted(e for e in doubled | {highest} if e <= highest)
+    tiles = divisors_up_to(unit, min(unit, n))
     if len(tiles) > MAX_EXTENTS:
         tiles = [unit >> k for k in range(unit.bit_length()) if unit % (1 << k) == 0]
     splits = {ceildiv(n, k) for k in range(2, SPLITS + 1)} - {0}  # the axis in a few even parts

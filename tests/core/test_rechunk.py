@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardpipe.core.source_blocks import intermediate_chunks, read_block_shape, read_cost, straddles
+from shardpipe.core.source_blocks import (
+    axis_reads,
+    intermediate_chunks,
+    read_block_shape,
+    read_cost,
+    straddles,
+)
 
 MiB = 1 << 20
 
@@ -240,3 +246,18 @@ def test_intermediate_chunks_along_an_axis_an_inner_chunk_spans(n, block, other,
     # the largest such extent within max_nbytes (at least the common divisor)
     fitting = [k for k in range(1, block + 1) if block % k == 0 and k * other <= max_nbytes]
     assert inter[0] == max([math.gcd(block, n), *fitting])
+
+
+@given(st.integers(0, 400), st.integers(1, 410), st.integers(1, 410))
+def test_axis_reads_count_what_each_block_reads(n: int, unit: int, block: int) -> None:
+    """The closed form against a walk over the blocks, each unit counted whole."""
+    touched = extent = 0
+    for start in range(0, n, block):
+        for k in range(start // unit, (min(n, start + block) - 1) // unit + 1):
+            touched += 1
+            extent += min(n, (k + 1) * unit) - k * unit
+    assert axis_reads(n, unit, block) == (touched, extent)
+
+
+def test_axis_reads_of_a_long_axis_take_no_step_per_block() -> None:
+    assert axis_reads(10**12, 7, 3) == (428_571_428_572, 2_999_999_999_998)
