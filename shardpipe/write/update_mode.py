@@ -116,9 +116,16 @@ class Update(WriteMode):
         )
 
     def what_now(self, target: ResolvedStore) -> str | None:
-        """An append that failed keeps the array's shape; running it again keeps its shards."""
-        if self.existing.grown is None:
+        """An update that failed leaves each shard old or new; running it again with
+        ``resume`` keeps the shards it finished. An append keeps the array's shape."""
+        if target.transactional:
             return super().what_now(target)
+        if self.existing.grown is None:
+            return (
+                "shardpipe: the region write did not finish: each shard holds its old or its "
+                f"new data; the same region write with {advice.setting('resume')} writes the "
+                "shards it did not finish"
+            )
         grown_from = tuple(self.existing.metadata.shape)
         return (
             f"shardpipe: the append did not finish: the array keeps its shape {grown_from}; "

@@ -451,3 +451,21 @@ def test_repair_after_a_failed_append_then_resume_writes_every_shard(tmp_path) -
     failing[0] = False
     shardpipe.to_sharded_zarr(source, target, append_dim=0, resume=True)
     assert_same(np.asarray(zarr.open_array(target, mode="r")[...]), np.concatenate([old, new]))
+
+
+def test_a_failed_region_write_says_how_to_finish_it(tmp_path) -> None:
+    """Interrupted or failed, a region write says what the array holds and how to go on."""
+    target = str(tmp_path / "a")
+    shardpipe.to_sharded_zarr(np.zeros((40, 6), np.int32), target, shards=(10, 6), chunks=(5, 6))
+
+    def block(block_info: Any = None) -> np.ndarray:
+        (start, stop), _ = block_info[None]["array-location"]
+        if start >= 20:
+            raise KeyboardInterrupt
+        return np.ones((stop - start, 6), np.int32)
+
+    source = da.map_blocks(block, chunks=((10,) * 4, (6,)), dtype=np.int32, name="patch")
+    with dask.config.set(scheduler="synchronous"), pytest.raises(KeyboardInterrupt) as raised:
+        shardpipe.to_sharded_zarr(source, target, region=(slice(0, 40), slice(None)))
+    notes = "\n".join(getattr(raised.value, "__notes__", ()))
+    assert "region write did not finish" in notes and "resume=True" in notes, notes
