@@ -315,11 +315,12 @@ def plan_write(
                 max_mem,
                 f"the largest Dask block holds {block_nbytes:,} bytes; "
                 + (
-                    ""  # a command's blocks are shardpipe's: the budget is the one thing to change
+                    # a command chooses its blocks, but for `shardpipe plan --blocks`
+                    f"raise {advice.name('max_mem')} (with `shardpipe plan`, or give smaller "
+                    "--blocks)"
                     if advice.for_command_line()
-                    else "rechunk the source into smaller blocks or "
-                )
-                + f"raise {advice.name('max_mem')}",
+                    else f"rechunk the source into smaller blocks or raise {advice.name('max_mem')}"
+                ),
             )
         raise MemoryBudgetError(
             "write-part",

@@ -38,8 +38,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from shardpipe.core.grid import Shape, ceildiv, divisors_up_to
 
 
@@ -162,22 +160,20 @@ def axis_reads(n: int, unit: int, block: int) -> tuple[int, int]:
     """Along an axis of ``n``: the read units blocks of ``block`` touch, and their summed
     extent (each unit counted whole, once per block that touches it).
 
-    Worked out without a step per block (an axis of a million steps in blocks of one
-    took seconds): whole blocks touch units in a pattern that repeats every
-    ``unit / gcd(block, unit)`` blocks; a block touches ``t`` units of ``unit`` each,
-    less what the last unit lacks where the axis ends inside it.
+    In closed form (an axis of a million steps in blocks of one took seconds, step by
+    step): a whole block touches one unit and one more for each unit boundary inside it,
+    so the whole blocks, together ``W`` long, touch as many units as there are blocks
+    plus the multiples of ``unit`` below ``W`` that are not also multiples of ``block``.
+    Each touch counts a whole unit, less what the last unit lacks where the axis ends
+    inside it.
     """
     if n <= 0:
         return 0, 0
     whole, rest = divmod(n, block)
-    period = unit // math.gcd(block, unit)
-    starts = np.arange(min(period, whole), dtype=np.int64) * block
-    per_block = (starts + block - 1) // unit - starts // unit + 1  # units each whole block touches
-    rounds, left = divmod(whole, period) if whole else (0, 0)
-    touched = rounds * int(per_block.sum()) + int(per_block[:left].sum())
+    span = whole * block
+    touched = whole + (span - 1) // unit - (span - 1) // math.lcm(unit, block) if whole else 0
     if rest:
-        start = whole * block
-        touched += (n - 1) // unit - start // unit + 1
+        touched += (n - 1) // unit - span // unit + 1
     extent = touched * unit
     short = ceildiv(n, unit) * unit - n  # what the axis's last unit lacks
     if short:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from shardpipe import advice
 from shardpipe.errors import ShardpipeError, StorageError, WriteFailedError
 from shardpipe.storage.resolve import ResolvedStore
+from shardpipe.write.update_mode import UNFINISHED_UPDATE
 
 __all__ = ["recovery_note", "recovery_noted"]
 
@@ -59,6 +60,9 @@ def recovery_noted(root: ResolvedStore, mode: str) -> Iterator[None]:
             err, StorageError | WriteFailedError
         )
         note = recovery_note(mode)
+        notes = getattr(err, "__notes__", None)
+        if notes:  # an update's own advice names a resume a dataset write does not have
+            err.__notes__ = [n for n in notes if not n.startswith(UNFINISHED_UPDATE)]
         if not (root.transactional or about_arguments or note in getattr(err, "__notes__", ())):
             err.add_note(note)
         raise

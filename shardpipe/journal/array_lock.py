@@ -97,8 +97,7 @@ def take(store: ShardStore, keys: JobKeys, action: str, *, force: bool = False) 
         What the job does (named in other jobs' errors).
     force : bool
         Take the array over from a job that may still run (``repair --force``:
-        the user knows it stopped), unless its process is seen running on this
-        machine.
+        the user knows it stopped).
 
     Raises
     ------
@@ -231,8 +230,7 @@ def _create_or_take_over(
         if seen is None:
             continue  # it just went away
         other, version = seen
-        # force takes over from a job that may run elsewhere, never from one seen running here
-        if not ((force and not other.is_running_here()) or other.is_stale()):
+        if not (force or other.is_stale()):
             raise conflict(other, keys, action)
         if _take_over(store, keys, keys.marker, (other, version), marker, action, force):
             return other

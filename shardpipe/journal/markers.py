@@ -143,11 +143,9 @@ class JobMarker:
         return f"job {self.job} ({self.action}, pid {self.pid} on {self.host}, started {when})"
 
     def is_running_here(self) -> bool:
-        """Whether the job certainly still runs: its process is alive on this host.
-
-        A process of the marker's pid that started after the marker was made is
-        another process that was given the same pid (Linux says when a process
-        started; elsewhere a live pid counts as the job's).
+        """Whether a process of the job's pid runs on this host (the job's, as far as can be
+        told: a process that started after the marker was made is another one given the
+        same pid; one of the same pid in another PID namespace cannot be told apart).
         """
         if self.host != socket.gethostname():
             return False
@@ -275,9 +273,10 @@ def conflict(other: JobMarker, keys: JobKeys, doing: str) -> JobConflictError:
     if other.is_running_here():
         return JobConflictError(
             f"cannot {doing}: {other.describe()} is working on this array (marker "
-            f"{keys.marker!r}), and its process runs on this machine. Wait for it to "
-            f"finish; to stop it, end process {other.pid}, then run `shardpipe repair "
-            f"<array>` (or shardpipe.repair(...)) to undo what it left unfinished",
+            f"{keys.marker!r}), and a process of its pid runs on this machine. Wait for the "
+            f"job to finish; if that process is not the job (the job ran in a container, or "
+            f"its pid was given to another process) and the job no longer runs, run "
+            f"`shardpipe repair <array> --force` (or shardpipe.repair(..., force=True))",
             asdict(other),
         )
     return JobConflictError(

@@ -34,6 +34,13 @@ from shardpipe.write.arguments import ExistingArray
 from shardpipe.write.modes import WriteMode
 from shardpipe.write.resume import forget_finished
 
+UNFINISHED_UPDATE = (
+    "shardpipe: the region write did not finish",
+    "shardpipe: the append did not finish",
+)
+"""How the notes of an update that failed begin (:meth:`Update.what_now`): a caller with no
+``resume`` of its own (a dataset write) drops them for its own."""
+
 
 @dataclass(frozen=True)
 class Update(WriteMode):
@@ -122,13 +129,13 @@ class Update(WriteMode):
             return super().what_now(target)
         if self.existing.grown is None:
             return (
-                "shardpipe: the region write did not finish: each shard holds its old or its "
+                f"{UNFINISHED_UPDATE[0]}: each shard holds its old or its "
                 f"new data; the same region write with {advice.setting('resume')} writes the "
                 "shards it did not finish"
             )
         grown_from = tuple(self.existing.metadata.shape)
         return (
-            f"shardpipe: the append did not finish: the array keeps its shape {grown_from}; "
+            f"{UNFINISHED_UPDATE[1]}: the array keeps its shape {grown_from}; "
             "shards it wrote past that shape are not read (verify lists them) until the "
             f"same append is run again with {advice.setting('resume')}, which keeps them"
         )

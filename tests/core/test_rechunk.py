@@ -261,3 +261,5 @@ def test_axis_reads_count_what_each_block_reads(n: int, unit: int, block: int) -
 
 def test_axis_reads_of_a_long_axis_take_no_step_per_block() -> None:
     assert axis_reads(10**12, 7, 3) == (428_571_428_572, 2_999_999_999_998)
+    # blocks of one step in one unit of the whole axis: each block reads the unit whole
+    assert axis_reads(10**18, 10**18, 1) == (10**18, 10**36)

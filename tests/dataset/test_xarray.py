@@ -513,3 +513,26 @@ def test_region_writes_xarray_would_refuse_midway_are_refused_first(tmp_path: Pa
         renamed.shard.to_zarr(store, region={"time": slice(0, 30)})
     assert "repair" not in str(new.value)
     assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
+
+
+def test_a_failed_region_write_of_a_dataset_advises_only_what_a_dataset_write_has(
+    tmp_path: Path,
+) -> None:
+    """The array update's note names ``resume=True``, which ``ds.shard.to_zarr`` does not
+    take: the dataset's own recovery (repair the dataset, then write again) replaces it."""
+    store = str(tmp_path / "d.zarr")
+    ds = xr.Dataset({"v": (("x", "y"), np.zeros((40, 6), "i4"))})
+    ds.shard.to_zarr(store, shards={"x": 10, "y": 6}, chunks={"x": 5, "y": 6})
+
+    def block(block_info: Any = None) -> np.ndarray:
+        (start, stop), _ = block_info[None]["array-location"]
+        if start >= 20:
+            raise OSError("the source went away")
+        return np.ones((stop - start, 6), "i4")
+
+    source = da.map_blocks(block, chunks=((10,) * 4, (6,)), dtype="i4", name="patch")
+    patch = xr.Dataset({"v": (("x", "y"), source)})
+    with dask.config.set(scheduler="synchronous"), pytest.raises(OSError) as raised:
+        patch.shard.to_zarr(store, region={"x": slice(0, 40), "y": slice(0, 6)}, mode="r+")
+    notes = "\n".join(getattr(raised.value, "__notes__", ()))
+    assert "repair_dataset" in notes and "region write did not finish" not in notes, notes

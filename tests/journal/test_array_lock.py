@@ -231,25 +231,26 @@ def test_when_the_last_work_and_the_read_fail_the_work_s_error_is_raised(tmp_pat
     assert "the disk went away" in "".join(raised.value.__notes__)
 
 
-def test_force_does_not_take_over_from_a_job_seen_running_here(tmp_path: Path) -> None:
-    """``repair --force`` is for a job shardpipe cannot see; one whose process runs on this
-    machine keeps the array, and the error says how to stop it. A live process that started
-    after the marker was made has the dead job's pid again: that job is taken over."""
+def test_a_job_seen_running_here_is_named_so_and_force_still_takes_over(tmp_path: Path) -> None:
+    """A conflict with a job whose pid runs on this machine says to wait for it; ``force``
+    is the user's word that the job stopped (the pid may be another PID namespace's) and
+    takes the array over. A process that started after the marker was made has the dead
+    job's pid again: it is not said to be the job."""
     store = LocalShardStore(tmp_path / "root", fsync=False)
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as other:
         try:
             time.sleep(0.1)
             host = socket.gethostname()
             running = JobMarker("running", "update", host, other.pid, time.time())
+            assert running.is_running_here()
             store.put(KEYS.marker, [running.encode()])
-            with pytest.raises(JobConflictError, match=rf"end process {other.pid}, then run"):
-                take(store, KEYS, "repair", force=True)
-            assert json.loads(store.get(KEYS.marker) or b"")["job"] == "running"  # untouched
+            with pytest.raises(JobConflictError, match=r"a process of its pid runs on this"):
+                take(store, KEYS, "repair")
+            taken = take(store, KEYS, "repair", force=True)
+            assert taken.replaced is not None and taken.replaced.job == "running"
+            release(store, KEYS, taken.marker)
             if sys.platform.startswith("linux"):  # where a process's start time is known
                 reused = JobMarker("reused", "update", host, other.pid, time.time() - 3600)
-                store.put(KEYS.marker, [reused.encode()])
-                taken = take(store, KEYS, "repair", force=True)
-                assert taken.replaced is not None and taken.replaced.job == "reused"
-                release(store, KEYS, taken.marker)
+                assert not reused.is_running_here()
         finally:
             other.kill()
