@@ -28,6 +28,7 @@ from shardpipe.storage.gcs.options import GCS_SCHEMES
 from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk
 from shardpipe.storage.local.contained import ContainedLocalStore
 from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.loopless_finalizers import drop_loopless_finalizers
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.urls import check_location
@@ -202,6 +203,7 @@ def resolve_store(
                 if not text.startswith(GCS_SCHEMES):
                     raise
                 raise credentials_failure(text, err) from err
+            drop_loopless_finalizers(fs_store.fs)  # adlfs's: a traceback when collected
             return ResolvedStore(fs_store, _backend_for(fs_store, local_options), _join(path))
         if options:
             raise InvalidArgumentError(

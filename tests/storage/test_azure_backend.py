@@ -169,3 +169,28 @@ def test_option_typo_names_the_closest() -> None:
     with pytest.raises(InvalidArgumentError, match="Did you mean 'connection_string'"):
         check_storage_options("storage_options", "az://c/x", {"conection_string": "x"})
     assert check_storage_options("storage_options", "az://c/x", {"anon": True}) == {"anon": True}
+
+
+def test_no_finalizer_of_a_store_can_only_raise(
+    azure_container: tuple[str, dict[str, Any]],
+) -> None:
+    """adlfs's finalizer of a file system zarr makes closes its client on ``fs.loop``, which
+    is None then: run when the file system is collected (at exit, after every Azure
+    command), it could only raise "Loop is not running". It is dropped."""
+    import weakref
+
+    import adlfs
+    from fsspec.asyn import sync
+
+    from shardpipe.storage.resolve import resolve_store
+
+    container, options = azure_container
+    adlfs.AzureBlobFileSystem.clear_instance_cache()  # a file system of its own, not cached
+    target = resolve_store(f"az://{container}/collected.zarr", storage_options=options)
+    fs = target.zarr_store.fs  # type: ignore[attr-defined]
+    loopless = [
+        f
+        for f in list(weakref.finalize._registry)  # type: ignore[attr-defined]
+        if (found := f.peek()) and found[0] is fs and found[1] is sync and found[2][0] is None
+    ]
+    assert loopless == []
