@@ -271,11 +271,19 @@ def gathered_blocks(
     count = 1
     cut = False
     for n, b, s, c in zip(shape, block_shape, shard_shape, chunk_shape, strict=True):
-        pieces = axis_cost(n, n, b, s, c)[4]
+        pieces = _pieces(n, b, s, c)
         if pieces:
             cut = True
             count *= pieces
     return count if cut else 0
+
+
+def _pieces(n: int, block: int, shard: int, chunk: int) -> int:
+    """Along an axis of ``n``: the blocks an inner chunk takes pieces of, where blocks of
+    ``block`` cut inner chunks of ``chunk`` within shards of ``shard``; 0 where they do not."""
+    if block >= min(shard, n) or block % chunk == 0:
+        return 0
+    return ceildiv(chunk, block) + (0 if chunk % block == 0 else 1)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -290,9 +298,7 @@ def axis_cost(n: int, unit: int, block: int, shard: int, chunk: int) -> tuple[in
     axes, so each axis is worked out once for all the shapes a planner weighs.
     """
     touched, extent = axis_reads(n, unit, block)
-    cuts = block < min(shard, n) and block % chunk != 0
-    pieces = ceildiv(chunk, block) + (0 if chunk % block == 0 else 1) if cuts else 0
-    return touched, extent, min(block, n), ceildiv(n, block), pieces
+    return touched, extent, min(block, n), ceildiv(n, block), _pieces(n, block, shard, chunk)
 
 
 def one_pass_cost(

@@ -161,6 +161,7 @@ class _OnePassGrid:
         share: int,
     ) -> None:
         self.args = (shape, itemsize, read_unit, shard_shape, chunk_shape)
+        self.itemsize = itemsize
         self.extents = extents
         ndim = len(shape)
         columns = [
@@ -222,7 +223,7 @@ class _OnePassGrid:
     def largest_gathering(self, max_mem: int, count: int) -> list[Shape]:
         """Up to ``count`` read-once shapes whose blocks cut inner chunks and fit alone, largest
         first (the first passes two-pass plans are tried with)."""
-        alone = BLOCK_COPIES * self.args[1] * self.inside <= max_mem
+        alone = BLOCK_COPIES * self.itemsize * self.inside <= max_mem
         flat = np.flatnonzero(self._everywhere(self.once & self.within & self.gathers & alone))
         sizes = self._everywhere(self.inside)[flat]
         order = np.argsort(-sizes, kind="stable")[:count]
@@ -260,9 +261,8 @@ def weigh_plans(
     nbytes = math.prod(shape) * itemsize
     share, budget = largest_block(nbytes), block_budget(max_mem, nbytes)
     largest = read_block_shape(shape, itemsize, read_unit, shard_shape, chunk_shape, budget)
-    # none above an eighth of the array, as the planner reads them
     layout = (shape, itemsize, read_unit, shard_shape, chunk_shape)
-    grid = _OnePassGrid(*layout, extents, share)
+    grid = _OnePassGrid(*layout, extents, share)  # none above an eighth of the array
     extra = Candidate(ONE_PASS, largest, one_pass_cost(*layout, largest))
     extra_once = extra.cost.nbytes_read == extra.cost.nbytes_encoded
     ways: list[Candidate] = []
@@ -284,10 +284,7 @@ def weigh_plans(
         and block_memory(largest, shape, itemsize) <= max_mem
     ):
         firsts = sorted([*firsts, largest], key=lambda b: -math.prod(b))[:TWO_PASS_TRIES]
-    copies = [
-        two_pass_cost(shape, itemsize, read_unit, shard_shape, chunk_shape, b, max_mem, raw_copy)
-        for b in firsts
-    ]
+    copies = [two_pass_cost(*layout, b, max_mem, raw_copy) for b in firsts]
     two = _cheapest(copies, max_mem)
     if two is not None:
         ways.append(two)

@@ -121,15 +121,13 @@ def compute_settled(
 
     client = distributed_client()
     if client is not None:
+        from distributed import as_completed
+
         futures = client.compute(list(collections), **kwargs)
         try:
-            if each_done is None:
-                client.gather(futures)
-            else:
-                from distributed import as_completed
-
-                for future in as_completed(futures):
-                    future.result()  # raises the task's error
+            for future in as_completed(futures):
+                future.result()  # raises the task's error
+                if each_done is not None:
                     each_done()
         except BaseException:
             client.cancel(futures)

@@ -182,8 +182,8 @@ class Intermediate:
         if not todo:
             return
         target: Any = copy  # a zarr array, which da.store writes into by its __setitem__
+        each = bar.advance if bar is not None else None  # a step per block stored
         if self.raw and stored_raw(copy):
-            each = bar.advance if bar is not None else None
             store_blocks(blocks, self.store, self.chunk_shape, copy.fill_value, todo, each)
             return
         if len(todo) == blocks.npartitions and bar is None:
@@ -195,7 +195,6 @@ class Intermediate:
                 sources, [target] * len(todo), regions=regions, lock=False, compute=False
             )
         parts = list(stored) if isinstance(stored, tuple) else [stored]  # one per source
-        each = bar.advance if bar is not None else None  # one step per part: per block
         compute_settled(parts, [part.name for part in parts], each)  # da.store's "store-map-..."
 
     def source(self, copy: zarr.Array[Any], block_shape: Shape) -> da.Array:

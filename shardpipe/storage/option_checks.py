@@ -56,11 +56,14 @@ SECRET_WORDS = ("key", "secret", "token", "password", "credential", "sas", "conn
 secret as well as a right one)."""
 
 
+def may_be_secret(key: str) -> bool:
+    """Whether option ``key``'s name says its value may be a secret (not to be shown)."""
+    return any(word in key.lower() for word in SECRET_WORDS)
+
+
 def shown_value(key: str, value: object) -> str:
     """``value`` of option ``key`` as a message shows it: ``'...'`` for what may be a secret."""
-    if any(word in key.lower() for word in SECRET_WORDS):
-        return "'...'"
-    return repr(value)
+    return "'...'" if may_be_secret(key) else repr(value)
 
 
 def unknown_option(

@@ -29,7 +29,7 @@ from shardpipe.storage.option_checks import (
     check_option_types,
     closest_option,
     filesystem_options,
-    shown_value,
+    may_be_secret,
 )
 
 CLIENT_OPTIONS = frozenset(
@@ -122,7 +122,7 @@ def _unknown(parameter: str, key: str, value: Any, valid: frozenset[str]) -> tup
     """What is wrong with the option ``key``, and the fix."""
     problem = f"{key!r} is not an option of s3fs.S3FileSystem"
     if key in CLIENT_OPTIONS:
-        shown = value if shown_value(key, value) == repr(value) else "..."
+        shown = "..." if may_be_secret(key) else value
         example = advice.setting(parameter, {"client_kwargs": {key: shown}})
         return problem, f"It is a botocore client option: put it in client_kwargs, {example}"
     return problem, closest_option(key, valid)
