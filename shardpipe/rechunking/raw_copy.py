@@ -18,6 +18,7 @@ zarr-python, as a copy on an object store is (zstd level 1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from zarr.codecs import BytesCodec
 from shardpipe.core.grid import Shape, chunks_in_region
 from shardpipe.engine.scheduler import compute_settled
 from shardpipe.storage.base import ShardStore
+from shardpipe.storage.buffers import check_object_size
 from shardpipe.storage.resolve import resolve_store
 
 RAW_COPY_TASK = "store-raw-copy"
@@ -102,21 +104,28 @@ def read_region(
     dtype: np.dtype[Any],
     fill_value: Any,
 ) -> np.ndarray:
-    """The elements of ``region`` of the copy (a chunk not stored reads as ``fill_value``)."""
+    """The elements of ``region`` of the copy (a chunk not stored reads as ``fill_value``).
+
+    A chunk whose place in the region is one run of memory (a chunk whole
+    along every axis after the first of the region's it splits) is read
+    straight into it (:meth:`~shardpipe.storage.base.ShardStore.get_into`):
+    the time series of ``benchmarks/`` has every chunk of its copy read so.
+    """
     out = np.empty(tuple(r.stop - r.start for r in region), dtype=dtype)
     stored = _stored_dtype(dtype)
+    whole = tuple(slice(0, n) for n in chunk_shape)
     for coords, inside, into in chunks_in_region(region, chunk_shape):
+        place = out[into]
+        if inside == whole and place.flags.c_contiguous and stored == dtype:
+            if not store.get_into(chunk_key(coords), place.reshape(-1).view(np.uint8)):
+                place[...] = fill_value
+            continue
         data = store.get(chunk_key(coords))
         if data is None:
-            out[into] = fill_value
+            place[...] = fill_value
             continue
-        chunk = np.frombuffer(data, dtype=stored)
-        if chunk.size != np.prod(chunk_shape):
-            raise ValueError(
-                f"the copy's chunk {chunk_key(coords)} holds {chunk.size} elements, "
-                f"not the {int(np.prod(chunk_shape))} of a chunk {tuple(chunk_shape)}"
-            )
-        out[into] = chunk.reshape(chunk_shape)[inside]
+        check_object_size(chunk_key(coords), len(data), math.prod(chunk_shape) * stored.itemsize)
+        place[...] = np.frombuffer(data, dtype=stored).reshape(chunk_shape)[inside]
     return out
 
 

@@ -19,13 +19,12 @@ replace-if-unchanged against an :data:`ObjectVersion` read earlier), writes
 at an offset, appends, and range copies. A method whose ability is missing
 raises :class:`~shardpipe.errors.AbilityNotSupportedError`.
 
-Backends are picklable: they travel to Dask workers inside tasks.
-
-Every method that takes a key or a key prefix refuses one that could lead
-outside the store (``..``, an absolute path, a NUL...; see
-:mod:`shardpipe.storage.keys`) with :class:`~shardpipe.errors.UnsafeKeyError`
-before any I/O; the defaults here check too, and
-:class:`shardpipe.testing.backends.ShardStoreTests` holds every backend to it.
+Backends are picklable: they travel to Dask workers inside tasks. Every method
+that takes a key or a key prefix refuses one that could lead outside the store
+(``..``, an absolute path, a NUL...; see :mod:`shardpipe.storage.keys`) with
+:class:`~shardpipe.errors.UnsafeKeyError` before any I/O; the defaults here
+check too, and :class:`shardpipe.testing.backends.ShardStoreTests` holds every
+backend to it.
 
 A *transactional* backend (an Icechunk session) stages every write in a
 change set that belongs to the task making it: each publishing task runs
@@ -43,7 +42,7 @@ from typing import Protocol, Self
 
 from shardpipe import advice
 from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
-from shardpipe.storage.buffers import joined
+from shardpipe.storage.buffers import check_object_size, joined
 from shardpipe.storage.keys import edge_key
 
 ObjectVersion = str
@@ -331,6 +330,14 @@ class ShardStore(ABC):
         if data is None:
             return None
         return (len(data), None) if len(data) > limit else (len(data), data)
+
+    def get_into(self, key: str, out: Buffer) -> bool:
+        """Read ``key`` into ``out`` (writable, its size, else ``ValueError``); False if absent."""
+        data = self.get(key)
+        if data is not None:
+            check_object_size(key, len(data), memoryview(out).nbytes)
+            memoryview(out).cast("B")[:] = data
+        return data is not None
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""

@@ -115,6 +115,10 @@ class DelegatingStore(ShardStore):
         """See :meth:`~shardpipe.storage.base.ShardStore.get_within`."""
         return self._forward("get_within", lambda: self.inner.get_within(key, limit))
 
+    def get_into(self, key: str, out: Buffer) -> bool:
+        """See :meth:`~shardpipe.storage.base.ShardStore.get_into`."""
+        return self._forward("get_into", lambda: self.inner.get_into(key, out))
+
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """See :meth:`~shardpipe.storage.base.ShardStore.get_range`."""
         return self._forward("get_range", lambda: self.inner.get_range(key, start, stop))

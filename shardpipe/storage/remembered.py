@@ -30,7 +30,7 @@ from shardpipe.storage.resolve import ResolvedStore
 DOCUMENTS = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", "info"})
 """The names of the node documents remembered: Zarr v3 and v2 metadata, a precomputed ``info``."""
 
-_READS = frozenset({"get", "get_within", "get_range", "size", "version", "list"})
+_READS = frozenset({"get", "get_within", "get_into", "get_range", "size", "version", "list"})
 
 
 def _document(key: str) -> bool:

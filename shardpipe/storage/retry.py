@@ -309,6 +309,10 @@ class RetryingStore(DelegatingStore):
         """Return the size of ``key`` and its bytes up to ``limit``, or None."""
         return self._call(f"reading {key!r}", lambda: self.inner.get_within(key, limit))
 
+    def get_into(self, key: str, out: Buffer) -> bool:
+        """Read ``key`` into ``out``; False when absent."""
+        return self._call(f"reading {key!r}", lambda: self.inner.get_into(key, out))
+
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of ``key``."""
         return self._call(

@@ -39,6 +39,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 from shardpipe.storage.base import ShardStore, StoreAbilities
@@ -118,6 +119,24 @@ class ShardStoreTests(UpdateContractTests, KeyContractTests):
         assert store.get_within("arr/c/4", 10_000) in [(1_000, old), (3_000, new)]
         store.put("arr/c/5", [old])  # grown past the limit this time
         assert store.get_within("arr/c/5", 2_000) in [(1_000, old), (3_000, None)]
+
+    def test_get_into(self, store: ShardStore) -> None:
+        """An object read into a buffer of its size; absent: False, the buffer untouched."""
+        data = _data(100_000, seed=5)
+        out = bytearray(b"u" * 100_000)
+        assert store.get_into("arr/c/6", out) is False
+        assert out == b"u" * 100_000
+        store.put("arr/c/6", [data])
+        assert store.get_into("arr/c/6", out) is True
+        assert out == data
+        numbers = np.zeros(25_000, dtype="<u4")  # a block's place, as a raw copy reads it
+        assert store.get_into("arr/c/6", numbers) is True
+        assert numbers.tobytes() == data
+        for wrong in (99_999, 100_001):
+            with pytest.raises(ValueError, match=f"100000 bytes, not the {wrong}"):
+                store.get_into("arr/c/6", bytearray(wrong))
+        store.put("arr/c/7", [b""])
+        assert store.get_into("arr/c/7", bytearray()) is True
 
     def test_get_range(self, store: ShardStore) -> None:
         data = _data(100_000, seed=1)

@@ -46,6 +46,7 @@ def _calls(store: ShardStore, key: str) -> dict[str, Callable[[], Any]]:
         "put_streamed": lambda: store.put_streamed(key, iter([b"x"])),
         "get": lambda: store.get(key),
         "get_range": lambda: store.get_range(key, 0, 1),
+        "get_into": lambda: store.get_into(key, bytearray(1)),
         "size": lambda: store.size(key),
         "version": lambda: store.version(key),
         "delete": lambda: store.delete(key),

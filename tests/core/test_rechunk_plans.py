@@ -135,8 +135,8 @@ def test_a_copy_is_made_in_at_least_eight_blocks() -> None:
     assert two.kind == "two passes" and choice.chosen is two
     assert two.block_shape == (64, 256, 512)  # 32 MiB: 128 steps (64 MiB) fit the budget
     assert math.prod(two.block_shape) * itemsize <= largest_block(math.prod(shape) * itemsize)
-    # the copy's chunks divide those blocks (pass 2 reads all 730 steps): (64, 64, 64), 1 MiB
-    assert two.intermediate_chunks == (64, 64, 64)
+    # the copy's chunks divide those blocks (pass 2 reads all 730 steps): 4 MiB
+    assert two.intermediate_chunks == (64, 128, 128)
 
 
 @settings(max_examples=scaled(200), deadline=None)

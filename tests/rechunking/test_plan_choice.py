@@ -121,7 +121,7 @@ def test_a_copy_runs_as_the_model_weighed_it(
     (weighed,) = [c for c in job.weighed.candidates if c.kind == "two passes"]
     assert job.intermediate is not None
     assert job.intermediate.block_shape == weighed.block_shape == (64, 256, 512)
-    assert job.intermediate.chunk_shape == weighed.intermediate_chunks == (64, 64, 64)
+    assert job.intermediate.chunk_shape == weighed.intermediate_chunks == (64, 128, 128)
     assert job.block_shape == weighed.second_blocks == (730, 128, 128)
 
 

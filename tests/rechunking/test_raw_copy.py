@@ -19,6 +19,7 @@ from shardpipe.rechunking.raw_copy import (
     store_blocks,
     stored_raw,
 )
+from tests.support.spies import CountingStore
 
 SHAPE = (37, 50, 21)  # not a multiple of the chunks: the last ones are padded
 CHUNKS = (8, 16, 21)
@@ -54,6 +55,33 @@ def test_a_chunk_not_stored_reads_as_the_fill_value(tmp_path: Path) -> None:
     assert read.shape == (15, 30, 21) and (read == -3).all()
 
 
+@pytest.mark.parametrize(("dtype", "straight"), [("uint16", True), (">u2", False)])
+def test_whole_chunks_are_read_straight_into_their_place(
+    tmp_path: Path, dtype: str, straight: bool
+) -> None:
+    """A chunk whole in the region, one run of its memory, is read into it (no bytes in
+    between); one not stored there reads as the fill value; big endian goes the long way."""
+    data = (np.arange(np.prod(SHAPE)).reshape(SHAPE) % 1000).astype(dtype)
+    _copy(tmp_path / "copy.zarr", dtype, fill=9)
+    todo = [(0, 0, 0), (0, 1, 0), (1, 0, 0)]  # (1, 1, 0) not stored
+    store_blocks(da.from_array(data, chunks=CHUNKS), str(tmp_path / "copy.zarr"), CHUNKS, 9, todo)
+    store = CountingStore(copy_store(str(tmp_path / "copy.zarr")))
+    region = (slice(0, 16), slice(16, 32), slice(0, 21))  # chunks (0, 1, 0) and (1, 1, 0)
+    read = read_region(store, region, CHUNKS, np.dtype(dtype), 9)
+    expected = data[region].copy()
+    expected[8:] = 9
+    np.testing.assert_array_equal(read, expected)
+    assert store.calls == ["get_into" if straight else "get"] * 2
+    store.calls.clear()  # whole chunks, but each a run per plane of the region: the long way
+    read = read_region(
+        store, (slice(0, 16), slice(0, 20), slice(0, 21)), CHUNKS, np.dtype(dtype), 9
+    )
+    expected = data[:16, :20].copy()
+    expected[8:, 16:] = 9
+    np.testing.assert_array_equal(read, expected)
+    assert store.calls == ["get"] * 4
+
+
 def test_only_the_blocks_asked_for_are_stored(tmp_path: Path) -> None:
     data = np.ones(SHAPE, "uint8")
     _copy(tmp_path / "copy.zarr", "uint8")
@@ -68,12 +96,13 @@ def test_only_the_blocks_asked_for_are_stored(tmp_path: Path) -> None:
     assert [str(p) for p in stored] == [chunk_key((1, 2, 0))[2:]]
 
 
-def test_a_short_chunk_is_an_error_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rows", [16, 10])  # the chunk read straight into place, or cut
+def test_a_short_chunk_is_an_error_naming_it(tmp_path: Path, rows: int) -> None:
     _copy(tmp_path / "copy.zarr", "uint16")
     store = copy_store(str(tmp_path / "copy.zarr"))
     store.put(chunk_key((0, 0, 0)), [b"\x00" * 10])
-    with pytest.raises(ValueError, match=r"c/0/0/0 holds 5 elements"):
-        read_region(store, (slice(0, 8), slice(0, 16), slice(0, 21)), CHUNKS, np.dtype("uint16"), 0)
+    with pytest.raises(ValueError, match=r"c/0/0/0' holds 10 bytes, not the 5376 expected"):
+        read_region(store, (slice(0, 8), slice(0, rows), slice(0, 21)), CHUNKS, np.dtype("u2"), 0)
 
 
 def test_only_a_copy_of_one_little_endian_bytes_codec_is_stored_raw(tmp_path: Path) -> None:

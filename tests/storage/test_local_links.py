@@ -58,6 +58,7 @@ def linked(tmp_path: Path) -> tuple[LocalShardStore, Path]:
 FILE_LINK_CALLS: dict[str, Callable[[LocalShardStore], Any]] = {
     "get": lambda s: s.get("arr/c/0"),
     "get_range": lambda s: s.get_range("arr/c/0", 0, 4),
+    "get_into": lambda s: s.get_into("arr/c/0", bytearray(41)),  # the secret's size
     "size": lambda s: s.size("arr/c/0"),
     "version": lambda s: s.version("arr/c/0"),
     "write_at": lambda s: s.write_at("arr/c/0", 0, [b"X"]),
@@ -72,6 +73,7 @@ FILE_LINK_CALLS: dict[str, Callable[[LocalShardStore], Any]] = {
 FOLDER_LINK_CALLS: dict[str, Callable[[LocalShardStore], Any]] = {
     "get": lambda s: s.get("arr/out/c"),
     "get_range": lambda s: s.get_range("arr/out/c", 0, 4),
+    "get_into": lambda s: s.get_into("arr/out/c", bytearray(14)),
     "size": lambda s: s.size("arr/out/c"),
     "version": lambda s: s.version("arr/out/c"),
     "put": lambda s: s.put("arr/out/c", [b"X"]),

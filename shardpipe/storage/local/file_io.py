@@ -65,6 +65,17 @@ def read_all(fd: int) -> bytes:
         return f.read()
 
 
+def read_into(fd: int, out: memoryview) -> int:
+    """Read ``fd`` from its offset into ``out`` until it is full or the file ends; the count."""
+    done = 0
+    while done < out.nbytes:
+        n = os.readv(fd, [out[done:]])
+        if n == 0:
+            break
+        done += n
+    return done
+
+
 def read_at(fd: int, start: int, stop: int) -> bytes:
     """Bytes ``[start, stop)`` of the file open at ``fd`` (fewer past its end: ``pread``)."""
     return os.pread(fd, stop - start, start)

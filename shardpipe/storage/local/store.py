@@ -54,6 +54,7 @@ from shardpipe.storage.base import (
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.buffers import check_object_size
 from shardpipe.storage.keys import TEMPORARY_SUFFIX, edge_key
 from shardpipe.storage.local.file_io import (
     batched,
@@ -61,6 +62,7 @@ from shardpipe.storage.local.file_io import (
     pwrite_all,
     read_all,
     read_at,
+    read_into,
     write_all,
 )
 from shardpipe.storage.local.keys import LocalKeys
@@ -239,6 +241,20 @@ class LocalShardStore(LocalParts, ShardStore):
             return read_all(fd)
         finally:
             os.close(fd)
+
+    def get_into(self, key: str, out: Buffer) -> bool:
+        """Read the file at ``key`` straight into ``out`` (its size); False when absent."""
+        view = memoryview(out).cast("B")
+        try:
+            fd = self._keys.open(key, self._path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            check_object_size(key, os.fstat(fd).st_size, view.nbytes)
+            check_object_size(key, read_into(fd, view), view.nbytes)  # shortened meanwhile
+        finally:
+            os.close(fd)
+        return True
 
     def get_range(self, key: str, start: int, stop: int) -> bytes:
         """Return ``[start, stop)`` of the object at ``key``."""
