@@ -44,9 +44,10 @@ INTERMEDIATE_CHUNK_BYTES = 4 << 20
 """The most raw bytes :func:`intermediate_chunks` grows a chunk of a copy to.
 
 Fewer, larger files: measured on the time series of ``benchmarks/`` at 256MB
-(RESULTS.md section 21k), a copy in 96 chunks of 4 MiB instead of 384 of 1 MiB,
-each read straight into its place in the second pass's block, took a tenth
-less time; creating a file cost about as much as copying a MiB of it."""
+(``benchmarks/RESULTS.md`` section 21k), a copy in 96 chunks of 4 MiB instead of
+384 of 1 MiB (88 of them read straight into their place in the second pass's
+blocks) took a tenth less time; in a sampling profile, creating a file cost
+about as much as cutting a MiB into it."""
 
 
 @dataclass(frozen=True)

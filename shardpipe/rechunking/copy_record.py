@@ -96,12 +96,15 @@ def check_same_copy(
             f"{k} (recorded {json.dumps(record[k])}, this rechunk {json.dumps(identity[k])})"
             for k in different
         )
+        planned = different != ["source"]  # the copy's chunks: a plan's, of its version
         raise InvalidArgumentError(
             "resume",
-            f"the intermediate copy at {record['store']!r} was made by another rechunk: its "
-            f"{what} {'differs' if different == ['source'] else 'differ'}",
+            f"the intermediate copy at {record['store']!r} was made by another rechunk"
+            f"{' (or another version of shardpipe)' if planned else ''}: its "
+            f"{what} {'differ' if planned else 'differs'}",
             "Run the same call as the interrupted one (the same source, "
-            f"{advice.name('shards')}, {advice.name('chunks')} and {advice.name('max_mem')}), "
+            f"{advice.name('shards')}, {advice.name('chunks')} and {advice.name('max_mem')}"
+            f"{', with the same shardpipe' if planned else ''}), "
             f"or start again with {advice.setting('overwrite')}",
         )
     if temp_store is not None and temp_store != record["store"]:

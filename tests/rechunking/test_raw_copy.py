@@ -82,6 +82,17 @@ def test_whole_chunks_are_read_straight_into_their_place(
     assert store.calls == ["get"] * 4
 
 
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_copy_of_no_dimensions(tmp_path: Path, stored: bool) -> None:
+    zarr.create_array(tmp_path / "copy.zarr", shape=(), dtype="f8", compressors=None, fill_value=2)
+    store = copy_store(str(tmp_path / "copy.zarr"))
+    if stored:
+        store.put(chunk_key(()), [np.array(7.5, "<f8").tobytes()])
+    read = read_region(store, (), (), np.dtype("f8"), 2.0)
+    assert read.shape == () and read == (7.5 if stored else 2.0)
+    assert zarr.open_array(tmp_path / "copy.zarr")[()] == read  # zarr's key for it
+
+
 def test_only_the_blocks_asked_for_are_stored(tmp_path: Path) -> None:
     data = np.ones(SHAPE, "uint8")
     _copy(tmp_path / "copy.zarr", "uint8")
@@ -101,7 +112,8 @@ def test_a_short_chunk_is_an_error_naming_it(tmp_path: Path, rows: int) -> None:
     _copy(tmp_path / "copy.zarr", "uint16")
     store = copy_store(str(tmp_path / "copy.zarr"))
     store.put(chunk_key((0, 0, 0)), [b"\x00" * 10])
-    with pytest.raises(ValueError, match=r"c/0/0/0' holds 10 bytes, not the 5376 expected"):
+    expected = r"copy, in chunks of \(8, 16, 21\): 'c/0/0/0' holds 10 bytes, not the 5376 expected"
+    with pytest.raises(ValueError, match=expected):
         read_region(store, (slice(0, 8), slice(0, rows), slice(0, 21)), CHUNKS, np.dtype("u2"), 0)
 
 
