@@ -16,7 +16,7 @@ from zarr.core.group import ConsolidatedMetadata, GroupMetadata
 from zarr.core.indexing import SelectorTuple
 from zarr.core.metadata.v2 import ArrayV2Metadata
 from zarr.core.metadata.v3 import ArrayV3Metadata
-from zarr.core.sync import sync
+from zarr.core.sync import loop, sync
 
 __all__ = [
     "ArrayConfig",
@@ -31,6 +31,7 @@ __all__ = [
     "NDBuffer",
     "SelectorTuple",
     "default_buffer_prototype",
+    "loop",
     "sync",
 ]
 

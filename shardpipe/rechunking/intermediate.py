@@ -46,6 +46,7 @@ from shardpipe.rechunking.raw_copy import (
     store_blocks,
     stored_raw,
 )
+from shardpipe.storage.loopless_finalizers import close_on_their_loops
 from shardpipe.stored.bounded_reads import bounded_array
 from shardpipe.stored.region_reads import region_reader
 
@@ -116,6 +117,7 @@ class Intermediate:
     def open(self, shape: Shape, dtype: np.dtype[Any]) -> zarr.Array[Any] | None:
         """The copy a killed run left, if it opens as this plan's (shape, dtype, chunks)."""
         try:
+            close_on_their_loops(self.store)  # gcsfs's and adlfs's finalizers at exit
             copy = zarr.open_array(self.store, mode="r+", storage_options=self.storage_options)
         except Exception:  # no zarr.json yet (killed first), or unreadable: copied again
             return None

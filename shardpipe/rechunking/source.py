@@ -25,6 +25,7 @@ from shardpipe.core.grid import Shape
 from shardpipe.errors import InvalidArgumentError, StorageAccessError
 from shardpipe.rechunking.intermediate import placeholder
 from shardpipe.storage.local.contained import contained
+from shardpipe.storage.loopless_finalizers import close_on_their_loops
 from shardpipe.storage.option_names import S3_SCHEMES
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.bounded_reads import bounded_array
@@ -107,6 +108,7 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
         try:
             store = contained(name)  # a local path: kept inside its folder
             options = storage_options if store is name else None
+            close_on_their_loops(name)  # gcsfs's and adlfs's finalizers at exit
             array = zarr.open_array(store, mode="r", storage_options=options)
         except Exception as err:
             raise_if_access_refused(name, err)

@@ -1,30 +1,131 @@
-"""Finalizers of file systems that can only fail, dropped.
+"""File systems' finalizers that can only fail at exit, made to close on the right loop.
 
 adlfs registers, as it makes a file system, a ``weakref.finalize`` that closes
 its client with ``fsspec.asyn.sync(self.loop, ...)``. A file system zarr makes
 (asynchronous, its loop given later) has no loop yet then: the finalizer holds
-``None`` and, when the file system is collected (at the latest when the process
-exits), raises ``RuntimeError: Loop is not running``, printed as a traceback
-after a command that succeeded. :func:`drop_loopless_finalizers` detaches those;
-the client's connections close with the process, as they would have then.
+``None`` and, when it runs at exit, raises ``RuntimeError: Loop is not
+running``, printed as a traceback after a command that succeeded.
+:func:`close_loopless_at_exit` has such finalizers close their clients on
+zarr's event loop, where zarr's file systems do their I/O, before ``weakref``
+runs them.
+
+gcsfs registers one as it opens its HTTP session, with the file system's loop:
+``None`` again for a file system zarr makes, whose session lives on zarr's loop.
+Run at exit, gcsfs's ``close_session`` then closes that session on fsspec's
+loop instead, where aiohttp refuses it (``attached to a different loop``,
+another traceback). :func:`close_sessions_on_their_loop` has gcsfs close such a
+session on the loop it belongs to, or, when that loop no longer runs, drop its
+connections as gcsfs itself does at shutdown; every other case is left to gcsfs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
 import weakref
+from collections.abc import Callable
 from typing import Any
 
+from shardpipe.storage.gcs.options import GCS_SCHEMES
 
-def drop_loopless_finalizers(file_system: Any) -> None:
-    """Detach ``file_system``'s finalizers that would run ``fsspec.asyn.sync`` on no loop."""
+CLOSE_TIMEOUT = 0.1
+"""Seconds a session is given to close on its loop (gcsfs gives the same)."""
+
+
+def close_on_their_loops(location: str) -> None:
+    """Have the file systems of URLs close their clients on their own loops at exit.
+
+    Called wherever shardpipe opens ``location``, before anything opens it:
+    gcsfs's sessions (:func:`close_sessions_on_their_loop`, if ``location`` is
+    on GCS) and every loopless finalizer (:func:`close_loopless_at_exit`).
+    """
+    close_sessions_on_their_loop(location)
+    close_loopless_at_exit()
+
+
+def close_loopless_at_exit() -> None:
+    """Have every file system's finalizer that would run ``fsspec.asyn.sync`` on no loop
+    close its client on zarr's loop instead, as the process exits (arranged once).
+
+    Such a finalizer holds its file system, so it runs at exit and not before; adlfs
+    makes one with each file system, also each time one is unpickled (as Dask does
+    to name a task). Python runs exit handlers last registered first: a finalizer
+    made here first has ``weakref`` register its own handler before this one,
+    which then runs before it, while zarr's loop still runs (zarr stops it at exit
+    from a handler registered as zarr was imported, before this one).
+    """
+    global _ARRANGED
+    if not _ARRANGED:
+        weakref.finalize(close_loopless_at_exit, lambda: None)
+        atexit.register(_close_loopless)
+        _ARRANGED = True
+
+
+_ARRANGED = False
+
+
+def _close_loopless() -> None:
     try:
         from fsspec.asyn import sync
     except ImportError:
         return
+    from shardpipe.internals.zarr_core import loop
+
     registry: Any = getattr(weakref.finalize, "_registry", {})  # CPython's, since 3.4
     for finalizer in list(registry):
         found = finalizer.peek()
-        if found is not None and found[0] is file_system and found[1] is sync:
-            arguments = found[2]
-            if arguments and arguments[0] is None:
-                finalizer.detach()
+        if found is None or found[1] is not sync or len(found[2]) < 2 or found[2][0] is not None:
+            continue
+        finalizer.detach()
+        close, arguments = found[2][1], found[2][2:]
+        owner = loop[0]
+        if owner is None or not owner.is_running():
+            continue  # its connections end with the process
+        closing = asyncio.run_coroutine_threadsafe(close(*arguments), owner)
+        with contextlib.suppress(Exception):  # not closed in time: as above
+            closing.result(CLOSE_TIMEOUT)
+
+
+def close_sessions_on_their_loop(location: str) -> None:
+    """Have gcsfs close a session of no given loop on the loop it belongs to, if
+    ``location`` is on GCS; before anything opens it (gcsfs registers its
+    finalizer as it opens a session, with ``close_session`` as it is then)."""
+    if not location.startswith(GCS_SCHEMES):
+        return
+    try:
+        import gcsfs
+    except ImportError:
+        return
+    original = gcsfs.GCSFileSystem.close_session
+    if getattr(original, "shardpipe_wrapped", False):
+        return
+    gcsfs.GCSFileSystem.close_session = staticmethod(_on_own_loop(original))
+
+
+def _on_own_loop(original: Callable[..., None]) -> Callable[..., None]:
+    def close_session(loop: Any, session: Any, asynchronous: bool = False) -> None:
+        owner = getattr(session, "_loop", None)
+        if loop is not None or owner is None or session.closed or _fsspec_loop() is owner:
+            return original(loop, session, asynchronous)
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is owner:  # collected on its own loop
+                return original(loop, session, asynchronous)
+        if owner.is_running() and not owner.is_closed():
+            closing = asyncio.run_coroutine_threadsafe(session.close(), owner)
+            with contextlib.suppress(Exception):  # not closed in time: as below
+                closing.result(CLOSE_TIMEOUT)
+                return None
+        connector = getattr(session, "_connector", None)
+        if connector is not None:  # the loop is gone: its connections, as gcsfs drops them
+            connector._close()
+        return None
+
+    close_session.shardpipe_wrapped = True  # type: ignore[attr-defined]
+    return close_session
+
+
+def _fsspec_loop() -> Any:
+    from fsspec import asyn
+
+    return asyn.loop[0]

@@ -28,7 +28,7 @@ from shardpipe.storage.gcs.options import GCS_SCHEMES
 from shardpipe.storage.icechunk.store import icechunk_backend, is_icechunk
 from shardpipe.storage.local.contained import ContainedLocalStore
 from shardpipe.storage.local.store import LocalShardStore
-from shardpipe.storage.loopless_finalizers import drop_loopless_finalizers
+from shardpipe.storage.loopless_finalizers import close_on_their_loops
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.storage.retry import DEFAULT_POLICY, RetryingStore, RetryPolicy
 from shardpipe.storage.urls import check_location
@@ -191,6 +191,7 @@ def resolve_store(
         text = check_location("store", store)
         if "://" in text and not text.startswith("file://"):
             options = check_storage_options("storage_options", text, options) or {}
+            close_on_their_loops(text)  # gcsfs's and adlfs's finalizers: tracebacks at exit
             try:
                 fs_store = FsspecStore.from_url(text, storage_options=options, read_only=False)
             except (TypeError, ValueError, ImportError) as err:
@@ -203,7 +204,6 @@ def resolve_store(
                 if not text.startswith(GCS_SCHEMES):
                     raise
                 raise credentials_failure(text, err) from err
-            drop_loopless_finalizers(fs_store.fs)  # adlfs's: a traceback when collected
             return ResolvedStore(fs_store, _backend_for(fs_store, local_options), _join(path))
         if options:
             raise InvalidArgumentError(

@@ -29,6 +29,7 @@ from shardpipe.storage.http_bodies import SendBody
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.testing.backends import SHARDS, STAGING, ShardStoreTests
 from shardpipe.testing.gcs import gcs_object_names
+from tests.support.programs import rechunk_in_a_program
 
 pytestmark = pytest.mark.gcs
 
@@ -198,3 +199,16 @@ def test_option_names_are_checked(url: str) -> None:
         check_storage_options("storage_options", url, {"endpoint": "http://127.0.0.1:1"})
     with pytest.raises(InvalidArgumentError, match=r"'tokne'.*Did you mean 'token'"):
         check_storage_options("storage_options", url, {"tokne": "anon"})
+
+
+def test_a_program_rechunking_on_gcs_ends_without_a_traceback(
+    gcs_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """gcsfs's finalizer of a session that zarr's file system opened (on zarr's loop, the
+    file system's own loop None) closed it at exit on fsspec's loop, where aiohttp refused
+    it: a traceback ("attached to a different loop") after a GCS rechunk that
+    succeeded. The session is now closed on its own loop."""
+    bucket, options = gcs_bucket
+    stderr = rechunk_in_a_program(f"gs://{bucket}", options, tmp_path)
+    assert "Traceback" not in stderr and "different loop" not in stderr, stderr
+    assert "Unclosed" not in stderr and "destroyed but it is pending" not in stderr, stderr
