@@ -43,6 +43,7 @@ from shardpipe.rechunking.options import (
 )
 from shardpipe.rechunking.source import open_source, raise_if_access_refused
 from shardpipe.storage.local.contained import contained
+from shardpipe.storage.loopless_finalizers import close_on_their_loops
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.locations import store_location, store_name
@@ -335,7 +336,7 @@ def _open_group(source: Any, storage_options: dict[str, Any] | None) -> zarr.Gro
     if isinstance(source, zarr.Group):
         return source
     if isinstance(source, str | os.PathLike):
-        check_location("source", source)
+        close_on_their_loops(check_location("source", source))  # finalizers at exit
     try:
         store = contained(source)  # a local path: kept inside its folder
         options = storage_options if store is source else None

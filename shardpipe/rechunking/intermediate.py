@@ -116,8 +116,8 @@ class Intermediate:
 
     def open(self, shape: Shape, dtype: np.dtype[Any]) -> zarr.Array[Any] | None:
         """The copy a killed run left, if it opens as this plan's (shape, dtype, chunks)."""
+        close_on_their_loops(self.store)  # gcsfs's and adlfs's finalizers at exit
         try:
-            close_on_their_loops(self.store)  # gcsfs's and adlfs's finalizers at exit
             copy = zarr.open_array(self.store, mode="r+", storage_options=self.storage_options)
         except Exception:  # no zarr.json yet (killed first), or unreadable: copied again
             return None

@@ -105,10 +105,10 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
         return Source("a Dask array", source, tuple(int(c[0]) for c in source.chunks))
     if isinstance(source, str | os.PathLike):
         name = check_location("source", source)
+        close_on_their_loops(name)  # gcsfs's and adlfs's finalizers at exit
         try:
             store = contained(name)  # a local path: kept inside its folder
             options = storage_options if store is name else None
-            close_on_their_loops(name)  # gcsfs's and adlfs's finalizers at exit
             array = zarr.open_array(store, mode="r", storage_options=options)
         except Exception as err:
             raise_if_access_refused(name, err)

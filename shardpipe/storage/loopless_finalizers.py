@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
+import functools
+import inspect
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+from shardpipe.internals.zarr_core import loop
 from shardpipe.storage.gcs.options import GCS_SCHEMES
 
 CLOSE_TIMEOUT = 0.1
@@ -36,7 +40,8 @@ CLOSE_TIMEOUT = 0.1
 def close_on_their_loops(location: str) -> None:
     """Have the file systems of URLs close their clients on their own loops at exit.
 
-    Called wherever shardpipe opens ``location``, before anything opens it:
+    Called wherever shardpipe opens ``location``, before anything opens it (and
+    outside the error handling of the opening):
     gcsfs's sessions (:func:`close_sessions_on_their_loop`, if ``location`` is
     on GCS) and every loopless finalizer (:func:`close_loopless_at_exit`).
     """
@@ -45,15 +50,19 @@ def close_on_their_loops(location: str) -> None:
 
 
 def close_loopless_at_exit() -> None:
-    """Have every file system's finalizer that would run ``fsspec.asyn.sync`` on no loop
-    close its client on zarr's loop instead, as the process exits (arranged once).
+    """Have loopless ``fsspec.asyn.sync`` finalizers close on zarr's loop at exit (once).
 
-    Such a finalizer holds its file system, so it runs at exit and not before; adlfs
-    makes one with each file system, also each time one is unpickled (as Dask does
-    to name a task). Python runs exit handlers last registered first: a finalizer
-    made here first has ``weakref`` register its own handler before this one,
-    which then runs before it, while zarr's loop still runs (zarr stops it at exit
-    from a handler registered as zarr was imported, before this one).
+    Notes
+    -----
+    Such a finalizer holds its file system, so it runs at exit and not before;
+    adlfs makes one with each file system, also each time one is unpickled (as
+    Dask does to name a task). Python runs exit handlers last registered first:
+    a finalizer made here first has ``weakref`` register its own handler before
+    this one, which then runs before it, while zarr's loop still runs (zarr
+    stops it from a handler registered as ``zarr.core.sync`` was imported, which
+    this module's import of it guarantees came first). All the clients get
+    :data:`CLOSE_TIMEOUT` together; one that does not close by then is left to
+    end with the process.
     """
     global _ARRANGED
     if not _ARRANGED:
@@ -70,27 +79,35 @@ def _close_loopless() -> None:
         from fsspec.asyn import sync
     except ImportError:
         return
-    from shardpipe.internals.zarr_core import loop
-
+    owner = loop[0]
+    closing: list[concurrent.futures.Future[Any]] = []
     registry: Any = getattr(weakref.finalize, "_registry", {})  # CPython's, since 3.4
     for finalizer in list(registry):
         found = finalizer.peek()
         if found is None or found[1] is not sync or len(found[2]) < 2 or found[2][0] is not None:
             continue
-        finalizer.detach()
-        close, arguments = found[2][1], found[2][2:]
-        owner = loop[0]
+        finalizer.detach()  # it could only raise "Loop is not running"
         if owner is None or not owner.is_running():
             continue  # its connections end with the process
-        closing = asyncio.run_coroutine_threadsafe(close(*arguments), owner)
-        with contextlib.suppress(Exception):  # not closed in time: as above
-            closing.result(CLOSE_TIMEOUT)
+        close, arguments, keywords = found[2][1], found[2][2:], found[3] or {}
+        with contextlib.suppress(Exception):  # one that fails to close: left as above
+            coroutine = close(*arguments, **keywords)
+            if inspect.iscoroutine(coroutine):
+                closing.append(asyncio.run_coroutine_threadsafe(coroutine, owner))
+    if closing:
+        _, late = concurrent.futures.wait(closing, timeout=CLOSE_TIMEOUT)
+        for future in late:
+            future.cancel()
 
 
 def close_sessions_on_their_loop(location: str) -> None:
-    """Have gcsfs close a session of no given loop on the loop it belongs to, if
-    ``location`` is on GCS; before anything opens it (gcsfs registers its
-    finalizer as it opens a session, with ``close_session`` as it is then)."""
+    """Have gcsfs close a session of no given loop on its own loop, if ``location`` is on GCS.
+
+    Notes
+    -----
+    Called before anything opens ``location``: gcsfs registers its finalizer as
+    it opens a session, with ``close_session`` as it is then. Idempotent.
+    """
     if not location.startswith(GCS_SCHEMES):
         return
     try:
@@ -98,12 +115,18 @@ def close_sessions_on_their_loop(location: str) -> None:
     except ImportError:
         return
     original = gcsfs.GCSFileSystem.close_session
-    if getattr(original, "shardpipe_wrapped", False):
-        return
-    gcsfs.GCSFileSystem.close_session = staticmethod(_on_own_loop(original))
+    if original not in _WRAPPERS:
+        wrapper = _on_own_loop(original)
+        _WRAPPERS.add(wrapper)
+        gcsfs.GCSFileSystem.close_session = staticmethod(wrapper)
+
+
+_WRAPPERS: set[Callable[..., None]] = set()
+"""The ``close_session`` functions made here (so that gcsfs's is wrapped once)."""
 
 
 def _on_own_loop(original: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(original)
     def close_session(loop: Any, session: Any, asynchronous: bool = False) -> None:
         owner = getattr(session, "_loop", None)
         if loop is not None or owner is None or session.closed or _fsspec_loop() is owner:
@@ -121,7 +144,6 @@ def _on_own_loop(original: Callable[..., None]) -> Callable[..., None]:
             connector._close()
         return None
 
-    close_session.shardpipe_wrapped = True  # type: ignore[attr-defined]
     return close_session
 
 

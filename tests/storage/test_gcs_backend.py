@@ -29,7 +29,7 @@ from shardpipe.storage.http_bodies import SendBody
 from shardpipe.storage.option_names import check_storage_options
 from shardpipe.testing.backends import SHARDS, STAGING, ShardStoreTests
 from shardpipe.testing.gcs import gcs_object_names
-from tests.support.programs import rechunk_in_a_program
+from tests.support.programs import rechunk_group_in_a_program, rechunk_in_a_program
 
 pytestmark = pytest.mark.gcs
 
@@ -209,6 +209,9 @@ def test_a_program_rechunking_on_gcs_ends_without_a_traceback(
     it: a traceback ("attached to a different loop") after a GCS rechunk that
     succeeded. The session is now closed on its own loop."""
     bucket, options = gcs_bucket
-    stderr = rechunk_in_a_program(f"gs://{bucket}", options, tmp_path)
-    assert "Traceback" not in stderr and "different loop" not in stderr, stderr
-    assert "Unclosed" not in stderr and "destroyed but it is pending" not in stderr, stderr
+    for stderr in (
+        rechunk_in_a_program(f"gs://{bucket}", options, tmp_path),
+        rechunk_group_in_a_program(f"gs://{bucket}", options, tmp_path),
+    ):
+        assert "Traceback" not in stderr and "different loop" not in stderr, stderr
+        assert "Unclosed" not in stderr and "destroyed but it is pending" not in stderr, stderr
