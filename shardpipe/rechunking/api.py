@@ -42,13 +42,14 @@ from shardpipe.core.source_blocks import (
     read_cost,
     straddles,
 )
-from shardpipe.errors import MemoryBudgetError
+from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.rechunking.copy_record import check_same_copy, copy_identity, read_copy_record
 from shardpipe.rechunking.intermediate import Intermediate
 from shardpipe.rechunking.job import RechunkJob
 from shardpipe.rechunking.memory import automatic_temp_store, copy_is_local, one_pass_hold
 from shardpipe.rechunking.options import RECHUNK_PARAMETERS, RechunkOptions
 from shardpipe.rechunking.source import Source, open_source
+from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.stored.locations import locations_read
 from shardpipe.stored.places import (
     check_reads_apart,
@@ -236,6 +237,8 @@ def plan_checked_rechunk(
         planned = Source("the intermediate copy", opened.array, inter_chunks, planned=True)
         second_blocks, second = _largest_fitting(planned, shard_shape, chunk_shape, budget, prepare)
         where = os.fspath(temp_store)
+        if resuming:  # the target's job must be the second pass from the copy at where
+            _check_resumed_from(resolved, second, where, resume, found is not None)
         inter = Intermediate(
             where,
             {k: v for k, v in (given.storage_options or {}).items() if k != "fsync"}
@@ -273,6 +276,27 @@ def plan_checked_rechunk(
         stale=record,
         weighed=weighed,
     )
+
+
+def _check_resumed_from(
+    target: ResolvedStore, second: ShardedWrite, where: str, resume: Any, recorded: bool
+) -> None:
+    """Refuse, before any copy is made, to resume into a target that the second pass from
+    the copy at ``where`` (``recorded`` for this target, or to be made) did not write."""
+    assert second.identity is not None
+    planned = second.identity
+    expected = {**planned, "source": {**planned["source"], "rechunk": where}}
+    try:
+        check_same_job(target, expected, resume)
+    except InvalidArgumentError as err:
+        err.add_note(
+            f"shardpipe: the target was not written from the copy recorded at {where!r}"
+            if recorded
+            else "shardpipe: no copy of an interrupted first pass is recorded for this target: "
+            "the rechunk that wrote it finished (verify with complete=True, or `shardpipe "
+            "verify --complete`, says whether every shard is there) or was another job"
+        )
+        raise
 
 
 def _smaller_blocks(

@@ -197,10 +197,11 @@ class RechunkJob:
         and marks it copied at its end. The second pass is planned on the
         copy once the first wrote it, and deletes the copy and its record
         when it ends. A failed first pass deletes the copy (and its record)
-        only when shardpipe chose the two passes (and so placed the copy); a
-        failed second pass keeps both, for ``resume=True``, and so does a
-        killed run. With ``progress``, one bar counts the blocks copied, then
-        the shards written.
+        only when shardpipe chose the two passes (and so placed the copy); an
+        interrupted one (``KeyboardInterrupt``) and a failed second pass keep
+        both, for ``resume=True``, and so does a killed run (into an Icechunk
+        session, whose record goes with the session, nothing is kept). With
+        ``progress``, one bar counts the blocks copied, then the shards written.
         """
         target, stale = self.target, self.stale
 
@@ -299,9 +300,13 @@ class RechunkJob:
                 )
             )
 
-        def abandon_copy(_: BaseException) -> None:
+        def abandon_copy(err: BaseException) -> None:
             close_bar()
-            # a copy shardpipe placed, not finished, is of use to nobody; nor is any copy
+            if isinstance(err, KeyboardInterrupt) and not target.transactional:
+                # stopped, not failed: what was copied serves resume=True, as after a kill
+                err.add_note(_resume_note(inter, "in part", "copies the rest, then writes"))
+                return
+            # a copy shardpipe placed that failed is of use to nobody; nor is any copy
             # into an Icechunk session, whose record went with the session
             if inter.placed or target.transactional:
                 inter.remove()
@@ -319,13 +324,7 @@ class RechunkJob:
                 )
                 return
             # the copy and its record stay: resume=True carries on from them
-            resume, overwrite = advice.setting("resume"), advice.setting("overwrite")
-            err.add_note(
-                f"shardpipe: the first pass's copy of the source is complete and kept at "
-                f"{inter.store!r}: the same rechunk with {resume} writes the target from it "
-                f"(with {overwrite} it starts afresh"
-                + (", removing the copy)" if inter.placed else ")")
-            )
+            err.add_note(_resume_note(inter, "complete", "writes"))
 
         return [
             Pass(COPY, copy, abandon=abandon_copy),
@@ -376,3 +375,13 @@ class RechunkJob:
                 "Use compute=True",
             )
         return self.write.to_delayed()
+
+
+def _resume_note(inter: Intermediate, how: str, then: str) -> str:
+    """What a rechunk stopped with its copy kept says: where it is and how to go on."""
+    resume, overwrite = advice.setting("resume"), advice.setting("overwrite")
+    return (
+        f"shardpipe: the first pass's copy of the source is {how} and kept at "
+        f"{inter.store!r}: the same rechunk with {resume} {then} the target from it "
+        f"(with {overwrite} it starts afresh" + (", removing the copy)" if inter.placed else ")")
+    )

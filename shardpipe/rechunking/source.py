@@ -29,6 +29,7 @@ from shardpipe.storage.loopless_finalizers import close_on_their_loops
 from shardpipe.storage.option_names import S3_SCHEMES
 from shardpipe.storage.urls import check_location
 from shardpipe.stored.bounded_reads import bounded_array
+from shardpipe.stored.locations import store_name
 from shardpipe.stored.region_reads import region_reader
 
 V2_DIMENSIONS = "_ARRAY_DIMENSIONS"
@@ -119,7 +120,8 @@ def open_source(source: Any, storage_options: dict[str, Any] | None = None) -> S
                 f"{advice.name('source_storage_options')} for remote stores",
             ) from err
     elif isinstance(source, zarr.Array):
-        array, name = source, f"{source.store}/{source.path}"
+        array = source
+        name = f"{store_name(source.store).rstrip('/')}/{source.path}".rstrip("/")  # its URL
     else:
         raise InvalidArgumentError(
             "source",

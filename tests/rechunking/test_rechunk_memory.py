@@ -23,6 +23,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 import pytest
 import zarr
@@ -31,6 +32,7 @@ import shardpipe
 from shardpipe.rechunking.memory import automatic_temp_store, one_pass_hold
 from shardpipe.storage.resolve import resolve_store
 from tests.support.fork_server import ForkServer
+from tests.support.readers import assert_same, read_zarr
 from tests.support.spies import count_calls
 
 MiB = 2**20
@@ -276,3 +278,55 @@ def test_an_interrupt_in_the_second_pass_says_the_copy_is_kept_for_resume(
     resumed = shardpipe.rechunk(slabs, tmp_path / "out.zarr", resume=True, **kwargs)
     assert resumed is not None and shardpipe.verify(tmp_path / "out.zarr").ok
     assert not Path(job.intermediate.store).exists()
+
+
+def test_an_interrupt_in_the_first_pass_keeps_what_was_copied_for_resume(
+    tmp_path: Path, slabs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C while the copy is made keeps the copy so far and its record, as a kill
+    does (a failure removes a copy shardpipe placed); ``resume=True`` copies the rest."""
+    from shardpipe.rechunking import raw_copy
+
+    kwargs: dict[str, Any] = {"shards": (64, 256, 256), "chunks": (64, 64, 64), "max_mem": "16MB"}
+    job = shardpipe.plan_rechunk(slabs, tmp_path / "out.zarr", **kwargs)
+    assert job.intermediate is not None
+    store_block, stored = raw_copy.store_block, []
+
+    def interrupted_after_one(block: Any, store: Any, offset: Any, *rest: Any) -> None:
+        if stored:
+            raise KeyboardInterrupt
+        store_block(block, store, offset, *rest)
+        stored.append(offset)
+
+    monkeypatch.setattr(raw_copy, "store_block", interrupted_after_one)
+    with dask.config.set(scheduler="synchronous"), pytest.raises(KeyboardInterrupt) as raised:
+        job.execute()
+    monkeypatch.undo()
+    notes = "\n".join(getattr(raised.value, "__notes__", ()))
+    assert str(job.intermediate.store) in notes and "in part" in notes, notes
+    assert "resume=True copies the rest" in notes and "overwrite=True" in notes, notes
+    assert Path(job.intermediate.store, "zarr.json").exists()
+    resumed = shardpipe.plan_rechunk(slabs, tmp_path / "out.zarr", resume=True, **kwargs)
+    report = resumed.execute()
+    assert report.passes[0].blocks_kept == 1  # the block copied before the interrupt
+    assert shardpipe.verify(tmp_path / "out.zarr").ok
+    assert_same(read_zarr(str(tmp_path / "out.zarr")), read_zarr(slabs))
+    assert not Path(job.intermediate.store).exists()
+
+
+def test_resuming_a_finished_two_pass_rechunk_is_refused_before_any_copy(
+    tmp_path: Path, slabs: str
+) -> None:
+    """With no copy recorded, a resumed two-pass rechunk would copy the whole source, then
+    find the target written from another copy: it is refused as it is planned."""
+    kwargs: dict[str, Any] = {"shards": (64, 256, 256), "chunks": (64, 64, 64), "max_mem": "16MB"}
+    job = shardpipe.plan_rechunk(slabs, tmp_path / "out.zarr", **kwargs)
+    assert job.intermediate is not None
+    job.execute()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(shardpipe.InvalidArgumentError, match=r"resume: .* another job") as raised:
+        shardpipe.plan_rechunk(slabs, tmp_path / "out.zarr", resume=True, **kwargs)
+    notes = "\n".join(getattr(raised.value, "__notes__", ()))
+    assert "no copy of an interrupted first pass is recorded" in notes, notes
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing copied
+    assert shardpipe.verify(tmp_path / "out.zarr", complete=True).ok
