@@ -215,3 +215,25 @@ def test_a_program_rechunking_on_gcs_ends_without_a_traceback(
     ):
         assert "Traceback" not in stderr and "different loop" not in stderr, stderr
         assert "Unclosed" not in stderr and "destroyed but it is pending" not in stderr, stderr
+
+
+def test_a_group_plan_names_its_members_by_url(gcs_bucket: tuple[str, dict[str, Any]]) -> None:
+    """Not by the repr of the store zarr opened (``<FsspecStore(GCSFileSystem, ...)>/img``)."""
+    import zarr
+
+    from shardpipe.rechunking.group import plan_group_rechunk
+
+    bucket, options = gcs_bucket
+    group = zarr.open_group(f"gs://{bucket}/group.zarr", mode="w", storage_options=options)
+    group.create_array("img", shape=(1024, 1024), chunks=(256, 1024), dtype="u2")
+    job = plan_group_rechunk(
+        f"gs://{bucket}/group.zarr",
+        f"gs://{bucket}/out.zarr",
+        shards=(512, 512),
+        chunks=(256, 256),
+        storage_options=options,
+        source_storage_options=options,
+    )
+    text = str(job)
+    assert f"read: gs://{bucket}/group.zarr/img:" in text, text
+    assert "FsspecStore" not in text, text
