@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from shardpipe.internals.zarr_core import loop
+from shardpipe.internals.zarr_core import loop as zarr_loop
 from shardpipe.storage.gcs.options import GCS_SCHEMES
 
 CLOSE_TIMEOUT = 0.1
@@ -79,8 +79,8 @@ def _close_loopless() -> None:
         from fsspec.asyn import sync
     except ImportError:
         return
-    owner = loop[0]
-    closing: list[concurrent.futures.Future[Any]] = []
+    owner = zarr_loop[0]
+    closing: list[Any] = []
     registry: Any = getattr(weakref.finalize, "_registry", {})  # CPython's, since 3.4
     for finalizer in list(registry):
         found = finalizer.peek()
@@ -93,11 +93,20 @@ def _close_loopless() -> None:
         with contextlib.suppress(Exception):  # one that fails to close: left as above
             coroutine = close(*arguments, **keywords)
             if inspect.iscoroutine(coroutine):
-                closing.append(asyncio.run_coroutine_threadsafe(coroutine, owner))
-    if closing:
-        _, late = concurrent.futures.wait(closing, timeout=CLOSE_TIMEOUT)
-        for future in late:
-            future.cancel()
+                closing.append(coroutine)
+    if closing and owner is not None:
+        _closed_on(owner, closing)
+
+
+def _closed_on(owner: asyncio.AbstractEventLoop, coroutines: list[Any]) -> bool:
+    """Run ``coroutines`` on the running loop ``owner`` (another thread's) within
+    :data:`CLOSE_TIMEOUT`; whether all ended without error (those still running are
+    cancelled)."""
+    futures = [asyncio.run_coroutine_threadsafe(c, owner) for c in coroutines]
+    _, late = concurrent.futures.wait(futures, timeout=CLOSE_TIMEOUT)
+    for future in late:
+        future.cancel()
+    return not late and all(f.exception() is None for f in futures)
 
 
 def close_sessions_on_their_loop(location: str) -> None:
@@ -134,11 +143,8 @@ def _on_own_loop(original: Callable[..., None]) -> Callable[..., None]:
         with contextlib.suppress(RuntimeError):
             if asyncio.get_running_loop() is owner:  # collected on its own loop
                 return original(loop, session, asynchronous)
-        if owner.is_running() and not owner.is_closed():
-            closing = asyncio.run_coroutine_threadsafe(session.close(), owner)
-            with contextlib.suppress(Exception):  # not closed in time: as below
-                closing.result(CLOSE_TIMEOUT)
-                return None
+        if owner.is_running() and not owner.is_closed() and _closed_on(owner, [session.close()]):
+            return None
         connector = getattr(session, "_connector", None)
         if connector is not None:  # the loop is gone: its connections, as gcsfs drops them
             connector._close()
