@@ -25,8 +25,9 @@ from shardpipe.formats.base import (
     lay_out_part,
     stream_shard,
 )
-from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.base import ShardStore
 from shardpipe.storage.parted_puts import goes_in_parts, held_bytes, put_in_parts
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 from shardpipe.storage.retry import retries_so_far
 from shardpipe.storage.uploads import UploadRun, hand_on
 
@@ -121,8 +122,9 @@ def put_shard(
 
 
 def begin_shard(target: WriteTarget, *, key: str) -> PartsHandle:
-    """Start writing the shard at ``key`` in parts."""
-    return target.store.begin_parts(key, target.staging)
+    """Start writing the shard at ``key`` in parts (in any order, where the format allows)."""
+    any_order = target.shard_format.chunks_in_any_order
+    return target.store.begin_parts(key, target.staging, any_order=any_order)
 
 
 def write_part(
@@ -199,20 +201,28 @@ def stamp_parts(
     """Stamp the head and tail of shard ``shard`` around its written ``parts``; publish it.
 
     Serves every shard format: a shard with no stored chunk is not published
-    (its parts are aborted).
+    (its parts are aborted). The parts lie where the store puts them
+    (:meth:`~shardpipe.storage.base.ShardStore.part_layout`): by their numbers, or,
+    for a format whose chunks may lie in any order, as they were written.
     """
     receipts = [p.receipt for p in parts if p.receipt is not None]
-    manifests = [p.manifest for p in parts]
+    manifests = [p.manifest for p in parts if p.receipt is not None]
     retries = sum(p.retries for p in parts)
     before = retries_so_far()
     if not receipts:
         store.abort_parts(handle)
         return replace(EMPTY_SHARD, retries=retries + retries_so_far() - before)
+    layout = store.part_layout(receipts)
     head, tail = encode_stamped(
-        shard_format, manifests, shard=shard, min_part_size=store.min_part_size
+        shard_format,
+        manifests,
+        shard=shard,
+        min_part_size=store.min_part_size,
+        starts=layout.starts,
+        data_nbytes=layout.nbytes,
     )
     store.finish_parts(handle, receipts, head, tail)
-    nbytes = len(head) + sum(m.size for m in manifests) + len(tail)
+    nbytes = len(head) + layout.nbytes + len(tail)
     return WriteReport(
         shards=1,
         nbytes=nbytes,

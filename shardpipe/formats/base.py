@@ -31,6 +31,7 @@ shard. Nothing here does I/O.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -146,6 +147,15 @@ class ShardFormat(Protocol):
     @property
     def has_tail(self) -> bool:
         """Whether anything follows the chunk data (the last part is then not last)."""
+        ...
+
+    @property
+    def chunks_in_any_order(self) -> bool:
+        """Whether chunks, and so the parts of a shard, may lie in any order.
+
+        True where the index gives each chunk's offset; False where the
+        format wants them in increasing offsets (precomputed minishards).
+        """
         ...
 
     def head_nbytes(self, min_part_size: int = 0) -> int:
@@ -347,27 +357,30 @@ def _laid_out(
             yield data
 
 
-def stamp_index(n_slots: int, parts: Sequence[PartManifest], *, first_offset: int) -> ShardIndex:
-    """Build the index of a shard made of ``parts`` laid out in order.
+def stamp_index(n_slots: int, parts: Sequence[PartManifest], starts: Sequence[int]) -> ShardIndex:
+    """Build the index of a shard whose ``parts`` start at byte offsets ``starts``.
 
     Parameters
     ----------
     n_slots : int
         Number of inner chunk slots in the shard.
     parts : sequence of PartManifest
-        The parts in the order their bytes appear in the shard.
-    first_offset : int
-        Byte offset of the first part: the size of the head.
+        The shard's parts.
+    starts : sequence of int
+        Byte offset of each part in the shard (the head counted).
     """
     index = ShardIndex.empty(n_slots)
-    base = first_offset
-    for part in parts:
+    for part, base in zip(parts, starts, strict=True):
         if part.slots:
             slots = np.asarray(part.slots, dtype=np.intp)
             index.entries[slots, 0] = np.asarray(part.offsets, dtype=np.uint64) + np.uint64(base)
             index.entries[slots, 1] = np.asarray(part.nbytes, dtype=np.uint64)
-        base += part.size
     return index
+
+
+def back_to_back(parts: Sequence[PartManifest]) -> list[int]:
+    """Where each of ``parts`` starts when they lie one after the other, from 0."""
+    return list(itertools.accumulate((p.size for p in parts[:-1]), initial=0)) if parts else []
 
 
 def assemble_shard(
@@ -439,17 +452,26 @@ class StreamedShard:
 
 
 def encode_stamped(
-    shard_format: ShardFormat, parts: Sequence[PartManifest], *, shard: Coords, min_part_size: int
+    shard_format: ShardFormat,
+    parts: Sequence[PartManifest],
+    *,
+    shard: Coords,
+    min_part_size: int,
+    starts: Sequence[int] | None = None,
+    data_nbytes: int | None = None,
 ) -> tuple[bytes, bytes]:
-    """Head and tail of shard ``shard`` made of ``parts`` laid out in order after the head.
+    """Head and tail of shard ``shard`` made of ``parts``, which follow the head.
 
-    ``min_part_size`` is the store's smallest part, to which the head is padded.
+    ``min_part_size`` is the store's smallest part, to which the head is
+    padded. ``starts`` says where each part starts, counted from the end of
+    the head, and ``data_nbytes`` how many bytes lie between the head and the
+    tail; by default the parts lie back to back, in order.
     """
     head_nbytes = shard_format.head_nbytes(min_part_size)
-    index = stamp_index(shard_format.n_slots, parts, first_offset=head_nbytes)
-    return shard_format.encode_index(
-        index, shard=shard, head_nbytes=head_nbytes, data_nbytes=sum(p.size for p in parts)
-    )
+    starts = back_to_back(parts) if starts is None else starts
+    index = stamp_index(shard_format.n_slots, parts, [head_nbytes + s for s in starts])
+    data = sum(p.size for p in parts) if data_nbytes is None else data_nbytes
+    return shard_format.encode_index(index, shard=shard, head_nbytes=head_nbytes, data_nbytes=data)
 
 
 def stream_shard(

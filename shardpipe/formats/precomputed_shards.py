@@ -87,6 +87,11 @@ class PrecomputedShards(ABC):
         """True: the minishard indexes follow the chunks."""
         return True
 
+    @property
+    def chunks_in_any_order(self) -> bool:
+        """False: a minishard's chunks lie at increasing offsets, as their ids increase."""
+        return False
+
     def index_nbytes(self) -> int:
         """Bytes of the shard index plus (at most, before gzip) the minishard indexes."""
         return self.sharding.index_nbytes + 24 * self.n_slots

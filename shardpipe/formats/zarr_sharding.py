@@ -219,6 +219,11 @@ class ZarrShardingFormat:
         """Whether the index follows the chunks."""
         return self.index_location == "end"
 
+    @property
+    def chunks_in_any_order(self) -> bool:
+        """True: the index gives each chunk's offset and length."""
+        return True
+
     def index_nbytes(self) -> int:
         """Encoded size of the index."""
         return index_nbytes(self.n_slots, checksum=self.checksum)

@@ -27,7 +27,8 @@ from shardpipe.errors import ShardFormatError
 from shardpipe.formats.base import assemble_shard, read_checked_index
 from shardpipe.formats.zarr_sharding import CHECKSUM_NBYTES, ZarrShardingFormat
 from shardpipe.legacy.metadata import LegacyArray
-from shardpipe.storage.base import PartsHandle, ShardStore
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.parts import PartsHandle
 from shardpipe.storage.resolve import ResolvedStore
 
 COPY_PIECE = 4 << 30

@@ -25,7 +25,8 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.formats.precomputed import PrecomputedSharding
 from shardpipe.formats.precomputed_chunks import encode_chunk
 from shardpipe.formats.precomputed_shards import PrecomputedShards, shard_format_of
-from shardpipe.storage.base import PartsHandle, ShardStore
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.parts import PartsHandle
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,8 @@ def write_shard(
 
 # -- shards larger than a task's budget: parts, then a stamp --------------------------------
 def begin_shard(target: PrecomputedTarget, *, shard: int, staging: str) -> PartsHandle:
-    """Start writing shard file number ``shard`` in parts."""
-    return target.store.begin_parts(target.key(shard), staging)
+    """Start writing shard file number ``shard`` in parts (in the order of their numbers)."""
+    return target.store.begin_parts(target.key(shard), staging, any_order=False)
 
 
 def _write_laid_out(

@@ -44,6 +44,7 @@ from shardpipe import advice
 from shardpipe.errors import AbilityNotSupportedError, PartsNotSupportedError
 from shardpipe.storage.buffers import check_object_size, joined
 from shardpipe.storage.keys import edge_key
+from shardpipe.storage.parts import PartLayout, PartReceipt, PartsHandle, lay_out_parts
 
 ObjectVersion = str
 """An opaque token that changes whenever the object at a key changes.
@@ -149,49 +150,6 @@ class Changes(Protocol):
     def merged(self, other: Self) -> Self:
         """Return the changes of both (may reuse ``self``; ``other`` is consumed)."""
         ...
-
-
-@dataclass(frozen=True)
-class PartsHandle:
-    """Identifies one object being written in parts.
-
-    Parameters
-    ----------
-    key : str
-        The object's key.
-    upload : str
-        Backend-specific id of the parts (a staging folder on a file system,
-        a multipart upload id on an object store).
-    staging : str
-        The write's staging prefix.
-    """
-
-    key: str
-    upload: str
-    staging: str
-
-
-@dataclass(frozen=True)
-class PartReceipt:
-    """What ``write_part`` or ``copy_part`` hands on to ``finish_parts``.
-
-    Parameters
-    ----------
-    number : int
-        Position of the part in the object, from 0.
-    size : int
-        Bytes in the part.
-    etag : str or None
-        Object-store entity tag of the uploaded part.
-    payload : bytes or None
-        The part's bytes, where the backend keeps parts in memory
-        (``abilities.parts_in_memory``).
-    """
-
-    number: int
-    size: int
-    etag: str | None = None
-    payload: bytes | None = None
 
 
 class ShardStore(ABC):
@@ -408,8 +366,13 @@ class ShardStore(ABC):
         raise AbilityNotSupportedError(f"{type(self).__name__} cannot truncate an object")
 
     # -- parts ---------------------------------------------------------------
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """Start writing ``key`` in parts; ``staging`` is a key prefix for scratch data."""
+    def begin_parts(self, key: str, staging: str, *, any_order: bool = False) -> PartsHandle:
+        """Start writing ``key`` in parts; ``staging`` is a key prefix for scratch data.
+
+        With ``any_order`` the caller lays the object out with
+        :func:`~shardpipe.storage.parts.lay_out_parts`, so the backend may
+        place parts in the order they are written.
+        """
         raise PartsNotSupportedError(
             f"{type(self).__name__} cannot write a shard in parts; raise "
             f"{advice.name('max_mem')} so every "
@@ -443,7 +406,10 @@ class ShardStore(ABC):
         if_absent: bool = False,
         if_version: ObjectVersion | None = None,
     ) -> None:
-        """Publish ``head + parts in order + tail`` at the object's key atomically.
+        """Publish ``head + parts + tail`` at the object's key atomically.
+
+        The parts lie as :meth:`part_layout` says: by their numbers, unless
+        the backend placed them.
 
         The conditions are those of :meth:`put`. With no receipts and an empty
         head and tail nothing is published and the parts are discarded. After
@@ -451,6 +417,14 @@ class ShardStore(ABC):
         stores (S3 after a 409) do not take a second completion of the upload.
         """
         raise PartsNotSupportedError(type(self).__name__)
+
+    def part_layout(self, receipts: Sequence[PartReceipt]) -> PartLayout:
+        """Where the parts of ``receipts`` will lie when this process finishes their object.
+
+        The default is :func:`~shardpipe.storage.parts.lay_out_parts`; a
+        backend that places parts puts those it can publish as they lie first.
+        """
+        return lay_out_parts(receipts)
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Discard whatever was written for ``handle``."""

@@ -21,11 +21,10 @@ from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from shardpipe.storage.base import (
     Changes,
     ObjectVersion,
-    PartReceipt,
-    PartsHandle,
     ShardStore,
     StoreAbilities,
 )
+from shardpipe.storage.parts import PartLayout, PartReceipt, PartsHandle
 
 
 class DelegatingStore(ShardStore):
@@ -161,9 +160,11 @@ class DelegatingStore(ShardStore):
         self._forward("truncate", lambda: self.inner.truncate(key, size))
 
     # -- parts ---------------------------------------------------------------
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
+    def begin_parts(self, key: str, staging: str, *, any_order: bool = False) -> PartsHandle:
         """See :meth:`~shardpipe.storage.base.ShardStore.begin_parts`."""
-        return self._forward("begin_parts", lambda: self.inner.begin_parts(key, staging))
+        return self._forward(
+            "begin_parts", lambda: self.inner.begin_parts(key, staging, any_order=any_order)
+        )
 
     def write_part(
         self, handle: PartsHandle, number: int, buffers: Sequence[Buffer]
@@ -196,6 +197,10 @@ class DelegatingStore(ShardStore):
                 handle, receipts, head, tail, if_absent=if_absent, if_version=if_version
             ),
         )
+
+    def part_layout(self, receipts: Sequence[PartReceipt]) -> PartLayout:
+        """See :meth:`~shardpipe.storage.base.ShardStore.part_layout` (no I/O: not forwarded)."""
+        return self.inner.part_layout(receipts)
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """See :meth:`~shardpipe.storage.base.ShardStore.abort_parts`."""

@@ -27,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 import dask.config
 
 from shardpipe.errors import InvalidArgumentError
-from shardpipe.storage.base import PartReceipt, ShardStore
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.parts import PartReceipt
 
 DEFAULT_PART_SIZE = 16 << 20
 """Bytes per part of a shard sent in parts (``shardpipe.uploads.part-size``)."""

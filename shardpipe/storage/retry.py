@@ -50,10 +50,11 @@ from shardpipe.errors import (
     InvalidArgumentError,
     TransientStorageError,
 )
-from shardpipe.storage.base import ObjectVersion, PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.delegating import DelegatingStore
 from shardpipe.storage.errnos import is_transient, permanent_error
 from shardpipe.storage.keys import edge_key
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 
 DELETE_SLICE = 1000
 """Keys one retried call of :meth:`RetryingStore.delete_many` removes.
@@ -405,10 +406,11 @@ class RetryingStore(DelegatingStore):
         self._call(f"truncating {key!r}", lambda: self.inner.truncate(key, size), in_place=True)
 
     # -- parts ---------------------------------------------------------------
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
+    def begin_parts(self, key: str, staging: str, *, any_order: bool = False) -> PartsHandle:
         """Start writing ``key`` in parts."""
         return self._call(
-            f"starting the upload of {key!r}", lambda: self.inner.begin_parts(key, staging)
+            f"starting the upload of {key!r}",
+            lambda: self.inner.begin_parts(key, staging, any_order=any_order),
         )
 
     def write_part(

@@ -256,6 +256,36 @@ class ShardStoreTests(UpdateContractTests, KeyContractTests):
         assert store.get("arr/c/0/0") == expected
         assert self.leftovers(store) == []
 
+    @pytest.mark.parametrize("index_location", ["start", "end"])
+    def test_parts_in_any_order_lie_where_their_layout_says(
+        self, store: ShardStore, index_location: str
+    ) -> None:
+        """With ``any_order`` a backend may place parts as written; ``part_layout`` finds them."""
+        self.require_parts(store)
+        size = self.part_size(store)
+        sizes = [size, size, size if index_location == "end" else 1000]
+        parts = [_data(n, seed=10 + i) for i, n in enumerate(sizes)]
+        head = _data(100, seed=98).ljust(store.min_part_size, b"\0")
+        head, tail = (head, b"") if index_location == "start" else (b"", b"index at the end")
+        handle = store.begin_parts("arr/c/0/0", STAGING, any_order=True)
+        with ThreadPoolExecutor(3) as pool:
+            futures = [
+                pool.submit(store.write_part, handle, i, _split(parts[i])) for i in (2, 0, 1)
+            ]
+            receipts = [f.result() for f in futures]
+        parts[0] = _data(size, seed=97)
+        receipts[1] = store.write_part(handle, 0, [parts[0]])  # a retry: it is what counts
+        layout = store.part_layout(receipts)
+        store.finish_parts(handle, receipts, head, tail)
+        found = store.get("arr/c/0/0")
+        assert found is not None
+        assert len(found) == len(head) + layout.nbytes + len(tail)
+        assert found.startswith(head) and found.endswith(tail)
+        for receipt, start in zip(receipts, layout.starts, strict=True):
+            at = len(head) + start
+            assert found[at : at + receipt.size] == parts[receipt.number]
+        assert self.leftovers(store) == []
+
     def test_retried_write_part_replaces(self, store: ShardStore) -> None:
         self.require_parts(store)
         size = self.part_size(store)

@@ -37,8 +37,9 @@ from collections.abc import Buffer, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from shardpipe.errors import TransientStorageError
-from shardpipe.storage.base import ObjectVersion, PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.delegating import DelegatingStore
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 
 WRITES = frozenset(
     {"put", "write_at", "write_ranges", "append", "truncate", "write_part", "copy_part"}

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from shardpipe.errors import UnsafeKeyError
-from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 from shardpipe.testing.store_kit import STAGING, StoreTestBase
 
 UNSAFE_KEYS = [

@@ -45,12 +45,11 @@ from zarr.abc.store import Store
 from shardpipe.errors import ConditionFailedError
 from shardpipe.storage.base import (
     ObjectVersion,
-    PartReceipt,
-    PartsHandle,
     ShardStore,
     StoreAbilities,
 )
 from shardpipe.storage.keys import JOB_DIR, edge_key
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.zarr_store import ZarrShardStore
 
@@ -248,8 +247,11 @@ class NullShardStore(ShardStore):
         return self.kept.list(prefix)
 
     # -- parts ---------------------------------------------------------------
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """Start an object in parts (kept keys hold their parts' bytes, others their sizes)."""
+    def begin_parts(self, key: str, staging: str, *, any_order: bool = False) -> PartsHandle:
+        """Start an object in parts (kept keys hold their parts' bytes, others their sizes).
+
+        Parts lie by their numbers, whatever ``any_order`` says.
+        """
         edge_key(staging, self, prefix=True)
         handle = PartsHandle(edge_key(key, self), uuid.uuid4().hex, staging)
         with self._state.lock:

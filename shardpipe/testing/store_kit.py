@@ -14,8 +14,9 @@ import pytest
 from shardpipe.errors import (
     PartsNotSupportedError,
 )
-from shardpipe.storage.base import PartReceipt, PartsHandle, ShardStore
+from shardpipe.storage.base import ShardStore
 from shardpipe.storage.keys import STAGING_DIR
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 
 MiB = 2**20
 STAGING = f"arr/{STAGING_DIR}/run1"

@@ -17,7 +17,8 @@ from shardpipe.errors import (
     ConditionFailedError,
     PartsNotSupportedError,
 )
-from shardpipe.storage.base import PartsHandle, ShardStore
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.parts import PartsHandle
 from shardpipe.testing.store_kit import STAGING, MiB, StoreTestBase, _data
 
 

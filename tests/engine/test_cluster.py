@@ -32,6 +32,7 @@ def _data() -> np.ndarray:
         ((25, 19, 13), "start", "64MB"),  # misaligned: pieces travel between workers
         (((10, 50, 10), (1, 89), (40,)), "end", "64MB"),  # irregular
         ((16, 32, 40), "start", 200_000),  # shards written in parts and stamped
+        ((16, 32, 40), "end", 200_000),  # parts placed by each worker process, then joined
     ],
 )
 def test_cluster_round_trip(

@@ -18,6 +18,7 @@ from shardpipe.formats.base import (
     ShardFormat,
     ShardIndex,
     assemble_shard,
+    back_to_back,
     exact_total,
     lay_out_part,
     stamp_index,
@@ -239,7 +240,7 @@ def test_stamp_index_locates_every_chunk(case, location: str) -> None:
         blobs.append(blob)
         manifests.append(manifest)
     head = index_nbytes(n_slots) if location == "start" else 0
-    index = stamp_index(n_slots, manifests, first_offset=head)
+    index = stamp_index(n_slots, manifests, [head + s for s in back_to_back(manifests)])
     body = b"".join(blobs)
     shard = encode_index(index) + body if location == "start" else body + encode_index(index)
     start, stop = shard_index_range(len(shard), n_slots, location)

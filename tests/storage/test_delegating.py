@@ -23,7 +23,7 @@ from shardpipe.storage.retry import RetryingStore
 from shardpipe.testing.faults import FaultyStore
 from shardpipe.testing.io_errors import DeviceErrorStore
 
-NO_IO = {"joined_body"}
+NO_IO = {"joined_body", "part_layout"}
 """Methods that make no request: forwarded straight to the inner store, not through its hook
 (a gate, a retry, an injected fault would have nothing to act on)."""
 

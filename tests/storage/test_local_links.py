@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from shardpipe.errors import UnsafeKeyError
-from shardpipe.storage.base import PartReceipt, PartsHandle
 from shardpipe.storage.local.store import LocalShardStore
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 
 STAGING = "arr/.shardpipe/staging/run1"
 

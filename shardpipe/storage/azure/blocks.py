@@ -53,8 +53,9 @@ from typing import Protocol
 
 from shardpipe.core.keys import checked_key
 from shardpipe.errors import StorageError
-from shardpipe.storage.base import ObjectVersion, PartReceipt, PartsHandle
+from shardpipe.storage.base import ObjectVersion
 from shardpipe.storage.keys import edge_key
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 
 MAX_BLOCKS = 50_000
 """Most committed blocks a block blob may have."""

@@ -46,14 +46,13 @@ from shardpipe.storage.azure import blocks, faults
 from shardpipe.storage.azure.options import service_client
 from shardpipe.storage.base import (
     ObjectVersion,
-    PartReceipt,
-    PartsHandle,
     ShardStore,
     StoreAbilities,
 )
 from shardpipe.storage.buffers import joined
 from shardpipe.storage.each import call_each
 from shardpipe.storage.keys import edge_key
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 
 T = TypeVar("T")
 
@@ -438,8 +437,11 @@ class AzureShardStore(ShardStore):
         return True
 
     # -- parts ---------------------------------------------------------------
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """Draw the shard's upload and record it under ``staging`` (safe to repeat)."""
+    def begin_parts(self, key: str, staging: str, *, any_order: bool = False) -> PartsHandle:
+        """Draw the shard's upload and record it under ``staging`` (safe to repeat).
+
+        Blocks lie by their numbers, whatever ``any_order`` says.
+        """
         edge_key(staging, self, prefix=True)
         return blocks.begin_parts(self, edge_key(key, self), staging)
 

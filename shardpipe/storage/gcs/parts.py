@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from shardpipe.errors import ConditionFailedError, StorageError
-from shardpipe.storage.base import PartReceipt, PartsHandle
 from shardpipe.storage.gcs.objects import GcsObjects
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 
 MAX_SOURCES = 32
 """Most source objects of one ``compose`` request."""

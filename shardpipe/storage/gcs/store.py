@@ -36,8 +36,6 @@ from typing import Any
 from shardpipe.errors import ConditionFailedError, StorageError
 from shardpipe.storage.base import (
     ObjectVersion,
-    PartReceipt,
-    PartsHandle,
     ShardStore,
     StoreAbilities,
 )
@@ -48,6 +46,7 @@ from shardpipe.storage.gcs.objects import GcsObjects
 from shardpipe.storage.gcs.parts import PUT_TOKEN
 from shardpipe.storage.http_bodies import send_body
 from shardpipe.storage.keys import edge_key
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 
 
 def preconditions(if_absent: bool, if_version: ObjectVersion | None) -> dict[str, str]:
@@ -259,8 +258,11 @@ class GcsShardStore(ShardStore):
         return self.objects.names(prefix)
 
     # -- parts ---------------------------------------------------------------
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """Start writing ``key`` in parts (nothing is sent: part objects appear as written)."""
+    def begin_parts(self, key: str, staging: str, *, any_order: bool = False) -> PartsHandle:
+        """Start writing ``key`` in parts (nothing is sent: part objects appear as written).
+
+        Parts lie by their numbers, whatever ``any_order`` says.
+        """
         edge_key(key, self)
         edge_key(staging, self, prefix=True)
         return parts.begin_parts(key, staging)

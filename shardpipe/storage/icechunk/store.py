@@ -38,11 +38,10 @@ from shardpipe.errors import AbilityNotSupportedError, TransactionConflictError
 from shardpipe.internals.zarr_core import sync
 from shardpipe.storage.base import (
     ObjectVersion,
-    PartReceipt,
-    PartsHandle,
     StoreAbilities,
 )
 from shardpipe.storage.keys import JOB_DIR, edge_key
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 from shardpipe.storage.zarr_store import ZarrShardStore, content_version
 
 if TYPE_CHECKING:
@@ -342,8 +341,11 @@ class IcechunkShardStore(ZarrShardStore):
         yield from sorted(edge_key(key, self) for key in found)
 
     # -- parts, joined in memory ---------------------------------------------------
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """Start a shard in parts: nothing is staged, the parts travel in their receipts."""
+    def begin_parts(self, key: str, staging: str, *, any_order: bool = False) -> PartsHandle:
+        """Start a shard in parts: nothing is staged, the parts travel in their receipts.
+
+        Parts lie by their numbers, whatever ``any_order`` says.
+        """
         edge_key(staging, self, prefix=True)
         return PartsHandle(edge_key(key, self), "in-memory", staging)
 

@@ -132,45 +132,66 @@ class LocalShardStore(LocalParts, ShardStore):
     ) -> None:
         """Write a temporary file with ``write(fd)``, then move it onto ``key``.
 
-        With ``if_absent`` the file is linked to ``key`` (which fails if the key
-        exists); with ``if_version`` the key's version is checked first.
+        The conditions are those of :meth:`_publish_file`.
         """
         if if_absent and if_version is not None:
             raise ValueError("if_absent and if_version exclude each other")
-        final, folder, tmp = self._temporary(key)
+        _, _, tmp = self._temporary(key)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
                 write(fd)
-                stamp(fd)
-                if self.fsync:
-                    os.fsync(fd)
+                self._seal(fd)
             finally:
                 os.close(fd)
-            if if_absent:
-                try:
-                    os.link(tmp, final)  # atomic: fails if anything is at the key
-                except FileExistsError:
-                    raise ConditionFailedError(
-                        f"{key!r} ({final}): expected no object (create-only write), found "
-                        f"version {self.version(key)}; nothing was written"
-                    ) from None
-                os.unlink(tmp)
-            else:
-                # no compare-and-swap on a file system: a replacement between this
-                # check and the rename goes unnoticed (replace_if_unchanged=False)
-                found = None if if_version is None else self.version(key)
-                if found != if_version:
-                    raise ConditionFailedError(
-                        f"{key!r} ({final}): expected version {if_version}, found "
-                        f"{'no object' if found is None else f'version {found}'}; "
-                        "nothing was written"
-                    )
-                os.replace(tmp, final)
+            self._publish_file(tmp, key, if_absent, if_version)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+    def _seal(self, fd: int) -> None:
+        """Stamp the version of a file about to be published; ``fsync`` it (with ``fsync``)."""
+        stamp(fd)
+        if self.fsync:
+            os.fsync(fd)
+
+    def _publish_file(
+        self,
+        path: str,
+        key: str,
+        if_absent: bool = False,
+        if_version: ObjectVersion | None = None,
+    ) -> None:
+        """Move the sealed file at ``path`` (on the store's file system) onto ``key``.
+
+        With ``if_absent`` the file is linked to ``key`` (which fails if the key
+        exists); with ``if_version`` the key's version is checked first. A
+        failed condition leaves the file at ``path``.
+        """
+        if if_absent and if_version is not None:
+            raise ValueError("if_absent and if_version exclude each other")
+        final, folder, _ = self._temporary(key)
+        if if_absent:
+            try:
+                os.link(path, final)  # atomic: fails if anything is at the key
+            except FileExistsError:
+                raise ConditionFailedError(
+                    f"{key!r} ({final}): expected no object (create-only write), found "
+                    f"version {self.version(key)}; nothing was written"
+                ) from None
+            os.unlink(path)
+        else:
+            # no compare-and-swap on a file system: a replacement between this
+            # check and the rename goes unnoticed (replace_if_unchanged=False)
+            found = None if if_version is None else self.version(key)
+            if found != if_version:
+                raise ConditionFailedError(
+                    f"{key!r} ({final}): expected version {if_version}, found "
+                    f"{'no object' if found is None else f'version {found}'}; "
+                    "nothing was written"
+                )
+            os.replace(path, final)
         if self.fsync:
             fsync_dir(folder)
 

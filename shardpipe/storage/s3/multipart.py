@@ -66,8 +66,8 @@ from typing import Any
 
 from shardpipe.core.keys import checked_key
 from shardpipe.errors import StorageError
-from shardpipe.storage.base import PartReceipt, PartsHandle
 from shardpipe.storage.keys import edge_key
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 from shardpipe.storage.s3.faults import error_code
 from shardpipe.storage.s3.requests import S3Requests
 

@@ -48,14 +48,13 @@ import s3fs
 from shardpipe.errors import ConditionFailedError, StorageAccessError, StorageError
 from shardpipe.storage.base import (
     ObjectVersion,
-    PartReceipt,
-    PartsHandle,
     ShardStore,
     StoreAbilities,
 )
 from shardpipe.storage.buffers import joined
 from shardpipe.storage.http_bodies import send_body
 from shardpipe.storage.keys import edge_key
+from shardpipe.storage.parts import PartReceipt, PartsHandle
 from shardpipe.storage.s3 import faults, multipart
 from shardpipe.storage.s3.bodies import put_body
 from shardpipe.storage.s3.multipart import MAX_TASK_PARTS
@@ -444,8 +443,11 @@ class S3ShardStore(S3ObjectReads, ShardStore):
             kwargs["UploadIdMarker"] = page["NextUploadIdMarker"]
 
     # -- parts (one multipart upload per shard: see s3_multipart) ------------
-    def begin_parts(self, key: str, staging: str) -> PartsHandle:
-        """Create the upload of ``key``, recorded under ``staging`` (safe to repeat)."""
+    def begin_parts(self, key: str, staging: str, *, any_order: bool = False) -> PartsHandle:
+        """Create the upload of ``key``, recorded under ``staging`` (safe to repeat).
+
+        Parts lie by their numbers, whatever ``any_order`` says.
+        """
         edge_key(staging, self, prefix=True)
         return multipart.begin_parts(self, edge_key(key, self), staging)
 
