@@ -286,7 +286,7 @@ def plan_group_rechunk(
         shapes = overrides.get(path, {})
         jobs[path] = plan_checked_rechunk(  # the options checked once, above
             node,
-            ResolvedStore(root.zarr_store, root.shards, root.key(path)),
+            replace(root, path=root.key(path)),  # keeps the scheme the user wrote
             replace(
                 DEFAULT_ARRAY_OPTIONS,
                 shards=shapes.get("shards", shards if _fits(shards, node) else None),

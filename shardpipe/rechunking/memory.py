@@ -105,7 +105,8 @@ def automatic_temp_store(target: ResolvedStore) -> str | None:
 
     ``.<name>.intermediate-<id>.zarr`` in the folder (or prefix) holding the
     target, for a local or fsspec target; None for other stores (an
-    Icechunk session, a memory store), which then stay in one pass.
+    Icechunk session, a memory store), which then stay in one pass. A URL keeps the
+    scheme the target was written with (``az://`` rather than adlfs's ``abfs://``).
     """
     where = store_location(target.zarr_store, target.path)
     if where is None or where.scheme == "memory" or not where.path.strip("/"):
@@ -114,4 +115,4 @@ def automatic_temp_store(target: ResolvedStore) -> str | None:
     hidden = f".{name}.intermediate-{uuid.uuid4().hex[:8]}.zarr"
     if where.scheme == "file":
         return os.path.join("/" + parent, hidden)
-    return f"{where.scheme}://{posixpath.join(parent, hidden)}"
+    return f"{target.scheme or where.scheme}://{posixpath.join(parent, hidden)}"

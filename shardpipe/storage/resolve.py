@@ -12,7 +12,7 @@ or a :class:`ResolvedStore` already made (``path`` is then inside its path).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import zarr
@@ -48,11 +48,16 @@ class ResolvedStore:
         Used by tasks to publish shards.
     path : str
         The array's path inside the store (``""`` for the root).
+    scheme : str, optional
+        The URL scheme the caller wrote, where its file system answers to several
+        (``"az"`` for ``az://``, which adlfs calls ``abfs``): messages name places in
+        the store with it. None for a local path or a store passed as an object.
     """
 
     zarr_store: Store
     shards: ShardStore
     path: str
+    scheme: str | None = None
 
     @property
     def zarr_store_for_writes(self) -> Store:
@@ -74,6 +79,13 @@ class ResolvedStore:
 
 def _join(*parts: str | None) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def _written_scheme(url: str, store: FsspecStore) -> str | None:
+    """The scheme of ``url`` if it is one of the names of ``store``'s file system (not of
+    a chained URL such as ``simplecache::s3://...``, whose store is the outer one)."""
+    scheme = url.split("://", 1)[0].lower()
+    return scheme if "::" not in url and scheme in fs_protocols(store) else None
 
 
 def _s3_backend(storage_options: dict[str, Any], root: str) -> ShardStore:
@@ -169,7 +181,7 @@ def resolve_store(
         )
     local_options = {"fsync": fsync}
     if isinstance(store, ResolvedStore):
-        return ResolvedStore(store.zarr_store, store.shards, _join(store.path, path))
+        return replace(store, path=_join(store.path, path))
     if is_icechunk(store):  # Icechunk retries its own storage calls
         if options or not fsync:
             raise InvalidArgumentError(
@@ -204,7 +216,12 @@ def resolve_store(
                 if not text.startswith(GCS_SCHEMES):
                     raise
                 raise credentials_failure(text, err) from err
-            return ResolvedStore(fs_store, _backend_for(fs_store, local_options), _join(path))
+            return ResolvedStore(
+                fs_store,
+                _backend_for(fs_store, local_options),
+                _join(path),
+                _written_scheme(text, fs_store),
+            )
         if options:
             raise InvalidArgumentError(
                 "storage_options",

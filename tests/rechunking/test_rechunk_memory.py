@@ -233,6 +233,28 @@ def test_automatic_copies_go_beside_local_and_url_targets_only(tmp_path: Path) -
     assert memory is None
 
 
+@pytest.mark.parametrize("scheme", ["az", "abfs", "abfss"])
+def test_an_automatic_copy_keeps_the_scheme_its_target_was_written_with(
+    scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adlfs answers to az://, abfs:// and abfss:// and calls itself abfs: the copy beside an
+    ``az://`` target was named ``abfs://`` in the plan, the report and the messages (found by
+    a new-user trial). No Azure is reached: the backend's check that it answers is skipped."""
+    pytest.importorskip("adlfs")
+    from shardpipe.storage import resolve
+    from shardpipe.testing.azure import storage_options_for
+    from shardpipe.testing.null_store import NullShardStore
+
+    monkeypatch.setattr(resolve, "azure_backend", lambda options, root: NullShardStore())
+    options = storage_options_for("http://127.0.0.1:9/devstoreaccount1")
+    target = resolve_store(f"{scheme}://box/lab/vol.zarr", storage_options=options)
+    place = automatic_temp_store(target)
+    assert place is not None and place.startswith(f"{scheme}://box/lab/.vol.zarr.intermediate-")
+    # a target resolved again (a group rechunk's member, by its path in the group) keeps it
+    member = automatic_temp_store(resolve_store(target, "img"))
+    assert member is not None and member.startswith(f"{scheme}://box/lab/vol.zarr/.img.")
+
+
 def test_trying_smaller_blocks_does_not_check_the_options_again(
     tmp_path: Path, slabs: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

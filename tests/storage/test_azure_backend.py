@@ -187,3 +187,35 @@ def test_a_program_rechunking_on_azure_ends_without_a_traceback(
     ):
         assert "Traceback" not in stderr and "Loop is not running" not in stderr, stderr
         assert "Unclosed" not in stderr, stderr
+
+
+def test_a_rechunk_names_its_copy_with_the_scheme_the_user_wrote(
+    azure_container: tuple[str, dict[str, Any]],
+) -> None:
+    """A rechunk between ``az://`` URLs that goes in two passes places its copy beside the
+    target: the plan and the report named it ``abfs://`` (adlfs's own name), which the user
+    never wrote (found by a new-user trial)."""
+    import zarr
+
+    import shardpipe
+
+    container, options = azure_container
+    source = f"az://{container}/slabs.zarr"
+    zarr.create_array(  # never written: read as its fill value, cheap to copy
+        source, shape=(64, 512, 512), chunks=(1, 512, 512), dtype="u2", storage_options=options
+    )
+    job = shardpipe.plan_rechunk(
+        source,
+        f"az://{container}/cubes.zarr",
+        shards=(64, 256, 256),
+        chunks=(64, 64, 64),
+        max_mem="16MB",
+        storage_options=options,
+        source_storage_options=options,
+    )
+    assert job.intermediate is not None and job.intermediate.placed
+    copy = f"az://{container}/.cubes.zarr.intermediate-"
+    assert job.intermediate.store.startswith(copy)
+    report = job.execute()
+    for text in (repr(job), str(report), repr(report)):
+        assert copy in text and "abfs" not in text, text
