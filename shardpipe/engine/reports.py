@@ -34,7 +34,9 @@ class PassReport:
         Its wall time.
     reads : int
         Source read units (chunks, or shards of a sharded source) it read
-        and decoded, counting a unit once per block that read it.
+        and decoded, counting a unit once per block that read it; those of
+        this run only (a resumed run reads no block it keeps, nor any that
+        feeds only the complete shards it skips).
     nbytes_read : int
         Raw bytes of those reads.
     nbytes_stored : int
@@ -42,7 +44,7 @@ class PassReport:
     location : str or None
         Where it stored them (the intermediate copy's path or URL).
     blocks : int
-        Blocks it copied.
+        Blocks it copied (the copy) or read (the pass from the copy), in this run.
     blocks_kept : int
         Blocks a killed run had copied already, kept by ``resume=True``.
     removed : bool

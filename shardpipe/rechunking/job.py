@@ -11,7 +11,6 @@ written) and both are counted in the report
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -22,7 +21,7 @@ from dask.delayed import Delayed
 
 from shardpipe import advice
 from shardpipe.core.display import format_bytes, html_table, text_table
-from shardpipe.core.grid import Shape, ceildiv
+from shardpipe.core.grid import Shape
 from shardpipe.core.memory import HOLD_SHARE
 from shardpipe.core.plan_costs import ONE_PASS, SMALLER_BLOCKS, TWO_PASSES
 from shardpipe.core.rechunk_plans import PlanChoice
@@ -48,11 +47,6 @@ COPY = "copy into the intermediate"
 
 WRITE = "rechunk from the intermediate"
 """The name of its second pass."""
-
-
-def n_blocks(shape: Shape, block_shape: Shape) -> int:
-    """How many blocks of ``block_shape`` cover ``shape``."""
-    return math.prod(ceildiv(n, b) for n, b in zip(shape, block_shape, strict=True))
 
 
 @dataclass(frozen=True)
@@ -226,6 +220,7 @@ class RechunkJob:
         bars: list[PassesBar] = []
         carried = ExitStack()
         second_began: list[float] = []
+        second: list[ShardedWrite] = []  # the write of pass 2, as planned on the copy
 
         def close_bar() -> None:
             carried.close()
@@ -279,6 +274,7 @@ class RechunkJob:
         def rechunk(_: bool) -> list[ShardedWrite]:
             second_began.append(time.perf_counter())
             write = replan(copies[-1], self.block_shape)
+            second.append(write)
             if bars:
                 bars[-1].start_pass(2, write.plan.n_shards)
                 carried.enter_context(bars[-1].carried())
@@ -290,13 +286,18 @@ class RechunkJob:
             delete_copy_record(target)
             seconds = time.perf_counter() - second_began[-1]
             done[0] = replace(done[0], removed=True)
+            # the copy's blocks this run read: a resumed one, only those of the shards it wrote
+            read = second[-1].blocks_read()
+            reads = blocks_read_cost(
+                origin.shape, origin.dtype.itemsize, inter.chunk_shape, self.block_shape, read
+            )
             done.append(
                 PassReport(
                     WRITE,
                     seconds,
-                    reads=self.cost.reads,
-                    nbytes_read=self.cost.nbytes_read,
-                    blocks=n_blocks(self.source.shape, self.block_shape),
+                    reads=reads.reads,
+                    nbytes_read=reads.nbytes_read,
+                    blocks=len(read),
                 )
             )
 

@@ -43,7 +43,6 @@ the graph of a whole petabyte array. A small write is one wave.
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -120,11 +119,7 @@ class ShardedWrite(WriteSpec):
             token,
             dask_key_name=f"{self.mode.begin_task}-{token}",
         )
-        skip = self.skip
-        if self.first_wave:  # one graph: leave the done waves out shard by shard
-            schedule = self.wave_schedule()
-            waves = (schedule.wave(k) for k in range(min(self.first_wave, schedule.n_waves)))
-            skip = skip | {c for wave in waves for c in itertools.product(*wave.ranges)}
+        skip = self.shards_left_alone()  # one graph: the done waves left out shard by shard
         graph = build_write_graph(self.source, self.plan, target_d, self.key_of(), token, skip=skip)
         return self.mode.end_delayed(graph.result, self.target, self.n_shards_skipped, token)
 

@@ -12,6 +12,7 @@ is a spec with the methods that run it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, replace
@@ -172,6 +173,26 @@ class WriteSpec:
         schedule = self.wave_schedule()
         done = sum(schedule.wave(k).n_shards for k in range(min(self.first_wave, schedule.n_waves)))
         return done + len(self.skip)
+
+    def shards_left_alone(self) -> frozenset[Coords]:
+        """The shards a resumed write leaves alone: those of its done waves and the
+        complete others (none for a write that is not resumed)."""
+        schedule = self.wave_schedule()
+        waves = (schedule.wave(k) for k in range(min(self.first_wave, schedule.n_waves)))
+        return self.skip | {c for wave in waves for c in itertools.product(*wave.ranges)}
+
+    def blocks_read(self) -> list[Coords]:
+        """The source's blocks (grid indices, each once) that feed the shards this run
+        writes: every block, unless a resumed write leaves shards alone."""
+        left = self.shards_left_alone()
+        plan = self.plan
+        if not left:
+            return list(itertools.product(*(range(len(c)) for c in plan.blocks.chunks)))
+        read: dict[Coords, None] = {}
+        for shard in plan.shards_in(plan.placement.shard_ranges, skip=left):
+            for part in shard.parts:
+                read.update(dict.fromkeys(part.blocks))
+        return list(read)
 
     def chunk_codec(self) -> ChunkCodec:
         """The codec chain inner chunks are encoded with, and their fill value."""

@@ -151,3 +151,51 @@ def test_the_same_call_again_goes_on_with_its_own_temp_store(
     assert report.passes[0].location == temp, report  # the copy went on where it was
     assert_same(read_zarr(str(target)), data)
     assert not Path(temp).exists()
+
+
+def test_a_resumed_second_pass_counts_only_the_reads_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second pass that failed midway is resumed: it skips the shards published and reads
+    only the copy's chunks that feed the others, and its report says so. It counted the
+    whole copy's reads (and blocks) whatever it skipped (found by a new-user trial)."""
+    from shardpipe.rechunking import raw_copy
+    from tests.support.rechunk_crash_child import LAYOUT as EIGHT_SHARDS
+    from tests.support.rechunk_crash_child import slabs
+
+    source, target = tmp_path / "src.zarr", tmp_path / "out.zarr"
+    data = slabs(source)
+    read_region = raw_copy.read_region
+    chunks_read = [0]
+    fail_after: list[int | None] = [None]
+
+    def counted(store: Any, region: Any, chunk_shape: Any, *args: Any) -> Any:
+        """The copy's reads in pass 2, counted in chunks of the copy."""
+        n = 1
+        for r, c in zip(region, chunk_shape, strict=True):
+            n *= -(-(r.stop - r.start) // c)
+        chunks_read[0] += n
+        limit = fail_after[0]
+        if limit is not None and chunks_read[0] > limit:
+            raise OSError("the disk went away")
+        return read_region(store, region, chunk_shape, *args)
+
+    monkeypatch.setattr(raw_copy, "read_region", counted)
+    with dask.config.set(scheduler="synchronous"):  # the shards in order: some, then the error
+        full = shardpipe.plan_rechunk(source, tmp_path / "full.zarr", **EIGHT_SHARDS).execute()
+        every = full.passes[1]
+        assert every.reads == chunks_read[0] > 0
+        chunks_read[0], fail_after[0] = 0, every.reads // 2
+        with pytest.raises(OSError, match="went away"):
+            shardpipe.rechunk(source, target, **EIGHT_SHARDS)
+        published = shardpipe.verify(target).shards_present
+        assert 0 < published < full.shards_written
+        chunks_read[0], fail_after[0] = 0, None
+        report = shardpipe.plan_rechunk(source, target, resume=True, **EIGHT_SHARDS).execute()
+    copied, rewritten = report.passes
+    assert report.shards_skipped == published and copied.blocks == 0
+    assert rewritten.reads == chunks_read[0] < every.reads, (rewritten, every)
+    assert 0 < rewritten.nbytes_read < every.nbytes_read
+    assert 0 < rewritten.blocks < every.blocks
+    assert f"{rewritten.reads:,} reads" in str(report)
+    assert_same(read_zarr(str(target)), data)
