@@ -76,7 +76,7 @@ class PrecomputedWrite:
         rows = [
             (
                 "volume",
-                f"{self.target.zarr_store}: {self.info.get('type')}, "
+                f"{store_name(self.target.zarr_store)}: {self.info.get('type')}, "
                 f"{self.source.dtype}, {self.source.shape[3]} channel(s)",
             )
         ]
@@ -171,8 +171,8 @@ class PrecomputedWrite:
             except Exception as cleanup_err:
                 err.add_note(f"shardpipe: removing the staging data failed too ({cleanup_err!r})")
             left = (
-                f"the volume at {self.target.zarr_store} is left unfinished (its info and the "
-                "shards published so far; verify reports it): write it again with "
+                f"the volume at {store_name(self.target.zarr_store)} is left unfinished (its info "
+                "and the shards published so far; verify reports it): write it again with "
                 f"{advice.setting('overwrite')}"
             )
             if isinstance(err, ShardpipeError) or not isinstance(err, Exception):

@@ -284,3 +284,14 @@ def test_messages_name_an_s3_store_by_its_url(s3_bucket: tuple[str, dict[str, An
         shardpipe.to_sharded_zarr(data, url, chunks=(2, 2), storage_options=options)
     assert f"s3://{bucket}/named.zarr" in str(raised.value), raised.value
     assert "FsspecStore" not in str(raised.value)
+
+
+def test_a_plan_names_an_s3_target_by_its_url(s3_bucket: tuple[str, dict[str, Any]]) -> None:
+    """The plan's "target" row: the URL, not zarr's ``<FsspecStore(S3FileSystem, ...)>``."""
+    bucket, options = s3_bucket
+    url = f"s3://{bucket}/planned.zarr"
+    job = shardpipe.prepare_write(
+        np.zeros((4, 4), "u1"), url, chunks=(2, 2), storage_options=options
+    )
+    (row,) = [value for label, value in job.summary_rows() if label == "target"]
+    assert row == f"s3://{bucket}/planned.zarr at '/'", row
