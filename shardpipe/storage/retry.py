@@ -22,12 +22,16 @@ idempotent or made so here:
 * ``put`` publishes a whole object atomically; a conditional ``put`` whose
   first try failed transiently and whose retry finds the condition false
   (the first try did land) succeeds if the object holds exactly its bytes;
-* ``write_part``/``copy_part`` replace the part of the same number;
+* ``write_part``/``copy_part`` replace the part of the same number (or, for
+  parts in any order on a file system, write it again, and the new receipt
+  says where);
   ``write_at``, ``write_ranges`` and ``truncate`` write the same bytes again;
 * ``append`` cuts the object back to its size before the failed try first;
-* ``finish_parts`` is retried only on transient errors, which backends raise
-  only when nothing was published or when they could not tell (the S3
-  backend checks whether a completion whose answer was lost went through).
+* ``finish_parts`` is retried only on transient errors, raised when nothing
+  was published or when the backend could not tell: the S3 backend checks
+  whether a completion whose answer was lost went through, the local one
+  whether its object is at the key (a failed ``fsync`` of the folder after
+  the rename).
 
 Retries are counted per thread (:func:`retries_so_far`), so that each task
 can report its own in the write report.

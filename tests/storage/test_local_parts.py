@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import multiprocessing
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
 
 from shardpipe.errors import ConditionFailedError
+from shardpipe.storage.base import ShardStore
+from shardpipe.storage.local import parts as parts_module
 from shardpipe.storage.local.store import LocalShardStore
 from shardpipe.storage.parts import PartReceipt, PartsHandle, lay_out_parts
+from shardpipe.storage.retry import RetryingStore, RetryPolicy
+
+FAST = RetryPolicy(attempts=3, first_delay=0, max_delay=0)
 
 STAGING = "arr/.shardpipe/staging/job"
 KEY = "arr/c/0/0"
@@ -21,7 +29,7 @@ def _staged(root: Path) -> list[Path]:
     return sorted(p for p in (root / "arr/.shardpipe/staging").rglob("*") if p.is_file())
 
 
-def _write(store: LocalShardStore, handle: PartsHandle, number: int, data: bytes) -> PartReceipt:
+def _write(store: ShardStore, handle: PartsHandle, number: int, data: bytes) -> PartReceipt:
     return store.write_part(handle, number, [data[:3], data[3:]])
 
 
@@ -151,3 +159,87 @@ def test_an_object_on_another_file_system_gets_a_copy(
     store.finish_parts(handle, receipts, b"", b"!")
     assert (tmp_path / KEY).read_bytes() == b"1111" + b"0000" + b"!"
     assert _staged(tmp_path) == []
+
+
+def _failing_once(monkeypatch: pytest.MonkeyPatch, module: object, name: str, err: int) -> None:
+    """``module.name`` raises ``err`` on its first call, then works."""
+    real = getattr(module, name)
+    calls = []
+
+    def once(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError(err, os.strerror(err))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, once)
+
+
+def test_a_retry_after_the_shard_was_published_finds_it_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transient error after the rename (the folder's fsync): the retry must not fail."""
+    from shardpipe.storage.local import store as local_store
+
+    store = RetryingStore(LocalShardStore(tmp_path, fsync=True), FAST, sleep=lambda s: None)
+    handle = store.begin_parts(KEY, STAGING, any_order=True)
+    receipts = [_write(store, handle, n, bytes([65 + n]) * 10) for n in (0, 1)]
+    _failing_once(monkeypatch, local_store, "fsync_dir", errno.EINTR)
+    store.finish_parts(handle, receipts, b"", b"TAIL")
+    assert (tmp_path / KEY).read_bytes() == b"A" * 10 + b"B" * 10 + b"TAIL"
+    assert _staged(tmp_path) == []
+
+
+def test_a_late_part_after_the_publish_never_replaces_the_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part of the shard written again between a publish and a retry of the finish."""
+    from shardpipe.storage.local import store as local_store
+
+    inner = LocalShardStore(tmp_path, fsync=True)
+    store = RetryingStore(inner, FAST, sleep=lambda s: None)
+    handle = store.begin_parts(KEY, STAGING, any_order=True)
+    receipts = [_write(store, handle, n, bytes([65 + n]) * 10) for n in (0, 1)]
+    real = local_store.fsync_dir
+
+    def late_part_then_fail(path: str) -> None:
+        local_store.fsync_dir = real
+        late = threading.Thread(target=inner.write_part, args=(handle, 0, [b"Z" * 20]))
+        late.start()  # a duplicate task in this process: it must not wait for the publish
+        late.join(timeout=10)
+        assert not late.is_alive()
+        raise OSError(errno.EINTR, "interrupted")
+
+    monkeypatch.setattr(local_store, "fsync_dir", late_part_then_fail)
+    store.finish_parts(handle, receipts, b"", b"TAIL")
+    assert (tmp_path / KEY).read_bytes() == b"A" * 10 + b"B" * 10 + b"TAIL"
+
+
+def test_a_create_only_publish_retried_after_its_link_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RetryingStore(LocalShardStore(tmp_path, fsync=False), FAST, sleep=lambda s: None)
+    handle = store.begin_parts(KEY, STAGING, any_order=True)
+    receipts = [_write(store, handle, 0, b"new shard")]
+    _failing_once(monkeypatch, os, "unlink", errno.EINTR)  # the link is made, then this
+    store.finish_parts(handle, receipts, b"", b"!", if_absent=True)
+    assert (tmp_path / KEY).read_bytes() == b"new shard!"
+    assert _staged(tmp_path) == []
+
+
+def _fork_while_the_placing_locks_are_held(root: str, handle: PartsHandle) -> int:
+    with contextlib.ExitStack() as held:  # as by threads writing parts when the fork comes
+        for lock in parts_module._PLACING:
+            held.enter_context(lock)
+        pid = os.fork()
+        if pid == 0:  # the child: the locks its parent's threads held must not hold it
+            signal.alarm(5)
+            _write(LocalShardStore(root, fsync=False), handle, 0, b"from the child")
+            os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+def test_a_forked_child_does_not_inherit_a_held_placing_lock(tmp_path: Path) -> None:
+    handle = LocalShardStore(tmp_path, fsync=False).begin_parts(KEY, STAGING, any_order=True)
+    status = _fork_while_the_placing_locks_are_held(str(tmp_path), handle)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -7,9 +7,10 @@ prefix). How its parts are kept there depends on the handle:
   index says where each chunk lies): every process appends the parts it
   writes to a file of its own in the folder (``placed-<process>``), one after
   the other, under a lock of the process; the receipt says which file and
-  where. ``finish_parts`` then cuts its own process's file to what the parts
-  take, appends the other processes' files and the tail, and publishes it as
-  it is: the parts of the process that finishes the shard (all of them, on
+  where. ``finish_parts`` then renames its own process's file out of the
+  writers' way (``finishing-<process>``), cuts it to what the parts take,
+  appends the other processes' files and the tail, and publishes it as it
+  is: the parts of the process that finishes the shard (all of them, on
   Dask's threads) are written once. With a head (an index at the start), or
   when the finishing process wrote no part, they are copied into a new file
   instead. A part written again (a retry) is appended anew; the earlier try
@@ -41,13 +42,21 @@ from typing import TYPE_CHECKING
 from shardpipe.storage.base import ObjectVersion
 from shardpipe.storage.keys import edge_key
 from shardpipe.storage.local.file_io import copy_into, write_all
+from shardpipe.storage.local.versions import version_of
 from shardpipe.storage.local.writeback import Writeback, start_writeback
 from shardpipe.storage.parts import PartLayout, PartReceipt, PartsHandle, lay_out_parts
 
 if TYPE_CHECKING:
     from shardpipe.storage.local.keys import LocalKeys
 
-_PLACING = [threading.Lock() for _ in range(64)]
+_STRIPES = 64
+
+
+def _new_locks() -> list[threading.Lock]:
+    return [threading.Lock() for _ in range(_STRIPES)]
+
+
+_PLACING = _new_locks()
 """Locks of this process's placed files (by a hash of the path): one writer at a time."""
 
 
@@ -58,13 +67,20 @@ def _new_process_name() -> str:
 _process_name = _new_process_name()
 """The name of this process's placed file in each staging folder."""
 
+_sealed: dict[str, ObjectVersion] = {}
+"""Staging folder to the version of the object this process published from it, until
+its parts are aborted: a retried ``finish_parts`` whose first try published finds it."""
 
-def _renamed_after_fork() -> None:
-    global _process_name
+
+def _after_fork() -> None:
+    """A child names its own files, and no thread of its parent holds its locks."""
+    global _process_name, _PLACING
     _process_name = _new_process_name()
+    _PLACING = _new_locks()
+    _sealed.clear()
 
 
-os.register_at_fork(after_in_child=_renamed_after_fork)
+os.register_at_fork(after_in_child=_after_fork)
 
 
 _Span = tuple[str, int, bool]
@@ -94,6 +110,8 @@ class LocalParts:
         def _path(self, key: str) -> str: ...
 
         def _seal(self, fd: int) -> None: ...
+
+        def version(self, key: str) -> ObjectVersion | None: ...
 
         def _publish(
             self,
@@ -241,39 +259,55 @@ class LocalParts:
     ) -> None:
         """Make this process's placed file the object: cut it, append the others and the tail.
 
-        Only this process writes to that file, and never while the file is
-        published (the same lock), so no late write of a part can land in the
-        object; the other processes' files are only read.
+        The file is first renamed (under the lock its part writes take) to a
+        name no part is written to, so that a late write of a part in this
+        process starts a new file and never lands in the object; the other
+        processes' files are only read. Safe to retry: a try that failed
+        before publishing is taken up again from the renamed file, and one
+        that failed after is recognised by the version it left at the key.
 
         Where the object's folder is on another file system than the staging
         folder (a mount inside the store), the file is copied there instead.
         """
         first, size, _ = spans[0]
-        path = self._part_path(handle, first)
-        with _lock(path):  # a late retry of this process's part waits, then starts a new file
-            fd = self._keys.open(handle.upload, path, os.O_WRONLY)
-            try:
-                found = os.fstat(fd).st_size
-                if found < size:
-                    raise OSError(f"part file {path} has {found} bytes, expected {size}")
-                os.ftruncate(fd, size)
-                os.lseek(fd, size, os.SEEK_SET)
-                self._append_parts(fd, handle, spans[1:], Writeback(fd, enabled=False))
-                write_all(fd, [tail])
-                self._seal(fd)
-            finally:
-                os.close(fd)
-            try:
-                self._publish_file(path, handle.key, if_absent, if_version)
-            except OSError as err:
-                if err.errno != errno.EXDEV:
-                    raise
-                whole = self._joining(handle, [(first, os.stat(path).st_size, True)], b"", b"")
-                self._publish(handle.key, whole, if_absent, if_version)
+        sealed = _sealed.get(handle.upload)
+        if sealed is not None:
+            if self.version(handle.key) == sealed:
+                return  # an earlier try published it, then failed
+            raise OSError(
+                f"{handle.key!r}: published by an earlier try of this finish, and changed since"
+            )
+        finishing = first.replace("placed-", "finishing-", 1)
+        placed, path = self._part_path(handle, first), self._part_path(handle, finishing)
+        with _lock(placed):
+            if not os.path.exists(path):
+                os.rename(placed, path)
+        fd = self._keys.open(handle.upload, path, os.O_WRONLY)
+        try:
+            found = os.fstat(fd).st_size
+            if found < size:
+                raise OSError(f"part file {path} has {found} bytes, expected {size}")
+            os.ftruncate(fd, size)
+            os.lseek(fd, size, os.SEEK_SET)
+            self._append_parts(fd, handle, spans[1:], Writeback(fd, enabled=False))
+            write_all(fd, [tail])
+            self._seal(fd)
+            _sealed[handle.upload] = version_of(os.fstat(fd))
+        finally:
+            os.close(fd)
+        try:
+            self._publish_file(path, handle.key, if_absent, if_version)
+        except OSError as err:
+            if err.errno != errno.EXDEV:
+                raise
+            del _sealed[handle.upload]  # what is published is a copy
+            whole = self._joining(handle, [(finishing, os.stat(path).st_size, True)], b"", b"")
+            self._publish(handle.key, whole, if_absent, if_version)
 
     def abort_parts(self, handle: PartsHandle) -> None:
         """Remove the staging folder of ``handle``."""
         edge_key(handle.key, self)
+        _sealed.pop(handle.upload, None)
         shutil.rmtree(self._keys.folder(handle.upload), ignore_errors=True)
 
     def discard_staging(self, staging: str) -> None:

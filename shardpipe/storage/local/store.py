@@ -13,8 +13,10 @@
   a ``kill -9`` before leaves the old object (or nothing) there and at most a
   partial temporary file beside it, and a power loss leaves the object
   absent or complete (its bytes are durable before the rename).
-* Parts are separate files in a staging folder, joined in the kernel and
-  published like ``put`` (:mod:`shardpipe.storage.local.parts`).
+* Parts go to a staging folder, where each process appends those it writes
+  in any order to a file of its own, which becomes the object (or each is a
+  file of its own, joined in the kernel), published like ``put``
+  (:mod:`shardpipe.storage.local.parts`).
 * Conditional publishes: create-only links the temporary file to the key
   (``os.link`` fails if the key exists: no window for a second writer);
   replace-if-unchanged compares the key's version (inode, size, mtime) just

@@ -26,6 +26,14 @@ _stamp_lock = threading.Lock()
 _last_stamp = 0
 
 
+def _unlocked_after_fork() -> None:
+    global _stamp_lock
+    _stamp_lock = threading.Lock()  # a thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_unlocked_after_fork)
+
+
 def stamp(fd: int, after_ns: int = 0) -> None:
     """Set the modification time of ``fd`` to now (nanoseconds), later than ``after_ns``.
 
