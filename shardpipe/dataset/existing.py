@@ -20,7 +20,7 @@ from shardpipe import advice
 from shardpipe.errors import InvalidArgumentError, ShardpipeError
 from shardpipe.internals.zarr_core import ConsolidatedMetadata
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.stored.metadata import (
     ZARR_PARSE_ERRORS,
     broken_metadata,
@@ -76,7 +76,7 @@ class StoredVariables:
                 raise InvalidArgumentError(
                     "mode",
                     f"{mode!r} writes into an existing group, and there is none at "
-                    f"{advice.place(root.path, store_name(root.zarr_store))}",
+                    f"{advice.place(root.path, resolved_name(root))}",
                     f"Write the dataset first with {advice.setting('mode', 'w-')}",
                 ) from None
             return cls(exists=False)

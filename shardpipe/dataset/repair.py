@@ -26,7 +26,7 @@ from shardpipe.errors import InvalidArgumentError
 from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.maintenance.repairs import RepairReport, repair
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_node_present
 from shardpipe.write.options import STORED_PARAMETERS
@@ -146,7 +146,7 @@ def _consolidated_arrays(root: ResolvedStore) -> dict[str, tuple[int, ...]]:
     if consolidated is None:
         raise InvalidArgumentError(
             "store",
-            f"{store_name(root.zarr_store)} has no consolidated metadata, which records the "
+            f"{resolved_name(root)} has no consolidated metadata, which records the "
             "dataset's last complete state",
             "Repair each sharded array with shardpipe.repair instead",
         )

@@ -56,7 +56,7 @@ from shardpipe.engine.reports import WriteReport
 from shardpipe.engine.scheduler import check_store_reachable
 from shardpipe.errors import ArrayExistsError, InvalidArgumentError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.stored.locations import Location, locations_read, store_name
+from shardpipe.stored.locations import Location, locations_read, resolved_name
 from shardpipe.stored.metadata import is_sharded
 from shardpipe.stored.places import check_nothing_else_there, check_reads_apart, check_target
 from shardpipe.write.arguments import check_run, check_writable
@@ -246,7 +246,7 @@ def _open_target(
     if mode == "w-" and stored.exists:
         raise ArrayExistsError(
             f"{advice.name('mode')}: a Zarr node already exists at "
-            f"{advice.place(root.path, store_name(root.zarr_store))}; pass "
+            f"{advice.place(root.path, resolved_name(root))}; pass "
             f"{advice.setting('mode', 'w')} to replace it, or {advice.setting('mode', 'a')} to add "
             "to it"
         )

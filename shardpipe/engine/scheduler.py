@@ -23,7 +23,7 @@ from zarr.storage import MemoryStore
 
 from shardpipe.errors import InvalidArgumentError
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 
 
 def distributed_client() -> Any | None:
@@ -79,7 +79,7 @@ def check_store_reachable(arr: da.Array, target: ResolvedStore) -> None:
         return  # workers are threads of this process
     raise InvalidArgumentError(
         "store",
-        f"{store_name(target.zarr_store)} lives in this process's memory, but the active "
+        f"{resolved_name(target)} lives in this process's memory, but the active "
         "distributed client runs tasks in worker processes, which would write into their own "
         "copies (the data would be lost)",
         "Write to a local path or S3, or compute with dask.config.set(scheduler='threads')",

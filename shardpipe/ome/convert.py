@@ -59,7 +59,7 @@ from shardpipe.ome.v04_checks import SourceLevel, check_level_tasks, validate_so
 from shardpipe.ome.v04_source import SOURCE_VERSION, codec_name, fill_value_of
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
 from shardpipe.stored.bounded_reads import bounded_array
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.stored.metadata import format_of
 from shardpipe.stored.places import check_not_a_file, check_reads_apart, check_target
 from shardpipe.write.arguments import check_writable
@@ -145,9 +145,9 @@ class OmeZarrConversion:
         rows = [
             (
                 "source",
-                f"{store_name(self.source.zarr_store)} (OME-Zarr {SOURCE_VERSION}, Zarr v2)",
+                f"{resolved_name(self.source)} (OME-Zarr {SOURCE_VERSION}, Zarr v2)",
             ),
-            ("target", f"{store_name(self.target.zarr_store)} (OME-Zarr {NGFF_VERSION}, sharded)"),
+            ("target", f"{resolved_name(self.target)} (OME-Zarr {NGFF_VERSION}, sharded)"),
         ]
         for level in self.levels:
             how = (

@@ -24,7 +24,7 @@ from shardpipe.ome.options import OME_PARAMETERS
 from shardpipe.ome.report import OmeZarrReport
 from shardpipe.ome.run import level_paths, pyramid_pass
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.write.job import Pass, PassReports, ShardedWrite, run_job
 from shardpipe.write.parameters import shares_parameters
 
@@ -95,7 +95,7 @@ class OmeZarrWrite:
         first = self.jobs[0]
         codecs = [str(c.to_dict()["name"]) for c in first.chunk_codec().codecs]
         rows = [
-            ("target", f"{store_name(first.target.zarr_store)} at {self.target.path or '/'!r}"),
+            ("target", f"{resolved_name(first.target)} at {self.target.path or '/'!r}"),
             ("format", "OME-Zarr 0.5 (Zarr v3, sharding_indexed)"),
             ("inner codecs", " -> ".join(codecs) or "none"),
         ]

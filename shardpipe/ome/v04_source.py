@@ -18,7 +18,7 @@ from shardpipe.errors import InvalidArgumentError, MetadataError
 from shardpipe.ome.metadata import NGFF_VERSION
 from shardpipe.ome.source_reads import DOCUMENT, MAX_DOCUMENT_NBYTES, read_at_most
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 
 SOURCE_VERSION = "0.4"
 """The OME-Zarr version this converts from."""
@@ -55,7 +55,7 @@ def read_json(source: ResolvedStore, key: str, what: str) -> dict[str, Any]:
     if data is None:
         raise InvalidArgumentError(
             "source",
-            f"{what} has no {key} at {store_name(source.zarr_store)}",
+            f"{what} has no {key} at {resolved_name(source)}",
             f"Point at an OME-Zarr {SOURCE_VERSION} image (a Zarr v2 group with multiscales)",
         )
     try:

@@ -33,7 +33,7 @@ from shardpipe.precomputed.tasks import PrecomputedTarget
 from shardpipe.storage.base import ShardStore
 from shardpipe.storage.keys import PRECOMPUTED_UNFINISHED, STAGING_DIR
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.write.job import Pass, PassReports, run_job
 
 Level = tuple[tuple[int, ...], ScaleGrid, PrecomputedSharding, Any]
@@ -76,7 +76,7 @@ class PrecomputedWrite:
         rows = [
             (
                 "volume",
-                f"{store_name(self.target.zarr_store)}: {self.info.get('type')}, "
+                f"{resolved_name(self.target)}: {self.info.get('type')}, "
                 f"{self.source.dtype}, {self.source.shape[3]} channel(s)",
             )
         ]
@@ -171,7 +171,7 @@ class PrecomputedWrite:
             except Exception as cleanup_err:
                 err.add_note(f"shardpipe: removing the staging data failed too ({cleanup_err!r})")
             left = (
-                f"the volume at {store_name(self.target.zarr_store)} is left unfinished (its info "
+                f"the volume at {resolved_name(self.target)} is left unfinished (its info "
                 "and the shards published so far; verify reports it): write it again with "
                 f"{advice.setting('overwrite')}"
             )
@@ -217,7 +217,7 @@ def _write_info(
         left = store.size(marker) is not None
         raise ArrayExistsError(
             "store: a precomputed volume already exists at "
-            f"{store_name(target.zarr_store)} (its info "
+            f"{resolved_name(target)} (its info "
             + ("file, left by an unfinished write" if left else "file")
             + f"); pass {advice.setting('overwrite')} to replace it"
         )

@@ -46,7 +46,7 @@ from shardpipe.storage.local.contained import contained
 from shardpipe.storage.loopless_finalizers import close_on_their_loops
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.urls import check_location
-from shardpipe.stored.locations import store_location, store_name
+from shardpipe.stored.locations import resolved_name, store_location
 from shardpipe.stored.places import (
     check_reads_apart,
     check_source_options,
@@ -271,7 +271,7 @@ def plan_group_rechunk(
         )
     if root.shards.get(root.key("zarr.json")) is not None and not (overwrite or resume):
         raise ArrayExistsError(
-            f"{advice.name('target')}: something exists at {store_name(root.zarr_store)}; pass "
+            f"{advice.name('target')}: something exists at {resolved_name(root)}; pass "
             f"{advice.setting('overwrite')} to replace it, "
             f"or {advice.setting('resume')} to carry on an interrupted rechunk"
         )

@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import zarr
 from zarr.abc.store import Store
 from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore
+
+if TYPE_CHECKING:
+    from shardpipe.storage.resolve import ResolvedStore
 
 _MAX_SCANNED_LAYER = 64
 """Layers with more keys than this are task layers, not holders of source arrays."""
@@ -85,6 +88,14 @@ def store_name(store: Any) -> str:
     ``file:///data/a.zarr``) where :func:`store_location` knows it, else as it prints."""
     where = None if isinstance(store, str) else store_location(store)
     return str(store) if where is None or where.scheme == "memory" else str(where)
+
+
+def resolved_name(resolved: ResolvedStore) -> str:
+    """The store of ``resolved`` as a message names it (:func:`store_name`), with the
+    scheme the user wrote (``az://`` where adlfs says ``abfs://``)."""
+    name = store_name(resolved.zarr_store)
+    _, found, rest = name.partition("://")
+    return f"{resolved.scheme}://{rest}" if found and resolved.scheme else name
 
 
 _WRAPPED = ("array", "_array")

@@ -27,6 +27,7 @@ from shardpipe.storage.urls import check_location
 from shardpipe.stored.locations import (
     Location,
     locations_read,
+    resolved_name,
     source_locations,
     store_location,
     store_name,
@@ -204,7 +205,7 @@ def _refuse_foreign(target: ResolvedStore, name: str, relative: str, replace: st
         relative, f"{relative!r}, which is no Zarr v3 node"
     )
     raise ArrayExistsError(
-        f"{advice.name(name)}: {advice.place(target.path, store_name(target.zarr_store))} is "
+        f"{advice.name(name)}: {advice.place(target.path, resolved_name(target))} is "
         "not empty: it "
         f"holds {what}; pass {replace or advice.setting('overwrite')} to replace what is "
         "there, or "
@@ -350,7 +351,7 @@ def check_node_present(target: ResolvedStore, parameter: str, *, records: bool =
     raise InvalidArgumentError(
         parameter,
         "there is no Zarr array or group at "
-        f"{advice.place(target.path, store_name(target.zarr_store))} (no zarr.json, "
+        f"{advice.place(target.path, resolved_name(target))} (no zarr.json, "
         ".zarray or .zgroup)",
         "Check the store and path: they must name an existing array or group",
     )

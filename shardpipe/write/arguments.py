@@ -38,7 +38,7 @@ from shardpipe.internals.zarr_core import ArrayV3Metadata
 from shardpipe.storage.base import ObjectVersion, ShardStore
 from shardpipe.storage.icechunk.store import IcechunkShardStore
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.stored.metadata import format_of, layout_of
 
 
@@ -218,7 +218,7 @@ def check_run(commit: object, rebase: object, target: ResolvedStore) -> tuple[st
     if commit is not None and not target.transactional:
         raise InvalidArgumentError(
             "commit",
-            f"{commit!r}, but {store_name(target.zarr_store)} is not an Icechunk session: its "
+            f"{commit!r}, but {resolved_name(target)} is not an Icechunk session: its "
             "writes take effect as they happen",
             "Leave commit out, or pass a writable Icechunk Session as the store",
         )

@@ -48,7 +48,7 @@ from shardpipe.core.region_batch import ChunkFill, group_by_shard
 from shardpipe.engine.reports import WriteReport
 from shardpipe.errors import InvalidArgumentError, MemoryBudgetError
 from shardpipe.storage.resolve import ResolvedStore, resolve_store
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.stored.metadata import layout_of, read_metadata
 from shardpipe.stored.places import check_not_a_file
 from shardpipe.write.arguments import (
@@ -277,7 +277,7 @@ class _BatchTarget:
 
     @property
     def where(self) -> str:
-        return advice.place(self.target.path) + f" in {store_name(self.target.zarr_store)}"
+        return advice.place(self.target.path) + f" in {resolved_name(self.target)}"
 
     def _sized(self, budget: int) -> tuple[bool, int]:
         """Whether a shard's writer may rewrite it whole within ``budget`` (else refuse).

@@ -82,7 +82,7 @@ from shardpipe.journal.job_record import delete_record, read_record, save_record
 from shardpipe.journal.markers import JobKeys, JobMarker, conflict, read_marker
 from shardpipe.storage.keys import JOB_DIR, WRITE_RECORD
 from shardpipe.storage.resolve import ResolvedStore
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.stored.metadata import metadata_bytes
 from shardpipe.stored.places import check_target, discard_metadata_temporaries
 from shardpipe.write.record_differences import brief, differences
@@ -329,7 +329,7 @@ def check_new_target(target: ResolvedStore, overwrite: bool, name: str = "store"
             raise
         raise ArrayExistsError(
             f"{advice.name(name)}: a write that did not finish is at "
-            f"{advice.place(target.path, store_name(target.zarr_store))} (its job record says it "
+            f"{advice.place(target.path, resolved_name(target))} (its job record says it "
             f"was still running: it failed or was killed); pass {advice.setting('resume')} to "
             "finish it, "
             f"keeping its complete shards, or {advice.setting('overwrite')} to start again"

@@ -38,7 +38,7 @@ from shardpipe.storage.keys import STAGING_DIR
 from shardpipe.storage.parted_puts import goes_in_parts, part_size
 from shardpipe.storage.resolve import ResolvedStore
 from shardpipe.storage.uploads import UploadRun, request_limit
-from shardpipe.stored.locations import store_name
+from shardpipe.stored.locations import resolved_name
 from shardpipe.stored.metadata import format_of
 from shardpipe.write.arguments import ExistingArray
 from shardpipe.write.modes import WriteMode
@@ -327,7 +327,7 @@ def _parts_note(store: ShardStore, size: int) -> str:
 def _place(job: WriteSpec) -> str:
     """The target store in one line: its URL (an Icechunk session by its branch and snapshot)."""
     target = job.target
-    return str(target.shards) if target.transactional else store_name(target.zarr_store)
+    return str(target.shards) if target.transactional else resolved_name(target)
 
 
 def _waves_row(job: WriteSpec) -> str:
