@@ -243,3 +243,16 @@ def test_a_forked_child_does_not_inherit_a_held_placing_lock(tmp_path: Path) -> 
     handle = LocalShardStore(tmp_path, fsync=False).begin_parts(KEY, STAGING, any_order=True)
     status = _fork_while_the_placing_locks_are_held(str(tmp_path), handle)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_retry_after_a_rename_that_failed_publishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transient error before the rename: the retry takes up the sealed file again."""
+    store = RetryingStore(LocalShardStore(tmp_path, fsync=False), FAST, sleep=lambda s: None)
+    handle = store.begin_parts(KEY, STAGING, any_order=True)
+    receipts = [_write(store, handle, n, bytes([65 + n]) * 10) for n in (1, 0)]
+    _failing_once(monkeypatch, os, "replace", errno.EINTR)
+    store.finish_parts(handle, receipts, b"", b"TAIL")
+    assert (tmp_path / KEY).read_bytes() == b"B" * 10 + b"A" * 10 + b"TAIL"
+    assert _staged(tmp_path) == []

@@ -270,17 +270,18 @@ class LocalParts:
         folder (a mount inside the store), the file is copied there instead.
         """
         first, size, _ = spans[0]
-        sealed = _sealed.get(handle.upload)
-        if sealed is not None:
-            if self.version(handle.key) == sealed:
-                return  # an earlier try published it, then failed
-            raise OSError(
-                f"{handle.key!r}: published by an earlier try of this finish, and changed since"
-            )
+        sealed = _sealed.pop(handle.upload, None)
+        if sealed is not None and self.version(handle.key) == sealed:
+            return  # an earlier try published it, then failed
         finishing = first.replace("placed-", "finishing-", 1)
         placed, path = self._part_path(handle, first), self._part_path(handle, finishing)
         with _lock(placed):
             if not os.path.exists(path):
+                if sealed is not None:  # never a placed file a late write started
+                    raise OSError(
+                        f"{handle.key!r}: an earlier try of this finish published it, and it "
+                        "changed since"
+                    )
                 os.rename(placed, path)
         fd = self._keys.open(handle.upload, path, os.O_WRONLY)
         try:
