@@ -131,6 +131,12 @@ class RechunkJob:
                 f"; this plan runs {runs}, chosen by the write plan's per-task memory, what "
                 "one pass holds between tasks, and where a copy can go (the rows above and below)"
             )
+        elif runs == ONE_PASS and best.block_shape != self.block_shape:
+            said += (
+                f"; this plan reads in blocks of {self.block_shape}, the largest whose write "
+                f"plan fits {advice.name('max_mem')} (what they hold between tasks is in the "
+                "intermediate row, the memory per task below)"
+            )
         return [*rows, ("model's choice", said)]
 
     def _kind(self) -> str:

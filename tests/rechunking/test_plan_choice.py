@@ -189,3 +189,17 @@ def test_two_passes_into_s3_keep_a_zstd_copy_beside_the_target(
     assert_same(np.asarray(zarr.open_array(target, mode="r", storage_options=options)[...]), data)
     fs = fsspec.filesystem("s3", **options)
     assert [p for p in fs.ls(bucket) if "scratch" in p] == []  # the copy is gone
+
+
+def test_a_plan_says_when_it_reads_in_other_blocks_than_the_model_weighed(
+    tmp_path: Path,
+) -> None:
+    """One pass in the largest blocks whose write plan fits: the plan says so (trial note)."""
+    _slabs(tmp_path / "src.zarr")
+    job = shardpipe.plan_rechunk(
+        tmp_path / "src.zarr", tmp_path / "out.zarr", max_mem="4MB", **LAYOUT
+    )
+    assert job.weighed is not None and job.weighed.chosen.kind == "one pass"
+    assert job.block_shape != job.weighed.chosen.block_shape
+    (said,) = [value for label, value in job.summary_rows() if label == "model's choice"]
+    assert f"this plan reads in blocks of {job.block_shape}, the largest" in said, said
