@@ -240,7 +240,6 @@ def test_an_automatic_copy_keeps_the_scheme_its_target_was_written_with(
     """adlfs answers to az://, abfs:// and abfss:// and calls itself abfs: the copy beside an
     ``az://`` target was named ``abfs://`` in the plan, the report and the messages (found by
     a new-user trial). No Azure is reached: the backend's check that it answers is skipped."""
-    pytest.importorskip("adlfs")
     from shardpipe.storage import resolve
     from shardpipe.testing.azure import storage_options_for
     from shardpipe.testing.null_store import NullShardStore

@@ -175,18 +175,28 @@ def _failing_once(monkeypatch: pytest.MonkeyPatch, module: object, name: str, er
     monkeypatch.setattr(module, name, once)
 
 
-def test_a_retry_after_the_shard_was_published_finds_it_there(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("failing", "fsync", "if_absent"),
+    [
+        # after the rename (the folder's fsync): the shard is published, the retry finds it
+        ("fsync_dir", True, False),
+        # after a create-only link, its unlink: published too, not refused on the retry
+        ("unlink", False, True),
+        # before the rename: the retry takes up the sealed file again
+        ("replace", False, False),
+    ],
+)
+def test_a_finish_retried_after_a_transient_error_publishes_the_shard_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str, fsync: bool, if_absent: bool
 ) -> None:
-    """A transient error after the rename (the folder's fsync): the retry must not fail."""
     from shardpipe.storage.local import store as local_store
 
-    store = RetryingStore(LocalShardStore(tmp_path, fsync=True), FAST, sleep=lambda s: None)
+    store = RetryingStore(LocalShardStore(tmp_path, fsync=fsync), FAST, sleep=lambda s: None)
     handle = store.begin_parts(KEY, STAGING, any_order=True)
-    receipts = [_write(store, handle, n, bytes([65 + n]) * 10) for n in (0, 1)]
-    _failing_once(monkeypatch, local_store, "fsync_dir", errno.EINTR)
-    store.finish_parts(handle, receipts, b"", b"TAIL")
-    assert (tmp_path / KEY).read_bytes() == b"A" * 10 + b"B" * 10 + b"TAIL"
+    receipts = [_write(store, handle, n, bytes([65 + n]) * 10) for n in (1, 0)]
+    _failing_once(monkeypatch, local_store if failing == "fsync_dir" else os, failing, errno.EINTR)
+    store.finish_parts(handle, receipts, b"", b"TAIL", if_absent=if_absent)
+    assert (tmp_path / KEY).read_bytes() == b"B" * 10 + b"A" * 10 + b"TAIL"
     assert _staged(tmp_path) == []
 
 
@@ -215,18 +225,6 @@ def test_a_late_part_after_the_publish_never_replaces_the_shard(
     assert (tmp_path / KEY).read_bytes() == b"A" * 10 + b"B" * 10 + b"TAIL"
 
 
-def test_a_create_only_publish_retried_after_its_link_is_not_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = RetryingStore(LocalShardStore(tmp_path, fsync=False), FAST, sleep=lambda s: None)
-    handle = store.begin_parts(KEY, STAGING, any_order=True)
-    receipts = [_write(store, handle, 0, b"new shard")]
-    _failing_once(monkeypatch, os, "unlink", errno.EINTR)  # the link is made, then this
-    store.finish_parts(handle, receipts, b"", b"!", if_absent=True)
-    assert (tmp_path / KEY).read_bytes() == b"new shard!"
-    assert _staged(tmp_path) == []
-
-
 def _fork_while_the_placing_locks_are_held(root: str, handle: PartsHandle) -> int:
     with contextlib.ExitStack() as held:  # as by threads writing parts when the fork comes
         for lock in parts_module._PLACING:
@@ -243,16 +241,3 @@ def test_a_forked_child_does_not_inherit_a_held_placing_lock(tmp_path: Path) -> 
     handle = LocalShardStore(tmp_path, fsync=False).begin_parts(KEY, STAGING, any_order=True)
     status = _fork_while_the_placing_locks_are_held(str(tmp_path), handle)
     assert os.waitstatus_to_exitcode(status) == 0
-
-
-def test_a_retry_after_a_rename_that_failed_publishes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A transient error before the rename: the retry takes up the sealed file again."""
-    store = RetryingStore(LocalShardStore(tmp_path, fsync=False), FAST, sleep=lambda s: None)
-    handle = store.begin_parts(KEY, STAGING, any_order=True)
-    receipts = [_write(store, handle, n, bytes([65 + n]) * 10) for n in (1, 0)]
-    _failing_once(monkeypatch, os, "replace", errno.EINTR)
-    store.finish_parts(handle, receipts, b"", b"TAIL")
-    assert (tmp_path / KEY).read_bytes() == b"B" * 10 + b"A" * 10 + b"TAIL"
-    assert _staged(tmp_path) == []
